@@ -1,0 +1,95 @@
+"""Requests as lengths and states. Token ids live in the runtime, not here."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class SeqStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    SWAPPED = "swapped"
+    FINISHED = "finished"
+
+
+@dataclass(slots=True, eq=False)
+class Sequence:
+    """One generated stream. `length` counts prompt plus generated tokens."""
+
+    seq_id: int
+    prompt_len: int
+    output_len: int  # tokens this sequence will generate (EOS ignored, as the paper's benchmarks did)
+    length: int = 0
+    status: SeqStatus = SeqStatus.WAITING
+
+    def __post_init__(self) -> None:
+        if self.length == 0:
+            self.length = self.prompt_len
+
+    @property
+    def num_generated(self) -> int:
+        return self.length - self.prompt_len
+
+    @property
+    def is_done(self) -> bool:
+        return self.num_generated >= self.output_len
+
+    @property
+    def final_len(self) -> int:
+        return self.prompt_len + self.output_len
+
+
+@dataclass(slots=True, eq=False)
+class SequenceGroup:
+    """A request: one prompt and the n sequences sampled from it."""
+
+    request_id: int
+    arrival_s: float
+    seqs: list[Sequence]
+    first_token_s: float | None = None
+    finish_s: float | None = None
+    num_preemptions: int = 0
+    # set by the scheduler while prompt KV is (re)computed: the whole prefix is a prompt again
+    needs_prefill: bool = True
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def prompt_len(self) -> int:
+        return self.seqs[0].prompt_len
+
+    @property
+    def output_len(self) -> int:
+        return self.seqs[0].output_len
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seqs)
+
+    def live_seqs(self) -> list[Sequence]:
+        return [s for s in self.seqs if s.status is not SeqStatus.FINISHED]
+
+    @property
+    def is_finished(self) -> bool:
+        return all(s.status is SeqStatus.FINISHED for s in self.seqs)
+
+    def set_status(self, status: SeqStatus) -> None:
+        for s in self.seqs:
+            if s.status is not SeqStatus.FINISHED:
+                s.status = status
+
+
+class SequenceCounter:
+    """Hands out sequence ids; one per scheduler so runs are independent."""
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def __call__(self) -> int:
+        self._next += 1
+        return self._next - 1
+
+
+def make_group(request_id: int, arrival_s: float, prompt_len: int, output_len: int,
+               n: int, next_seq_id: SequenceCounter) -> SequenceGroup:
+    seqs = [Sequence(next_seq_id(), prompt_len, output_len) for _ in range(n)]
+    return SequenceGroup(request_id, arrival_s, seqs)

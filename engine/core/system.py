@@ -1,0 +1,89 @@
+"""The serving systems under comparison, as policy settings for one control plane."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from engine.core.errors import SpecError
+
+KINDS = ("vllm", "orca", "fastertransformer")
+RESERVATIONS = ("oracle", "pow2", "max")
+PREEMPTION_MODES = ("auto", "recompute", "swap")
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    """One KV-cache allocation policy and its scheduler.
+
+    vllm: paged blocks allocated on demand, preemption on exhaustion.
+    orca: iteration-level batching over one contiguous buddy-allocated reservation per sequence.
+    fastertransformer: request-level batches of up to `max_batch_size` max-length reservations.
+    """
+
+    name: str
+    kind: str
+    reservation: str = "max"  # orca: oracle | pow2 | max
+    block_size: int = 16
+    max_num_batched_tokens: int | None = 2560  # vllm only: the paper-era token cap per iteration
+    max_num_seqs: int = 256
+    preemption: str = "auto"  # vllm: auto = recompute single-sequence groups, swap the rest
+    watermark: float = 0.01
+    max_batch_size: int | None = None  # fastertransformer B; None = as many as memory allows
+
+    def validate(self, source: str, key: str) -> None:
+        def bad(field: str, message: str) -> SpecError:
+            return SpecError(source, f"{key}.{field}", message)
+
+        if self.kind not in KINDS:
+            raise bad("kind", f"{self.kind!r} is not one of {list(KINDS)}")
+        if self.reservation not in RESERVATIONS:
+            raise bad("reservation", f"{self.reservation!r} is not one of {list(RESERVATIONS)}")
+        if self.preemption not in PREEMPTION_MODES:
+            raise bad("preemption", f"{self.preemption!r} is not one of {list(PREEMPTION_MODES)}")
+        if not isinstance(self.block_size, int) or self.block_size <= 0 or self.block_size & (self.block_size - 1):
+            raise bad("block_size", f"must be a positive power of two, got {self.block_size!r}")
+        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens <= 0:
+            raise bad("max_num_batched_tokens", "must be positive or null (no cap)")
+        if not isinstance(self.max_num_seqs, int) or self.max_num_seqs <= 0:
+            raise bad("max_num_seqs", f"must be a positive integer, got {self.max_num_seqs!r}")
+        if not 0 <= self.watermark < 1:
+            raise bad("watermark", f"must be in [0, 1), got {self.watermark!r}")
+        if self.max_batch_size is not None and self.max_batch_size <= 0:
+            raise bad("max_batch_size", "must be positive or null (as many as memory allows)")
+
+
+# The paper's five systems (Kwon et al. 2023, section 6.1).
+PAPER_SYSTEMS = {
+    "fastertransformer": SystemSpec("FasterTransformer", "fastertransformer", reservation="max"),
+    "orca-max": SystemSpec("Orca (Max)", "orca", reservation="max"),
+    "orca-pow2": SystemSpec("Orca (Pow2)", "orca", reservation="pow2"),
+    "orca-oracle": SystemSpec("Orca (Oracle)", "orca", reservation="oracle"),
+    "vllm": SystemSpec("vLLM", "vllm"),
+}
+
+
+def system_from_dict(raw: dict | str, source: str, key: str) -> SystemSpec:
+    """A preset name, or a mapping with `preset:` and overrides, or a full mapping."""
+    if isinstance(raw, str):
+        raw = {"preset": raw}
+    if not isinstance(raw, dict):
+        raise SpecError(source, key, "a system is a preset name or a mapping")
+    raw = dict(raw)
+    preset = raw.pop("preset", None)
+    if preset is not None:
+        if preset not in PAPER_SYSTEMS:
+            raise SpecError(source, f"{key}.preset", f"{preset!r} is not one of {sorted(PAPER_SYSTEMS)}")
+        base = {f.name: getattr(PAPER_SYSTEMS[preset], f.name) for f in fields(SystemSpec)}
+    else:
+        base = {}
+    known = {f.name for f in fields(SystemSpec)}
+    for k in raw:
+        if k not in known:
+            raise SpecError(source, f"{key}.{k}", f"unknown key; valid keys are {sorted(known | {'preset'})}")
+    base.update(raw)
+    for required in ("name", "kind"):
+        if required not in base:
+            raise SpecError(source, f"{key}.{required}", "missing (or give preset: one of "
+                            f"{sorted(PAPER_SYSTEMS)})")
+    spec = SystemSpec(**base)
+    spec.validate(source, key)
+    return spec
