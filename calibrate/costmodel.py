@@ -1,0 +1,24 @@
+"""What an iteration costs: the interface the simulator's clock reads."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from engine.core.batch import Batch
+
+
+class CostModel(ABC):
+    """Seconds for one iteration of a Batch, and for moving KV blocks over PCIe."""
+
+    #: shown in every output so a reader knows where the times came from
+    source: str = ""
+
+    @abstractmethod
+    def iteration_time(self, batch: Batch) -> float: ...
+
+    @abstractmethod
+    def swap_time(self, num_blocks: int) -> float: ...
+
+    def step_time(self, batch: Batch) -> float:
+        """The whole iteration as the simulator charges it: swaps, then the forward."""
+        swaps = batch.num_swap_blocks
+        return self.iteration_time(batch) + (self.swap_time(swaps) if swaps else 0.0)

@@ -1,0 +1,57 @@
+"""Accelerators as spec-sheet numbers (configs/hardware/*.yaml)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import yaml
+
+from engine.core.errors import SpecError
+from engine.core.spec import CONFIG_ROOT
+
+HARDWARE_DIR = CONFIG_ROOT / "hardware"
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    name: str
+    peak_flops: float  # dense fp16/bf16 FLOP/s
+    hbm_bytes_per_s: float
+    memory_gib: float
+    nvlink_bytes_per_s: float  # one direction
+    pcie_bytes_per_s: float  # one direction, host <-> device
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.memory_gib * GIB)
+
+
+def available_hardware() -> list[str]:
+    return sorted(p.stem for p in HARDWARE_DIR.glob("*.yaml"))
+
+
+def hardware_from_dict(raw: dict, source: str) -> HardwareSpec:
+    if not isinstance(raw, dict):
+        raise SpecError(source, "", "a hardware spec must be a mapping")
+    known = {f.name for f in fields(HardwareSpec)}
+    for key in raw:
+        if key not in known:
+            raise SpecError(source, key, f"unknown key; valid keys are {sorted(known)}")
+    for key in sorted(known - set(raw)):
+        raise SpecError(source, key, "missing required key")
+    for key in known - {"name"}:
+        value = raw[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise SpecError(source, key, f"must be a positive number, got {value!r}")
+    return HardwareSpec(**{k: (raw[k] if k == "name" else float(raw[k])) for k in known})
+
+
+def load_hardware(name_or_path: str | Path) -> HardwareSpec:
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = HARDWARE_DIR / f"{name_or_path}.yaml"
+        if not path.exists():
+            raise SpecError("hardware", str(name_or_path), f"unknown hardware; available: {available_hardware()}")
+    with open(path) as f:
+        return hardware_from_dict(yaml.safe_load(f), str(path))

@@ -1,0 +1,65 @@
+"""Orca's contiguous per-sequence reservations over a buddy allocator (authors' rule)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.core.buddy import BuddyAllocator, next_pow2
+from engine.core.sequence import Sequence, SequenceGroup
+
+
+def estimated_output(output_len: int, reservation: str, max_seq_len: int) -> int:
+    """How many output tokens a policy reserves for: the truth, its next power of two, or the max."""
+    if reservation == "oracle":
+        return output_len
+    if reservation == "pow2":
+        return next_pow2(output_len)
+    if reservation == "max":
+        return max_seq_len
+    raise ValueError(f"unknown reservation {reservation!r}")
+
+
+@dataclass(slots=True)
+class Reservation:
+    start: int  # first block of the contiguous chunk
+    chunk_blocks: int  # buddy chunk size (a power of two)
+    estimate_len: int  # tokens the policy reserved for: min(prompt + est_out, max_seq_len)
+
+
+class ReservationAllocator:
+    """One contiguous chunk per sequence, sized by the reservation policy, held to the end."""
+
+    def __init__(self, num_blocks: int, block_size: int, max_seq_len: int, reservation: str):
+        self.block_size = block_size
+        self.max_seq_len = max_seq_len
+        self.reservation = reservation
+        self.buddy = BuddyAllocator(num_blocks, -(-max_seq_len // block_size))
+        self.reservations: dict[int, Reservation] = {}
+
+    def estimate_len(self, seq: Sequence) -> int:
+        est_out = estimated_output(seq.output_len, self.reservation, self.max_seq_len)
+        return min(seq.prompt_len + est_out, self.max_seq_len)
+
+    def blocks_for(self, seq: Sequence) -> int:
+        return -(-self.estimate_len(seq) // self.block_size)
+
+    def can_allocate(self, group: SequenceGroup) -> bool:
+        return self.buddy.can_allocate([self.blocks_for(s) for s in group.live_seqs()])
+
+    def allocate(self, group: SequenceGroup) -> None:
+        for seq in group.live_seqs():
+            blocks = self.blocks_for(seq)
+            start = self.buddy.allocate(blocks)
+            self.reservations[seq.seq_id] = Reservation(start, self.buddy.chunk_size(blocks), self.estimate_len(seq))
+
+    def free(self, seq: Sequence) -> None:
+        res = self.reservations.pop(seq.seq_id, None)
+        if res is not None:
+            self.buddy.free(res.start)
+
+    def block_table(self, seq: Sequence) -> list[int]:
+        res = self.reservations[seq.seq_id]
+        return list(range(res.start, res.start + -(-seq.length // self.block_size)))
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.buddy.num_free

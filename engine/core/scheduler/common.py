@@ -1,0 +1,135 @@
+"""Bookkeeping every iteration-level scheduler shares: queues, lengths, finishing."""
+from __future__ import annotations
+
+from collections import deque
+
+from engine.core.batch import Batch
+from engine.core.scheduler.base import KVUsage, Scheduler
+from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
+from engine.core.system import SystemSpec
+
+
+class RequestTooLong(ValueError):
+    pass
+
+
+class QueueScheduler(Scheduler):
+    """FCFS queues and the per-step update; subclasses decide admission and memory."""
+
+    def __init__(self, system: SystemSpec, max_seq_len: int):
+        self.system = system
+        self.block_size = system.block_size
+        self.max_seq_len = max_seq_len
+        self.waiting: deque[SequenceGroup] = deque()
+        self.running: list[SequenceGroup] = []
+        self._seqs: dict[int, Sequence] = {}
+        self._prefilled: list[SequenceGroup] = []
+        self._decoded: list[SequenceGroup] = []
+        self.num_preemptions = 0
+        self.num_running_seqs = 0
+        self._token_slots = 0  # K/V slots holding tokens, over running groups
+
+    # --- the contract ----------------------------------------------------------
+    def add_request(self, group: SequenceGroup) -> None:
+        final_len = group.prompt_len + group.output_len
+        if final_len > self.max_seq_len:
+            raise RequestTooLong(
+                f"request {group.request_id}: prompt {group.prompt_len} + output {group.output_len} = "
+                f"{final_len} tokens exceeds the model's max_seq_len {self.max_seq_len}")
+        for seq in group.seqs:
+            self._seqs[seq.seq_id] = seq
+        self.waiting.append(group)
+
+    def complete(self, batch: Batch, now_s: float) -> list[SequenceGroup]:
+        finished = []
+        for group in self._prefilled:
+            group.needs_prefill = False
+            if group.first_token_s is None:
+                group.first_token_s = now_s
+        for groups in (self._prefilled, self._decoded):
+            for group in groups:
+                if self._advance(group):
+                    self._finish(group, now_s)
+                    finished.append(group)
+        if finished:
+            done = set(map(id, finished))
+            self.running = [g for g in self.running if id(g) not in done]
+        self._prefilled, self._decoded = [], []
+        return finished
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    def sequence(self, seq_id: int) -> Sequence:
+        return self._seqs[seq_id]
+
+    # --- shared steps ----------------------------------------------------------
+    def _advance(self, group: SequenceGroup) -> bool:
+        """One sampled token per running sequence; True when the whole group is done."""
+        all_done = True
+        for seq in group.seqs:
+            if seq.status is SeqStatus.RUNNING:
+                seq.length += 1
+                self._token_slots += 1
+                if seq.is_done:
+                    seq.status = SeqStatus.FINISHED
+                    self.num_running_seqs -= 1
+                    self._free_seq(seq)
+                else:
+                    all_done = False
+        return all_done
+
+    def _finish(self, group: SequenceGroup, now_s: float) -> None:
+        group.finish_s = now_s
+        self._token_slots -= self._group_token_slots(group)
+        for seq in group.seqs:
+            self._seqs.pop(seq.seq_id, None)
+
+    def _group_token_slots(self, group: SequenceGroup) -> int:
+        """K/V slots a group's tokens fill; subclasses that share prompt blocks override."""
+        return sum(s.length for s in group.seqs)
+
+    def _start_running(self, group: SequenceGroup) -> None:
+        group.set_status(SeqStatus.RUNNING)
+        self.num_running_seqs += len(group.live_seqs())
+        self._token_slots += self._group_token_slots(group)
+
+    def _stop_running(self, group: SequenceGroup, status: SeqStatus) -> None:
+        self.num_running_seqs -= len(group.live_seqs())
+        self._token_slots -= self._group_token_slots(group)
+        group.set_status(status)
+
+    def _batch_for(self, prefill_groups: list[SequenceGroup], decode_groups: list[SequenceGroup]) -> Batch:
+        batch = Batch(num_running_groups=len(prefill_groups) + len(decode_groups))
+        for group in prefill_groups:
+            live = group.live_seqs()
+            batch.prefill_seq_ids.append(live[0].seq_id)
+            batch.prefill_lens.append(live[0].length)
+            batch.prefill_sample_ids.append(tuple(s.seq_id for s in live))
+        ids, contexts = batch.decode_seq_ids, batch.decode_context_lens
+        for group in decode_groups:
+            for seq in group.seqs:
+                if seq.status is SeqStatus.RUNNING:
+                    ids.append(seq.seq_id)
+                    contexts.append(seq.length)
+        self._prefilled, self._decoded = prefill_groups, decode_groups
+        return batch
+
+    def _free_space_usage(self, usage: KVUsage, free_slots: int) -> KVUsage:
+        # free space is fragmentation while someone waits for it, idle otherwise
+        if self.waiting:
+            usage.external += free_slots
+        else:
+            usage.idle += free_slots
+        return usage
+
+    def _free_seq(self, seq: Sequence) -> None:
+        raise NotImplementedError

@@ -1,0 +1,53 @@
+"""FasterTransformer behind the paper's custom dynamic batcher: request-level batching.
+
+Up to B earliest-arrived requests form a batch; it runs until its longest request ends,
+and only then does the next batch start. Every sequence reserves the model's maximum
+length (FasterTransformer manages memory "like Orca (Max)", Kwon et al. 6.2), so B is
+as large as memory allows unless configured. Responses return when the batch ends.
+"""
+from __future__ import annotations
+
+from engine.core.batch import Batch
+from engine.core.scheduler.orca import ReservationScheduler
+from engine.core.sequence import SequenceGroup
+from engine.core.system import SystemSpec
+
+
+class FasterTransformerScheduler(ReservationScheduler):
+    def __init__(self, system: SystemSpec, max_seq_len: int, num_gpu_blocks: int, num_cpu_blocks: int):
+        super().__init__(system, max_seq_len, num_gpu_blocks, num_cpu_blocks)
+        self.max_batch_size = system.max_batch_size or system.max_num_seqs
+        self._batch_groups: list[SequenceGroup] = []
+
+    def schedule(self) -> Batch:
+        if self._batch_groups:
+            batch = self._batch_for([], list(self.running))
+        else:
+            batch = self._batch_for(self._form_batch(), [])
+        batch.num_running_groups = len(self._batch_groups)
+        batch.blocks_to_copy = self._take_copies()
+        return batch
+
+    def _form_batch(self) -> list[SequenceGroup]:
+        while self.waiting and len(self._batch_groups) < self.max_batch_size:
+            group = self.waiting[0]
+            if not self.allocator.can_allocate(group):
+                break
+            self.waiting.popleft()
+            self._reserve(group)
+            self._start_running(group)
+            self.running.append(group)
+            self._batch_groups.append(group)
+        return list(self._batch_groups)
+
+    def complete(self, batch: Batch, now_s: float) -> list[SequenceGroup]:
+        prefilled = self._prefilled
+        finished = super().complete(batch, now_s)
+        self._fork_prompt_copies(prefilled)
+        if self.running:
+            return []
+        # the whole batch is answered together when its longest request ends
+        done, self._batch_groups = self._batch_groups, []
+        for group in done:
+            group.finish_s = now_s
+        return done

@@ -1,0 +1,170 @@
+"""vLLM's paper-era scheduler: paged blocks on demand, preempt the latest arrival.
+
+One mixed iteration per step (prompts and decodes together, capped by
+max_num_batched_tokens), as the code behind the paper's figures ran it.
+"""
+from __future__ import annotations
+
+import bisect
+from collections import deque
+
+from engine.core.batch import Batch
+from engine.core.block_manager import BlockManager
+from engine.core.scheduler.base import KVUsage
+from engine.core.scheduler.common import QueueScheduler
+from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
+from engine.core.system import SystemSpec
+
+
+class VLLMScheduler(QueueScheduler):
+    def __init__(self, system: SystemSpec, max_seq_len: int, num_gpu_blocks: int, num_cpu_blocks: int):
+        super().__init__(system, max_seq_len)
+        self.num_gpu_blocks = num_gpu_blocks
+        self.num_cpu_blocks = num_cpu_blocks
+        self.blocks = BlockManager(system.block_size, num_gpu_blocks, num_cpu_blocks, system.watermark)
+        self.swapped: deque[SequenceGroup] = deque()
+        self.num_swapped_out_blocks = 0
+        self.num_swapped_in_blocks = 0
+        token_cap = system.max_num_batched_tokens
+        self.token_cap = token_cap if token_cap is not None else float("inf")
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped)
+
+    def block_table(self, seq_id: int) -> list[int]:
+        return self.blocks.block_tables[seq_id]
+
+    def _free_seq(self, seq: Sequence) -> None:
+        self.blocks.free(seq)
+
+    def _group_token_slots(self, group: SequenceGroup) -> int:
+        # the prompt's blocks are shared by the group's samples
+        return group.prompt_len + sum(s.length - s.prompt_len for s in group.seqs)
+
+    # --- one step ----------------------------------------------------------------
+    def schedule(self) -> Batch:
+        copies: list[tuple[int, int]] = []
+        swap_out: list[tuple[int, int]] = []
+        swap_in: list[tuple[int, int]] = []
+        preempted: set[int] = set()
+        decode_groups = self._reserve_running(copies, swap_out, preempted)
+        self._swap_in(decode_groups, copies, swap_in, preempted)
+        prefill_groups = self._admit(preempted) if not self.swapped else []
+        batch = self._batch_for(prefill_groups, decode_groups)
+        batch.blocks_to_copy, batch.blocks_to_swap_in, batch.blocks_to_swap_out = copies, swap_in, swap_out
+        return batch
+
+    def _reserve_running(self, copies, swap_out, preempted) -> list[SequenceGroup]:
+        """A slot for every running sequence, preempting the latest arrivals when short."""
+        queue = deque(self.running)
+        kept: list[SequenceGroup] = []
+        while queue:
+            group = queue.popleft()
+            while not self.blocks.can_append(group):
+                victim = queue.pop() if queue else group
+                self._preempt(victim, swap_out)
+                preempted.add(id(victim))
+                if victim is group:
+                    break
+            else:
+                for seq in group.seqs:
+                    if seq.status is SeqStatus.RUNNING:
+                        copy = self.blocks.append_slot(seq)
+                        if copy is not None:
+                            copies.append(copy)
+                kept.append(group)
+        self.running = kept
+        return list(kept)
+
+    def _swap_in(self, decode_groups, copies, swap_in, preempted) -> None:
+        while self.swapped:
+            group = self.swapped[0]
+            if id(group) in preempted or not self.blocks.can_swap_in(group):
+                break
+            if self.num_running_seqs + len(group.live_seqs()) > self.system.max_num_seqs:
+                break
+            self.swapped.popleft()
+            mapping = self.blocks.swap_in(group)
+            swap_in.extend(mapping)
+            self.num_swapped_in_blocks += len(mapping)
+            self._start_running(group)
+            for seq in group.live_seqs():
+                copy = self.blocks.append_slot(seq)
+                if copy is not None:
+                    copies.append(copy)
+            self._insert_running(group)
+            decode_groups.append(group)
+
+    def _admit(self, preempted) -> list[SequenceGroup]:
+        admitted = []
+        num_tokens = self.num_running_seqs  # one decode token per running sequence
+        while self.waiting:
+            group = self.waiting[0]
+            if id(group) in preempted or not self.blocks.can_allocate(group):
+                break
+            prompt_tokens = group.live_seqs()[0].length
+            if num_tokens + prompt_tokens > self.token_cap:
+                break
+            if self.num_running_seqs + len(group.live_seqs()) > self.system.max_num_seqs:
+                break
+            self.waiting.popleft()
+            self.blocks.allocate(group)
+            group.needs_prefill = True
+            self._start_running(group)
+            self._insert_running(group)
+            num_tokens += prompt_tokens
+            admitted.append(group)
+        return admitted
+
+    # --- preemption ----------------------------------------------------------------
+    def preemption_mode(self, group: SequenceGroup) -> str:
+        if self.system.preemption != "auto":
+            return self.system.preemption
+        return "recompute" if len(group.live_seqs()) == 1 else "swap"
+
+    def _preempt(self, group: SequenceGroup, swap_out: list[tuple[int, int]]) -> None:
+        group.num_preemptions += 1
+        self.num_preemptions += 1
+        self.running = [g for g in self.running if g is not group]
+        if self.preemption_mode(group) == "recompute":
+            self._stop_running(group, SeqStatus.WAITING)
+            for seq in group.live_seqs():
+                self.blocks.free(seq)
+            self._insert_waiting(group)
+        else:
+            if not self.blocks.can_swap_out(group):
+                raise RuntimeError(
+                    f"request {group.request_id}: not enough CPU swap space to preempt it "
+                    f"({self.blocks.cpu.num_free} free CPU blocks); raise swap_space_gib")
+            mapping = self.blocks.swap_out(group)
+            swap_out.extend(mapping)
+            self.num_swapped_out_blocks += len(mapping)
+            self._stop_running(group, SeqStatus.SWAPPED)
+            self.swapped.append(group)
+
+    def _insert_waiting(self, group: SequenceGroup) -> None:
+        # FCFS: a recomputed group goes back in arrival order; it is older than nearly
+        # everything waiting, so scan from the front
+        key = (group.arrival_s, group.request_id)
+        i = 0
+        for i, other in enumerate(self.waiting):
+            if (other.arrival_s, other.request_id) > key:
+                break
+        else:
+            i = len(self.waiting)
+        self.waiting.insert(i, group)
+
+    def _insert_running(self, group: SequenceGroup) -> None:
+        if not self.running or (self.running[-1].arrival_s, self.running[-1].request_id) <= (
+                group.arrival_s, group.request_id):
+            self.running.append(group)
+            return
+        keys = [(g.arrival_s, g.request_id) for g in self.running]
+        self.running.insert(bisect.bisect(keys, (group.arrival_s, group.request_id)), group)
+
+    # --- accounting ------------------------------------------------------------------
+    def kv_usage(self) -> KVUsage:
+        used_slots = self.blocks.num_used_gpu_blocks * self.block_size
+        tokens = min(self._token_slots, used_slots)
+        usage = KVUsage(token=tokens, internal=used_slots - tokens)
+        return self._free_space_usage(usage, self.blocks.gpu.num_free * self.block_size)
