@@ -75,7 +75,7 @@ class BlockManager:
     def append_slot(self, seq: Sequence) -> tuple[int, int] | None:
         """Make room for the token at position length-1; returns a (src, dst) copy if CoW."""
         table = self.block_tables[seq.seq_id]
-        if len(table) < self._blocks_for(seq.length):
+        if len(table) * self.block_size < seq.length:
             table.append(self.gpu.allocate())
             return None
         last = table[-1]

@@ -55,15 +55,17 @@ class ModelSpec:
     def num_params(self) -> int:
         h = self.hidden_size
         per_layer = self.layer_linear_params()
-        if self.family == "opt":  # biases and two LayerNorms per layer
-            per_layer += 4 * h + 2 * self.kv_dim + self.ffn_dim + 4 * h
-        else:
+        if self.family == "opt":  # biases (q, o, fc2: h; k, v: kv_dim; fc1: ffn) and two LayerNorms
+            per_layer += 3 * h + 2 * self.kv_dim + self.ffn_dim + 4 * h
+            final_norm = 2 * h
+        else:  # two RMSNorm weights per layer, no biases
             per_layer += 2 * h
+            final_norm = h
         embed = self.vocab_size * h
         if self.position == "learned":
             embed += (self.max_seq_len + 2) * h
         lm_head = 0 if self.family == "opt" else self.vocab_size * h  # OPT ties the head
-        return self.num_layers * per_layer + embed + lm_head + 2 * h
+        return self.num_layers * per_layer + embed + lm_head + final_norm
 
     def weight_bytes(self, dtype_bytes: int = 2) -> int:
         return self.num_params() * dtype_bytes

@@ -25,7 +25,9 @@ class SystemSpec:
     block_size: int = 16
     max_num_batched_tokens: int | None = 2560  # vllm only: the paper-era token cap per iteration
     max_num_seqs: int = 256
-    preemption: str = "auto"  # vllm: auto = recompute single-sequence groups, swap the rest
+    # vllm: auto and recompute re-prefill single-sequence groups; swap swaps them too.
+    # Multi-sequence groups always swap (their samples cannot share one re-prefill).
+    preemption: str = "auto"
     watermark: float = 0.01
     max_batch_size: int | None = None  # fastertransformer B; None = as many as memory allows
 

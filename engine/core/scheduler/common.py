@@ -75,11 +75,12 @@ class QueueScheduler(Scheduler):
     def _advance(self, group: SequenceGroup) -> bool:
         """One sampled token per running sequence; True when the whole group is done."""
         all_done = True
+        running = SeqStatus.RUNNING
         for seq in group.seqs:
-            if seq.status is SeqStatus.RUNNING:
+            if seq.status is running:
                 seq.length += 1
                 self._token_slots += 1
-                if seq.is_done:
+                if seq.length >= seq.prompt_len + seq.output_len:
                     seq.status = SeqStatus.FINISHED
                     self.num_running_seqs -= 1
                     self._free_seq(seq)
@@ -115,9 +116,10 @@ class QueueScheduler(Scheduler):
             batch.prefill_lens.append(live[0].length)
             batch.prefill_sample_ids.append(tuple(s.seq_id for s in live))
         ids, contexts = batch.decode_seq_ids, batch.decode_context_lens
+        running = SeqStatus.RUNNING
         for group in decode_groups:
             for seq in group.seqs:
-                if seq.status is SeqStatus.RUNNING:
+                if seq.status is running:
                     ids.append(seq.seq_id)
                     contexts.append(seq.length)
         self._prefilled, self._decoded = prefill_groups, decode_groups

@@ -56,6 +56,10 @@ class VLLMScheduler(QueueScheduler):
 
     def _reserve_running(self, copies, swap_out, preempted) -> list[SequenceGroup]:
         """A slot for every running sequence, preempting the latest arrivals when short."""
+        if self.blocks.gpu.num_free >= self.num_running_seqs:
+            # each sequence needs at most one new block: nobody can fail can_append
+            self._append_slots(self.running, copies)
+            return list(self.running)
         queue = deque(self.running)
         kept: list[SequenceGroup] = []
         while queue:
@@ -67,14 +71,19 @@ class VLLMScheduler(QueueScheduler):
                 if victim is group:
                     break
             else:
-                for seq in group.seqs:
-                    if seq.status is SeqStatus.RUNNING:
-                        copy = self.blocks.append_slot(seq)
-                        if copy is not None:
-                            copies.append(copy)
+                self._append_slots((group,), copies)
                 kept.append(group)
         self.running = kept
         return list(kept)
+
+    def _append_slots(self, groups, copies) -> None:
+        append_slot, running = self.blocks.append_slot, SeqStatus.RUNNING
+        for group in groups:
+            for seq in group.seqs:
+                if seq.status is running:
+                    copy = append_slot(seq)
+                    if copy is not None:
+                        copies.append(copy)
 
     def _swap_in(self, decode_groups, copies, swap_in, preempted) -> None:
         while self.swapped:
@@ -88,10 +97,7 @@ class VLLMScheduler(QueueScheduler):
             swap_in.extend(mapping)
             self.num_swapped_in_blocks += len(mapping)
             self._start_running(group)
-            for seq in group.live_seqs():
-                copy = self.blocks.append_slot(seq)
-                if copy is not None:
-                    copies.append(copy)
+            self._append_slots((group,), copies)
             self._insert_running(group)
             decode_groups.append(group)
 
@@ -118,9 +124,11 @@ class VLLMScheduler(QueueScheduler):
 
     # --- preemption ----------------------------------------------------------------
     def preemption_mode(self, group: SequenceGroup) -> str:
-        if self.system.preemption != "auto":
-            return self.system.preemption
-        return "recompute" if len(group.live_seqs()) == 1 else "swap"
+        """Recompute only single-sequence groups: samples that diverged cannot share one
+        re-prefill (paper-era vLLM had the same rule), so multi-sequence groups always swap."""
+        if len(group.live_seqs()) > 1:
+            return "swap"
+        return "swap" if self.system.preemption == "swap" else "recompute"
 
     def _preempt(self, group: SequenceGroup, swap_out: list[tuple[int, int]]) -> None:
         group.num_preemptions += 1

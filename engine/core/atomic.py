@@ -1,0 +1,42 @@
+"""Write a file whole or not at all, for every room: a reader never sees half a file."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Callable
+
+
+def replace_atomic(path: str | Path, write: Callable[[str], object]) -> Path:
+    """Let `write` fill a temporary file beside `path`, then rename it over `path`.
+
+    The rename is atomic on one filesystem, which is why the temporary file lives in the same folder.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are for sharing
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def write_atomic(path: str | Path, write: Callable[[IO[bytes]], object]) -> Path:
+    """The same, for writers that take an open binary file."""
+    def fill(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            write(f)
+    return replace_atomic(path, fill)
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    def fill(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+    return replace_atomic(path, fill)

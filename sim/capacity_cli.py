@@ -1,0 +1,71 @@
+"""`servesim capacity`: what rate holds my latency target, and how many replicas I need."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from engine.core.errors import SpecError
+
+
+def _parse_target(text: str):
+    from sim.capacity import TARGET_METRICS, Target
+
+    if "=" not in text:
+        raise SpecError("--target", text, f"write METRIC=LIMIT, e.g. normalized_latency=0.1; metrics: {list(TARGET_METRICS)}")
+    metric, limit = text.split("=", 1)
+    if metric not in TARGET_METRICS:
+        raise SpecError("--target", metric, f"unknown metric; valid: {list(TARGET_METRICS)}")
+    try:
+        value = float(limit)
+    except ValueError:
+        raise SpecError("--target", metric, f"limit {limit!r} is not a number") from None
+    if value <= 0:
+        raise SpecError("--target", metric, f"limit must be positive, got {value}")
+    return Target(metric, value)
+
+
+def _cmd_capacity(args) -> int:
+    from sim.capacity import max_rate, replicas_for
+    from sim.config import load_experiment
+    from sim.output import write_csv
+
+    exp = load_experiment(args.config, args.set)
+    target = _parse_target(args.target)
+    if args.rate is not None and args.rate <= 0:
+        raise SpecError("--rate", "rate", f"must be positive, got {args.rate}")
+    out_dir = Path(args.out or Path("results") / exp.name)
+    rows, probes = [], []
+    for system in exp.systems:
+        def note(p, system=system):
+            probes.append({"system": system.name, "rate": p.rate, "replicas": p.replicas,
+                           target.metric: p.value, "holds": p.holds})
+            print(f"  {system.name:<18} {p.replicas} replica(s) at {p.rate:8.3f} req/s: "
+                  f"{target.metric} {p.value:.4f} {'ok' if p.holds else 'over'}")
+        rate, _ = max_rate(exp, system, target, seed=args.seed, start=min(exp.rates), replicas=1,
+                           rel_tol=args.tolerance, on_probe=note)
+        row = {"system": system.name, "metric": target.metric, "limit": target.limit,
+               "max_rate_per_replica_rps": rate}
+        if args.rate is not None:
+            row["target_rate_rps"] = args.rate
+            row["replicas_needed"], _ = replicas_for(exp, system, target, args.rate, rate, seed=args.seed,
+                                                     on_probe=note)
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    write_csv(table, out_dir / "capacity.csv")
+    write_csv(pd.DataFrame(probes), out_dir / "capacity_probes.csv")
+    print(table.to_string(index=False))
+    print(f"wrote {out_dir}/capacity.csv and capacity_probes.csv")
+    return 0
+
+
+def register(sub) -> None:
+    cap = sub.add_parser("capacity", help="highest rate meeting a latency target; replicas for a rate")
+    cap.add_argument("config")
+    cap.add_argument("--target", required=True, help="METRIC=LIMIT, e.g. normalized_latency=0.1")
+    cap.add_argument("--rate", type=float, help="also find replicas needed for this total rate (req/s)")
+    cap.add_argument("--seed", type=int, default=0)
+    cap.add_argument("--tolerance", type=float, default=0.05, help="relative precision of the rate search")
+    cap.add_argument("--out")
+    cap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    cap.set_defaults(func=_cmd_capacity)

@@ -1,0 +1,90 @@
+"""From per-request and per-iteration records to the numbers a reader compares.
+
+Normalized latency is the paper's y-axis: mean over requests of (finish - arrival) /
+output tokens, in s/token, excluding arrivals in the warm-up. A request with n samples
+counts n times (the authors kept one record per sequence). Requests still unfinished
+when the simulation stops at its horizon count with finish = horizon, so a saturated
+run reports a lower bound and says so (`saturated`, `num_unfinished`).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+SUMMARY_METRICS = (
+    "num_requests", "num_measured", "num_unfinished", "saturated", "normalized_latency",
+    "normalized_latency_p50", "normalized_latency_p90", "latency_mean_s", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s",
+    "ttft_p99_s", "tpot_mean_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "throughput_rps", "throughput_tokens_per_s",
+    "mean_batched_requests", "kv_token_share", "kv_reserved_share", "kv_internal_frag_share",
+    "kv_external_frag_share", "kv_idle_share", "preemptions", "swapped_blocks", "num_iterations", "makespan_s",
+)
+
+
+def _pct(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else float("nan")
+
+
+def _mean(values: np.ndarray) -> float:
+    return float(values.mean()) if len(values) else float("nan")
+
+
+def latency_columns(requests: pd.DataFrame, horizon_s: float) -> pd.DataFrame:
+    """Per-request latency, TTFT, TPOT and normalized latency (unfinished ones at the horizon)."""
+    finish = requests["finish_s"].fillna(horizon_s)
+    first = requests["first_token_s"].fillna(horizon_s)
+    out = requests.assign(
+        latency_s=finish - requests["arrival_s"],
+        ttft_s=first - requests["arrival_s"],
+        tpot_s=(finish - first) / (requests["output_len"] - 1).clip(lower=1),
+    )
+    out["normalized_latency"] = out["latency_s"] / out["output_len"]
+    return out
+
+
+def kv_shares(iterations: pd.DataFrame, pool_slots: int) -> dict[str, float]:
+    """Time-weighted shares of one replica's KV pool while it serves, summing to 1 (paper Fig. 2)."""
+    weights = iterations["duration_s"].to_numpy()
+    total = weights.sum() * pool_slots
+    parts = {"kv_token_share": "kv_token", "kv_reserved_share": "kv_reserved",
+             "kv_internal_frag_share": "kv_internal", "kv_external_frag_share": "kv_external",
+             "kv_idle_share": "kv_idle"}
+    if total <= 0:
+        return {k: float("nan") for k in parts}
+    return {k: float((iterations[c].to_numpy() * weights).sum() / total) for k, c in parts.items()}
+
+
+def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, pool_slots: int, warmup_s: float,
+              horizon_s: float) -> dict:
+    req = latency_columns(requests, horizon_s)
+    measured = req[req["arrival_s"] >= warmup_s]
+    weights = measured["n"].to_numpy()
+    norm = np.repeat(measured["normalized_latency"].to_numpy(), weights)
+    finished = req[req["finish_s"].notna()]
+    makespan = float(finished["finish_s"].max()) if len(finished) else 0.0
+    after_warmup = iterations[iterations["start_s"] >= warmup_s]
+    num_unfinished = int(req["finish_s"].isna().sum())
+    generated = float((finished["output_len"] * finished["n"]).sum())
+    summary = {
+        "num_requests": len(req),
+        "num_measured": len(measured),
+        "num_unfinished": num_unfinished,
+        "saturated": num_unfinished > 0,
+        "normalized_latency": _mean(norm),
+        "normalized_latency_p50": _pct(norm, 50),
+        "normalized_latency_p90": _pct(norm, 90),
+        "latency_mean_s": _mean(measured["latency_s"].to_numpy()),
+        "ttft_mean_s": _mean(measured["ttft_s"].to_numpy()),
+        "tpot_mean_s": _mean(measured["tpot_s"].to_numpy()),
+        "throughput_rps": len(finished) / makespan if makespan > 0 else float("nan"),
+        "throughput_tokens_per_s": generated / makespan if makespan > 0 else float("nan"),
+        "mean_batched_requests": _mean(after_warmup["num_running_groups"].to_numpy()),
+        "preemptions": int(req["num_preemptions"].sum()),
+        "swapped_blocks": int(iterations["num_swap_blocks"].sum()),
+        "num_iterations": len(iterations),
+        "makespan_s": makespan,
+    }
+    for q in (50, 90, 99):
+        summary[f"ttft_p{q}_s"] = _pct(measured["ttft_s"].to_numpy(), q)
+        summary[f"tpot_p{q}_s"] = _pct(measured["tpot_s"].to_numpy(), q)
+    summary.update(kv_shares(after_warmup if len(after_warmup) else iterations, pool_slots))
+    return {k: summary[k] for k in SUMMARY_METRICS}

@@ -1,0 +1,82 @@
+"""One simulated run: an experiment's system at one rate and seed."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from calibrate.costmodel import CostModel
+from calibrate.roofline import RooflineCostModel
+from engine.core.factory import make_scheduler
+from engine.core.system import SystemSpec
+from sim.config import Experiment
+from sim.metrics import summarize
+from sim.records import Records
+from sim.replica import Replica
+from sim.router import arrivals
+from sim.workload.config import build_trace
+from sim.workload.trace import Trace
+
+
+@dataclass
+class RunResult:
+    summary: dict
+    requests: pd.DataFrame
+    iterations: pd.DataFrame
+
+
+def make_cost_model(exp: Experiment, system: SystemSpec) -> CostModel:
+    if exp.cost_model.kind == "profile":
+        from calibrate.profile_model import ProfileCostModel
+
+        return ProfileCostModel.from_profile(exp.cost_model.profile_path, exp.model, exp.hardware,
+                                             exp.tensor_parallel, exp.dtype_bytes, system.block_size)
+    return RooflineCostModel(exp.model, exp.hardware, exp.tensor_parallel, exp.dtype_bytes,
+                             system.block_size, exp.cost_model.roofline)
+
+
+def trace_for(exp: Experiment, rate: float, seed: int) -> Trace:
+    """The same requests for every system at a given rate and seed."""
+    return build_trace(exp.workload, rate, exp.model.max_seq_len, np.random.default_rng(seed))
+
+
+def simulate_trace(exp: Experiment, system: SystemSpec, trace: Trace, cost_model: CostModel | None = None
+                   ) -> tuple[Records, float]:
+    """Serve a trace on exp.replicas replicas; returns the records and the horizon used."""
+    cost_model = cost_model or make_cost_model(exp, system)
+    pool = exp.kv_pool(system)
+    span = float(trace.arrival_s[-1]) if len(trace) else 0.0
+    horizon_s = max(span, exp.warmup_s, 1.0) * exp.max_time_factor
+    env = simpy.Environment()
+    records = Records()
+    replicas = [
+        Replica(env, i, make_scheduler(system, exp.model, pool.num_gpu_blocks, pool.num_cpu_blocks),
+                cost_model, records, horizon_s)
+        for i in range(exp.replicas)
+    ]
+    env.process(arrivals(env, trace, replicas, exp.router))
+    env.run()
+    for replica in replicas:
+        for group in replica.unfinished_groups():
+            records.add_request(
+                request_id=group.request_id, replica=replica.index, arrival_s=group.arrival_s,
+                first_token_s=group.first_token_s, finish_s=None, prompt_len=group.prompt_len,
+                output_len=group.output_len, n=group.num_seqs, num_preemptions=group.num_preemptions)
+    return records, horizon_s
+
+
+def run_one(exp: Experiment, system: SystemSpec, rate: float, seed: int) -> RunResult:
+    trace = trace_for(exp, rate, seed)
+    cost_model = make_cost_model(exp, system)
+    records, horizon_s = simulate_trace(exp, system, trace, cost_model)
+    requests, iterations = records.requests_frame(), records.iterations_frame()
+    metrics = summarize(requests, iterations, pool_slots=exp.kv_pool(system).num_slots,
+                        warmup_s=exp.warmup_s, horizon_s=horizon_s)
+    summary = {
+        "experiment": exp.name, "system": system.name, "model": exp.model.name, "hardware": exp.hardware.name,
+        "tensor_parallel": exp.tensor_parallel, "replicas": exp.replicas, "workload": trace.source,
+        "cost_model": cost_model.source, "rate": rate, "seed": seed, **metrics,
+    }
+    return RunResult(summary, requests, iterations)

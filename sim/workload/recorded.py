@@ -1,0 +1,140 @@
+"""Recorded arrival traces: read, cut to a window, fit to the model, and replay at k x the rate.
+
+Two forms are accepted, so users can point at a trace as they downloaded it:
+  arrived_at,num_prefill_tokens,num_decode_tokens[,n]   seconds (servesim's own form; vidur's)
+  TIMESTAMP,ContextTokens,GeneratedTokens               the Azure LLM inference trace release,
+                                                        date-times converted to seconds from the first
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine.core.errors import SpecError
+
+from .table import (Table, check_sorted, column_text, find_columns, numeric_column, optional_column,
+                    read_table)
+from .trace import Trace
+
+FORMS = {
+    "seconds": ("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
+    "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+}
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A trace ready to replay, and what was left out of the file on the way."""
+    trace: Trace
+    num_read: int               # data rows in the file
+    num_empty: int              # rows with zero prompt or output tokens (nothing to serve), dropped
+    num_outside_window: int
+    num_too_long: int           # prompt + output >= max_seq_len, dropped as the paper's generator did
+
+
+def read_recorded_trace(path: str | Path) -> Trace:
+    """The whole file on its recorded clock (rows with zero tokens dropped)."""
+    trace, _ = _read(path)
+    return trace
+
+
+def load_recorded(path: str | Path, *, time_scale: float | None = None,
+                  window_s: tuple[float, float] | None = None, max_seq_len: int | None = None) -> Replay:
+    """Read, keep [start, end) of the recorded clock, drop what does not fit, then scale time.
+
+    The window is on the recorded clock (before scaling): "minutes 10-20 of the log, replayed 2x".
+    """
+    trace, (num_read, num_empty) = _read(path)
+    notes = []
+    before = len(trace)
+    if window_s is not None:
+        trace = trace.window(*window_s)
+        notes.append(f"window [{window_s[0]:g}, {window_s[1]:g}) s")
+    num_outside = before - len(trace)
+    before = len(trace)
+    if max_seq_len is not None:
+        trace = trace.fit_to(max_seq_len)
+        notes.append(f"dropped {before - len(trace)} of {before} with prompt+output >= {max_seq_len}")
+    num_too_long = before - len(trace)
+    if time_scale is not None and time_scale != 1:
+        trace = trace.scaled(time_scale)
+        notes.append(f"replayed at {time_scale:g}x the recorded rate")
+    if notes:
+        trace = trace.with_source(f"{trace.source}; " + "; ".join(notes))
+    return Replay(trace, num_read, num_empty, num_outside, num_too_long)
+
+
+def _read(path: str | Path) -> tuple[Trace, tuple[int, int]]:
+    table = read_table(path)
+    form, (t_col, p_col, o_col) = find_columns(table, FORMS)
+    arrival = _arrival_seconds(table, t_col)
+    check_sorted(table, arrival, table.header[t_col])
+    prompt = numeric_column(table, p_col, integer=True)
+    output = numeric_column(table, o_col, integer=True)
+    n = _n_column(table)
+    served = (prompt > 0) & (output > 0)
+    meta = _comment_values(table)
+    source = meta.get("source") or f"recorded trace ({table.source})"
+    num_empty = int((~served).sum())
+    if num_empty:
+        source += f"; dropped {num_empty} rows with zero tokens"
+    duration = _duration(meta, arrival)
+    trace = Trace(arrival[served], prompt[served], output[served], n[served], source, duration)
+    return trace, (len(table.rows), num_empty)
+
+
+def _arrival_seconds(table: Table, index: int) -> np.ndarray:
+    """Seconds as written, or date-times as seconds from the first row (the first cell decides which)."""
+    cells = column_text(table, index)
+    if _is_number(cells[0]):
+        return numeric_column(table, index, integer=False)
+    import pandas as pd  # only date-time columns need pandas' ISO-8601 parser
+    stamps = pd.to_datetime(pd.Series(cells), format="ISO8601", errors="coerce")
+    bad = np.flatnonzero(stamps.isna().to_numpy())
+    if bad.size:
+        i = int(bad[0])
+        raise SpecError(table.source, table.where(i),
+                        f"(line {table.line_of(i)}) column {table.header[index]}: {cells[i]!r} is neither "
+                        "seconds nor a date-time like 2023-11-16 18:15:46.6805900")
+    return ((stamps - stamps.iloc[0]) / pd.Timedelta(seconds=1)).to_numpy(np.float64)
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+        return True
+    except ValueError:
+        return False
+
+
+def _n_column(table: Table) -> np.ndarray:
+    index = optional_column(table, "n")
+    if index is None:
+        return np.ones(len(table.rows), np.int64)
+    n = numeric_column(table, index, integer=True)
+    zero = np.flatnonzero(n < 1)
+    if zero.size:
+        i = int(zero[0])
+        raise SpecError(table.source, table.where(i),
+                        f"(line {table.line_of(i)}) column n: parallel samples must be >= 1")
+    return n
+
+
+def _comment_values(table: Table) -> dict[str, str]:
+    """`# key: value` lines at the top, as written by write_trace_csv."""
+    values = {}
+    for comment in table.comments:
+        key, sep, value = comment.partition(":")
+        if sep:
+            values.setdefault(key.strip(), value.strip())
+    return values
+
+
+def _duration(meta: dict[str, str], arrival: np.ndarray) -> float | None:
+    try:
+        duration = float(meta["duration_s"])
+    except (KeyError, ValueError):
+        return None
+    return duration if len(arrival) == 0 or duration >= arrival[-1] else None

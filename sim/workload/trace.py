@@ -1,0 +1,136 @@
+"""A workload trace: when each request arrives and how long it is, as columns of integers.
+
+The simulator's hot loop reads these arrays directly, so a Trace is columns, not request objects.
+Arrays are made read-only: a trace is a value that runs share, and nobody should edit it in place.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine.core.atomic import write_text_atomic
+
+STAND_IN = "stand-in"
+TRACE_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
+
+
+@dataclass(frozen=True, eq=False)  # arrays: compare columns, not objects
+class Trace:
+    arrival_s: np.ndarray    # float64, non-decreasing, seconds from trace start
+    prompt_len: np.ndarray   # int64
+    output_len: np.ndarray   # int64, tokens to generate (EOS ignored, as in the paper's runs)
+    n: np.ndarray | int | None = None   # int64 parallel samples per request; an int or None means all the same (1)
+    source: str = ""         # human label; contains "stand-in" when lengths are synthetic
+    duration_s: float | None = None     # time the trace covers; None means up to the last arrival
+
+    def __post_init__(self):
+        arrival = _column(self.arrival_s, np.float64)
+        count = len(arrival)
+        n = np.full(count, 1 if self.n is None else self.n, np.int64) if np.ndim(self.n) == 0 else self.n
+        columns = dict(arrival_s=arrival, prompt_len=_column(self.prompt_len, np.int64),
+                       output_len=_column(self.output_len, np.int64), n=_column(n, np.int64))
+        for name, values in columns.items():
+            if len(values) != count:
+                raise ValueError(f"Trace.{name} has {len(values)} entries, arrival_s has {count}")
+            object.__setattr__(self, name, values)
+        last = float(arrival[-1]) if count else 0.0
+        duration = last if self.duration_s is None else float(self.duration_s)
+        object.__setattr__(self, "duration_s", duration)
+        _validate(self, last)
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    @property
+    def is_stand_in(self) -> bool:
+        return STAND_IN in self.source
+
+    @property
+    def mean_rate(self) -> float:
+        """Requests per second over the time the trace covers."""
+        if len(self) == 0:
+            return 0.0
+        return len(self) / self.duration_s if self.duration_s > 0 else float("inf")
+
+    def window(self, start_s: float, end_s: float | None = None) -> "Trace":
+        """Requests arriving in [start_s, end_s), rebased so the window starts at 0 (no end: to the end)."""
+        end = self.duration_s if end_s is None else float(end_s)
+        if not 0 <= start_s < end:
+            raise ValueError(f"window [{start_s}, {end_s}) is empty or negative")
+        keep = (self.arrival_s >= start_s) & ((self.arrival_s < end) if end_s is not None else True)
+        return self._select(keep, arrival_s=self.arrival_s[keep] - start_s,
+                            duration_s=max(min(end, self.duration_s) - start_s, 0.0))
+
+    def scaled(self, factor: float) -> "Trace":
+        """Replay at `factor` x the recorded rate: arrival times divided by factor."""
+        if not factor > 0:
+            raise ValueError(f"time scale must be > 0, got {factor}")
+        return Trace(self.arrival_s / factor, self.prompt_len, self.output_len, self.n,
+                     self.source, self.duration_s / factor)
+
+    def fit_to(self, max_seq_len: int) -> "Trace":
+        """Drop (not truncate) requests with prompt + output >= max_seq_len, as the paper's generator did."""
+        keep = self.prompt_len + self.output_len < max_seq_len
+        return self._select(keep)
+
+    def with_source(self, source: str) -> "Trace":
+        return Trace(self.arrival_s, self.prompt_len, self.output_len, self.n, source, self.duration_s)
+
+    def with_n(self, n: int) -> "Trace":
+        return Trace(self.arrival_s, self.prompt_len, self.output_len, n, self.source, self.duration_s)
+
+    def _select(self, keep: np.ndarray, arrival_s: np.ndarray | None = None,
+                duration_s: float | None = None) -> "Trace":
+        return Trace(self.arrival_s[keep] if arrival_s is None else arrival_s,
+                     self.prompt_len[keep], self.output_len[keep], self.n[keep], self.source,
+                     self.duration_s if duration_s is None else duration_s)
+
+
+def _column(values, dtype) -> np.ndarray:
+    array = np.array(values, dtype=dtype, copy=True).reshape(-1)
+    array.setflags(write=False)
+    return array
+
+
+def _validate(trace: Trace, last_arrival: float) -> None:
+    if len(trace) == 0:
+        return
+    if not np.isfinite(trace.arrival_s).all() or trace.arrival_s[0] < 0:
+        raise ValueError("arrival times must be finite and >= 0")
+    if (np.diff(trace.arrival_s) < 0).any():
+        raise ValueError("arrival times must be non-decreasing")
+    for name in ("prompt_len", "output_len", "n"):
+        if getattr(trace, name).min() < 1:
+            raise ValueError(f"every request needs {name} >= 1")
+    if trace.duration_s < last_arrival:
+        raise ValueError(f"duration_s {trace.duration_s} is before the last arrival {last_arrival}")
+
+
+def write_trace_csv(trace: Trace, path: str | Path) -> Path:
+    """`arrived_at,num_prefill_tokens,num_decode_tokens[,n]`, with the source and duration as comments.
+
+    Times are written with repr() so that reading the file back gives the same floats bit for bit.
+    The n column is written only when some request samples more than one sequence.
+    """
+    if len(trace) == 0:
+        raise ValueError(f"no requests to write to {path}")  # a header-only file would not read back
+    with_n = bool((trace.n != 1).any())
+    header = ",".join(TRACE_COLUMNS + (("n",) if with_n else ()))
+    lines = [f"# source: {_one_line(trace.source)}", f"# duration_s: {trace.duration_s!r}", header]
+    columns = [trace.arrival_s.tolist(), trace.prompt_len.tolist(), trace.output_len.tolist()]
+    if with_n:
+        columns.append(trace.n.tolist())
+    lines.extend(",".join(map(repr, row)) for row in zip(*columns))
+    return write_text_atomic(path, "\n".join(lines) + "\n")
+
+
+def read_trace_csv(path: str | Path) -> Trace:
+    """A trace file in either accepted form (see recorded.py), whole, on its recorded clock."""
+    from .recorded import read_recorded_trace  # recorded.py builds on Trace; import here to avoid a cycle
+    return read_recorded_trace(path)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

@@ -1,0 +1,102 @@
+"""Length sources: CSVs, Alpaca JSON, parametric stand-ins, and the authors' cycle-and-shuffle draw."""
+import json
+
+import numpy as np
+import pytest
+
+from engine.core.errors import SpecError
+from sim.workload.alpaca import alpaca_lengths
+from sim.workload.lengths import LengthTable, load_lengths, read_lengths_csv
+from sim.workload.standin import FIG11_MEANS, STAND_INS
+
+
+def words(texts):
+    return [len(t.split()) for t in texts]
+
+
+@pytest.mark.parametrize("name", sorted(STAND_INS))
+def test_stand_in_means_match_fig11_after_the_2048_filter(name):
+    stand_in = STAND_INS[name]
+    prompt, output = stand_in.sample(200_000, 2048, np.random.default_rng(0))
+    assert np.all(prompt + output < 2048) and prompt.min() >= 1 and output.min() >= 1
+    want_prompt, want_output = FIG11_MEANS[stand_in.dataset]
+    assert prompt.mean() == pytest.approx(want_prompt, rel=0.02)
+    assert output.mean() == pytest.approx(want_output, rel=0.02)
+    assert "stand-in" in stand_in.source
+
+
+def test_sharegpt_stand_in_has_high_variance():
+    prompt, output = STAND_INS["sharegpt-standin"].sample(50_000, 2048, np.random.default_rng(0))
+    alpaca_prompt, _ = STAND_INS["alpaca-standin"].sample(50_000, 2048, np.random.default_rng(0))
+    assert prompt.std() / prompt.mean() > 1.0 > alpaca_prompt.std() / alpaca_prompt.mean()
+
+
+def test_lengths_csv_with_comments(tmp_path):
+    path = tmp_path / "mine.csv"
+    path.write_text("# made by hand\n# second comment\nprompt_len,output_len\n5,7\n9,0\n11,13\n")
+    table = read_lengths_csv(path)
+    assert table.prompt_len.tolist() == [5, 11] and table.output_len.tolist() == [7, 13]
+    assert "dropped 1" in table.source and not table.is_stand_in
+
+
+def test_lengths_csv_errors_name_the_row(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("prompt_len,output_len\n5,7\n5,x\n")
+    with pytest.raises(SpecError) as caught:
+        read_lengths_csv(path)
+    assert caught.value.key == "row 2" and str(path) in str(caught.value)
+
+
+def test_draw_follows_the_authors_generator():
+    table = LengthTable([1, 2, 3, 2000, 4], [10, 20, 30, 100, 40], "t")
+    prompt, output = table.sample(10, 2048, np.random.default_rng(0))
+    # 2000+100 is dropped, the 4 kept pairs are cycled to 10 (2-3 copies each), then shuffled
+    assert sorted(prompt.tolist()) == [1, 1, 1, 2, 2, 2, 3, 3, 4, 4]
+    assert np.array_equal(output, prompt * 10)
+    few, _ = table.sample(2, 2048, np.random.default_rng(0))
+    assert sorted(few.tolist()) == [1, 2]           # fewer than the file: its first pairs, shuffled
+
+
+def test_draw_is_seeded():
+    table = LengthTable(np.arange(1, 101), np.arange(1, 101), "t")
+    first = table.sample(250, 2048, np.random.default_rng(3))
+    again = table.sample(250, 2048, np.random.default_rng(3))
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    assert not np.array_equal(first[0], table.sample(250, 2048, np.random.default_rng(4))[0])
+
+
+def test_nothing_fits():
+    with pytest.raises(SpecError, match="no pair"):
+        LengthTable([3000], [10], "t").sample(5, 2048, np.random.default_rng(0))
+
+
+def test_alpaca_prompt_is_instruction_plus_input(tmp_path):
+    path = tmp_path / "alpaca_data.json"
+    path.write_text(json.dumps([
+        {"instruction": "Give three tips.", "input": "", "output": "Eat well and sleep."},
+        {"instruction": "Translate this", "input": "guten Tag", "output": "good day"},
+    ]))
+    prompt, output = alpaca_lengths(path, count_tokens=words)
+    assert prompt.tolist() == [3, 4] and output.tolist() == [4, 2]
+
+
+@pytest.mark.parametrize("content, key", [
+    ({"instruction": "x"}, "top level"),
+    ([{"instruction": "x", "output": 3}], "item 1"),
+    ([{"instruction": "x", "output": "y"}, {"prompt": "x"}], "item 2"),
+])
+def test_alpaca_shape_errors(tmp_path, content, key):
+    path = tmp_path / "alpaca_data.json"
+    path.write_text(json.dumps(content))
+    with pytest.raises(SpecError) as caught:
+        alpaca_lengths(path, count_tokens=words)
+    assert caught.value.key == key and caught.value.source == str(path)
+
+
+def test_load_lengths_by_name_and_path(tmp_path):
+    assert load_lengths("alpaca-standin") is STAND_INS["alpaca-standin"]
+    path = tmp_path / "l.csv"
+    path.write_text("prompt_len,output_len\n1,2\n")
+    assert load_lengths(path).prompt_len.tolist() == [1]
+    path.write_text("prompt_len,output_len\n1,2\n3,4\n")     # an edited file is read again
+    assert load_lengths(path).prompt_len.tolist() == [1, 3]
