@@ -1,0 +1,25 @@
+"""Paged KV-cache kernels (Triton) and the torch references they are tested against.
+
+Triton is optional: the Triton modules are imported on first use, so this package imports on a
+machine with torch alone, where backend="auto" runs the torch references.
+backend="auto" runs Triton for CUDA tensors, or for any tensors when TRITON_INTERPRET=1.
+"""
+from engine.kernels.backend import resolve_backend, triton_available
+from engine.kernels.cache import copy_blocks, write_kv_cache
+from engine.kernels.cache_ops_ref import copy_blocks_ref, write_kv_cache_ref
+from engine.kernels.decode import paged_attention_decode
+from engine.kernels.paged_attention_ref import paged_attention_decode_ref
+from engine.kernels.swap import allocate_cpu_cache, swap_blocks
+
+__all__ = [
+    "allocate_cpu_cache",
+    "copy_blocks",
+    "copy_blocks_ref",
+    "paged_attention_decode",
+    "paged_attention_decode_ref",
+    "resolve_backend",
+    "swap_blocks",
+    "triton_available",
+    "write_kv_cache",
+    "write_kv_cache_ref",
+]

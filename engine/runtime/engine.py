@@ -1,0 +1,186 @@
+"""The real engine: one of the five systems' schedulers driving the model runner.
+
+The serving loop is the simulator's (sim/replica.py) step for step, so a replay here and a
+simulated replay of the same trace differ only in where each iteration's time comes from:
+a measured forward here, a cost model there (or an injected `time_fn` here, for fidelity tests).
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from engine.core.batch import Batch
+from engine.core.factory import make_scheduler
+from engine.core.scheduler.base import Scheduler
+from engine.core.sequence import SequenceCounter, SequenceGroup, make_group
+from engine.core.spec import ModelSpec
+from engine.core.system import SystemSpec
+from engine.runtime.cache import GIB, kv_block_bytes
+from engine.runtime.records import (IterationRecord, ReplayRequest, ReplayResult, RequestRecord,
+                                    Unschedulable, check_request, replay_requests)
+from engine.runtime.runner import ModelRunner, resolve_dtype
+from engine.runtime.sampler import SamplingParams
+
+DEFAULT_SWAP_SPACE_BYTES = 4 * GIB  # vLLM's default host swap space
+TimeFn = Callable[[Batch], float]
+
+
+@dataclass
+class ServingRun:
+    """State of one generate() or replay(): a fresh scheduler over the engine's KV pool."""
+
+    scheduler: Scheduler
+    pending: deque[ReplayRequest]
+    prompts: dict[int, list[int]]  # request_id -> prompt token ids
+    tokens: dict[int, list[int]] = field(default_factory=dict)  # seq_id -> prompt + generated
+    outputs: dict[int, list[list[int]]] = field(default_factory=dict)  # request_id -> generated, per sample
+    finished: list[SequenceGroup] = field(default_factory=list)
+    iterations: list[IterationRecord] = field(default_factory=list)
+    next_seq_id: SequenceCounter = field(default_factory=SequenceCounter)
+    clock: float = 0.0  # virtual seconds
+
+
+class Engine:
+    """Offline `generate` and trace `replay` with one system's scheduler on the paged runtime.
+
+    num_gpu_blocks=None fills free device memory; num_cpu_blocks=None gives 4 GiB of host
+    swap space. run_model=False (with time_fn, and num_gpu_blocks given) replays the control
+    plane alone: no weights, no cache, no tokens; replay() only.
+    """
+
+    def __init__(self, spec: ModelSpec, system: SystemSpec, device: torch.device | str = "cpu",
+                 dtype: torch.dtype | str | None = None, seed: int = 0, num_gpu_blocks: int | None = None,
+                 num_cpu_blocks: int | None = None, *, attention_backend: str = "auto",
+                 time_fn: TimeFn | None = None, run_model: bool = True, cpu_budget_bytes: int | None = None):
+        system.validate("Engine", "system")
+        self.spec, self.system, self.seed, self.time_fn = spec, system, seed, time_fn
+        if num_cpu_blocks is None:
+            block_bytes = kv_block_bytes(spec, system.block_size, resolve_dtype(dtype, torch.device(device)))
+            num_cpu_blocks = DEFAULT_SWAP_SPACE_BYTES // block_bytes
+        self.runner: ModelRunner | None = None
+        if run_model:
+            self.runner = ModelRunner(spec, device, dtype, seed, num_gpu_blocks, num_cpu_blocks, system.block_size,
+                                      attention_backend=attention_backend, cpu_budget_bytes=cpu_budget_bytes)
+            num_gpu_blocks = self.runner.num_gpu_blocks
+        elif time_fn is None or num_gpu_blocks is None:
+            raise ValueError("run_model=False needs a time_fn and an explicit num_gpu_blocks")
+        self.num_gpu_blocks, self.num_cpu_blocks = num_gpu_blocks, num_cpu_blocks
+        self.records: ReplayResult | None = None  # of the last generate() or replay()
+
+    # --- public ------------------------------------------------------------------------
+    def generate(self, prompts: list[list[int]], max_new_tokens: int, n: int = 1,
+                 sampling: SamplingParams | str = "greedy") -> list[list[int]]:
+        """Generated tokens (exactly max_new_tokens each), prompt-major: the n samples of
+        prompts[i] are entries i*n .. i*n+n-1. All requests arrive at time 0."""
+        if self.runner is None:
+            raise ValueError("generate needs the model: build the Engine with run_model=True")
+        sampling = SamplingParams(sampling) if isinstance(sampling, str) else sampling
+        requests = [ReplayRequest(i, 0.0, len(p), max_new_tokens, n) for i, p in enumerate(prompts)]
+        run = self._run(requests, self._given_prompts(prompts), sampling, self.time_fn)
+        return [out for i in range(len(prompts)) for out in run.outputs[i]]
+
+    def replay(self, requests, sampling: SamplingParams | str = "greedy",
+               time_fn: TimeFn | None = None) -> ReplayResult:
+        """Serve a trace in virtual time: rows of (arrival_s, prompt_len, output_len, n), or a
+        columnar trace. Prompts are random token ids from the engine's seed. The clock
+        advances by each iteration's measured time (or time_fn(batch)) and jumps to the next
+        arrival when idle."""
+        sampling = SamplingParams(sampling) if isinstance(sampling, str) else sampling
+        rows = replay_requests(requests)
+        self._run(rows, self._random_prompts(rows), sampling, time_fn or self.time_fn)
+        return self.records
+
+    # --- prompts -----------------------------------------------------------------------
+    def _given_prompts(self, prompts: list[list[int]]) -> dict[int, list[int]]:
+        vocab = self.spec.vocab_size
+        for i, prompt in enumerate(prompts):
+            if not prompt:
+                raise ValueError(f"prompt {i} is empty")
+            if not all(isinstance(t, (int, np.integer)) and 0 <= t < vocab for t in prompt):
+                raise ValueError(f"prompt {i} holds a token id outside the vocabulary 0..{vocab - 1}")
+        return {i: [int(t) for t in p] for i, p in enumerate(prompts)}
+
+    def _random_prompts(self, rows: list[ReplayRequest]) -> dict[int, list[int]]:
+        if self.runner is None:
+            return {}
+        rng = np.random.default_rng(self.seed)
+        return {r.request_id: rng.integers(0, self.spec.vocab_size, r.prompt_len).tolist() for r in rows}
+
+    # --- the serving loop (mirrors sim.replica.Replica.serve) ---------------------------
+    def _run(self, requests: list[ReplayRequest], prompts, sampling, time_fn) -> ServingRun:
+        for request in requests:
+            check_request(request, self.spec.max_seq_len)
+        if len({r.request_id for r in requests}) != len(requests):
+            raise ValueError("request ids must be unique")
+        if self.runner is not None:
+            self.runner.reset_sampler(self.seed)  # each run samples the same way
+        scheduler = make_scheduler(self.system, self.spec, self.num_gpu_blocks, self.num_cpu_blocks)
+        pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.request_id)))
+        run = ServingRun(scheduler, pending, prompts)
+        while self._step(run, sampling, time_fn):
+            pass
+        requests = sorted((RequestRecord.of(g) for g in run.finished), key=lambda r: r.request_id)
+        self.records = ReplayResult(requests, run.iterations)
+        return run
+
+    def _step(self, run: ServingRun, sampling: SamplingParams, time_fn) -> bool:
+        """One iteration; False when every request is done."""
+        self._admit_arrivals(run)
+        batch = run.scheduler.schedule()
+        if batch.is_empty:
+            self._apply_plans_only(run, batch)
+            if run.pending:  # idle: jump to the next arrival
+                run.clock = max(run.clock, run.pending[0].arrival_s)
+                return True
+            if run.scheduler.has_unfinished():
+                raise Unschedulable(self._unschedulable_message(run.scheduler))
+            return False
+        usage = run.scheduler.kv_usage()
+        sampled, measured = self._execute(run, batch, sampling)
+        start = run.clock
+        run.clock += time_fn(batch) if time_fn is not None else measured
+        duration = run.clock - start  # as the simulator records it, rounding included
+        self._admit_arrivals(run)  # those arriving during the iteration wait, as in the simulator
+        run.iterations.append(IterationRecord.of(batch, usage, start, duration, run.scheduler.num_waiting))
+        for seq_id, token in sampled.items():
+            run.tokens[seq_id].append(token)
+        for group in run.scheduler.complete(batch, run.clock):
+            self._finish(run, group)
+        return True
+
+    def _admit_arrivals(self, run: ServingRun) -> None:
+        while run.pending and run.pending[0].arrival_s <= run.clock:
+            r = run.pending.popleft()
+            group = make_group(r.request_id, r.arrival_s, r.prompt_len, r.output_len, r.n, run.next_seq_id)
+            run.scheduler.add_request(group)
+            if self.runner is not None:
+                for seq in group.seqs:
+                    run.tokens[seq.seq_id] = list(run.prompts[r.request_id])
+
+    def _execute(self, run: ServingRun, batch: Batch, sampling) -> tuple[dict[int, int], float]:
+        if self.runner is None:  # control plane only
+            return {}, 0.0
+        return self.runner.execute(batch, run.tokens, run.scheduler.block_table, sampling)
+
+    def _apply_plans_only(self, run: ServingRun, batch: Batch) -> None:
+        # a batch can preempt by swapping and run nothing; the KV must still move, or the
+        # later swap-in brings back garbage. Untimed, as the simulator charges it nothing.
+        if self.runner is not None and (batch.blocks_to_swap_out or batch.blocks_to_swap_in or batch.blocks_to_copy):
+            self.runner.execute(batch, run.tokens, run.scheduler.block_table)
+
+    def _finish(self, run: ServingRun, group: SequenceGroup) -> None:
+        run.finished.append(group)
+        if self.runner is None:
+            return
+        run.outputs[group.request_id] = [run.tokens.pop(s.seq_id)[group.prompt_len:] for s in group.seqs]
+
+    def _unschedulable_message(self, scheduler: Scheduler) -> str:
+        first = next(iter(getattr(scheduler, "waiting", [])), None)
+        which = (f"; the first is request {first.request_id} (prompt {first.prompt_len} + output "
+                 f"{first.output_len} tokens, n={first.num_seqs})" if first is not None else "")
+        return (f"{scheduler.num_waiting} waiting requests can never be scheduled: the KV pool of "
+                f"{self.num_gpu_blocks} blocks x {self.system.block_size} tokens is too small{which}")

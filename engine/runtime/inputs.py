@@ -1,0 +1,147 @@
+"""From a Batch and token lists to the model's flattened inputs, validated on the host.
+
+Everything a forward needs is checked here, before any swap, copy or cache write runs:
+a wrong length or block id in a Triton kernel does not fail, it corrupts someone else's KV.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from engine.core.batch import Batch
+from engine.runtime.model import AttentionMetadata
+
+BlockTableFn = Callable[[int], list[int]]
+
+
+@dataclass
+class PoolLimits:
+    """What the inputs must fit: the model's vocabulary and length, the KV pool."""
+
+    vocab_size: int
+    max_seq_len: int
+    block_size: int
+    num_gpu_blocks: int
+
+
+@dataclass
+class HostInputs:
+    """Python-side inputs of one forward; `to_device` makes the tensors."""
+
+    input_ids: list[int] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+    slot_mapping: list[int] = field(default_factory=list)
+    prefill_lens: list[int] = field(default_factory=list)
+    block_tables: list[list[int]] = field(default_factory=list)  # decodes only
+    context_lens: list[int] = field(default_factory=list)
+    # row r of the logits belongs to these sequences (a prefill samples for all its forks)
+    sample_ids: list[tuple[int, ...]] = field(default_factory=list)
+    logit_rows: list[int] = field(default_factory=list)  # token index of each logits row
+
+    def to_device(self, device: torch.device, backend: str
+                  ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor]:
+        """input_ids, positions, attention metadata, and the token index of each logits row."""
+        ints = dict(dtype=torch.int64, device=device)
+        width = max((len(t) for t in self.block_tables), default=0)
+        padded = [t + [-1] * (width - len(t)) for t in self.block_tables]  # -1: never read
+        meta = AttentionMetadata(
+            prefill_lens=self.prefill_lens,
+            slot_mapping=torch.tensor(self.slot_mapping, **ints),
+            block_tables=torch.tensor(padded, dtype=torch.int32, device=device).view(len(padded), width),
+            context_lens=torch.tensor(self.context_lens, dtype=torch.int32, device=device),
+            backend=backend)
+        return (torch.tensor(self.input_ids, **ints), torch.tensor(self.positions, **ints), meta,
+                torch.tensor(self.logit_rows, **ints))
+
+
+def _slots(table: list[int], num_tokens: int, block_size: int, start: int = 0) -> list[int]:
+    return [table[i // block_size] * block_size + i % block_size for i in range(start, num_tokens)]
+
+
+def _check_table(seq_id: int, table: list[int], num_tokens: int, limits: PoolLimits) -> None:
+    needed = -(-num_tokens // limits.block_size)
+    if len(table) < needed:
+        raise ValueError(
+            f"sequence {seq_id}: context of {num_tokens} tokens needs {needed} blocks of "
+            f"{limits.block_size} but its block table holds {len(table)}")
+    for block in table[:needed]:
+        if not 0 <= block < limits.num_gpu_blocks:
+            raise ValueError(f"sequence {seq_id}: block id {block} is outside the KV pool "
+                             f"(0..{limits.num_gpu_blocks - 1})")
+
+
+def _check_tokens(seq_id: int, tokens: dict[int, list[int]], length: int, role: str,
+                  limits: PoolLimits) -> list[int]:
+    if seq_id not in tokens:
+        raise ValueError(f"no tokens given for sequence {seq_id} ({role} in the batch)")
+    seq_tokens = tokens[seq_id]
+    if len(seq_tokens) != length:
+        raise ValueError(f"sequence {seq_id} has {len(seq_tokens)} tokens but the batch "
+                         f"{role}s it at length {length}")
+    if not 0 < length <= limits.max_seq_len:
+        raise ValueError(f"sequence {seq_id}: length {length} is outside 1..{limits.max_seq_len} "
+                         "(the model's max_seq_len)")
+    return seq_tokens
+
+
+def _check_vocab(input_ids: list[int], limits: PoolLimits) -> None:
+    if input_ids and not 0 <= min(input_ids) <= max(input_ids) < limits.vocab_size:
+        bad = min(input_ids) if min(input_ids) < 0 else max(input_ids)
+        raise ValueError(f"token id {bad} is outside the vocabulary 0..{limits.vocab_size - 1}")
+
+
+def build_inputs(batch: Batch, tokens: dict[int, list[int]], block_table_fn: BlockTableFn,
+                 limits: PoolLimits) -> HostInputs:
+    """Prefills first (whole token runs), then one token per decode; raises ValueError on bad input."""
+    if not (len(batch.prefill_seq_ids) == len(batch.prefill_lens) == len(batch.prefill_sample_ids)):
+        raise ValueError("batch prefill_seq_ids, prefill_lens and prefill_sample_ids differ in length")
+    if len(batch.decode_seq_ids) != len(batch.decode_context_lens):
+        raise ValueError("batch decode_seq_ids and decode_context_lens differ in length")
+    out = HostInputs()
+    for seq_id, length, sample_ids in zip(batch.prefill_seq_ids, batch.prefill_lens, batch.prefill_sample_ids):
+        _add_prefill(out, seq_id, length, tuple(sample_ids), tokens, block_table_fn, limits)
+    for seq_id, context in zip(batch.decode_seq_ids, batch.decode_context_lens):
+        _add_decode(out, seq_id, context, tokens, block_table_fn, limits)
+    _check_vocab(out.input_ids, limits)
+    if len(set(out.slot_mapping)) != len(out.slot_mapping):
+        # two tokens into one slot: a shared block was written without copy-on-write
+        raise ValueError("two tokens of the batch write the same KV slot (a missed copy-on-write?)")
+    sampled = [s for ids in out.sample_ids for s in ids]
+    if len(set(sampled)) != len(sampled):
+        raise ValueError("a sequence is sampled twice in one batch")
+    return out
+
+
+def _add_prefill(out: HostInputs, seq_id, length, sample_ids, tokens, block_table_fn, limits) -> None:
+    seq_tokens = _check_tokens(seq_id, tokens, length, "prefill", limits)
+    if not sample_ids:
+        raise ValueError(f"prefill of sequence {seq_id} samples for no sequence")
+    for sample_id in sample_ids:
+        # forks sample from the prefill's logits, so they must hold the very same tokens
+        if sample_id != seq_id and tokens.get(sample_id) != seq_tokens:
+            raise ValueError(f"sequence {sample_id} samples from the prefill of sequence {seq_id} "
+                             "but their tokens differ")
+    table = block_table_fn(seq_id)
+    _check_table(seq_id, table, length, limits)
+    start = len(out.input_ids)
+    out.input_ids.extend(seq_tokens)
+    out.positions.extend(range(length))
+    out.slot_mapping.extend(_slots(table, length, limits.block_size))
+    out.prefill_lens.append(length)
+    out.sample_ids.append(sample_ids)
+    out.logit_rows.append(start + length - 1)
+
+
+def _add_decode(out: HostInputs, seq_id, context, tokens, block_table_fn, limits) -> None:
+    seq_tokens = _check_tokens(seq_id, tokens, context, "decode", limits)
+    table = list(block_table_fn(seq_id))
+    _check_table(seq_id, table, context, limits)
+    out.logit_rows.append(len(out.input_ids))
+    out.input_ids.append(seq_tokens[-1])
+    out.positions.append(context - 1)
+    out.slot_mapping.extend(_slots(table, context, limits.block_size, start=context - 1))
+    out.block_tables.append(table[:-(-context // limits.block_size)])
+    out.context_lens.append(context)
+    out.sample_ids.append((seq_id,))

@@ -1,0 +1,247 @@
+"""A decoder built from a ModelSpec: OPT and LLaMA in one readable file (gpt-fast style).
+
+One forward runs a whole serving iteration. Its tokens are flattened into one batch:
+first every prefill's tokens back to back, then one token per decoding sequence.
+Prefill tokens attend causally to their own prompt; decode tokens attend to the paged
+KV cache through their block tables. Weights are seeded random: serving cost does not
+depend on their values, and nothing is downloaded.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine import kernels
+from engine.core.spec import ModelSpec
+
+OPT_POSITION_OFFSET = 2  # OPT's learned position table starts at index 2 (a fairseq legacy)
+ROPE_THETA = 10000.0
+INIT_STD = 0.02
+
+
+@dataclass
+class AttentionMetadata:
+    """Where each token of the flattened batch lives, for attention and cache writes.
+
+    Tokens [0, sum(prefill_lens)) are the prefills, one after another; the remaining
+    `num_decodes` tokens are decodes. slot_mapping[t] is the cache slot token t's K/V goes
+    to (< 0: not written). block_tables / context_lens describe the decodes only.
+    """
+
+    prefill_lens: list[int]
+    slot_mapping: torch.Tensor | None = None  # int64 [num_tokens]
+    block_tables: torch.Tensor | None = None  # int32 [num_decodes, max_blocks]
+    context_lens: torch.Tensor | None = None  # int32 [num_decodes]
+    backend: str = "auto"  # kernel backend: auto | torch | triton
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(self.prefill_lens)
+
+    @property
+    def num_decodes(self) -> int:
+        return 0 if self.context_lens is None else int(self.context_lens.shape[0])
+
+    @classmethod
+    def dense(cls, num_tokens: int) -> "AttentionMetadata":
+        """One causal sequence and no cache: the no-cache reference forward."""
+        return cls(prefill_lens=[num_tokens])
+
+
+@dataclass
+class LayerKVCache:
+    key: torch.Tensor  # [num_blocks, block_size, num_kv_heads, head_dim]
+    value: torch.Tensor
+
+
+# --- building blocks --------------------------------------------------------------
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # normalize in fp32: fp16 squares overflow for large activations
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return x32.to(x.dtype) * self.weight
+
+
+def make_norm(spec: ModelSpec) -> nn.Module:
+    if spec.norm == "rmsnorm":
+        return RMSNorm(spec.hidden_size)
+    return nn.LayerNorm(spec.hidden_size, eps=1e-5)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rotary_cos_sin(positions: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin [T, 1, head_dim] of LLaMA's rotary angles; computed once per forward."""
+    inv_freq = 1.0 / ROPE_THETA ** (
+        torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
+    angles = positions.float()[:, None] * inv_freq[None, :]
+    angles = torch.cat((angles, angles), dim=-1)[:, None, :]
+    return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """The HF 'rotate half' layout on x [T, heads, head_dim], in fp32."""
+    cos, sin = cos_sin
+    x32 = x.float()
+    return (x32 * cos + rotate_half(x32) * sin).to(x.dtype)
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """One sequence attending to itself: q [L, H, D], k/v [L, KVH, D] -> [L, H, D]."""
+    group = q.shape[1] // k.shape[1]
+    if group > 1:  # query head h reads KV head h // group
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, scale=scale)
+    return out.transpose(0, 1)
+
+
+def paged_attention(q, k, v, meta: AttentionMetadata, cache: LayerKVCache | None, scale: float):
+    """Write this iteration's K/V into the cache, then attend: prefills densely, decodes paged."""
+    # bounds were checked on the host when the inputs were built (engine/runtime/inputs.py);
+    # checking again in the kernels would cost a device sync per layer inside the timed step
+    if cache is not None:
+        kernels.write_kv_cache(k, v, cache.key, cache.value, meta.slot_mapping, backend=meta.backend,
+                               check_bounds=False)
+    out = torch.empty_like(q)
+    start = 0
+    for length in meta.prefill_lens:
+        end = start + length
+        out[start:end] = causal_attention(q[start:end], k[start:end], v[start:end], scale)
+        start = end
+    if meta.num_decodes:
+        if cache is None:
+            raise ValueError("decode tokens need a KV cache to attend to")
+        out[start:] = kernels.paged_attention_decode(
+            q[start:], cache.key, cache.value, meta.block_tables, meta.context_lens, scale,
+            backend=meta.backend, check_bounds=False)
+    return out
+
+
+# --- the decoder ------------------------------------------------------------------
+
+
+class Attention(nn.Module):
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        bias = spec.family == "opt"
+        self.num_heads, self.num_kv_heads, self.head_dim = spec.num_heads, spec.num_kv_heads, spec.head_dim
+        self.wqkv = nn.Linear(spec.hidden_size, spec.hidden_size + 2 * spec.kv_dim, bias=bias)
+        self.wo = nn.Linear(spec.hidden_size, spec.hidden_size, bias=bias)
+        self.scale = self.head_dim ** -0.5
+
+    def forward(self, x, rotary, meta: AttentionMetadata, cache: LayerKVCache | None):
+        q_dim, kv_dim = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        q, k, v = self.wqkv(x).split([q_dim, kv_dim, kv_dim], dim=-1)
+        q = q.view(-1, self.num_heads, self.head_dim)
+        k = k.view(-1, self.num_kv_heads, self.head_dim)
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        if rotary is not None:
+            q, k = apply_rotary(q, rotary), apply_rotary(k, rotary)
+        out = paged_attention(q, k.contiguous(), v.contiguous(), meta, cache, self.scale)
+        return self.wo(out.reshape(-1, q_dim))
+
+
+class MLP(nn.Module):
+    """OPT: fc2(relu(fc1 x)) with biases. LLaMA: w2(silu(gate x) * up x), no biases."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.gated = spec.is_gated_mlp
+        width = 2 * spec.ffn_dim if self.gated else spec.ffn_dim
+        bias = spec.family == "opt"
+        self.w_in = nn.Linear(spec.hidden_size, width, bias=bias)
+        self.w_out = nn.Linear(spec.ffn_dim, spec.hidden_size, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.w_in(x)
+        if self.gated:
+            gate, up = h.chunk(2, dim=-1)
+            return self.w_out(F.silu(gate) * up)
+        return self.w_out(F.relu(h))
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm residual block (OPT-125m and up, and LLaMA)."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.attention_norm = make_norm(spec)
+        self.attention = Attention(spec)
+        self.mlp_norm = make_norm(spec)
+        self.mlp = MLP(spec)
+
+    def forward(self, x, rotary, meta, cache):
+        x = x + self.attention(self.attention_norm(x), rotary, meta, cache)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Decoder(nn.Module):
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.spec = spec
+        self.embed_tokens = nn.Embedding(spec.vocab_size, spec.hidden_size)
+        self.embed_positions = (nn.Embedding(spec.max_seq_len + OPT_POSITION_OFFSET, spec.hidden_size)
+                                if spec.position == "learned" else None)
+        self.layers = nn.ModuleList(DecoderLayer(spec) for _ in range(spec.num_layers))
+        self.final_norm = make_norm(spec)
+        # OPT ties the LM head to the token embedding; LLaMA has its own
+        self.lm_head = None if spec.family == "opt" else nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed_tokens.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed_tokens.weight.dtype
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+                kv_caches: list[LayerKVCache] | None = None) -> torch.Tensor:
+        """Hidden states [num_tokens, hidden] after the final norm."""
+        x = self.embed_tokens(input_ids)
+        rotary = None
+        if self.embed_positions is not None:
+            x = x + self.embed_positions(positions + OPT_POSITION_OFFSET)
+        else:
+            rotary = rotary_cos_sin(positions, self.spec.head_dim)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, rotary, meta, None if kv_caches is None else kv_caches[i])
+        return self.final_norm(x)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return hidden @ weight.t()
+
+
+def build_decoder(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype, seed: int) -> Decoder:
+    """Seeded random weights, created directly on the device (no fp32 host copy of a 13B model)."""
+    device = torch.device(device)
+    with torch.device("meta"):
+        model = Decoder(spec)
+    model = model.to(dtype).to_empty(device=device)  # cast on meta: free
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:  # identity norms: LayerNorm weight 1, bias 0
+                param.fill_(1.0 if name.endswith("weight") else 0.0)
+            elif name.endswith("bias"):
+                param.zero_()
+            else:
+                param.normal_(0.0, INIT_STD, generator=generator)
+    return model.eval().requires_grad_(False)

@@ -1,0 +1,174 @@
+"""Executes one Batch against the paged KV cache, samples, and times it."""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from engine.core.batch import Batch
+from engine.core.spec import ModelSpec
+from engine.kernels.backend import BACKENDS, resolve_backend
+from engine.runtime.cache import DEFAULT_MEMORY_FRACTION, PagedKVCache, kv_pool_blocks_that_fit
+from engine.runtime.inputs import BlockTableFn, HostInputs, PoolLimits, build_inputs
+from engine.runtime.model import Decoder, build_decoder
+from engine.runtime.sampler import Sampler, SamplingParams
+from engine.runtime.timing import IterationTimer
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
+          "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+LogitsHook = Callable[[list[tuple[int, ...]], torch.Tensor], None]
+
+
+def resolve_device(device: torch.device | str) -> torch.device:
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device} requested but CUDA is not available; use device='cpu'")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"unsupported device {device}; use 'cpu' or 'cuda[:i]'")
+    return device
+
+
+def resolve_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torch.dtype:
+    """fp32 on CPU, fp16 on CUDA unless told otherwise."""
+    if dtype is None:
+        return torch.float16 if device.type == "cuda" else torch.float32
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+        return DTYPES[dtype]
+    if dtype not in DTYPES.values():
+        raise ValueError(f"dtype must be float32, float16 or bfloat16, got {dtype}")
+    return dtype
+
+
+def check_model_placement(model: Decoder, spec: ModelSpec, device: torch.device, dtype: torch.dtype) -> None:
+    if model.spec != spec:
+        raise ValueError(f"model is {model.spec.name} but the runner was given spec {spec.name}")
+    if model.dtype != dtype:
+        raise ValueError(f"mismatched dtypes: model weights are {model.dtype}, runner dtype is {dtype}")
+    if model.device != device:
+        raise ValueError(f"mismatched devices: model weights on {model.device}, runner device is {device}")
+
+
+class ModelRunner:
+    """A decoder, its paged KV cache and a sampler on one device.
+
+    Block ids in batches and block tables are the scheduler's; the cache has exactly
+    num_gpu_blocks device blocks and num_cpu_blocks host blocks. num_gpu_blocks=None sizes
+    the pool to the free device memory left after the weights are loaded.
+    """
+
+    def __init__(self, spec: ModelSpec, device: torch.device | str = "cpu",
+                 dtype: torch.dtype | str | None = None, seed: int = 0,
+                 num_gpu_blocks: int | None = None, num_cpu_blocks: int = 0, block_size: int = 16, *,
+                 attention_backend: str = "auto", cpu_budget_bytes: int | None = None,
+                 memory_fraction: float = DEFAULT_MEMORY_FRACTION, model: Decoder | None = None):
+        self.spec = spec
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
+        if attention_backend not in BACKENDS:
+            raise ValueError(f"attention_backend must be one of {BACKENDS}, got {attention_backend!r}")
+        resolve_backend(attention_backend, self.device)  # fails now if Triton cannot run here
+        self.attention_backend = attention_backend
+        if model is None:
+            model = build_decoder(spec, self.device, self.dtype, seed)
+        check_model_placement(model, spec, self.device, self.dtype)
+        self.model = model
+        if num_gpu_blocks is None:
+            num_gpu_blocks = kv_pool_blocks_that_fit(spec, block_size, self.dtype, self.device,
+                                                     memory_fraction=memory_fraction,
+                                                     cpu_budget_bytes=cpu_budget_bytes)
+        self.cache = PagedKVCache(spec, num_gpu_blocks, num_cpu_blocks, block_size, self.device,
+                                  self.dtype, cpu_budget_bytes=cpu_budget_bytes, backend=attention_backend)
+        self.sampler = Sampler(self.device, seed)
+        self.limits = PoolLimits(spec.vocab_size, spec.max_seq_len, block_size, num_gpu_blocks)
+        self.logits_hook: LogitsHook | None = None  # sees (sample_ids, logits) before sampling
+
+    def reset_sampler(self, seed: int) -> None:
+        """Restart the random-sampling stream: a run that starts here draws the same tokens."""
+        self.sampler = Sampler(self.device, seed)
+
+    @property
+    def block_size(self) -> int:
+        return self.cache.block_size
+
+    @property
+    def num_gpu_blocks(self) -> int:
+        return self.cache.num_gpu_blocks
+
+    @property
+    def num_cpu_blocks(self) -> int:
+        return self.cache.num_cpu_blocks
+
+    # --- one iteration ------------------------------------------------------------
+    def execute(self, batch: Batch, tokens: dict[int, list[int]], block_table_fn: BlockTableFn,
+                sampling: SamplingParams | str = "greedy") -> tuple[dict[int, int], float]:
+        """Run `batch`; returns the sampled token of every sampled sequence and the seconds it took.
+
+        tokens[seq_id] is the sequence's whole token list (prompt + generated), as long as
+        the batch says. Everything is validated before any block plan or cache write runs.
+        Timed: input transfer, block plans, forward and sampling (not the host-side checks).
+        """
+        if isinstance(sampling, str):
+            sampling = SamplingParams(sampling)
+        host = build_inputs(batch, tokens, block_table_fn, self.limits)
+        self.cache.check_block_plans(batch.blocks_to_swap_out, batch.blocks_to_swap_in, batch.blocks_to_copy)
+        with IterationTimer(self.device) as timer:
+            self._apply_block_plans(batch)
+            sampled = self._forward_and_sample(host, sampling) if host.sample_ids else {}
+        return sampled, timer.seconds
+
+    def _apply_block_plans(self, batch: Batch) -> None:
+        # out before in: a block freed by a swap-out may be the target of a swap-in
+        self.cache.swap_out(batch.blocks_to_swap_out)
+        self.cache.swap_in(batch.blocks_to_swap_in)
+        self.cache.copy(batch.blocks_to_copy)
+
+    @torch.inference_mode()
+    def _forward_and_sample(self, host: HostInputs, sampling: SamplingParams) -> dict[int, int]:
+        input_ids, positions, meta, logit_rows = host.to_device(self.device, self.attention_backend)
+        hidden = self.model(input_ids, positions, meta, self.cache.layers)
+        logits = self.model.logits(hidden[logit_rows])
+        if self.logits_hook is not None:
+            self.logits_hook(host.sample_ids, logits)
+        return self.sampler.sample(logits, host.sample_ids, sampling)
+
+    # --- synthetic batches, for the profiler --------------------------------------
+    def time_batch(self, prefill_lens: list[int], decode_context_lens: list[int], repeats: int = 3, *,
+                   warmup: int = 1, num_swap_blocks: int = 0) -> list[float]:
+        """Seconds per run of a batch of these shapes (fake tokens, disjoint block tables).
+
+        num_swap_blocks adds that many blocks swapped out and as many swapped in.
+        """
+        batch, tokens, tables = self.synthetic_batch(prefill_lens, decode_context_lens, num_swap_blocks)
+        times = []
+        for i in range(warmup + repeats):
+            _, seconds = self.execute(batch, tokens, tables.__getitem__)
+            if i >= warmup:
+                times.append(seconds)
+        return times
+
+    def synthetic_batch(self, prefill_lens: list[int], decode_context_lens: list[int],
+                        num_swap_blocks: int = 0) -> tuple[Batch, dict[int, list[int]], dict[int, list[int]]]:
+        lengths = list(prefill_lens) + list(decode_context_lens)
+        needed = [-(-n // self.block_size) for n in lengths]
+        if sum(needed) > self.num_gpu_blocks:
+            raise ValueError(f"the batch needs {sum(needed)} KV blocks but the pool has {self.num_gpu_blocks}")
+        if num_swap_blocks > min(self.num_gpu_blocks, self.num_cpu_blocks):
+            raise ValueError(f"num_swap_blocks {num_swap_blocks} exceeds the device pool "
+                             f"({self.num_gpu_blocks}) or the host pool ({self.num_cpu_blocks})")
+        tables, next_block = {}, 0
+        for seq_id, n in enumerate(needed):
+            tables[seq_id] = list(range(next_block, next_block + n))
+            next_block += n
+        # token values do not change the cost; any in-vocabulary pattern will do
+        tokens = {s: [(s + j) % self.spec.vocab_size for j in range(n)] for s, n in enumerate(lengths)}
+        num_prefills = len(prefill_lens)
+        swaps = [(b, b) for b in range(num_swap_blocks)]
+        batch = Batch(prefill_seq_ids=list(range(num_prefills)), prefill_lens=list(prefill_lens),
+                      prefill_sample_ids=[(s,) for s in range(num_prefills)],
+                      decode_seq_ids=list(range(num_prefills, len(lengths))),
+                      decode_context_lens=list(decode_context_lens),
+                      blocks_to_swap_out=swaps, blocks_to_swap_in=swaps,
+                      num_running_groups=len(lengths))
+        return batch, tokens, tables

@@ -1,0 +1,231 @@
+"""Paged decode attention: the Triton kernel against the torch reference, and the reference
+against plain dense attention over contiguous K/V."""
+import math
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from engine.kernels import paged_attention_decode, paged_attention_decode_ref  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TRITON_RUNNABLE = DEVICE == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+needs_triton = pytest.mark.skipif(not TRITON_RUNNABLE, reason="needs CUDA or TRITON_INTERPRET=1")
+
+# fp16/bf16 outputs are rounded from fp32 accumulators: a unit or so in the last place apart.
+TOLERANCE = {
+    torch.float32: dict(atol=2e-5, rtol=1e-4),
+    torch.float16: dict(atol=2e-3, rtol=2e-3),
+    torch.bfloat16: dict(atol=2e-2, rtol=2e-2),
+}
+
+
+class PagedCase:
+    """Random contiguous K/V per sequence, scattered into a NaN-poisoned paged pool through a
+    randomly permuted block table, so only slots inside a context hold numbers."""
+
+    def __init__(self, context_lens, num_heads, num_kv_heads, head_dim, block_size, dtype,
+                 seed=0, spare_blocks=3):
+        gen = torch.Generator().manual_seed(seed)
+        self.context_lens_list = list(context_lens)
+        self.block_size = block_size
+        blocks_per_seq = [math.ceil(c / block_size) for c in context_lens]
+        max_blocks = max(max(blocks_per_seq), 1) + 1  # a spare column of padding
+        num_blocks = sum(blocks_per_seq) + spare_blocks
+        num_seqs = len(context_lens)
+
+        def randn(*shape):
+            return torch.randn(*shape, generator=gen).to(dtype)
+
+        self.query = randn(num_seqs, num_heads, head_dim)
+        self.keys = [randn(c, num_kv_heads, head_dim) for c in context_lens]
+        self.values = [randn(c, num_kv_heads, head_dim) for c in context_lens]
+        shape = (num_blocks, block_size, num_kv_heads, head_dim)
+        self.key_cache = torch.full(shape, float("nan"), dtype=dtype)
+        self.value_cache = torch.full(shape, float("nan"), dtype=dtype)
+        # Padding past a sequence's blocks is an id no cache holds: reading it would fail.
+        self.block_tables = torch.full((num_seqs, max_blocks), 10**6, dtype=torch.int32)
+        physical = torch.randperm(num_blocks, generator=gen).tolist()
+        for seq, context_len in enumerate(context_lens):
+            for logical in range(blocks_per_seq[seq]):
+                block = physical.pop()
+                self.block_tables[seq, logical] = block
+                rows = slice(logical * block_size, min((logical + 1) * block_size, context_len))
+                filled = rows.stop - rows.start
+                self.key_cache[block, :filled] = self.keys[seq][rows]
+                self.value_cache[block, :filled] = self.values[seq][rows]
+        self.context_lens = torch.tensor(context_lens, dtype=torch.int32)
+        self.scale = 1.0 / math.sqrt(head_dim)
+        self.to(DEVICE)
+
+    def to(self, device):
+        for name in ("query", "key_cache", "value_cache", "block_tables", "context_lens"):
+            setattr(self, name, getattr(self, name).to(device))
+
+    def args(self):
+        return (self.query, self.key_cache, self.value_cache, self.block_tables,
+                self.context_lens, self.scale)
+
+    def dense(self):
+        """Textbook attention in float64, per sequence, over the contiguous K/V."""
+        group = self.query.shape[1] // self.key_cache.shape[2]
+        outputs = []
+        for seq, context_len in enumerate(self.context_lens_list):
+            q = self.query[seq].cpu().double()
+            if context_len == 0:
+                outputs.append(torch.zeros_like(q))
+                continue
+            k = self.keys[seq].double().repeat_interleave(group, dim=1)  # [ctx, heads, dim]
+            v = self.values[seq].double().repeat_interleave(group, dim=1)
+            scores = torch.einsum("hd,thd->ht", q, k) * self.scale
+            outputs.append(torch.einsum("ht,thd->hd", torch.softmax(scores, dim=-1), v))
+        return torch.stack(outputs)
+
+
+# (context_lens, num_heads, num_kv_heads, head_dim, block_size)
+CASES = {
+    "ragged": ([5, 33, 17], 4, 4, 64, 16),
+    "block_boundary": ([16, 8, 24], 2, 2, 64, 8),
+    "context_1": ([1, 1], 4, 2, 64, 16),
+    "gqa_4_over_2_d128": ([20, 40], 4, 2, 128, 16),
+    "gqa_8_over_1": ([9, 70], 8, 1, 64, 8),
+    "multi_tile": ([150, 3], 2, 1, 64, 16),
+    "head_dim_80": ([30, 7], 2, 2, 80, 16),
+    "context_0_padding": ([0, 12], 2, 1, 64, 8),
+}
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=list(CASES))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_reference_matches_dense_attention(case, dtype):
+    paged = PagedCase(*case, dtype=dtype)
+    out = paged_attention_decode_ref(*paged.args())
+    assert out.dtype == dtype and out.shape == paged.query.shape
+    torch.testing.assert_close(out.cpu().double(), paged.dense(),
+                               **TOLERANCE[dtype], check_dtype=False)
+
+
+def run_triton_poisoned(paged):
+    from engine.kernels.paged_attention import paged_attention_decode_triton
+
+    out = torch.full_like(paged.query, float("nan"))
+    max_context = max(paged.context_lens_list)
+    return paged_attention_decode_triton(*paged.args(), max_context, out=out)
+
+
+@needs_triton
+@pytest.mark.parametrize("case", CASES.values(), ids=list(CASES))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_triton_matches_reference(case, dtype):
+    paged = PagedCase(*case, dtype=dtype, seed=1)
+    expected = paged_attention_decode_ref(*paged.args())
+    poisoned = run_triton_poisoned(paged)
+    public = paged_attention_decode(*paged.args(), backend="triton")
+    assert public.dtype == dtype and public.shape == paged.query.shape
+    torch.testing.assert_close(poisoned, expected, **TOLERANCE[dtype])
+    torch.testing.assert_close(public, expected, **TOLERANCE[dtype])
+
+
+@needs_triton
+@pytest.mark.parametrize("case", [CASES["ragged"], CASES["gqa_8_over_1"]], ids=["ragged", "gqa"])
+def test_triton_without_bounds_check(case):
+    # Unchecked calls skip the host sync, so the launcher sizes its tile without max_context.
+    paged = PagedCase(*case, dtype=torch.float16, seed=4)
+    expected = paged_attention_decode_ref(*paged.args())
+    out = paged_attention_decode(*paged.args(), backend="triton", check_bounds=False)
+    torch.testing.assert_close(out, expected, **TOLERANCE[torch.float16])
+
+
+def interleave_with_junk(cache):
+    """The same values, with NaN columns between kv heads (strided, still one row per head)."""
+    return torch.stack([cache, torch.full_like(cache, float("nan"))], dim=3)[:, :, :, 0]
+
+
+def head_major_blocks(cache):
+    """The same values, each block stored [kv_head, slot, dim]: slots of a head are adjacent."""
+    return cache.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3)
+
+
+@pytest.mark.parametrize("relayout", [interleave_with_junk, head_major_blocks])
+def test_strided_caches(relayout):
+    paged = PagedCase([13, 30], 4, 2, 64, 8, torch.float32, seed=5)
+    paged.key_cache = relayout(paged.key_cache)
+    paged.value_cache = relayout(paged.value_cache)
+    assert not paged.key_cache.is_contiguous()
+    out = paged_attention_decode_ref(*paged.args())
+    torch.testing.assert_close(out.cpu().double(), paged.dense(), check_dtype=False,
+                               **TOLERANCE[torch.float32])
+    if TRITON_RUNNABLE:
+        torch.testing.assert_close(paged_attention_decode(*paged.args(), backend="triton"), out,
+                                   **TOLERANCE[torch.float32])
+
+
+@needs_triton
+def test_triton_reads_strided_query():
+    # The runner slices q out of a fused qkv projection: rows are not contiguous.
+    paged = PagedCase([11, 26], 4, 2, 64, 8, torch.float16, seed=2)
+    qkv = torch.randn(2, 3 * 4, 64, dtype=torch.float16, device=DEVICE)
+    paged.query = qkv[:, :4]
+    assert not paged.query.is_contiguous()
+    expected = paged_attention_decode_ref(*paged.args())
+    out = paged_attention_decode(*paged.args(), backend="triton")
+    torch.testing.assert_close(out, expected, **TOLERANCE[torch.float16])
+
+
+@needs_triton
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(
+    context_lens=st.lists(st.integers(1, 48), min_size=1, max_size=3),
+    kv_heads=st.sampled_from([1, 2]),
+    group=st.sampled_from([1, 2, 4]),
+    head_dim=st.sampled_from([32, 64]),
+    block_size=st.sampled_from([8, 16]),
+)
+def test_triton_matches_reference_random_shapes(context_lens, kv_heads, group, head_dim,
+                                                block_size):
+    paged = PagedCase(context_lens, kv_heads * group, kv_heads, head_dim, block_size,
+                      torch.float32, seed=len(context_lens))
+    expected = paged_attention_decode_ref(*paged.args())
+    torch.testing.assert_close(run_triton_poisoned(paged), expected, **TOLERANCE[torch.float32])
+
+
+def test_auto_backend_matches_reference():
+    paged = PagedCase([13, 4], 4, 2, 64, 8, torch.float32, seed=3)
+    expected = paged_attention_decode_ref(*paged.args())
+    torch.testing.assert_close(paged_attention_decode(*paged.args()), expected,
+                               **TOLERANCE[torch.float32])
+    torch.testing.assert_close(paged_attention_decode(*paged.args(), backend="torch"), expected)
+
+
+def test_empty_batch():
+    paged = PagedCase([3], 2, 2, 64, 8, torch.float32)
+    out = paged_attention_decode(paged.query[:0], paged.key_cache, paged.value_cache,
+                                 paged.block_tables[:0], paged.context_lens[:0], paged.scale)
+    assert out.shape == (0, 2, 64)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs a GPU with 10+ GiB free")
+def test_triton_offsets_past_int32():
+    # One pool row past 2**31 elements: a 32-bit offset would wrap and read the wrong block.
+    block_size, num_kv_heads, head_dim = 16, 8, 128
+    per_block = block_size * num_kv_heads * head_dim
+    num_blocks = (2**31) // per_block + 8
+    if torch.cuda.mem_get_info()[0] < 2.5 * num_blocks * per_block * 2:
+        pytest.skip("not enough free GPU memory")
+    shape = (num_blocks, block_size, num_kv_heads, head_dim)
+    key_cache = torch.zeros(shape, dtype=torch.float16, device=DEVICE)
+    value_cache = torch.zeros(shape, dtype=torch.float16, device=DEVICE)
+    last = torch.arange(num_blocks - 4, num_blocks, dtype=torch.int32, device=DEVICE)
+    key_cache[last.long()] = torch.randn(4, *shape[1:], dtype=torch.float16, device=DEVICE)
+    value_cache[last.long()] = torch.randn(4, *shape[1:], dtype=torch.float16, device=DEVICE)
+    query = torch.randn(2, 16, head_dim, dtype=torch.float16, device=DEVICE)
+    block_tables = last.reshape(2, 2)
+    context_lens = torch.tensor([32, 20], dtype=torch.int32, device=DEVICE)
+    args = (query, key_cache, value_cache, block_tables, context_lens, 0.088)
+    expected = paged_attention_decode_ref(*args)
+    torch.testing.assert_close(paged_attention_decode(*args, backend="triton"), expected,
+                               **TOLERANCE[torch.float16])

@@ -1,0 +1,67 @@
+"""Helpers for the runtime tests: a dense no-cache reference and a step recorder."""
+from collections import defaultdict
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from engine.runtime.model import AttentionMetadata, Decoder  # noqa: E402
+
+BACKEND = "torch"
+ATOL = 1e-4  # fp32 paged vs dense: only summation order differs
+
+
+@torch.inference_mode()
+def dense_logits(model: Decoder, tokens: list[int]) -> torch.Tensor:
+    """Logits at every position of `tokens`: plain causal attention, no KV cache."""
+    ids = torch.tensor(tokens, device=model.device)
+    positions = torch.arange(len(tokens), device=model.device)
+    hidden = model(ids, positions, AttentionMetadata.dense(len(tokens)))
+    return model.logits(hidden).float().cpu()
+
+
+def dense_greedy(model: Decoder, prompt: list[int], max_new_tokens: int) -> list[int]:
+    """Recompute the whole sequence every step and take the argmax."""
+    tokens = list(prompt)
+    for _ in range(max_new_tokens):
+        tokens.append(int(dense_logits(model, tokens)[-1].argmax()))
+    return tokens[len(prompt):]
+
+
+class StepRecorder:
+    """Wraps a runner's execute: for every sampled token, the sequence's tokens before it,
+    the logits it was sampled from, and the token."""
+
+    def __init__(self, runner):
+        self.steps = defaultdict(list)  # seq_id -> [(prefix tokens, logits row, token)]
+        self.batches = []
+        execute = runner.execute
+
+        def recording_execute(batch, tokens, block_table_fn, sampling="greedy"):
+            rows = {}
+            runner.logits_hook = lambda ids, logits: rows.update(
+                {s: logits[r].float().cpu() for r, group in enumerate(ids) for s in group})
+            sampled, seconds = execute(batch, tokens, block_table_fn, sampling)
+            self.batches.append(batch)
+            for seq_id, token in sampled.items():
+                self.steps[seq_id].append((list(tokens[seq_id]), rows[seq_id], token))
+            return sampled, seconds
+
+        runner.execute = recording_execute
+
+    def full_tokens(self, seq_id: int) -> list[int]:
+        prefix, _, token = self.steps[seq_id][-1]
+        return prefix + [token]
+
+    def check_against_dense(self, model: Decoder, atol: float = ATOL) -> int:
+        """Every step's logits equal the dense forward over that sequence's own tokens."""
+        checked = 0
+        for seq_id, steps in self.steps.items():
+            full = self.full_tokens(seq_id)
+            reference = dense_logits(model, full)
+            for prefix, logits, token in steps:
+                assert prefix == full[:len(prefix)], f"sequence {seq_id}: tokens changed under it"
+                torch.testing.assert_close(logits, reference[len(prefix) - 1], atol=atol, rtol=0,
+                                           msg=lambda m: f"sequence {seq_id} at length {len(prefix)}: {m}")
+                checked += 1
+        return checked
