@@ -38,9 +38,10 @@ ROUTERS = ("round_robin", "least_outstanding")
 
 @dataclass(frozen=True)
 class CostModelConfig:
-    kind: str  # roofline | profile
+    kind: str  # roofline | profile | transfer
     profile_path: Path | None = None
     roofline: RooflineParams = RooflineParams()
+    measured_on: str | None = None  # transfer: the hardware the profile was measured on
 
 
 @dataclass(frozen=True)
@@ -112,12 +113,17 @@ def _cost_model(raw: Any, source: str, base_dir: Path) -> CostModelConfig:
         raise SpecError(source, "cost_model", "must be 'roofline', a profile path, or a mapping")
     raw = dict(raw)
     kind = raw.pop("kind", "roofline")
-    if kind == "profile":
+    if kind in ("profile", "transfer"):
         if "path" not in raw:
-            raise SpecError(source, "cost_model.path", "a profile cost model needs a path")
-        return CostModelConfig("profile", _resolve(raw.pop("path"), base_dir, source, "cost_model.path"))
+            raise SpecError(source, "cost_model.path", f"a {kind} cost model needs the profile's path")
+        path = _resolve(raw.pop("path"), base_dir, source, "cost_model.path")
+        measured_on = raw.pop("measured_on", None) if kind == "transfer" else None
+        for key in raw:
+            valid = ["kind", "path"] + (["measured_on"] if kind == "transfer" else [])
+            raise SpecError(source, f"cost_model.{key}", f"unknown key; valid keys are {valid}")
+        return CostModelConfig(kind, path, measured_on=measured_on)
     if kind != "roofline":
-        raise SpecError(source, "cost_model.kind", f"{kind!r} is not one of ['roofline', 'profile']")
+        raise SpecError(source, "cost_model.kind", f"{kind!r} is not one of ['roofline', 'profile', 'transfer']")
     valid = set(RooflineParams.__dataclass_fields__)
     for key, value in raw.items():
         if key not in valid:

@@ -8,6 +8,7 @@ import pandas as pd
 import simpy
 
 from calibrate.costmodel import CostModel
+from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.roofline import RooflineCostModel
 from engine.core.factory import make_scheduler
 from engine.core.system import SystemSpec
@@ -28,13 +29,15 @@ class RunResult:
 
 
 def make_cost_model(exp: Experiment, system: SystemSpec) -> CostModel:
-    if exp.cost_model.kind == "profile":
-        from calibrate.profile_model import ProfileCostModel
-
-        return ProfileCostModel.from_profile(exp.cost_model.profile_path, exp.model, exp.hardware,
+    config = exp.cost_model
+    if config.kind == "profile":
+        return ProfileCostModel.from_profile(config.profile_path, exp.model, exp.hardware,
                                              exp.tensor_parallel, exp.dtype_bytes, system.block_size)
+    if config.kind == "transfer":
+        return transferred_roofline(config.profile_path, config.measured_on, exp.model, exp.hardware,
+                                    exp.tensor_parallel, exp.dtype_bytes, system.block_size)
     return RooflineCostModel(exp.model, exp.hardware, exp.tensor_parallel, exp.dtype_bytes,
-                             system.block_size, exp.cost_model.roofline)
+                             system.block_size, config.roofline)
 
 
 def trace_for(exp: Experiment, rate: float, seed: int) -> Trace:

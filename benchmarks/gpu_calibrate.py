@@ -1,0 +1,71 @@
+"""The whole GPU calibration job in one call: profile, fit, report, for each model.
+
+Runs on the device machine (torch, triton, numpy, pandas, pyyaml; no simpy needed):
+    PYTHONPATH=. python benchmarks/gpu_calibrate.py --models opt-13b llama-13b
+Writes under $OUT (or ./results/gpu_calibrate): <device>-<model>.raw.csv, <device>-<model>.yaml
+(the profile, held-out error inside), <device>-<model>.png (predicted vs measured), and
+summary.txt with the fit error table. Without CUDA it runs the same path on the CPU with a
+tiny model and grid, so the script is known to work before a GPU is at hand.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from calibrate.cli import fit_report  # noqa: E402
+from calibrate.fit import fit_plot, fit_profile  # noqa: E402
+from calibrate.profile import profile  # noqa: E402
+from engine.core.atomic import write_atomic, write_text_atomic  # noqa: E402
+from engine.core.spec import load_model_spec  # noqa: E402
+
+
+def device_tag(raw) -> str:
+    name = str(raw["device_name"].iloc[0]).lower()
+    for tag in ("h200", "h100", "a100", "l40", "a10"):
+        if tag in name:
+            return tag
+    return str(raw["device"].iloc[0])
+
+
+def calibrate_one(model: str, device: str, grid: str, repeats: int, out: Path) -> str:
+    started = time.perf_counter()
+    raw = profile(load_model_spec(model), device=device, grid=grid, repeats=repeats)
+    stem = f"{device_tag(raw)}-{model}"
+    write_atomic(out / f"{stem}.raw.csv", lambda f: raw.to_csv(f, index=False))
+    command = f"PYTHONPATH=. python benchmarks/gpu_calibrate.py --models {model} --grid {grid} --repeats {repeats}"
+    result = fit_profile(raw, f"{stem}.raw.csv", command)
+    result.profile.save(out / f"{stem}.yaml")
+    fit_plot(result.predictions, out / f"{stem}.png", title=f"{model} on {result.profile.device_name}")
+    by_kind = result.predictions[result.predictions.split == "heldout"].groupby("kind")["ape"].agg(["mean", "max", "count"])
+    report = (f"{fit_report(result.profile)}\nheld-out error by kind:\n{by_kind.to_string()}\n"
+              f"profile + fit took {time.perf_counter() - started:.0f} s\n")
+    print(report, flush=True)
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--models", nargs="+", default=None)
+    parser.add_argument("--grid", default=None)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    import torch
+
+    cuda = torch.cuda.is_available()
+    device = "cuda" if cuda else "cpu"
+    models = args.models or (["opt-13b", "llama-13b"] if cuda else ["opt-tiny"])
+    grid = args.grid or ("default" if cuda else "tiny")
+    out = Path(os.environ.get("OUT") or "results/gpu_calibrate")
+    print(f"device {device}: {torch.cuda.get_device_name() if cuda else 'cpu'}; models {models}; grid {grid}",
+          flush=True)
+    reports = [calibrate_one(model, device, grid, args.repeats, out) for model in models]
+    write_text_atomic(out / "summary.txt", "\n".join(reports))
+
+
+if __name__ == "__main__":
+    main()

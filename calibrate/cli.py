@@ -1,0 +1,87 @@
+"""`servesim calibrate profile | fit | show`."""
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+from engine.core.errors import SpecError
+
+
+def _cmd_profile(args) -> int:
+    from calibrate.profile import profile
+    from engine.core.atomic import write_atomic
+    from engine.core.spec import load_model_spec
+
+    spec = load_model_spec(args.model)
+    raw = profile(spec, device=args.device, dtype=args.dtype, grid=args.grid, repeats=args.repeats,
+                  block_size=args.block_size)
+    write_atomic(args.out, lambda f: raw.to_csv(f, index=False))
+    print(f"wrote {len(raw)} profiled shapes to {args.out}")
+    return 0
+
+
+def _cmd_fit(args) -> int:
+    import pandas as pd
+
+    from calibrate.fit import fit_plot, fit_profile
+
+    if not Path(args.raw).exists():
+        raise SpecError(args.raw, "", "no such profile CSV")
+    raw = pd.read_csv(args.raw)
+    command = "servesim calibrate fit " + " ".join(shlex.quote(a) for a in sys.argv[3:]) if len(sys.argv) > 3 \
+        else f"servesim calibrate fit {args.raw} --out {args.out}"
+    result = fit_profile(raw, args.raw, command, heldout_fraction=args.heldout, seed=args.seed)
+    result.profile.save(args.out)
+    plot = Path(args.plot) if args.plot else Path(args.out).with_suffix(".png")
+    fit_plot(result.predictions, plot, title=f"{result.profile.model} on {result.profile.device_name}")
+    print(fit_report(result.profile))
+    print(f"wrote {args.out} and {plot}")
+    return 0
+
+
+def fit_report(profile) -> str:
+    from calibrate.features import TERMS
+
+    lines = [f"profile: {profile.model} on {profile.device_name} ({profile.device}, {profile.dtype}), "
+             f"block size {profile.block_size}, tp {profile.tensor_parallel}",
+             f"made {profile.created} by: {profile.command}",
+             f"shapes: {profile.grid} ({profile.train_rows} fitted, {profile.heldout_rows} held out)",
+             f"held-out error: mean {profile.heldout_mape:.1%}, p95 {profile.heldout_p95_ape:.1%}",
+             f"knee: {profile.knee_tokens:g} tokens", "coefficients:"]
+    for term, meaning in TERMS.items():
+        lines.append(f"  {term:<24} {profile.coefficients[term]:.4g}   ({meaning})")
+    if profile.swap_s_per_block is not None:
+        lines.append(f"  {'swap_s_per_block':<24} {profile.swap_s_per_block:.4g}")
+    return "\n".join(lines)
+
+
+def _cmd_show(args) -> int:
+    from calibrate.profile_file import load_profile
+
+    print(fit_report(load_profile(args.profile)))
+    return 0
+
+
+def register(sub) -> None:
+    cal = sub.add_parser("calibrate", help="profile the engine, fit a cost model, show a profile")
+    cmds = cal.add_subparsers(dest="calibrate_command", required=True)
+    prof = cmds.add_parser("profile", help="time the engine over a grid of batch shapes (needs servesim[engine])")
+    prof.add_argument("--model", required=True)
+    prof.add_argument("--device", default="cpu", help="cpu | cuda")
+    prof.add_argument("--dtype", default=None, help="default: float32 on cpu, float16 on cuda")
+    prof.add_argument("--grid", default="default", help="default | cpu | tiny")
+    prof.add_argument("--repeats", type=int, default=3)
+    prof.add_argument("--block-size", type=int, default=16)
+    prof.add_argument("--out", required=True)
+    prof.set_defaults(func=_cmd_profile)
+    fit = cmds.add_parser("fit", help="fit a cost model to a profile CSV, report held-out error")
+    fit.add_argument("raw")
+    fit.add_argument("--out", required=True)
+    fit.add_argument("--plot", help="predicted-vs-measured PNG (default: beside --out)")
+    fit.add_argument("--heldout", type=float, default=0.2, help="share of shapes held out of the fit")
+    fit.add_argument("--seed", type=int, default=0)
+    fit.set_defaults(func=_cmd_fit)
+    show = cmds.add_parser("show", help="print a profile's fit report")
+    show.add_argument("profile")
+    show.set_defaults(func=_cmd_show)

@@ -1,0 +1,137 @@
+"""Fit a cost model to profiled iteration times, and say how wrong it is on shapes it never saw.
+
+Least squares on relative error (each row divided by its time, so a 2 ms decode counts as
+much as a 2 s prefill), with non-negative coefficients: every term is a physical cost.
+The knee, where the batch turns compute-bound, is picked from candidates on the
+training rows only; held-out rows are used for nothing but the reported error.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from calibrate.features import TERMS, design_matrix
+from calibrate.nnls import nnls
+from calibrate.profile_file import Profile
+from engine.core.errors import SpecError
+
+REQUIRED_COLUMNS = ("kind", "num_tokens", "sum_prefill_sq", "sum_decode_context", "num_seqs", "time_s",
+                    "model", "device", "device_name", "dtype", "block_size")
+
+
+@dataclass
+class FitResult:
+    profile: Profile
+    predictions: pd.DataFrame  # every row with predicted_s, ape and split (train | heldout)
+
+
+def split_heldout(raw: pd.DataFrame, fraction: float, seed: int) -> np.ndarray:
+    """A boolean mask of held-out rows, stratified by iteration kind."""
+    rng = np.random.default_rng(seed)
+    mask = np.zeros(len(raw), dtype=bool)
+    for _, idx in raw.groupby("kind", sort=True).indices.items():
+        take = max(1, int(round(len(idx) * fraction))) if len(idx) > 2 else 0
+        mask[rng.choice(idx, size=take, replace=False)] = True
+    return mask
+
+
+def _solve(raw: pd.DataFrame, knee: float) -> np.ndarray:
+    x = design_matrix(raw["num_tokens"], raw["sum_prefill_sq"], raw["sum_decode_context"], raw["num_seqs"], knee)
+    t = raw["time_s"].to_numpy(dtype=float)
+    scale = x.max(axis=0)
+    scale[scale == 0] = 1.0
+    weighted = x / t[:, None] / scale  # relative error, columns on one scale for conditioning
+    return nnls(weighted, np.ones(len(t))) / scale
+
+
+def predict(raw: pd.DataFrame, coefficients: np.ndarray, knee: float) -> np.ndarray:
+    x = design_matrix(raw["num_tokens"], raw["sum_prefill_sq"], raw["sum_decode_context"], raw["num_seqs"], knee)
+    return x @ coefficients
+
+
+def _ape(raw: pd.DataFrame, coefficients: np.ndarray, knee: float) -> np.ndarray:
+    t = raw["time_s"].to_numpy(dtype=float)
+    return np.abs(predict(raw, coefficients, knee) - t) / t
+
+
+def choose_knee(train: pd.DataFrame) -> tuple[float, np.ndarray]:
+    tokens = train["num_tokens"].to_numpy()
+    candidates = sorted({float(np.quantile(tokens, q)) for q in np.linspace(0.05, 0.95, 19)} | {float(tokens.max())})
+    best = None
+    for knee in candidates:
+        coef = _solve(train, knee)
+        err = float(_ape(train, coef, knee).mean())
+        if best is None or err < best[0]:
+            best = (err, knee, coef)
+    return best[1], best[2]
+
+
+def check_raw(raw: pd.DataFrame, source: str) -> None:
+    missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
+    if missing:
+        raise SpecError(source, f"column {missing[0]}", f"missing; a profile CSV has {list(REQUIRED_COLUMNS)}")
+    if len(raw) < 12:
+        raise SpecError(source, "rows", f"only {len(raw)} rows; a fit needs at least 12 profiled shapes")
+    bad = raw.index[~(raw["time_s"] > 0)]
+    if len(bad):
+        raise SpecError(source, f"row {int(bad[0]) + 1}", "time_s must be a positive number of seconds")
+    for column in ("model", "device", "dtype", "block_size"):
+        if raw[column].nunique() != 1:
+            raise SpecError(source, f"column {column}", f"one profile fits one {column}; found {sorted(raw[column].unique())}")
+
+
+def fit_profile(raw: pd.DataFrame, source: str, command: str, heldout_fraction: float = 0.2, seed: int = 0
+                ) -> FitResult:
+    check_raw(raw, source)
+    swap = raw["swap_s_per_block"].dropna() if "swap_s_per_block" in raw.columns else pd.Series(dtype=float)
+    raw = raw[raw["kind"] != "swap"].reset_index(drop=True)  # swap rows time PCIe, not an iteration
+    heldout = split_heldout(raw, heldout_fraction, seed)
+    train, test = raw[~heldout], raw[heldout]
+    knee, coef = choose_knee(train)
+    test_ape = _ape(test, coef, knee)
+    first = raw.iloc[0]
+    versions = {c.removesuffix("_version"): str(first[c]) for c in raw.columns if c.endswith("_version")}
+    profile = Profile(
+        model=str(first["model"]), device=str(first["device"]), device_name=str(first["device_name"]),
+        dtype=str(first["dtype"]), tensor_parallel=int(first.get("tensor_parallel", 1)),
+        block_size=int(first["block_size"]), knee_tokens=float(knee),
+        coefficients={term: float(c) for term, c in zip(TERMS, coef)},
+        heldout_mape=float(test_ape.mean()), heldout_p95_ape=float(np.quantile(test_ape, 0.95)),
+        train_rows=int(len(train)), heldout_rows=int(len(test)),
+        created=dt.date.today().isoformat(), command=command,
+        swap_s_per_block=float(swap.median()) if len(swap) else None,
+        versions=versions,
+        grid={kind: int(n) for kind, n in raw["kind"].value_counts().sort_index().items()},
+    )
+    predictions = raw.assign(predicted_s=predict(raw, coef, knee), split=np.where(heldout, "heldout", "train"))
+    predictions["ape"] = (predictions["predicted_s"] - predictions["time_s"]).abs() / predictions["time_s"]
+    return FitResult(profile, predictions)
+
+
+def fit_plot(predictions: pd.DataFrame, path, title: str = ""):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from engine.core.atomic import write_atomic
+
+    fig, ax = plt.subplots(figsize=(4.2, 4.0))
+    for split, marker in (("train", "."), ("heldout", "x")):
+        rows = predictions[predictions["split"] == split]
+        ax.scatter(rows["time_s"] * 1e3, rows["predicted_s"] * 1e3, marker=marker, s=14, label=split, alpha=0.7)
+    lo = float(min(predictions["time_s"].min(), predictions["predicted_s"].min()) * 1e3)
+    hi = float(max(predictions["time_s"].max(), predictions["predicted_s"].max()) * 1e3)
+    ax.plot([lo, hi], [lo, hi], color="gray", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured iteration time (ms)")
+    ax.set_ylabel("predicted (ms)")
+    ax.legend(frameon=False, fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=9)
+    write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=120, bbox_inches="tight", metadata={"Software": None}))
+    plt.close(fig)

@@ -1,0 +1,65 @@
+"""The batch shapes a profile measures: prefill-only, decode-only, and mixed iterations."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Shape:
+    kind: str  # prefill | decode | decode_mixed | mixed
+    prefill_lens: tuple[int, ...]
+    decode_context_lens: tuple[int, ...]
+
+    @property
+    def kv_tokens(self) -> int:
+        return sum(self.prefill_lens) + sum(self.decode_context_lens)
+
+
+@dataclass(frozen=True)
+class Grid:
+    prefill_tokens: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+    prefill_batches: tuple[int, ...] = (1, 2, 4, 8)
+    decode_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    decode_contexts: tuple[int, ...] = (16, 64, 256, 1024, 2048)
+    mixed_prefill_tokens: tuple[int, ...] = (64, 256, 1024)
+    mixed_decode_batches: tuple[int, ...] = (4, 16, 64)
+    mixed_decode_context: int = 512
+    max_kv_tokens: int = 1 << 20  # cap on K/V held by one shape (the pool must hold it)
+    max_seq_len: int = 2048
+    seed: int = 0
+
+    def shapes(self) -> list[Shape]:
+        rng = np.random.default_rng(self.seed)
+        shapes = []
+        for total in self.prefill_tokens:
+            for batch in self.prefill_batches:
+                prompt = total // batch
+                if 8 <= prompt <= self.max_seq_len:
+                    shapes.append(Shape("prefill", (prompt,) * batch, ()))
+        for batch in self.decode_batches:
+            for context in self.decode_contexts:
+                if context <= self.max_seq_len:
+                    shapes.append(Shape("decode", (), (context,) * batch))
+            # ragged contexts, as a real batch has them
+            contexts = rng.integers(16, self.max_seq_len, size=batch)
+            shapes.append(Shape("decode_mixed", (), tuple(int(c) for c in contexts)))
+        for prefill in self.mixed_prefill_tokens:
+            for batch in self.mixed_decode_batches:
+                contexts = rng.integers(16, 2 * self.mixed_decode_context, size=batch)
+                shapes.append(Shape("mixed", (min(prefill, self.max_seq_len),), tuple(int(c) for c in contexts)))
+        return [s for s in shapes if s.kv_tokens <= self.max_kv_tokens]
+
+
+GRIDS = {
+    "default": Grid(),
+    # for a CPU: same kinds of shapes, fewer and smaller, so a 125M model profiles in minutes
+    "cpu": Grid(prefill_tokens=(16, 32, 64, 128, 256, 512), prefill_batches=(1, 2, 4),
+                decode_batches=(1, 2, 4, 8, 16, 32, 64), decode_contexts=(16, 128, 512, 1024, 2048),
+                mixed_prefill_tokens=(64, 256, 512), mixed_decode_batches=(4, 16), max_kv_tokens=1 << 15),
+    # for tests: a handful of tiny shapes
+    "tiny": Grid(prefill_tokens=(16, 32, 64), prefill_batches=(1, 2), decode_batches=(1, 2, 4),
+                 decode_contexts=(16, 48), mixed_prefill_tokens=(16,), mixed_decode_batches=(2,),
+                 mixed_decode_context=32, max_kv_tokens=512, max_seq_len=64),
+}

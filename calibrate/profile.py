@@ -1,0 +1,124 @@
+"""Profile the real engine: time the runner over a grid of batch shapes on this device.
+
+The only room besides the engine that imports torch, and only when it runs.
+"""
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from dataclasses import replace
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from calibrate.grid import GRIDS, Grid, Shape
+from engine.core.spec import ModelSpec
+
+
+def _device_name(device) -> str:
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _versions() -> dict[str, str]:
+    import torch
+
+    versions = {"torch_version": torch.__version__}
+    try:
+        import triton
+
+        versions["triton_version"] = triton.__version__
+    except ImportError:
+        versions["triton_version"] = "none"
+    return versions
+
+
+class Progress:
+    """One line on stderr: shapes done, share, and time left at the pace so far."""
+
+    def __init__(self, total: int, stream=sys.stderr):
+        self.total, self.stream, self.started = total, stream, time.perf_counter()
+
+    def update(self, done: int) -> None:
+        elapsed = time.perf_counter() - self.started
+        eta = elapsed / done * (self.total - done) if done else 0.0
+        self.stream.write(f"\rprofiling {done}/{self.total} shapes ({done / self.total:4.0%}) "
+                          f"elapsed {elapsed:5.0f}s  ETA {eta:5.0f}s")
+        if done == self.total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def shape_row(shape: Shape, times: list[float]) -> dict:
+    prefill, decode = shape.prefill_lens, shape.decode_context_lens
+    return {
+        "kind": shape.kind, "num_prefills": len(prefill), "num_prefill_tokens": sum(prefill),
+        "sum_prefill_sq": sum(n * n for n in prefill), "num_decodes": len(decode),
+        "sum_decode_context": sum(decode), "num_tokens": sum(prefill) + len(decode),
+        "num_seqs": len(prefill) + len(decode), "time_s": float(np.median(times)),
+        "time_min_s": float(min(times)), "time_max_s": float(max(times)), "repeats": len(times),
+    }
+
+
+def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid: Grid | str = "default",
+            repeats: int = 3, warmup: int = 1, block_size: int = 16, seed: int = 0,
+            swap_blocks: int = 64, on_progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+    """One row per shape: its features, the median time over `repeats`, and the device."""
+    from engine.runtime.runner import ModelRunner
+
+    grid = GRIDS[grid] if isinstance(grid, str) else grid
+    grid = replace(grid, max_seq_len=min(grid.max_seq_len, spec.max_seq_len),
+                   max_kv_tokens=min(grid.max_kv_tokens, kv_tokens_that_fit(spec, device, dtype)))
+    shapes = grid.shapes()
+    pool_blocks = max(-(-s.kv_tokens // block_size) + len(s.prefill_lens) + len(s.decode_context_lens)
+                      for s in shapes)
+    runner = ModelRunner(spec, device=device, dtype=dtype, seed=seed, num_gpu_blocks=max(pool_blocks, swap_blocks),
+                         num_cpu_blocks=swap_blocks, block_size=block_size)
+    progress = on_progress or Progress(len(shapes) + 1).update
+    rows = []
+    for i, shape in enumerate(shapes):
+        times = runner.time_batch(list(shape.prefill_lens), list(shape.decode_context_lens), repeats, warmup=warmup)
+        rows.append(shape_row(shape, times))
+        progress(i + 1)
+    rows.append(_swap_row(runner, repeats, warmup, swap_blocks))
+    progress(len(shapes) + 1)
+    frame = pd.DataFrame(rows)
+    meta = {"model": spec.name, "device": runner.device.type, "device_name": _device_name(runner.device),
+            "dtype": str(runner.dtype).removeprefix("torch."), "block_size": block_size, "tensor_parallel": 1,
+            **_versions()}
+    return frame.assign(**meta)
+
+
+def kv_tokens_that_fit(spec: ModelSpec, device: str, dtype: str | None, fraction: float = 0.8) -> int:
+    """Tokens of K/V that fit beside the weights: the largest shape a grid may ask for here."""
+    from engine.runtime.cache import dtype_bytes, free_device_bytes
+    from engine.runtime.runner import resolve_device, resolve_dtype
+
+    dev = resolve_device(device)
+    element = dtype_bytes(resolve_dtype(dtype, dev))
+    free = free_device_bytes(dev)
+    weights = spec.weight_bytes(element) if dev.type == "cuda" else 0  # the CPU budget is for KV alone
+    return max(int((free - weights) * fraction) // spec.kv_bytes_per_token(element), 0)
+
+
+def _swap_row(runner, repeats: int, warmup: int, swap_blocks: int) -> dict:
+    """Seconds per block moved: a decode with swaps minus the same decode without."""
+    shape = Shape("swap", (), (16,))
+    base = runner.time_batch([], [16], repeats, warmup=warmup)
+    with_swaps = runner.time_batch([], [16], repeats, warmup=warmup, num_swap_blocks=swap_blocks)
+    row = shape_row(shape, with_swaps)
+    # swap rows carry the PCIe cost, not an iteration's: the fit reads swap_s_per_block only
+    row["swap_s_per_block"] = max(float(np.median(with_swaps) - np.median(base)), 0.0) / (2 * swap_blocks)
+    return row

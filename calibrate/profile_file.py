@@ -1,0 +1,90 @@
+"""A fitted profile on disk: coefficients, where they came from, and how wrong they are."""
+from __future__ import annotations
+
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+from calibrate.features import TERMS
+from engine.core.atomic import write_text_atomic
+from engine.core.errors import SpecError
+from engine.core.spec import available_models
+
+FORMAT = "servesim-profile/1"
+
+
+@dataclass
+class Profile:
+    model: str
+    device: str  # cpu | cuda
+    device_name: str  # e.g. "NVIDIA H200" or the CPU model
+    dtype: str
+    tensor_parallel: int
+    block_size: int
+    knee_tokens: float
+    coefficients: dict[str, float]
+    heldout_mape: float  # mean absolute percentage error on held-out shapes, as a fraction
+    heldout_p95_ape: float
+    train_rows: int
+    heldout_rows: int
+    created: str
+    command: str
+    swap_s_per_block: float | None = None
+    versions: dict = field(default_factory=dict)
+    grid: dict = field(default_factory=dict)
+    format: str = FORMAT
+
+    def save(self, path: str | Path) -> Path:
+        return write_text_atomic(path, dump_profile(self))
+
+
+def _check(raw: dict, source: str) -> None:
+    known = {f.name for f in fields(Profile)}
+    required = {f.name for f in fields(Profile) if f.default is MISSING and f.default_factory is MISSING}
+    for key in raw:
+        if key not in known:
+            raise SpecError(source, key, f"unknown field; valid fields are {sorted(known)}")
+    for key in sorted(required - set(raw)):
+        raise SpecError(source, key, "missing required field")
+    if raw.get("format", FORMAT) != FORMAT:
+        raise SpecError(source, "format", f"{raw['format']!r} is not {FORMAT!r}")
+    if raw["model"] not in available_models():
+        raise SpecError(source, "model", f"unknown model {raw['model']!r}; available: {available_models()}")
+    coefficients = raw["coefficients"]
+    if not isinstance(coefficients, dict):
+        raise SpecError(source, "coefficients", f"must map each of {list(TERMS)} to seconds")
+    for term in TERMS:
+        if term not in coefficients:
+            raise SpecError(source, f"coefficients.{term}", "missing coefficient")
+    for term, value in coefficients.items():
+        if term not in TERMS:
+            raise SpecError(source, f"coefficients.{term}", f"unknown term; valid terms are {list(TERMS)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise SpecError(source, f"coefficients.{term}", f"must be a non-negative number of seconds, got {value!r}")
+    for key in ("heldout_mape", "heldout_p95_ape", "knee_tokens"):
+        if not isinstance(raw[key], (int, float)) or raw[key] < 0:
+            raise SpecError(source, key, f"must be a non-negative number, got {raw[key]!r}")
+
+
+def profile_from_dict(raw: dict, source: str) -> Profile:
+    if not isinstance(raw, dict):
+        raise SpecError(source, "", "a profile must be a YAML mapping")
+    _check(raw, source)
+    return Profile(**raw)
+
+
+def load_profile(path: str | Path) -> Profile:
+    path = Path(path)
+    if not path.exists():
+        raise SpecError(str(path), "", "no such profile file")
+    with open(path) as f:
+        return profile_from_dict(yaml.safe_load(f), str(path))
+
+
+def dump_profile(profile: Profile) -> str:
+    data = asdict(profile)
+    header = (f"# servesim cost-model profile: {profile.model} on {profile.device_name} ({profile.dtype})\n"
+              f"# held-out error: mean {profile.heldout_mape:.1%}, p95 {profile.heldout_p95_ape:.1%}\n"
+              f"# made by: {profile.command}\n")
+    return header + yaml.safe_dump(data, sort_keys=False)

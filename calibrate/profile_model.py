@@ -1,0 +1,116 @@
+"""A CostModel from a fitted profile, and the efficiencies it implies for other hardware."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from calibrate.costmodel import CostModel
+from calibrate.hardware import HardwareSpec
+from calibrate.profile_file import Profile, load_profile
+from calibrate.roofline import RooflineParams
+from engine.core.batch import Batch
+from engine.core.errors import SpecError
+from engine.core.spec import ModelSpec, load_model_spec
+
+
+class ProfileCostModel(CostModel):
+    def __init__(self, profile: Profile, path: str = "", pcie_bytes_per_s: float | None = None,
+                 block_bytes: int | None = None):
+        self.profile = profile
+        c = profile.coefficients
+        self._fixed, self._per_token = c["fixed_s"], c["per_token_s"]
+        self._over_knee, self._knee = c["per_token_over_knee_s"], profile.knee_tokens
+        self._prefill_sq, self._context = c["prefill_attention_s"], c["decode_context_s"]
+        self._per_seq = c["per_sequence_s"]
+        if profile.swap_s_per_block is not None:
+            self._swap_per_block = profile.swap_s_per_block
+        elif pcie_bytes_per_s and block_bytes:
+            self._swap_per_block = block_bytes / (0.8 * pcie_bytes_per_s)
+        else:
+            self._swap_per_block = 0.0
+        self.source = (f"profile({Path(path).name or profile.model}: {profile.model} on {profile.device_name}, "
+                       f"{profile.dtype}, held-out MAPE {profile.heldout_mape:.1%})")
+
+    @classmethod
+    def from_profile(cls, path: str | Path, model: ModelSpec | None = None, hardware: HardwareSpec | None = None,
+                     tp: int = 1, dtype_bytes: int = 2, block_size: int = 16) -> "ProfileCostModel":
+        profile = load_profile(path)
+        if model is not None and model.name != profile.model:
+            raise SpecError(str(path), "model", (
+                f"this profile was calibrated for {profile.model} on {profile.device_name}, but the config "
+                f"names {model.name}; profile {model.name} (servesim calibrate profile --model {model.name}) "
+                f"or use cost_model: {{kind: transfer, profile: ...}} to carry its efficiencies over"))
+        if tp != profile.tensor_parallel:
+            raise SpecError(str(path), "tensor_parallel", (
+                f"the profile was measured at tensor_parallel={profile.tensor_parallel}, the config asks {tp}"))
+        pcie = hardware.pcie_bytes_per_s if hardware is not None else None
+        block_bytes = model.kv_bytes_per_token(dtype_bytes) * block_size // tp if model is not None else None
+        return cls(profile, str(path), pcie, block_bytes)
+
+    def iteration_time(self, batch: Batch) -> float:
+        prefill_lens, contexts = batch.prefill_lens, batch.decode_context_lens
+        num_seqs = len(prefill_lens) + len(contexts)
+        tokens = sum(prefill_lens) + len(contexts)
+        over = tokens - self._knee
+        t = self._fixed + self._per_token * tokens + self._per_seq * num_seqs + self._context * sum(contexts)
+        if over > 0:
+            t += self._over_knee * over
+        if prefill_lens:
+            t += self._prefill_sq * sum(n * n for n in prefill_lens)
+        return t
+
+    def swap_time(self, num_blocks: int) -> float:
+        return num_blocks * self._swap_per_block
+
+
+def implied_efficiency(profile: Profile, measured_on: HardwareSpec, dtype_bytes: int = 2) -> RooflineParams:
+    """What share of the measured device's peak the fitted terms reach.
+
+    Compute efficiency from the per-token linear cost (2 FLOPs per weight per token),
+    bandwidth efficiency from the decode KV-read cost (bytes per context token), and
+    the fixed overhead as what the per-iteration constant leaves after reading the
+    weights at that bandwidth. Assumes the profiled device ran the same kernels a
+    target device would (the roofline shape carries over, the constants do not).
+    """
+    model = load_model_spec(profile.model)
+    c = profile.coefficients
+    tp = profile.tensor_parallel
+    flops_per_token = 2 * (model.num_layers * model.layer_linear_params()) / tp
+    compute_eff = flops_per_token / c["per_token_s"] / measured_on.peak_flops if c["per_token_s"] > 0 else 1.0
+    kv_bytes = model.kv_bytes_per_token(dtype_bytes) / tp
+    bw_eff = kv_bytes / c["decode_context_s"] / measured_on.hbm_bytes_per_s if c["decode_context_s"] > 0 else 1.0
+    compute_eff, bw_eff = min(compute_eff, 1.0), min(bw_eff, 1.0)
+    weight_bytes = (model.num_layers * model.layer_linear_params() + model.vocab_size * model.hidden_size) * dtype_bytes / tp
+    overhead = max(c["fixed_s"] - weight_bytes / (bw_eff * measured_on.hbm_bytes_per_s), 0.0)
+    return RooflineParams(compute_efficiency=compute_eff, bandwidth_efficiency=bw_eff, overhead_s=overhead)
+
+
+DEVICE_HARDWARE = (("h200", "h200"), ("h100", "h100-sxm"), ("a10080gb", "a100-80gb"), ("a100", "a100-40gb"))
+
+
+def hardware_for_device(device_name: str) -> str | None:
+    """The configs/hardware spec a profiled device is, e.g. 'NVIDIA A100-SXM4-80GB' -> 'a100-80gb'."""
+    flat = device_name.lower().replace(" ", "").replace("-", "").replace("sxm4", "")
+    return next((spec for key, spec in DEVICE_HARDWARE if key in flat), None)
+
+
+def transferred_roofline(path: str | Path, measured_on: str | None, model: ModelSpec, hardware: HardwareSpec,
+                         tp: int, dtype_bytes: int, block_size: int):
+    """The roofline of (model, hardware, tp) at the efficiencies a profile measured elsewhere."""
+    from calibrate.hardware import load_hardware
+    from calibrate.roofline import RooflineCostModel
+
+    profile = load_profile(path)
+    if profile.device != "cuda":
+        raise SpecError(str(path), "device", (
+            f"the profile was measured on {profile.device_name} ({profile.device}); only a GPU profile's "
+            f"efficiencies carry over to {hardware.name}"))
+    name = measured_on or hardware_for_device(profile.device_name)
+    if name is None:
+        raise SpecError(str(path), "device_name", (
+            f"cannot tell which configs/hardware spec {profile.device_name!r} is; set cost_model.measured_on"))
+    params = implied_efficiency(profile, load_hardware(name), dtype_bytes)
+    cost = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, params)
+    cost.source = (f"roofline({hardware.name}, tp={tp}) at efficiencies from {Path(path).name} "
+                   f"({profile.model} on {profile.device_name}: compute {params.compute_efficiency:.2f}, "
+                   f"bandwidth {params.bandwidth_efficiency:.2f}, overhead {params.overhead_s * 1e3:.2f} ms)")
+    return cost

@@ -1,0 +1,80 @@
+"""The fit recovers known physics from noisy timings and reports error on held-out shapes only."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibrate.features import TERMS, design_matrix
+from calibrate.fit import fit_profile, split_heldout
+from calibrate.grid import GRIDS, Grid
+from calibrate.profile import shape_row
+from engine.core.errors import SpecError
+
+TRUE = {"fixed_s": 0.020, "per_token_s": 2e-5, "per_token_over_knee_s": 8e-5, "prefill_attention_s": 3e-9,
+        "decode_context_s": 5e-7, "per_sequence_s": 1e-4}
+KNEE = 512.0
+
+
+def synthetic_raw(noise: float, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for shape in Grid().shapes():
+        row = shape_row(shape, [1.0])
+        x = design_matrix([row["num_tokens"]], [row["sum_prefill_sq"]], [row["sum_decode_context"]],
+                          [row["num_seqs"]], KNEE)[0]
+        row["time_s"] = float(x @ np.array(list(TRUE.values()))) * (1 + rng.normal(0, noise))
+        rows.append(row)
+    return pd.DataFrame(rows).assign(model="opt-13b", device="cuda", device_name="synthetic", dtype="float16",
+                                     block_size=16, tensor_parallel=1)
+
+
+def test_recovers_known_coefficients_from_noisy_timings():
+    result = fit_profile(synthetic_raw(noise=0.01), "synthetic.csv", "test")
+    fitted = result.profile.coefficients
+    for term in ("fixed_s", "per_token_s", "decode_context_s"):
+        assert fitted[term] == pytest.approx(TRUE[term], rel=0.15), term
+    assert result.profile.heldout_mape < 0.03
+    assert set(fitted) == set(TERMS)
+
+
+def test_without_noise_the_fit_is_exact():
+    result = fit_profile(synthetic_raw(noise=0.0), "synthetic.csv", "test")
+    assert result.profile.heldout_mape < 1e-3
+    assert result.profile.knee_tokens == pytest.approx(KNEE, rel=0.5)
+
+
+def test_heldout_error_uses_heldout_rows_only():
+    raw = synthetic_raw(noise=0.0)
+    mask = split_heldout(raw, 0.2, seed=0)
+    # poison only the rows the fit trains on: held-out error must see the damage, training cannot hide it
+    poisoned = raw.copy()
+    poisoned.loc[~mask, "time_s"] *= 3.0
+    result = fit_profile(poisoned, "poisoned.csv", "test", seed=0)
+    assert result.profile.heldout_mape > 0.5
+    held = result.predictions[result.predictions.split == "heldout"]
+    assert len(held) == result.profile.heldout_rows == int(mask.sum())
+    assert result.profile.heldout_mape == pytest.approx(held["ape"].mean())
+
+
+def test_every_kind_is_held_out_and_trained():
+    raw = synthetic_raw(noise=0.0)
+    mask = split_heldout(raw, 0.2, seed=1)
+    for kind in raw["kind"].unique():
+        rows = mask[raw["kind"].to_numpy() == kind]
+        assert rows.any() and not rows.all(), kind
+
+
+def test_bad_raw_csv_is_refused_with_the_column():
+    raw = synthetic_raw(noise=0.0).drop(columns=["sum_decode_context"])
+    with pytest.raises(SpecError, match="sum_decode_context"):
+        fit_profile(raw, "raw.csv", "test")
+    raw = synthetic_raw(noise=0.0)
+    raw.loc[3, "time_s"] = -1.0
+    with pytest.raises(SpecError, match="row 4"):
+        fit_profile(raw, "raw.csv", "test")
+
+
+def test_grids_stay_inside_the_model_and_memory():
+    for grid in GRIDS.values():
+        for shape in grid.shapes():
+            assert shape.kv_tokens <= grid.max_kv_tokens
+            assert all(n <= grid.max_seq_len for n in shape.prefill_lens + shape.decode_context_lens)

@@ -1,0 +1,95 @@
+"""A profile round-trips through its file and is refused, by file and field, when it is wrong."""
+import dataclasses
+
+import pytest
+import yaml
+
+from calibrate.profile_file import Profile, load_profile
+from calibrate.profile_model import ProfileCostModel, implied_efficiency, transferred_roofline
+from calibrate.hardware import load_hardware
+from calibrate.roofline import RooflineCostModel, RooflineParams
+from engine.core.batch import Batch
+from engine.core.errors import SpecError
+from engine.core.spec import load_model_spec
+
+
+def make_profile(**changes) -> Profile:
+    profile = Profile(model="opt-13b", device="cuda", device_name="NVIDIA H200", dtype="float16",
+                      tensor_parallel=1, block_size=16, knee_tokens=512.0,
+                      coefficients={"fixed_s": 0.01, "per_token_s": 2e-5, "per_token_over_knee_s": 1e-5,
+                                    "prefill_attention_s": 1e-9, "decode_context_s": 4e-7, "per_sequence_s": 5e-5},
+                      heldout_mape=0.04, heldout_p95_ape=0.09, train_rows=80, heldout_rows=20,
+                      created="2026-11-29", command="test", swap_s_per_block=2e-4)
+    return dataclasses.replace(profile, **changes)
+
+
+def test_round_trip(tmp_path):
+    path = make_profile().save(tmp_path / "p.yaml")
+    assert load_profile(path) == make_profile()
+
+
+@pytest.mark.parametrize("edit,field", [
+    (lambda d: d.pop("heldout_mape"), "heldout_mape"),
+    (lambda d: d.update(model="opt-14b"), "model"),
+    (lambda d: d["coefficients"].update(decode_context_s=-1e-7), "coefficients.decode_context_s"),
+    (lambda d: d["coefficients"].pop("fixed_s"), "coefficients.fixed_s"),
+    (lambda d: d.update(colour="blue"), "colour"),
+])
+def test_bad_profile_is_refused_naming_file_and_field(tmp_path, edit, field):
+    path = make_profile().save(tmp_path / "p.yaml")
+    data = yaml.safe_load(path.read_text())
+    edit(data)
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError) as err:
+        load_profile(path)
+    assert str(path) in str(err.value) and field in str(err.value)
+
+
+def test_cost_model_evaluates_the_fitted_terms(tmp_path):
+    path = make_profile().save(tmp_path / "p.yaml")
+    cost = ProfileCostModel.from_profile(path, load_model_spec("opt-13b"))
+    batch = Batch(prefill_seq_ids=[0], prefill_lens=[600], prefill_sample_ids=[(0,)],
+                  decode_seq_ids=[1, 2], decode_context_lens=[100, 300])
+    c = make_profile().coefficients
+    expected = (c["fixed_s"] + 602 * c["per_token_s"] + 90 * c["per_token_over_knee_s"]
+                + 600 ** 2 * c["prefill_attention_s"] + 400 * c["decode_context_s"] + 3 * c["per_sequence_s"])
+    assert cost.iteration_time(batch) == pytest.approx(expected)
+    assert cost.swap_time(10) == pytest.approx(2e-3)
+
+
+def test_profile_for_another_model_is_refused(tmp_path):
+    path = make_profile().save(tmp_path / "p.yaml")
+    with pytest.raises(SpecError) as err:
+        ProfileCostModel.from_profile(path, load_model_spec("llama-13b"))
+    assert "opt-13b" in str(err.value) and "llama-13b" in str(err.value)
+
+
+def test_implied_efficiency_inverts_the_roofline():
+    """A profile fitted to the roofline's own times gives back the roofline's efficiencies."""
+    hw, model = load_hardware("h200"), load_model_spec("opt-13b")
+    params = RooflineParams(compute_efficiency=0.55, bandwidth_efficiency=0.7, overhead_s=0.002)
+    roof = RooflineCostModel(model, hw, params=params)
+    per_token = roof._s_per_token_linear
+    profile = make_profile(coefficients={
+        "fixed_s": roof._s_weights + params.overhead_s, "per_token_s": per_token, "per_token_over_knee_s": 0.0,
+        "prefill_attention_s": roof._s_per_prompt_sq, "decode_context_s": roof._s_per_context_token,
+        "per_sequence_s": 0.0})
+    implied = implied_efficiency(profile, hw)
+    assert implied.compute_efficiency == pytest.approx(0.55, rel=1e-6)
+    assert implied.bandwidth_efficiency == pytest.approx(0.7, rel=1e-6)
+    assert implied.overhead_s == pytest.approx(0.002, rel=1e-3)
+
+
+def test_transfer_refuses_a_cpu_profile(tmp_path):
+    path = make_profile(device="cpu", device_name="some cpu").save(tmp_path / "p.yaml")
+    with pytest.raises(SpecError, match="GPU"):
+        transferred_roofline(path, None, load_model_spec("opt-13b"), load_hardware("a100-40gb"), 1, 2, 16)
+
+
+def test_transfer_to_a_slower_gpu_is_slower(tmp_path):
+    path = make_profile().save(tmp_path / "p.yaml")
+    model = load_model_spec("llama-13b")
+    decode = Batch(decode_seq_ids=[0, 1], decode_context_lens=[512, 512])
+    fast = transferred_roofline(path, None, model, load_hardware("h200"), 1, 2, 16).iteration_time(decode)
+    slow = transferred_roofline(path, None, model, load_hardware("a100-40gb"), 1, 2, 16).iteration_time(decode)
+    assert slow > 2 * fast
