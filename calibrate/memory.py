@@ -43,7 +43,7 @@ def kv_cache_bytes_by_rule(model: ModelSpec, hw: HardwareSpec, tp: int, dtype_by
 
 def kv_pool(model: ModelSpec, hw: HardwareSpec, tp: int, dtype_bytes: int, block_size: int,
             kv_cache_gib: float | None, swap_space_gib: float) -> KVPool:
-    """KV cache per GPU; kv_cache_gib (Table 1's figures) overrides the rule."""
+    """KV cache per GPU; kv_cache_gib (per GPU: Table 1's total / tp) overrides the rule."""
     per_block = block_bytes(model, block_size, tp, dtype_bytes)
     if kv_cache_gib is not None:
         kv_bytes = int(kv_cache_gib * GIB)

@@ -11,3 +11,7 @@ class SpecError(ValueError):
         self.message = message
         where = f"{self.source}: {key}" if key else self.source
         super().__init__(f"{where}: {message}")
+
+
+class Unservable(ValueError):
+    """A request this deployment can never serve (too long for the model, too big for the pool)."""

@@ -95,7 +95,9 @@ def model_spec_from_dict(raw: dict, source: str) -> ModelSpec:
     if unknown:
         raise SpecError(source, unknown[0], f"unknown key; valid keys are {sorted(known)}")
     family = raw.get("family")
-    values = dict(FAMILIES.get(family, {}))
+    if family not in FAMILIES:
+        raise SpecError(source, "family", f"{family!r} is not one of {sorted(FAMILIES)}")
+    values = dict(FAMILIES[family])
     values.update(raw)
     values.setdefault("num_kv_heads", values.get("num_heads"))
     missing = sorted(known - set(values))

@@ -43,14 +43,21 @@ class SystemSpec:
             raise bad("preemption", f"{self.preemption!r} is not one of {list(PREEMPTION_MODES)}")
         if not isinstance(self.block_size, int) or self.block_size <= 0 or self.block_size & (self.block_size - 1):
             raise bad("block_size", f"must be a positive power of two, got {self.block_size!r}")
-        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens <= 0:
-            raise bad("max_num_batched_tokens", "must be positive or null (no cap)")
-        if not isinstance(self.max_num_seqs, int) or self.max_num_seqs <= 0:
+        if self.max_num_batched_tokens is not None and not _positive_int(self.max_num_batched_tokens):
+            raise bad("max_num_batched_tokens", f"must be a positive integer or null (no cap), "
+                                                f"got {self.max_num_batched_tokens!r}")
+        if not _positive_int(self.max_num_seqs):
             raise bad("max_num_seqs", f"must be a positive integer, got {self.max_num_seqs!r}")
-        if not 0 <= self.watermark < 1:
-            raise bad("watermark", f"must be in [0, 1), got {self.watermark!r}")
-        if self.max_batch_size is not None and self.max_batch_size <= 0:
-            raise bad("max_batch_size", "must be positive or null (as many as memory allows)")
+        if isinstance(self.watermark, bool) or not isinstance(self.watermark, (int, float)) \
+                or not 0 <= self.watermark < 1:
+            raise bad("watermark", f"must be a number in [0, 1), got {self.watermark!r}")
+        if self.max_batch_size is not None and not _positive_int(self.max_batch_size):
+            raise bad("max_batch_size", f"must be a positive integer or null (as many as memory allows), "
+                                        f"got {self.max_batch_size!r}")
+
+
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 # The paper's five systems (Kwon et al. 2023, section 6.1).

@@ -4,13 +4,18 @@ from __future__ import annotations
 from collections import deque
 
 from engine.core.batch import Batch
+from engine.core.errors import Unservable
 from engine.core.scheduler.base import KVUsage, Scheduler
 from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
 from engine.core.system import SystemSpec
 
 
-class RequestTooLong(ValueError):
-    pass
+class RequestTooLong(Unservable):
+    """Prompt plus output exceed the model's maximum sequence length."""
+
+
+class RequestTooLarge(Unservable):
+    """The request's KV can never fit this pool, even alone: it would block the queue forever."""
 
 
 class QueueScheduler(Scheduler):
@@ -36,6 +41,12 @@ class QueueScheduler(Scheduler):
             raise RequestTooLong(
                 f"request {group.request_id}: prompt {group.prompt_len} + output {group.output_len} = "
                 f"{final_len} tokens exceeds the model's max_seq_len {self.max_seq_len}")
+        needed = self._blocks_needed_alone(group)
+        if needed > self.num_gpu_blocks:
+            raise RequestTooLarge(
+                f"request {group.request_id}: {group.num_seqs} x ({group.prompt_len} + {group.output_len}) tokens "
+                f"need {needed} KV blocks under {self.system.name} even alone, but the pool has "
+                f"{self.num_gpu_blocks}; give the KV cache more memory")
         for seq in group.seqs:
             self._seqs[seq.seq_id] = seq
         self.waiting.append(group)
@@ -93,6 +104,10 @@ class QueueScheduler(Scheduler):
         self._token_slots -= self._group_token_slots(group)
         for seq in group.seqs:
             self._seqs.pop(seq.seq_id, None)
+
+    def _blocks_needed_alone(self, group: SequenceGroup) -> int:
+        """Blocks the request needs with the pool to itself; subclasses know their allocators."""
+        raise NotImplementedError
 
     def _group_token_slots(self, group: SequenceGroup) -> int:
         """K/V slots a group's tokens fill; subclasses that share prompt blocks override."""

@@ -29,8 +29,11 @@ class FasterTransformerScheduler(ReservationScheduler):
         return batch
 
     def _form_batch(self) -> list[SequenceGroup]:
-        while self.waiting and len(self._batch_groups) < self.max_batch_size:
+        while self.waiting:
             group = self.waiting[0]
+            # B counts sequences: FasterTransformer batches sequences, an n-sample request is n of them
+            if self.num_running_seqs + len(group.live_seqs()) > self.max_batch_size:
+                break
             if not self.allocator.can_allocate(group):
                 break
             self.waiting.popleft()

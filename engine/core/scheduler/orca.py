@@ -7,6 +7,7 @@ later ones. Prompts and decodes share an iteration with no token cap.
 from __future__ import annotations
 
 from engine.core.batch import Batch
+from engine.core.buddy import BuddyAllocator
 from engine.core.reservation import ReservationAllocator
 from engine.core.scheduler.base import KVUsage
 from engine.core.scheduler.common import QueueScheduler
@@ -33,6 +34,12 @@ class ReservationScheduler(QueueScheduler):
 
     def _free_seq(self, seq: Sequence) -> None:
         self._release(seq)
+
+    def _blocks_needed_alone(self, group: SequenceGroup) -> int:
+        sizes = [self.allocator.blocks_for(s) for s in group.seqs]
+        if BuddyAllocator(self.num_gpu_blocks, self.allocator.buddy.max_chunk).can_allocate(sizes):
+            return 0
+        return sum(self.allocator.buddy.chunk_size(n) for n in sizes)
 
     def _reserve(self, group: SequenceGroup) -> None:
         self.allocator.allocate(group)

@@ -16,6 +16,14 @@ from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
 from engine.core.system import SystemSpec
 
 
+def insert_fcfs(queue: deque[SequenceGroup], group: SequenceGroup) -> None:
+    """Put a preempted group back in arrival order. It is older than nearly everything
+    queued (admission is FCFS), so the scan from the front is short."""
+    key = (group.arrival_s, group.request_id)
+    index = next((i for i, g in enumerate(queue) if (g.arrival_s, g.request_id) > key), len(queue))
+    queue.insert(index, group)
+
+
 class VLLMScheduler(QueueScheduler):
     def __init__(self, system: SystemSpec, max_seq_len: int, num_gpu_blocks: int, num_cpu_blocks: int):
         super().__init__(system, max_seq_len)
@@ -36,6 +44,16 @@ class VLLMScheduler(QueueScheduler):
 
     def _free_seq(self, seq: Sequence) -> None:
         self.blocks.free(seq)
+
+    def _blocks_needed_alone(self, group: SequenceGroup) -> int:
+        # admission keeps the watermark free; the samples share the prompt's full blocks and
+        # grow their own (a lower bound: a pool just above it may still stall, which the
+        # data planes report as Unschedulable)
+        bs, n = self.block_size, group.num_seqs
+        shared = group.prompt_len // bs
+        grow = shared + n * (-(-(group.prompt_len + group.output_len) // bs) - shared)
+        admit = -(-group.prompt_len // bs) + self.blocks.watermark_blocks
+        return max(admit, grow)
 
     def _group_token_slots(self, group: SequenceGroup) -> int:
         # the prompt's blocks are shared by the group's samples
@@ -148,19 +166,10 @@ class VLLMScheduler(QueueScheduler):
             swap_out.extend(mapping)
             self.num_swapped_out_blocks += len(mapping)
             self._stop_running(group, SeqStatus.SWAPPED)
-            self.swapped.append(group)
+            insert_fcfs(self.swapped, group)
 
     def _insert_waiting(self, group: SequenceGroup) -> None:
-        # FCFS: a recomputed group goes back in arrival order; it is older than nearly
-        # everything waiting, so scan from the front
-        key = (group.arrival_s, group.request_id)
-        i = 0
-        for i, other in enumerate(self.waiting):
-            if (other.arrival_s, other.request_id) > key:
-                break
-        else:
-            i = len(self.waiting)
-        self.waiting.insert(i, group)
+        insert_fcfs(self.waiting, group)
 
     def _insert_running(self, group: SequenceGroup) -> None:
         if not self.running or (self.running[-1].arrival_s, self.running[-1].request_id) <= (

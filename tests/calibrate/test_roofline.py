@@ -1,0 +1,121 @@
+"""The roofline cost model: spec-sheet timings, anchored on kipply's FasterTransformer
+OPT-13B-class numbers for one A100-40GB (decode 22 ms/token at context 512, prefill 63 ms)."""
+from __future__ import annotations
+
+import pytest
+
+from calibrate.hardware import load_hardware
+from calibrate.roofline import RooflineCostModel, RooflineParams
+from engine.core.batch import Batch
+from engine.core.spec import load_model_spec
+
+
+@pytest.fixture(scope="module")
+def opt13b():
+    return load_model_spec("opt-13b")
+
+
+@pytest.fixture(scope="module")
+def a100():
+    return load_hardware("a100-40gb")
+
+
+def decode(contexts):
+    return Batch(decode_seq_ids=list(range(len(contexts))), decode_context_lens=list(contexts),
+                 num_running_groups=len(contexts))
+
+
+def prefill(lengths):
+    return Batch(prefill_seq_ids=list(range(len(lengths))), prefill_lens=list(lengths),
+                 prefill_sample_ids=[(i,) for i in range(len(lengths))], num_running_groups=len(lengths))
+
+
+def test_opt13b_anchors(opt13b, a100):
+    cost = RooflineCostModel(opt13b, a100)
+    assert cost.iteration_time(decode([512])) == pytest.approx(0.022, rel=0.25)
+    assert cost.iteration_time(prefill([512])) == pytest.approx(0.06317, rel=0.25)
+    # first principles: a decode step cannot beat reading the weights at peak bandwidth
+    assert cost.iteration_time(decode([512])) > opt13b.weight_bytes(2) / a100.hbm_bytes_per_s
+
+
+def test_tp2_is_faster_and_near_kipply(opt13b, a100):
+    one, two = RooflineCostModel(opt13b, a100, tp=1), RooflineCostModel(opt13b, a100, tp=2)
+    for batch in (decode([512]), decode([512] * 32), prefill([512]), prefill([100, 700])):
+        assert two.iteration_time(batch) < one.iteration_time(batch)
+    assert two.iteration_time(decode([512])) == pytest.approx(0.0135, rel=0.25)  # kipply TP2: 13.5 ms
+
+
+def test_time_grows_with_context_and_batch(opt13b, a100):
+    cost = RooflineCostModel(opt13b, a100)
+    by_context = [cost.iteration_time(decode([c] * 8)) for c in (16, 128, 512, 1024, 2048)]
+    assert by_context == sorted(by_context) and len(set(by_context)) == len(by_context)
+    by_batch = [cost.iteration_time(decode([300] * b)) for b in (1, 2, 8, 32, 128, 256)]
+    assert by_batch == sorted(by_batch) and len(set(by_batch)) == len(by_batch)
+    by_prompt = [cost.iteration_time(prefill([n])) for n in (16, 128, 512, 1024, 2048)]
+    assert by_prompt == sorted(by_prompt) and len(set(by_prompt)) == len(by_prompt)
+    # a large batch of decodes becomes compute-bound: far more than the weight-read floor
+    assert cost.iteration_time(decode([10] * 2048)) > 3 * cost.iteration_time(decode([10]))
+
+
+def test_decode_kv_reads_cost_about_half_a_microsecond_per_context_token(opt13b, a100):
+    cost = RooflineCostModel(opt13b, a100)
+    extra = cost.iteration_time(decode([1000] * 16)) - cost.iteration_time(decode([1] * 16))
+    per_token = extra / (16 * 999)
+    assert 0.4e-6 < per_token < 0.8e-6  # 800 KB per token at ~1.2-1.5 TB/s
+
+
+def test_mixed_batch_costs_at_least_its_parts(opt13b, a100):
+    cost = RooflineCostModel(opt13b, a100)
+    mixed = Batch(prefill_seq_ids=[0], prefill_lens=[400], prefill_sample_ids=[(0,)],
+                  decode_seq_ids=[1, 2], decode_context_lens=[300, 700])
+    assert cost.iteration_time(mixed) >= max(cost.iteration_time(prefill([400])),
+                                             cost.iteration_time(decode([300, 700])))
+
+
+def test_block_copies_add_time(opt13b, a100):
+    cost = RooflineCostModel(opt13b, a100)
+    plain = decode([100, 100])
+    copies = decode([100, 100])
+    copies.blocks_to_copy = [(0, 1), (2, 3)]
+    assert cost.iteration_time(copies) > cost.iteration_time(plain)
+
+
+def test_swap_time_is_linear_in_blocks(opt13b, a100):
+    cost = RooflineCostModel(opt13b, a100)
+    assert cost.swap_time(0) == 0.0
+    one = cost.swap_time(1)
+    assert one > 0
+    assert [cost.swap_time(n) for n in (2, 10, 983)] == pytest.approx([2 * one, 10 * one, 983 * one])
+    # one 16-token OPT-13B block (12.5 MiB) over PCIe 4.0 x16 at 80% of 32 GB/s
+    assert one == pytest.approx(16 * 819200 / (32e9 * 0.8))
+    assert RooflineCostModel(opt13b, a100, tp=2).swap_time(10) == pytest.approx(cost.swap_time(10) / 2)
+
+
+def test_step_time_charges_swaps(opt13b, a100):
+    cost = RooflineCostModel(opt13b, a100)
+    batch = decode([100])
+    assert cost.step_time(batch) == cost.iteration_time(batch)
+    batch.blocks_to_swap_out = [(0, 0), (1, 1), (2, 2)]
+    batch.blocks_to_swap_in = [(5, 5)]
+    assert cost.step_time(batch) == pytest.approx(cost.iteration_time(batch) + cost.swap_time(4))
+
+
+def test_efficiencies_and_overhead_move_time_the_right_way(opt13b, a100):
+    base = RooflineCostModel(opt13b, a100)
+    slow = RooflineCostModel(opt13b, a100, params=RooflineParams(compute_efficiency=0.34, bandwidth_efficiency=0.38))
+    over = RooflineCostModel(opt13b, a100, params=RooflineParams(overhead_s=0.005))
+    for batch in (decode([512]), prefill([512])):
+        assert slow.iteration_time(batch) > 1.9 * base.iteration_time(batch)
+        assert over.iteration_time(batch) == pytest.approx(base.iteration_time(batch) + 0.005)
+    assert "a100-40gb" in base.source and "tp=1" in base.source
+
+
+def test_faster_hardware_is_faster(opt13b, a100):
+    h100 = load_hardware("h100-sxm")
+    for batch in (decode([512] * 8), prefill([512])):
+        assert RooflineCostModel(opt13b, h100).iteration_time(batch) < RooflineCostModel(opt13b, a100).iteration_time(batch)
+
+
+def test_empty_batch_costs_at_most_the_weight_read(opt13b, a100):
+    cost = RooflineCostModel(opt13b, a100)
+    assert 0 <= cost.iteration_time(Batch()) <= cost.iteration_time(decode([1]))

@@ -1,0 +1,209 @@
+"""Shared helpers for the engine.core tests: a step-clocked driver for any scheduler,
+and the structural invariants every step must keep.
+
+The clock is one second per iteration: what is under test here is the policy, not the
+cost model. Requests arrive at whole steps.
+"""
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field, replace
+
+from hypothesis import HealthCheck, settings
+
+from engine.core.batch import Batch
+from engine.core.block_manager import BlockManager
+from engine.core.factory import make_scheduler
+from engine.core.scheduler.orca import ReservationScheduler
+from engine.core.scheduler.vllm import VLLMScheduler
+from engine.core.sequence import SeqStatus, SequenceCounter, SequenceGroup, make_group
+from engine.core.spec import load_model_spec
+from engine.core.system import SystemSpec
+
+# deterministic hypothesis runs: same examples on every machine, no wall-clock deadline
+HYPOTHESIS = settings(derandomize=True, deadline=None, database=None,
+                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                             HealthCheck.filter_too_much])
+
+
+def hyp(**overrides) -> settings:
+    """The deterministic profile with a few overrides (max_examples, stateful_step_count)."""
+    return settings(HYPOTHESIS, **overrides)
+
+
+def tiny_model(max_seq_len: int = 64):
+    return replace(load_model_spec("opt-tiny"), max_seq_len=max_seq_len)
+
+
+def blocks_for(num_tokens: int, block_size: int) -> int:
+    return -(-num_tokens // block_size)
+
+
+@dataclass(frozen=True)
+class Req:
+    arrival: int  # step at which it is handed to the scheduler
+    prompt: int
+    output: int
+    n: int = 1
+
+
+@dataclass
+class Run:
+    groups: list[SequenceGroup]
+    finished: list[SequenceGroup]
+    batches: list[Batch]
+    num_steps: int
+    waiting_at_step: list[int] = field(default_factory=list)
+
+
+class Checker:
+    """Per-step hooks; `before` sees the scheduler just before schedule()."""
+
+    def before(self, sched, step: int) -> None:  # pragma: no cover - default no-op
+        pass
+
+    def after(self, sched, batch: Batch, step: int) -> None:  # pragma: no cover
+        pass
+
+
+def drive(sched, reqs: list[Req], checkers: tuple[Checker, ...] = (), max_steps: int = 50_000) -> Run:
+    """Feed requests at their arrival steps, run schedule/complete until all finish."""
+    counter = SequenceCounter()
+    pending = deque(sorted(enumerate(reqs), key=lambda item: (item[1].arrival, item[0])))
+    groups, finished, batches, waiting = [], [], [], []
+    step = 0
+    while pending or sched.has_unfinished():
+        assert step < max_steps, f"no end after {max_steps} steps: {sched.num_waiting} waiting, {sched.num_running} running"
+        while pending and pending[0][1].arrival <= step:
+            rid, r = pending.popleft()
+            group = make_group(rid, float(r.arrival), r.prompt, r.output, r.n, counter)
+            sched.add_request(group)
+            groups.append(group)
+        for c in checkers:
+            c.before(sched, step)
+        batch = sched.schedule()
+        waiting.append(sched.num_waiting)
+        for c in checkers:
+            c.after(sched, batch, step)
+        batches.append(batch)
+        finished.extend(sched.complete(batch, float(step + 1)))
+        step += 1
+    return Run(groups, finished, batches, step, waiting)
+
+
+def batch_seq_ids(batch: Batch) -> list[int]:
+    ids = [sid for sample_ids in batch.prefill_sample_ids for sid in sample_ids]
+    return ids + list(batch.decode_seq_ids)
+
+
+def check_block_manager(bm: BlockManager, status_of) -> None:
+    """Ref counts equal block-table entries per pool; free list and referenced blocks are disjoint."""
+    for allocator, on_cpu in ((bm.gpu, False), (bm.cpu, True)):
+        refs: Counter = Counter()
+        for seq_id, table in bm.block_tables.items():
+            if (status_of(seq_id) is SeqStatus.SWAPPED) == on_cpu:
+                refs.update(table)
+        free = allocator._free
+        assert len(free) == len(set(free)), f"{allocator.name}: a block is twice in the free list"
+        assert all(0 <= b < allocator.num_blocks for b in list(refs) + free)
+        free_set = set(free)
+        for block in range(allocator.num_blocks):
+            rc = allocator.ref_counts[block]
+            assert rc >= 0, f"{allocator.name} block {block}: negative ref count {rc}"
+            assert rc == refs[block], (
+                f"{allocator.name} block {block}: ref_count {rc} but {refs[block]} block-table entries")
+            assert (block in free_set) == (rc == 0), (
+                f"{allocator.name} block {block}: ref_count {rc}, in free list: {block in free_set}")
+        assert allocator.num_free == allocator.num_blocks - len(refs)
+
+
+def check_usage(sched, step: int) -> None:
+    usage = sched.kv_usage()
+    parts = (usage.token, usage.reserved, usage.internal, usage.external, usage.idle)
+    assert all(p >= 0 for p in parts), f"step {step}: negative KV usage part {usage}"
+    assert usage.total == sched.num_gpu_blocks * sched.block_size, f"step {step}: {usage} != pool"
+
+
+class StepInvariants(Checker):
+    """What every scheduler must keep at every step, whatever its policy."""
+
+    def before(self, sched, step: int) -> None:  # i.e. right after the previous complete()
+        check_usage(sched, step)
+
+    def after(self, sched, batch: Batch, step: int) -> None:
+        system: SystemSpec = sched.system
+        bs = sched.block_size
+        ids = batch_seq_ids(batch)
+        assert len(ids) == len(set(ids)), "a sequence appears twice in one batch"
+        assert len(ids) <= system.max_num_seqs, (
+            f"step {step}: {len(ids)} sequences in the batch > max_num_seqs {system.max_num_seqs}")
+        if isinstance(sched, VLLMScheduler) and system.max_num_batched_tokens is not None:
+            assert batch.num_tokens <= system.max_num_batched_tokens
+        assert len(batch.prefill_seq_ids) == len(batch.prefill_lens) == len(batch.prefill_sample_ids)
+        assert len(batch.decode_seq_ids) == len(batch.decode_context_lens)
+
+        check_usage(sched, step)
+
+        # every written slot exists in the sequence's table and no two writes hit one slot
+        written: set[tuple[int, int]] = set()
+
+        def write(table: list[int], pos: int, seq_id: int) -> None:
+            assert pos // bs < len(table), f"seq {seq_id}: no block for position {pos} (table {table})"
+            block = table[pos // bs]
+            assert 0 <= block < sched.num_gpu_blocks
+            slot = (block, pos % bs)
+            assert slot not in written, f"step {step}: two sequences write KV slot {slot}"
+            written.add(slot)
+
+        for seq_id, length in zip(batch.prefill_seq_ids, batch.prefill_lens):
+            seq = sched.sequence(seq_id)
+            assert length == seq.length, "a prefill covers the whole current sequence"
+            table = sched.block_table(seq_id)
+            for pos in range(length):
+                write(table, pos, seq_id)
+        for seq_id, ctx in zip(batch.decode_seq_ids, batch.decode_context_lens):
+            seq = sched.sequence(seq_id)
+            assert seq.status is SeqStatus.RUNNING
+            assert ctx == seq.length
+            write(sched.block_table(seq_id), ctx - 1, seq_id)
+
+        if isinstance(sched, VLLMScheduler):
+            check_block_manager(sched.blocks, lambda sid: sched.sequence(sid).status)
+        if isinstance(sched, ReservationScheduler):
+            owner: dict[int, int] = {}
+            for seq_id, res in sched.allocator.reservations.items():
+                for block in range(res.start, res.start + res.chunk_blocks):
+                    assert block not in owner, f"blocks {block} reserved by seqs {owner.get(block)} and {seq_id}"
+                    owner[block] = seq_id
+                table = sched.block_table(seq_id)
+                assert table == list(range(res.start, res.start + len(table)))
+                assert len(table) <= res.chunk_blocks
+
+
+def check_finished(run: Run, reqs: list[Req]) -> None:
+    assert len(run.finished) == len(reqs), "every request finishes, exactly once"
+    assert len({id(g) for g in run.finished}) == len(reqs)
+    for group in run.groups:
+        req = reqs[group.request_id]
+        assert group.finish_s is not None and group.first_token_s is not None
+        assert group.arrival_s < group.first_token_s <= group.finish_s
+        assert len(group.seqs) == req.n
+        for seq in group.seqs:
+            assert seq.status is SeqStatus.FINISHED
+            assert seq.num_generated == req.output, (
+                f"request {group.request_id}: generated {seq.num_generated}, wanted {req.output}")
+
+
+def scheduler_for(system: SystemSpec, num_gpu_blocks: int, num_cpu_blocks: int = 0, max_seq_len: int = 64):
+    return make_scheduler(system, tiny_model(max_seq_len), num_gpu_blocks, num_cpu_blocks)
+
+
+def seeded_requests(seed: int, count: int, max_arrival: int, max_prompt: int, max_output: int,
+                    max_n: int = 1) -> list[Req]:
+    """A reproducible random workload (numpy Generator with a fixed seed)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return [Req(int(rng.integers(0, max_arrival + 1)), int(rng.integers(1, max_prompt + 1)),
+                int(rng.integers(1, max_output + 1)), int(rng.integers(1, max_n + 1)))
+            for _ in range(count)]
