@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from engine.core.errors import SpecError
+from engine.core.errors import SpecError, Unservable
 
 
 def workload_label(workload) -> str:
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except SpecError as err:
+    except (SpecError, Unservable) as err:
         print(f"servesim: error: {err}", file=sys.stderr)
         return 2
 
