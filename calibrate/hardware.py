@@ -4,10 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-import yaml
-
 from engine.core.errors import SpecError
-from engine.core.spec import CONFIG_ROOT
+from engine.core.spec import CONFIG_ROOT, read_named_yaml
 
 HARDWARE_DIR = CONFIG_ROOT / "hardware"
 GIB = 1 << 30
@@ -48,10 +46,5 @@ def hardware_from_dict(raw: dict, source: str) -> HardwareSpec:
 
 
 def load_hardware(name_or_path: str | Path) -> HardwareSpec:
-    path = Path(name_or_path)
-    if path.suffix not in (".yaml", ".yml"):
-        path = HARDWARE_DIR / f"{name_or_path}.yaml"
-        if not path.exists():
-            raise SpecError("hardware", str(name_or_path), f"unknown hardware; available: {available_hardware()}")
-    with open(path) as f:
-        return hardware_from_dict(yaml.safe_load(f), str(path))
+    """Hardware by name (configs/hardware/NAME.yaml) or by path to a YAML file."""
+    return hardware_from_dict(*read_named_yaml(HARDWARE_DIR, name_or_path, "hardware"))

@@ -112,16 +112,25 @@ def available_models() -> list[str]:
     return sorted(p.stem for p in MODELS_DIR.glob("*.yaml"))
 
 
-def load_model_spec(name_or_path: str | Path) -> ModelSpec:
-    """A model by name (configs/models/NAME.yaml) or by path to a YAML file."""
+def read_named_yaml(directory: Path, name_or_path: str | Path, what: str) -> tuple[object, str]:
+    """A spec file by name (DIRECTORY/NAME.yaml) or by path: its parsed YAML and its path.
+
+    An unknown name is a SpecError whose source is `what` ("model", "hardware") and lists
+    the names that exist.
+    """
     path = Path(name_or_path)
     if path.suffix not in (".yaml", ".yml"):
-        path = MODELS_DIR / f"{name_or_path}.yaml"
+        path = directory / f"{name_or_path}.yaml"
         if not path.exists():
-            raise SpecError("model", str(name_or_path), f"unknown model; available: {available_models()}")
+            names = sorted(p.stem for p in directory.glob("*.yaml"))
+            raise SpecError(what, str(name_or_path), f"unknown {what}; available: {names}")
     with open(path) as f:
-        raw = yaml.safe_load(f)
-    return model_spec_from_dict(raw, str(path))
+        return yaml.safe_load(f), str(path)
+
+
+def load_model_spec(name_or_path: str | Path) -> ModelSpec:
+    """A model by name (configs/models/NAME.yaml) or by path to a YAML file."""
+    return model_spec_from_dict(*read_named_yaml(MODELS_DIR, name_or_path, "model"))
 
 
 def blocks_for(num_tokens: int, block_size: int) -> int:
