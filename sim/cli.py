@@ -58,18 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--ylim", type=float, default=1.0, help="y-axis top of the plot, s/token (paper: 1.0)")
     run.set_defaults(func=_cmd_run)
 
-    try:
-        from sim.workload.cli import register as register_trace
-    except ImportError:  # pragma: no cover - the workload room is always shipped
-        register_trace = None
-    if register_trace is not None:
-        register_trace(sub)
-    for module in ("calibrate.cli", "sim.validate_cli", "sim.capacity_cli"):
-        try:
-            __import__(module)
-        except ImportError:
-            continue
-        sys.modules[module].register(sub)
+    # each room adds its own commands; imports stay light (no simpy or torch until a command runs)
+    from calibrate.cli import register as register_calibrate
+    from sim.capacity_cli import register as register_capacity
+    from sim.validate_cli import register as register_validate
+    from sim.workload.cli import register as register_trace
+
+    for register in (register_capacity, register_trace, register_calibrate, register_validate):
+        register(sub)
     return parser
 
 

@@ -1,0 +1,404 @@
+"""`servesim validate`: replay one trace on the real engine and in the simulator, and measure how far apart they are.
+
+For every system x rate the trace is built once (as `servesim run` builds it), checked against the
+served model before anything runs, replayed `repeats` times on the engine and once in the simulator
+with the profile cost model, over the same KV pool. Each real replay's measured iteration times are
+also fed back to the simulator in order (`exact`): it must then take the engine's decisions one for
+one, which proves that a real-vs-simulated difference is the cost model's error and nothing else.
+
+Writes results/validation/<name>/: summary.csv, sustainable.csv, fidelity.csv, requests.csv (the
+per-request join), iterations.csv (every real iteration beside the cost model's prediction),
+exact.csv, validation.json, summary.txt, normalized_latency.png, request_scatter.png.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from engine.core.system import SystemSpec
+from sim.output import write_csv, write_json, write_text
+from sim.run import make_cost_model, trace_for
+from sim.validate_checks import Pool, check_profile, check_trace, pool_for, serving_spec
+from sim.validate_config import ValidationConfig
+from sim.validate_metrics import (ITERATION_COLUMNS, REQUEST_JOIN_COLUMNS, SUMMARY_COLUMNS, iteration_breakdown,
+                                  iteration_errors, request_join, summary_row, sustainable_rates)
+from sim.validate_replay import (MeasuredClock, ReplayedTimes, ScheduleComparison, ScheduleDiverged,
+                                 compare_schedules, simulate_on_pool)
+from sim.workload.trace import Trace
+
+EXACT_COLUMNS = ("system", "rate", "repeat", "num_iterations", "num_requests", "same_batches", "same_preemptions",
+                 "max_time_diff_s", "identical", "first_mismatch")
+FIDELITY_COLUMNS = ("system", "max_normalized_latency_error", "rates_below_saturation", "max_p90_request_error",
+                    "sustainable_rate_error", "real_sustainable_rate", "sim_sustainable_rate",
+                    "max_real_repeat_spread", "mean_iteration_time_error", "exact_replay")
+TARGETS = {"max_normalized_latency_error": 0.05, "max_p90_request_error": 0.10, "sustainable_rate_error": 0.05}
+Log = Callable[[str], None]
+
+
+@dataclass
+class RealReplay:
+    """One real replay: its records as frames, and every iteration's measured time and batch."""
+    requests: pd.DataFrame
+    iterations: pd.DataFrame
+    times: list[float]
+    shapes: list
+    wall_s: float
+
+
+@dataclass
+class ValidationResult:
+    out_dir: Path
+    summary: pd.DataFrame
+    sustainable: pd.DataFrame
+    fidelity: pd.DataFrame
+    requests: pd.DataFrame
+    iterations: pd.DataFrame
+    exact: pd.DataFrame
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def all_exact(self) -> bool:
+        return bool(len(self.exact)) and bool(self.exact["identical"].all())
+
+
+# --- the real side ---------------------------------------------------------------------------
+@contextlib.contextmanager
+def torch_threads(threads: int | None):
+    import torch
+
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
+class RealSide:
+    """Engines for the configured systems, sharing one set of weights where the Engine allows it."""
+
+    def __init__(self, cfg: ValidationConfig, spec, seed: int):
+        self.cfg, self.spec, self.seed = cfg, spec, seed
+        self._decoder = None
+
+    def engine(self, system: SystemSpec, pool: Pool):
+        import inspect
+
+        from engine.runtime.engine import Engine
+
+        opts = self.cfg.options
+        kwargs = {"attention_backend": opts.attention_backend}
+        shares_weights = "model" in inspect.signature(Engine).parameters
+        if shares_weights and self._decoder is not None:
+            kwargs["model"] = self._decoder  # weights are random and seeded: the same for every system
+        engine = Engine(self.spec, system, opts.device, opts.resolved_dtype, self.seed, pool.num_gpu_blocks,
+                        pool.num_cpu_blocks, **kwargs)
+        if shares_weights:
+            self._decoder = engine.runner.model
+        warm_up(engine.runner, pool)
+        return engine
+
+    def replay(self, engine, clock: MeasuredClock, trace: Trace) -> RealReplay:
+        clock.reset()
+        started = time.perf_counter()
+        result = engine.replay(trace, self.cfg.options.sampling, time_fn=clock)
+        wall = time.perf_counter() - started
+        return RealReplay(pd.DataFrame(result.request_columns()), pd.DataFrame(result.iteration_columns()),
+                          list(clock.times), list(clock.shapes), wall)
+
+
+def warm_up(runner, pool: Pool) -> None:
+    """One untimed prefill + decode before the first replay, as the profiler warms up before it times:
+    a fresh process's first forward pays one-off allocation and dispatch costs no later iteration does."""
+    if pool.num_gpu_blocks >= 2:
+        runner.time_batch([pool.block_size], [pool.block_size], repeats=1, warmup=1)
+
+
+def exact_check(spec, system: SystemSpec, trace: Trace, pool: Pool, real: RealReplay) -> ScheduleComparison:
+    """Feed the simulator the engine's measured times, in order: the schedules must be identical."""
+    replayed = ReplayedTimes(real.times, real.shapes)
+    try:
+        records = simulate_on_pool(spec, system, trace, replayed, pool.num_gpu_blocks, pool.num_cpu_blocks)
+    except ScheduleDiverged as err:
+        return ScheduleComparison(len(real.iterations), len(real.requests), False, False, float("inf"), str(err))
+    comparison = compare_schedules(real.requests, real.iterations, records.requests_frame(),
+                                   records.iterations_frame())
+    if not replayed.exhausted and not comparison.first_mismatch:
+        comparison.same_batches = False
+        comparison.first_mismatch = (f"the simulator ran {replayed.position} of the engine's "
+                                     f"{len(real.times)} iterations")
+    return comparison
+
+
+# --- orchestration ----------------------------------------------------------------------------
+def warmup_for(cfg: ValidationConfig, trace: Trace) -> tuple[float, str]:
+    fraction = cfg.options.warmup_fraction
+    if fraction is None:
+        w = cfg.experiment.warmup_s
+        return w, f"arrivals in the first {w:g} s excluded (the paper's rule, experiment.warmup_s)"
+    w = fraction * float(trace.duration_s)
+    return w, (f"arrivals in the first {fraction:.0%} of each trace excluded ({w:.3g} s of {trace.duration_s:.3g} s "
+               f"at this rate): the paper's first-60-s rule, scaled to a short validation trace")
+
+
+def warmup_rule(cfg: ValidationConfig) -> str:
+    fraction = cfg.options.warmup_fraction
+    if fraction is None:
+        return f"arrivals in the first {cfg.experiment.warmup_s:g} s excluded (the paper's rule, experiment.warmup_s)"
+    return (f"arrivals in the first {fraction:.0%} of each trace's duration excluded: the paper's first-60-s "
+            f"rule, scaled to short validation traces (validation.warmup_fraction)")
+
+
+def build_traces(cfg: ValidationConfig, spec, seed: int) -> dict[float, Trace]:
+    """Every rate's trace, checked against the served model before anything runs."""
+    traces = {}
+    for rate in cfg.experiment.rates:
+        trace = trace_for(cfg.experiment, rate, seed)
+        if len(trace) == 0:
+            from engine.core.errors import SpecError
+            raise SpecError(cfg.source, "experiment.workload.duration_s",
+                            f"the trace at {rate:g} req/s has no request; lengthen the workload")
+        check_trace(trace, spec, cfg.source, what=f"experiment.workload (rate {rate:g} req/s)")
+        traces[rate] = trace
+    return traces
+
+
+def _row_line(row: dict) -> str:
+    exact = {True: "exact", False: "NOT EXACT", None: ""}[row["exact_replay"]]
+    return (f"  {row['system']:<18} {row['rate']:>6g} req/s  real {row['real_normalized_latency']:.4f} s/tok "
+            f"(spread {row['real_repeat_spread']:.1%})  sim {row['sim_normalized_latency']:.4f} "
+            f"({row['normalized_latency_error']:+.1%})  p90 req err {row['p90_request_error']:.1%}  "
+            f"batch {row['real_mean_batched_requests']:.1f}/{row['sim_mean_batched_requests']:.1f}  "
+            f"preempt {row['real_preemptions']:g}/{row['sim_preemptions']:g}  {exact}  [{row['real_wall_s']:.0f} s]")
+
+
+@dataclass
+class Plan:
+    """Everything a validation run needs, checked before the first replay."""
+    spec: object  # the ModelSpec both sides serve
+    seed: int
+    traces: dict[float, Trace]
+    pools: dict[str, Pool]
+    cost_models: dict
+    profile: object | None
+    repeats: int
+
+
+def plan(cfg: ValidationConfig, exact_only: bool) -> Plan:
+    """Refuse bad input before anything runs: the profile, the served length, every trace row, the pools."""
+    exp = cfg.experiment
+    profile = None if exact_only else check_profile(cfg)
+    spec = serving_spec(cfg)
+    seed = exp.seeds[0]
+    traces = build_traces(cfg, spec, seed)
+    pools = {s.name: pool_for(cfg, s, spec) for s in exp.systems}
+    cost_models = {} if exact_only else {s.name: make_cost_model(exp, s) for s in exp.systems}
+    return Plan(spec, seed, traces, pools, cost_models, profile, 1 if exact_only else cfg.options.repeats)
+
+
+def compare_one(cfg: ValidationConfig, p: Plan, system: SystemSpec, rate: float, reals: list[RealReplay],
+                exact: bool) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    """Simulate one trace with the cost model and line it up against its real replays."""
+    trace, pool, cost_model = p.traces[rate], p.pools[system.name], p.cost_models[system.name]
+    records = simulate_on_pool(p.spec, system, trace, cost_model, pool.num_gpu_blocks, pool.num_cpu_blocks)
+    sim_requests, sim_iterations = records.requests_frame(), records.iterations_frame()
+    warmup_s, rule = warmup_for(cfg, trace)
+    join = request_join(system.name, rate, [r.requests for r in reals], sim_requests, warmup_s)
+    errors = pd.concat([iteration_errors(system.name, rate, i, r.times, r.shapes, cost_model)
+                        for i, r in enumerate(reals)], ignore_index=True)
+    row = summary_row(system=system.name, rate=rate, seed=p.seed, join=join,
+                      real_requests=[r.requests for r in reals], real_iterations=[r.iterations for r in reals],
+                      sim_requests=sim_requests, sim_iterations=sim_iterations, iteration_errors=errors,
+                      pool_slots=pool.num_slots, warmup_s=warmup_s, threshold=cfg.options.latency_threshold,
+                      exact_replay=exact, real_wall_s=sum(r.wall_s for r in reals), cost_model=cost_model.source,
+                      warmup_rule=rule)
+    return row, join, errors
+
+
+def exact_rows_for(p: Plan, system: SystemSpec, rate: float, reals: list[RealReplay]) -> list[dict]:
+    rows = []
+    for r, real in enumerate(reals):
+        comparison = exact_check(p.spec, system, p.traces[rate], p.pools[system.name], real)
+        rows.append({"system": system.name, "rate": rate, "repeat": r, **asdict(comparison),
+                     "identical": comparison.identical})
+    return rows
+
+
+def validate(cfg: ValidationConfig, out_dir: str | Path, *, exact_only: bool = False,
+             log: Log = print) -> ValidationResult:
+    started, load_before = time.perf_counter(), _loadavg()
+    p = plan(cfg, exact_only)
+    real_side = RealSide(cfg, p.spec, p.seed)
+    summary_rows, joins, iteration_frames, exact_rows = [], [], [], []
+    with torch_threads(cfg.options.torch_threads) as threads:
+        for system in cfg.experiment.systems:
+            engine = real_side.engine(system, p.pools[system.name])
+            clock = MeasuredClock(engine.runner)
+            for rate, trace in p.traces.items():
+                reals = [real_side.replay(engine, clock, trace) for _ in range(p.repeats)]
+                rows = exact_rows_for(p, system, rate, reals)
+                exact_rows.extend(rows)
+                exact = all(row["identical"] for row in rows)
+                if exact_only:
+                    log(f"  {system.name:<18} {rate:>6g} req/s  {len(reals[0].iterations)} iterations: "
+                        f"{'identical schedule' if exact else 'DIFFERENT: ' + rows[-1]['first_mismatch']}")
+                    continue
+                row, join, errors = compare_one(cfg, p, system, rate, reals, exact)
+                log(_row_line(row))
+                summary_rows.append(row)
+                joins.append(join)
+                iteration_frames.append(errors)
+            del engine, clock
+    summary = pd.DataFrame(summary_rows, columns=list(SUMMARY_COLUMNS))
+    exact_frame = pd.DataFrame(exact_rows, columns=list(EXACT_COLUMNS))
+    sustainable = sustainable_rates(summary, cfg.options.latency_threshold) if len(summary) else pd.DataFrame()
+    fidelity = fidelity_table(summary, sustainable, exact_frame) if len(summary) else pd.DataFrame()
+    requests = pd.concat(joins, ignore_index=True) if joins else pd.DataFrame(columns=list(REQUEST_JOIN_COLUMNS))
+    iterations = (pd.concat(iteration_frames, ignore_index=True) if iteration_frames
+                  else pd.DataFrame(columns=list(ITERATION_COLUMNS)))
+    meta = run_meta(cfg, p, threads, exact_only, load_before, started)
+    result = ValidationResult(Path(out_dir), summary, sustainable, fidelity, requests, iterations, exact_frame, meta)
+    write_outputs(result, cfg, exact_only)
+    return result
+
+
+def run_meta(cfg: ValidationConfig, p: Plan, threads: int, exact_only: bool, load_before, started: float) -> dict:
+    """validation.json: what ran, where, under what load, and which rules applied."""
+    exp, opts, profile = cfg.experiment, cfg.options, p.profile
+    return {
+        "name": cfg.name, "config": cfg.source, "mode": "exact" if exact_only else "validate",
+        "model": exp.model.name, "max_model_len": p.spec.max_seq_len, "device": opts.device,
+        "device_name": _device_name(opts.device), "dtype": opts.resolved_dtype, "torch_threads": threads,
+        "attention_backend": opts.attention_backend, "repeats": p.repeats, "seed": p.seed,
+        "systems": [s.name for s in exp.systems], "rates": list(exp.rates),
+        "pool": {s: asdict(pool) for s, pool in p.pools.items()},
+        "workload": {str(rate): t.source for rate, t in p.traces.items()},
+        "requests_per_rate": {str(rate): len(t) for rate, t in p.traces.items()},
+        "warmup_rule": warmup_rule(cfg),
+        "engine_warmup": "one untimed prefill + decode per engine before its first replay",
+        "latency_threshold_s_per_token": opts.latency_threshold,
+        "cost_model": None if exact_only else str(exp.cost_model.profile_path),
+        "profile": None if profile is None else {
+            "model": profile.model, "device": profile.device, "device_name": profile.device_name,
+            "dtype": profile.dtype, "heldout_mape": profile.heldout_mape, "created": profile.created},
+        "load_average_before": load_before, "load_average_after": _loadavg(),
+        "cpu_count": os.cpu_count(), "wall_s": round(time.perf_counter() - started, 1),
+    }
+
+
+def fidelity_table(summary: pd.DataFrame, sustainable: pd.DataFrame, exact: pd.DataFrame) -> pd.DataFrame:
+    """Per system, the issue's three targets: normalized-latency error below saturation, p90 per-request
+    error (below saturation), sustainable rate; with the real run-to-run spread beside them."""
+    rows = []
+    for system, rows_ in summary.groupby("system", sort=False):
+        below = rows_[rows_["below_saturation"]]
+        sust = sustainable[sustainable["system"] == system].iloc[0]
+        rows.append({
+            "system": system,
+            "max_normalized_latency_error": float(below["normalized_latency_error"].abs().max())
+            if len(below) else float("nan"),
+            "rates_below_saturation": " ".join(f"{r:g}" for r in below["rate"]),
+            "max_p90_request_error": float(below["p90_request_error"].max()) if len(below) else float("nan"),
+            "sustainable_rate_error": float(sust["sustainable_rate_error"]),
+            "real_sustainable_rate": float(sust["real_sustainable_rate"]),
+            "sim_sustainable_rate": float(sust["sim_sustainable_rate"]),
+            "max_real_repeat_spread": float(rows_["real_repeat_spread"].max()),
+            "mean_iteration_time_error": float(rows_["iteration_time_error"].mean()),
+            "exact_replay": bool(exact[exact["system"] == system]["identical"].all()),
+        })
+    return pd.DataFrame(rows, columns=list(FIDELITY_COLUMNS))
+
+
+def fidelity_text(fidelity: pd.DataFrame, sustainable: pd.DataFrame | None = None) -> str:
+    def pct(v: float) -> str:
+        return "   n/a" if v != v else f"{v:6.1%}"
+
+    header = (f"{'system':<18} {'|norm err|':>10} {'p90 req':>8} {'sust. real':>10} {'sust. sim':>10} "
+              f"{'sust err':>8} {'spread':>7} {'iter err':>8}  exact")
+    lines = [header, "-" * len(header)]
+    for _, r in fidelity.iterrows():
+        lines.append(f"{r['system']:<18} {pct(r['max_normalized_latency_error']):>10} "
+                     f"{pct(r['max_p90_request_error']):>8} {r['real_sustainable_rate']:>10.3g} "
+                     f"{r['sim_sustainable_rate']:>10.3g} {pct(abs(r['sustainable_rate_error'])):>8} "
+                     f"{pct(r['max_real_repeat_spread']):>7} {pct(r['mean_iteration_time_error']):>8}  "
+                     f"{'yes' if r['exact_replay'] else 'NO'}")
+    lines.append(f"targets: |norm err| <= {TARGETS['max_normalized_latency_error']:.0%} and p90 request error <= "
+                 f"{TARGETS['max_p90_request_error']:.0%} at rates below saturation (real normalized latency under "
+                 f"the threshold), sustainable rate within {TARGETS['sustainable_rate_error']:.0%}; spread = real "
+                 f"run-to-run (max-min)/mean; iter err = cost model's mean |error| per real iteration")
+    if sustainable is not None and len(sustainable):
+        off_range = (sustainable["real_bound"] != "interpolated") | (sustainable["sim_bound"] != "interpolated")
+        bounds = sustainable[off_range]
+        for _, r in bounds.iterrows():
+            lines.append(f"note: {r['system']}: sustainable rate real {r['real_bound']}, sim {r['sim_bound']} "
+                         f"(rates {r['rates']}); widen experiment.rates to bracket it")
+    return "\n".join(lines)
+
+
+def breakdown_text(iterations: pd.DataFrame) -> str:
+    lines = ["cost model on the engine's own iterations (predicted / measured - 1), by kind:"]
+    for _, r in iteration_breakdown(iterations).iterrows():
+        lines.append(f"  {r['kind']:<8} {int(r['count']):>6} iterations  "
+                     f"median measured {r['median_measured_s'] * 1e3:8.1f} ms"
+                     f"  predicted {r['median_predicted_s'] * 1e3:8.1f} ms  mean error {r['mean_error']:+6.1%}"
+                     f"  mean |error| {r['mean_abs_error']:5.1%}")
+    return "\n".join(lines)
+
+
+def write_outputs(result: ValidationResult, cfg: ValidationConfig, exact_only: bool) -> None:
+    out = result.out_dir
+    write_csv(result.exact, out / "exact.csv")
+    write_json(result.meta, out / "validation.json")
+    if exact_only:
+        return
+    from sim.validate_plots import fidelity_plot, request_scatter
+
+    write_csv(result.summary, out / "summary.csv")
+    write_csv(result.sustainable, out / "sustainable.csv")
+    write_csv(result.fidelity, out / "fidelity.csv")
+    write_csv(result.requests, out / "requests.csv")
+    write_csv(result.iterations, out / "iterations.csv")
+    exp = cfg.experiment
+    title = (f"{exp.model.name} on {result.meta['device_name']} ({cfg.options.device}, {cfg.options.resolved_dtype}): "
+             f"real (solid) vs sim (dashed)")
+    fidelity_plot(result.summary, out / "normalized_latency.png", title=title,
+                  threshold=cfg.options.latency_threshold)
+    request_scatter(result.requests, out / "request_scatter.png", title=f"{exp.model.name}: per-request latency")
+    text = fidelity_text(result.fidelity, result.sustainable)
+    write_text(f"{cfg.name}: {result.meta['warmup_rule']}\n{text}\n{breakdown_text(result.iterations)}\n",
+               out / "summary.txt")
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def _device_name(device: str) -> str:
+    if device == "cuda":
+        import torch
+        return torch.cuda.get_device_name()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return f"{line.split(':', 1)[1].strip()} x{os.cpu_count()}"
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def default_out_dir(cfg: ValidationConfig) -> Path:
+    return Path("results") / "validation" / cfg.name
+
+

@@ -1,0 +1,51 @@
+"""`servesim validate CONFIG`: real engine vs simulator on the same traces (see sim/validate.py)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+
+def _cmd_validate(args) -> int:
+    from sim.validate import breakdown_text, default_out_dir, fidelity_text, validate
+    from sim.validate_config import load_validation
+
+    overrides = list(args.set) + ([f"validation.repeats={args.repeats}"] if args.repeats is not None else [])
+    cfg = load_validation(args.config, overrides)
+    out_dir = Path(args.out) if args.out else default_out_dir(cfg)
+    exp, opts = cfg.experiment, cfg.options
+    mode = "exact replay (engine times fed back to the simulator)" if args.exact else \
+        f"{opts.repeats} real replays + 1 simulated per trace"
+    print(f"servesim validate: {cfg.name}: {exp.model.name} on {opts.device} ({opts.resolved_dtype}), "
+          f"{len(exp.systems)} systems x {len(exp.rates)} rates, {mode} -> {out_dir}")
+    started = time.perf_counter()
+    result = validate(cfg, out_dir, exact_only=args.exact)
+    elapsed = time.perf_counter() - started
+    if args.exact:
+        bad = result.exact[~result.exact["identical"]]
+        print(f"exact replay: {len(result.exact) - len(bad)}/{len(result.exact)} schedules identical "
+              f"({int(result.exact['num_iterations'].sum())} iterations); wrote {out_dir}/exact.csv "
+              f"in {elapsed:.0f} s")
+        for _, row in bad.iterrows():
+            print(f"  {row['system']} at {row['rate']:g} req/s: {row['first_mismatch']}")
+        return 0 if result.all_exact else 1
+    print(f"warm-up: {result.meta['warmup_rule']}")
+    print(fidelity_text(result.fidelity, result.sustainable))
+    print(breakdown_text(result.iterations))
+    print(f"engine and simulator schedules identical when fed the measured times: "
+          f"{'yes' if result.all_exact else 'NO (see exact.csv)'}")
+    print(f"wrote {out_dir}/summary.csv, sustainable.csv, fidelity.csv, requests.csv, iterations.csv, exact.csv, "
+          f"normalized_latency.png, request_scatter.png in {elapsed:.0f} s")
+    return 0 if result.all_exact else 1
+
+
+def register(sub) -> None:
+    p = sub.add_parser("validate", help="replay traces on the real engine and in the simulator; measure the gap")
+    p.add_argument("config", help="validation YAML, e.g. configs/validation/cpu-opt-125m.yaml")
+    p.add_argument("--out", help="output directory (default results/validation/<name>)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key, e.g. --set experiment.rates=[1,2] --set validation.repeats=3")
+    p.add_argument("--repeats", type=int, help="real replays per trace (overrides validation.repeats)")
+    p.add_argument("--exact", action="store_true",
+                   help="only prove the control planes agree: feed the simulator the engine's measured "
+                        "iteration times and require the identical schedule (one real replay per trace)")
+    p.set_defaults(func=_cmd_validate)

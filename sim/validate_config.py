@@ -1,0 +1,209 @@
+"""A validation YAML -> an Experiment plus the options of the real replay. Every error names file and key.
+
+    name: cpu-opt-125m            # optional; default: the file's stem
+    experiment:                   # an experiment mapping, exactly as in configs/*.yaml
+      model: opt-125m
+      hardware: cpu-host.yaml
+      cost_model: calibrate/profiles/cpu-opt-125m.yaml   # a profile measured on validation.device
+      workload: {...}
+      systems: [...]
+      rates: [...]
+      seeds: [0]
+    validation:
+      device: cpu                 # cpu | cuda: where the real engine runs
+      dtype: null                 # null: float32 on cpu, float16 on cuda; must be the profile's
+      repeats: 2                  # real replays of every trace (>= 2 reports run-to-run spread)
+      num_gpu_blocks: 48          # the KV pool, the same on both sides (null: the experiment's pool)
+      num_cpu_blocks: null        # swap space in blocks, both sides (null: as many as num_gpu_blocks)
+      max_model_len: 256          # serving cap on prompt + output (null: the model's max_seq_len)
+      latency_threshold: 0.5      # s/token: the sustainable rate is where normalized latency crosses it
+      warmup_fraction: 0.1        # exclude arrivals in the first 10% of each trace (null: experiment.warmup_s)
+      attention_backend: auto     # auto | torch | triton
+      torch_threads: null         # torch intra-op threads for the real engine (null: torch's default)
+      sampling: greedy            # greedy | random
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from engine.core.errors import SpecError
+from sim.config import Experiment, apply_overrides, experiment_from_dict
+
+TOP_LEVEL_KEYS = {"name": "label for outputs (default: the file's stem)",
+                  "experiment": "the experiment mapping (same schema as configs/*.yaml)",
+                  "validation": "options of the real-vs-simulated comparison"}
+DEVICES = ("cpu", "cuda")
+DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
+               "bfloat16": "bfloat16", "bf16": "bfloat16"}
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+BACKENDS = ("auto", "torch", "triton")
+SAMPLING = ("greedy", "random")
+
+
+@dataclass(frozen=True)
+class ValidationOptions:
+    device: str = "cpu"
+    dtype: str | None = None
+    repeats: int = 2
+    num_gpu_blocks: int | None = None
+    num_cpu_blocks: int | None = None
+    max_model_len: int | None = None
+    latency_threshold: float = 0.5
+    warmup_fraction: float | None = 0.1
+    attention_backend: str = "auto"
+    torch_threads: int | None = None
+    sampling: str = "greedy"
+
+    @property
+    def resolved_dtype(self) -> str:
+        """The engine's dtype as the profile names it."""
+        if self.dtype is None:
+            return "float16" if self.device == "cuda" else "float32"
+        return DTYPE_NAMES[self.dtype]
+
+
+OPTION_HELP = {
+    "device": "cpu | cuda: where the real engine runs",
+    "dtype": "float32 | float16 | bfloat16, or null for the device's default",
+    "repeats": "real replays per trace (>= 1; 2 or more report run-to-run spread)",
+    "num_gpu_blocks": "KV pool in blocks on both sides (null: the experiment's pool)",
+    "num_cpu_blocks": "swap space in blocks on both sides (null: as many as num_gpu_blocks)",
+    "max_model_len": "serving cap on prompt + output tokens (null: the model's max_seq_len)",
+    "latency_threshold": "normalized latency (s/token) that defines the sustainable rate",
+    "warmup_fraction": "exclude arrivals in this leading share of each trace (null: experiment.warmup_s)",
+    "attention_backend": "auto | torch | triton",
+    "torch_threads": "torch intra-op threads for the real engine (null: torch's default)",
+    "sampling": "greedy | random",
+}
+
+
+@dataclass(frozen=True)
+class ValidationConfig:
+    name: str
+    source: str
+    experiment: Experiment
+    options: ValidationOptions
+    raw: dict
+
+
+def _count(value: Any, source: str, key: str, minimum: int = 1, nullable: bool = True) -> int | None:
+    if value is None and nullable:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise SpecError(source, key, f"must be an integer >= {minimum}{' or null' if nullable else ''}, got {value!r}")
+    return value
+
+
+def _positive(value: Any, source: str, key: str) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value <= 0:
+        raise SpecError(source, key, f"must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _fraction(value: Any, source: str, key: str) -> float | None:
+    if value is None:
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1
+    if not ok:
+        raise SpecError(source, key, f"must be a share in [0, 1) or null, got {value!r}")
+    return float(value)
+
+
+def _choice(value: Any, source: str, key: str, choices) -> str:
+    if value not in choices:
+        raise SpecError(source, key, f"{value!r} is not one of {list(choices)}")
+    return value
+
+
+def options_from_dict(raw: Any, source: str) -> ValidationOptions:
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise SpecError(source, "validation", f"must be a mapping; valid keys are {sorted(OPTION_HELP)}")
+    for key in raw:
+        if key not in OPTION_HELP:
+            raise SpecError(source, f"validation.{key}", f"unknown key; valid keys are {sorted(OPTION_HELP)}")
+    d = ValidationOptions()
+    k = "validation."
+    dtype = raw.get("dtype", d.dtype)
+    if dtype is not None:
+        _choice(dtype, source, k + "dtype", list(DTYPE_NAMES))
+    return ValidationOptions(
+        device=_choice(raw.get("device", d.device), source, k + "device", DEVICES),
+        dtype=dtype,
+        repeats=_count(raw.get("repeats", d.repeats), source, k + "repeats", nullable=False),
+        num_gpu_blocks=_count(raw.get("num_gpu_blocks"), source, k + "num_gpu_blocks"),
+        num_cpu_blocks=_count(raw.get("num_cpu_blocks"), source, k + "num_cpu_blocks", minimum=0),
+        max_model_len=_count(raw.get("max_model_len"), source, k + "max_model_len", minimum=2),
+        latency_threshold=_positive(raw.get("latency_threshold", d.latency_threshold), source,
+                                    k + "latency_threshold"),
+        warmup_fraction=_fraction(raw.get("warmup_fraction", d.warmup_fraction), source, k + "warmup_fraction"),
+        attention_backend=_choice(raw.get("attention_backend", d.attention_backend), source,
+                                  k + "attention_backend", BACKENDS),
+        torch_threads=_count(raw.get("torch_threads"), source, k + "torch_threads"),
+        sampling=_choice(raw.get("sampling", d.sampling), source, k + "sampling", SAMPLING),
+    )
+
+
+def validation_from_dict(raw: Any, source: str, base_dir: Path) -> ValidationConfig:
+    if not isinstance(raw, dict):
+        raise SpecError(source, "", "a validation file must be a YAML mapping with `experiment:` and `validation:`")
+    for key in raw:
+        if key not in TOP_LEVEL_KEYS:
+            raise SpecError(source, key, f"unknown key; valid keys are {sorted(TOP_LEVEL_KEYS)} "
+                            "(experiment keys go under `experiment:`)")
+    if "experiment" not in raw:
+        raise SpecError(source, "experiment", f"missing required key ({TOP_LEVEL_KEYS['experiment']})")
+    name = str(raw.get("name", Path(source).stem))
+    experiment_raw = raw["experiment"]
+    if not isinstance(experiment_raw, dict):
+        raise SpecError(source, "experiment", "must be a mapping (model, hardware, workload, rates, ...)")
+    experiment_raw = {"name": name, **experiment_raw}
+    try:
+        exp = experiment_from_dict(experiment_raw, source, base_dir)
+    except SpecError as err:  # say where the key lives in this file
+        if err.source == source and err.key:
+            raise SpecError(source, f"experiment.{err.key}", err.message) from None
+        raise
+    options = options_from_dict(raw.get("validation"), source)
+    if exp.replicas != 1:
+        raise SpecError(source, "experiment.replicas", "validation replays one engine; set replicas: 1")
+    if exp.tensor_parallel != 1:
+        raise SpecError(source, "experiment.tensor_parallel", "the real engine runs on one device; set 1")
+    if exp.cost_model.kind != "profile":
+        raise SpecError(source, "experiment.cost_model", "validation measures a calibrated profile: give the "
+                        "path of a profile measured on validation.device (servesim calibrate profile/fit)")
+    dtype_bytes = DTYPE_BYTES[options.resolved_dtype]
+    if exp.dtype_bytes != dtype_bytes:
+        raise SpecError(source, "experiment.dtype_bytes", (
+            f"is {exp.dtype_bytes}, but the engine runs {options.resolved_dtype} ({dtype_bytes} bytes); "
+            f"set dtype_bytes: {dtype_bytes}"))
+    if len(exp.seeds) != 1:
+        raise SpecError(source, "experiment.seeds", f"validation replays one trace per rate; give one seed, "
+                        f"got {list(exp.seeds)}")
+    block_sizes = {s.block_size for s in exp.systems}
+    if options.num_gpu_blocks is None and len(block_sizes) > 1:
+        raise SpecError(source, "validation.num_gpu_blocks", "systems differ in block_size: give the pool in blocks")
+    return ValidationConfig(name, source, exp, options, raw)
+
+
+def load_validation(path: str | Path, overrides: list[str] | None = None) -> ValidationConfig:
+    """Read a validation YAML; --set overrides address it whole (experiment.rates=[1,2], validation.repeats=1)."""
+    path = Path(path)
+    source = str(path)
+    if not path.exists():
+        raise SpecError(source, "", "no such file")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise SpecError(source, "", f"not valid YAML: {err}") from None
+    if raw is None:
+        raise SpecError(source, "", "the file is empty")
+    if isinstance(raw, dict):
+        raw = apply_overrides(raw, overrides or [], source)
+    return validation_from_dict(raw, source, path.resolve().parent)

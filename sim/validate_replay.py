@@ -1,0 +1,184 @@
+"""One trace on both data planes over the same KV pool: the real engine, and the SimPy replica.
+
+`MeasuredClock` is the engine's time_fn that returns the runner's own measurement, unchanged,
+and keeps it (with the batch it timed); `ReplayedTimes` is a cost model that hands those times
+back to the simulator in order. Fed them, the simulator must take the engine's decisions one
+for one: `compare_schedules` says whether it did.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from calibrate.costmodel import CostModel
+from engine.core.batch import Batch
+from engine.core.factory import make_scheduler
+from engine.core.spec import ModelSpec
+from engine.core.system import SystemSpec
+from sim.records import Records
+from sim.replica import Replica
+from sim.router import arrivals
+from sim.workload.trace import Trace
+
+# what a batch is, for the schedule comparison and the per-iteration cost-model check
+DECISION_COLUMNS = ("num_prefill_tokens", "num_prefills", "num_decodes", "sum_decode_context",
+                    "num_running_groups", "num_waiting", "num_swap_blocks", "num_copy_blocks")
+TIME_COLUMNS = ("start_s", "duration_s")
+REQUEST_DECISIONS = ("request_id", "prompt_len", "output_len", "n", "num_preemptions")
+REQUEST_TIMES = ("arrival_s", "first_token_s", "finish_s")
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    """What a cost model reads from a Batch, kept after the batch is gone."""
+    prefill_lens: tuple[int, ...]
+    decode_context_lens: tuple[int, ...]
+    num_swap_blocks: int
+    num_running_groups: int
+
+    @classmethod
+    def of(cls, batch: Batch) -> "BatchShape":
+        return cls(tuple(batch.prefill_lens), tuple(batch.decode_context_lens), batch.num_swap_blocks,
+                   batch.num_running_groups)
+
+    def as_batch(self) -> Batch:
+        """A stand-in Batch with the same cost-model features (ids are irrelevant to cost)."""
+        swaps = [(0, 0)] * self.num_swap_blocks
+        return Batch(prefill_seq_ids=list(range(len(self.prefill_lens))), prefill_lens=list(self.prefill_lens),
+                     decode_seq_ids=list(range(len(self.decode_context_lens))),
+                     decode_context_lens=list(self.decode_context_lens), blocks_to_swap_out=swaps,
+                     num_running_groups=self.num_running_groups)
+
+
+class MeasuredClock:
+    """An Engine time_fn that changes nothing: each iteration costs what the runner measured.
+
+    The engine calls runner.execute (which times the iteration) and then time_fn(batch); this
+    wraps the runner's execute to catch the measurement and returns it, so the engine's clock
+    advances exactly as without a time_fn, and `times` / `shapes` hold every iteration in order.
+    """
+
+    def __init__(self, runner):
+        self.times: list[float] = []
+        self.shapes: list[BatchShape] = []
+        self._last: float | None = None
+        execute = runner.execute
+
+        def timed_execute(*args, **kwargs):
+            sampled, seconds = execute(*args, **kwargs)
+            self._last = seconds
+            return sampled, seconds
+
+        runner.execute = timed_execute
+
+    def __call__(self, batch: Batch) -> float:
+        if self._last is None:
+            raise RuntimeError("the engine asked for an iteration's time before running it")
+        seconds, self._last = self._last, None
+        self.times.append(seconds)
+        self.shapes.append(BatchShape.of(batch))
+        return seconds
+
+    def reset(self) -> None:
+        self.times, self.shapes, self._last = [], [], None
+
+
+class ScheduleDiverged(AssertionError):
+    """The simulator asked for a batch the engine did not run: the control planes differ."""
+
+
+class ReplayedTimes(CostModel):
+    """The engine's measured iteration times, handed back in order.
+
+    With `expected` (the engine's BatchShape per iteration) every batch the simulator runs is
+    checked against the one the engine ran at that position; a difference raises ScheduleDiverged.
+    """
+
+    source = "replayed engine times"
+
+    def __init__(self, times: list[float], expected: list[BatchShape] | None = None):
+        if expected is not None and len(expected) != len(times):
+            raise ValueError(f"{len(times)} times but {len(expected)} recorded batches")
+        self.times, self.expected, self.position = list(times), expected, 0
+
+    def step_time(self, batch: Batch) -> float:
+        i = self.position
+        if i >= len(self.times):
+            raise ScheduleDiverged(f"the simulator runs iteration {i}, but the engine ran only {len(self.times)}")
+        if self.expected is not None:
+            got = BatchShape.of(batch)
+            if got != self.expected[i]:
+                raise ScheduleDiverged(f"iteration {i}: the simulator batches {got}, the engine batched "
+                                       f"{self.expected[i]}")
+        self.position += 1
+        return self.times[i]
+
+    def iteration_time(self, batch: Batch) -> float:  # the measured time already includes swaps
+        return self.step_time(batch)
+
+    def swap_time(self, num_blocks: int) -> float:
+        return 0.0
+
+    @property
+    def exhausted(self) -> bool:
+        return self.position == len(self.times)
+
+
+def simulate_on_pool(spec: ModelSpec, system: SystemSpec, trace: Trace, cost_model: CostModel,
+                     num_gpu_blocks: int, num_cpu_blocks: int) -> Records:
+    """One replica over exactly this pool, run until every request finishes (no horizon: the real
+    engine has none either)."""
+    env, records = simpy.Environment(), Records()
+    scheduler = make_scheduler(system, spec, num_gpu_blocks, num_cpu_blocks)
+    replica = Replica(env, 0, scheduler, cost_model, records, horizon_s=math.inf)
+    env.process(arrivals(env, trace, [replica], "round_robin"))
+    env.run()
+    return records
+
+
+@dataclass
+class ScheduleComparison:
+    """How the simulator's replay (fed the engine's times) compares with the engine's run."""
+    num_iterations: int
+    num_requests: int
+    same_batches: bool
+    same_preemptions: bool
+    max_time_diff_s: float
+    first_mismatch: str = ""
+
+    @property
+    def identical(self) -> bool:
+        return self.same_batches and self.same_preemptions and self.max_time_diff_s <= 1e-9
+
+
+def _first_row_mismatch(real: pd.DataFrame, sim: pd.DataFrame, columns, what: str) -> str:
+    if len(real) != len(sim):
+        return f"{what}: engine has {len(real)} rows, simulator {len(sim)}"
+    for column in columns:
+        a, b = real[column].to_numpy(), sim[column].to_numpy()
+        diff = np.flatnonzero(a != b)
+        if len(diff):
+            i = int(diff[0])
+            return f"{what} {i}: {column} is {a[i]} on the engine, {b[i]} in the simulator"
+    return ""
+
+
+def _max_abs_diff(real: pd.DataFrame, sim: pd.DataFrame, columns) -> float:
+    if len(real) != len(sim) or not len(real):
+        return 0.0 if len(real) == len(sim) else math.inf
+    diffs = [np.nanmax(np.abs(real[c].to_numpy(float) - sim[c].to_numpy(float))) for c in columns]
+    return float(max(diffs))
+
+
+def compare_schedules(real_requests: pd.DataFrame, real_iterations: pd.DataFrame,
+                      sim_requests: pd.DataFrame, sim_iterations: pd.DataFrame) -> ScheduleComparison:
+    batches = _first_row_mismatch(real_iterations, sim_iterations, DECISION_COLUMNS, "iteration")
+    requests = _first_row_mismatch(real_requests, sim_requests, REQUEST_DECISIONS, "request")
+    times = max(_max_abs_diff(real_iterations, sim_iterations, TIME_COLUMNS),
+                _max_abs_diff(real_requests, sim_requests, REQUEST_TIMES))
+    first = batches or requests or ("" if times <= 1e-9 else f"timestamps differ by up to {times:.3g} s")
+    return ScheduleComparison(len(real_iterations), len(real_requests), not batches, not requests, times, first)

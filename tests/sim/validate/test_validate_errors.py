@@ -1,0 +1,70 @@
+"""Bad input stops before anything runs, with a message that names the file, the key or row, and both sides."""
+import pytest
+
+from validate_tiny import TINY_VALIDATION, profile_text
+from engine.core.errors import SpecError
+from sim.cli import main
+from sim.validate import RealSide, validate
+from sim.validate_config import load_validation
+
+
+@pytest.fixture
+def no_engine(monkeypatch):
+    """Fail the test if validation gets as far as building a real engine."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("an engine was built before the input was checked")
+    monkeypatch.setattr(RealSide, "engine", refuse)
+
+
+def test_a_profile_for_another_model_is_refused_naming_both(tiny_validation, tmp_path, no_engine):
+    cfg = load_validation(tiny_validation(profile=profile_text(model="opt-125m")))
+    with pytest.raises(SpecError) as err:
+        validate(cfg, tmp_path / "out", log=lambda line: None)
+    message = str(err.value)
+    assert "profile.yaml" in message and "opt-125m" in message and "opt-tiny" in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_profile_for_another_device_is_refused_naming_both(tiny_validation, tmp_path, no_engine):
+    cfg = load_validation(tiny_validation(profile=profile_text(device="cuda", dtype="float16")))
+    with pytest.raises(SpecError) as err:
+        validate(cfg, tmp_path / "out", log=lambda line: None)
+    message = str(err.value)
+    assert "on cuda" in message and "on cpu" in message and err.value.key == "device"
+
+
+def test_a_profile_in_another_dtype_is_refused(tiny_validation, tmp_path, no_engine):
+    cfg = load_validation(tiny_validation(profile=profile_text(dtype="bfloat16")))
+    with pytest.raises(SpecError, match="bfloat16.*float32"):
+        validate(cfg, tmp_path / "out", log=lambda line: None)
+
+
+def test_a_request_over_the_max_length_is_reported_by_row(tiny_validation, tmp_path, no_engine, capsys):
+    lengths = "prompt_len,output_len\n12,6\n30,10\n100,60\n"  # 160 tokens > max_model_len 128
+    path = tiny_validation(lengths=lengths)
+    assert main(["validate", str(path), "--out", str(tmp_path / "out")]) == 2
+    message = capsys.readouterr().err
+    assert "row" in message and "prompt 100 + output 60 = 160 tokens" in message and "128" in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_pool_smaller_than_one_reservation_is_refused(tiny_validation, no_engine, tmp_path):
+    cfg = load_validation(tiny_validation(TINY_VALIDATION.replace("num_gpu_blocks: 16", "num_gpu_blocks: 4")))
+    with pytest.raises(SpecError, match="validation.num_gpu_blocks.*at least 8 blocks"):
+        validate(cfg, tmp_path / "out", log=lambda line: None)
+
+
+@pytest.mark.parametrize("edit, key", [
+    (("device: cpu", "device: tpu"), "validation.device"),
+    (("repeats: 2", "repeats: 0"), "validation.repeats"),
+    (("torch_threads: 1", "torch_thread: 1"), "validation.torch_thread"),
+    (("seeds: [0]", "seeds: [0, 1]"), "experiment.seeds"),
+    (("dtype_bytes: 4", "dtype_bytes: 2"), "experiment.dtype_bytes"),
+    (("rates: [4, 12]", "rate: [4, 12]"), "experiment.rate"),
+    (("name: tiny", "nam: tiny"), "nam"),
+])
+def test_bad_keys_name_the_key(tiny_validation, edit, key):
+    with pytest.raises(SpecError) as err:
+        load_validation(tiny_validation(TINY_VALIDATION.replace(*edit)))
+    assert err.value.key == key
+    assert "tiny.yaml" in str(err.value)

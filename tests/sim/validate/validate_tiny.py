@@ -1,0 +1,65 @@
+"""The tiny validation config on opt-tiny, its lengths, and a profile to go with it (tests only).
+
+The profile's coefficients are written here, not measured: the tests check that `servesim validate`
+runs, refuses bad input and proves the two control planes agree, not how good a fit is.
+"""
+import textwrap
+
+TINY_LENGTHS = """\
+prompt_len,output_len
+12,6
+30,10
+20,16
+48,8
+8,24
+40,12
+16,20
+60,6
+"""
+
+TINY_VALIDATION = """\
+name: tiny
+experiment:
+  model: opt-tiny
+  hardware: a100-40gb
+  dtype_bytes: 4
+  cost_model: profile.yaml
+  workload: {dataset: lengths.csv, arrival: poisson, duration_s: 1.0}
+  systems: [fastertransformer, orca-max, orca-pow2, orca-oracle, vllm]
+  rates: [4, 12]
+  seeds: [0]
+validation:
+  device: cpu
+  repeats: 2
+  num_gpu_blocks: 16
+  max_model_len: 128
+  latency_threshold: 0.004
+  attention_backend: torch
+  torch_threads: 1
+"""
+
+
+def profile_text(model: str = "opt-tiny", device: str = "cpu", dtype: str = "float32") -> str:
+    return textwrap.dedent(f"""\
+        model: {model}
+        device: {device}
+        device_name: test device
+        dtype: {dtype}
+        tensor_parallel: 1
+        block_size: 16
+        knee_tokens: 256
+        coefficients:
+          fixed_s: 0.0015
+          per_token_s: 1.0e-5
+          per_token_over_knee_s: 0.0
+          prefill_attention_s: 1.0e-8
+          decode_context_s: 1.0e-7
+          per_sequence_s: 5.0e-5
+        heldout_mape: 0.05
+        heldout_p95_ape: 0.1
+        train_rows: 10
+        heldout_rows: 2
+        created: '2026-01-01'
+        command: written by tests/sim/validate/conftest.py
+        swap_s_per_block: 1.0e-5
+        """)
