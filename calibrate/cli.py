@@ -14,6 +14,10 @@ def _cmd_profile(args) -> int:
     from engine.core.spec import load_model_spec
 
     spec = load_model_spec(args.model)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)  # the engine being calibrated must run with the same
     raw = profile(spec, device=args.device, dtype=args.dtype, grid=args.grid, repeats=args.repeats,
                   block_size=args.block_size)
     write_atomic(args.out, lambda f: raw.to_csv(f, index=False))
@@ -31,7 +35,7 @@ def _cmd_fit(args) -> int:
     raw = pd.read_csv(args.raw)
     command = "servesim calibrate fit " + " ".join(shlex.quote(a) for a in sys.argv[3:]) if len(sys.argv) > 3 \
         else f"servesim calibrate fit {args.raw} --out {args.out}"
-    result = fit_profile(raw, args.raw, command, heldout_fraction=args.heldout, seed=args.seed)
+    result = fit_profile(raw, args.raw, command, folds=args.folds, seed=args.seed)
     result.profile.save(args.out)
     plot = Path(args.plot) if args.plot else Path(args.out).with_suffix(".png")
     fit_plot(result.predictions, plot, title=f"{result.profile.model} on {result.profile.device_name}")
@@ -46,11 +50,14 @@ def fit_report(profile) -> str:
     lines = [f"profile: {profile.model} on {profile.device_name} ({profile.device}, {profile.dtype}), "
              f"block size {profile.block_size}, tp {profile.tensor_parallel}",
              f"made {profile.created} by: {profile.command}",
-             f"shapes: {profile.grid} ({profile.train_rows} fitted, {profile.heldout_rows} held out)",
-             f"held-out error: mean {profile.heldout_mape:.1%}, p95 {profile.heldout_p95_ape:.1%}",
+             f"shapes: {profile.grid}",
+             f"held-out error: mean {profile.heldout_mape:.1%}, p95 {profile.heldout_p95_ape:.1%} "
+             f"({profile.heldout_method or f'{profile.heldout_rows} shapes held out'})",
              f"knee: {profile.knee_tokens:g} tokens", "coefficients:"]
     for term, meaning in TERMS.items():
         lines.append(f"  {term:<24} {profile.coefficients[term]:.4g}   ({meaning})")
+    if profile.torch_threads is not None:
+        lines.append(f"measured with {profile.torch_threads} torch thread(s)")
     if profile.swap_s_per_block is not None:
         lines.append(f"  {'swap_s_per_block':<24} {profile.swap_s_per_block:.4g}")
     return "\n".join(lines)
@@ -73,13 +80,14 @@ def register(sub) -> None:
     prof.add_argument("--grid", default="default", help="default | cpu | tiny")
     prof.add_argument("--repeats", type=int, default=3)
     prof.add_argument("--block-size", type=int, default=16)
+    prof.add_argument("--threads", type=int, default=0, help="CPU: torch intra-op threads (default: torch's)")
     prof.add_argument("--out", required=True)
     prof.set_defaults(func=_cmd_profile)
     fit = cmds.add_parser("fit", help="fit a cost model to a profile CSV, report held-out error")
     fit.add_argument("raw")
     fit.add_argument("--out", required=True)
     fit.add_argument("--plot", help="predicted-vs-measured PNG (default: beside --out)")
-    fit.add_argument("--heldout", type=float, default=0.2, help="share of shapes held out of the fit")
+    fit.add_argument("--folds", type=int, default=5, help="cross-validation folds for the held-out error")
     fit.add_argument("--seed", type=int, default=0)
     fit.set_defaults(func=_cmd_fit)
     show = cmds.add_parser("show", help="print a profile's fit report")

@@ -1,9 +1,16 @@
 """The terms an iteration's time is fitted on, computed the same way from a Batch and from a profile row."""
 from __future__ import annotations
 
-import numpy as np
+import bisect
 
-from engine.core.batch import Batch
+import numpy as np
+import pandas as pd
+
+# Matmul kernels change tiles and code paths at sizes (a CPU BLAS going from 3 to 4 rows,
+# a GPU GEMM crossing a 64- or 128-row tile): the cost of an iteration rises in steps there.
+# Steps only rise (non-negative, like every term): a fit free to step down as well learns a
+# sawtooth through the grid's sizes that is far off between them.
+STEP_TOKENS = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 
 # name -> what the coefficient multiplies (seconds per unit)
 TERMS = {
@@ -12,25 +19,48 @@ TERMS = {
     "per_token_over_knee_s": "tokens beyond the knee: extra cost once the batch turns compute-bound",
     "prefill_attention_s": "sum of prompt_len^2 over prefills: causal attention",
     "decode_context_s": "sum of context lengths over decodes: KV reads",
+    "decode_padded_context_s": "decodes x the longest decode context: attention padded to the longest (CPU path)",
     "per_sequence_s": "sequences in the iteration: logits, sampling, per-sequence kernel work",
+    **{f"step_{k}_tokens_s": f"1 once an iteration has {k} or more tokens: kernels change at sizes"
+       for k in STEP_TOKENS},
 }
-FEATURE_COLUMNS = ("num_tokens", "sum_prefill_sq", "sum_decode_context", "num_seqs")
+FEATURE_COLUMNS = ("num_tokens", "sum_prefill_sq", "sum_decode_context", "padded_decode_context", "num_seqs")
 
 
-def design_matrix(num_tokens, sum_prefill_sq, sum_decode_context, num_seqs, knee_tokens: float) -> np.ndarray:
-    num_tokens = np.asarray(num_tokens, dtype=float)
-    return np.column_stack([
-        np.ones_like(num_tokens),
-        num_tokens,
-        np.maximum(num_tokens - knee_tokens, 0.0),
-        np.asarray(sum_prefill_sq, dtype=float),
-        np.asarray(sum_decode_context, dtype=float),
-        np.asarray(num_seqs, dtype=float),
-    ])
+def design_matrix(features: pd.DataFrame, knee_tokens: float) -> np.ndarray:
+    """One row per iteration, one column per TERMS entry, from FEATURE_COLUMNS."""
+    tokens = features["num_tokens"].to_numpy(dtype=float)
+    columns = [
+        np.ones_like(tokens),
+        tokens,
+        np.maximum(tokens - knee_tokens, 0.0),
+        features["sum_prefill_sq"].to_numpy(dtype=float),
+        features["sum_decode_context"].to_numpy(dtype=float),
+        features["padded_decode_context"].to_numpy(dtype=float),
+        features["num_seqs"].to_numpy(dtype=float),
+    ]
+    columns += [(tokens >= k).astype(float) for k in STEP_TOKENS]
+    return np.column_stack(columns)
 
 
-def batch_features(batch: Batch) -> tuple[int, int, int, int]:
-    prefill_lens = batch.prefill_lens
-    num_decodes = len(batch.decode_context_lens)
-    return (sum(prefill_lens) + num_decodes, sum(n * n for n in prefill_lens), sum(batch.decode_context_lens),
-            len(prefill_lens) + num_decodes)
+def batch_features(prefill_lens: list[int], decode_context_lens: list[int]) -> dict[str, int]:
+    num_decodes = len(decode_context_lens)
+    return {
+        "num_tokens": sum(prefill_lens) + num_decodes,
+        "sum_prefill_sq": sum(n * n for n in prefill_lens),
+        "sum_decode_context": sum(decode_context_lens),
+        "padded_decode_context": num_decodes * max(decode_context_lens, default=0),
+        "num_seqs": len(prefill_lens) + num_decodes,
+    }
+
+
+class StepTable:
+    """The summed step costs for any token count, by one bisect."""
+
+    def __init__(self, coefficients: dict[str, float]):
+        steps = [coefficients[f"step_{k}_tokens_s"] for k in STEP_TOKENS]
+        self._cumulative = [0.0] + list(np.cumsum(steps))
+
+    def __call__(self, tokens: int) -> float:
+        return self._cumulative[bisect.bisect_right(STEP_TOKENS, tokens)]
+

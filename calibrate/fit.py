@@ -2,8 +2,9 @@
 
 Least squares on relative error (each row divided by its time, so a 2 ms decode counts as
 much as a 2 s prefill), with non-negative coefficients: every term is a physical cost.
-The knee, where the batch turns compute-bound, is picked from candidates on the
-training rows only; held-out rows are used for nothing but the reported error.
+The knee, where the batch turns compute-bound, is picked from candidates on the rows a
+fit may see; the reported error is k-fold cross-validated, each shape predicted by a
+fit (knee included) that never saw it.
 """
 from __future__ import annotations
 
@@ -13,33 +14,31 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from calibrate.features import TERMS, design_matrix
+from calibrate.features import FEATURE_COLUMNS, TERMS, design_matrix
 from calibrate.nnls import nnls
 from calibrate.profile_file import Profile
 from engine.core.errors import SpecError
 
-REQUIRED_COLUMNS = ("kind", "num_tokens", "sum_prefill_sq", "sum_decode_context", "num_seqs", "time_s",
-                    "model", "device", "device_name", "dtype", "block_size")
+REQUIRED_COLUMNS = ("kind", *FEATURE_COLUMNS, "time_s", "model", "device", "device_name", "dtype", "block_size")
 
 
 @dataclass
 class FitResult:
     profile: Profile
-    predictions: pd.DataFrame  # every row with predicted_s, ape and split (train | heldout)
+    predictions: pd.DataFrame  # every row: predicted_s (final fit), heldout_predicted_s, ape of the latter, fold
 
 
-def split_heldout(raw: pd.DataFrame, fraction: float, seed: int) -> np.ndarray:
-    """A boolean mask of held-out rows, stratified by iteration kind."""
+def assign_folds(raw: pd.DataFrame, folds: int, seed: int) -> np.ndarray:
+    """A fold number per row, stratified by iteration kind, so every kind is in every fold."""
     rng = np.random.default_rng(seed)
-    mask = np.zeros(len(raw), dtype=bool)
+    fold = np.zeros(len(raw), dtype=int)
     for _, idx in raw.groupby("kind", sort=True).indices.items():
-        take = max(1, int(round(len(idx) * fraction))) if len(idx) > 2 else 0
-        mask[rng.choice(idx, size=take, replace=False)] = True
-    return mask
+        fold[rng.permutation(idx)] = np.arange(len(idx)) % folds
+    return fold
 
 
 def _solve(raw: pd.DataFrame, knee: float) -> np.ndarray:
-    x = design_matrix(raw["num_tokens"], raw["sum_prefill_sq"], raw["sum_decode_context"], raw["num_seqs"], knee)
+    x = design_matrix(raw, knee)
     t = raw["time_s"].to_numpy(dtype=float)
     scale = x.max(axis=0)
     scale[scale == 0] = 1.0
@@ -48,11 +47,11 @@ def _solve(raw: pd.DataFrame, knee: float) -> np.ndarray:
 
 
 def predict(raw: pd.DataFrame, coefficients: np.ndarray, knee: float) -> np.ndarray:
-    x = design_matrix(raw["num_tokens"], raw["sum_prefill_sq"], raw["sum_decode_context"], raw["num_seqs"], knee)
-    return x @ coefficients
+    return design_matrix(raw, knee) @ coefficients
 
 
 def _ape(raw: pd.DataFrame, coefficients: np.ndarray, knee: float) -> np.ndarray:
+    """Absolute percentage error of a fit on rows (used to choose the knee on training rows)."""
     t = raw["time_s"].to_numpy(dtype=float)
     return np.abs(predict(raw, coefficients, knee) - t) / t
 
@@ -78,20 +77,31 @@ def check_raw(raw: pd.DataFrame, source: str) -> None:
     bad = raw.index[~(raw["time_s"] > 0)]
     if len(bad):
         raise SpecError(source, f"row {int(bad[0]) + 1}", "time_s must be a positive number of seconds")
-    for column in ("model", "device", "dtype", "block_size"):
+    for column in ("model", "device", "dtype", "block_size", "torch_threads"):
+        if column not in raw.columns:
+            continue
         if raw[column].nunique() != 1:
             raise SpecError(source, f"column {column}", f"one profile fits one {column}; found {sorted(raw[column].unique())}")
 
 
-def fit_profile(raw: pd.DataFrame, source: str, command: str, heldout_fraction: float = 0.2, seed: int = 0
-                ) -> FitResult:
+def fit_profile(raw: pd.DataFrame, source: str, command: str, folds: int = 5, seed: int = 0) -> FitResult:
+    """Coefficients from all shapes; the error from k-fold cross-validation.
+
+    Every shape is predicted once by a fit that never saw it (its knee chosen without it
+    too), so the reported error covers every kind of shape rather than one lucky split.
+    """
     check_raw(raw, source)
     swap = raw["swap_s_per_block"].dropna() if "swap_s_per_block" in raw.columns else pd.Series(dtype=float)
     raw = raw[raw["kind"] != "swap"].reset_index(drop=True)  # swap rows time PCIe, not an iteration
-    heldout = split_heldout(raw, heldout_fraction, seed)
-    train, test = raw[~heldout], raw[heldout]
-    knee, coef = choose_knee(train)
-    test_ape = _ape(test, coef, knee)
+    fold = assign_folds(raw, folds, seed)
+    heldout_predicted = np.zeros(len(raw))
+    for k in range(folds):
+        test = fold == k
+        knee_k, coef_k = choose_knee(raw[~test])
+        heldout_predicted[test] = predict(raw[test], coef_k, knee_k)
+    knee, coef = choose_knee(raw)
+    time_s = raw["time_s"].to_numpy(dtype=float)
+    heldout_ape = np.abs(heldout_predicted - time_s) / time_s
     first = raw.iloc[0]
     versions = {c.removesuffix("_version"): str(first[c]) for c in raw.columns if c.endswith("_version")}
     profile = Profile(
@@ -99,15 +109,17 @@ def fit_profile(raw: pd.DataFrame, source: str, command: str, heldout_fraction: 
         dtype=str(first["dtype"]), tensor_parallel=int(first.get("tensor_parallel", 1)),
         block_size=int(first["block_size"]), knee_tokens=float(knee),
         coefficients={term: float(c) for term, c in zip(TERMS, coef)},
-        heldout_mape=float(test_ape.mean()), heldout_p95_ape=float(np.quantile(test_ape, 0.95)),
-        train_rows=int(len(train)), heldout_rows=int(len(test)),
+        heldout_mape=float(heldout_ape.mean()), heldout_p95_ape=float(np.quantile(heldout_ape, 0.95)),
+        train_rows=int(len(raw)), heldout_rows=int(len(raw)),
         created=dt.date.today().isoformat(), command=command,
         swap_s_per_block=float(swap.median()) if len(swap) else None,
         versions=versions,
+        torch_threads=int(first["torch_threads"]) if "torch_threads" in raw.columns else None,
         grid={kind: int(n) for kind, n in raw["kind"].value_counts().sort_index().items()},
+        heldout_method=f"{folds}-fold cross-validation, stratified by kind (seed {seed})",
     )
-    predictions = raw.assign(predicted_s=predict(raw, coef, knee), split=np.where(heldout, "heldout", "train"))
-    predictions["ape"] = (predictions["predicted_s"] - predictions["time_s"]).abs() / predictions["time_s"]
+    predictions = raw.assign(predicted_s=predict(raw, coef, knee), heldout_predicted_s=heldout_predicted,
+                             ape=heldout_ape, fold=fold)
     return FitResult(profile, predictions)
 
 
@@ -120,16 +132,15 @@ def fit_plot(predictions: pd.DataFrame, path, title: str = ""):
     from engine.core.atomic import write_atomic
 
     fig, ax = plt.subplots(figsize=(4.2, 4.0))
-    for split, marker in (("train", "."), ("heldout", "x")):
-        rows = predictions[predictions["split"] == split]
-        ax.scatter(rows["time_s"] * 1e3, rows["predicted_s"] * 1e3, marker=marker, s=14, label=split, alpha=0.7)
+    for kind, rows in predictions.groupby("kind", sort=True):
+        ax.scatter(rows["time_s"] * 1e3, rows["heldout_predicted_s"] * 1e3, s=14, label=kind, alpha=0.7)
     lo = float(min(predictions["time_s"].min(), predictions["predicted_s"].min()) * 1e3)
     hi = float(max(predictions["time_s"].max(), predictions["predicted_s"].max()) * 1e3)
     ax.plot([lo, hi], [lo, hi], color="gray", linewidth=0.8)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("measured iteration time (ms)")
-    ax.set_ylabel("predicted (ms)")
+    ax.set_ylabel("predicted when held out (ms)")
     ax.legend(frameon=False, fontsize=8)
     if title:
         ax.set_title(title, fontsize=9)

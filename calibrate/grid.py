@@ -54,10 +54,15 @@ class Grid:
 
 GRIDS = {
     "default": Grid(),
-    # for a CPU: same kinds of shapes, fewer and smaller, so a 125M model profiles in minutes
-    "cpu": Grid(prefill_tokens=(16, 32, 64, 128, 256, 512), prefill_batches=(1, 2, 4),
-                decode_batches=(1, 2, 4, 8, 16, 32, 64), decode_contexts=(16, 128, 512, 1024, 2048),
-                mixed_prefill_tokens=(64, 256, 512), mixed_decode_batches=(4, 16), max_kv_tokens=1 << 15),
+    # for a CPU engine: the iterations a CPU serves (small batches, short contexts, at most
+    # 2,048 tokens of KV), every batch size up to 4 because BLAS changes kernels there; past
+    # that much KV the CPU attention path leaves the caches and the cost turns irregular.
+    # Sizes between the powers of two, so that cross-validation tests the fit between steps.
+    # About 2 minutes for OPT-125M on one core.
+    "cpu": Grid(prefill_tokens=(16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512), prefill_batches=(1, 2, 4),
+                decode_batches=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32), decode_contexts=(16, 64, 128, 256, 512),
+                mixed_prefill_tokens=(32, 64, 128, 256), mixed_decode_batches=(2, 4, 8, 16),
+                mixed_decode_context=128, max_kv_tokens=2048, max_seq_len=512),
     # for tests: a handful of tiny shapes
     "tiny": Grid(prefill_tokens=(16, 32, 64), prefill_batches=(1, 2), decode_batches=(1, 2, 4),
                  decode_contexts=(16, 48), mixed_prefill_tokens=(16,), mixed_decode_batches=(2,),

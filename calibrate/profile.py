@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from calibrate.features import batch_features
 from calibrate.grid import GRIDS, Grid, Shape
 from engine.core.spec import ModelSpec
 
@@ -30,6 +31,12 @@ def _device_name(device) -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
 def _versions() -> dict[str, str]:
@@ -65,9 +72,8 @@ def shape_row(shape: Shape, times: list[float]) -> dict:
     prefill, decode = shape.prefill_lens, shape.decode_context_lens
     return {
         "kind": shape.kind, "num_prefills": len(prefill), "num_prefill_tokens": sum(prefill),
-        "sum_prefill_sq": sum(n * n for n in prefill), "num_decodes": len(decode),
-        "sum_decode_context": sum(decode), "num_tokens": sum(prefill) + len(decode),
-        "num_seqs": len(prefill) + len(decode), "time_s": float(np.median(times)),
+        "num_decodes": len(decode), "max_decode_context": max(decode, default=0),
+        **batch_features(list(prefill), list(decode)), "time_s": float(np.median(times)),
         "time_min_s": float(min(times)), "time_max_s": float(max(times)), "repeats": len(times),
     }
 
@@ -97,7 +103,7 @@ def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid
     frame = pd.DataFrame(rows)
     meta = {"model": spec.name, "device": runner.device.type, "device_name": _device_name(runner.device),
             "dtype": str(runner.dtype).removeprefix("torch."), "block_size": block_size, "tensor_parallel": 1,
-            **_versions()}
+            "torch_threads": _threads(), **_versions()}
     return frame.assign(**meta)
 
 

@@ -31,6 +31,8 @@ class Profile:
     created: str
     command: str
     swap_s_per_block: float | None = None
+    torch_threads: int | None = None  # CPU profiles: intra-op threads the engine ran with
+    heldout_method: str = ""
     versions: dict = field(default_factory=dict)
     grid: dict = field(default_factory=dict)
     format: str = FORMAT

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from calibrate.costmodel import CostModel
+from calibrate.features import StepTable
 from calibrate.hardware import HardwareSpec
 from calibrate.profile_file import Profile, load_profile
 from calibrate.roofline import RooflineParams
@@ -20,7 +21,8 @@ class ProfileCostModel(CostModel):
         self._fixed, self._per_token = c["fixed_s"], c["per_token_s"]
         self._over_knee, self._knee = c["per_token_over_knee_s"], profile.knee_tokens
         self._prefill_sq, self._context = c["prefill_attention_s"], c["decode_context_s"]
-        self._per_seq = c["per_sequence_s"]
+        self._padded_context, self._per_seq = c["decode_padded_context_s"], c["per_sequence_s"]
+        self._steps = StepTable(c)
         if profile.swap_s_per_block is not None:
             self._swap_per_block = profile.swap_s_per_block
         elif pcie_bytes_per_s and block_bytes:
@@ -51,7 +53,9 @@ class ProfileCostModel(CostModel):
         num_seqs = len(prefill_lens) + len(contexts)
         tokens = sum(prefill_lens) + len(contexts)
         over = tokens - self._knee
-        t = self._fixed + self._per_token * tokens + self._per_seq * num_seqs + self._context * sum(contexts)
+        t = self._fixed + self._per_token * tokens + self._per_seq * num_seqs + self._steps(tokens)
+        if contexts:
+            t += self._context * sum(contexts) + self._padded_context * len(contexts) * max(contexts)
         if over > 0:
             t += self._over_knee * over
         if prefill_lens:
@@ -75,9 +79,12 @@ def implied_efficiency(profile: Profile, measured_on: HardwareSpec, dtype_bytes:
     c = profile.coefficients
     tp = profile.tensor_parallel
     flops_per_token = 2 * (model.num_layers * model.layer_linear_params()) / tp
-    compute_eff = flops_per_token / c["per_token_s"] / measured_on.peak_flops if c["per_token_s"] > 0 else 1.0
+    # the compute-bound slope: per token, plus what the knee adds once past it
+    slope = c["per_token_s"] + c["per_token_over_knee_s"]
+    compute_eff = flops_per_token / slope / measured_on.peak_flops if slope > 0 else 1.0
     kv_bytes = model.kv_bytes_per_token(dtype_bytes) / tp
-    bw_eff = kv_bytes / c["decode_context_s"] / measured_on.hbm_bytes_per_s if c["decode_context_s"] > 0 else 1.0
+    per_context = c["decode_context_s"] + c["decode_padded_context_s"]  # equal for a uniform batch
+    bw_eff = kv_bytes / per_context / measured_on.hbm_bytes_per_s if per_context > 0 else 1.0
     compute_eff, bw_eff = min(compute_eff, 1.0), min(bw_eff, 1.0)
     weight_bytes = (model.num_layers * model.layer_linear_params() + model.vocab_size * model.hidden_size) * dtype_bytes / tp
     overhead = max(c["fixed_s"] - weight_bytes / (bw_eff * measured_on.hbm_bytes_per_s), 0.0)

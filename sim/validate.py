@@ -83,26 +83,20 @@ def torch_threads(threads: int | None):
 
 
 class RealSide:
-    """Engines for the configured systems, sharing one set of weights where the Engine allows it."""
+    """Engines for the configured systems, sharing one set of weights."""
 
     def __init__(self, cfg: ValidationConfig, spec, seed: int):
         self.cfg, self.spec, self.seed = cfg, spec, seed
         self._decoder = None
 
     def engine(self, system: SystemSpec, pool: Pool):
-        import inspect
-
         from engine.runtime.engine import Engine
 
         opts = self.cfg.options
-        kwargs = {"attention_backend": opts.attention_backend}
-        shares_weights = "model" in inspect.signature(Engine).parameters
-        if shares_weights and self._decoder is not None:
-            kwargs["model"] = self._decoder  # weights are random and seeded: the same for every system
+        # weights are random and seeded: the same for every system, so they are built once
         engine = Engine(self.spec, system, opts.device, opts.resolved_dtype, self.seed, pool.num_gpu_blocks,
-                        pool.num_cpu_blocks, **kwargs)
-        if shares_weights:
-            self._decoder = engine.runner.model
+                        pool.num_cpu_blocks, attention_backend=opts.attention_backend, model=self._decoder)
+        self._decoder = engine.runner.model
         warm_up(engine.runner, pool)
         return engine
 

@@ -55,7 +55,8 @@ class Engine:
     def __init__(self, spec: ModelSpec, system: SystemSpec, device: torch.device | str = "cpu",
                  dtype: torch.dtype | str | None = None, seed: int = 0, num_gpu_blocks: int | None = None,
                  num_cpu_blocks: int | None = None, *, attention_backend: str = "auto",
-                 time_fn: TimeFn | None = None, run_model: bool = True, cpu_budget_bytes: int | None = None):
+                 time_fn: TimeFn | None = None, run_model: bool = True, cpu_budget_bytes: int | None = None,
+                 model=None):
         system.validate("Engine", "system")
         self.spec, self.system, self.seed, self.time_fn = spec, system, seed, time_fn
         if num_cpu_blocks is None:
@@ -64,7 +65,8 @@ class Engine:
         self.runner: ModelRunner | None = None
         if run_model:
             self.runner = ModelRunner(spec, device, dtype, seed, num_gpu_blocks, num_cpu_blocks, system.block_size,
-                                      attention_backend=attention_backend, cpu_budget_bytes=cpu_budget_bytes)
+                                      attention_backend=attention_backend, cpu_budget_bytes=cpu_budget_bytes,
+                                      model=model)
             num_gpu_blocks = self.runner.num_gpu_blocks
         elif time_fn is None or num_gpu_blocks is None:
             raise ValueError("run_model=False needs a time_fn and an explicit num_gpu_blocks")

@@ -4,6 +4,7 @@ import dataclasses
 import pytest
 import yaml
 
+from calibrate.features import TERMS
 from calibrate.profile_file import Profile, load_profile
 from calibrate.profile_model import ProfileCostModel, implied_efficiency, transferred_roofline
 from calibrate.hardware import load_hardware
@@ -13,11 +14,17 @@ from engine.core.errors import SpecError
 from engine.core.spec import load_model_spec
 
 
+def coefficients(**values) -> dict:
+    return {**{term: 0.0 for term in TERMS}, **values}
+
+
 def make_profile(**changes) -> Profile:
     profile = Profile(model="opt-13b", device="cuda", device_name="NVIDIA H200", dtype="float16",
                       tensor_parallel=1, block_size=16, knee_tokens=512.0,
-                      coefficients={"fixed_s": 0.01, "per_token_s": 2e-5, "per_token_over_knee_s": 1e-5,
-                                    "prefill_attention_s": 1e-9, "decode_context_s": 4e-7, "per_sequence_s": 5e-5},
+                      coefficients=coefficients(fixed_s=0.01, per_token_s=2e-5, per_token_over_knee_s=1e-5,
+                                                prefill_attention_s=1e-9, decode_context_s=4e-7,
+                                                decode_padded_context_s=1e-7, per_sequence_s=5e-5,
+                                                step_4_tokens_s=3e-3, step_512_tokens_s=2e-3),
                       heldout_mape=0.04, heldout_p95_ape=0.09, train_rows=80, heldout_rows=20,
                       created="2026-11-29", command="test", swap_s_per_block=2e-4)
     return dataclasses.replace(profile, **changes)
@@ -52,7 +59,9 @@ def test_cost_model_evaluates_the_fitted_terms(tmp_path):
                   decode_seq_ids=[1, 2], decode_context_lens=[100, 300])
     c = make_profile().coefficients
     expected = (c["fixed_s"] + 602 * c["per_token_s"] + 90 * c["per_token_over_knee_s"]
-                + 600 ** 2 * c["prefill_attention_s"] + 400 * c["decode_context_s"] + 3 * c["per_sequence_s"])
+                + 600 ** 2 * c["prefill_attention_s"] + 400 * c["decode_context_s"]
+                + 2 * 300 * c["decode_padded_context_s"] + 3 * c["per_sequence_s"]
+                + c["step_4_tokens_s"] + c["step_512_tokens_s"])
     assert cost.iteration_time(batch) == pytest.approx(expected)
     assert cost.swap_time(10) == pytest.approx(2e-3)
 
@@ -70,10 +79,9 @@ def test_implied_efficiency_inverts_the_roofline():
     params = RooflineParams(compute_efficiency=0.55, bandwidth_efficiency=0.7, overhead_s=0.002)
     roof = RooflineCostModel(model, hw, params=params)
     per_token = roof._s_per_token_linear
-    profile = make_profile(coefficients={
-        "fixed_s": roof._s_weights + params.overhead_s, "per_token_s": per_token, "per_token_over_knee_s": 0.0,
-        "prefill_attention_s": roof._s_per_prompt_sq, "decode_context_s": roof._s_per_context_token,
-        "per_sequence_s": 0.0})
+    profile = make_profile(coefficients=coefficients(
+        fixed_s=roof._s_weights + params.overhead_s, per_token_s=per_token,
+        prefill_attention_s=roof._s_per_prompt_sq, decode_context_s=roof._s_per_context_token))
     implied = implied_efficiency(profile, hw)
     assert implied.compute_efficiency == pytest.approx(0.55, rel=1e-6)
     assert implied.bandwidth_efficiency == pytest.approx(0.7, rel=1e-6)

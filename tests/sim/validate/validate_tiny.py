@@ -5,6 +5,8 @@ runs, refuses bad input and proves the two control planes agree, not how good a 
 """
 import textwrap
 
+from calibrate.features import STEP_TOKENS
+
 TINY_LENGTHS = """\
 prompt_len,output_len
 12,6
@@ -39,6 +41,11 @@ validation:
 """
 
 
+# the terms this fake profile leaves at zero: padded decode attention and the size steps
+ZERO_TERMS = ("decode_padded_context_s",) + tuple(f"step_{k}_tokens_s" for k in STEP_TOKENS)
+STEP_LINES = "\n          ".join(f"{term}: 0.0" for term in ZERO_TERMS)
+
+
 def profile_text(model: str = "opt-tiny", device: str = "cpu", dtype: str = "float32") -> str:
     return textwrap.dedent(f"""\
         model: {model}
@@ -55,6 +62,7 @@ def profile_text(model: str = "opt-tiny", device: str = "cpu", dtype: str = "flo
           prefill_attention_s: 1.0e-8
           decode_context_s: 1.0e-7
           per_sequence_s: 5.0e-5
+          {STEP_LINES}
         heldout_mape: 0.05
         heldout_p95_ape: 0.1
         train_rows: 10

@@ -1,0 +1,54 @@
+"""The shipped profiles load, say how wrong they are, and drive the simulator's clock and nothing else."""
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from calibrate.profile_file import load_profile
+from sim.config import load_experiment
+from sim.run import simulate_trace, trace_for
+from sim.validate_replay import ReplayedTimes
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILES = sorted((ROOT / "calibrate" / "profiles").glob("*.yaml"))
+CPU_PROFILE = ROOT / "calibrate" / "profiles" / "cpu-opt-125m.yaml"
+
+EXPERIMENT = f"""
+model: opt-125m
+hardware: {ROOT}/configs/validation/cpu-host.yaml
+dtype_bytes: 4
+kv_cache_gib: 0.25
+workload: {{dataset: sharegpt-standin, arrival: poisson, duration_s: 60}}
+systems: [orca-oracle, vllm]
+rates: [1.0]
+warmup_s: 0
+"""
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.stem)
+def test_shipped_profile_loads_with_its_provenance(path):
+    profile = load_profile(path)
+    assert profile.command and profile.created and profile.heldout_method
+    assert (path.parent / f"{path.stem}.raw.csv").exists()  # the measurements it was fitted on
+
+
+def test_cpu_profile_heldout_error_is_under_ten_percent():
+    assert load_profile(CPU_PROFILE).heldout_mape < 0.10
+
+
+def test_switching_to_a_profile_changes_the_times_and_nothing_else(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text(EXPERIMENT)
+    roofline = load_experiment(path)
+    profiled = load_experiment(path, [f"cost_model={CPU_PROFILE}"])
+    for system in roofline.systems:
+        trace = trace_for(roofline, 1.0, 0)
+        assert (trace.prompt_len == trace_for(profiled, 1.0, 0).prompt_len).all()  # same requests
+        by_profile, _ = simulate_trace(profiled, system, trace)
+        by_roofline, _ = simulate_trace(roofline, system, trace)
+        it_profile = by_profile.iterations_frame()
+        assert not it_profile["duration_s"].equals(by_roofline.iterations_frame()["duration_s"])
+        # give the roofline config the profile's iteration times: the same schedule comes out
+        replayed, _ = simulate_trace(roofline, system, trace, ReplayedTimes(list(it_profile["duration_s"])))
+        pd.testing.assert_frame_equal(replayed.iterations_frame(), it_profile)
+        pd.testing.assert_frame_equal(replayed.requests_frame(), by_profile.requests_frame())
