@@ -18,7 +18,8 @@ def _cmd_profile(args) -> int:
         import torch
 
         torch.set_num_threads(args.threads)  # the engine being calibrated must run with the same
-    raw = profile(spec, device=args.device, dtype=args.dtype, grid=args.grid, repeats=args.repeats,
+    grid = args.grid or ("cpu" if args.device == "cpu" else "default")
+    raw = profile(spec, device=args.device, dtype=args.dtype, grid=grid, repeats=args.repeats,
                   block_size=args.block_size)
     write_atomic(args.out, lambda f: raw.to_csv(f, index=False))
     print(f"wrote {len(raw)} profiled shapes to {args.out}")
@@ -71,13 +72,16 @@ def _cmd_show(args) -> int:
 
 
 def register(sub) -> None:
+    from calibrate.grid import GRIDS
+
     cal = sub.add_parser("calibrate", help="profile the engine, fit a cost model, show a profile")
     cmds = cal.add_subparsers(dest="calibrate_command", required=True)
     prof = cmds.add_parser("profile", help="time the engine over a grid of batch shapes (needs servesim[engine])")
     prof.add_argument("--model", required=True)
     prof.add_argument("--device", default="cpu", help="cpu | cuda")
     prof.add_argument("--dtype", default=None, help="default: float32 on cpu, float16 on cuda")
-    prof.add_argument("--grid", default="default", help="default | cpu | tiny")
+    prof.add_argument("--grid", default=None, choices=sorted(GRIDS),
+                      help="shapes to time; default: cpu on a CPU, default on a GPU")
     prof.add_argument("--repeats", type=int, default=3)
     prof.add_argument("--block-size", type=int, default=16)
     prof.add_argument("--threads", type=int, default=0, help="CPU: torch intra-op threads (default: torch's)")

@@ -1,0 +1,48 @@
+"""Profile the real engine, fit it, show it, and simulate from it: the whole calibration path."""
+import pandas as pd
+import pytest
+
+from calibrate.profile_file import load_profile
+from sim.cli import main
+
+EXPERIMENT = """
+model: opt-tiny
+hardware: a100-40gb
+dtype_bytes: 4
+kv_cache_gib: 0.01
+cost_model: {profile}
+workload: {{dataset: {lengths}, arrival: poisson, duration_s: 20}}
+systems: [orca-oracle, vllm]
+rates: [2.0]
+warmup_s: 0
+"""
+
+
+def test_profile_fit_show_then_simulate(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("torch")
+    # time the engine as it runs on a CPU (torch kernels), not the Triton interpreter the kernel tests use
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    raw, profile = tmp_path / "raw.csv", tmp_path / "tiny.yaml"
+    assert main(["calibrate", "profile", "--model", "opt-tiny", "--grid", "tiny", "--repeats", "2",
+                 "--threads", "1", "--out", str(raw)]) == 0
+    rows = pd.read_csv(raw)
+    assert {"prefill", "decode", "decode_mixed", "mixed", "swap"} <= set(rows["kind"])
+    assert (rows["time_s"] > 0).all() and (rows["torch_threads"] == 1).all()
+
+    assert main(["calibrate", "fit", str(raw), "--out", str(profile)]) == 0
+    assert (tmp_path / "tiny.png").exists()
+    fitted = load_profile(profile)
+    assert fitted.model == "opt-tiny" and fitted.device == "cpu" and fitted.torch_threads == 1
+    assert main(["calibrate", "show", str(profile)]) == 0
+    assert "held-out error" in capsys.readouterr().out
+
+    lengths = tmp_path / "lengths.csv"
+    lengths.write_text("prompt_len,output_len\n" + "".join(f"{8 + i},{4 + i % 5}\n" for i in range(20)))
+    config = tmp_path / "exp.yaml"
+    config.write_text(EXPERIMENT.format(profile=profile, lengths=lengths))
+    out = tmp_path / "out"
+    assert main(["run", str(config), "--out", str(out)]) == 0
+    summary = pd.read_csv(out / "summary.csv")
+    assert summary["cost_model"].str.contains("tiny.yaml").all()
+    assert (summary["num_requests"] > 20).all() and (summary["num_unfinished"] == 0).all()
+    assert (summary["normalized_latency"] > 0).all()
