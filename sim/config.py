@@ -81,8 +81,8 @@ def _positive(value: Any, source: str, key: str, kind: type = float, allow_zero:
 
 
 def _list_of(value: Any, source: str, key: str, kind: type) -> tuple:
-    if not isinstance(value, list) or not value:
-        value = [value] if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = [value]  # `rates: 2` means `rates: [2]`
     if not isinstance(value, list) or not value:
         raise SpecError(source, key, f"must be a non-empty list, got {value!r}")
     return tuple(_positive(v, source, f"{key}[{i}]", kind, allow_zero=kind is int) for i, v in enumerate(value))

@@ -32,6 +32,11 @@ def normalized_latency_plot(summary: pd.DataFrame, path: Path, title: str = "", 
     ax.set_xlim(left=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, frameon=False)
+    return save_figure(fig, ax, path, title)
+
+
+def save_figure(fig, ax, path: Path, title: str = "") -> Path:
+    """Title it, write it atomically with fixed metadata, free it."""
     if title:
         ax.set_title(title, fontsize=9)
     path = write_figure(fig, Path(path))

@@ -8,13 +8,10 @@ from __future__ import annotations
 import simpy
 
 from calibrate.costmodel import CostModel
+from engine.core.errors import Unschedulable
 from engine.core.scheduler.base import Scheduler
 from engine.core.sequence import SequenceCounter, SequenceGroup, make_group
 from sim.records import Records
-
-
-class Unschedulable(RuntimeError):
-    pass
 
 
 class Replica:
@@ -74,10 +71,10 @@ class Replica:
         it["replica"].append(self.index)
         it["start_s"].append(start)
         it["duration_s"].append(duration)
-        it["num_prefill_tokens"].append(sum(batch.prefill_lens))
+        it["num_prefill_tokens"].append(batch.num_prefill_tokens)
         it["num_prefills"].append(len(batch.prefill_lens))
-        it["num_decodes"].append(len(batch.decode_seq_ids))
-        it["sum_decode_context"].append(sum(batch.decode_context_lens))
+        it["num_decodes"].append(batch.num_decodes)
+        it["sum_decode_context"].append(batch.sum_decode_context)
         it["num_running_groups"].append(batch.num_running_groups)
         it["num_waiting"].append(self.scheduler.num_waiting)
         it["num_swap_blocks"].append(batch.num_swap_blocks)

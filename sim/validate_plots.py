@@ -10,8 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from sim.output import write_figure  # noqa: E402
-from sim.plots import MARKERS  # noqa: E402
+from sim.plots import MARKERS, save_figure  # noqa: E402
 
 
 def _colors(systems) -> dict:
@@ -42,11 +41,7 @@ def fidelity_plot(summary: pd.DataFrame, path: Path, title: str = "", threshold:
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(handles=handles, labels=[h.get_label() for h in handles], fontsize=6.5, frameon=False, ncol=2)
-    if title:
-        ax.set_title(title, fontsize=9)
-    path = write_figure(fig, Path(path))
-    plt.close(fig)
-    return path
+    return save_figure(fig, ax, path, title)
 
 
 def request_scatter(requests: pd.DataFrame, path: Path, title: str = "") -> Path:
@@ -68,8 +63,4 @@ def request_scatter(requests: pd.DataFrame, path: Path, title: str = "") -> Path
     ax.set_ylabel("Simulated latency (s)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, frameon=False)
-    if title:
-        ax.set_title(title, fontsize=9)
-    path = write_figure(fig, Path(path))
-    plt.close(fig)
-    return path
+    return save_figure(fig, ax, path, title)

@@ -5,5 +5,18 @@ SERVESIM_COMPILED=1 (benchmarks/gpu_check.py) keeps kernels compiled on the GPU.
 """
 import os
 
+import pytest
+
 if os.environ.get("SERVESIM_COMPILED") != "1":
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+@pytest.fixture
+def one_cpu_thread():
+    """Tiny models on one torch thread: more only spin against each other (and a busy CI box)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

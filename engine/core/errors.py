@@ -15,3 +15,7 @@ class SpecError(ValueError):
 
 class Unservable(ValueError):
     """A request this deployment can never serve (too long for the model, too big for the pool)."""
+
+
+class Unschedulable(Unservable):
+    """Requests wait that the scheduler can never run: found by a data plane once arrivals end."""

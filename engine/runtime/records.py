@@ -8,14 +8,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 
 from engine.core.batch import Batch
+from engine.core.errors import Unschedulable  # noqa: F401  (the engine raises it; tests import it here)
 from engine.core.scheduler.base import KVUsage
 from engine.core.sequence import SequenceGroup
 
-
-class Unschedulable(ValueError):
-    """Requests wait that the scheduler can never run: the KV pool is too small for them.
-
-    A ValueError: the user chose the pool and the requests, and can change either."""
 
 
 @dataclass(frozen=True)

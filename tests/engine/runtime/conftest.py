@@ -22,11 +22,5 @@ def opt_tiny():
 
 
 @pytest.fixture(autouse=True)
-def one_cpu_thread():
-    # tiny models: intra-op threads only spin against each other (and a busy CI box)
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _single_thread(one_cpu_thread):
     yield
-    torch.set_num_threads(threads)

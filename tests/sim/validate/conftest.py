@@ -20,10 +20,5 @@ def tiny_validation(tmp_path):
 
 
 @pytest.fixture(autouse=True)
-def one_cpu_thread():
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _single_thread(one_cpu_thread):
     yield
-    torch.set_num_threads(threads)
