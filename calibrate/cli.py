@@ -20,7 +20,7 @@ def _cmd_profile(args) -> int:
         torch.set_num_threads(args.threads)  # the engine being calibrated must run with the same
     grid = args.grid or ("cpu" if args.device == "cpu" else "default")
     raw = profile(spec, device=args.device, dtype=args.dtype, grid=grid, repeats=args.repeats,
-                  block_size=args.block_size)
+                  block_size=args.block_size, probe_every_s=args.probe_every_s)
     write_atomic(args.out, lambda f: raw.to_csv(f, index=False))
     print(f"wrote {len(raw)} profiled shapes to {args.out}")
     return 0
@@ -61,6 +61,13 @@ def fit_report(profile) -> str:
         lines.append(f"measured with {profile.torch_threads} torch thread(s)")
     if profile.swap_s_per_block is not None:
         lines.append(f"  {'swap_s_per_block':<24} {profile.swap_s_per_block:.4g}")
+    ref = profile.speed_reference
+    if ref:
+        probes = ", ".join(f"{k.removesuffix('_s')} {v * 1e3:.2f} ms" for k, v in ref.items() if k.endswith("_s"))
+        lines.append(f"speed reference ({ref.get('probe', 'probe')}; median of {ref.get('samples')}): {probes}")
+    else:
+        lines.append("speed reference: none (profiled before the speed probe; `servesim validate` cannot "
+                     "correct this machine's drift against it)")
     return "\n".join(lines)
 
 
@@ -82,7 +89,9 @@ def register(sub) -> None:
     prof.add_argument("--dtype", default=None, help="default: float32 on cpu, float16 on cuda")
     prof.add_argument("--grid", default=None, choices=sorted(GRIDS),
                       help="shapes to time; default: cpu on a CPU, default on a GPU")
-    prof.add_argument("--repeats", type=int, default=3)
+    prof.add_argument("--repeats", type=int, default=3, help="passes over the grid, each in a shuffled order")
+    prof.add_argument("--probe-every-s", type=float, default=1.0,
+                      help="seconds between speed-probe samples (the profile's speed reference)")
     prof.add_argument("--block-size", type=int, default=16)
     prof.add_argument("--threads", type=int, default=0, help="CPU: torch intra-op threads (default: torch's)")
     prof.add_argument("--out", required=True)

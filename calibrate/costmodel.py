@@ -22,3 +22,20 @@ class CostModel(ABC):
         """The whole iteration as the simulator charges it: swaps, then the forward."""
         swaps = batch.num_swap_blocks
         return self.iteration_time(batch) + (self.swap_time(swaps) if swaps else 0.0)
+
+
+class ScaledCostModel(CostModel):
+    """Another cost model's times, all multiplied by one factor: the same machine running slower
+    (factor > 1) or faster than when it was calibrated (see calibrate/speed.py)."""
+
+    def __init__(self, base: CostModel, factor: float):
+        if not factor > 0:
+            raise ValueError(f"a speed factor must be positive, got {factor}")
+        self.base, self.factor = base, factor
+        self.source = f"{base.source} x {factor:.3f} (machine speed probed during the replay)"
+
+    def iteration_time(self, batch: Batch) -> float:
+        return self.base.iteration_time(batch) * self.factor
+
+    def swap_time(self, num_blocks: int) -> float:
+        return self.base.swap_time(num_blocks) * self.factor

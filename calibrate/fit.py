@@ -17,6 +17,7 @@ import pandas as pd
 from calibrate.features import FEATURE_COLUMNS, TERMS, design_matrix
 from calibrate.nnls import nnls
 from calibrate.profile_file import Profile
+from calibrate.speed import PROBE_SHAPES, SpeedSamples
 from engine.core.errors import SpecError
 
 REQUIRED_COLUMNS = ("kind", *FEATURE_COLUMNS, "time_s", "model", "device", "device_name", "dtype", "block_size")
@@ -72,8 +73,9 @@ def check_raw(raw: pd.DataFrame, source: str) -> None:
     missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
     if missing:
         raise SpecError(source, f"column {missing[0]}", f"missing; a profile CSV has {list(REQUIRED_COLUMNS)}")
-    if len(raw) < 12:
-        raise SpecError(source, "rows", f"only {len(raw)} rows; a fit needs at least 12 profiled shapes")
+    shapes = int((~raw["kind"].isin(("swap", "probe"))).sum())
+    if shapes < 12:
+        raise SpecError(source, "rows", f"only {shapes} profiled shapes; a fit needs at least 12")
     bad = raw.index[~(raw["time_s"] > 0)]
     if len(bad):
         raise SpecError(source, f"row {int(bad[0]) + 1}", "time_s must be a positive number of seconds")
@@ -84,6 +86,19 @@ def check_raw(raw: pd.DataFrame, source: str) -> None:
             raise SpecError(source, f"column {column}", f"one profile fits one {column}; found {sorted(raw[column].unique())}")
 
 
+def speed_reference(raw: pd.DataFrame, source: str) -> dict:
+    """The speed probe's median times while the grid was measured (empty for a CSV without probes)."""
+    if "probe" not in raw.columns:
+        return {}
+    probes = raw[raw["kind"] == "probe"]
+    samples = SpeedSamples()
+    for name, t in zip(probes["probe"], probes["time_s"]):
+        if name not in samples.times:
+            raise SpecError(source, "column probe", f"unknown probe {name!r}; valid: {list(PROBE_SHAPES)}")
+        samples.add(name, float(t))
+    return samples.reference() if samples.count else {}
+
+
 def fit_profile(raw: pd.DataFrame, source: str, command: str, folds: int = 5, seed: int = 0) -> FitResult:
     """Coefficients from all shapes; the error from k-fold cross-validation.
 
@@ -92,7 +107,9 @@ def fit_profile(raw: pd.DataFrame, source: str, command: str, folds: int = 5, se
     """
     check_raw(raw, source)
     swap = raw["swap_s_per_block"].dropna() if "swap_s_per_block" in raw.columns else pd.Series(dtype=float)
-    raw = raw[raw["kind"] != "swap"].reset_index(drop=True)  # swap rows time PCIe, not an iteration
+    reference = speed_reference(raw, source)
+    # swap rows time PCIe, not an iteration; probe rows time the machine, over and over
+    raw = raw[~raw["kind"].isin(("swap", "probe"))].reset_index(drop=True)
     fold = assign_folds(raw, folds, seed)
     heldout_predicted = np.zeros(len(raw))
     for k in range(folds):
@@ -117,6 +134,7 @@ def fit_profile(raw: pd.DataFrame, source: str, command: str, folds: int = 5, se
         torch_threads=int(first["torch_threads"]) if "torch_threads" in raw.columns else None,
         grid={kind: int(n) for kind, n in raw["kind"].value_counts().sort_index().items()},
         heldout_method=f"{folds}-fold cross-validation, stratified by kind (seed {seed})",
+        speed_reference=reference,
     )
     predictions = raw.assign(predicted_s=predict(raw, coef, knee), heldout_predicted_s=heldout_predicted,
                              ape=heldout_ape, fold=fold)

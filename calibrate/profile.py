@@ -15,6 +15,7 @@ import pandas as pd
 
 from calibrate.features import batch_features
 from calibrate.grid import GRIDS, Grid, Shape
+from calibrate.speed import PROBE_SHAPES, SpeedProbe, SpeedSamples, probe_blocks
 from engine.core.spec import ModelSpec
 
 
@@ -80,8 +81,14 @@ def shape_row(shape: Shape, times: list[float]) -> dict:
 
 def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid: Grid | str = "default",
             repeats: int = 3, warmup: int = 1, block_size: int = 16, seed: int = 0,
-            swap_blocks: int = 64, on_progress: Callable[[int], None] | None = None) -> pd.DataFrame:
-    """One row per shape: its features, the median time over `repeats`, and the device."""
+            swap_blocks: int = 64, probe_every_s: float = 1.0,
+            on_progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+    """One row per shape: its features, the median time over `repeats`, and the device; then the
+    speed probe's samples (kind "probe"), whose medians become the profile's speed reference.
+
+    The grid is timed in `repeats` passes, each in a fresh shuffled order (seeded), so that a slow
+    minute on a shared machine adds noise to many shapes rather than bias to one family of them.
+    """
     from engine.runtime.runner import ModelRunner
 
     grid = GRIDS[grid] if isinstance(grid, str) else grid
@@ -90,21 +97,41 @@ def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid
     shapes = grid.shapes()
     pool_blocks = max(-(-s.kv_tokens // block_size) + len(s.prefill_lens) + len(s.decode_context_lens)
                       for s in shapes)
-    runner = ModelRunner(spec, device=device, dtype=dtype, seed=seed, num_gpu_blocks=max(pool_blocks, swap_blocks),
+    runner = ModelRunner(spec, device=device, dtype=dtype, seed=seed,
+                         num_gpu_blocks=max(pool_blocks, swap_blocks, probe_blocks(block_size)),
                          num_cpu_blocks=swap_blocks, block_size=block_size)
-    progress = on_progress or Progress(len(shapes) + 1).update
-    rows = []
-    for i, shape in enumerate(shapes):
-        times = runner.time_batch(list(shape.prefill_lens), list(shape.decode_context_lens), repeats, warmup=warmup)
-        rows.append(shape_row(shape, times))
-        progress(i + 1)
+    probe = SpeedProbe(runner, every_s=probe_every_s)
+    progress = on_progress or Progress(len(shapes) * repeats + 1).update
+    times: list[list[float]] = [[] for _ in shapes]
+    order = np.random.default_rng(seed)
+    for p in range(repeats):
+        for done, i in enumerate(order.permutation(len(shapes)), start=p * len(shapes) + 1):
+            probe.maybe_sample()
+            shape = shapes[i]
+            # a shape's first run pays one-off allocation costs; later passes find them paid
+            times[i] += runner.time_batch(list(shape.prefill_lens), list(shape.decode_context_lens), 1,
+                                          warmup=warmup if p == 0 else 0)
+            progress(done)
+    rows = [shape_row(shape, t) for shape, t in zip(shapes, times)]
     rows.append(_swap_row(runner, repeats, warmup, swap_blocks))
-    progress(len(shapes) + 1)
+    probe.sample()
+    rows += probe_rows(probe.samples)
+    progress(len(shapes) * repeats + 1)
     frame = pd.DataFrame(rows)
     meta = {"model": spec.name, "device": runner.device.type, "device_name": _device_name(runner.device),
             "dtype": str(runner.dtype).removeprefix("torch."), "block_size": block_size, "tensor_parallel": 1,
             "torch_threads": _threads(), **_versions()}
     return frame.assign(**meta)
+
+
+def probe_rows(samples: SpeedSamples) -> list[dict]:
+    """One row per probe sample: kind "probe", the probe's name, its shape's features and time."""
+    rows = []
+    for name, values in samples.times.items():
+        prefill, decode = PROBE_SHAPES[name]
+        for t in values:
+            rows.append({**shape_row(Shape("probe", prefill, decode), [t]), "probe": name})
+    return rows
 
 
 def kv_tokens_that_fit(spec: ModelSpec, device: str, dtype: str | None, fraction: float = 0.8) -> int:

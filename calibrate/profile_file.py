@@ -33,6 +33,9 @@ class Profile:
     swap_s_per_block: float | None = None
     torch_threads: int | None = None  # CPU profiles: intra-op threads the engine ran with
     heldout_method: str = ""
+    # the speed probe's median times while the grid was measured (calibrate/speed.py); a validation
+    # compares its own probes against these to tell machine drift from cost-model error
+    speed_reference: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
     grid: dict = field(default_factory=dict)
     format: str = FORMAT

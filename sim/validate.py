@@ -13,6 +13,7 @@ exact.csv, validation.json, summary.txt, normalized_latency.png, request_scatter
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import platform
 import time
@@ -22,6 +23,7 @@ from typing import Callable
 
 import pandas as pd
 
+from calibrate.costmodel import ScaledCostModel
 from engine.core.system import SystemSpec
 from sim.output import write_csv, write_json, write_text
 from sim.run import make_cost_model, trace_for
@@ -37,19 +39,24 @@ EXACT_COLUMNS = ("system", "rate", "repeat", "num_iterations", "num_requests", "
                  "max_time_diff_s", "identical", "first_mismatch")
 FIDELITY_COLUMNS = ("system", "max_normalized_latency_error", "rates_below_saturation", "max_p90_request_error",
                     "sustainable_rate_error", "real_sustainable_rate", "sim_sustainable_rate",
-                    "max_real_repeat_spread", "mean_iteration_time_error", "exact_replay")
+                    "max_real_repeat_spread", "max_real_repeat_spread_at_speed",
+                    "max_uncorrected_normalized_latency_error", "min_speed_factor", "max_speed_factor",
+                    "mean_iteration_time_error", "exact_replay")
 TARGETS = {"max_normalized_latency_error": 0.05, "max_p90_request_error": 0.10, "sustainable_rate_error": 0.05}
 Log = Callable[[str], None]
 
 
 @dataclass
 class RealReplay:
-    """One real replay: its records as frames, and every iteration's measured time and batch."""
+    """One real replay: its records as frames, every iteration's measured time and batch, and how fast
+    the machine ran meanwhile (the speed probe's medians, and their ratio to the profile's reference)."""
     requests: pd.DataFrame
     iterations: pd.DataFrame
     times: list[float]
     shapes: list
     wall_s: float
+    probe_s: dict = field(default_factory=dict)
+    speed_factor: float = math.nan
 
 
 @dataclass
@@ -83,11 +90,18 @@ def torch_threads(threads: int | None):
 
 
 class RealSide:
-    """Engines for the configured systems, sharing one set of weights."""
+    """Engines for the configured systems, sharing one set of weights, and a speed probe beside them.
 
-    def __init__(self, cfg: ValidationConfig, spec, seed: int):
+    With a `speed_reference` (the profile's) the probe is timed before, all through (every
+    validation.speed_probe_every_s of wall time, between iterations: the engine's clock never sees
+    it) and after each replay; the replay's speed factor is its probes' medians over the reference.
+    """
+
+    def __init__(self, cfg: ValidationConfig, spec, seed: int, speed_reference: dict | None = None):
         self.cfg, self.spec, self.seed = cfg, spec, seed
+        self.speed_reference = speed_reference or {}
         self._decoder = None
+        self.probe = None
 
     def engine(self, system: SystemSpec, pool: Pool):
         from engine.runtime.engine import Engine
@@ -98,15 +112,40 @@ class RealSide:
                         pool.num_cpu_blocks, attention_backend=opts.attention_backend, model=self._decoder)
         self._decoder = engine.runner.model
         warm_up(engine.runner, pool)
+        if self.speed_reference and self.probe is None:
+            self.probe = self._speed_probe(pool.block_size)
         return engine
 
+    def _speed_probe(self, block_size: int):
+        from calibrate.speed import SpeedProbe, probe_blocks
+        from engine.runtime.runner import ModelRunner
+
+        opts = self.cfg.options
+        runner = ModelRunner(self.spec, opts.device, opts.resolved_dtype, self.seed,
+                             num_gpu_blocks=probe_blocks(block_size), num_cpu_blocks=0, block_size=block_size,
+                             attention_backend=opts.attention_backend, model=self._decoder)
+        return SpeedProbe(runner, every_s=opts.speed_probe_every_s)
+
+    def clock_for(self, engine) -> MeasuredClock:
+        return MeasuredClock(engine.runner, after_iteration=self.probe.maybe_sample if self.probe else None)
+
     def replay(self, engine, clock: MeasuredClock, trace: Trace) -> RealReplay:
+        from calibrate.speed import speed_factor
+
         clock.reset()
+        if self.probe:
+            self.probe.reset()
+            self.probe.sample()
         started = time.perf_counter()
         result = engine.replay(trace, self.cfg.options.sampling, time_fn=clock)
         wall = time.perf_counter() - started
+        probe_s, factor = {}, math.nan
+        if self.probe:
+            self.probe.sample()
+            probe_s = self.probe.reset().medians()
+            factor = speed_factor(probe_s, self.speed_reference)
         return RealReplay(pd.DataFrame(result.request_columns()), pd.DataFrame(result.iteration_columns()),
-                          list(clock.times), list(clock.shapes), wall)
+                          list(clock.times), list(clock.shapes), wall, probe_s, factor)
 
 
 def warm_up(runner, pool: Pool) -> None:
@@ -169,7 +208,8 @@ def _row_line(row: dict) -> str:
     exact = {True: "exact", False: "NOT EXACT", None: ""}[row["exact_replay"]]
     return (f"  {row['system']:<18} {row['rate']:>6g} req/s  real {row['real_normalized_latency']:.4f} s/tok "
             f"(spread {row['real_repeat_spread']:.1%})  sim {row['sim_normalized_latency']:.4f} "
-            f"({row['normalized_latency_error']:+.1%})  p90 req err {row['p90_request_error']:.1%}  "
+            f"({row['normalized_latency_error']:+.1%}; as calibrated {row['uncorrected_normalized_latency_error']:+.1%}, "
+            f"speed x{row['speed_factor']:.2f})  p90 req err {row['p90_request_error']:.1%}  "
             f"batch {row['real_mean_batched_requests']:.1f}/{row['sim_mean_batched_requests']:.1f}  "
             f"preempt {row['real_preemptions']:g}/{row['sim_preemptions']:g}  {exact}  [{row['real_wall_s']:.0f} s]")
 
@@ -198,22 +238,41 @@ def plan(cfg: ValidationConfig, exact_only: bool) -> Plan:
     return Plan(spec, seed, traces, pools, cost_models, profile, 1 if exact_only else cfg.options.repeats)
 
 
+def replay_speed(cfg: ValidationConfig, reals: list[RealReplay]) -> float:
+    """The factor the simulator runs one trace at: the geometric mean of its real replays' speed factors,
+    or 1 (as calibrated) when correction is off or a replay has no factor."""
+    factors = [r.speed_factor for r in reals]
+    if not cfg.options.speed_correction or not all(math.isfinite(f) and f > 0 for f in factors):
+        return 1.0
+    return math.exp(sum(math.log(f) for f in factors) / len(factors))
+
+
 def compare_one(cfg: ValidationConfig, p: Plan, system: SystemSpec, rate: float, reals: list[RealReplay],
                 exact: bool) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
-    """Simulate one trace with the cost model and line it up against its real replays."""
-    trace, pool, cost_model = p.traces[rate], p.pools[system.name], p.cost_models[system.name]
-    records = simulate_on_pool(p.spec, system, trace, cost_model, pool.num_gpu_blocks, pool.num_cpu_blocks)
-    sim_requests, sim_iterations = records.requests_frame(), records.iterations_frame()
+    """Simulate one trace with the cost model (at the machine speed the real replays ran at, and as
+    calibrated) and line it up against its real replays."""
+    trace, pool, calibrated = p.traces[rate], p.pools[system.name], p.cost_models[system.name]
+    factor = replay_speed(cfg, reals)
+    cost_model = calibrated if factor == 1.0 else ScaledCostModel(calibrated, factor)
+
+    def simulate(model):
+        records = simulate_on_pool(p.spec, system, trace, model, pool.num_gpu_blocks, pool.num_cpu_blocks)
+        return records.requests_frame(), records.iterations_frame()
+
+    sim_requests, sim_iterations = simulate(cost_model)
+    uncorrected = (sim_requests, sim_iterations) if cost_model is calibrated else simulate(calibrated)
     warmup_s, rule = warmup_for(cfg, trace)
     join = request_join(system.name, rate, [r.requests for r in reals], sim_requests, warmup_s)
-    errors = pd.concat([iteration_errors(system.name, rate, i, r.times, r.shapes, cost_model)
+    errors = pd.concat([iteration_errors(system.name, rate, i, r.times, r.shapes, calibrated,
+                                         r.speed_factor if factor != 1.0 else 1.0)
                         for i, r in enumerate(reals)], ignore_index=True)
     row = summary_row(system=system.name, rate=rate, seed=p.seed, join=join,
                       real_requests=[r.requests for r in reals], real_iterations=[r.iterations for r in reals],
                       sim_requests=sim_requests, sim_iterations=sim_iterations, iteration_errors=errors,
                       pool_slots=pool.num_slots, warmup_s=warmup_s, threshold=cfg.options.latency_threshold,
                       exact_replay=exact, real_wall_s=sum(r.wall_s for r in reals), cost_model=cost_model.source,
-                      warmup_rule=rule)
+                      warmup_rule=rule, speed_factors=[r.speed_factor for r in reals], sim_speed_factor=factor,
+                      uncorrected_requests=uncorrected[0], uncorrected_iterations=uncorrected[1])
     return row, join, errors
 
 
@@ -230,13 +289,21 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, exact_only: bool = F
              log: Log = print) -> ValidationResult:
     started, load_before = time.perf_counter(), _loadavg()
     p = plan(cfg, exact_only)
-    real_side = RealSide(cfg, p.spec, p.seed)
-    summary_rows, joins, iteration_frames, exact_rows = [], [], [], []
+    reference = {} if exact_only or p.profile is None else p.profile.speed_reference
+    if not exact_only and not reference:
+        log(f"note: {cfg.experiment.cost_model.profile_path} has no speed reference (profiled before the speed "
+            f"probe): replays are simulated as calibrated; re-profile to correct for this machine's drift")
+    real_side = RealSide(cfg, p.spec, p.seed, reference)
+    systems = list(cfg.experiment.systems)
+    compared, exact_rows = [], []
     with torch_threads(cfg.options.torch_threads) as threads:
-        for system in cfg.experiment.systems:
-            engine = real_side.engine(system, p.pools[system.name])
-            clock = MeasuredClock(engine.runner)
-            for rate, trace in p.traces.items():
+        engines = {s.name: real_side.engine(s, p.pools[s.name]) for s in systems}
+        clocks = {name: real_side.clock_for(engine) for name, engine in engines.items()}
+        # every system at one rate, then the next rate: a slow spell of the machine then falls on
+        # all systems alike instead of on whichever system ran during it
+        for rate, trace in p.traces.items():
+            for system in systems:
+                engine, clock = engines[system.name], clocks[system.name]
                 reals = [real_side.replay(engine, clock, trace) for _ in range(p.repeats)]
                 rows = exact_rows_for(p, system, rate, reals)
                 exact_rows.extend(rows)
@@ -245,12 +312,15 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, exact_only: bool = F
                     log(f"  {system.name:<18} {rate:>6g} req/s  {len(reals[0].iterations)} iterations: "
                         f"{'identical schedule' if exact else 'DIFFERENT: ' + rows[-1]['first_mismatch']}")
                     continue
-                row, join, errors = compare_one(cfg, p, system, rate, reals, exact)
-                log(_row_line(row))
-                summary_rows.append(row)
-                joins.append(join)
-                iteration_frames.append(errors)
-            del engine, clock
+                compared.append(((systems.index(system), rate), *compare_one(cfg, p, system, rate, reals, exact)))
+                log(_row_line(compared[-1][1]))
+        del engines, clocks
+    compared.sort(key=lambda c: c[0])  # outputs read system by system, rate by rate
+    summary_rows = [c[1] for c in compared]
+    joins = [c[2] for c in compared]
+    iteration_frames = [c[3] for c in compared]
+    rank = {s.name: i for i, s in enumerate(systems)}
+    exact_rows.sort(key=lambda r: (rank[r["system"]], r["rate"], r["repeat"]))
     summary = pd.DataFrame(summary_rows, columns=list(SUMMARY_COLUMNS))
     exact_frame = pd.DataFrame(exact_rows, columns=list(EXACT_COLUMNS))
     sustainable = sustainable_rates(summary, cfg.options.latency_threshold) if len(summary) else pd.DataFrame()
@@ -282,7 +352,10 @@ def run_meta(cfg: ValidationConfig, p: Plan, threads: int, exact_only: bool, loa
         "cost_model": None if exact_only else str(exp.cost_model.profile_path),
         "profile": None if profile is None else {
             "model": profile.model, "device": profile.device, "device_name": profile.device_name,
-            "dtype": profile.dtype, "heldout_mape": profile.heldout_mape, "created": profile.created},
+            "dtype": profile.dtype, "heldout_mape": profile.heldout_mape, "created": profile.created,
+            "speed_reference": profile.speed_reference},
+        "speed_correction": opts.speed_correction and bool(profile and profile.speed_reference),
+        "speed_probe_every_s": opts.speed_probe_every_s,
         "load_average_before": load_before, "load_average_after": _loadavg(),
         "cpu_count": os.cpu_count(), "wall_s": round(time.perf_counter() - started, 1),
     }
@@ -305,6 +378,11 @@ def fidelity_table(summary: pd.DataFrame, sustainable: pd.DataFrame, exact: pd.D
             "real_sustainable_rate": float(sust["real_sustainable_rate"]),
             "sim_sustainable_rate": float(sust["sim_sustainable_rate"]),
             "max_real_repeat_spread": float(rows_["real_repeat_spread"].max()),
+            "max_real_repeat_spread_at_speed": float(rows_["real_repeat_spread_at_speed"].max()),
+            "max_uncorrected_normalized_latency_error": float(below["uncorrected_normalized_latency_error"].abs().max())
+            if len(below) else float("nan"),
+            "min_speed_factor": float(rows_["speed_factor"].min()),
+            "max_speed_factor": float(rows_["speed_factor"].max()),
             "mean_iteration_time_error": float(rows_["iteration_time_error"].mean()),
             "exact_replay": bool(exact[exact["system"] == system]["identical"].all()),
         })
@@ -316,18 +394,24 @@ def fidelity_text(fidelity: pd.DataFrame, sustainable: pd.DataFrame | None = Non
         return "   n/a" if v != v else f"{v:6.1%}"
 
     header = (f"{'system':<18} {'|norm err|':>10} {'p90 req':>8} {'sust. real':>10} {'sust. sim':>10} "
-              f"{'sust err':>8} {'spread':>7} {'iter err':>8}  exact")
+              f"{'sust err':>8} {'spread':>7} {'at speed':>8} {'as calib.':>9} {'speed':>11} {'iter err':>8}  exact")
     lines = [header, "-" * len(header)]
     for _, r in fidelity.iterrows():
+        speed = (f"{r['min_speed_factor']:.2f}-{r['max_speed_factor']:.2f}" if r["min_speed_factor"] == r["min_speed_factor"]
+                 else "n/a")
         lines.append(f"{r['system']:<18} {pct(r['max_normalized_latency_error']):>10} "
                      f"{pct(r['max_p90_request_error']):>8} {r['real_sustainable_rate']:>10.3g} "
                      f"{r['sim_sustainable_rate']:>10.3g} {pct(abs(r['sustainable_rate_error'])):>8} "
-                     f"{pct(r['max_real_repeat_spread']):>7} {pct(r['mean_iteration_time_error']):>8}  "
-                     f"{'yes' if r['exact_replay'] else 'NO'}")
+                     f"{pct(r['max_real_repeat_spread']):>7} {pct(r['max_real_repeat_spread_at_speed']):>8} "
+                     f"{pct(r['max_uncorrected_normalized_latency_error']):>9} {speed:>11} "
+                     f"{pct(r['mean_iteration_time_error']):>8}  {'yes' if r['exact_replay'] else 'NO'}")
     lines.append(f"targets: |norm err| <= {TARGETS['max_normalized_latency_error']:.0%} and p90 request error <= "
                  f"{TARGETS['max_p90_request_error']:.0%} at rates below saturation (real normalized latency under "
-                 f"the threshold), sustainable rate within {TARGETS['sustainable_rate_error']:.0%}; spread = real "
-                 f"run-to-run (max-min)/mean; iter err = cost model's mean |error| per real iteration")
+                 f"the threshold), sustainable rate within {TARGETS['sustainable_rate_error']:.0%}. The simulator "
+                 f"runs each trace at the machine speed its real replays' probes measured (speed: that factor's "
+                 f"range, 1 = as fast as when profiled); as calib. = |norm err| of the simulator as calibrated. "
+                 f"spread = real run-to-run (max-min)/mean; at speed = the same after dividing each replay by its "
+                 f"speed factor; iter err = cost model's mean |error| per real iteration, at speed")
     if sustainable is not None and len(sustainable):
         off_range = (sustainable["real_bound"] != "interpolated") | (sustainable["sim_bound"] != "interpolated")
         bounds = sustainable[off_range]
@@ -362,7 +446,7 @@ def write_outputs(result: ValidationResult, cfg: ValidationConfig, exact_only: b
     write_csv(result.iterations, out / "iterations.csv")
     exp = cfg.experiment
     title = (f"{exp.model.name} on {result.meta['device_name']} ({cfg.options.device}, {cfg.options.resolved_dtype}): "
-             f"real (solid) vs sim (dashed)")
+             f"real (solid), sim at measured speed (dashed), as calibrated (dotted)")
     fidelity_plot(result.summary, out / "normalized_latency.png", title=title,
                   threshold=cfg.options.latency_threshold)
     request_scatter(result.requests, out / "request_scatter.png", title=f"{exp.model.name}: per-request latency")

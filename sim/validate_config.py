@@ -21,6 +21,8 @@
       attention_backend: auto     # auto | torch | triton
       torch_threads: null         # torch intra-op threads for the real engine (null: torch's default)
       sampling: greedy            # greedy | random
+      speed_correction: true      # simulate each replay at the machine speed its probes measured
+      speed_probe_every_s: 1.0    # wall seconds between speed-probe samples during a real replay
 """
 from __future__ import annotations
 
@@ -58,6 +60,8 @@ class ValidationOptions:
     attention_backend: str = "auto"
     torch_threads: int | None = None
     sampling: str = "greedy"
+    speed_correction: bool = True
+    speed_probe_every_s: float = 1.0
 
     @property
     def resolved_dtype(self) -> str:
@@ -79,6 +83,9 @@ OPTION_HELP = {
     "attention_backend": "auto | torch | triton",
     "torch_threads": "torch intra-op threads for the real engine (null: torch's default)",
     "sampling": "greedy | random",
+    "speed_correction": "true | false: simulate each replay at the machine speed its probes measured "
+                        "(against the profile's speed reference); false: as calibrated",
+    "speed_probe_every_s": "wall seconds between speed-probe samples during a real replay (> 0)",
 }
 
 
@@ -121,6 +128,12 @@ def _choice(value: Any, source: str, key: str, choices) -> str:
     return value
 
 
+def _flag(value: Any, source: str, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(source, key, f"must be true or false, got {value!r}")
+    return value
+
+
 def options_from_dict(raw: Any, source: str) -> ValidationOptions:
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
@@ -147,6 +160,9 @@ def options_from_dict(raw: Any, source: str) -> ValidationOptions:
                                   k + "attention_backend", BACKENDS),
         torch_threads=_count(raw.get("torch_threads"), source, k + "torch_threads"),
         sampling=_choice(raw.get("sampling", d.sampling), source, k + "sampling", SAMPLING),
+        speed_correction=_flag(raw.get("speed_correction", d.speed_correction), source, k + "speed_correction"),
+        speed_probe_every_s=_positive(raw.get("speed_probe_every_s", d.speed_probe_every_s), source,
+                                      k + "speed_probe_every_s"),
     )
 
 

@@ -23,6 +23,8 @@ REQUEST_JOIN_COLUMNS = (
 SUMMARY_COLUMNS = (
     "system", "rate", "seed", "num_requests", "num_measured", "warmup_s",
     "real_normalized_latency", "sim_normalized_latency", "normalized_latency_error", "real_repeat_spread",
+    "speed_factor", "sim_speed_factor", "real_speed_spread", "real_repeat_spread_at_speed",
+    "sim_uncorrected_normalized_latency", "uncorrected_normalized_latency_error",
     "mean_request_error", "p50_request_error", "p90_request_error", "real_request_spread_p90",
     "real_ttft_mean_s", "sim_ttft_mean_s", "p90_ttft_error",
     "real_mean_batched_requests", "sim_mean_batched_requests",
@@ -36,7 +38,7 @@ SUSTAINABLE_COLUMNS = ("system", "latency_threshold", "real_sustainable_rate", "
                        "sustainable_rate_error", "real_bound", "sim_bound", "rates")
 ITERATION_COLUMNS = ("system", "rate", "repeat", "iteration", "kind", "num_prefills", "num_prefill_tokens",
                      "sum_prefill_sq", "num_decodes", "sum_decode_context", "num_swap_blocks", "measured_s",
-                     "predicted_s", "error")
+                     "predicted_s", "speed_factor", "error")
 
 
 def relative_error(sim, real):
@@ -99,10 +101,19 @@ def _summaries(requests: list[pd.DataFrame], iterations: list[pd.DataFrame], poo
 def summary_row(*, system: str, rate: float, seed: int, join: pd.DataFrame, real_requests: list[pd.DataFrame],
                 real_iterations: list[pd.DataFrame], sim_requests: pd.DataFrame, sim_iterations: pd.DataFrame,
                 iteration_errors: pd.DataFrame, pool_slots: int, warmup_s: float, threshold: float,
-                exact_replay: bool | None, real_wall_s: float, cost_model: str, warmup_rule: str) -> dict:
+                exact_replay: bool | None, real_wall_s: float, cost_model: str, warmup_rule: str,
+                speed_factors: list[float] | None = None, sim_speed_factor: float = 1.0,
+                uncorrected_requests: pd.DataFrame | None = None,
+                uncorrected_iterations: pd.DataFrame | None = None) -> dict:
+    """One system x rate. The simulator ran at `sim_speed_factor` (1: as calibrated); the uncorrected
+    columns are its run as calibrated, so a reader sees both the model's and the machine's share."""
     reals = _summaries(real_requests, real_iterations, pool_slots, warmup_s)
     sim = _summaries([sim_requests], [sim_iterations], pool_slots, warmup_s)[0]
+    uncorrected = sim if uncorrected_requests is None else _summaries(
+        [uncorrected_requests], [uncorrected_iterations], pool_slots, warmup_s)[0]
     real_norm = np.array([r["normalized_latency"] for r in reals])
+    factors = np.array(speed_factors if speed_factors is not None else [np.nan] * len(reals), dtype=float)
+    probed = bool(np.isfinite(factors).all())
     measured = join[join["measured"]]
     abs_err = measured["latency_error"].abs()
 
@@ -117,6 +128,14 @@ def summary_row(*, system: str, rate: float, seed: int, join: pd.DataFrame, real
         "sim_normalized_latency": sim["normalized_latency"],
         "normalized_latency_error": float(relative_error(sim["normalized_latency"], real_norm.mean())),
         "real_repeat_spread": float(spread(real_norm)),
+        "speed_factor": float(np.exp(np.log(factors).mean())) if probed else float("nan"),
+        "sim_speed_factor": sim_speed_factor,
+        "real_speed_spread": float(spread(factors)) if probed else float("nan"),
+        # what run-to-run spread is left once each replay is divided by its machine's speed
+        "real_repeat_spread_at_speed": float(spread(real_norm / factors)) if probed else float("nan"),
+        "sim_uncorrected_normalized_latency": uncorrected["normalized_latency"],
+        "uncorrected_normalized_latency_error": float(relative_error(uncorrected["normalized_latency"],
+                                                                     real_norm.mean())),
         "mean_request_error": float(abs_err.mean()) if len(abs_err) else float("nan"),
         "p50_request_error": _pct(abs_err, 50),
         "p90_request_error": _pct(abs_err, 90),
@@ -152,16 +171,18 @@ def iteration_kind(num_prefills: int, num_decodes: int) -> str:
     return "prefill" if num_prefills else "decode"
 
 
-def iteration_errors(system: str, rate: float, repeat: int, times: list[float], shapes, cost_model) -> pd.DataFrame:
-    """Every real iteration beside what the cost model predicts for its batch: which term is wrong."""
+def iteration_errors(system: str, rate: float, repeat: int, times: list[float], shapes, cost_model,
+                     speed_factor: float = 1.0) -> pd.DataFrame:
+    """Every real iteration beside what the cost model predicts for its batch: which term is wrong.
+    predicted_s is as calibrated; error compares it, times the replay's speed factor, with the measurement."""
     rows = []
     for i, (measured, shape) in enumerate(zip(times, shapes)):
         predicted = cost_model.step_time(shape.as_batch())
         prefills, decodes = shape.prefill_lens, shape.decode_context_lens
         rows.append((system, rate, repeat, i, iteration_kind(len(prefills), len(decodes)), len(prefills),
                      sum(prefills), sum(n * n for n in prefills), len(decodes), sum(decodes),
-                     shape.num_swap_blocks, measured, predicted, predicted / measured - 1.0 if measured > 0
-                     else float("nan")))
+                     shape.num_swap_blocks, measured, predicted, speed_factor,
+                     predicted * speed_factor / measured - 1.0 if measured > 0 else float("nan")))
     return pd.DataFrame(rows, columns=list(ITERATION_COLUMNS))
 
 
@@ -170,9 +191,10 @@ def iteration_breakdown(iterations: pd.DataFrame) -> pd.DataFrame:
     if not len(iterations):
         return pd.DataFrame(columns=["kind", "count", "median_measured_s", "median_predicted_s", "mean_error",
                                      "mean_abs_error"])
-    grouped = iterations.assign(abs_error=iterations["error"].abs()).groupby("kind", sort=True)
+    grouped = iterations.assign(abs_error=iterations["error"].abs(),
+                                scaled_s=iterations["predicted_s"] * iterations["speed_factor"]).groupby("kind", sort=True)
     return grouped.agg(count=("error", "size"), median_measured_s=("measured_s", "median"),
-                       median_predicted_s=("predicted_s", "median"), mean_error=("error", "mean"),
+                       median_predicted_s=("scaled_s", "median"), mean_error=("error", "mean"),
                        mean_abs_error=("abs_error", "mean")).reset_index()
 
 

@@ -19,7 +19,8 @@ def _colors(systems) -> dict:
 
 
 def fidelity_plot(summary: pd.DataFrame, path: Path, title: str = "", threshold: float | None = None) -> Path:
-    """One colour per system: solid line real (with the repeats' spread as error bars), dashed simulated."""
+    """One colour per system: solid line real (with the repeats' spread as error bars), dashed simulated at
+    the machine speed the real replays ran at, dotted (faint) simulated as calibrated where that differs."""
     fig, ax = plt.subplots(figsize=(5.6, 3.8))
     systems = list(dict.fromkeys(summary["system"]))
     colors = _colors(systems)
@@ -33,6 +34,10 @@ def fidelity_plot(summary: pd.DataFrame, path: Path, title: str = "", threshold:
         handles.extend(ax.plot(rows["rate"], rows["sim_normalized_latency"], color=color, marker=marker,
                                linestyle="--", linewidth=1.2, markersize=5, markerfacecolor="white",
                                label=f"{system} sim"))
+        if "sim_uncorrected_normalized_latency" in rows and not np.allclose(
+                rows["sim_uncorrected_normalized_latency"], rows["sim_normalized_latency"]):
+            ax.plot(rows["rate"], rows["sim_uncorrected_normalized_latency"], color=color, linestyle=":",
+                    linewidth=1.0, alpha=0.6)
     if threshold is not None:
         ax.axhline(threshold, color="grey", linewidth=0.8, linestyle=":")
     ax.set_xlabel("Request rate (req/s)")

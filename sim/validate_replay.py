@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -62,7 +63,8 @@ class MeasuredClock:
     advances exactly as without a time_fn, and `times` / `shapes` hold every iteration in order.
     """
 
-    def __init__(self, runner):
+    def __init__(self, runner, after_iteration: Callable[[], None] | None = None):
+        self.after_iteration = after_iteration  # e.g. a speed probe's maybe_sample: runs off the engine's clock
         self.times: list[float] = []
         self.shapes: list[BatchShape] = []
         self._last: float | None = None
@@ -81,6 +83,8 @@ class MeasuredClock:
         seconds, self._last = self._last, None
         self.times.append(seconds)
         self.shapes.append(BatchShape.of(batch))
+        if self.after_iteration is not None:
+            self.after_iteration()
         return seconds
 
     def reset(self) -> None:

@@ -45,7 +45,7 @@ class FasterTransformerScheduler(ReservationScheduler):
 
     def complete(self, batch: Batch, now_s: float) -> list[SequenceGroup]:
         prefilled = self._prefilled
-        finished = super().complete(batch, now_s)
+        super().complete(batch, now_s)  # requests finish together below, not one by one
         self._fork_prompt_copies(prefilled)
         if self.running:
             return []

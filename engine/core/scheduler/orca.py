@@ -11,7 +11,7 @@ from engine.core.buddy import BuddyAllocator
 from engine.core.reservation import ReservationAllocator
 from engine.core.scheduler.base import KVUsage
 from engine.core.scheduler.common import QueueScheduler
-from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
+from engine.core.sequence import Sequence, SequenceGroup
 from engine.core.system import SystemSpec
 
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from core_harness import Checker, Req, StepInvariants, check_finished, drive, scheduler_for, seeded_requests
+from core_harness import Checker, StepInvariants, check_finished, drive, scheduler_for, seeded_requests
 from engine.core.factory import make_scheduler
 from engine.core.sequence import SequenceCounter, make_group
 from engine.core.spec import load_model_spec

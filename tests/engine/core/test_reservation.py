@@ -7,7 +7,6 @@ import pytest
 from hypothesis import given, strategies as st
 
 from core_harness import hyp
-from engine.core.buddy import next_pow2
 from engine.core.reservation import ReservationAllocator, estimated_output
 from engine.core.sequence import SequenceCounter, make_group
 

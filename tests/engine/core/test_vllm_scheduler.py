@@ -2,7 +2,6 @@
 recompute for single sequences, swap for groups, swapped groups block admissions."""
 from __future__ import annotations
 
-import pytest
 
 from core_harness import (Checker, Req, StepInvariants, blocks_for, check_finished, drive, scheduler_for,
                           seeded_requests)

@@ -62,6 +62,9 @@ def test_pool_smaller_than_one_reservation_is_refused(tiny_validation, no_engine
     (("dtype_bytes: 4", "dtype_bytes: 2"), "experiment.dtype_bytes"),
     (("rates: [4, 12]", "rate: [4, 12]"), "experiment.rate"),
     (("name: tiny", "nam: tiny"), "nam"),
+    (("torch_threads: 1", "torch_threads: 1\n  speed_correction: yes please"), "validation.speed_correction"),
+    (("torch_threads: 1", "torch_threads: 1\n  speed_correction: 1"), "validation.speed_correction"),
+    (("torch_threads: 1", "torch_threads: 1\n  speed_probe_every_s: 0"), "validation.speed_probe_every_s"),
 ])
 def test_bad_keys_name_the_key(tiny_validation, edit, key):
     with pytest.raises(SpecError) as err:

@@ -2,20 +2,24 @@
 import json
 
 import pandas as pd
+import pytest
 
 from sim.cli import main
 
 SUMMARY = ["system", "rate", "real_normalized_latency", "sim_normalized_latency", "normalized_latency_error",
            "real_repeat_spread", "p90_request_error", "real_mean_batched_requests", "sim_mean_batched_requests",
            "real_preemptions", "sim_preemptions", "real_throughput_tokens_per_s", "sim_throughput_tokens_per_s",
-           "below_saturation", "exact_replay", "warmup_rule"]
+           "below_saturation", "exact_replay", "warmup_rule", "speed_factor", "sim_speed_factor",
+           "real_speed_spread", "real_repeat_spread_at_speed", "sim_uncorrected_normalized_latency",
+           "uncorrected_normalized_latency_error"]
 REQUESTS = ["system", "rate", "request_id", "measured", "real_latency_s", "sim_latency_s", "latency_error",
             "real_ttft_s", "sim_ttft_s", "ttft_error", "real_normalized_latency", "sim_normalized_latency"]
 SUSTAINABLE = ["system", "latency_threshold", "real_sustainable_rate", "sim_sustainable_rate",
                "sustainable_rate_error"]
 FIDELITY = ["system", "max_normalized_latency_error", "max_p90_request_error", "sustainable_rate_error",
-            "max_real_repeat_spread", "exact_replay"]
-ITERATIONS = ["system", "rate", "repeat", "kind", "measured_s", "predicted_s", "error"]
+            "max_real_repeat_spread", "max_real_repeat_spread_at_speed", "max_uncorrected_normalized_latency_error",
+            "min_speed_factor", "max_speed_factor", "exact_replay"]
+ITERATIONS = ["system", "rate", "repeat", "kind", "measured_s", "predicted_s", "speed_factor", "error"]
 EXACT = ["system", "rate", "repeat", "same_batches", "same_preemptions", "max_time_diff_s", "identical"]
 
 
@@ -45,14 +49,45 @@ def test_validate_writes_every_output(tiny_validation, tmp_path, capsys):
     assert len(has_columns(out / "fidelity.csv", FIDELITY)) == 5
     iterations = has_columns(out / "iterations.csv", ITERATIONS)
     assert set(iterations["kind"]) >= {"prefill", "decode"}
+    # the machine was probed through every replay and the simulator ran at the speed it measured
+    assert (summary["speed_factor"] > 0).all()
+    assert summary["sim_speed_factor"].to_numpy() == pytest.approx(summary["speed_factor"].to_numpy())
+    assert (iterations["speed_factor"] > 0).all()
+    scaled = iterations["predicted_s"] * iterations["speed_factor"] / iterations["measured_s"] - 1
+    assert iterations["error"].to_numpy() == pytest.approx(scaled.to_numpy())
     assert has_columns(out / "exact.csv", EXACT)["identical"].all()
     for figure in ("normalized_latency.png", "request_scatter.png"):
         assert (out / figure).read_bytes()[:4] == b"\x89PNG"
     meta = json.loads((out / "validation.json").read_text())
     assert meta["repeats"] == 2 and meta["pool"]["vLLM"]["num_gpu_blocks"] == 16
     assert "60-s rule" in meta["warmup_rule"] and meta["torch_threads"] == 1
+    assert meta["speed_correction"] and meta["profile"]["speed_reference"]["decode_s"] == 0.002
     assert (out / "summary.txt").exists()
     assert not list(out.glob(".*.tmp"))  # atomic writes leave no temporary files
+
+
+def test_without_correction_the_simulator_runs_as_calibrated(tiny_validation, tmp_path, capsys):
+    out = tmp_path / "plain"
+    args = ["validate", str(tiny_validation()), "--out", str(out), "--set", "validation.speed_correction=false",
+            "--set", "experiment.systems=[vllm]", "--set", "validation.repeats=1"]
+    assert main(args) == 0
+    summary = pd.read_csv(out / "summary.csv")
+    assert (summary["speed_factor"] > 0).all()  # still measured and reported
+    assert (summary["sim_speed_factor"] == 1.0).all()
+    assert summary["normalized_latency_error"].to_numpy() == pytest.approx(
+        summary["uncorrected_normalized_latency_error"].to_numpy())
+
+
+def test_a_profile_without_a_speed_reference_is_simulated_as_calibrated(tiny_validation, tmp_path, capsys):
+    from validate_tiny import profile_text
+
+    out = tmp_path / "old"
+    args = ["validate", str(tiny_validation(profile=profile_text(speed_reference=False))), "--out", str(out),
+            "--set", "experiment.systems=[orca-max]", "--set", "validation.repeats=1"]
+    assert main(args) == 0
+    assert "no speed reference" in capsys.readouterr().out
+    summary = pd.read_csv(out / "summary.csv")
+    assert summary["speed_factor"].isna().all() and (summary["sim_speed_factor"] == 1.0).all()
 
 
 def test_exact_mode_only_proves_the_schedules(tiny_validation, tmp_path, capsys):

@@ -46,7 +46,11 @@ ZERO_TERMS = ("decode_padded_context_s",) + tuple(f"step_{k}_tokens_s" for k in 
 STEP_LINES = "\n          ".join(f"{term}: 0.0" for term in ZERO_TERMS)
 
 
-def profile_text(model: str = "opt-tiny", device: str = "cpu", dtype: str = "float32") -> str:
+def profile_text(model: str = "opt-tiny", device: str = "cpu", dtype: str = "float32",
+                 speed_reference: bool = True) -> str:
+    # the probe's times at "calibration": with them validation probes the machine and corrects for its speed
+    reference = ("speed_reference: {decode_s: 0.002, prefill_s: 0.004, samples: 9, probe: test}"
+                 if speed_reference else "")
     return textwrap.dedent(f"""\
         model: {model}
         device: {device}
@@ -70,4 +74,5 @@ def profile_text(model: str = "opt-tiny", device: str = "cpu", dtype: str = "flo
         created: '2026-01-01'
         command: written by tests/sim/validate/conftest.py
         swap_s_per_block: 1.0e-5
+        {reference}
         """)
