@@ -54,7 +54,10 @@ def fit_report(profile) -> str:
              f"shapes: {profile.grid}",
              f"held-out error: mean {profile.heldout_mape:.1%}, p95 {profile.heldout_p95_ape:.1%} "
              f"({profile.heldout_method or f'{profile.heldout_rows} shapes held out'})",
-             f"knee: {profile.knee_tokens:g} tokens", "coefficients:"]
+             "token-cost table (tokens in the iteration: seconds; linear between, the last slope past the end):"]
+    pairs = [f"{k}: {c * 1e3:.2f} ms" for k, c in zip(profile.token_knots, profile.token_costs_s)]
+    lines += ["  " + ", ".join(pairs[i:i + 6]) for i in range(0, len(pairs), 6)]
+    lines.append("coefficients:")
     for term, meaning in TERMS.items():
         lines.append(f"  {term:<24} {profile.coefficients[term]:.4g}   ({meaning})")
     if profile.torch_threads is not None:

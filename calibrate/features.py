@@ -1,46 +1,88 @@
-"""The terms an iteration's time is fitted on, computed the same way from a Batch and from a profile row."""
-from __future__ import annotations
+"""The terms an iteration's time is fitted on, computed the same way from a Batch and from a profile row.
 
-import bisect
+An iteration costs a function of its token count (reading the weights, the linear layers, and
+whatever the matmul kernels do at that size) plus attention and per-sequence terms. The token
+cost is a table: measured values at knots, interpolated linearly between them. Kernels do not
+cost a smooth function of their rows: on the project's CPU a decode of 9 to 15 sequences takes
+longer than one of 16 (the BLAS switches to a packed kernel at 16 rows) and 4 rows cost 60% more
+than 3; GPU GEMMs step at tile sizes. A table measured at the sizes that occur follows all of
+that; the knots are chosen from the profiled token counts (`choose_knots`), so every table value
+is pinned by measurements at its size.
+"""
+from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-# Matmul kernels change tiles and code paths at sizes (a CPU BLAS going from 3 to 4 rows,
-# a GPU GEMM crossing a 64- or 128-row tile): the cost of an iteration rises in steps there.
-# Steps only rise (non-negative, like every term): a fit free to step down as well learns a
-# sawtooth through the grid's sizes that is far off between them.
-STEP_TOKENS = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
-
-# name -> what the coefficient multiplies (seconds per unit)
+# name -> what the coefficient multiplies (seconds per unit); all fitted non-negative
 TERMS = {
-    "fixed_s": "1 per iteration: reading the weights once, launches, scheduling",
-    "per_token_s": "tokens in the iteration (prefill + decode): linear-layer work",
-    "per_token_over_knee_s": "tokens beyond the knee: extra cost once the batch turns compute-bound",
     "prefill_attention_s": "sum of prompt_len^2 over prefills: causal attention",
     "decode_context_s": "sum of context lengths over decodes: KV reads",
     "decode_padded_context_s": "decodes x the longest decode context: attention padded to the longest (CPU path)",
     "per_sequence_s": "sequences in the iteration: logits, sampling, per-sequence kernel work",
-    **{f"step_{k}_tokens_s": f"1 once an iteration has {k} or more tokens: kernels change at sizes"
-       for k in STEP_TOKENS},
 }
 FEATURE_COLUMNS = ("num_tokens", "sum_prefill_sq", "sum_decode_context", "padded_decode_context", "num_seqs")
+DENSE_UP_TO = 16  # every profiled token count up to here is a knot: small kernels are the most irregular
+KNOT_SPACING = 1.2  # past it, a knot at most every 20% in tokens
 
 
-def design_matrix(features: pd.DataFrame, knee_tokens: float) -> np.ndarray:
+def choose_knots(token_counts) -> list[int]:
+    """Knots for the token-cost table: every distinct count up to DENSE_UP_TO, then counts at least
+    KNOT_SPACING apart, always ending at the largest."""
+    counts = sorted({int(t) for t in token_counts if t > 0})
+    if not counts:
+        raise ValueError("no token counts to place knots at")
+    knots = [c for c in counts if c <= DENSE_UP_TO]
+    for c in counts:
+        if c > DENSE_UP_TO and (not knots or c >= knots[-1] * KNOT_SPACING):
+            knots.append(c)
+    if knots[-1] != counts[-1]:
+        knots.append(counts[-1])
+    return knots
+
+
+def token_basis(tokens: np.ndarray, knots: list[int]) -> np.ndarray:
+    """Hat functions over the knots: row i, column j is knot j's weight in tokens[i]'s interpolated cost.
+    Below the first knot the first knot's cost; past the last, the last segment's line continued."""
+    tokens = np.asarray(tokens, dtype=float)
+    k = np.asarray(knots, dtype=float)
+    basis = np.zeros((len(tokens), len(k)))
+    if len(k) == 1:
+        basis[:, 0] = 1.0
+        return basis
+    seg = np.clip(np.searchsorted(k, tokens, side="right") - 1, 0, len(k) - 2)
+    w = (tokens - k[seg]) / (k[seg + 1] - k[seg])
+    w = np.maximum(w, 0.0)  # clamp below the first knot; past the last, w > 1 extrapolates
+    rows = np.arange(len(tokens))
+    basis[rows, seg] = 1.0 - w
+    basis[rows, seg + 1] += w
+    return basis
+
+
+def token_costs(tokens, knots: list[int], costs: list[float]) -> np.ndarray:
+    """The table's cost at each token count: interpolated between knots, the first knot's below them,
+    and past the last the last segment's slope continued (never falling)."""
+    tokens = np.asarray(tokens, dtype=float)
+    inside = np.interp(tokens, knots, costs)
+    if len(knots) < 2:
+        return inside
+    slope = max((costs[-1] - costs[-2]) / (knots[-1] - knots[-2]), 0.0)
+    return np.where(tokens > knots[-1], costs[-1] + slope * (tokens - knots[-1]), inside)
+
+
+def term_matrix(features: pd.DataFrame) -> np.ndarray:
     """One row per iteration, one column per TERMS entry, from FEATURE_COLUMNS."""
-    tokens = features["num_tokens"].to_numpy(dtype=float)
-    columns = [
-        np.ones_like(tokens),
-        tokens,
-        np.maximum(tokens - knee_tokens, 0.0),
+    return np.column_stack([
         features["sum_prefill_sq"].to_numpy(dtype=float),
         features["sum_decode_context"].to_numpy(dtype=float),
         features["padded_decode_context"].to_numpy(dtype=float),
         features["num_seqs"].to_numpy(dtype=float),
-    ]
-    columns += [(tokens >= k).astype(float) for k in STEP_TOKENS]
-    return np.column_stack(columns)
+    ])
+
+
+def design_matrix(features: pd.DataFrame, knots: list[int]) -> np.ndarray:
+    """The token table's hat columns, then the TERMS columns."""
+    return np.column_stack([token_basis(features["num_tokens"].to_numpy(), knots), term_matrix(features)])
 
 
 def batch_features(prefill_lens: list[int], decode_context_lens: list[int]) -> dict[str, int]:
@@ -52,15 +94,3 @@ def batch_features(prefill_lens: list[int], decode_context_lens: list[int]) -> d
         "padded_decode_context": num_decodes * max(decode_context_lens, default=0),
         "num_seqs": len(prefill_lens) + num_decodes,
     }
-
-
-class StepTable:
-    """The summed step costs for any token count, by one bisect."""
-
-    def __init__(self, coefficients: dict[str, float]):
-        steps = [coefficients[f"step_{k}_tokens_s"] for k in STEP_TOKENS]
-        self._cumulative = [0.0] + list(np.cumsum(steps))
-
-    def __call__(self, tokens: int) -> float:
-        return self._cumulative[bisect.bisect_right(STEP_TOKENS, tokens)]
-

@@ -1,10 +1,10 @@
 """Fit a cost model to profiled iteration times, and say how wrong it is on shapes it never saw.
 
 Least squares on relative error (each row divided by its time, so a 2 ms decode counts as
-much as a 2 s prefill), with non-negative coefficients: every term is a physical cost.
-The knee, where the batch turns compute-bound, is picked from candidates on the rows a
-fit may see; the reported error is k-fold cross-validated, each shape predicted by a
-fit (knee included) that never saw it.
+much as a 2 s prefill), with non-negative coefficients: every term is a physical cost, and
+so is every value of the token-cost table (calibrate/features.py). The table's knots are
+placed at the token counts of the rows a fit may see; the reported error is k-fold
+cross-validated, each shape predicted by a fit (knots included) that never saw it.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from calibrate.features import FEATURE_COLUMNS, TERMS, design_matrix
+from calibrate.features import FEATURE_COLUMNS, TERMS, choose_knots, design_matrix, term_matrix, token_costs
 from calibrate.nnls import nnls
 from calibrate.profile_file import Profile
 from calibrate.speed import PROBE_SHAPES, SpeedSamples
@@ -38,35 +38,28 @@ def assign_folds(raw: pd.DataFrame, folds: int, seed: int) -> np.ndarray:
     return fold
 
 
-def _solve(raw: pd.DataFrame, knee: float) -> np.ndarray:
-    x = design_matrix(raw, knee)
-    t = raw["time_s"].to_numpy(dtype=float)
-    scale = x.max(axis=0)
+@dataclass
+class Fit:
+    """A fitted cost model: the token-cost table and the TERMS coefficients."""
+    knots: list[int]
+    token_costs_s: list[float]
+    coefficients: np.ndarray  # in TERMS order
+
+    def predict(self, rows: pd.DataFrame) -> np.ndarray:
+        return (token_costs(rows["num_tokens"].to_numpy(), self.knots, self.token_costs_s)
+                + term_matrix(rows) @ self.coefficients)
+
+
+def fit_rows(train: pd.DataFrame) -> Fit:
+    """Least squares on relative error, all coefficients non-negative, knots from these rows' sizes."""
+    knots = choose_knots(train["num_tokens"])
+    x = design_matrix(train, knots)
+    t = train["time_s"].to_numpy(dtype=float)
+    scale = np.abs(x).max(axis=0)
     scale[scale == 0] = 1.0
     weighted = x / t[:, None] / scale  # relative error, columns on one scale for conditioning
-    return nnls(weighted, np.ones(len(t))) / scale
-
-
-def predict(raw: pd.DataFrame, coefficients: np.ndarray, knee: float) -> np.ndarray:
-    return design_matrix(raw, knee) @ coefficients
-
-
-def _ape(raw: pd.DataFrame, coefficients: np.ndarray, knee: float) -> np.ndarray:
-    """Absolute percentage error of a fit on rows (used to choose the knee on training rows)."""
-    t = raw["time_s"].to_numpy(dtype=float)
-    return np.abs(predict(raw, coefficients, knee) - t) / t
-
-
-def choose_knee(train: pd.DataFrame) -> tuple[float, np.ndarray]:
-    tokens = train["num_tokens"].to_numpy()
-    candidates = sorted({float(np.quantile(tokens, q)) for q in np.linspace(0.05, 0.95, 19)} | {float(tokens.max())})
-    best = None
-    for knee in candidates:
-        coef = _solve(train, knee)
-        err = float(_ape(train, coef, knee).mean())
-        if best is None or err < best[0]:
-            best = (err, knee, coef)
-    return best[1], best[2]
+    coef = nnls(weighted, np.ones(len(t))) / scale
+    return Fit(knots, [float(c) for c in coef[:len(knots)]], coef[len(knots):])
 
 
 def check_raw(raw: pd.DataFrame, source: str) -> None:
@@ -102,7 +95,7 @@ def speed_reference(raw: pd.DataFrame, source: str) -> dict:
 def fit_profile(raw: pd.DataFrame, source: str, command: str, folds: int = 5, seed: int = 0) -> FitResult:
     """Coefficients from all shapes; the error from k-fold cross-validation.
 
-    Every shape is predicted once by a fit that never saw it (its knee chosen without it
+    Every shape is predicted once by a fit that never saw it (its knots chosen without it
     too), so the reported error covers every kind of shape rather than one lucky split.
     """
     check_raw(raw, source)
@@ -114,9 +107,8 @@ def fit_profile(raw: pd.DataFrame, source: str, command: str, folds: int = 5, se
     heldout_predicted = np.zeros(len(raw))
     for k in range(folds):
         test = fold == k
-        knee_k, coef_k = choose_knee(raw[~test])
-        heldout_predicted[test] = predict(raw[test], coef_k, knee_k)
-    knee, coef = choose_knee(raw)
+        heldout_predicted[test] = fit_rows(raw[~test]).predict(raw[test])  # knots chosen without them too
+    final = fit_rows(raw)
     time_s = raw["time_s"].to_numpy(dtype=float)
     heldout_ape = np.abs(heldout_predicted - time_s) / time_s
     first = raw.iloc[0]
@@ -124,8 +116,8 @@ def fit_profile(raw: pd.DataFrame, source: str, command: str, folds: int = 5, se
     profile = Profile(
         model=str(first["model"]), device=str(first["device"]), device_name=str(first["device_name"]),
         dtype=str(first["dtype"]), tensor_parallel=int(first.get("tensor_parallel", 1)),
-        block_size=int(first["block_size"]), knee_tokens=float(knee),
-        coefficients={term: float(c) for term, c in zip(TERMS, coef)},
+        block_size=int(first["block_size"]), token_knots=final.knots, token_costs_s=final.token_costs_s,
+        coefficients={term: float(c) for term, c in zip(TERMS, final.coefficients)},
         heldout_mape=float(heldout_ape.mean()), heldout_p95_ape=float(np.quantile(heldout_ape, 0.95)),
         train_rows=int(len(raw)), heldout_rows=int(len(raw)),
         created=dt.date.today().isoformat(), command=command,
@@ -136,7 +128,7 @@ def fit_profile(raw: pd.DataFrame, source: str, command: str, folds: int = 5, se
         heldout_method=f"{folds}-fold cross-validation, stratified by kind (seed {seed})",
         speed_reference=reference,
     )
-    predictions = raw.assign(predicted_s=predict(raw, coef, knee), heldout_predicted_s=heldout_predicted,
+    predictions = raw.assign(predicted_s=final.predict(raw), heldout_predicted_s=heldout_predicted,
                              ape=heldout_ape, fold=fold)
     return FitResult(profile, predictions)
 

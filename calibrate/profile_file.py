@@ -11,7 +11,7 @@ from engine.core.atomic import write_text_atomic
 from engine.core.errors import SpecError
 from engine.core.spec import available_models
 
-FORMAT = "servesim-profile/1"
+FORMAT = "servesim-profile/2"  # /1 had a knee and power-of-two steps instead of the token table
 
 
 @dataclass
@@ -22,7 +22,8 @@ class Profile:
     dtype: str
     tensor_parallel: int
     block_size: int
-    knee_tokens: float
+    token_knots: list[int]  # token counts where the token-cost table was fitted
+    token_costs_s: list[float]  # its cost at each: weights, linear layers, kernels at that size
     coefficients: dict[str, float]
     heldout_mape: float  # mean absolute percentage error on held-out shapes, as a fraction
     heldout_p95_ape: float
@@ -45,6 +46,11 @@ class Profile:
 
 
 def _check(raw: dict, source: str) -> None:
+    version = raw.get("format", "servesim-profile/1" if "knee_tokens" in raw else FORMAT)
+    if version != FORMAT:
+        raise SpecError(source, "format", (
+            f"{version!r} is not {FORMAT!r}: re-fit it from its measurements "
+            f"(servesim calibrate fit RAW.csv --out {source})"))
     known = {f.name for f in fields(Profile)}
     required = {f.name for f in fields(Profile) if f.default is MISSING and f.default_factory is MISSING}
     for key in raw:
@@ -52,8 +58,6 @@ def _check(raw: dict, source: str) -> None:
             raise SpecError(source, key, f"unknown field; valid fields are {sorted(known)}")
     for key in sorted(required - set(raw)):
         raise SpecError(source, key, "missing required field")
-    if raw.get("format", FORMAT) != FORMAT:
-        raise SpecError(source, "format", f"{raw['format']!r} is not {FORMAT!r}")
     if raw["model"] not in available_models():
         raise SpecError(source, "model", f"unknown model {raw['model']!r}; available: {available_models()}")
     coefficients = raw["coefficients"]
@@ -67,9 +71,23 @@ def _check(raw: dict, source: str) -> None:
             raise SpecError(source, f"coefficients.{term}", f"unknown term; valid terms are {list(TERMS)}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise SpecError(source, f"coefficients.{term}", f"must be a non-negative number of seconds, got {value!r}")
-    for key in ("heldout_mape", "heldout_p95_ape", "knee_tokens"):
+    for key in ("heldout_mape", "heldout_p95_ape"):
         if not isinstance(raw[key], (int, float)) or raw[key] < 0:
             raise SpecError(source, key, f"must be a non-negative number, got {raw[key]!r}")
+    _check_table(raw["token_knots"], raw["token_costs_s"], source)
+
+
+def _check_table(knots, costs, source: str) -> None:
+    ok = isinstance(knots, list) and knots and all(isinstance(k, int) and not isinstance(k, bool) and k > 0
+                                                   for k in knots)
+    if not ok or any(b <= a for a, b in zip(knots, knots[1:])):
+        raise SpecError(source, "token_knots", f"must be a non-empty list of increasing positive token counts, "
+                        f"got {knots!r}")
+    if not isinstance(costs, list) or len(costs) != len(knots):
+        raise SpecError(source, "token_costs_s", f"must list one cost per knot ({len(knots)}), got {costs!r}")
+    for i, c in enumerate(costs):
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or c < 0:
+            raise SpecError(source, f"token_costs_s[{i}]", f"must be a non-negative number of seconds, got {c!r}")
 
 
 def profile_from_dict(raw: dict, source: str) -> Profile:

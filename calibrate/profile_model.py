@@ -1,10 +1,11 @@
 """A CostModel from a fitted profile, and the efficiencies it implies for other hardware."""
 from __future__ import annotations
 
+import bisect
+
 from pathlib import Path
 
 from calibrate.costmodel import CostModel
-from calibrate.features import StepTable
 from calibrate.hardware import HardwareSpec
 from calibrate.profile_file import Profile, load_profile
 from calibrate.roofline import RooflineParams
@@ -18,11 +19,11 @@ class ProfileCostModel(CostModel):
                  block_bytes: int | None = None):
         self.profile = profile
         c = profile.coefficients
-        self._fixed, self._per_token = c["fixed_s"], c["per_token_s"]
-        self._over_knee, self._knee = c["per_token_over_knee_s"], profile.knee_tokens
+        self._knots, self._token_costs = list(profile.token_knots), list(profile.token_costs_s)
+        self._slope_past_last = (max((self._token_costs[-1] - self._token_costs[-2])
+                                     / (self._knots[-1] - self._knots[-2]), 0.0) if len(self._knots) > 1 else 0.0)
         self._prefill_sq, self._context = c["prefill_attention_s"], c["decode_context_s"]
         self._padded_context, self._per_seq = c["decode_padded_context_s"], c["per_sequence_s"]
-        self._steps = StepTable(c)
         if profile.swap_s_per_block is not None:
             self._swap_per_block = profile.swap_s_per_block
         elif pcie_bytes_per_s and block_bytes:
@@ -52,15 +53,23 @@ class ProfileCostModel(CostModel):
         prefill_lens, contexts = batch.prefill_lens, batch.decode_context_lens
         num_seqs = len(prefill_lens) + len(contexts)
         tokens = sum(prefill_lens) + len(contexts)
-        over = tokens - self._knee
-        t = self._fixed + self._per_token * tokens + self._per_seq * num_seqs + self._steps(tokens)
+        t = self.token_cost(tokens) + self._per_seq * num_seqs
         if contexts:
             t += self._context * sum(contexts) + self._padded_context * len(contexts) * max(contexts)
-        if over > 0:
-            t += self._over_knee * over
         if prefill_lens:
             t += self._prefill_sq * sum(n * n for n in prefill_lens)
         return t
+
+    def token_cost(self, tokens: int) -> float:
+        """The token-cost table at `tokens` (calibrate/features.token_costs, one value at a time)."""
+        knots, costs = self._knots, self._token_costs
+        if tokens <= knots[0]:
+            return costs[0]
+        if tokens >= knots[-1]:
+            return costs[-1] + self._slope_past_last * (tokens - knots[-1])
+        i = bisect.bisect_right(knots, tokens)
+        k0, k1 = knots[i - 1], knots[i]
+        return costs[i - 1] + (costs[i] - costs[i - 1]) * (tokens - k0) / (k1 - k0)
 
     def swap_time(self, num_blocks: int) -> float:
         return num_blocks * self._swap_per_block
@@ -69,26 +78,36 @@ class ProfileCostModel(CostModel):
 def implied_efficiency(profile: Profile, measured_on: HardwareSpec, dtype_bytes: int = 2) -> RooflineParams:
     """What share of the measured device's peak the fitted terms reach.
 
-    Compute efficiency from the per-token linear cost (2 FLOPs per weight per token),
-    bandwidth efficiency from the decode KV-read cost (bytes per context token), and
-    the fixed overhead as what the per-iteration constant leaves after reading the
-    weights at that bandwidth. Assumes the profiled device ran the same kernels a
+    Compute efficiency from the token-cost table's slope where batches are large (2 FLOPs
+    per weight per token), bandwidth efficiency from the decode KV-read cost (bytes per
+    context token), and the fixed overhead as what a one-token iteration leaves after
+    reading the weights at that bandwidth. Assumes the profiled device ran the same kernels a
     target device would (the roofline shape carries over, the constants do not).
     """
     model = load_model_spec(profile.model)
     c = profile.coefficients
     tp = profile.tensor_parallel
     flops_per_token = 2 * (model.num_layers * model.layer_linear_params()) / tp
-    # the compute-bound slope: per token, plus what the knee adds once past it
-    slope = c["per_token_s"] + c["per_token_over_knee_s"]
+    slope = compute_slope(profile.token_knots, profile.token_costs_s)
     compute_eff = flops_per_token / slope / measured_on.peak_flops if slope > 0 else 1.0
     kv_bytes = model.kv_bytes_per_token(dtype_bytes) / tp
     per_context = c["decode_context_s"] + c["decode_padded_context_s"]  # equal for a uniform batch
     bw_eff = kv_bytes / per_context / measured_on.hbm_bytes_per_s if per_context > 0 else 1.0
     compute_eff, bw_eff = min(compute_eff, 1.0), min(bw_eff, 1.0)
     weight_bytes = (model.num_layers * model.layer_linear_params() + model.vocab_size * model.hidden_size) * dtype_bytes / tp
-    overhead = max(c["fixed_s"] - weight_bytes / (bw_eff * measured_on.hbm_bytes_per_s), 0.0)
+    # a one-token iteration is the weights read once plus the fixed overheads
+    overhead = max(profile.token_costs_s[0] - weight_bytes / (bw_eff * measured_on.hbm_bytes_per_s), 0.0)
     return RooflineParams(compute_efficiency=compute_eff, bandwidth_efficiency=bw_eff, overhead_s=overhead)
+
+
+def compute_slope(knots: list[int], costs: list[float]) -> float:
+    """Seconds per token where the batch is compute-bound: the table's slope over its upper half
+    (from the knot nearest half the largest to the largest)."""
+    if len(knots) < 2:
+        return 0.0
+    top = knots[-1]
+    lower = min(range(len(knots) - 1), key=lambda i: abs(knots[i] - top / 2))
+    return max((costs[-1] - costs[lower]) / (top - knots[lower]), 0.0)
 
 
 DEVICE_HARDWARE = (("h200", "h200"), ("h100", "h100-sxm"), ("a10080gb", "a100-80gb"), ("a100", "a100-40gb"))

@@ -33,7 +33,7 @@ def _cmd_validate(args) -> int:
     print(breakdown_text(result.iterations))
     print(f"engine and simulator schedules identical when fed the measured times: "
           f"{'yes' if result.all_exact else 'NO (see exact.csv)'}")
-    print(f"wrote {out_dir}/summary.csv, sustainable.csv, fidelity.csv, requests.csv, iterations.csv, exact.csv, "
+    print(f"wrote {out_dir}/summary.csv, sustainable.csv, fidelity.csv, requests.csv, iterations.csv, speed.csv, exact.csv, "
           f"normalized_latency.png, request_scatter.png in {elapsed:.0f} s")
     return 0 if result.all_exact else 1
 

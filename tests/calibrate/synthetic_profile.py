@@ -2,23 +2,25 @@
 import numpy as np
 import pandas as pd
 
-from calibrate.features import TERMS, design_matrix
+from calibrate.features import TERMS, term_matrix
 from calibrate.grid import Grid
 from calibrate.profile import shape_row
 
 TRUE = {term: 0.0 for term in TERMS}
-TRUE.update({"fixed_s": 0.020, "per_token_s": 2e-5, "per_token_over_knee_s": 8e-5, "prefill_attention_s": 3e-9,
-             "decode_context_s": 5e-7, "per_sequence_s": 1e-4, "step_4_tokens_s": 0.01})
-KNEE = 512.0
+TRUE.update({"prefill_attention_s": 3e-9, "decode_context_s": 5e-7, "per_sequence_s": 1e-4})
 
 
-def synthetic_raw(noise: float, seed: int = 0) -> pd.DataFrame:
+def gpu_like_token_cost(tokens):
+    """Weights read once, linear layers, steeper past 512 tokens, a kernel step at 4 rows."""
+    tokens = np.asarray(tokens, dtype=float)
+    return 0.020 + 2e-5 * tokens + 8e-5 * np.maximum(tokens - 512, 0) + 0.01 * (tokens >= 4)
+
+
+def synthetic_raw(noise: float, seed: int = 0, grid: Grid | None = None, token_cost=gpu_like_token_cost) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    rows = []
-    for shape in Grid().shapes():
-        row = shape_row(shape, [1.0])
-        x = design_matrix(pd.DataFrame([row]), KNEE)[0]
-        row["time_s"] = float(x @ np.array(list(TRUE.values()))) * (1 + rng.normal(0, noise))
-        rows.append(row)
-    return pd.DataFrame(rows).assign(model="opt-13b", device="cuda", device_name="synthetic", dtype="float16",
-                                     block_size=16, tensor_parallel=1)
+    rows = [shape_row(shape, [1.0]) for shape in (grid or Grid()).shapes()]
+    frame = pd.DataFrame(rows)
+    exact = token_cost(frame["num_tokens"]) + term_matrix(frame) @ np.array(list(TRUE.values()))
+    frame["time_s"] = exact * (1 + rng.normal(0, noise, len(frame)))
+    return frame.assign(model="opt-13b", device="cuda", device_name="synthetic", dtype="float16",
+                        block_size=16, tensor_parallel=1)

@@ -1,4 +1,5 @@
 """The fit recovers known physics from noisy timings and reports error on held-out shapes only."""
+import numpy as np
 import pytest
 
 from calibrate.features import TERMS
@@ -6,24 +7,41 @@ from calibrate.fit import assign_folds, fit_profile
 from calibrate.grid import GRIDS
 from engine.core.errors import SpecError
 
-from synthetic_profile import KNEE, TRUE, synthetic_raw  # noqa: E402
+from synthetic_profile import TRUE, gpu_like_token_cost, synthetic_raw  # noqa: E402
 
 
 def test_recovers_known_coefficients_from_noisy_timings():
     result = fit_profile(synthetic_raw(noise=0.01), "synthetic.csv", "test")
-    fitted = result.profile.coefficients
-    # terms with their own physics come back; per-token slope, knee and the large-size steps
-    # trade off against each other on a grid, so they are checked through the predictions
-    for term in ("fixed_s", "decode_context_s", "per_sequence_s", "step_4_tokens_s"):
-        assert fitted[term] == pytest.approx(TRUE[term], rel=0.15), term
-    assert result.profile.heldout_mape < 0.03
-    assert set(fitted) == set(TERMS)
+    profile = result.profile
+    for term in ("prefill_attention_s", "decode_context_s", "per_sequence_s"):
+        assert profile.coefficients[term] == pytest.approx(TRUE[term], rel=0.15), term
+    # the token-cost table at its knots is the true cost there
+    truth = gpu_like_token_cost(profile.token_knots)
+    assert profile.token_costs_s == pytest.approx(list(truth), rel=0.05)
+    assert profile.heldout_mape < 0.03
+    assert set(profile.coefficients) == set(TERMS)
 
 
 def test_without_noise_the_fit_is_exact():
     result = fit_profile(synthetic_raw(noise=0.0), "synthetic.csv", "test")
     assert result.profile.heldout_mape < 1e-3
-    assert result.profile.knee_tokens == pytest.approx(KNEE, rel=0.5)
+    assert result.predictions["predicted_s"].to_numpy() == pytest.approx(result.predictions["time_s"].to_numpy(),
+                                                                        rel=1e-6)
+
+
+def cpu_like_token_cost(tokens):
+    """As the project's CPU measured it: 4 rows cost much more than 3, and 9-15 more than 16."""
+    tokens = np.asarray(tokens, dtype=float)
+    small = 0.045 + 0.002 * tokens + 0.03 * (tokens >= 4) + 0.011 * np.clip(tokens - 4, 0, 11)
+    return np.where(tokens >= 16, 0.075 + 0.0011 * (tokens - 16), small)
+
+
+def test_the_table_follows_a_cost_that_falls_where_the_kernel_changes():
+    raw = synthetic_raw(noise=0.0, grid=GRIDS["cpu"], token_cost=cpu_like_token_cost)
+    result = fit_profile(raw, "cpu.csv", "test")
+    table = dict(zip(result.profile.token_knots, result.profile.token_costs_s))
+    assert table[12] > table[16] and table[4] > 1.4 * table[3]
+    assert result.profile.heldout_mape < 0.02  # every size up to 16 is measured, so held-out rows are too
 
 
 def test_heldout_error_comes_from_fits_that_never_saw_the_row():

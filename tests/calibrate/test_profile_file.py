@@ -20,11 +20,10 @@ def coefficients(**values) -> dict:
 
 def make_profile(**changes) -> Profile:
     profile = Profile(model="opt-13b", device="cuda", device_name="NVIDIA H200", dtype="float16",
-                      tensor_parallel=1, block_size=16, knee_tokens=512.0,
-                      coefficients=coefficients(fixed_s=0.01, per_token_s=2e-5, per_token_over_knee_s=1e-5,
-                                                prefill_attention_s=1e-9, decode_context_s=4e-7,
-                                                decode_padded_context_s=1e-7, per_sequence_s=5e-5,
-                                                step_4_tokens_s=3e-3, step_512_tokens_s=2e-3),
+                      tensor_parallel=1, block_size=16, token_knots=[1, 4, 512, 1024],
+                      token_costs_s=[0.01, 0.013, 0.03, 0.05],
+                      coefficients=coefficients(prefill_attention_s=1e-9, decode_context_s=4e-7,
+                                                decode_padded_context_s=1e-7, per_sequence_s=5e-5),
                       heldout_mape=0.04, heldout_p95_ape=0.09, train_rows=80, heldout_rows=20,
                       created="2026-11-29", command="test", swap_s_per_block=2e-4)
     return dataclasses.replace(profile, **changes)
@@ -39,7 +38,11 @@ def test_round_trip(tmp_path):
     (lambda d: d.pop("heldout_mape"), "heldout_mape"),
     (lambda d: d.update(model="opt-14b"), "model"),
     (lambda d: d["coefficients"].update(decode_context_s=-1e-7), "coefficients.decode_context_s"),
-    (lambda d: d["coefficients"].pop("fixed_s"), "coefficients.fixed_s"),
+    (lambda d: d["coefficients"].pop("per_sequence_s"), "coefficients.per_sequence_s"),
+    (lambda d: d.update(token_knots=[1, 8, 4, 16]), "token_knots"),
+    (lambda d: d.update(token_costs_s=[0.01, 0.02]), "token_costs_s"),
+    (lambda d: d["token_costs_s"].__setitem__(2, -0.5), "token_costs_s[2]"),
+    (lambda d: d.update(format="servesim-profile/1"), "format"),
     (lambda d: d.update(colour="blue"), "colour"),
 ])
 def test_bad_profile_is_refused_naming_file_and_field(tmp_path, edit, field):
@@ -58,12 +61,32 @@ def test_cost_model_evaluates_the_fitted_terms(tmp_path):
     batch = Batch(prefill_seq_ids=[0], prefill_lens=[600], prefill_sample_ids=[(0,)],
                   decode_seq_ids=[1, 2], decode_context_lens=[100, 300])
     c = make_profile().coefficients
-    expected = (c["fixed_s"] + 602 * c["per_token_s"] + 90 * c["per_token_over_knee_s"]
-                + 600 ** 2 * c["prefill_attention_s"] + 400 * c["decode_context_s"]
-                + 2 * 300 * c["decode_padded_context_s"] + 3 * c["per_sequence_s"]
-                + c["step_4_tokens_s"] + c["step_512_tokens_s"])
+    table = 0.03 + (0.05 - 0.03) * (602 - 512) / (1024 - 512)  # 602 tokens: between the knots 512 and 1024
+    expected = (table + 600 ** 2 * c["prefill_attention_s"] + 400 * c["decode_context_s"]
+                + 2 * 300 * c["decode_padded_context_s"] + 3 * c["per_sequence_s"])
     assert cost.iteration_time(batch) == pytest.approx(expected)
     assert cost.swap_time(10) == pytest.approx(2e-3)
+
+
+@pytest.mark.parametrize("tokens, expected", [
+    (1, 0.01), (2, 0.011), (4, 0.013), (1024, 0.05),
+    (2048, 0.05 + 1024 * 0.02 / 512),  # past the last knot: the last segment's slope continued
+])
+def test_token_cost_table_interpolates_between_knots(tokens, expected):
+    cost = ProfileCostModel(make_profile())
+    assert cost.token_cost(tokens) == pytest.approx(expected)
+
+
+def test_a_table_that_falls_at_its_end_does_not_extrapolate_below_its_last_value():
+    cost = ProfileCostModel(make_profile(token_costs_s=[0.01, 0.013, 0.05, 0.03]))
+    assert cost.token_cost(4096) == pytest.approx(0.03)
+
+
+def test_an_old_format_profile_is_refused_with_how_to_refit(tmp_path):
+    path = tmp_path / "old.yaml"
+    path.write_text("model: opt-13b\nknee_tokens: 512\ncoefficients: {fixed_s: 0.01}\n")
+    with pytest.raises(SpecError, match="re-fit"):
+        load_profile(path)
 
 
 def test_profile_for_another_model_is_refused(tmp_path):
@@ -79,8 +102,9 @@ def test_implied_efficiency_inverts_the_roofline():
     params = RooflineParams(compute_efficiency=0.55, bandwidth_efficiency=0.7, overhead_s=0.002)
     roof = RooflineCostModel(model, hw, params=params)
     per_token = roof._s_per_token_linear
-    profile = make_profile(coefficients=coefficients(
-        fixed_s=roof._s_weights + params.overhead_s, per_token_s=per_token,
+    knots = [1, 1024, 2048, 4096]
+    table = [max(per_token * k, roof._s_weights) + params.overhead_s for k in knots]
+    profile = make_profile(token_knots=knots, token_costs_s=table, coefficients=coefficients(
         prefill_attention_s=roof._s_per_prompt_sq, decode_context_s=roof._s_per_context_token))
     implied = implied_efficiency(profile, hw)
     assert implied.compute_efficiency == pytest.approx(0.55, rel=1e-6)

@@ -18,8 +18,10 @@ SUSTAINABLE = ["system", "latency_threshold", "real_sustainable_rate", "sim_sust
                "sustainable_rate_error"]
 FIDELITY = ["system", "max_normalized_latency_error", "max_p90_request_error", "sustainable_rate_error",
             "max_real_repeat_spread", "max_real_repeat_spread_at_speed", "max_uncorrected_normalized_latency_error",
-            "min_speed_factor", "max_speed_factor", "exact_replay"]
+            "min_speed_factor", "max_speed_factor", "exact_replay", "median_normalized_latency_error",
+            "rows_within_target", "rows_within_noise", "max_real_request_spread_p90"]
 ITERATIONS = ["system", "rate", "repeat", "kind", "measured_s", "predicted_s", "speed_factor", "error"]
+SPEED = ["system", "rate", "repeat", "decode_probe_s", "prefill_probe_s", "probe_samples", "speed_factor"]
 EXACT = ["system", "rate", "repeat", "same_batches", "same_preemptions", "max_time_diff_s", "identical"]
 
 
@@ -53,6 +55,9 @@ def test_validate_writes_every_output(tiny_validation, tmp_path, capsys):
     assert (summary["speed_factor"] > 0).all()
     assert summary["sim_speed_factor"].to_numpy() == pytest.approx(summary["speed_factor"].to_numpy())
     assert (iterations["speed_factor"] > 0).all()
+    speed = has_columns(out / "speed.csv", SPEED)
+    assert len(speed) == 5 * 2 * 2 and (speed["probe_samples"] >= 2).all()  # before and after, at least
+    assert (speed["decode_probe_s"] > 0).all() and (speed["prefill_probe_s"] > 0).all()
     scaled = iterations["predicted_s"] * iterations["speed_factor"] / iterations["measured_s"] - 1
     assert iterations["error"].to_numpy() == pytest.approx(scaled.to_numpy())
     assert has_columns(out / "exact.csv", EXACT)["identical"].all()
@@ -99,3 +104,24 @@ def test_exact_mode_only_proves_the_schedules(tiny_validation, tmp_path, capsys)
     exact = pd.read_csv(out / "exact.csv")
     assert list(exact["system"]) == ["vLLM", "Orca (Pow2)"] and exact["identical"].all()
     assert not (out / "summary.csv").exists()
+
+
+def test_errors_are_read_against_the_real_engines_own_spread():
+    from sim.validate import fidelity_table
+
+    summary = pd.DataFrame({
+        "system": ["A"] * 4, "rate": [1, 2, 3, 4], "below_saturation": [True, True, True, False],
+        "normalized_latency_error": [0.03, -0.12, 0.20, 0.9], "uncorrected_normalized_latency_error": [0.1] * 4,
+        "real_repeat_spread": [0.01, 0.30, 0.30, 0.0], "real_repeat_spread_at_speed": [0.01, 0.15, float("nan"), 0.0],
+        "p90_request_error": [0.05, 0.2, 0.3, 1.0], "real_request_spread_p90": [0.04, 0.25, 0.1, 0.0],
+        "speed_factor": [1.0, 1.1, 1.2, 1.0], "iteration_time_error": [0.05] * 4})
+    sustainable = pd.DataFrame({"system": ["A"], "sustainable_rate_error": [0.02], "real_sustainable_rate": [3.5],
+                                "sim_sustainable_rate": [3.6]})
+    exact = pd.DataFrame({"system": ["A"], "identical": [True]})
+    row = fidelity_table(summary, sustainable, exact).iloc[0]
+    assert row["max_normalized_latency_error"] == pytest.approx(0.20)  # saturated rows are not counted
+    assert row["median_normalized_latency_error"] == pytest.approx(0.12)
+    assert row["rows_within_target"] == "1/3"
+    # -12% lies inside a 15% spread at speed; 20% inside the raw 30% spread (that row was not probed)
+    assert row["rows_within_noise"] == "3/3"
+    assert row["max_real_request_spread_p90"] == pytest.approx(0.25)

@@ -5,8 +5,6 @@ runs, refuses bad input and proves the two control planes agree, not how good a 
 """
 import textwrap
 
-from calibrate.features import STEP_TOKENS
-
 TINY_LENGTHS = """\
 prompt_len,output_len
 12,6
@@ -41,11 +39,6 @@ validation:
 """
 
 
-# the terms this fake profile leaves at zero: padded decode attention and the size steps
-ZERO_TERMS = ("decode_padded_context_s",) + tuple(f"step_{k}_tokens_s" for k in STEP_TOKENS)
-STEP_LINES = "\n          ".join(f"{term}: 0.0" for term in ZERO_TERMS)
-
-
 def profile_text(model: str = "opt-tiny", device: str = "cpu", dtype: str = "float32",
                  speed_reference: bool = True) -> str:
     # the probe's times at "calibration": with them validation probes the machine and corrects for its speed
@@ -58,15 +51,13 @@ def profile_text(model: str = "opt-tiny", device: str = "cpu", dtype: str = "flo
         dtype: {dtype}
         tensor_parallel: 1
         block_size: 16
-        knee_tokens: 256
+        token_knots: [1, 256]
+        token_costs_s: [0.00151, 0.004055]
         coefficients:
-          fixed_s: 0.0015
-          per_token_s: 1.0e-5
-          per_token_over_knee_s: 0.0
           prefill_attention_s: 1.0e-8
           decode_context_s: 1.0e-7
+          decode_padded_context_s: 0.0
           per_sequence_s: 5.0e-5
-          {STEP_LINES}
         heldout_mape: 0.05
         heldout_p95_ape: 0.1
         train_rows: 10
