@@ -39,8 +39,9 @@ def main() -> None:
               f"prefill {samples['prefill'][-1]:7.1f} ms", flush=True)
         time.sleep(args.every_s)
     for name, values in samples.items():
+        cv = statistics.pstdev(values) / statistics.mean(values)
         print(f"{name}: {len(values)} samples, min {min(values):.1f} ms, median {statistics.median(values):.1f} ms, "
-              f"max {max(values):.1f} ms, max/min {max(values) / min(values):.2f}")
+              f"max {max(values):.1f} ms, max/min {max(values) / min(values):.2f}, std/mean {cv:.3f}")
     print(" ".join(f"{name}_spread={max(v) / min(v) - 1:.3f}" for name, v in samples.items()))
 
 

@@ -37,7 +37,7 @@ def _max(values) -> float:
 
 
 def report(fidelity: pd.DataFrame, sustainable: pd.DataFrame, iterations: pd.DataFrame, meta: dict) -> str:
-    from sim.validate import TARGETS, breakdown_text, fidelity_text
+    from sim.validate_report import TARGETS, breakdown_text, fidelity_text
 
     def verdict(value: float, target: float) -> str:
         return "n/a" if math.isnan(value) else ("meets" if value <= target else "misses")

@@ -52,14 +52,44 @@ class SpeedSamples:
                 "probe": PROBE_DESCRIPTION}
 
 
+@dataclass(frozen=True)
+class MachineSpeed:
+    """How much slower than at calibration the machine ran (>1 slower, <1 faster), for each kind of
+    work: `decode` from the memory-bound decode probe, `prefill` from the compute-bound prefill probe
+    (a shared machine's neighbours slow the two differently: their 10-s medians differ by ~9%)."""
+    decode: float
+    prefill: float
+
+    @property
+    def factor(self) -> float:
+        """One number for a report: the geometric mean of the two."""
+        return math.sqrt(self.decode * self.prefill)
+
+    def for_batch(self, has_prefill: bool) -> float:
+        """An iteration with any prefill is compute-bound; a decode-only one reads memory."""
+        return self.prefill if has_prefill else self.decode
+
+    @classmethod
+    def mean_of(cls, speeds: list["MachineSpeed"]) -> "MachineSpeed":
+        """The geometric mean, kind by kind, of several windows' speeds."""
+        n = len(speeds)
+        return cls(math.exp(sum(math.log(s.decode) for s in speeds) / n),
+                   math.exp(sum(math.log(s.prefill) for s in speeds) / n))
+
+
+def machine_speed(medians: dict[str, float], reference: dict) -> MachineSpeed | None:
+    """Median probe time now / median probe time then, per probe shape; None when either lacks a probe."""
+    ratios = {name: medians[name] / reference[f"{name}_s"] for name in PROBE_SHAPES
+              if name in medians and reference.get(f"{name}_s")}
+    if len(ratios) != len(PROBE_SHAPES) or not all(r > 0 for r in ratios.values()):
+        return None
+    return MachineSpeed(ratios["decode"], ratios["prefill"])
+
+
 def speed_factor(medians: dict[str, float], reference: dict) -> float:
-    """How much slower than at calibration (>1 slower, <1 faster): the geometric mean over probe shapes
-    of median time now / median time then. nan when either side lacks a probe."""
-    ratios = [medians[name] / reference[f"{name}_s"] for name in PROBE_SHAPES
-              if name in medians and reference.get(f"{name}_s")]
-    if len(ratios) != len(PROBE_SHAPES):
-        return math.nan
-    return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    """MachineSpeed.factor of `machine_speed`, or nan when it is unknown."""
+    speed = machine_speed(medians, reference)
+    return math.nan if speed is None else speed.factor
 
 
 class SpeedProbe:

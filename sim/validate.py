@@ -17,7 +17,6 @@ summary.txt, normalized_latency.png, request_scatter.png.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import platform
@@ -26,48 +25,28 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import pandas as pd
 
 from calibrate.costmodel import ScaledCostModel
+from calibrate.speed import MachineSpeed
 from engine.core.system import SystemSpec
 from sim.output import write_csv, write_json, write_text
 from sim.run import make_cost_model, trace_for
 from sim.validate_checks import Pool, check_profile, check_trace, pool_for, serving_spec
 from sim.validate_config import ValidationConfig
-from sim.validate_metrics import (ITERATION_COLUMNS, REQUEST_JOIN_COLUMNS, SUMMARY_COLUMNS, iteration_breakdown,
-                                  iteration_errors, request_join, summary_row, sustainable_rates)
-from sim.validate_replay import (MeasuredClock, ReplayedTimes, ScheduleComparison, ScheduleDiverged,
+from sim.validate_metrics import (ITERATION_COLUMNS, REQUEST_JOIN_COLUMNS, SUMMARY_COLUMNS, iteration_errors,
+                                  request_join, summary_row, sustainable_rates)
+from sim.validate_real import RealReplay, RealSide, torch_threads
+from sim.validate_report import breakdown_text, fidelity_table, fidelity_text
+from sim.validate_replay import (ReplayedTimes, ScheduleComparison, ScheduleDiverged,
                                  compare_schedules, simulate_on_pool)
 from sim.workload.trace import Trace
 
-SPEED_COLUMNS = ("system", "rate", "repeat", "decode_probe_s", "prefill_probe_s", "probe_samples", "speed_factor",
-                 "real_wall_s")
+SPEED_COLUMNS = ("system", "rate", "repeat", "decode_probe_s", "prefill_probe_s", "probe_samples",
+                 "decode_speed_factor", "prefill_speed_factor", "speed_factor", "real_wall_s")
 EXACT_COLUMNS = ("system", "rate", "repeat", "num_iterations", "num_requests", "same_batches", "same_preemptions",
                  "max_time_diff_s", "identical", "first_mismatch")
-FIDELITY_COLUMNS = ("system", "max_normalized_latency_error", "median_normalized_latency_error",
-                    "rows_within_target", "rows_within_noise", "rates_below_saturation", "max_p90_request_error",
-                    "max_real_request_spread_p90",
-                    "sustainable_rate_error", "real_sustainable_rate", "sim_sustainable_rate",
-                    "max_real_repeat_spread", "max_real_repeat_spread_at_speed",
-                    "max_uncorrected_normalized_latency_error", "min_speed_factor", "max_speed_factor",
-                    "mean_iteration_time_error", "exact_replay")
-TARGETS = {"max_normalized_latency_error": 0.05, "max_p90_request_error": 0.10, "sustainable_rate_error": 0.05}
 Log = Callable[[str], None]
-
-
-@dataclass
-class RealReplay:
-    """One real replay: its records as frames, every iteration's measured time and batch, and how fast
-    the machine ran meanwhile (the speed probe's medians, and their ratio to the profile's reference)."""
-    requests: pd.DataFrame
-    iterations: pd.DataFrame
-    times: list[float]
-    shapes: list
-    wall_s: float
-    probe_s: dict = field(default_factory=dict)
-    speed_factor: float = math.nan
-    probe_samples: int = 0
 
 
 @dataclass
@@ -85,87 +64,6 @@ class ValidationResult:
     @property
     def all_exact(self) -> bool:
         return bool(len(self.exact)) and bool(self.exact["identical"].all())
-
-
-# --- the real side ---------------------------------------------------------------------------
-@contextlib.contextmanager
-def torch_threads(threads: int | None):
-    import torch
-
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        yield torch.get_num_threads()
-    finally:
-        torch.set_num_threads(before)
-
-
-class RealSide:
-    """Engines for the configured systems, sharing one set of weights, and a speed probe beside them.
-
-    With a `speed_reference` (the profile's) the probe is timed before, all through (every
-    validation.speed_probe_every_s of wall time, between iterations: the engine's clock never sees
-    it) and after each replay; the replay's speed factor is its probes' medians over the reference.
-    """
-
-    def __init__(self, cfg: ValidationConfig, spec, seed: int, speed_reference: dict | None = None):
-        self.cfg, self.spec, self.seed = cfg, spec, seed
-        self.speed_reference = speed_reference or {}
-        self._decoder = None
-        self.probe = None
-
-    def engine(self, system: SystemSpec, pool: Pool):
-        from engine.runtime.engine import Engine
-
-        opts = self.cfg.options
-        # weights are random and seeded: the same for every system, so they are built once
-        engine = Engine(self.spec, system, opts.device, opts.resolved_dtype, self.seed, pool.num_gpu_blocks,
-                        pool.num_cpu_blocks, attention_backend=opts.attention_backend, model=self._decoder)
-        self._decoder = engine.runner.model
-        warm_up(engine.runner, pool)
-        if self.speed_reference and self.probe is None:
-            self.probe = self._speed_probe(pool.block_size)
-        return engine
-
-    def _speed_probe(self, block_size: int):
-        from calibrate.speed import SpeedProbe, probe_blocks
-        from engine.runtime.runner import ModelRunner
-
-        opts = self.cfg.options
-        runner = ModelRunner(self.spec, opts.device, opts.resolved_dtype, self.seed,
-                             num_gpu_blocks=probe_blocks(block_size), num_cpu_blocks=0, block_size=block_size,
-                             attention_backend=opts.attention_backend, model=self._decoder)
-        return SpeedProbe(runner, every_s=opts.speed_probe_every_s)
-
-    def clock_for(self, engine) -> MeasuredClock:
-        return MeasuredClock(engine.runner, after_iteration=self.probe.maybe_sample if self.probe else None)
-
-    def replay(self, engine, clock: MeasuredClock, trace: Trace) -> RealReplay:
-        from calibrate.speed import speed_factor
-
-        clock.reset()
-        if self.probe:
-            self.probe.reset()
-            self.probe.sample()
-        started = time.perf_counter()
-        result = engine.replay(trace, self.cfg.options.sampling, time_fn=clock)
-        wall = time.perf_counter() - started
-        probe_s, factor, samples = {}, math.nan, 0
-        if self.probe:
-            self.probe.sample()
-            window = self.probe.reset()
-            probe_s, samples = window.medians(), window.count
-            factor = speed_factor(probe_s, self.speed_reference)
-        return RealReplay(pd.DataFrame(result.request_columns()), pd.DataFrame(result.iteration_columns()),
-                          list(clock.times), list(clock.shapes), wall, probe_s, factor, samples)
-
-
-def warm_up(runner, pool: Pool) -> None:
-    """One untimed prefill + decode before the first replay, as the profiler warms up before it times:
-    a fresh process's first forward pays one-off allocation and dispatch costs no later iteration does."""
-    if pool.num_gpu_blocks >= 2:
-        runner.time_batch([pool.block_size], [pool.block_size], repeats=1, warmup=1)
 
 
 def exact_check(spec, system: SystemSpec, trace: Trace, pool: Pool, real: RealReplay) -> ScheduleComparison:
@@ -221,7 +119,8 @@ def _row_line(row: dict) -> str:
     exact = {True: "exact", False: "NOT EXACT", None: ""}[row["exact_replay"]]
     return (f"  {row['system']:<18} {row['rate']:>6g} req/s  real {row['real_normalized_latency']:.4f} s/tok "
             f"(spread {row['real_repeat_spread']:.1%})  sim {row['sim_normalized_latency']:.4f} "
-            f"({row['normalized_latency_error']:+.1%}; as calibrated {row['uncorrected_normalized_latency_error']:+.1%}, "
+            f"({row['normalized_latency_error']:+.1%}; "
+            f"as calibrated {row['uncorrected_normalized_latency_error']:+.1%}, "
             f"speed x{row['speed_factor']:.2f})  p90 req err {row['p90_request_error']:.1%}  "
             f"batch {row['real_mean_batched_requests']:.1f}/{row['sim_mean_batched_requests']:.1f}  "
             f"preempt {row['real_preemptions']:g}/{row['sim_preemptions']:g}  {exact}  [{row['real_wall_s']:.0f} s]")
@@ -251,13 +150,12 @@ def plan(cfg: ValidationConfig, exact_only: bool) -> Plan:
     return Plan(spec, seed, traces, pools, cost_models, profile, 1 if exact_only else cfg.options.repeats)
 
 
-def replay_speed(cfg: ValidationConfig, reals: list[RealReplay]) -> float:
-    """The factor the simulator runs one trace at: the geometric mean of its real replays' speed factors,
-    or 1 (as calibrated) when correction is off or a replay has no factor."""
-    factors = [r.speed_factor for r in reals]
-    if not cfg.options.speed_correction or not all(math.isfinite(f) and f > 0 for f in factors):
-        return 1.0
-    return math.exp(sum(math.log(f) for f in factors) / len(factors))
+def replay_speed(cfg: ValidationConfig, reals: list[RealReplay]) -> MachineSpeed | None:
+    """The speed the simulator runs one trace at: kind by kind, the geometric mean of its real replays'
+    speeds; None (as calibrated) when correction is off or a replay was not probed."""
+    if not cfg.options.speed_correction or any(r.speed is None for r in reals):
+        return None
+    return MachineSpeed.mean_of([r.speed for r in reals])
 
 
 def compare_one(cfg: ValidationConfig, p: Plan, system: SystemSpec, rate: float, reals: list[RealReplay],
@@ -265,8 +163,8 @@ def compare_one(cfg: ValidationConfig, p: Plan, system: SystemSpec, rate: float,
     """Simulate one trace with the cost model (at the machine speed the real replays ran at, and as
     calibrated) and line it up against its real replays."""
     trace, pool, calibrated = p.traces[rate], p.pools[system.name], p.cost_models[system.name]
-    factor = replay_speed(cfg, reals)
-    cost_model = calibrated if factor == 1.0 else ScaledCostModel(calibrated, factor)
+    speed = replay_speed(cfg, reals)
+    cost_model = calibrated if speed is None else ScaledCostModel(calibrated, speed.decode, speed.prefill)
 
     def simulate(model):
         records = simulate_on_pool(p.spec, system, trace, model, pool.num_gpu_blocks, pool.num_cpu_blocks)
@@ -277,14 +175,15 @@ def compare_one(cfg: ValidationConfig, p: Plan, system: SystemSpec, rate: float,
     warmup_s, rule = warmup_for(cfg, trace)
     join = request_join(system.name, rate, [r.requests for r in reals], sim_requests, warmup_s)
     errors = pd.concat([iteration_errors(system.name, rate, i, r.times, r.shapes, calibrated,
-                                         r.speed_factor if factor != 1.0 else 1.0)
+                                         r.speed if speed is not None else None)
                         for i, r in enumerate(reals)], ignore_index=True)
     row = summary_row(system=system.name, rate=rate, seed=p.seed, join=join,
                       real_requests=[r.requests for r in reals], real_iterations=[r.iterations for r in reals],
                       sim_requests=sim_requests, sim_iterations=sim_iterations, iteration_errors=errors,
                       pool_slots=pool.num_slots, warmup_s=warmup_s, threshold=cfg.options.latency_threshold,
                       exact_replay=exact, real_wall_s=sum(r.wall_s for r in reals), cost_model=cost_model.source,
-                      warmup_rule=rule, speed_factors=[r.speed_factor for r in reals], sim_speed_factor=factor,
+                      warmup_rule=rule, speed_factors=[r.speed_factor for r in reals],
+                      sim_speed_factor=1.0 if speed is None else speed.factor,
                       uncorrected_requests=uncorrected[0], uncorrected_iterations=uncorrected[1])
     return row, join, errors
 
@@ -293,7 +192,8 @@ def speed_rows_for(system: SystemSpec, rate: float, reals: list[RealReplay]) -> 
     """How fast the machine ran during each real replay: the probes' medians and their factor."""
     return [{"system": system.name, "rate": rate, "repeat": r, "decode_probe_s": real.probe_s.get("decode", math.nan),
              "prefill_probe_s": real.probe_s.get("prefill", math.nan), "probe_samples": real.probe_samples,
-             "speed_factor": real.speed_factor, "real_wall_s": real.wall_s} for r, real in enumerate(reals)]
+             "decode_speed_factor": real.speed.decode if real.speed else math.nan,
+             "prefill_speed_factor": real.speed.prefill if real.speed else math.nan, "speed_factor": real.speed_factor, "real_wall_s": real.wall_s} for r, real in enumerate(reals)]
 
 
 def exact_rows_for(p: Plan, system: SystemSpec, rate: float, reals: list[RealReplay]) -> list[dict]:
@@ -382,94 +282,6 @@ def run_meta(cfg: ValidationConfig, p: Plan, threads: int, exact_only: bool, loa
         "load_average_before": load_before, "load_average_after": _loadavg(),
         "cpu_count": os.cpu_count(), "wall_s": round(time.perf_counter() - started, 1),
     }
-
-
-def noise_band(summary: pd.DataFrame) -> pd.Series:
-    """How far the real engine disagrees with itself, row by row: the run-to-run spread of its replays,
-    after each is divided by its machine-speed factor when the machine was probed."""
-    at_speed = summary["real_repeat_spread_at_speed"]
-    return at_speed.where(at_speed.notna(), summary["real_repeat_spread"]).fillna(0.0)
-
-
-def fidelity_table(summary: pd.DataFrame, sustainable: pd.DataFrame, exact: pd.DataFrame) -> pd.DataFrame:
-    """Per system, the issue's three targets: normalized-latency error below saturation, p90 per-request
-    error (below saturation), sustainable rate; with the real run-to-run spread beside them."""
-    rows = []
-    for system, rows_ in summary.groupby("system", sort=False):
-        below = rows_[rows_["below_saturation"]]
-        sust = sustainable[sustainable["system"] == system].iloc[0]
-        error = below["normalized_latency_error"].abs()
-        noise = np.maximum(TARGETS["max_normalized_latency_error"], noise_band(below))
-        rows.append({
-            "system": system,
-            "max_normalized_latency_error": float(error.max()) if len(below) else float("nan"),
-            "median_normalized_latency_error": float(error.median()) if len(below) else float("nan"),
-            "rows_within_target": f"{int((error <= TARGETS['max_normalized_latency_error']).sum())}/{len(below)}",
-            "rows_within_noise": f"{int((error <= noise).sum())}/{len(below)}",
-            "rates_below_saturation": " ".join(f"{r:g}" for r in below["rate"]),
-            "max_p90_request_error": float(below["p90_request_error"].max()) if len(below) else float("nan"),
-            "max_real_request_spread_p90": float(below["real_request_spread_p90"].max()) if len(below) else float("nan"),
-            "sustainable_rate_error": float(sust["sustainable_rate_error"]),
-            "real_sustainable_rate": float(sust["real_sustainable_rate"]),
-            "sim_sustainable_rate": float(sust["sim_sustainable_rate"]),
-            "max_real_repeat_spread": float(rows_["real_repeat_spread"].max()),
-            "max_real_repeat_spread_at_speed": float(rows_["real_repeat_spread_at_speed"].max()),
-            "max_uncorrected_normalized_latency_error": float(below["uncorrected_normalized_latency_error"].abs().max())
-            if len(below) else float("nan"),
-            "min_speed_factor": float(rows_["speed_factor"].min()),
-            "max_speed_factor": float(rows_["speed_factor"].max()),
-            "mean_iteration_time_error": float(rows_["iteration_time_error"].mean()),
-            "exact_replay": bool(exact[exact["system"] == system]["identical"].all()),
-        })
-    return pd.DataFrame(rows, columns=list(FIDELITY_COLUMNS))
-
-
-def fidelity_text(fidelity: pd.DataFrame, sustainable: pd.DataFrame | None = None) -> str:
-    def pct(v: float) -> str:
-        return "   n/a" if v != v else f"{v:6.1%}"
-
-    header = (f"{'system':<18} {'|norm err|':>10} {'median':>7} {'<=5%':>5} {'<=noise':>7} {'p90 req':>8} "
-              f"{'req noise':>9} {'sust. real':>10} {'sust. sim':>9} {'sust err':>8} {'spread':>7} {'at speed':>8} "
-              f"{'as calib.':>9} {'speed':>10} {'iter err':>8}  exact")
-    lines = [header, "-" * len(header)]
-    for _, r in fidelity.iterrows():
-        speed = (f"{r['min_speed_factor']:.2f}-{r['max_speed_factor']:.2f}" if r["min_speed_factor"] == r["min_speed_factor"]
-                 else "n/a")
-        lines.append(f"{r['system']:<18} {pct(r['max_normalized_latency_error']):>10} "
-                     f"{pct(r['median_normalized_latency_error']):>7} {r['rows_within_target']:>5} "
-                     f"{r['rows_within_noise']:>7} {pct(r['max_p90_request_error']):>8} "
-                     f"{pct(r['max_real_request_spread_p90']):>9} {r['real_sustainable_rate']:>10.3g} "
-                     f"{r['sim_sustainable_rate']:>9.3g} {pct(abs(r['sustainable_rate_error'])):>8} "
-                     f"{pct(r['max_real_repeat_spread']):>7} {pct(r['max_real_repeat_spread_at_speed']):>8} "
-                     f"{pct(r['max_uncorrected_normalized_latency_error']):>9} {speed:>10} "
-                     f"{pct(r['mean_iteration_time_error']):>8}  {'yes' if r['exact_replay'] else 'NO'}")
-    lines.append(f"targets: |norm err| <= {TARGETS['max_normalized_latency_error']:.0%} and p90 request error <= "
-                 f"{TARGETS['max_p90_request_error']:.0%} at rates below saturation (real normalized latency under "
-                 f"the threshold), sustainable rate within {TARGETS['sustainable_rate_error']:.0%}.")
-    lines.append("columns: |norm err| the largest and median the median over those rates; <=5% rows within the target; "
-                 "<=noise rows whose error is within the real engine's own run-to-run spread at speed (or 5%); "
-                 "req noise the real replays' p90 per-request spread (the floor under p90 req); spread the real "
-                 "run-to-run (max-min)/mean, at speed the same after dividing each replay by its speed factor; "
-                 "as calib. the largest |norm err| with the simulator as calibrated; speed the range of speed "
-                 "factors (1 = as fast as when profiled; the simulator ran each trace at its replays'); iter err the "
-                 "cost model's mean |error| per real iteration, at speed")
-    if sustainable is not None and len(sustainable):
-        off_range = (sustainable["real_bound"] != "interpolated") | (sustainable["sim_bound"] != "interpolated")
-        bounds = sustainable[off_range]
-        for _, r in bounds.iterrows():
-            lines.append(f"note: {r['system']}: sustainable rate real {r['real_bound']}, sim {r['sim_bound']} "
-                         f"(rates {r['rates']}); widen experiment.rates to bracket it")
-    return "\n".join(lines)
-
-
-def breakdown_text(iterations: pd.DataFrame) -> str:
-    lines = ["cost model on the engine's own iterations (predicted / measured - 1), by kind:"]
-    for _, r in iteration_breakdown(iterations).iterrows():
-        lines.append(f"  {r['kind']:<8} {int(r['count']):>6} iterations  "
-                     f"median measured {r['median_measured_s'] * 1e3:8.1f} ms"
-                     f"  predicted {r['median_predicted_s'] * 1e3:8.1f} ms  mean error {r['mean_error']:+6.1%}"
-                     f"  mean |error| {r['mean_abs_error']:5.1%}")
-    return "\n".join(lines)
 
 
 def write_outputs(result: ValidationResult, cfg: ValidationConfig, exact_only: bool) -> None:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 
 def _cmd_validate(args) -> int:
-    from sim.validate import breakdown_text, default_out_dir, fidelity_text, validate
+    from sim.validate import default_out_dir, validate
+    from sim.validate_report import breakdown_text, fidelity_text
     from sim.validate_config import load_validation
 
     overrides = list(args.set) + ([f"validation.repeats={args.repeats}"] if args.repeats is not None else [])
@@ -33,8 +34,8 @@ def _cmd_validate(args) -> int:
     print(breakdown_text(result.iterations))
     print(f"engine and simulator schedules identical when fed the measured times: "
           f"{'yes' if result.all_exact else 'NO (see exact.csv)'}")
-    print(f"wrote {out_dir}/summary.csv, sustainable.csv, fidelity.csv, requests.csv, iterations.csv, speed.csv, exact.csv, "
-          f"normalized_latency.png, request_scatter.png in {elapsed:.0f} s")
+    print(f"wrote {out_dir}/summary.csv, sustainable.csv, fidelity.csv, requests.csv, iterations.csv, speed.csv, "
+          f"exact.csv, normalized_latency.png, request_scatter.png in {elapsed:.0f} s")
     return 0 if result.all_exact else 1
 
 

@@ -172,12 +172,14 @@ def iteration_kind(num_prefills: int, num_decodes: int) -> str:
 
 
 def iteration_errors(system: str, rate: float, repeat: int, times: list[float], shapes, cost_model,
-                     speed_factor: float = 1.0) -> pd.DataFrame:
+                     speed=None) -> pd.DataFrame:
     """Every real iteration beside what the cost model predicts for its batch: which term is wrong.
-    predicted_s is as calibrated; error compares it, times the replay's speed factor, with the measurement."""
+    predicted_s is as calibrated; error compares it, times the replay's speed for that kind of iteration
+    (a calibrate.speed.MachineSpeed; None: 1), with the measurement."""
     rows = []
     for i, (measured, shape) in enumerate(zip(times, shapes)):
         predicted = cost_model.step_time(shape.as_batch())
+        speed_factor = 1.0 if speed is None else speed.for_batch(bool(shape.prefill_lens))
         prefills, decodes = shape.prefill_lens, shape.decode_context_lens
         rows.append((system, rate, repeat, i, iteration_kind(len(prefills), len(decodes)), len(prefills),
                      sum(prefills), sum(n * n for n in prefills), len(decodes), sum(decodes),
@@ -191,8 +193,8 @@ def iteration_breakdown(iterations: pd.DataFrame) -> pd.DataFrame:
     if not len(iterations):
         return pd.DataFrame(columns=["kind", "count", "median_measured_s", "median_predicted_s", "mean_error",
                                      "mean_abs_error"])
-    grouped = iterations.assign(abs_error=iterations["error"].abs(),
-                                scaled_s=iterations["predicted_s"] * iterations["speed_factor"]).groupby("kind", sort=True)
+    scaled = iterations["predicted_s"] * iterations["speed_factor"]
+    grouped = iterations.assign(abs_error=iterations["error"].abs(), scaled_s=scaled).groupby("kind", sort=True)
     return grouped.agg(count=("error", "size"), median_measured_s=("measured_s", "median"),
                        median_predicted_s=("scaled_s", "median"), mean_error=("error", "mean"),
                        mean_abs_error=("abs_error", "mean")).reset_index()

@@ -10,7 +10,8 @@ from calibrate.costmodel import ScaledCostModel
 from calibrate.fit import fit_profile
 from calibrate.profile import probe_rows
 from calibrate.roofline import RooflineCostModel
-from calibrate.speed import PROBE_SHAPES, SpeedProbe, SpeedSamples, probe_blocks, speed_factor
+from calibrate.speed import (PROBE_SHAPES, MachineSpeed, SpeedProbe, SpeedSamples, machine_speed, probe_blocks,
+                             speed_factor)
 from engine.core.batch import Batch
 from engine.core.errors import SpecError
 from synthetic_profile import synthetic_raw
@@ -117,10 +118,36 @@ def test_a_scaled_cost_model_scales_every_cost():
     batch = Batch(prefill_seq_ids=[0], prefill_lens=[100], decode_seq_ids=[1, 2], decode_context_lens=[50, 70])
     assert scaled.iteration_time(batch) == pytest.approx(1.5 * base.iteration_time(batch))
     assert scaled.swap_time(8) == pytest.approx(1.5 * base.swap_time(8))
-    assert "x 1.500" in scaled.source
+    assert "x 1.500 decode" in scaled.source
     for bad in (0.0, -1.0, float("nan")):
         with pytest.raises(ValueError):
             ScaledCostModel(base, bad)
+        with pytest.raises(ValueError):
+            ScaledCostModel(base, 1.0, bad)
+
+
+def test_prefill_work_is_scaled_by_the_prefill_probe_and_decode_work_by_the_decode_probe():
+    from engine.core.spec import load_model_spec
+    from calibrate.hardware import load_hardware
+
+    base = RooflineCostModel(load_model_spec("opt-13b"), load_hardware("a100-40gb"))
+    scaled = ScaledCostModel(base, 1.2, 0.8)
+    decode = Batch(decode_seq_ids=[1, 2], decode_context_lens=[50, 70])
+    mixed = Batch(prefill_seq_ids=[0], prefill_lens=[100], decode_seq_ids=[1], decode_context_lens=[50])
+    assert scaled.iteration_time(decode) == pytest.approx(1.2 * base.iteration_time(decode))
+    assert scaled.iteration_time(mixed) == pytest.approx(0.8 * base.iteration_time(mixed))
+    assert scaled.swap_time(4) == pytest.approx(1.2 * base.swap_time(4))
+
+
+def test_machine_speed_per_kind_and_its_mean_over_windows():
+    speed = machine_speed({"decode": 0.06, "prefill": 0.30}, {"decode_s": 0.05, "prefill_s": 0.20})
+    assert (speed.decode, speed.prefill) == (pytest.approx(1.2), pytest.approx(1.5))
+    assert speed.for_batch(has_prefill=True) == pytest.approx(1.5)
+    assert speed.for_batch(has_prefill=False) == pytest.approx(1.2)
+    assert speed.factor == pytest.approx((1.2 * 1.5) ** 0.5)
+    mean = MachineSpeed.mean_of([MachineSpeed(1.0, 2.0), MachineSpeed(4.0, 0.5)])
+    assert (mean.decode, mean.prefill) == (pytest.approx(2.0), pytest.approx(1.0))
+    assert machine_speed({"decode": 0.06}, {"decode_s": 0.05, "prefill_s": 0.2}) is None
 
 
 def test_the_simulator_on_a_machine_twice_as_slow_takes_twice_as_long():

@@ -21,7 +21,8 @@ FIDELITY = ["system", "max_normalized_latency_error", "max_p90_request_error", "
             "min_speed_factor", "max_speed_factor", "exact_replay", "median_normalized_latency_error",
             "rows_within_target", "rows_within_noise", "max_real_request_spread_p90"]
 ITERATIONS = ["system", "rate", "repeat", "kind", "measured_s", "predicted_s", "speed_factor", "error"]
-SPEED = ["system", "rate", "repeat", "decode_probe_s", "prefill_probe_s", "probe_samples", "speed_factor"]
+SPEED = ["system", "rate", "repeat", "decode_probe_s", "prefill_probe_s", "probe_samples", "decode_speed_factor",
+         "prefill_speed_factor", "speed_factor"]
 EXACT = ["system", "rate", "repeat", "same_batches", "same_preemptions", "max_time_diff_s", "identical"]
 
 
@@ -58,6 +59,13 @@ def test_validate_writes_every_output(tiny_validation, tmp_path, capsys):
     speed = has_columns(out / "speed.csv", SPEED)
     assert len(speed) == 5 * 2 * 2 and (speed["probe_samples"] >= 2).all()  # before and after, at least
     assert (speed["decode_probe_s"] > 0).all() and (speed["prefill_probe_s"] > 0).all()
+    # the reference says decode 2 ms, prefill 4 ms: each factor is its probe over that
+    assert speed["decode_speed_factor"].to_numpy() == pytest.approx((speed["decode_probe_s"] / 0.002).to_numpy())
+    assert speed["prefill_speed_factor"].to_numpy() == pytest.approx((speed["prefill_probe_s"] / 0.004).to_numpy())
+    # every iteration was scaled by its own replay's factor for its kind of work
+    joined = iterations.merge(speed, on=["system", "rate", "repeat"], suffixes=("", "_replay"))
+    expected = joined["decode_speed_factor"].where(joined["kind"] == "decode", joined["prefill_speed_factor"])
+    assert joined["speed_factor"].to_numpy() == pytest.approx(expected.to_numpy())
     scaled = iterations["predicted_s"] * iterations["speed_factor"] / iterations["measured_s"] - 1
     assert iterations["error"].to_numpy() == pytest.approx(scaled.to_numpy())
     assert has_columns(out / "exact.csv", EXACT)["identical"].all()
@@ -107,7 +115,7 @@ def test_exact_mode_only_proves_the_schedules(tiny_validation, tmp_path, capsys)
 
 
 def test_errors_are_read_against_the_real_engines_own_spread():
-    from sim.validate import fidelity_table
+    from sim.validate_report import fidelity_table
 
     summary = pd.DataFrame({
         "system": ["A"] * 4, "rate": [1, 2, 3, 4], "below_saturation": [True, True, True, False],
