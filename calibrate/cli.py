@@ -22,7 +22,9 @@ def _cmd_profile(args) -> int:
     raw = profile(spec, device=args.device, dtype=args.dtype, grid=grid, repeats=args.repeats,
                   block_size=args.block_size, probe_every_s=args.probe_every_s)
     write_atomic(args.out, lambda f: raw.to_csv(f, index=False))
-    print(f"wrote {len(raw)} profiled shapes to {args.out}")
+    shapes = int((~raw["kind"].isin(["swap", "probe"])).sum())
+    print(f"wrote {shapes} profiled shapes, the swap cost and {int((raw['kind'] == 'probe').sum())} speed-probe "
+          f"timings to {args.out}")
     return 0
 
 
@@ -81,6 +83,18 @@ def _cmd_show(args) -> int:
     return 0
 
 
+def _positive_seconds(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
 def register(sub) -> None:
     from calibrate.grid import GRIDS
 
@@ -93,7 +107,7 @@ def register(sub) -> None:
     prof.add_argument("--grid", default=None, choices=sorted(GRIDS),
                       help="shapes to time; default: cpu on a CPU, default on a GPU")
     prof.add_argument("--repeats", type=int, default=3, help="passes over the grid, each in a shuffled order")
-    prof.add_argument("--probe-every-s", type=float, default=1.0,
+    prof.add_argument("--probe-every-s", type=_positive_seconds, default=1.0,
                       help="seconds between speed-probe samples (the profile's speed reference)")
     prof.add_argument("--block-size", type=int, default=16)
     prof.add_argument("--threads", type=int, default=0, help="CPU: torch intra-op threads (default: torch's)")

@@ -25,24 +25,17 @@ class CostModel(ABC):
 
 
 class ScaledCostModel(CostModel):
-    """Another cost model's times on the same machine running slower (factor > 1) or faster than when
-    it was calibrated (see calibrate/speed.py): iterations with a prefill scaled by `prefill_factor`,
-    decode-only iterations and swaps by `decode_factor` (one factor for both when only one is given)."""
+    """Another cost model's times, all multiplied by one factor: the same machine running slower
+    (factor > 1) or faster than when it was calibrated (see calibrate/speed.py)."""
 
-    def __init__(self, base: CostModel, decode_factor: float, prefill_factor: float | None = None):
-        prefill_factor = decode_factor if prefill_factor is None else prefill_factor
-        for name, factor in (("decode", decode_factor), ("prefill", prefill_factor)):
-            if not factor > 0:
-                raise ValueError(f"a {name} speed factor must be positive, got {factor}")
-        self.base, self.decode_factor, self.prefill_factor = base, decode_factor, prefill_factor
-        self.source = (f"{base.source} x {decode_factor:.3f} decode, x {prefill_factor:.3f} prefill "
-                       f"(machine speed probed during the replay)")
-
-    def factor_for(self, batch: Batch) -> float:
-        return self.prefill_factor if batch.prefill_lens else self.decode_factor
+    def __init__(self, base: CostModel, factor: float):
+        if not factor > 0:
+            raise ValueError(f"a speed factor must be positive, got {factor}")
+        self.base, self.factor = base, factor
+        self.source = f"{base.source} x {factor:.3f} (machine speed probed during the replay)"
 
     def iteration_time(self, batch: Batch) -> float:
-        return self.base.iteration_time(batch) * self.factor_for(batch)
+        return self.base.iteration_time(batch) * self.factor
 
     def swap_time(self, num_blocks: int) -> float:
-        return self.base.swap_time(num_blocks) * self.decode_factor
+        return self.base.swap_time(num_blocks) * self.factor

@@ -37,13 +37,18 @@ def choose_knots(token_counts) -> list[int]:
         if c > DENSE_UP_TO and (not knots or c >= knots[-1] * KNOT_SPACING):
             knots.append(c)
     if knots[-1] != counts[-1]:
-        knots.append(counts[-1])
+        if knots[-1] > DENSE_UP_TO and len(knots) > 1:
+            knots[-1] = counts[-1]  # a last segment of a few tokens would set the slope past the end from noise
+        else:
+            knots.append(counts[-1])
     return knots
 
 
 def token_basis(tokens: np.ndarray, knots: list[int]) -> np.ndarray:
     """Hat functions over the knots: row i, column j is knot j's weight in tokens[i]'s interpolated cost.
-    Below the first knot the first knot's cost; past the last, the last segment's line continued."""
+    Below the first knot the first knot's cost; past the last, the last segment's line continued
+    (unclamped, as a linear basis must be: fits only see rows within the knots, and predictions past
+    them go through `token_costs`, which never lets the line fall)."""
     tokens = np.asarray(tokens, dtype=float)
     k = np.asarray(knots, dtype=float)
     basis = np.zeros((len(tokens), len(k)))

@@ -59,7 +59,7 @@ GRIDS = {
     # there (4 rows cost 60% more than 3; 9 to 15 more than 16); past that much KV the CPU
     # attention path leaves the caches and the cost turns irregular. Sizes between the powers
     # of two, so that cross-validation tests the table between its knots.
-    # About 3 minutes for OPT-125M on one core.
+    # About 2 minutes for OPT-125M on one core (3 passes).
     "cpu": Grid(prefill_tokens=(16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512), prefill_batches=(1, 2, 4),
                 decode_batches=(*range(1, 17), 24, 32), decode_contexts=(16, 64, 128, 256, 512),
                 mixed_prefill_tokens=(32, 64, 128, 256), mixed_decode_batches=(2, 4, 8, 16),

@@ -62,7 +62,7 @@ class Progress:
     def update(self, done: int) -> None:
         elapsed = time.perf_counter() - self.started
         eta = elapsed / done * (self.total - done) if done else 0.0
-        self.stream.write(f"\rprofiling {done}/{self.total} shapes ({done / self.total:4.0%}) "
+        self.stream.write(f"\rprofiling: {done}/{self.total} timed runs ({done / self.total:4.0%}) "
                           f"elapsed {elapsed:5.0f}s  ETA {eta:5.0f}s")
         if done == self.total:
             self.stream.write("\n")
@@ -87,7 +87,9 @@ def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid
     speed probe's samples (kind "probe"), whose medians become the profile's speed reference.
 
     The grid is timed in `repeats` passes, each in a fresh shuffled order (seeded), so that a slow
-    minute on a shared machine adds noise to many shapes rather than bias to one family of them.
+    minute on a shared machine adds noise to many shapes rather than bias to one family of them. An
+    untimed pass first pays every shape's one-off allocation costs (`warmup` runs each), so that every
+    timed run follows some other shape, as a serving iteration does.
     """
     from engine.runtime.runner import ModelRunner
 
@@ -102,15 +104,15 @@ def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid
                          num_cpu_blocks=swap_blocks, block_size=block_size)
     probe = SpeedProbe(runner, every_s=probe_every_s)
     progress = on_progress or Progress(len(shapes) * repeats + 1).update
+    for shape in shapes:
+        runner.time_batch(list(shape.prefill_lens), list(shape.decode_context_lens), 0, warmup=warmup)
     times: list[list[float]] = [[] for _ in shapes]
     order = np.random.default_rng(seed)
     for p in range(repeats):
         for done, i in enumerate(order.permutation(len(shapes)), start=p * len(shapes) + 1):
             probe.maybe_sample()
             shape = shapes[i]
-            # a shape's first run pays one-off allocation costs; later passes find them paid
-            times[i] += runner.time_batch(list(shape.prefill_lens), list(shape.decode_context_lens), 1,
-                                          warmup=warmup if p == 0 else 0)
+            times[i] += runner.time_batch(list(shape.prefill_lens), list(shape.decode_context_lens), 1, warmup=0)
             progress(done)
     rows = [shape_row(shape, t) for shape, t in zip(shapes, times)]
     rows.append(_swap_row(runner, repeats, warmup, swap_blocks))

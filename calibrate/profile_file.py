@@ -75,7 +75,18 @@ def _check(raw: dict, source: str) -> None:
         if not isinstance(raw[key], (int, float)) or raw[key] < 0:
             raise SpecError(source, key, f"must be a non-negative number, got {raw[key]!r}")
     _check_table(raw["token_knots"], raw["token_costs_s"], source)
+    _check_speed_reference(raw.get("speed_reference", {}), source)
 
+
+def _check_speed_reference(reference, source: str) -> None:
+    if not isinstance(reference, dict):
+        raise SpecError(source, "speed_reference", f"must be a mapping (decode_s, prefill_s, ...), got {reference!r}")
+    if not reference:
+        return  # profiled before the speed probe: validation simulates it as calibrated
+    for key in ("decode_s", "prefill_s"):
+        value = reference.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise SpecError(source, f"speed_reference.{key}", f"must be a positive number of seconds, got {value!r}")
 
 def _check_table(knots, costs, source: str) -> None:
     ok = isinstance(knots, list) and knots and all(isinstance(k, int) and not isinstance(k, bool) and k > 0

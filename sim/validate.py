@@ -117,11 +117,13 @@ def build_traces(cfg: ValidationConfig, spec, seed: int) -> dict[float, Trace]:
 
 def _row_line(row: dict) -> str:
     exact = {True: "exact", False: "NOT EXACT", None: ""}[row["exact_replay"]]
+    factor = row["speed_factor"]
+    speed = "n/a" if factor != factor else f"x{factor:.2f}"  # nan: the machine was not probed
     return (f"  {row['system']:<18} {row['rate']:>6g} req/s  real {row['real_normalized_latency']:.4f} s/tok "
             f"(spread {row['real_repeat_spread']:.1%})  sim {row['sim_normalized_latency']:.4f} "
             f"({row['normalized_latency_error']:+.1%}; "
             f"as calibrated {row['uncorrected_normalized_latency_error']:+.1%}, "
-            f"speed x{row['speed_factor']:.2f})  p90 req err {row['p90_request_error']:.1%}  "
+            f"speed {speed})  p90 req err {row['p90_request_error']:.1%}  "
             f"batch {row['real_mean_batched_requests']:.1f}/{row['sim_mean_batched_requests']:.1f}  "
             f"preempt {row['real_preemptions']:g}/{row['sim_preemptions']:g}  {exact}  [{row['real_wall_s']:.0f} s]")
 
@@ -164,7 +166,7 @@ def compare_one(cfg: ValidationConfig, p: Plan, system: SystemSpec, rate: float,
     calibrated) and line it up against its real replays."""
     trace, pool, calibrated = p.traces[rate], p.pools[system.name], p.cost_models[system.name]
     speed = replay_speed(cfg, reals)
-    cost_model = calibrated if speed is None else ScaledCostModel(calibrated, speed.decode, speed.prefill)
+    cost_model = calibrated if speed is None else ScaledCostModel(calibrated, speed.factor)
 
     def simulate(model):
         records = simulate_on_pool(p.spec, system, trace, model, pool.num_gpu_blocks, pool.num_cpu_blocks)
@@ -175,7 +177,7 @@ def compare_one(cfg: ValidationConfig, p: Plan, system: SystemSpec, rate: float,
     warmup_s, rule = warmup_for(cfg, trace)
     join = request_join(system.name, rate, [r.requests for r in reals], sim_requests, warmup_s)
     errors = pd.concat([iteration_errors(system.name, rate, i, r.times, r.shapes, calibrated,
-                                         r.speed if speed is not None else None)
+                                         r.speed_factor if speed is not None else 1.0)
                         for i, r in enumerate(reals)], ignore_index=True)
     row = summary_row(system=system.name, rate=rate, seed=p.seed, join=join,
                       real_requests=[r.requests for r in reals], real_iterations=[r.iterations for r in reals],
@@ -183,7 +185,7 @@ def compare_one(cfg: ValidationConfig, p: Plan, system: SystemSpec, rate: float,
                       pool_slots=pool.num_slots, warmup_s=warmup_s, threshold=cfg.options.latency_threshold,
                       exact_replay=exact, real_wall_s=sum(r.wall_s for r in reals), cost_model=cost_model.source,
                       warmup_rule=rule, speed_factors=[r.speed_factor for r in reals],
-                      sim_speed_factor=1.0 if speed is None else speed.factor,
+                      sim_speed_factor=1.0 if speed is None else speed.factor, speed_corrected=speed is not None,
                       uncorrected_requests=uncorrected[0], uncorrected_iterations=uncorrected[1])
     return row, join, errors
 

@@ -43,6 +43,13 @@ def check_profile(cfg: ValidationConfig) -> Profile:
     if profile_dtype != opts.resolved_dtype:
         raise SpecError(path, "dtype", f"this profile was calibrated for {have}, but {cfg.source} runs the "
                         f"engine in {opts.resolved_dtype} (validation.dtype){hint}")
+    threads = profile.torch_threads
+    if opts.device == "cpu" and threads and opts.torch_threads and threads != opts.torch_threads:
+        # a different thread count is a different machine speed: the probe would "correct" it away
+        raise SpecError(path, "torch_threads", (
+            f"this profile was measured with {threads} torch thread(s), but {cfg.source} runs the engine with "
+            f"{opts.torch_threads} (validation.torch_threads); profile with --threads {opts.torch_threads} or "
+            f"set validation.torch_threads: {threads}"))
     return profile
 
 

@@ -23,7 +23,7 @@ REQUEST_JOIN_COLUMNS = (
 SUMMARY_COLUMNS = (
     "system", "rate", "seed", "num_requests", "num_measured", "warmup_s",
     "real_normalized_latency", "sim_normalized_latency", "normalized_latency_error", "real_repeat_spread",
-    "speed_factor", "sim_speed_factor", "real_speed_spread", "real_repeat_spread_at_speed",
+    "speed_factor", "speed_corrected", "sim_speed_factor", "real_speed_spread", "real_repeat_spread_at_speed",
     "sim_uncorrected_normalized_latency", "uncorrected_normalized_latency_error",
     "mean_request_error", "p50_request_error", "p90_request_error", "real_request_spread_p90",
     "real_ttft_mean_s", "sim_ttft_mean_s", "p90_ttft_error",
@@ -103,6 +103,7 @@ def summary_row(*, system: str, rate: float, seed: int, join: pd.DataFrame, real
                 iteration_errors: pd.DataFrame, pool_slots: int, warmup_s: float, threshold: float,
                 exact_replay: bool | None, real_wall_s: float, cost_model: str, warmup_rule: str,
                 speed_factors: list[float] | None = None, sim_speed_factor: float = 1.0,
+                speed_corrected: bool = False,
                 uncorrected_requests: pd.DataFrame | None = None,
                 uncorrected_iterations: pd.DataFrame | None = None) -> dict:
     """One system x rate. The simulator ran at `sim_speed_factor` (1: as calibrated); the uncorrected
@@ -129,6 +130,7 @@ def summary_row(*, system: str, rate: float, seed: int, join: pd.DataFrame, real
         "normalized_latency_error": float(relative_error(sim["normalized_latency"], real_norm.mean())),
         "real_repeat_spread": float(spread(real_norm)),
         "speed_factor": float(np.exp(np.log(factors).mean())) if probed else float("nan"),
+        "speed_corrected": speed_corrected,
         "sim_speed_factor": sim_speed_factor,
         "real_speed_spread": float(spread(factors)) if probed else float("nan"),
         # what run-to-run spread is left once each replay is divided by its machine's speed
@@ -172,14 +174,12 @@ def iteration_kind(num_prefills: int, num_decodes: int) -> str:
 
 
 def iteration_errors(system: str, rate: float, repeat: int, times: list[float], shapes, cost_model,
-                     speed=None) -> pd.DataFrame:
+                     speed_factor: float = 1.0) -> pd.DataFrame:
     """Every real iteration beside what the cost model predicts for its batch: which term is wrong.
-    predicted_s is as calibrated; error compares it, times the replay's speed for that kind of iteration
-    (a calibrate.speed.MachineSpeed; None: 1), with the measurement."""
+    predicted_s is as calibrated; error compares it, times the replay's speed factor, with the measurement."""
     rows = []
     for i, (measured, shape) in enumerate(zip(times, shapes)):
         predicted = cost_model.step_time(shape.as_batch())
-        speed_factor = 1.0 if speed is None else speed.for_batch(bool(shape.prefill_lens))
         prefills, decodes = shape.prefill_lens, shape.decode_context_lens
         rows.append((system, rate, repeat, i, iteration_kind(len(prefills), len(decodes)), len(prefills),
                      sum(prefills), sum(n * n for n in prefills), len(decodes), sum(decodes),

@@ -79,3 +79,12 @@ def test_grids_stay_inside_the_model_and_memory():
         for shape in grid.shapes():
             assert shape.kv_tokens <= grid.max_kv_tokens
             assert all(n <= grid.max_seq_len for n in shape.prefill_lens + shape.decode_context_lens)
+
+
+def test_knots_are_every_small_count_then_every_twenty_percent():
+    from calibrate.features import choose_knots
+
+    assert choose_knots([1, 2, 3, 5, 16, 17, 18, 20, 24, 100]) == [1, 2, 3, 5, 16, 20, 24, 100]
+    # the largest count ends the table, replacing a knot a few tokens before it
+    assert choose_knots([1, 2, 100, 384, 400]) == [1, 2, 100, 400]
+    assert choose_knots([4, 8, 9]) == [4, 8, 9]  # small counts are all knots

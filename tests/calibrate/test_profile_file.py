@@ -43,6 +43,9 @@ def test_round_trip(tmp_path):
     (lambda d: d.update(token_costs_s=[0.01, 0.02]), "token_costs_s"),
     (lambda d: d["token_costs_s"].__setitem__(2, -0.5), "token_costs_s[2]"),
     (lambda d: d.update(format="servesim-profile/1"), "format"),
+    (lambda d: d.update(speed_reference=[0.05, 0.1]), "speed_reference"),
+    (lambda d: d.update(speed_reference={"decode_s": 0.05, "prefill_s": 0}), "speed_reference.prefill_s"),
+    (lambda d: d.update(speed_reference={"prefill_s": 0.1}), "speed_reference.decode_s"),
     (lambda d: d.update(colour="blue"), "colour"),
 ])
 def test_bad_profile_is_refused_naming_file_and_field(tmp_path, edit, field):
@@ -125,3 +128,21 @@ def test_transfer_to_a_slower_gpu_is_slower(tmp_path):
     fast = transferred_roofline(path, None, model, load_hardware("h200"), 1, 2, 16).iteration_time(decode)
     slow = transferred_roofline(path, None, model, load_hardware("a100-40gb"), 1, 2, 16).iteration_time(decode)
     assert slow > 2 * fast
+
+
+def test_the_simulator_and_the_fit_read_the_table_alike():
+    """ProfileCostModel.token_cost (one value) and features.token_costs (arrays) are one function,
+    and within the knots the fit's hat basis times the table is that function too."""
+    import numpy as np
+
+    from calibrate.features import token_basis, token_costs
+
+    for costs in ([0.01, 0.013, 0.03, 0.05], [0.01, 0.013, 0.05, 0.03]):  # rising, and falling at the end
+        profile = make_profile(token_costs_s=costs)
+        cost = ProfileCostModel(profile)
+        tokens = np.array([1, 2, 3, 4, 5, 100, 512, 600, 1024, 1500, 4096])
+        vectorized = token_costs(tokens, profile.token_knots, costs)
+        assert [cost.token_cost(int(t)) for t in tokens] == pytest.approx(list(vectorized))
+        inside = tokens[tokens <= profile.token_knots[-1]]
+        assert token_basis(inside, profile.token_knots) @ np.array(costs) == pytest.approx(
+            token_costs(inside, profile.token_knots, costs))

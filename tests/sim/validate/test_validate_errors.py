@@ -39,6 +39,14 @@ def test_a_profile_in_another_dtype_is_refused(tiny_validation, tmp_path, no_eng
         validate(cfg, tmp_path / "out", log=lambda line: None)
 
 
+def test_a_profile_measured_with_other_thread_counts_is_refused(tiny_validation, tmp_path, no_engine):
+    profile = profile_text() + "torch_threads: 2\n"
+    cfg = load_validation(tiny_validation(profile=profile))
+    with pytest.raises(SpecError) as err:
+        validate(cfg, tmp_path / "out", log=lambda line: None)
+    assert err.value.key == "torch_threads" and "2 torch thread" in str(err.value) and "with 1" in str(err.value)
+
+
 def test_a_request_over_the_max_length_is_reported_by_row(tiny_validation, tmp_path, no_engine, capsys):
     lengths = "prompt_len,output_len\n12,6\n30,10\n100,60\n"  # 160 tokens > max_model_len 128
     path = tiny_validation(lengths=lengths)

@@ -62,9 +62,9 @@ def test_validate_writes_every_output(tiny_validation, tmp_path, capsys):
     # the reference says decode 2 ms, prefill 4 ms: each factor is its probe over that
     assert speed["decode_speed_factor"].to_numpy() == pytest.approx((speed["decode_probe_s"] / 0.002).to_numpy())
     assert speed["prefill_speed_factor"].to_numpy() == pytest.approx((speed["prefill_probe_s"] / 0.004).to_numpy())
-    # every iteration was scaled by its own replay's factor for its kind of work
+    # every iteration was scaled by its own replay's factor: the geometric mean of the two probes'
     joined = iterations.merge(speed, on=["system", "rate", "repeat"], suffixes=("", "_replay"))
-    expected = joined["decode_speed_factor"].where(joined["kind"] == "decode", joined["prefill_speed_factor"])
+    expected = (joined["decode_speed_factor"] * joined["prefill_speed_factor"]) ** 0.5
     assert joined["speed_factor"].to_numpy() == pytest.approx(expected.to_numpy())
     scaled = iterations["predicted_s"] * iterations["speed_factor"] / iterations["measured_s"] - 1
     assert iterations["error"].to_numpy() == pytest.approx(scaled.to_numpy())
@@ -122,7 +122,7 @@ def test_errors_are_read_against_the_real_engines_own_spread():
         "normalized_latency_error": [0.03, -0.12, 0.20, 0.9], "uncorrected_normalized_latency_error": [0.1] * 4,
         "real_repeat_spread": [0.01, 0.30, 0.30, 0.0], "real_repeat_spread_at_speed": [0.01, 0.15, float("nan"), 0.0],
         "p90_request_error": [0.05, 0.2, 0.3, 1.0], "real_request_spread_p90": [0.04, 0.25, 0.1, 0.0],
-        "speed_factor": [1.0, 1.1, 1.2, 1.0], "iteration_time_error": [0.05] * 4})
+        "speed_factor": [1.0, 1.1, 1.2, 1.0], "speed_corrected": [True] * 4, "iteration_time_error": [0.05] * 4})
     sustainable = pd.DataFrame({"system": ["A"], "sustainable_rate_error": [0.02], "real_sustainable_rate": [3.5],
                                 "sim_sustainable_rate": [3.6]})
     exact = pd.DataFrame({"system": ["A"], "identical": [True]})
@@ -133,3 +133,11 @@ def test_errors_are_read_against_the_real_engines_own_spread():
     # -12% lies inside a 15% spread at speed; 20% inside the raw 30% spread (that row was not probed)
     assert row["rows_within_noise"] == "3/3"
     assert row["max_real_request_spread_p90"] == pytest.approx(0.25)
+
+
+def test_without_speed_correction_the_noise_band_is_the_raw_spread():
+    from sim.validate_report import noise_band
+
+    summary = pd.DataFrame({"real_repeat_spread": [0.3, 0.3], "real_repeat_spread_at_speed": [0.05, 0.05],
+                            "speed_corrected": [True, False]})
+    assert list(noise_band(summary)) == pytest.approx([0.05, 0.3])

@@ -52,7 +52,7 @@ def profile_text(model: str = "opt-tiny", device: str = "cpu", dtype: str = "flo
         tensor_parallel: 1
         block_size: 16
         token_knots: [1, 256]
-        token_costs_s: [0.00151, 0.004055]
+        token_costs_s: [0.00151, 0.00406]
         coefficients:
           prefill_attention_s: 1.0e-8
           decode_context_s: 1.0e-7
