@@ -58,7 +58,8 @@ class MachineSpeed:
     memory-bound decode probe, `prefill` from the compute-bound prefill probe, and `factor`, their
     geometric mean, which scales every iteration. Scaling decode-only iterations by the decode probe
     and the rest by the prefill probe was tried on 40 replays of 30-s traces and was no better: the
-    decode probe over-stated decodes' slowdown by ~2% and under-stated mixed iterations' by ~5%."""
+    decode probe over-stated decodes' slowdown by ~2%, the prefill probe under-stated that of mixed
+    iterations by ~5%."""
     decode: float
     prefill: float
 
