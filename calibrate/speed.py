@@ -67,13 +67,6 @@ class MachineSpeed:
     def factor(self) -> float:
         return math.sqrt(self.decode * self.prefill)
 
-    @classmethod
-    def mean_of(cls, speeds: list["MachineSpeed"]) -> "MachineSpeed":
-        """The geometric mean, kind by kind, of several windows' speeds."""
-        n = len(speeds)
-        return cls(math.exp(sum(math.log(s.decode) for s in speeds) / n),
-                   math.exp(sum(math.log(s.prefill) for s in speeds) / n))
-
 
 def machine_speed(medians: dict[str, float], reference: dict) -> MachineSpeed | None:
     """Median probe time now / median probe time then, per probe shape; None when either lacks a probe."""

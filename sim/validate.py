@@ -28,7 +28,6 @@ from typing import Callable
 import pandas as pd
 
 from calibrate.costmodel import ScaledCostModel
-from calibrate.speed import MachineSpeed
 from engine.core.system import SystemSpec
 from sim.output import write_csv, write_json, write_text
 from sim.run import make_cost_model, trace_for
@@ -152,12 +151,12 @@ def plan(cfg: ValidationConfig, exact_only: bool) -> Plan:
     return Plan(spec, seed, traces, pools, cost_models, profile, 1 if exact_only else cfg.options.repeats)
 
 
-def replay_speed(cfg: ValidationConfig, reals: list[RealReplay]) -> MachineSpeed | None:
-    """The speed the simulator runs one trace at: kind by kind, the geometric mean of its real replays'
-    speeds; None (as calibrated) when correction is off or a replay was not probed."""
+def replay_speed(cfg: ValidationConfig, reals: list[RealReplay]) -> float | None:
+    """The speed factor the simulator runs one trace at: the geometric mean of its real replays';
+    None (as calibrated) when correction is off or a replay was not probed."""
     if not cfg.options.speed_correction or any(r.speed is None for r in reals):
         return None
-    return MachineSpeed.mean_of([r.speed for r in reals])
+    return math.exp(sum(math.log(r.speed_factor) for r in reals) / len(reals))
 
 
 def compare_one(cfg: ValidationConfig, p: Plan, system: SystemSpec, rate: float, reals: list[RealReplay],
@@ -166,7 +165,7 @@ def compare_one(cfg: ValidationConfig, p: Plan, system: SystemSpec, rate: float,
     calibrated) and line it up against its real replays."""
     trace, pool, calibrated = p.traces[rate], p.pools[system.name], p.cost_models[system.name]
     speed = replay_speed(cfg, reals)
-    cost_model = calibrated if speed is None else ScaledCostModel(calibrated, speed.factor)
+    cost_model = calibrated if speed is None else ScaledCostModel(calibrated, speed)
 
     def simulate(model):
         records = simulate_on_pool(p.spec, system, trace, model, pool.num_gpu_blocks, pool.num_cpu_blocks)
@@ -185,17 +184,22 @@ def compare_one(cfg: ValidationConfig, p: Plan, system: SystemSpec, rate: float,
                       pool_slots=pool.num_slots, warmup_s=warmup_s, threshold=cfg.options.latency_threshold,
                       exact_replay=exact, real_wall_s=sum(r.wall_s for r in reals), cost_model=cost_model.source,
                       warmup_rule=rule, speed_factors=[r.speed_factor for r in reals],
-                      sim_speed_factor=1.0 if speed is None else speed.factor, speed_corrected=speed is not None,
+                      sim_speed_factor=1.0 if speed is None else speed, speed_corrected=speed is not None,
                       uncorrected_requests=uncorrected[0], uncorrected_iterations=uncorrected[1])
     return row, join, errors
 
 
 def speed_rows_for(system: SystemSpec, rate: float, reals: list[RealReplay]) -> list[dict]:
     """How fast the machine ran during each real replay: the probes' medians and their factor."""
-    return [{"system": system.name, "rate": rate, "repeat": r, "decode_probe_s": real.probe_s.get("decode", math.nan),
-             "prefill_probe_s": real.probe_s.get("prefill", math.nan), "probe_samples": real.probe_samples,
-             "decode_speed_factor": real.speed.decode if real.speed else math.nan,
-             "prefill_speed_factor": real.speed.prefill if real.speed else math.nan, "speed_factor": real.speed_factor, "real_wall_s": real.wall_s} for r, real in enumerate(reals)]
+    rows = []
+    for r, real in enumerate(reals):
+        rows.append({"system": system.name, "rate": rate, "repeat": r,
+                     "decode_probe_s": real.probe_s.get("decode", math.nan),
+                     "prefill_probe_s": real.probe_s.get("prefill", math.nan), "probe_samples": real.probe_samples,
+                     "decode_speed_factor": real.speed.decode if real.speed else math.nan,
+                     "prefill_speed_factor": real.speed.prefill if real.speed else math.nan,
+                     "speed_factor": real.speed_factor, "real_wall_s": real.wall_s})
+    return rows
 
 
 def exact_rows_for(p: Plan, system: SystemSpec, rate: float, reals: list[RealReplay]) -> list[dict]:

@@ -10,7 +10,7 @@ from calibrate.costmodel import ScaledCostModel
 from calibrate.fit import fit_profile
 from calibrate.profile import probe_rows
 from calibrate.roofline import RooflineCostModel
-from calibrate.speed import PROBE_SHAPES, MachineSpeed, SpeedProbe, SpeedSamples, machine_speed, probe_blocks
+from calibrate.speed import PROBE_SHAPES, SpeedProbe, SpeedSamples, machine_speed, probe_blocks
 from engine.core.batch import Batch
 from engine.core.errors import SpecError
 from synthetic_profile import synthetic_raw
@@ -124,12 +124,10 @@ def test_a_scaled_cost_model_scales_every_cost():
             ScaledCostModel(base, bad)
 
 
-def test_machine_speed_per_kind_and_its_mean_over_windows():
+def test_machine_speed_per_kind():
     speed = machine_speed({"decode": 0.06, "prefill": 0.30}, {"decode_s": 0.05, "prefill_s": 0.20})
     assert (speed.decode, speed.prefill) == (pytest.approx(1.2), pytest.approx(1.5))
     assert speed.factor == pytest.approx((1.2 * 1.5) ** 0.5)
-    mean = MachineSpeed.mean_of([MachineSpeed(1.0, 2.0), MachineSpeed(4.0, 0.5)])
-    assert (mean.decode, mean.prefill) == (pytest.approx(2.0), pytest.approx(1.0))
     assert machine_speed({"decode": 0.06}, {"decode_s": 0.05, "prefill_s": 0.2}) is None
 
 
