@@ -224,7 +224,9 @@ def check_fits(exp: Experiment) -> None:
                 f"give at least {model.max_seq_len * pool.block_bytes / system.block_size / GIB:.2f} GiB"))
 
 
-def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
+def read_config(path: str | Path, overrides: list[str] | None = None) -> object:
+    """A config file's YAML with --set overrides applied; a missing, empty or unparsable file is a
+    SpecError naming it."""
     path = Path(path)
     source = str(path)
     if not path.exists():
@@ -236,5 +238,9 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
         raise SpecError(source, "", f"not valid YAML: {err}") from None
     if raw is None:
         raise SpecError(source, "", "the file is empty")
-    raw = apply_overrides(raw, overrides or [], source)
-    return experiment_from_dict(raw, source, path.resolve().parent)
+    return apply_overrides(raw, overrides or [], source) if isinstance(raw, dict) else raw
+
+
+def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
+    path = Path(path)
+    return experiment_from_dict(read_config(path, overrides), str(path), path.resolve().parent)

@@ -31,10 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from engine.core.errors import SpecError
-from sim.config import Experiment, apply_overrides, experiment_from_dict
+from sim.config import Experiment, experiment_from_dict, read_config
 
 TOP_LEVEL_KEYS = {"name": "label for outputs (default: the file's stem)",
                   "experiment": "the experiment mapping (same schema as configs/*.yaml)",
@@ -211,15 +209,4 @@ def validation_from_dict(raw: Any, source: str, base_dir: Path) -> ValidationCon
 def load_validation(path: str | Path, overrides: list[str] | None = None) -> ValidationConfig:
     """Read a validation YAML; --set overrides address it whole (experiment.rates=[1,2], validation.repeats=1)."""
     path = Path(path)
-    source = str(path)
-    if not path.exists():
-        raise SpecError(source, "", "no such file")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise SpecError(source, "", f"not valid YAML: {err}") from None
-    if raw is None:
-        raise SpecError(source, "", "the file is empty")
-    if isinstance(raw, dict):
-        raw = apply_overrides(raw, overrides or [], source)
-    return validation_from_dict(raw, source, path.resolve().parent)
+    return validation_from_dict(read_config(path, overrides), str(path), path.resolve().parent)
