@@ -32,12 +32,13 @@ def device_tag(raw) -> str:
     return str(raw["device"].iloc[0])
 
 
-def calibrate_one(model: str, device: str, grid: str, repeats: int, out: Path) -> str:
+def calibrate_one(model: str, device: str, grid: str, repeats: int, out: Path, backend: str = "auto") -> str:
     started = time.perf_counter()
-    raw = profile(load_model_spec(model), device=device, grid=grid, repeats=repeats)
+    raw = profile(load_model_spec(model), device=device, grid=grid, repeats=repeats, attention_backend=backend)
     stem = f"{device_tag(raw)}-{model}"
     write_atomic(out / f"{stem}.raw.csv", lambda f: raw.to_csv(f, index=False))
-    command = f"PYTHONPATH=. python benchmarks/gpu_calibrate.py --models {model} --grid {grid} --repeats {repeats}"
+    command = (f"PYTHONPATH=. python benchmarks/gpu_calibrate.py --models {model} --grid {grid} --repeats {repeats}"
+               f" --backend {backend}")
     result = fit_profile(raw, f"{stem}.raw.csv", command)
     result.profile.save(out / f"{stem}.yaml")
     fit_plot(result.predictions, out / f"{stem}.png", title=f"{model} on {result.profile.device_name}")
@@ -53,6 +54,8 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=None)
     parser.add_argument("--grid", default=None)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--backend", default="auto", choices=("auto", "torch", "triton"),
+                        help="attention kernels: auto (Triton on CUDA), or the torch references")
     args = parser.parse_args()
     import torch
 
@@ -63,7 +66,7 @@ def main() -> None:
     out = Path(os.environ.get("OUT") or "results/gpu_calibrate")
     print(f"device {device}: {torch.cuda.get_device_name() if cuda else 'cpu'}; models {models}; grid {grid}",
           flush=True)
-    reports = [calibrate_one(model, device, grid, args.repeats, out) for model in models]
+    reports = [calibrate_one(model, device, grid, args.repeats, out, args.backend) for model in models]
     write_text_atomic(out / "summary.txt", "\n".join(reports))
 
 

@@ -48,12 +48,14 @@ def out_dir() -> Path | None:
     return Path(out)
 
 
-def run_kernel_tests(timeout_s: int) -> bool:
+def run_kernel_tests(timeout_s: int, workers: int) -> bool:
     """The kernel test suite, compiled for the GPU instead of interpreted."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["SERVESIM_COMPILED"] = "1"
-    command = [sys.executable, "-m", "pytest", "tests/engine/kernels", "-q", "-rs",
-               "-p", "no:cacheprovider"]
+    command = [sys.executable, "-m", "pytest", "tests/engine/kernels", "tests/engine/runtime/test_runtime_triton.py",
+               "-q", "-rs", "-p", "no:cacheprovider"]
+    if workers > 1:  # pytest-xdist: compiling many kernel variants is CPU-bound
+        command += ["-n", str(workers)]
     print("== compiled kernel tests:", " ".join(command[1:]), flush=True)
     started = time.perf_counter()
     try:
@@ -191,12 +193,13 @@ def main() -> int:
     parser.add_argument("--skip-tests", action="store_true", help="timing only")
     parser.add_argument("--quick", action="store_true", help="a couple of shapes only")
     parser.add_argument("--test-timeout", type=int, default=420)
+    parser.add_argument("--workers", type=int, default=1, help="pytest-xdist workers for the compiled tests")
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
     print(f"torch {torch.__version__}, CUDA {'yes: ' + torch.cuda.get_device_name() if cuda else 'no'}")
     tests_ok = True
     if cuda and not args.skip_tests:
-        tests_ok = run_kernel_tests(args.test_timeout)
+        tests_ok = run_kernel_tests(args.test_timeout, args.workers)
     elif not cuda:
         print("no CUDA: skipping the compiled tests "
               "(run `TRITON_INTERPRET=1 python -m pytest tests/engine/kernels` instead)\n")

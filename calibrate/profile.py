@@ -81,7 +81,7 @@ def shape_row(shape: Shape, times: list[float]) -> dict:
 
 def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid: Grid | str = "default",
             repeats: int = 3, warmup: int = 1, block_size: int = 16, seed: int = 0,
-            swap_blocks: int = 64, probe_every_s: float = 1.0,
+            swap_blocks: int = 64, probe_every_s: float = 1.0, attention_backend: str = "auto",
             on_progress: Callable[[int], None] | None = None) -> pd.DataFrame:
     """One row per shape: its features, the median time over `repeats`, and the device; then the
     speed probe's samples (kind "probe"), whose medians become the profile's speed reference.
@@ -101,7 +101,8 @@ def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid
                       for s in shapes)
     runner = ModelRunner(spec, device=device, dtype=dtype, seed=seed,
                          num_gpu_blocks=max(pool_blocks, swap_blocks, probe_blocks(block_size)),
-                         num_cpu_blocks=swap_blocks, block_size=block_size)
+                         num_cpu_blocks=swap_blocks, block_size=block_size,
+                         attention_backend=attention_backend)
     probe = SpeedProbe(runner, every_s=probe_every_s)
     progress = on_progress or Progress(len(shapes) * repeats + 1).update
     for shape in shapes:
@@ -122,7 +123,7 @@ def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid
     frame = pd.DataFrame(rows)
     meta = {"model": spec.name, "device": runner.device.type, "device_name": _device_name(runner.device),
             "dtype": str(runner.dtype).removeprefix("torch."), "block_size": block_size, "tensor_parallel": 1,
-            "torch_threads": _threads(), **_versions()}
+            "torch_threads": _threads(), "attention_backend": attention_backend, **_versions()}
     return frame.assign(**meta)
 
 
