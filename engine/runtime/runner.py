@@ -23,6 +23,8 @@ def resolve_device(device: torch.device | str) -> torch.device:
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device} requested but CUDA is not available; use device='cpu'")
+    if device.type == "cuda" and device.index is None:  # tensors report cuda:0, not cuda
+        device = torch.device("cuda", torch.cuda.current_device())
     if device.type not in ("cpu", "cuda"):
         raise ValueError(f"unsupported device {device}; use 'cpu' or 'cuda[:i]'")
     return device
