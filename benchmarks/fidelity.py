@@ -37,7 +37,7 @@ def _max(values) -> float:
 
 
 def report(fidelity: pd.DataFrame, sustainable: pd.DataFrame, iterations: pd.DataFrame, meta: dict) -> str:
-    from sim.validate_report import TARGETS, breakdown_text, fidelity_text
+    from fidelity.report import TARGETS, breakdown_text, fidelity_text
 
     def verdict(value: float, target: float) -> str:
         return "n/a" if math.isnan(value) else ("meets" if value <= target else "misses")
@@ -95,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         print(report(fidelity, sustainable, iterations, json.loads((out / "validation.json").read_text())))
         return 0
 
-    from sim.validate import default_out_dir, validate
-    from sim.validate_config import load_validation
+    from fidelity.validate import default_out_dir, validate
+    from fidelity.config import load_validation
 
     cfg = load_validation(args.config, args.set)
     out = Path(args.out) if args.out else default_out_dir(cfg)

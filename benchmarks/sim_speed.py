@@ -54,7 +54,7 @@ def main() -> None:
     started = time.perf_counter()
     records, _ = simulate_trace(exp, system, trace, cost_model)
     wall_s = time.perf_counter() - started
-    iterations = len(records.iterations["start_s"])
+    iterations = len(records.iteration_values)
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"trace: {len(trace)} requests over {args.duration_s:g} s at {args.rate:g} req/s ({trace.source})")
     print(f"simulated {iterations} iterations in {wall_s:.2f} s: {len(trace) / wall_s:.0f} requests/s, "

@@ -3,22 +3,24 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from engine.core.batch import Batch
+from engine.core.batch import Batch, BatchShape
+
+BatchLike = Batch | BatchShape  # a live batch, or its shape kept after it ran
 
 
 class CostModel(ABC):
-    """Seconds for one iteration of a Batch, and for moving KV blocks over PCIe."""
+    """Seconds for one iteration of a Batch (or its BatchShape), and for moving KV blocks over PCIe."""
 
     #: shown in every output so a reader knows where the times came from
     source: str = ""
 
     @abstractmethod
-    def iteration_time(self, batch: Batch) -> float: ...
+    def iteration_time(self, batch: BatchLike) -> float: ...
 
     @abstractmethod
     def swap_time(self, num_blocks: int) -> float: ...
 
-    def step_time(self, batch: Batch) -> float:
+    def step_time(self, batch: BatchLike) -> float:
         """The whole iteration as the simulator charges it: swaps, then the forward."""
         swaps = batch.num_swap_blocks
         return self.iteration_time(batch) + (self.swap_time(swaps) if swaps else 0.0)
@@ -34,7 +36,7 @@ class ScaledCostModel(CostModel):
         self.base, self.factor = base, factor
         self.source = f"{base.source} x {factor:.3f} (machine speed probed during the replay)"
 
-    def iteration_time(self, batch: Batch) -> float:
+    def iteration_time(self, batch: BatchLike) -> float:
         return self.base.iteration_time(batch) * self.factor
 
     def swap_time(self, num_blocks: int) -> float:

@@ -88,14 +88,3 @@ def term_matrix(features: pd.DataFrame) -> np.ndarray:
 def design_matrix(features: pd.DataFrame, knots: list[int]) -> np.ndarray:
     """The token table's hat columns, then the TERMS columns."""
     return np.column_stack([token_basis(features["num_tokens"].to_numpy(), knots), term_matrix(features)])
-
-
-def batch_features(prefill_lens: list[int], decode_context_lens: list[int]) -> dict[str, int]:
-    num_decodes = len(decode_context_lens)
-    return {
-        "num_tokens": sum(prefill_lens) + num_decodes,
-        "sum_prefill_sq": sum(n * n for n in prefill_lens),
-        "sum_decode_context": sum(decode_context_lens),
-        "padded_decode_context": num_decodes * max(decode_context_lens, default=0),
-        "num_seqs": len(prefill_lens) + num_decodes,
-    }

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from calibrate.features import FEATURE_COLUMNS, TERMS, choose_knots, design_matrix, term_matrix, token_costs
+from calibrate.features import (
+    FEATURE_COLUMNS,
+    TERMS,
+    choose_knots,
+    design_matrix,
+    term_matrix,
+    token_costs,
+)
 from calibrate.nnls import nnls
 from calibrate.profile_file import Profile
 from calibrate.speed import PROBE_SHAPES, SpeedSamples

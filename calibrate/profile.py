@@ -13,9 +13,9 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from calibrate.features import batch_features
 from calibrate.grid import GRIDS, Grid, Shape
 from calibrate.speed import PROBE_SHAPES, SpeedProbe, SpeedSamples, probe_blocks
+from engine.core.batch import BatchShape
 from engine.core.spec import ModelSpec
 
 
@@ -74,7 +74,7 @@ def shape_row(shape: Shape, times: list[float]) -> dict:
     return {
         "kind": shape.kind, "num_prefills": len(prefill), "num_prefill_tokens": sum(prefill),
         "num_decodes": len(decode), "max_decode_context": max(decode, default=0),
-        **batch_features(list(prefill), list(decode)), "time_s": float(np.median(times)),
+        **BatchShape(tuple(prefill), tuple(decode)).features(), "time_s": float(np.median(times)),
         "time_min_s": float(min(times)), "time_max_s": float(max(times)), "repeats": len(times),
     }
 

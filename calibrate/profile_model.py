@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import bisect
-
 from pathlib import Path
 
 from calibrate.costmodel import CostModel
 from calibrate.hardware import HardwareSpec
 from calibrate.profile_file import Profile, load_profile
 from calibrate.roofline import RooflineParams
-from engine.core.batch import Batch
+from engine.core.batch import ShapeMetrics
 from engine.core.errors import SpecError
 from engine.core.spec import ModelSpec, load_model_spec
 
@@ -49,15 +48,13 @@ class ProfileCostModel(CostModel):
         block_bytes = model.kv_bytes_per_token(dtype_bytes) * block_size // tp if model is not None else None
         return cls(profile, str(path), pcie, block_bytes)
 
-    def iteration_time(self, batch: Batch) -> float:
-        prefill_lens, contexts = batch.prefill_lens, batch.decode_context_lens
-        num_seqs = len(prefill_lens) + len(contexts)
-        tokens = sum(prefill_lens) + len(contexts)
-        t = self.token_cost(tokens) + self._per_seq * num_seqs
-        if contexts:
-            t += self._context * sum(contexts) + self._padded_context * len(contexts) * max(contexts)
-        if prefill_lens:
-            t += self._prefill_sq * sum(n * n for n in prefill_lens)
+    def iteration_time(self, batch: ShapeMetrics) -> float:
+        t = self.token_cost(batch.num_tokens) + self._per_seq * batch.num_seqs
+        if batch.decode_context_lens:
+            t += (self._context * batch.sum_decode_context
+                  + self._padded_context * batch.num_decodes * batch.max_decode_context)
+        if batch.prefill_lens:
+            t += self._prefill_sq * batch.sum_prefill_sq
         return t
 
     def token_cost(self, tokens: int) -> float:

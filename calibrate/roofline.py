@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from calibrate.costmodel import CostModel
 from calibrate.hardware import HardwareSpec
-from engine.core.batch import Batch
+from engine.core.batch import ShapeMetrics
 from engine.core.spec import ModelSpec
 
 ALLREDUCE_LATENCY_S = 10e-6
@@ -56,14 +56,14 @@ class RooflineCostModel(CostModel):
         else:
             self._s_per_token_comm = self._s_comm_fixed = 0.0
 
-    def iteration_time(self, batch: Batch) -> float:
+    def iteration_time(self, batch: ShapeMetrics) -> float:
         tokens = batch.num_tokens
-        logit_rows = len(batch.prefill_lens) + len(batch.decode_context_lens)
+        logit_rows = batch.num_seqs
         compute = tokens * self._s_per_token_linear + logit_rows * self._s_per_logit_row
         linear = compute if compute > self._s_weights else self._s_weights
-        attention = batch.sum_prefill_sq * self._s_per_prompt_sq + sum(batch.decode_context_lens) * self._s_per_context_token
+        attention = batch.sum_prefill_sq * self._s_per_prompt_sq + batch.sum_decode_context * self._s_per_context_token
         comm = tokens * self._s_per_token_comm + self._s_comm_fixed
-        copies = len(batch.blocks_to_copy) * self._s_per_copied_block
+        copies = batch.num_copy_blocks * self._s_per_copied_block
         return linear + attention + comm + copies + self.params.overhead_s
 
     def swap_time(self, num_blocks: int) -> float:

@@ -60,8 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     # each room adds its own commands; imports stay light (no simpy or torch until a command runs)
     from calibrate.cli import register as register_calibrate
+    from fidelity.cli import register as register_validate
     from sim.capacity_cli import register as register_capacity
-    from sim.validate_cli import register as register_validate
     from sim.workload.cli import register as register_trace
 
     for register in (register_capacity, register_trace, register_calibrate, register_validate):

@@ -1,6 +1,7 @@
 """Arrivals, and the router that spreads them over replicas."""
 from __future__ import annotations
 
+from engine.core.serving import ReplayRequest
 from sim.replica import Replica
 from sim.workload.trace import Trace
 
@@ -21,6 +22,6 @@ def arrivals(env, trace: Trace, replicas: list[Replica], policy: str):
         if delay > 0:
             yield env.timeout(delay)
         replica = pick_replica(replicas, policy, request_id)
-        replica.submit(request_id, arrival_s, prompts[request_id], outputs[request_id], ns[request_id])
+        replica.submit(ReplayRequest(request_id, arrival_s, prompts[request_id], outputs[request_id], ns[request_id]))
     for replica in replicas:
         replica.close()

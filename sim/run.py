@@ -5,18 +5,15 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import simpy
 
 from calibrate.costmodel import CostModel
 from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.roofline import RooflineCostModel
-from engine.core.factory import make_scheduler
 from engine.core.system import SystemSpec
 from sim.config import Experiment
 from sim.metrics import summarize
 from sim.records import Records
-from sim.replica import Replica
-from sim.router import arrivals
+from sim.simulate import simulate
 from sim.workload.config import build_trace
 from sim.workload.trace import Trace
 
@@ -52,21 +49,8 @@ def simulate_trace(exp: Experiment, system: SystemSpec, trace: Trace, cost_model
     pool = exp.kv_pool(system)
     span = float(trace.arrival_s[-1]) if len(trace) else 0.0
     horizon_s = max(span, exp.warmup_s, 1.0) * exp.max_time_factor
-    env = simpy.Environment()
-    records = Records()
-    replicas = [
-        Replica(env, i, make_scheduler(system, exp.model, pool.num_gpu_blocks, pool.num_cpu_blocks),
-                cost_model, records, horizon_s)
-        for i in range(exp.replicas)
-    ]
-    env.process(arrivals(env, trace, replicas, exp.router))
-    env.run()
-    for replica in replicas:
-        for group in replica.unfinished_groups():
-            records.add_request(
-                request_id=group.request_id, replica=replica.index, arrival_s=group.arrival_s,
-                first_token_s=group.first_token_s, finish_s=None, prompt_len=group.prompt_len,
-                output_len=group.output_len, n=group.num_seqs, num_preemptions=group.num_preemptions)
+    records = simulate(trace, exp.model, system, cost_model, pool.num_gpu_blocks, pool.num_cpu_blocks,
+                       replicas=exp.replicas, router=exp.router, horizon_s=horizon_s)
     return records, horizon_s
 
 

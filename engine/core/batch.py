@@ -1,11 +1,69 @@
-"""What one iteration runs: the value both data planes execute."""
+"""What one iteration runs (`Batch`), and what its cost depends on (`BatchShape`).
+
+Every cost model, the fit's features and the validation read an iteration through the same
+`ShapeMetrics`, whether they hold the live Batch (the simulator, the engine) or its shape kept
+after the batch is gone (the profiler's grid rows, a validation's recorded iterations).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 
+class ShapeMetrics:
+    """The quantities an iteration's time is a function of, from its prefill and decode lengths."""
+
+    __slots__ = ()
+    prefill_lens: list[int] | tuple[int, ...]
+    decode_context_lens: list[int] | tuple[int, ...]
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(self.prefill_lens)
+
+    @property
+    def num_prefills(self) -> int:
+        return len(self.prefill_lens)
+
+    @property
+    def sum_prefill_sq(self) -> int:
+        return sum(n * n for n in self.prefill_lens)
+
+    @property
+    def num_decodes(self) -> int:
+        return len(self.decode_context_lens)
+
+    @property
+    def sum_decode_context(self) -> int:
+        return sum(self.decode_context_lens)
+
+    @property
+    def max_decode_context(self) -> int:
+        return max(self.decode_context_lens, default=0)
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens through the linear layers: every prompt token, one per decode."""
+        return self.num_prefill_tokens + len(self.decode_context_lens)
+
+    @property
+    def num_seqs(self) -> int:
+        """Sequences that produce logits: one per prefill and per decode."""
+        return len(self.prefill_lens) + len(self.decode_context_lens)
+
+    def features(self) -> dict[str, int]:
+        """The terms a profile is fitted on (calibrate/features.py)."""
+        num_decodes = len(self.decode_context_lens)
+        return {
+            "num_tokens": self.num_tokens,
+            "sum_prefill_sq": self.sum_prefill_sq,
+            "sum_decode_context": self.sum_decode_context,
+            "padded_decode_context": num_decodes * self.max_decode_context,
+            "num_seqs": self.num_seqs,
+        }
+
+
 @dataclass(slots=True)
-class Batch:
+class Batch(ShapeMetrics):
     """One iteration. Prefill and decode sequences share it, as in the paper-era engine.
 
     A prefill computes the KV of `prefill_lens[i]` tokens of sequence `prefill_seq_ids[i]`
@@ -27,29 +85,28 @@ class Batch:
     num_running_groups: int = 0  # requests in the batch (the paper's "batched requests")
 
     @property
-    def num_prefill_tokens(self) -> int:
-        return sum(self.prefill_lens)
-
-    @property
-    def sum_prefill_sq(self) -> int:
-        return sum(n * n for n in self.prefill_lens)
-
-    @property
-    def num_decodes(self) -> int:
-        return len(self.decode_seq_ids)
-
-    @property
-    def sum_decode_context(self) -> int:
-        return sum(self.decode_context_lens)
-
-    @property
-    def num_tokens(self) -> int:
-        return self.num_prefill_tokens + len(self.decode_seq_ids)
-
-    @property
     def is_empty(self) -> bool:
         return not self.prefill_seq_ids and not self.decode_seq_ids
 
     @property
     def num_swap_blocks(self) -> int:
         return len(self.blocks_to_swap_in) + len(self.blocks_to_swap_out)
+
+    @property
+    def num_copy_blocks(self) -> int:
+        return len(self.blocks_to_copy)
+
+    def shape(self) -> BatchShape:
+        return BatchShape(tuple(self.prefill_lens), tuple(self.decode_context_lens), self.num_swap_blocks,
+                          len(self.blocks_to_copy), self.num_running_groups)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchShape(ShapeMetrics):
+    """A batch without its sequence ids: what a cost model reads, kept after the batch is gone."""
+
+    prefill_lens: tuple[int, ...] = ()
+    decode_context_lens: tuple[int, ...] = ()
+    num_swap_blocks: int = 0
+    num_copy_blocks: int = 0
+    num_running_groups: int = 0

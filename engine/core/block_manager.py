@@ -1,7 +1,7 @@
 """vLLM's paged KV cache bookkeeping (paper-era rules, Kwon et al. 2023 section 4)."""
 from __future__ import annotations
 
-from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
+from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 
 
 class BlockAllocator:

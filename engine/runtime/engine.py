@@ -1,8 +1,9 @@
 """The real engine: one of the five systems' schedulers driving the model runner.
 
-The serving loop is the simulator's (sim/replica.py) step for step, so a replay here and a
-simulated replay of the same trace differ only in where each iteration's time comes from:
-a measured forward here, a cost model there (or an injected `time_fn` here, for fidelity tests).
+Each iteration is the control plane's step (engine.core.serving.ServingCore), the same one the
+simulator's replica takes, so a replay here and a simulated replay of the same trace differ only
+in where each iteration's time comes from: a measured forward here, a cost model there (or an
+injected `time_fn` here, for fidelity tests).
 """
 from __future__ import annotations
 
@@ -15,13 +16,12 @@ import torch
 
 from engine.core.batch import Batch
 from engine.core.factory import make_scheduler
-from engine.core.scheduler.base import Scheduler
-from engine.core.sequence import SequenceCounter, SequenceGroup, make_group
+from engine.core.sequence import SequenceGroup
+from engine.core.serving import ReplayRequest, ServingCore
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
 from engine.runtime.cache import GIB, kv_block_bytes
-from engine.runtime.records import (IterationRecord, ReplayRequest, ReplayResult, RequestRecord,
-                                    Unschedulable, check_request, replay_requests)
+from engine.runtime.records import ReplayResult, check_request, replay_requests
 from engine.runtime.runner import ModelRunner, resolve_dtype
 from engine.runtime.sampler import SamplingParams
 
@@ -31,16 +31,13 @@ TimeFn = Callable[[Batch], float]
 
 @dataclass
 class ServingRun:
-    """State of one generate() or replay(): a fresh scheduler over the engine's KV pool."""
+    """State of one generate() or replay(): a fresh control plane over the engine's KV pool."""
 
-    scheduler: Scheduler
+    core: ServingCore
     pending: deque[ReplayRequest]
     prompts: dict[int, list[int]]  # request_id -> prompt token ids
     tokens: dict[int, list[int]] = field(default_factory=dict)  # seq_id -> prompt + generated
     outputs: dict[int, list[list[int]]] = field(default_factory=dict)  # request_id -> generated, per sample
-    finished: list[SequenceGroup] = field(default_factory=list)
-    iterations: list[IterationRecord] = field(default_factory=list)
-    next_seq_id: SequenceCounter = field(default_factory=SequenceCounter)
     clock: float = 0.0  # virtual seconds
 
 
@@ -112,7 +109,7 @@ class Engine:
         rng = np.random.default_rng(self.seed)
         return {r.request_id: rng.integers(0, self.spec.vocab_size, r.prompt_len).tolist() for r in rows}
 
-    # --- the serving loop (mirrors sim.replica.Replica.serve) ---------------------------
+    # --- the serving loop: the control plane's step, timed by the runner ------------------
     def _run(self, requests: list[ReplayRequest], prompts, sampling, time_fn) -> ServingRun:
         for request in requests:
             check_request(request, self.spec.max_seq_len)
@@ -122,67 +119,53 @@ class Engine:
             self.runner.reset_sampler(self.seed)  # each run samples the same way
         scheduler = make_scheduler(self.system, self.spec, self.num_gpu_blocks, self.num_cpu_blocks)
         pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.request_id)))
-        run = ServingRun(scheduler, pending, prompts)
+        run = ServingRun(ServingCore(scheduler), pending, prompts)
         while self._step(run, sampling, time_fn):
             pass
-        requests = sorted((RequestRecord.of(g) for g in run.finished), key=lambda r: r.request_id)
-        self.records = ReplayResult(requests, run.iterations)
+        self.records = ReplayResult.of(run.core.records)
         return run
 
     def _step(self, run: ServingRun, sampling: SamplingParams, time_fn) -> bool:
         """One iteration; False when every request is done."""
         self._admit_arrivals(run)
-        batch = run.scheduler.schedule()
-        if batch.is_empty:
-            self._apply_plans_only(run, batch)
+        step = run.core.start(run.clock)
+        if step is None:
+            self._apply_plans_only(run, run.core.idle_batch)
             if run.pending:  # idle: jump to the next arrival
                 run.clock = max(run.clock, run.pending[0].arrival_s)
                 return True
-            if run.scheduler.has_unfinished():
-                raise Unschedulable(self._unschedulable_message(run.scheduler))
+            run.core.check_schedulable()
             return False
-        usage = run.scheduler.kv_usage()
-        sampled, measured = self._execute(run, batch, sampling)
-        start = run.clock
-        run.clock += time_fn(batch) if time_fn is not None else measured
-        duration = run.clock - start  # as the simulator records it, rounding included
+        sampled, measured = self._execute(run, step.batch, sampling)
+        run.clock += time_fn(step.batch) if time_fn is not None else measured
         self._admit_arrivals(run)  # those arriving during the iteration wait, as in the simulator
-        run.iterations.append(IterationRecord.of(batch, usage, start, duration, run.scheduler.num_waiting))
         for seq_id, token in sampled.items():
             run.tokens[seq_id].append(token)
-        for group in run.scheduler.complete(batch, run.clock):
+        for group in run.core.finish(step, run.clock):
             self._finish(run, group)
         return True
 
     def _admit_arrivals(self, run: ServingRun) -> None:
         while run.pending and run.pending[0].arrival_s <= run.clock:
-            r = run.pending.popleft()
-            group = make_group(r.request_id, r.arrival_s, r.prompt_len, r.output_len, r.n, run.next_seq_id)
-            run.scheduler.add_request(group)
+            group = run.core.admit(run.pending.popleft())
             if self.runner is not None:
                 for seq in group.seqs:
-                    run.tokens[seq.seq_id] = list(run.prompts[r.request_id])
+                    run.tokens[seq.seq_id] = list(run.prompts[group.request_id])
 
     def _execute(self, run: ServingRun, batch: Batch, sampling) -> tuple[dict[int, int], float]:
         if self.runner is None:  # control plane only
             return {}, 0.0
-        return self.runner.execute(batch, run.tokens, run.scheduler.block_table, sampling)
+        return self.runner.execute(batch, run.tokens, run.core.scheduler.block_table, sampling)
 
-    def _apply_plans_only(self, run: ServingRun, batch: Batch) -> None:
+    def _apply_plans_only(self, run: ServingRun, batch: Batch | None) -> None:
         # a batch can preempt by swapping and run nothing; the KV must still move, or the
         # later swap-in brings back garbage. Untimed, as the simulator charges it nothing.
-        if self.runner is not None and (batch.blocks_to_swap_out or batch.blocks_to_swap_in or batch.blocks_to_copy):
-            self.runner.execute(batch, run.tokens, run.scheduler.block_table)
+        if self.runner is None or batch is None:
+            return
+        if batch.blocks_to_swap_out or batch.blocks_to_swap_in or batch.blocks_to_copy:
+            self.runner.execute(batch, run.tokens, run.core.scheduler.block_table)
 
     def _finish(self, run: ServingRun, group: SequenceGroup) -> None:
-        run.finished.append(group)
         if self.runner is None:
             return
         run.outputs[group.request_id] = [run.tokens.pop(s.seq_id)[group.prompt_len:] for s in group.seqs]
-
-    def _unschedulable_message(self, scheduler: Scheduler) -> str:
-        first = next(iter(getattr(scheduler, "waiting", [])), None)
-        which = (f"; the first is request {first.request_id} (prompt {first.prompt_len} + output "
-                 f"{first.output_len} tokens, n={first.num_seqs})" if first is not None else "")
-        return (f"{scheduler.num_waiting} waiting requests can never be scheduled: the KV pool of "
-                f"{self.num_gpu_blocks} blocks x {self.system.block_size} tokens is too small{which}")

@@ -1,96 +1,38 @@
-"""What a replay leaves behind, row for row in the simulator's schema (sim/records.py columns).
+"""A replay's input rows and what it leaves behind, in the control plane's record schema.
 
-Plain dataclasses, no torch: a real run and a simulated run of one trace compare column by
-column, and the difference is the cost model's error.
+No torch: a real run and a simulated run of one trace compare column by column, and the
+difference is the cost model's error.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 
-from engine.core.batch import Batch
-from engine.core.errors import Unschedulable  # noqa: F401  (the engine raises it; tests import it here)
-from engine.core.scheduler.base import KVUsage
-from engine.core.sequence import SequenceGroup
-
-
-
-@dataclass(frozen=True)
-class ReplayRequest:
-    """One request of a trace: when it arrives and how long its prompt and output are."""
-
-    request_id: int
-    arrival_s: float
-    prompt_len: int
-    output_len: int
-    n: int = 1
-
-
-@dataclass
-class RequestRecord:
-    request_id: int
-    replica: int
-    arrival_s: float
-    first_token_s: float | None
-    finish_s: float | None
-    prompt_len: int
-    output_len: int
-    n: int
-    num_preemptions: int
-
-    @classmethod
-    def of(cls, group: SequenceGroup, replica: int = 0) -> "RequestRecord":
-        return cls(group.request_id, replica, group.arrival_s, group.first_token_s, group.finish_s,
-                   group.prompt_len, group.output_len, group.num_seqs, group.num_preemptions)
-
-
-@dataclass
-class IterationRecord:
-    replica: int
-    start_s: float
-    duration_s: float
-    num_prefill_tokens: int
-    num_prefills: int
-    num_decodes: int
-    sum_decode_context: int
-    num_running_groups: int
-    num_waiting: int
-    num_swap_blocks: int
-    num_copy_blocks: int
-    kv_token: int
-    kv_reserved: int
-    kv_internal: int
-    kv_external: int
-    kv_idle: int
-
-    @classmethod
-    def of(cls, batch: Batch, usage: KVUsage, start_s: float, duration_s: float, num_waiting: int,
-           replica: int = 0) -> "IterationRecord":
-        return cls(replica, start_s, duration_s, batch.num_prefill_tokens, len(batch.prefill_lens),
-                   batch.num_decodes, batch.sum_decode_context, batch.num_running_groups, num_waiting,
-                   batch.num_swap_blocks, len(batch.blocks_to_copy), usage.token, usage.reserved,
-                   usage.internal, usage.external, usage.idle)
-
-
-REQUEST_COLUMNS = tuple(f.name for f in fields(RequestRecord))
-ITERATION_COLUMNS = tuple(f.name for f in fields(IterationRecord))
-
-
-def columns(records: list, names: tuple[str, ...]) -> dict[str, list]:
-    """Rows to columns (what sim.records.Records holds), ready for a DataFrame."""
-    rows = [asdict(r) for r in records]
-    return {name: [row[name] for row in rows] for name in names}
+from engine.core.records import (
+    ITERATION_COLUMNS,
+    REQUEST_COLUMNS,
+    IterationRecord,
+    RequestRecord,
+    ServingRecords,
+)
+from engine.core.serving import ReplayRequest
 
 
 @dataclass
 class ReplayResult:
-    requests: list[RequestRecord] = field(default_factory=list)  # sorted by request_id
-    iterations: list[IterationRecord] = field(default_factory=list)  # in time order
+    """A replay's records as rows: requests by request id, iterations in time order."""
+
+    requests: list[RequestRecord] = field(default_factory=list)
+    iterations: list[IterationRecord] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, records: ServingRecords) -> "ReplayResult":
+        return cls(records.request_rows(), records.iteration_rows())
 
     def request_columns(self) -> dict[str, list]:
-        return columns(self.requests, REQUEST_COLUMNS)
+        return {name: [getattr(r, name) for r in self.requests] for name in REQUEST_COLUMNS}
 
     def iteration_columns(self) -> dict[str, list]:
-        return columns(self.iterations, ITERATION_COLUMNS)
+        return {name: [getattr(r, name) for r in self.iterations] for name in ITERATION_COLUMNS}
 
 
 def _row_value(row, name: str, index: int, default=None):

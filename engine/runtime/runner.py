@@ -8,7 +8,11 @@ import torch
 from engine.core.batch import Batch
 from engine.core.spec import ModelSpec
 from engine.kernels.backend import BACKENDS, resolve_backend
-from engine.runtime.cache import DEFAULT_MEMORY_FRACTION, PagedKVCache, kv_pool_blocks_that_fit
+from engine.runtime.cache import (
+    DEFAULT_MEMORY_FRACTION,
+    PagedKVCache,
+    kv_pool_blocks_that_fit,
+)
 from engine.runtime.inputs import BlockTableFn, HostInputs, PoolLimits, build_inputs
 from engine.runtime.model import Decoder, build_decoder
 from engine.runtime.sampler import Sampler, SamplingParams

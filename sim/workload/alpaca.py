@@ -45,6 +45,8 @@ def _is_alpaca_item(item) -> bool:
 def alpaca_lengths(path: str | Path, count_tokens: Callable[[list[str]], list[int]] | None = None
                    ) -> tuple[np.ndarray, np.ndarray]:
     if count_tokens is None:
-        from .tokenizer import count_tokens  # optional dependency, needed only for this file type
+        from .tokenizer import (
+            count_tokens,  # optional dependency, needed only for this file type
+        )
     prompts, outputs = alpaca_texts(path)
     return np.array(count_tokens(prompts), np.int64), np.array(count_tokens(outputs), np.int64)

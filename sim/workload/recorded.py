@@ -14,8 +14,15 @@ import numpy as np
 
 from engine.core.errors import SpecError
 
-from .table import (Table, check_sorted, column_text, find_columns, numeric_column, optional_column,
-                    read_table)
+from .table import (
+    Table,
+    check_sorted,
+    column_text,
+    find_columns,
+    numeric_column,
+    optional_column,
+    read_table,
+)
 from .trace import Trace
 
 FORMS = {

@@ -18,9 +18,9 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from engine.core.atomic import write_text_atomic
 from engine.core.errors import SpecError
 
-from engine.core.atomic import write_text_atomic
 from .paths import SHAREGPT_CSV
 from .tokenizer import DATA_EXTRA, package_dir
 
@@ -158,7 +158,9 @@ def _read_json_text(path: Path) -> tuple[str, str]:
 
 
 def _default_counter() -> Callable[[list[str]], list[int]]:
-    from .tokenizer import count_tokens  # optional dependency, needed only when building
+    from .tokenizer import (
+        count_tokens,  # optional dependency, needed only when building
+    )
     return count_tokens
 
 

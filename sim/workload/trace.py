@@ -128,7 +128,9 @@ def write_trace_csv(trace: Trace, path: str | Path) -> Path:
 
 def read_trace_csv(path: str | Path) -> Trace:
     """A trace file in either accepted form (see recorded.py), whole, on its recorded clock."""
-    from .recorded import read_recorded_trace  # recorded.py builds on Trace; import here to avoid a cycle
+    from .recorded import (
+        read_recorded_trace,  # recorded.py builds on Trace; import here to avoid a cycle
+    )
     return read_recorded_trace(path)
 
 

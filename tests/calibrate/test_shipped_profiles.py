@@ -7,7 +7,7 @@ import pytest
 from calibrate.profile_file import load_profile
 from sim.config import load_experiment
 from sim.run import simulate_trace, trace_for
-from sim.validate_replay import ReplayedTimes
+from fidelity.replay import ReplayedTimes
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = sorted((ROOT / "calibrate" / "profiles").glob("*.yaml"))

@@ -136,13 +136,13 @@ def test_the_simulator_on_a_machine_twice_as_slow_takes_twice_as_long():
     from engine.core.spec import load_model_spec
     from engine.core.system import PAPER_SYSTEMS
     from calibrate.hardware import load_hardware
-    from sim.validate_replay import simulate_on_pool
+    from sim.simulate import simulate
     from sim.workload.trace import Trace
 
     spec = load_model_spec("opt-13b")
     base = RooflineCostModel(spec, load_hardware("a100-40gb"))
     trace = Trace(arrival_s=np.array([0.0, 100.0]), prompt_len=np.array([40, 80]), output_len=np.array([10, 20]))
-    runs = [simulate_on_pool(spec, PAPER_SYSTEMS["vllm"], trace, model, 64, 0).requests_frame()
+    runs = [simulate(trace, spec, PAPER_SYSTEMS["vllm"], model, 64, 0).requests_frame()
             for model in (base, ScaledCostModel(base, 2.0))]
     fast, slow = ((r["finish_s"] - r["arrival_s"]).to_numpy() for r in runs)
     assert slow == pytest.approx(2 * fast) and math.isfinite(fast.sum())

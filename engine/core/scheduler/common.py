@@ -6,7 +6,7 @@ from collections import deque
 from engine.core.batch import Batch
 from engine.core.errors import Unservable
 from engine.core.scheduler.base import KVUsage, Scheduler
-from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
+from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
 
 

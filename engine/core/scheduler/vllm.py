@@ -12,7 +12,7 @@ from engine.core.batch import Batch
 from engine.core.block_manager import BlockManager
 from engine.core.scheduler.base import KVUsage
 from engine.core.scheduler.common import QueueScheduler
-from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
+from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
 
 

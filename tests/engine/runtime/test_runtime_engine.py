@@ -9,7 +9,8 @@ pytest.importorskip("engine.core.factory")
 from runtime_reference import BACKEND, StepRecorder, dense_greedy  # noqa: E402
 from engine.core.system import PAPER_SYSTEMS, SystemSpec  # noqa: E402
 from engine.runtime.engine import Engine  # noqa: E402
-from engine.runtime.records import ITERATION_COLUMNS, REQUEST_COLUMNS, Unschedulable  # noqa: E402
+from engine.core.errors import Unschedulable  # noqa: E402
+from engine.core.records import ITERATION_COLUMNS, REQUEST_COLUMNS  # noqa: E402
 
 # lengths around block boundaries (block_size 8): inside one block, exactly one, just over, several
 PROMPTS = [[3], [5, 9, 2, 7, 1], list(range(10, 18)), list(range(40, 49)), [11, 400, 77] * 9]
@@ -110,9 +111,9 @@ def test_replay_records_follow_the_virtual_clock(opt_tiny):
 
 
 def test_replay_schema_matches_the_simulator():
-    records = pytest.importorskip("sim.records")
-    assert REQUEST_COLUMNS == records.REQUEST_COLUMNS
-    assert ITERATION_COLUMNS == records.ITERATION_COLUMNS
+    records = pytest.importorskip("sim.records").Records()
+    assert tuple(records.requests_frame().columns) == REQUEST_COLUMNS
+    assert tuple(records.iterations_frame().columns) == ITERATION_COLUMNS
 
 
 def test_replay_clock_runs_on_measured_times(opt_tiny):

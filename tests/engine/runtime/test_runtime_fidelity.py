@@ -8,17 +8,13 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("simpy")
-replica_module = pytest.importorskip("sim.replica")
 
 import numpy as np  # noqa: E402
-import simpy  # noqa: E402
 from runtime_reference import BACKEND  # noqa: E402
 from calibrate.costmodel import CostModel  # noqa: E402
-from engine.core.factory import make_scheduler  # noqa: E402
 from engine.core.system import PAPER_SYSTEMS  # noqa: E402
 from engine.runtime.engine import Engine  # noqa: E402
-from sim.records import Records  # noqa: E402
-from sim.router import arrivals  # noqa: E402
+from sim.simulate import simulate as simulate_trace  # noqa: E402
 from sim.workload.trace import Trace  # noqa: E402
 
 
@@ -33,12 +29,7 @@ class AffineCost(CostModel):
 
 
 def simulate(spec, system, trace, num_gpu_blocks, num_cpu_blocks):
-    env, records = simpy.Environment(), Records()
-    scheduler = make_scheduler(system, spec, num_gpu_blocks, num_cpu_blocks)
-    replica = replica_module.Replica(env, 0, scheduler, AffineCost(), records, horizon_s=1e9)
-    env.process(arrivals(env, trace, [replica], "round_robin"))
-    env.run()
-    return records
+    return simulate_trace(trace, spec, system, AffineCost(), num_gpu_blocks, num_cpu_blocks, horizon_s=1e9)
 
 
 def a_trace(num_requests=12, seed=3):

@@ -29,16 +29,28 @@ import pandas as pd
 
 from calibrate.costmodel import ScaledCostModel
 from engine.core.system import SystemSpec
+from fidelity.checks import Pool, check_profile, check_trace, pool_for, serving_spec
+from fidelity.config import ValidationConfig
+from fidelity.metrics import (
+    ITERATION_COLUMNS,
+    REQUEST_JOIN_COLUMNS,
+    SUMMARY_COLUMNS,
+    iteration_errors,
+    request_join,
+    summary_row,
+    sustainable_rates,
+)
+from fidelity.real import RealReplay, RealSide, torch_threads
+from fidelity.replay import (
+    ReplayedTimes,
+    ScheduleComparison,
+    ScheduleDiverged,
+    compare_schedules,
+)
+from fidelity.report import breakdown_text, fidelity_table, fidelity_text
 from sim.output import write_csv, write_json, write_text
 from sim.run import make_cost_model, trace_for
-from sim.validate_checks import Pool, check_profile, check_trace, pool_for, serving_spec
-from sim.validate_config import ValidationConfig
-from sim.validate_metrics import (ITERATION_COLUMNS, REQUEST_JOIN_COLUMNS, SUMMARY_COLUMNS, iteration_errors,
-                                  request_join, summary_row, sustainable_rates)
-from sim.validate_real import RealReplay, RealSide, torch_threads
-from sim.validate_report import breakdown_text, fidelity_table, fidelity_text
-from sim.validate_replay import (ReplayedTimes, ScheduleComparison, ScheduleDiverged,
-                                 compare_schedules, simulate_on_pool)
+from sim.simulate import simulate
 from sim.workload.trace import Trace
 
 SPEED_COLUMNS = ("system", "rate", "repeat", "decode_probe_s", "prefill_probe_s", "probe_samples",
@@ -69,7 +81,7 @@ def exact_check(spec, system: SystemSpec, trace: Trace, pool: Pool, real: RealRe
     """Feed the simulator the engine's measured times, in order: the schedules must be identical."""
     replayed = ReplayedTimes(real.times, real.shapes)
     try:
-        records = simulate_on_pool(spec, system, trace, replayed, pool.num_gpu_blocks, pool.num_cpu_blocks)
+        records = simulate(trace, spec, system, replayed, pool.num_gpu_blocks, pool.num_cpu_blocks)
     except ScheduleDiverged as err:
         return ScheduleComparison(len(real.iterations), len(real.requests), False, False, float("inf"), str(err))
     comparison = compare_schedules(real.requests, real.iterations, records.requests_frame(),
@@ -167,12 +179,12 @@ def compare_one(cfg: ValidationConfig, p: Plan, system: SystemSpec, rate: float,
     speed = replay_speed(cfg, reals)
     cost_model = calibrated if speed is None else ScaledCostModel(calibrated, speed)
 
-    def simulate(model):
-        records = simulate_on_pool(p.spec, system, trace, model, pool.num_gpu_blocks, pool.num_cpu_blocks)
+    def simulated(model):
+        records = simulate(trace, p.spec, system, model, pool.num_gpu_blocks, pool.num_cpu_blocks)
         return records.requests_frame(), records.iterations_frame()
 
-    sim_requests, sim_iterations = simulate(cost_model)
-    uncorrected = (sim_requests, sim_iterations) if cost_model is calibrated else simulate(calibrated)
+    sim_requests, sim_iterations = simulated(cost_model)
+    uncorrected = (sim_requests, sim_iterations) if cost_model is calibrated else simulated(calibrated)
     warmup_s, rule = warmup_for(cfg, trace)
     join = request_join(system.name, rate, [r.requests for r in reals], sim_requests, warmup_s)
     errors = pd.concat([iteration_errors(system.name, rate, i, r.times, r.shapes, calibrated,
@@ -296,7 +308,7 @@ def write_outputs(result: ValidationResult, cfg: ValidationConfig, exact_only: b
     write_json(result.meta, out / "validation.json")
     if exact_only:
         return
-    from sim.validate_plots import fidelity_plot, request_scatter
+    from fidelity.plots import fidelity_plot, request_scatter
 
     write_csv(result.summary, out / "summary.csv")
     write_csv(result.sustainable, out / "sustainable.csv")

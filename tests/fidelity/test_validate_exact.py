@@ -10,8 +10,9 @@ import pytest
 from engine.core.spec import load_model_spec
 from engine.core.system import PAPER_SYSTEMS
 from engine.runtime.engine import Engine
-from sim.validate_replay import (BatchShape, MeasuredClock, ReplayedTimes, ScheduleDiverged, compare_schedules,
-                                 simulate_on_pool)
+from engine.core.batch import BatchShape
+from fidelity.replay import MeasuredClock, ReplayedTimes, ScheduleDiverged, compare_schedules
+from sim.simulate import simulate
 from sim.workload.trace import Trace
 
 # (device blocks, host blocks) of 4 tokens: vLLM preempts (and swaps its 2-sample groups); the
@@ -45,7 +46,7 @@ def test_simulator_fed_the_engines_times_reproduces_its_schedule(preset):
     assert clock.times == pytest.approx(iterations["duration_s"], rel=1e-12, abs=1e-15)
 
     replayed = ReplayedTimes(clock.times, clock.shapes)  # also checks every batch as it goes
-    records = simulate_on_pool(spec, system, trace, replayed, *blocks)
+    records = simulate(trace, spec, system, replayed, *blocks)
     assert replayed.exhausted
     sim_iterations, sim_requests = records.iterations_frame(), records.requests_frame()
     for column in ("num_prefill_tokens", "num_prefills", "num_decodes", "sum_decode_context",
@@ -74,14 +75,14 @@ def test_a_different_control_plane_is_caught():
     system = dataclasses.replace(PAPER_SYSTEMS["vllm"], block_size=4)
     _, clock = real_replay(spec, system, trace, blocks)
     with pytest.raises(ScheduleDiverged, match="iteration"):
-        simulate_on_pool(spec, system, trace, ReplayedTimes(clock.times, clock.shapes), blocks[0] - 1, blocks[1])
+        simulate(trace, spec, system, ReplayedTimes(clock.times, clock.shapes), blocks[0] - 1, blocks[1])
 
 
 def test_replayed_times_refuse_to_run_out():
-    shape = BatchShape((5,), (), 0, 1)
+    shape = BatchShape((5,), (), num_running_groups=1)
     times = ReplayedTimes([0.01], [shape])
-    assert times.step_time(shape.as_batch()) == 0.01
+    assert times.step_time(shape) == 0.01
     with pytest.raises(ScheduleDiverged, match="ran only 1"):
-        times.step_time(shape.as_batch())
+        times.step_time(shape)
     with pytest.raises(ScheduleDiverged, match="iteration 0"):
-        ReplayedTimes([0.01], [shape]).step_time(BatchShape((6,), (), 0, 1).as_batch())
+        ReplayedTimes([0.01], [shape]).step_time(BatchShape((6,), (), num_running_groups=1))

@@ -8,7 +8,7 @@ from calibrate.profile_file import Profile, load_profile
 from engine.core.errors import SpecError
 from engine.core.spec import ModelSpec, blocks_for
 from engine.core.system import SystemSpec
-from sim.validate_config import DTYPE_NAMES, ValidationConfig
+from fidelity.config import DTYPE_NAMES, ValidationConfig
 from sim.workload.trace import Trace
 
 

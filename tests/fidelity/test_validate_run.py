@@ -115,7 +115,7 @@ def test_exact_mode_only_proves_the_schedules(tiny_validation, tmp_path, capsys)
 
 
 def test_errors_are_read_against_the_real_engines_own_spread():
-    from sim.validate_report import fidelity_table
+    from fidelity.report import fidelity_table
 
     summary = pd.DataFrame({
         "system": ["A"] * 4, "rate": [1, 2, 3, 4], "below_saturation": [True, True, True, False],
@@ -136,7 +136,7 @@ def test_errors_are_read_against_the_real_engines_own_spread():
 
 
 def test_without_speed_correction_the_noise_band_is_the_raw_spread():
-    from sim.validate_report import noise_band
+    from fidelity.report import noise_band
 
     summary = pd.DataFrame({"real_repeat_spread": [0.3, 0.3], "real_repeat_spread_at_speed": [0.05, 0.05],
                             "speed_corrected": [True, False]})

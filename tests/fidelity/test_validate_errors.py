@@ -4,8 +4,8 @@ import pytest
 from validate_tiny import TINY_VALIDATION, profile_text
 from engine.core.errors import SpecError
 from sim.cli import main
-from sim.validate import RealSide, validate
-from sim.validate_config import load_validation
+from fidelity.validate import RealSide, validate
+from fidelity.config import load_validation
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""`servesim validate CONFIG`: real engine vs simulator on the same traces (see sim/validate.py)."""
+"""`servesim validate CONFIG`: real engine vs simulator on the same traces (see fidelity/validate.py)."""
 from __future__ import annotations
 
 import time
@@ -6,9 +6,9 @@ from pathlib import Path
 
 
 def _cmd_validate(args) -> int:
-    from sim.validate import default_out_dir, validate
-    from sim.validate_report import breakdown_text, fidelity_text
-    from sim.validate_config import load_validation
+    from fidelity.config import load_validation
+    from fidelity.report import breakdown_text, fidelity_text
+    from fidelity.validate import default_out_dir, validate
 
     overrides = list(args.set) + ([f"validation.repeats={args.repeats}"] if args.repeats is not None else [])
     cfg = load_validation(args.config, overrides)

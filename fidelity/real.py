@@ -11,9 +11,9 @@ import pandas as pd
 
 from calibrate.speed import MachineSpeed, machine_speed
 from engine.core.system import SystemSpec
-from sim.validate_checks import Pool
-from sim.validate_config import ValidationConfig
-from sim.validate_replay import MeasuredClock
+from fidelity.checks import Pool
+from fidelity.config import ValidationConfig
+from fidelity.replay import MeasuredClock
 from sim.workload.trace import Trace
 
 

@@ -63,7 +63,7 @@ def profile_text(model: str = "opt-tiny", device: str = "cpu", dtype: str = "flo
         train_rows: 10
         heldout_rows: 2
         created: '2026-01-01'
-        command: written by tests/sim/validate/conftest.py
+        command: written by tests/fidelity/conftest.py
         swap_s_per_block: 1.0e-5
         {reference}
         """)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sim.validate_metrics import iteration_breakdown
+from fidelity.metrics import iteration_breakdown
 
 FIDELITY_COLUMNS = ("system", "max_normalized_latency_error", "median_normalized_latency_error",
                     "rows_within_target", "rows_within_noise", "rates_below_saturation", "max_p90_request_error",

@@ -179,7 +179,7 @@ def iteration_errors(system: str, rate: float, repeat: int, times: list[float], 
     predicted_s is as calibrated; error compares it, times the replay's speed factor, with the measurement."""
     rows = []
     for i, (measured, shape) in enumerate(zip(times, shapes)):
-        predicted = cost_model.step_time(shape.as_batch())
+        predicted = cost_model.step_time(shape)
         prefills, decodes = shape.prefill_lens, shape.decode_context_lens
         rows.append((system, rate, repeat, i, iteration_kind(len(prefills), len(decodes)), len(prefills),
                      sum(prefills), sum(n * n for n in prefills), len(decodes), sum(decodes),

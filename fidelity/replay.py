@@ -13,17 +13,9 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
-import simpy
 
-from calibrate.costmodel import CostModel
-from engine.core.batch import Batch
-from engine.core.factory import make_scheduler
-from engine.core.spec import ModelSpec
-from engine.core.system import SystemSpec
-from sim.records import Records
-from sim.replica import Replica
-from sim.router import arrivals
-from sim.workload.trace import Trace
+from calibrate.costmodel import BatchLike, CostModel
+from engine.core.batch import Batch, BatchShape
 
 # what a batch is, for the schedule comparison and the per-iteration cost-model check
 DECISION_COLUMNS = ("num_prefill_tokens", "num_prefills", "num_decodes", "sum_decode_context",
@@ -31,28 +23,6 @@ DECISION_COLUMNS = ("num_prefill_tokens", "num_prefills", "num_decodes", "sum_de
 TIME_COLUMNS = ("start_s", "duration_s")
 REQUEST_DECISIONS = ("request_id", "prompt_len", "output_len", "n", "num_preemptions")
 REQUEST_TIMES = ("arrival_s", "first_token_s", "finish_s")
-
-
-@dataclass(frozen=True)
-class BatchShape:
-    """What a cost model reads from a Batch, kept after the batch is gone."""
-    prefill_lens: tuple[int, ...]
-    decode_context_lens: tuple[int, ...]
-    num_swap_blocks: int
-    num_running_groups: int
-
-    @classmethod
-    def of(cls, batch: Batch) -> "BatchShape":
-        return cls(tuple(batch.prefill_lens), tuple(batch.decode_context_lens), batch.num_swap_blocks,
-                   batch.num_running_groups)
-
-    def as_batch(self) -> Batch:
-        """A stand-in Batch with the same cost-model features (ids are irrelevant to cost)."""
-        swaps = [(0, 0)] * self.num_swap_blocks
-        return Batch(prefill_seq_ids=list(range(len(self.prefill_lens))), prefill_lens=list(self.prefill_lens),
-                     decode_seq_ids=list(range(len(self.decode_context_lens))),
-                     decode_context_lens=list(self.decode_context_lens), blocks_to_swap_out=swaps,
-                     num_running_groups=self.num_running_groups)
 
 
 class MeasuredClock:
@@ -82,7 +52,7 @@ class MeasuredClock:
             raise RuntimeError("the engine asked for an iteration's time before running it")
         seconds, self._last = self._last, None
         self.times.append(seconds)
-        self.shapes.append(BatchShape.of(batch))
+        self.shapes.append(batch.shape())
         if self.after_iteration is not None:
             self.after_iteration()
         return seconds
@@ -109,19 +79,19 @@ class ReplayedTimes(CostModel):
             raise ValueError(f"{len(times)} times but {len(expected)} recorded batches")
         self.times, self.expected, self.position = list(times), expected, 0
 
-    def step_time(self, batch: Batch) -> float:
+    def step_time(self, batch: BatchLike) -> float:
         i = self.position
         if i >= len(self.times):
             raise ScheduleDiverged(f"the simulator runs iteration {i}, but the engine ran only {len(self.times)}")
         if self.expected is not None:
-            got = BatchShape.of(batch)
+            got = batch.shape() if isinstance(batch, Batch) else batch
             if got != self.expected[i]:
                 raise ScheduleDiverged(f"iteration {i}: the simulator batches {got}, the engine batched "
                                        f"{self.expected[i]}")
         self.position += 1
         return self.times[i]
 
-    def iteration_time(self, batch: Batch) -> float:  # the measured time already includes swaps
+    def iteration_time(self, batch: BatchLike) -> float:  # the measured time already includes swaps
         return self.step_time(batch)
 
     def swap_time(self, num_blocks: int) -> float:
@@ -130,18 +100,6 @@ class ReplayedTimes(CostModel):
     @property
     def exhausted(self) -> bool:
         return self.position == len(self.times)
-
-
-def simulate_on_pool(spec: ModelSpec, system: SystemSpec, trace: Trace, cost_model: CostModel,
-                     num_gpu_blocks: int, num_cpu_blocks: int) -> Records:
-    """One replica over exactly this pool, run until every request finishes (no horizon: the real
-    engine has none either)."""
-    env, records = simpy.Environment(), Records()
-    scheduler = make_scheduler(system, spec, num_gpu_blocks, num_cpu_blocks)
-    replica = Replica(env, 0, scheduler, cost_model, records, horizon_s=math.inf)
-    env.process(arrivals(env, trace, [replica], "round_robin"))
-    env.run()
-    return records
 
 
 @dataclass

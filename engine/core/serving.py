@@ -1,0 +1,101 @@
+"""One step of serving, written once for both data planes.
+
+A step is: admit what has arrived, schedule a batch, note how the KV pool is used, let the data
+plane execute the batch (the real engine runs and times the forward; the simulator's replica
+waits the cost model's time on the SimPy clock), then complete it and record what happened.
+Only the middle differs between the planes, so `ServingCore` does the rest:
+
+    step = core.start(now)          # None: nothing to run now
+    ... the data plane spends the batch's seconds ...
+    core.finish(step, now)          # completions, records
+
+so a real run and a simulated run of one trace take the same decisions by construction.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.core.batch import Batch
+from engine.core.errors import Unschedulable
+from engine.core.records import ServingRecords
+from engine.core.scheduler.base import KVUsage, Scheduler
+from engine.core.sequence import SequenceCounter, SequenceGroup, make_group
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRequest:
+    """One request of a trace: when it arrives and how long its prompt and output are."""
+
+    request_id: int
+    arrival_s: float
+    prompt_len: int
+    output_len: int
+    n: int = 1
+
+
+@dataclass(slots=True)
+class Step:
+    """A scheduled iteration between start() and finish()."""
+
+    batch: Batch
+    usage: KVUsage  # the pool as the batch found it
+    start_s: float
+
+
+class ServingCore:
+    """One replica's control plane: its scheduler, the requests it holds, and its records."""
+
+    def __init__(self, scheduler: Scheduler, records: ServingRecords | None = None, replica: int = 0):
+        self.scheduler = scheduler
+        self.records = records if records is not None else ServingRecords()
+        self.replica = replica
+        self.next_seq_id = SequenceCounter()
+        self.outstanding = 0  # admitted, not yet finished (a router reads it)
+        # the last schedule() that ran nothing: it may still move blocks (a preemption by swapping),
+        # which the real engine applies and the simulator charges nothing for
+        self.idle_batch: Batch | None = None
+
+    def admit(self, request: ReplayRequest) -> SequenceGroup:
+        group = make_group(request.request_id, request.arrival_s, request.prompt_len, request.output_len,
+                           request.n, self.next_seq_id)
+        self.scheduler.add_request(group)
+        self.outstanding += 1
+        return group
+
+    def start(self, now_s: float) -> Step | None:
+        """Schedule the next iteration; None when nothing can run now."""
+        batch = self.scheduler.schedule()
+        if batch.is_empty:
+            self.idle_batch = batch
+            return None
+        return Step(batch, self.scheduler.kv_usage(), now_s)
+
+    def finish(self, step: Step, now_s: float) -> list[SequenceGroup]:
+        """The batch ran until now_s: record the iteration, apply it, record the requests it finished."""
+        self.records.add_iteration(step.batch, step.usage, step.start_s, now_s - step.start_s,
+                                   self.scheduler.num_waiting, self.replica)
+        finished = self.scheduler.complete(step.batch, now_s)
+        for group in finished:
+            self.records.add_request(group, self.replica)
+        self.outstanding -= len(finished)
+        return finished
+
+    def check_schedulable(self) -> None:
+        """Called when nothing can run and nothing more will arrive: waiting requests are stuck."""
+        if self.scheduler.has_unfinished():
+            raise Unschedulable(self.unschedulable_message())
+
+    def unschedulable_message(self) -> str:
+        s = self.scheduler
+        first = next(iter(getattr(s, "waiting", [])), None)
+        which = (f"; the first is request {first.request_id} (prompt {first.prompt_len} + output "
+                 f"{first.output_len} tokens, n={first.num_seqs})" if first is not None else "")
+        where = f"replica {self.replica}: " if self.replica else ""
+        return (f"{where}{s.num_waiting} waiting requests can never be scheduled: the KV pool of "
+                f"{s.num_gpu_blocks} blocks x {s.block_size} tokens is too small{which}")
+
+    def record_unfinished(self) -> None:
+        """At a horizon: the requests still in the system, with no finish time."""
+        s = self.scheduler
+        for group in [*s.waiting, *s.running, *getattr(s, "swapped", [])]:
+            self.records.add_request(group, self.replica, finished=False)

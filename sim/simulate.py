@@ -1,0 +1,30 @@
+"""Serve one trace in the simulator: replicas of one system over one KV pool, behind the router."""
+from __future__ import annotations
+
+import math
+
+import simpy
+
+from calibrate.costmodel import CostModel
+from engine.core.factory import make_scheduler
+from engine.core.spec import ModelSpec
+from engine.core.system import SystemSpec
+from sim.records import Records
+from sim.replica import Replica
+from sim.router import arrivals
+from sim.workload.trace import Trace
+
+
+def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: CostModel, num_gpu_blocks: int,
+             num_cpu_blocks: int, *, replicas: int = 1, router: str = "round_robin",
+             horizon_s: float = math.inf) -> Records:
+    """Every request of the trace, served until all finish or the clock reaches horizon_s (requests
+    still in the system then are recorded without a finish time)."""
+    env, records = simpy.Environment(), Records()
+    fleet = [Replica(env, i, make_scheduler(system, spec, num_gpu_blocks, num_cpu_blocks), cost_model,
+                     records, horizon_s) for i in range(replicas)]
+    env.process(arrivals(env, trace, fleet, router))
+    env.run()
+    for replica in fleet:
+        replica.core.record_unfinished()
+    return records
