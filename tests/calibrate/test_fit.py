@@ -5,7 +5,7 @@ import pytest
 from calibrate.features import TERMS
 from calibrate.fit import assign_folds, fit_profile
 from calibrate.grid import GRIDS
-from engine.core.errors import SpecError
+from engine.specs.errors import SpecError
 
 from synthetic_profile import TRUE, gpu_like_token_cost, synthetic_raw  # noqa: E402
 

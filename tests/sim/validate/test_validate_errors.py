@@ -2,7 +2,7 @@
 import pytest
 
 from validate_tiny import TINY_VALIDATION, profile_text
-from engine.core.errors import SpecError
+from engine.specs.errors import SpecError
 from sim.cli import main
 from sim.validate import RealSide, validate
 from sim.validate_config import load_validation

@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.core.spec import load_model_spec
 from engine.core.system import PAPER_SYSTEMS
 from engine.runtime.engine import Engine
+from engine.specs.loader import load_model_spec
 from sim.validate_replay import (BatchShape, MeasuredClock, ReplayedTimes, ScheduleDiverged, compare_schedules,
                                  simulate_on_pool)
 from sim.workload.trace import Trace
