@@ -28,8 +28,8 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    from engine.core.spec import load_model_spec
     from engine.runtime.runner import ModelRunner
+    from engine.specs.loader import load_model_spec
 
     torch.set_num_threads(1)
     runner = ModelRunner(load_model_spec("opt-125m"), "cpu", num_gpu_blocks=64, num_cpu_blocks=0,

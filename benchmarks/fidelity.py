@@ -95,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         print(report(fidelity, sustainable, iterations, json.loads((out / "validation.json").read_text())))
         return 0
 
-    from fidelity.validate import default_out_dir, validate
     from fidelity.config import load_validation
+    from fidelity.validate import default_out_dir, validate
 
     cfg = load_validation(args.config, args.set)
     out = Path(args.out) if args.out else default_out_dir(cfg)

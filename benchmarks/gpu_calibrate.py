@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from calibrate.cli import fit_report  # noqa: E402
 from calibrate.fit import fit_plot, fit_profile  # noqa: E402
 from calibrate.profile import profile  # noqa: E402
-from engine.core.atomic import write_atomic, write_text_atomic  # noqa: E402
-from engine.core.spec import load_model_spec  # noqa: E402
+from engine.atomic import write_atomic, write_text_atomic  # noqa: E402
+from engine.specs.loader import load_model_spec  # noqa: E402
 
 
 def device_tag(raw) -> str:

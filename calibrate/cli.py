@@ -5,13 +5,13 @@ import shlex
 import sys
 from pathlib import Path
 
-from engine.core.errors import SpecError
+from engine.specs.errors import SpecError
 
 
 def _cmd_profile(args) -> int:
     from calibrate.profile import profile
-    from engine.core.atomic import write_atomic
-    from engine.core.spec import load_model_spec
+    from engine.atomic import write_atomic
+    from engine.specs.loader import load_model_spec
 
     spec = load_model_spec(args.model)
     if args.threads:

@@ -25,7 +25,7 @@ from calibrate.features import (
 from calibrate.nnls import nnls
 from calibrate.profile_file import Profile
 from calibrate.speed import PROBE_SHAPES, SpeedSamples
-from engine.core.errors import SpecError
+from engine.specs.errors import SpecError
 
 REQUIRED_COLUMNS = ("kind", *FEATURE_COLUMNS, "time_s", "model", "device", "device_name", "dtype", "block_size")
 
@@ -146,7 +146,7 @@ def fit_plot(predictions: pd.DataFrame, path, title: str = ""):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from engine.core.atomic import write_atomic
+    from engine.atomic import write_atomic
 
     fig, ax = plt.subplots(figsize=(4.2, 4.0))
     for kind, rows in predictions.groupby("kind", sort=True):

@@ -1,13 +1,13 @@
-"""Accelerators as spec-sheet numbers (configs/hardware/*.yaml)."""
+"""Accelerators as spec-sheet numbers: shipped sheets are package data in calibrate/hardware_specs/."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from engine.core.errors import SpecError
-from engine.core.spec import CONFIG_ROOT, read_named_yaml
+from engine.specs.errors import SpecError
+from engine.specs.loader import read_named_yaml
 
-HARDWARE_DIR = CONFIG_ROOT / "hardware"
+HARDWARE_DIR = Path(__file__).resolve().parent / "hardware_specs"
 GIB = 1 << 30
 
 
@@ -46,5 +46,5 @@ def hardware_from_dict(raw: dict, source: str) -> HardwareSpec:
 
 
 def load_hardware(name_or_path: str | Path) -> HardwareSpec:
-    """Hardware by name (configs/hardware/NAME.yaml) or by path to a YAML file."""
+    """Shipped hardware by name (calibrate/hardware_specs/NAME.yaml) or any hardware YAML by path."""
     return hardware_from_dict(*read_named_yaml(HARDWARE_DIR, name_or_path, "hardware"))

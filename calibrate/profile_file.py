@@ -7,9 +7,9 @@ from pathlib import Path
 import yaml
 
 from calibrate.features import TERMS
-from engine.core.atomic import write_text_atomic
-from engine.core.errors import SpecError
-from engine.core.spec import available_models
+from engine.atomic import write_text_atomic
+from engine.specs.errors import SpecError
+from engine.specs.loader import available_models
 
 FORMAT = "servesim-profile/2"  # /1 had a knee and power-of-two steps instead of the token table
 

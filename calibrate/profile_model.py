@@ -9,8 +9,9 @@ from calibrate.hardware import HardwareSpec
 from calibrate.profile_file import Profile, load_profile
 from calibrate.roofline import RooflineParams
 from engine.core.batch import ShapeMetrics
-from engine.core.errors import SpecError
-from engine.core.spec import ModelSpec, load_model_spec
+from engine.core.spec import ModelSpec
+from engine.specs.errors import SpecError
+from engine.specs.loader import load_model_spec
 
 
 class ProfileCostModel(CostModel):
@@ -111,7 +112,7 @@ DEVICE_HARDWARE = (("h200", "h200"), ("h100", "h100-sxm"), ("a10080gb", "a100-80
 
 
 def hardware_for_device(device_name: str) -> str | None:
-    """The configs/hardware spec a profiled device is, e.g. 'NVIDIA A100-SXM4-80GB' -> 'a100-80gb'."""
+    """The shipped hardware spec a profiled device is, e.g. 'NVIDIA A100-SXM4-80GB' -> 'a100-80gb'."""
     flat = device_name.lower().replace(" ", "").replace("-", "").replace("sxm4", "")
     return next((spec for key, spec in DEVICE_HARDWARE if key in flat), None)
 
@@ -130,7 +131,7 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
     name = measured_on or hardware_for_device(profile.device_name)
     if name is None:
         raise SpecError(str(path), "device_name", (
-            f"cannot tell which configs/hardware spec {profile.device_name!r} is; set cost_model.measured_on"))
+            f"cannot tell which shipped hardware spec {profile.device_name!r} is; set cost_model.measured_on"))
     params = implied_efficiency(profile, load_hardware(name), dtype_bytes)
     cost = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, params)
     cost.source = (f"roofline({hardware.name}, tp={tp}) at efficiencies from {Path(path).name} "

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from calibrate.profile_file import Profile, load_profile
-from engine.core.errors import SpecError
 from engine.core.spec import ModelSpec, blocks_for
 from engine.core.system import SystemSpec
+from engine.specs.errors import SpecError
 from fidelity.config import DTYPE_NAMES, ValidationConfig
 from sim.workload.trace import Trace
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.core.errors import SpecError
+from engine.specs.errors import SpecError
 from sim.config import Experiment, experiment_from_dict, read_config
 
 TOP_LEVEL_KEYS = {"name": "label for outputs (default: the file's stem)",

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from engine.core.errors import SpecError
+from engine.specs.errors import SpecError
 
 
 def _parse_target(text: str):

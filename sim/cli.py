@@ -7,7 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from engine.core.errors import SpecError, Unservable
+from engine.core.errors import Unservable
+from engine.specs.errors import SpecError
 
 
 def workload_label(workload) -> str:

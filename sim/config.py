@@ -10,15 +10,17 @@ import yaml
 from calibrate.hardware import HardwareSpec, load_hardware
 from calibrate.memory import GIB, KVPool, kv_pool
 from calibrate.roofline import RooflineParams
-from engine.core.errors import SpecError
-from engine.core.spec import ModelSpec, load_model_spec
-from engine.core.system import PAPER_SYSTEMS, SystemSpec, system_from_dict
+from engine.core.spec import ModelSpec
+from engine.core.system import PAPER_SYSTEMS, SystemSpec
+from engine.specs.errors import SpecError
+from engine.specs.loader import load_model_spec, system_from_dict
 from sim.workload.config import WorkloadConfig
+from sim.workload.paths import resolve_data_path
 
 TOP_LEVEL_KEYS = {
     "name": "label for outputs",
-    "model": "name in configs/models or a path",
-    "hardware": "name in configs/hardware or a path",
+    "model": "a shipped model's name (engine/specs/models) or a path",
+    "hardware": "a shipped hardware name (calibrate/hardware_specs) or a path",
     "tensor_parallel": "GPUs per replica",
     "dtype_bytes": "bytes per weight/KV element (2 = fp16)",
     "kv_cache_gib": "KV cache per GPU in GiB; null = the paper-era memory rule",
@@ -133,10 +135,8 @@ def _cost_model(raw: Any, source: str, base_dir: Path) -> CostModelConfig:
 
 
 def _resolve(path: str, base_dir: Path, source: str, key: str) -> Path:
-    for candidate in (base_dir / path, Path(path), Path(__file__).resolve().parents[1] / path):
-        if candidate.exists():
-            return candidate.resolve()
-    raise SpecError(source, key, f"file {path!r} not found (looked beside the config and in the repo)")
+    """A profile path: beside the config, then in the current directory."""
+    return resolve_data_path(path, base_dir, source, key)
 
 
 def _systems(raw: Any, source: str) -> tuple[SystemSpec, ...]:

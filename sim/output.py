@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from engine.core.atomic import write_atomic as _atomic
+from engine.atomic import write_atomic as _atomic
 
 
 def write_csv(frame: pd.DataFrame, path: Path) -> Path:

@@ -1,9 +1,12 @@
-"""The serving systems under comparison, as policy settings for one control plane."""
+"""The serving systems under comparison, as policy settings for one control plane.
+
+A system from a user's config (a preset name or a mapping) is engine.specs.loader.system_from_dict.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
-from engine.core.errors import SpecError
+from engine.specs.errors import SpecError
 
 KINDS = ("vllm", "orca", "fastertransformer")
 RESERVATIONS = ("oracle", "pow2", "max")
@@ -68,31 +71,3 @@ PAPER_SYSTEMS = {
     "orca-oracle": SystemSpec("Orca (Oracle)", "orca", reservation="oracle"),
     "vllm": SystemSpec("vLLM", "vllm"),
 }
-
-
-def system_from_dict(raw: dict | str, source: str, key: str) -> SystemSpec:
-    """A preset name, or a mapping with `preset:` and overrides, or a full mapping."""
-    if isinstance(raw, str):
-        raw = {"preset": raw}
-    if not isinstance(raw, dict):
-        raise SpecError(source, key, "a system is a preset name or a mapping")
-    raw = dict(raw)
-    preset = raw.pop("preset", None)
-    if preset is not None:
-        if preset not in PAPER_SYSTEMS:
-            raise SpecError(source, f"{key}.preset", f"{preset!r} is not one of {sorted(PAPER_SYSTEMS)}")
-        base = {f.name: getattr(PAPER_SYSTEMS[preset], f.name) for f in fields(SystemSpec)}
-    else:
-        base = {}
-    known = {f.name for f in fields(SystemSpec)}
-    for k in raw:
-        if k not in known:
-            raise SpecError(source, f"{key}.{k}", f"unknown key; valid keys are {sorted(known | {'preset'})}")
-    base.update(raw)
-    for required in ("name", "kind"):
-        if required not in base:
-            raise SpecError(source, f"{key}.{required}", "missing (or give preset: one of "
-                            f"{sorted(PAPER_SYSTEMS)})")
-    spec = SystemSpec(**base)
-    spec.validate(source, key)
-    return spec

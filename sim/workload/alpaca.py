@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from engine.core.errors import SpecError
+from engine.specs.errors import SpecError
 
 SHAPE = 'a JSON list of {"instruction": str, "input": str, "output": str}'
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.core.errors import SpecError
+from engine.specs.errors import SpecError
 
 from .arrivals import ARRIVALS
 from .config import WorkloadConfig, build_trace
@@ -30,7 +30,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     trace = subparsers.add_parser("trace", help="workload data: build, summarise and sample traces")
     commands = trace.add_subparsers(dest="trace_command", required=True, metavar="{build,stats,sample}")
 
-    build = commands.add_parser("build", help="build a shipped dataset file (traces/sharegpt_opt.csv)")
+    build = commands.add_parser("build", help="build a shipped dataset file (sim/workload/data/sharegpt_opt.csv)")
     build.add_argument("name", choices=["sharegpt"])
     build.add_argument("--out", type=Path, default=SHAREGPT_CSV, help="default: %(default)s")
     build.add_argument("--json", type=Path, default=None,

@@ -10,7 +10,7 @@
       time_scale: null       # replay only: k x the recorded rate; null + a rate: scale to that mean rate
       window_s: null         # replay only: [start, end) on the recorded clock
 
-Relative paths are looked up beside the config file, then under the repo root (`traces/...`).
+Relative paths are looked up beside the config file, then in the current directory.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.core.errors import SpecError
+from engine.specs.errors import SpecError
 
 from .arrivals import ARRIVALS
 from .lengths import DATASET_NAMES, load_lengths

@@ -14,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.core.errors import SpecError
+from engine.specs.errors import SpecError
 
 from .paths import SHAREGPT_CSV
 from .standin import STAND_INS, StandIn
@@ -102,6 +102,7 @@ def load_lengths(dataset: str | Path) -> LengthTable | StandIn:
             raise SpecError("workload", "dataset", f"{SHAREGPT_CSV} is missing; rebuild it with "
                             "`servesim trace build sharegpt`, or use dataset: sharegpt-standin")
         table = _read_cached(SHAREGPT_CSV)
+        # The label names the file as first shipped; results (results/reference) carry it, so it stays.
         return LengthTable(table.prompt_len, table.output_len, "sharegpt (traces/sharegpt_opt.csv)")
     return _read_cached(Path(dataset))
 

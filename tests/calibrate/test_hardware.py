@@ -1,11 +1,19 @@
 """Hardware spec sheets and the errors a user can cause writing one."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
-from calibrate.hardware import GIB, available_hardware, hardware_from_dict, load_hardware
-from engine.core.errors import SpecError
+from calibrate.hardware import (
+    GIB,
+    HARDWARE_DIR,
+    available_hardware,
+    hardware_from_dict,
+    load_hardware,
+)
+from engine.specs.errors import SpecError
 
 GOOD = dict(name="my-gpu", peak_flops=312e12, hbm_bytes_per_s=1.555e12, memory_gib=39.59,
             nvlink_bytes_per_s=300e9, pcie_bytes_per_s=32e9)
@@ -19,6 +27,12 @@ def test_shipped_hardware():
     for name in available_hardware():
         hw = load_hardware(name)
         assert hw.name == name and all(v > 0 for v in (hw.peak_flops, hw.hbm_bytes_per_s, hw.memory_gib))
+
+
+def test_shipped_hardware_is_package_data_of_calibrate():
+    import calibrate
+    assert HARDWARE_DIR == Path(calibrate.__file__).resolve().parent / "hardware_specs"
+    assert load_hardware("h200") == load_hardware(HARDWARE_DIR / "h200.yaml")
 
 
 def test_unknown_hardware_lists_the_available_ones():

@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 
 from calibrate.hardware import GIB, load_hardware
-from calibrate.memory import block_bytes, kv_cache_bytes_by_rule, kv_pool, max_activation_bytes
-from engine.core.spec import load_model_spec
+from calibrate.memory import (
+    block_bytes,
+    kv_cache_bytes_by_rule,
+    kv_pool,
+    max_activation_bytes,
+)
+from engine.specs.loader import load_model_spec
 
 MIB = 1 << 20
 

@@ -5,13 +5,17 @@ import pytest
 import yaml
 
 from calibrate.features import TERMS
-from calibrate.profile_file import Profile, load_profile
-from calibrate.profile_model import ProfileCostModel, implied_efficiency, transferred_roofline
 from calibrate.hardware import load_hardware
+from calibrate.profile_file import Profile, load_profile
+from calibrate.profile_model import (
+    ProfileCostModel,
+    implied_efficiency,
+    transferred_roofline,
+)
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from engine.core.batch import Batch
-from engine.core.errors import SpecError
-from engine.core.spec import load_model_spec
+from engine.specs.errors import SpecError
+from engine.specs.loader import load_model_spec
 
 
 def coefficients(**values) -> dict:

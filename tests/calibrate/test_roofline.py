@@ -7,7 +7,7 @@ import pytest
 from calibrate.hardware import load_hardware
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from engine.core.batch import Batch
-from engine.core.spec import load_model_spec
+from engine.specs.loader import load_model_spec
 
 
 @pytest.fixture(scope="module")

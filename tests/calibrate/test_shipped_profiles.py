@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 
 from calibrate.profile_file import load_profile
+from fidelity.replay import ReplayedTimes
 from sim.config import load_experiment
 from sim.run import simulate_trace, trace_for
-from fidelity.replay import ReplayedTimes
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = sorted((ROOT / "calibrate" / "profiles").glob("*.yaml"))

@@ -5,15 +5,21 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from synthetic_profile import synthetic_raw
 
 from calibrate.costmodel import ScaledCostModel
 from calibrate.fit import fit_profile
 from calibrate.profile import probe_rows
 from calibrate.roofline import RooflineCostModel
-from calibrate.speed import PROBE_SHAPES, SpeedProbe, SpeedSamples, machine_speed, probe_blocks
+from calibrate.speed import (
+    PROBE_SHAPES,
+    SpeedProbe,
+    SpeedSamples,
+    machine_speed,
+    probe_blocks,
+)
 from engine.core.batch import Batch
-from engine.core.errors import SpecError
-from synthetic_profile import synthetic_raw
+from engine.specs.errors import SpecError
 
 
 class FakeRunner:
@@ -110,8 +116,8 @@ def test_an_unknown_probe_name_is_refused_naming_the_file():
 
 
 def test_a_scaled_cost_model_scales_every_cost():
-    from engine.core.spec import load_model_spec
     from calibrate.hardware import load_hardware
+    from engine.specs.loader import load_model_spec
 
     base = RooflineCostModel(load_model_spec("opt-13b"), load_hardware("a100-40gb"))
     scaled = ScaledCostModel(base, 1.5)
@@ -133,9 +139,9 @@ def test_machine_speed_per_kind():
 
 def test_the_simulator_on_a_machine_twice_as_slow_takes_twice_as_long():
     """One request at a time (no queueing): every latency doubles exactly."""
-    from engine.core.spec import load_model_spec
-    from engine.core.system import PAPER_SYSTEMS
     from calibrate.hardware import load_hardware
+    from engine.core.system import PAPER_SYSTEMS
+    from engine.specs.loader import load_model_spec
     from sim.simulate import simulate
     from sim.workload.trace import Trace
 

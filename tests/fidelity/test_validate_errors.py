@@ -1,11 +1,11 @@
 """Bad input stops before anything runs, with a message that names the file, the key or row, and both sides."""
 import pytest
-
 from validate_tiny import TINY_VALIDATION, profile_text
-from engine.core.errors import SpecError
-from sim.cli import main
-from fidelity.validate import RealSide, validate
+
+from engine.specs.errors import SpecError
 from fidelity.config import load_validation
+from fidelity.validate import RealSide, validate
+from sim.cli import main
 
 
 @pytest.fixture

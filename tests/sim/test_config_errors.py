@@ -1,7 +1,7 @@
 """Every user error stops with a message naming the file, the key path and what is valid."""
 import pytest
 
-from engine.core.errors import SpecError
+from engine.specs.errors import SpecError
 from sim.cli import main
 from sim.config import load_experiment
 

@@ -17,8 +17,8 @@ from engine.core.factory import make_scheduler
 from engine.core.scheduler.orca import ReservationScheduler
 from engine.core.scheduler.vllm import VLLMScheduler
 from engine.core.sequence import SeqStatus, SequenceCounter, SequenceGroup, make_group
-from engine.core.spec import load_model_spec
 from engine.core.system import SystemSpec
+from engine.specs.loader import load_model_spec
 
 # deterministic hypothesis runs: same examples on every machine, no wall-clock deadline
 HYPOTHESIS = settings(derandomize=True, deadline=None, database=None,

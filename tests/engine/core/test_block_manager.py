@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import pytest
+from core_harness import check_block_manager, hyp
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from core_harness import check_block_manager, hyp
 from engine.core.block_manager import BlockAllocator, BlockManager
-from engine.core.sequence import Sequence, SequenceCounter, SeqStatus, make_group
+from engine.core.sequence import SeqStatus, Sequence, SequenceCounter, make_group
 
 BS = 4
 

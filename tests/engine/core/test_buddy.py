@@ -4,9 +4,10 @@ from __future__ import annotations
 import copy
 
 import pytest
-from hypothesis import example, given, strategies as st
-
 from core_harness import hyp
+from hypothesis import example, given
+from hypothesis import strategies as st
+
 from engine.core.buddy import BuddyAllocator, next_pow2
 
 

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from core_harness import Checker, Req, StepInvariants, check_finished, drive, scheduler_for, seeded_requests
+from core_harness import (
+    Checker,
+    Req,
+    StepInvariants,
+    check_finished,
+    drive,
+    scheduler_for,
+    seeded_requests,
+)
+
 from engine.core.sequence import SeqStatus
 from engine.core.system import PAPER_SYSTEMS
 

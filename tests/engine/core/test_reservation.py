@@ -4,9 +4,10 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, strategies as st
-
 from core_harness import hyp
+from hypothesis import given
+from hypothesis import strategies as st
+
 from engine.core.reservation import ReservationAllocator, estimated_output
 from engine.core.sequence import SequenceCounter, make_group
 

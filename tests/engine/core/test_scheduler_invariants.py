@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, strategies as st
-
 from core_harness import Req, StepInvariants, check_finished, drive, hyp, scheduler_for
-from engine.core.scheduler.fastertransformer import FasterTransformerScheduler
+from hypothesis import given
+from hypothesis import strategies as st
+
 from engine.core.scheduler.common import RequestTooLong
+from engine.core.scheduler.fastertransformer import FasterTransformerScheduler
 from engine.core.scheduler.orca import OrcaScheduler
 from engine.core.scheduler.vllm import VLLMScheduler
 from engine.core.sequence import SequenceCounter, make_group

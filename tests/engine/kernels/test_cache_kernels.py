@@ -7,7 +7,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from engine.kernels import (  # noqa: E402
-    allocate_cpu_cache, copy_blocks, copy_blocks_ref, swap_blocks, write_kv_cache,
+    allocate_cpu_cache,
+    copy_blocks,
+    copy_blocks_ref,
+    swap_blocks,
+    write_kv_cache,
     write_kv_cache_ref,
 )
 from engine.kernels.swap import contiguous_runs  # noqa: E402

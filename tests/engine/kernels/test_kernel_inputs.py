@@ -9,7 +9,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from engine.kernels import (  # noqa: E402
-    copy_blocks, paged_attention_decode, resolve_backend, swap_blocks, write_kv_cache,
+    copy_blocks,
+    paged_attention_decode,
+    resolve_backend,
+    swap_blocks,
+    write_kv_cache,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[3]

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from engine.core.spec import load_model_spec  # noqa: E402
+from engine.specs.loader import load_model_spec  # noqa: E402
 
 
 @pytest.fixture(params=["opt-tiny", "llama-tiny"])

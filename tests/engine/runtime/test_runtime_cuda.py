@@ -7,6 +7,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs CUDA", allow_module_level=True)
 
 from runtime_reference import StepRecorder  # noqa: E402
+
 from engine.core.system import SystemSpec  # noqa: E402
 from engine.runtime.cache import PagedKVCache, kv_pool_blocks_that_fit  # noqa: E402
 from engine.runtime.engine import Engine  # noqa: E402

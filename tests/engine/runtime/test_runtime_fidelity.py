@@ -11,6 +11,7 @@ pytest.importorskip("simpy")
 
 import numpy as np  # noqa: E402
 from runtime_reference import BACKEND  # noqa: E402
+
 from calibrate.costmodel import CostModel  # noqa: E402
 from engine.core.system import PAPER_SYSTEMS  # noqa: E402
 from engine.runtime.engine import Engine  # noqa: E402

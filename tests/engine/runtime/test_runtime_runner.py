@@ -4,10 +4,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from runtime_reference import BACKEND, dense_logits  # noqa: E402
+
 from engine.core.batch import Batch  # noqa: E402
-from engine.core.spec import load_model_spec  # noqa: E402
 from engine.runtime.model import Decoder  # noqa: E402
 from engine.runtime.runner import ModelRunner  # noqa: E402
+from engine.specs.loader import load_model_spec  # noqa: E402
 
 BLOCK = 4
 

@@ -12,6 +12,7 @@ pytest.importorskip("triton")
 pytest.importorskip("engine.core.factory")
 
 from runtime_reference import StepRecorder  # noqa: E402
+
 from engine.core.system import SystemSpec  # noqa: E402
 from engine.runtime.engine import Engine  # noqa: E402
 

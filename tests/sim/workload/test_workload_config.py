@@ -1,10 +1,13 @@
 """The workload: section, validated, and the Trace it builds."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from engine.core.errors import SpecError
+from engine.specs.errors import SpecError
 from sim.workload.config import WorkloadConfig, build_trace
-from sim.workload.paths import REPO_ROOT, SHAREGPT_CSV
+from sim.workload.lengths import load_lengths
+from sim.workload.paths import SHAREGPT_CSV
 from sim.workload.trace import read_trace_csv, write_trace_csv
 
 TRACE = "arrived_at,num_prefill_tokens,num_decode_tokens\n0,100,10\n1,200,20\n2,1900,200\n3,300,30\n4,400,40\n"
@@ -60,12 +63,32 @@ def test_relative_paths_resolve_beside_the_config_from_any_cwd(tmp_path, monkeyp
     assert parse({"dataset": "lengths.csv"}, tmp_path).dataset == str(tmp_path / "lengths.csv")
 
 
-def test_relative_paths_fall_back_to_the_repo_root(tmp_path, monkeypatch):
-    if not SHAREGPT_CSV.is_file():
-        pytest.skip("traces/sharegpt_opt.csv not built")
+def test_relative_paths_fall_back_to_the_current_directory(tmp_path, monkeypatch):
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "mine.csv").write_text("prompt_len,output_len\n5,7\n")
+    (tmp_path / "configs").mkdir()
     monkeypatch.chdir(tmp_path)
-    cfg = parse({"dataset": "traces/sharegpt_opt.csv"}, tmp_path)
-    assert cfg.dataset == str(REPO_ROOT / "traces" / "sharegpt_opt.csv")
+    cfg = parse({"dataset": "traces/mine.csv"}, tmp_path / "configs")
+    assert cfg.dataset == str(tmp_path / "traces" / "mine.csv")
+
+
+def test_relative_paths_do_not_guess_a_repo_root(tmp_path, monkeypatch):
+    # from another folder, a path that exists only in the source tree is not found, and the error
+    # names where it looked: beside the config, then the current directory
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SpecError) as caught:
+        parse({"trace": "traces/example_bursty.csv"}, tmp_path / "configs")
+    message = str(caught.value)
+    assert "not found" in message and str(tmp_path / "configs" / "traces") in message
+    assert message.count("example_bursty.csv") == 3  # the value, and the two places tried
+
+
+def test_shipped_sharegpt_lengths_are_package_data():
+    import sim.workload
+    assert SHAREGPT_CSV.is_file()
+    assert SHAREGPT_CSV.parent == Path(sim.workload.__file__).resolve().parent / "data"
+    lengths = load_lengths("sharegpt")
+    assert len(lengths) == 15270 and lengths.source == "sharegpt (traces/sharegpt_opt.csv)"
 
 
 @pytest.mark.parametrize("arrival", ["poisson", "exponential", "gamma", "constant"])

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from engine.core.errors import SpecError
+from engine.specs.errors import SpecError
 from sim.workload.sharegpt import build_sharegpt_csv
 
 

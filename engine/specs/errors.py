@@ -1,0 +1,13 @@
+"""Errors a user can cause, with enough context to fix them."""
+from __future__ import annotations
+
+
+class SpecError(ValueError):
+    """A bad value in a file a user wrote: names the file, the key path and what is valid."""
+
+    def __init__(self, source: str, key: str, message: str):
+        self.source = str(source)
+        self.key = key
+        self.message = message
+        where = f"{self.source}: {key}" if key else self.source
+        super().__init__(f"{where}: {message}")

@@ -1,0 +1,107 @@
+"""The rooms' import rules hold: sim -> calibrate -> engine, never upward, and the control plane is pure.
+
+`engine` imports neither `sim` nor `calibrate`; `engine/core` imports none of torch, numpy, yaml.
+Checked twice: by reading every import statement in the source (anywhere in a file: top level,
+inside functions, under `if TYPE_CHECKING:`), and by importing the modules in a fresh interpreter
+and looking at what came along.
+"""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ENGINE = REPO / "engine"
+CORE = ENGINE / "core"
+
+FORBIDDEN = [  # (folder, top-level packages no file under it may import)
+    (ENGINE, {"sim", "calibrate"}),
+    (CORE, {"torch", "numpy", "yaml", "triton"}),
+]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported_modules(source: str, module: str, is_package: bool = False) -> set[str]:
+    """Every module an import statement in `source` names, relative imports made absolute."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                package = module.split(".")
+                package = package[:len(package) - node.level + (1 if is_package else 0)]
+                base = ".".join(package + ([node.module] if node.module else []))
+            else:
+                base = node.module
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
+    return found
+
+
+def violations(folder: Path, banned: set[str]) -> list[str]:
+    bad = []
+    for path in sorted(folder.rglob("*.py")):
+        names = imported_modules(path.read_text(encoding="utf-8"), module_name(path), path.name == "__init__.py")
+        for name in sorted(names):
+            if name.split(".")[0] in banned:
+                bad.append(f"{path.relative_to(REPO)} imports {name}")
+    return bad
+
+
+def test_the_scan_sees_every_kind_of_import():
+    source = ("import os\n"
+              "from typing import TYPE_CHECKING\n"
+              "if TYPE_CHECKING:\n    from sim.config import Experiment\n"
+              "def f():\n    import torch.nn as nn\n    from numpy import zeros\n"
+              "class C:\n    def g(self):\n        from .. import errors\n")
+    names = imported_modules(source, "engine.core.scheduler.vllm")
+    assert {"sim.config", "torch.nn", "numpy", "engine.core.errors"} <= names
+
+
+@pytest.mark.parametrize("folder,banned", FORBIDDEN, ids=["engine-not-sim-calibrate", "core-pure-python"])
+def test_no_source_file_breaks_the_rule(folder, banned):
+    files = list(folder.rglob("*.py"))
+    assert len(files) > 5, f"found only {len(files)} files under {folder}"
+    assert violations(folder, banned) == []
+
+
+def _import_in_a_fresh_interpreter(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def test_importing_the_control_plane_brings_no_tensor_or_yaml_library():
+    modules = sorted(module_name(p) for p in CORE.rglob("*.py"))
+    code = ("import importlib, sys\n"
+            f"for name in {modules!r}:\n    importlib.import_module(name)\n"
+            "bad = [m for m in ('torch', 'triton', 'numpy', 'yaml', 'sim', 'calibrate') if m in sys.modules]\n"
+            "assert not bad, bad\n"
+            "print(len([m for m in sys.modules if m.startswith('engine.core')]))\n")
+    result = _import_in_a_fresh_interpreter(code)
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) >= len(modules) - 1  # every module really imported
+
+
+def test_importing_the_engine_brings_neither_simulator_nor_calibration():
+    modules = sorted(module_name(p) for p in ENGINE.rglob("*.py"))
+    code = ("import importlib, sys\n"
+            "skipped = []\n"
+            f"for name in {modules!r}:\n"
+            "    try:\n        importlib.import_module(name)\n"
+            "    except ImportError as e:\n"
+            "        if e.name not in ('torch', 'triton'):\n            raise\n"
+            "        skipped.append(name)\n"
+            "bad = [m for m in ('sim', 'calibrate') if m in sys.modules]\n"
+            "assert not bad, bad\n")
+    result = _import_in_a_fresh_interpreter(code)
+    assert result.returncode == 0, result.stderr

@@ -1,0 +1,128 @@
+"""servesim installs as a wheel and runs from any folder on its shipped models, hardware and ShareGPT lengths.
+
+`pip wheel .` (no build isolation, so no network), a fresh venv without system site packages, the
+wheel installed there with --no-deps --no-index, and `servesim run` from an empty folder. The
+venv borrows this interpreter's dependencies (simpy, numpy, pandas, ...) through a .pth file that
+lists this environment's site-packages; Python does not run .pth files found in a folder that a
+.pth file lists, so an editable install of the repo there stays invisible.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = [
+    "engine/specs/models/opt-13b.yaml",
+    "engine/specs/models/opt-175b.yaml",
+    "calibrate/hardware_specs/a100-40gb.yaml",
+    "calibrate/hardware_specs/h200.yaml",
+    "calibrate/profiles/cpu-opt-125m.yaml",
+    "sim/workload/data/sharegpt_opt.csv",
+]
+CONFIG = """\
+name: wheel
+model: opt-13b
+hardware: a100-40gb
+kv_cache_gib: 12
+cost_model: roofline
+workload:
+  dataset: sharegpt
+  arrival: poisson
+  duration_s: 120
+systems: [vllm]
+rates: [1.0]
+seeds: [0]
+warmup_s: 20
+"""
+NOT_COPIED = shutil.ignore_patterns(".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", "results",
+                                    "*_cache", ".hypothesis", "*.whl")
+
+
+def _run(command: list, cwd: Path, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    result = subprocess.run([str(c) for c in command], cwd=cwd, env=env, capture_output=True, text=True,
+                            timeout=timeout)
+    assert result.returncode == 0, f"{' '.join(map(str, command))} failed:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def _pip_version() -> tuple[int, ...]:
+    import pip
+    return tuple(int(part) for part in pip.__version__.split(".")[:2] if part.isdigit())
+
+
+def _clean_env() -> dict:
+    """No PYTHONPATH or venv of ours leaks into the fresh venv's processes."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP", "PYTHONUSERBASE")}
+    env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", MPLBACKEND="Agg")
+    return env
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    if importlib.util.find_spec("pip") is None:
+        pytest.skip("pip is not installed in this interpreter, so no wheel can be built or installed")
+    if _pip_version() < (22, 3):
+        pytest.skip("pip older than 22.3 cannot install into another environment (--python)")
+    if importlib.util.find_spec("setuptools") is None:
+        pytest.skip("setuptools is not installed (it is in the test extra): `pip wheel --no-build-isolation` "
+                    "needs the build backend in this interpreter")
+    base = tmp_path_factory.mktemp("wheel")
+    # build from a copy, so a stale build/ folder in the checkout cannot slip old files into the wheel
+    source = base / "src"
+    shutil.copytree(REPO, source, ignore=NOT_COPIED)
+    _run([sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation", "-q", "-w", base / "dist"],
+         cwd=source, env=_clean_env(), timeout=120)
+    wheels = list((base / "dist").glob("servesim-*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+def test_the_wheel_carries_the_shipped_data(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    missing = [name for name in SHIPPED if name not in names]
+    assert not missing, f"not in {wheel.name}: {missing}"
+    assert not [n for n in names if n.startswith(("tests/", "configs/", "traces/", "results/"))]
+
+
+def test_installed_wheel_runs_an_experiment_from_an_empty_folder(wheel, tmp_path):
+    env = tmp_path / "venv"
+    try:
+        venv.EnvBuilder(system_site_packages=False, with_pip=False, symlinks=os.name != "nt").create(env)
+    except Exception as err:  # e.g. Debian's python3 without python3-venv
+        pytest.skip(f"cannot create a venv here: {err}")
+    python = env / ("Scripts" if os.name == "nt" else "bin") / "python"
+    clean = _clean_env()
+    # pip from this interpreter installs into the venv (pip >= 22.3: --python); before the .pth below,
+    # so pip sees an empty environment
+    _run([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index", "-q", wheel],
+         cwd=tmp_path, env=clean)
+    site = Path(_run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                     cwd=tmp_path, env=clean).stdout.strip())
+    ours = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
+    (site / "_servesim_test_dependencies.pth").write_text("".join(f"{p}\n" for p in ours))
+
+    work = tmp_path / "empty"
+    work.mkdir()
+    (work / "q.yaml").write_text(CONFIG)
+    where = _run([python, "-c", "import sim, engine, calibrate; print(sim.__file__, engine.__file__, calibrate.__file__)"],
+                 cwd=work, env=clean).stdout.split()
+    assert all(Path(f).resolve().is_relative_to(site.resolve()) for f in where), where
+
+    scripts = python.parent
+    result = _run([scripts / "servesim", "run", "q.yaml"], cwd=work, env=clean, timeout=120)
+    summary = work / "results" / "wheel" / "summary.csv"
+    assert summary.is_file(), result.stdout
+    text = summary.read_text()
+    assert "opt-13b,a100-40gb" in text and "sharegpt (traces/sharegpt_opt.csv)" in text  # the shipped lengths
+    assert "stand-in" not in text
