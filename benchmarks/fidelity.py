@@ -52,7 +52,8 @@ def report(fidelity: pd.DataFrame, sustainable: pd.DataFrame, iterations: pd.Dat
     speed_line = (f"machine speed during the real replays: {min(speeds):.2f}-{max(speeds):.2f}x the profile's "
                   f"(speed probe); the simulator ran each trace at its replays' speed"
                   if speeds and meta.get("speed_correction") else
-                  "machine speed: not corrected (validation.speed_correction off, or no speed reference in the profile)")
+                  "machine speed: not corrected "
+                  "(validation.speed_correction off, or no speed reference in the profile)")
     load = meta.get("load_average_before"), meta.get("load_average_after")
     lines = [
         f"fidelity: {meta.get('name')}: {meta.get('model')} (max_model_len {meta.get('max_model_len')}) on "

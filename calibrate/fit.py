@@ -83,7 +83,8 @@ def check_raw(raw: pd.DataFrame, source: str) -> None:
         if column not in raw.columns:
             continue
         if raw[column].nunique() != 1:
-            raise SpecError(source, f"column {column}", f"one profile fits one {column}; found {sorted(raw[column].unique())}")
+            raise SpecError(source, f"column {column}",
+                            f"one profile fits one {column}; found {sorted(raw[column].unique())}")
 
 
 def speed_reference(raw: pd.DataFrame, source: str) -> dict:
@@ -161,5 +162,6 @@ def fit_plot(predictions: pd.DataFrame, path, title: str = ""):
     ax.legend(frameon=False, fontsize=8)
     if title:
         ax.set_title(title, fontsize=9)
-    write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=120, bbox_inches="tight", metadata={"Software": None}))
+    write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=120, bbox_inches="tight",
+                                             metadata={"Software": None}))
     plt.close(fig)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 import numpy as np
 import pandas as pd

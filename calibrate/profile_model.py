@@ -35,7 +35,7 @@ class ProfileCostModel(CostModel):
 
     @classmethod
     def from_profile(cls, path: str | Path, model: ModelSpec | None = None, hardware: HardwareSpec | None = None,
-                     tp: int = 1, dtype_bytes: int = 2, block_size: int = 16) -> "ProfileCostModel":
+                     tp: int = 1, dtype_bytes: int = 2, block_size: int = 16) -> ProfileCostModel:
         profile = load_profile(path)
         if model is not None and model.name != profile.model:
             raise SpecError(str(path), "model", (
@@ -92,7 +92,8 @@ def implied_efficiency(profile: Profile, measured_on: HardwareSpec, dtype_bytes:
     per_context = c["decode_context_s"] + c["decode_padded_context_s"]  # equal for a uniform batch
     bw_eff = kv_bytes / per_context / measured_on.hbm_bytes_per_s if per_context > 0 else 1.0
     compute_eff, bw_eff = min(compute_eff, 1.0), min(bw_eff, 1.0)
-    weight_bytes = (model.num_layers * model.layer_linear_params() + model.vocab_size * model.hidden_size) * dtype_bytes / tp
+    weights = model.num_layers * model.layer_linear_params() + model.vocab_size * model.hidden_size
+    weight_bytes = weights * dtype_bytes / tp
     # a one-token iteration is the weights read once plus the fixed overheads
     overhead = max(profile.token_costs_s[0] - weight_bytes / (bw_eff * measured_on.hbm_bytes_per_s), 0.0)
     return RooflineParams(compute_efficiency=compute_eff, bandwidth_efficiency=bw_eff, overhead_s=overhead)

@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 # name -> (prefill_lens, decode_context_lens)
 PROBE_SHAPES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO
 
 
 def replace_atomic(path: str | Path, write: Callable[[str], object]) -> Path:

@@ -8,8 +8,8 @@ for one: `compare_schedules` says whether it did.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pandas as pd

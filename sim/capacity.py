@@ -7,8 +7,8 @@ the knee by doubling, then bisects to a relative tolerance; each probe is one ru
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from engine.core.system import SystemSpec
 from sim.config import Experiment

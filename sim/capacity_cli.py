@@ -12,7 +12,8 @@ def _parse_target(text: str):
     from sim.capacity import TARGET_METRICS, Target
 
     if "=" not in text:
-        raise SpecError("--target", text, f"write METRIC=LIMIT, e.g. normalized_latency=0.1; metrics: {list(TARGET_METRICS)}")
+        raise SpecError("--target", text,
+                        f"write METRIC=LIMIT, e.g. normalized_latency=0.1; metrics: {list(TARGET_METRICS)}")
     metric, limit = text.split("=", 1)
     if metric not in TARGET_METRICS:
         raise SpecError("--target", metric, f"unknown metric; valid: {list(TARGET_METRICS)}")

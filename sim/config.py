@@ -214,7 +214,7 @@ def check_fits(exp: Experiment) -> None:
         raise SpecError(src, "model", (
             f"{model.name} needs {weights / GIB:.1f} GiB of weights per GPU at tensor_parallel={tp}, "
             f"but {hw.name} has {hw.memory_gib} GiB; raise tensor_parallel or choose larger hardware"))
-    for i, system in enumerate(exp.systems):
+    for system in exp.systems:
         pool = exp.kv_pool(system)
         if pool.num_slots < model.max_seq_len:
             key = "kv_cache_gib" if exp.kv_cache_gib is not None else "hardware"

@@ -27,7 +27,8 @@ FORBIDDEN = [  # (folder, modules (and their submodules) no file under it may im
     (REPO / "calibrate", {"sim", "fidelity"}),
     (REPO / "sim", {"fidelity", "engine.runtime", "engine.kernels", "torch", "triton"}),
 ]
-ALLOWED = {("sim/cli.py", "fidelity.cli"), ("sim/cli.py", "fidelity.cli.register")}  # the CLI front door registers every room's commands
+# the CLI front door registers every room's commands
+ALLOWED = {("sim/cli.py", "fidelity.cli"), ("sim/cli.py", "fidelity.cli.register")}
 
 
 def module_name(path: Path) -> str:

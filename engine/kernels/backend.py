@@ -9,7 +9,7 @@ import torch
 BACKENDS = ("auto", "triton", "torch")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def triton_available() -> bool:
     try:
         import triton  # noqa: F401  (harmless: only @triton.jit modules must wait for TRITON_INTERPRET)

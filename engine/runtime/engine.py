@@ -8,8 +8,8 @@ injected `time_fn` here, for fidelity tests).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch

@@ -5,8 +5,8 @@ a wrong length or block id in a Triton kernel does not fail, it corrupts someone
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 

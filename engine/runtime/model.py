@@ -46,7 +46,7 @@ class AttentionMetadata:
         return 0 if self.context_lens is None else int(self.context_lens.shape[0])
 
     @classmethod
-    def dense(cls, num_tokens: int) -> "AttentionMetadata":
+    def dense(cls, num_tokens: int) -> AttentionMetadata:
         """One causal sequence and no cache: the no-cache reference forward."""
         return cls(prefill_lens=[num_tokens])
 

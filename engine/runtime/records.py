@@ -25,7 +25,7 @@ class ReplayResult:
     iterations: list[IterationRecord] = field(default_factory=list)
 
     @classmethod
-    def of(cls, records: ServingRecords) -> "ReplayResult":
+    def of(cls, records: ServingRecords) -> ReplayResult:
         return cls(records.request_rows(), records.iteration_rows())
 
     def request_columns(self) -> dict[str, list]:

@@ -1,7 +1,7 @@
 """Executes one Batch against the paged KV cache, samples, and times it."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -17,7 +17,7 @@ class IterationTimer:
         self.device = device
         self.seconds = 0.0
 
-    def __enter__(self) -> "IterationTimer":
+    def __enter__(self) -> IterationTimer:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # nothing earlier may leak into this iteration
             self._start = torch.cuda.Event(enable_timing=True)

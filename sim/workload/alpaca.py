@@ -6,8 +6,8 @@ there is one; output = output. Tokenized with GPT-2's BPE (OPT's), like the Shar
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 

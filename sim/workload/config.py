@@ -49,7 +49,7 @@ class WorkloadConfig:
 
     @classmethod
     def from_dict(cls, raw: dict | None, source: str = "config",
-                  base_dir: str | Path | None = None) -> "WorkloadConfig":
+                  base_dir: str | Path | None = None) -> WorkloadConfig:
         raw = {} if raw is None else raw
         if not isinstance(raw, dict):
             raise SpecError(source, SECTION, f"must be a mapping of keys to values, got {type(raw).__name__}")

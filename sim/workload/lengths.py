@@ -58,7 +58,7 @@ class LengthTable:
     def is_stand_in(self) -> bool:
         return STAND_IN in self.source
 
-    def fitting(self, max_seq_len: int) -> "LengthTable":
+    def fitting(self, max_seq_len: int) -> LengthTable:
         keep = self.prompt_len + self.output_len < max_seq_len
         return LengthTable(self.prompt_len[keep], self.output_len[keep], self.source)
 

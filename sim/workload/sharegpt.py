@@ -13,9 +13,9 @@ import importlib.metadata
 import json
 import re
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 
@@ -62,11 +62,12 @@ def walk_conversations(text: str, source: str, walk: Walk) -> Iterator[tuple[int
             item, pos = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as e:
             if complete:
-                raise SpecError(source, f"item {walk.num_items + 1}", f"(line {e.lineno}) invalid JSON: {e.msg}")
+                raise SpecError(source, f"item {walk.num_items + 1}",
+                                f"(line {e.lineno}) invalid JSON: {e.msg}") from None
             walk.truncated_at_line = text.count("\n", 0, pos) + 1
             return
         walk.num_items += 1
-        yield walk.num_items, _turns(item, walk.num_items, source, lambda: text.count("\n", 0, pos) + 1)
+        yield walk.num_items, _turns(item, walk.num_items, source, lambda end=pos: text.count("\n", 0, end) + 1)
 
 
 def _turns(item, index: int, source: str, line: Callable[[], int]) -> list:

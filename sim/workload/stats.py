@@ -21,7 +21,7 @@ class Summary:
     max: int
 
     @classmethod
-    def of(cls, values: np.ndarray) -> "Summary":
+    def of(cls, values: np.ndarray) -> Summary:
         if len(values) == 0:
             return cls(0, float("nan"), float("nan"), float("nan"), float("nan"), 0)
         p50, p90, p99 = np.percentile(values, PERCENTILES)

@@ -54,7 +54,7 @@ class Trace:
             return 0.0
         return len(self) / self.duration_s if self.duration_s > 0 else float("inf")
 
-    def window(self, start_s: float, end_s: float | None = None) -> "Trace":
+    def window(self, start_s: float, end_s: float | None = None) -> Trace:
         """Requests arriving in [start_s, end_s), rebased so the window starts at 0 (no end: to the end)."""
         end = self.duration_s if end_s is None else float(end_s)
         if not 0 <= start_s < end:
@@ -63,26 +63,26 @@ class Trace:
         return self._select(keep, arrival_s=self.arrival_s[keep] - start_s,
                             duration_s=max(min(end, self.duration_s) - start_s, 0.0))
 
-    def scaled(self, factor: float) -> "Trace":
+    def scaled(self, factor: float) -> Trace:
         """Replay at `factor` x the recorded rate: arrival times divided by factor."""
         if not factor > 0:
             raise ValueError(f"time scale must be > 0, got {factor}")
         return Trace(self.arrival_s / factor, self.prompt_len, self.output_len, self.n,
                      self.source, self.duration_s / factor)
 
-    def fit_to(self, max_seq_len: int) -> "Trace":
+    def fit_to(self, max_seq_len: int) -> Trace:
         """Drop (not truncate) requests with prompt + output >= max_seq_len, as the paper's generator did."""
         keep = self.prompt_len + self.output_len < max_seq_len
         return self._select(keep)
 
-    def with_source(self, source: str) -> "Trace":
+    def with_source(self, source: str) -> Trace:
         return Trace(self.arrival_s, self.prompt_len, self.output_len, self.n, source, self.duration_s)
 
-    def with_n(self, n: int) -> "Trace":
+    def with_n(self, n: int) -> Trace:
         return Trace(self.arrival_s, self.prompt_len, self.output_len, n, self.source, self.duration_s)
 
     def _select(self, keep: np.ndarray, arrival_s: np.ndarray | None = None,
-                duration_s: float | None = None) -> "Trace":
+                duration_s: float | None = None) -> Trace:
         return Trace(self.arrival_s[keep] if arrival_s is None else arrival_s,
                      self.prompt_len[keep], self.output_len[keep], self.n[keep], self.source,
                      self.duration_s if duration_s is None else duration_s)

@@ -16,7 +16,8 @@ def gpu_like_token_cost(tokens):
     return 0.020 + 2e-5 * tokens + 8e-5 * np.maximum(tokens - 512, 0) + 0.01 * (tokens >= 4)
 
 
-def synthetic_raw(noise: float, seed: int = 0, grid: Grid | None = None, token_cost=gpu_like_token_cost) -> pd.DataFrame:
+def synthetic_raw(noise: float, seed: int = 0, grid: Grid | None = None,
+                  token_cost=gpu_like_token_cost) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     rows = [shape_row(shape, [1.0]) for shape in (grid or Grid()).shapes()]
     frame = pd.DataFrame(rows)

@@ -37,7 +37,8 @@ def test_profile_fit_show_then_simulate(tmp_path, capsys, monkeypatch):
     assert fitted.model == "opt-tiny" and fitted.device == "cpu" and fitted.torch_threads == 1
     assert fitted.speed_reference["decode_s"] > 0 and fitted.speed_reference["prefill_s"] > 0
     assert fitted.speed_reference["samples"] >= 2  # at the start and at the end, at least
-    assert fitted.token_knots == sorted(set(fitted.token_knots)) and len(fitted.token_costs_s) == len(fitted.token_knots)
+    assert fitted.token_knots == sorted(set(fitted.token_knots))
+    assert len(fitted.token_costs_s) == len(fitted.token_knots)
     assert main(["calibrate", "show", str(profile)]) == 0
     report = capsys.readouterr().out
     assert "held-out error" in report and "token-cost table" in report and "speed reference" in report

@@ -73,7 +73,8 @@ def drive(sched, reqs: list[Req], checkers: tuple[Checker, ...] = (), max_steps:
     groups, finished, batches, waiting = [], [], [], []
     step = 0
     while pending or sched.has_unfinished():
-        assert step < max_steps, f"no end after {max_steps} steps: {sched.num_waiting} waiting, {sched.num_running} running"
+        assert step < max_steps, (f"no end after {max_steps} steps: {sched.num_waiting} waiting, "
+                                  f"{sched.num_running} running")
         while pending and pending[0][1].arrival <= step:
             rid, r = pending.popleft()
             group = make_group(rid, float(r.arrival), r.prompt, r.output, r.n, counter)

@@ -59,9 +59,10 @@ class StepRecorder:
         for seq_id, steps in self.steps.items():
             full = self.full_tokens(seq_id)
             reference = dense_logits(model, full)
-            for prefix, logits, token in steps:
+            for prefix, logits, _token in steps:
                 assert prefix == full[:len(prefix)], f"sequence {seq_id}: tokens changed under it"
+                where = f"sequence {seq_id} at length {len(prefix)}"
                 torch.testing.assert_close(logits, reference[len(prefix) - 1], atol=atol, rtol=0,
-                                           msg=lambda m: f"sequence {seq_id} at length {len(prefix)}: {m}")
+                                           msg=lambda m, where=where: f"{where}: {m}")
                 checked += 1
         return checked

@@ -34,5 +34,5 @@ def test_engine_runs_on_triton_kernels(opt_tiny):
     assert runs["triton"][0] == runs["torch"][0]
     assert any(b.blocks_to_copy for b in runs["triton"][1].batches)
     for seq_id, steps in runs["triton"][1].steps.items():
-        for (prefix, logits, _), (_, ref_logits, _) in zip(steps, runs["torch"][1].steps[seq_id]):
+        for (_, logits, _), (_, ref_logits, _) in zip(steps, runs["torch"][1].steps[seq_id]):
             torch.testing.assert_close(logits, ref_logits, atol=1e-4, rtol=0)
