@@ -43,7 +43,7 @@ def _threads() -> int:
 def _versions() -> dict[str, str]:
     import torch
 
-    versions = {"torch_version": torch.__version__}
+    versions = {"torch_version": torch.__version__, "blas_version": _blas(torch)}
     try:
         import triton
 
@@ -51,6 +51,14 @@ def _versions() -> dict[str, str]:
     except ImportError:
         versions["triton_version"] = "none"
     return versions
+
+
+def _blas(torch) -> str:
+    """The BLAS torch was built with (its speed on a CPU is the BLAS's): e.g. 'mkl' or 'open'."""
+    for line in torch.__config__.show().splitlines():
+        if "BLAS_INFO=" in line:
+            return line.split("BLAS_INFO=", 1)[1].split(",")[0].strip()
+    return "unknown"
 
 
 class Progress:

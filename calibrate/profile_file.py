@@ -6,12 +6,13 @@ from pathlib import Path
 
 import yaml
 
-from calibrate.features import TERMS
+from calibrate.features import TERMS, TERMS_ADDED_IN_3
 from engine.atomic import write_text_atomic
 from engine.specs.errors import SpecError
 from engine.specs.loader import available_models
 
-FORMAT = "servesim-profile/2"  # /1 had a knee and power-of-two steps instead of the token table
+FORMAT = "servesim-profile/3"  # /3 adds per_prefill_s and mixed_s
+READABLE_FORMATS = ("servesim-profile/2", FORMAT)  # /1 had a knee and power-of-two steps instead of the token table
 
 
 @dataclass
@@ -47,7 +48,7 @@ class Profile:
 
 def _check(raw: dict, source: str) -> None:
     version = raw.get("format", "servesim-profile/1" if "knee_tokens" in raw else FORMAT)
-    if version != FORMAT:
+    if version not in READABLE_FORMATS:
         raise SpecError(source, "format", (
             f"{version!r} is not {FORMAT!r}: re-fit it from its measurements "
             f"(servesim calibrate fit RAW.csv --out {source})"))
@@ -63,6 +64,10 @@ def _check(raw: dict, source: str) -> None:
     coefficients = raw["coefficients"]
     if not isinstance(coefficients, dict):
         raise SpecError(source, "coefficients", f"must map each of {list(TERMS)} to seconds")
+    if version == "servesim-profile/2":  # fitted without these terms: they cost nothing
+        for term in TERMS_ADDED_IN_3:
+            coefficients.setdefault(term, 0.0)
+        raw["format"] = FORMAT
     for term in TERMS:
         if term not in coefficients:
             raise SpecError(source, f"coefficients.{term}", "missing coefficient")

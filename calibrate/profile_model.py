@@ -24,6 +24,7 @@ class ProfileCostModel(CostModel):
                                      / (self._knots[-1] - self._knots[-2]), 0.0) if len(self._knots) > 1 else 0.0)
         self._prefill_sq, self._context = c["prefill_attention_s"], c["decode_context_s"]
         self._padded_context, self._per_seq = c["decode_padded_context_s"], c["per_sequence_s"]
+        self._per_prefill, self._mixed = c["per_prefill_s"], c["mixed_s"]
         if profile.swap_s_per_block is not None:
             self._swap_per_block = profile.swap_s_per_block
         elif pcie_bytes_per_s and block_bytes:
@@ -55,7 +56,9 @@ class ProfileCostModel(CostModel):
             t += (self._context * batch.sum_decode_context
                   + self._padded_context * batch.num_decodes * batch.max_decode_context)
         if batch.prefill_lens:
-            t += self._prefill_sq * batch.sum_prefill_sq
+            t += self._prefill_sq * batch.sum_prefill_sq + self._per_prefill * batch.num_prefills
+            if batch.decode_context_lens:
+                t += self._mixed
         return t
 
     def token_cost(self, tokens: int) -> float:

@@ -12,7 +12,7 @@ from engine.specs.errors import SpecError
 def test_recovers_known_coefficients_from_noisy_timings():
     result = fit_profile(synthetic_raw(noise=0.01), "synthetic.csv", "test")
     profile = result.profile
-    for term in ("prefill_attention_s", "decode_context_s", "per_sequence_s"):
+    for term in ("prefill_attention_s", "decode_context_s", "per_sequence_s", "per_prefill_s", "mixed_s"):
         assert profile.coefficients[term] == pytest.approx(TRUE[term], rel=0.15), term
     # the token-cost table at its knots is the true cost there
     truth = gpu_like_token_cost(profile.token_knots)

@@ -58,6 +58,8 @@ def profile_text(model: str = "opt-tiny", device: str = "cpu", dtype: str = "flo
           decode_context_s: 1.0e-7
           decode_padded_context_s: 0.0
           per_sequence_s: 5.0e-5
+          per_prefill_s: 0.0
+          mixed_s: 0.0
         heldout_mape: 0.05
         heldout_p95_ape: 0.1
         train_rows: 10
