@@ -4,7 +4,6 @@ The only room besides the engine that imports torch, and only when it runs.
 """
 from __future__ import annotations
 
-import platform
 import sys
 import time
 from collections.abc import Callable
@@ -13,25 +12,11 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from calibrate.device import device_name
 from calibrate.grid import GRIDS, Grid, Shape
 from calibrate.speed import PROBE_SHAPES, SpeedProbe, SpeedSamples, probe_blocks
 from engine.core.batch import BatchShape
 from engine.core.spec import ModelSpec
-
-
-def _device_name(device) -> str:
-    import torch
-
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _threads() -> int:
@@ -129,7 +114,7 @@ def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid
     rows += probe_rows(probe.samples)
     progress(len(shapes) * repeats + 1)
     frame = pd.DataFrame(rows)
-    meta = {"model": spec.name, "device": runner.device.type, "device_name": _device_name(runner.device),
+    meta = {"model": spec.name, "device": runner.device.type, "device_name": device_name(str(runner.device)),
             "dtype": str(runner.dtype).removeprefix("torch."), "block_size": block_size, "tensor_parallel": 1,
             "torch_threads": _threads(), "attention_backend": attention_backend, **_versions()}
     return frame.assign(**meta)

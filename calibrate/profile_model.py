@@ -48,7 +48,11 @@ class ProfileCostModel(CostModel):
                 f"the profile was measured at tensor_parallel={profile.tensor_parallel}, the config asks {tp}"))
         pcie = hardware.pcie_bytes_per_s if hardware is not None else None
         block_bytes = model.kv_bytes_per_token(dtype_bytes) * block_size // tp if model is not None else None
-        return cls(profile, str(path), pcie, block_bytes)
+        cost = cls(profile, str(path), pcie, block_bytes)
+        if hardware is not None and hardware_for_device(profile.device_name) != hardware.name:
+            # the times are the profiled device's, whatever the config's hardware says: tell the reader
+            cost.source = cost.source[:-1] + f"; measured on {profile.device_name}, not on {hardware.name})"
+        return cost
 
     def iteration_time(self, batch: ShapeMetrics) -> float:
         t = self.token_cost(batch.num_tokens) + self._per_seq * batch.num_seqs

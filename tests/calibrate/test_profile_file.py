@@ -174,3 +174,12 @@ def test_the_simulator_and_the_fit_read_the_table_alike():
         inside = tokens[tokens <= profile.token_knots[-1]]
         assert token_basis(inside, profile.token_knots) @ np.array(costs) == pytest.approx(
             token_costs(inside, profile.token_knots, costs))
+
+
+def test_a_profile_of_another_device_than_the_configs_hardware_says_so_in_its_source(tmp_path):
+    path = make_profile().save(tmp_path / "p.yaml")  # measured on an NVIDIA H200
+    opt13b = load_model_spec("opt-13b")
+    on_a100 = ProfileCostModel.from_profile(path, opt13b, load_hardware("a100-40gb"))
+    on_h200 = ProfileCostModel.from_profile(path, opt13b, load_hardware("h200"))
+    assert "measured on NVIDIA H200, not on a100-40gb" in on_a100.source
+    assert "not on" not in on_h200.source

@@ -5,6 +5,8 @@ runs, refuses bad input and proves the two control planes agree, not how good a 
 """
 import textwrap
 
+from calibrate.device import device_name as this_device
+
 TINY_LENGTHS = """\
 prompt_len,output_len
 12,6
@@ -40,14 +42,15 @@ validation:
 
 
 def profile_text(model: str = "opt-tiny", device: str = "cpu", dtype: str = "float32",
-                 speed_reference: bool = True) -> str:
+                 speed_reference: bool = True, device_name: str | None = None) -> str:
+    device_name = device_name or (this_device("cpu") if device == "cpu" else "NVIDIA H200")
     # the probe's times at "calibration": with them validation probes the machine and corrects for its speed
     reference = ("speed_reference: {decode_s: 0.002, prefill_s: 0.004, samples: 9, probe: test}"
                  if speed_reference else "")
     return textwrap.dedent(f"""\
         model: {model}
         device: {device}
-        device_name: test device
+        device_name: {device_name}
         dtype: {dtype}
         tensor_parallel: 1
         block_size: 16
