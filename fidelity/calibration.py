@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from calibrate.fit import fit_plot, fit_profile
 from engine.atomic import write_atomic
