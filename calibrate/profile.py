@@ -97,9 +97,12 @@ def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid
                          num_cpu_blocks=swap_blocks, block_size=block_size,
                          attention_backend=attention_backend)
     probe = SpeedProbe(runner, every_s=probe_every_s)
-    progress = on_progress or Progress(len(shapes) * repeats + 1).update
+    if on_progress is None:
+        sys.stderr.write(f"profiling: an untimed warm-up pass over {len(shapes)} shapes first\n")
     for shape in shapes:
         runner.time_batch(list(shape.prefill_lens), list(shape.decode_context_lens), 0, warmup=warmup)
+    # the pace, and so the time left, from the timed passes alone: the warm-up pays one-off costs
+    progress = on_progress or Progress(len(shapes) * repeats + 1).update
     times: list[list[float]] = [[] for _ in shapes]
     order = np.random.default_rng(seed)
     for p in range(repeats):

@@ -29,6 +29,7 @@ class RealReplay:
     probe_s: dict = field(default_factory=dict)
     speed: MachineSpeed | None = None  # None: the machine was not probed (no speed reference)
     probe_samples: int = 0
+    host_s: list = field(default_factory=list)  # per iteration: the step's wall time beyond the timed forward
 
     @property
     def speed_factor(self) -> float:
@@ -103,7 +104,8 @@ class RealSide:
             probe_s, samples = window.medians(), window.count
             speed = machine_speed(probe_s, self.speed_reference)
         return RealReplay(pd.DataFrame(result.request_columns()), pd.DataFrame(result.iteration_columns()),
-                          list(clock.times), list(clock.shapes), wall, probe_s, speed, samples)
+                          list(clock.times), list(clock.shapes), wall, probe_s, speed, samples,
+                          list(result.host_s))
 
 
 def warm_up(runner, pool: Pool) -> None:

@@ -189,7 +189,7 @@ def compare_one(cfg: ValidationConfig, p: Plan, system: SystemSpec, rate: float,
     warmup_s, rule = warmup_for(cfg, trace)
     join = request_join(system.name, rate, [r.requests for r in reals], sim_requests, warmup_s)
     errors = pd.concat([iteration_errors(system.name, rate, i, r.times, r.shapes, calibrated,
-                                         r.speed_factor if speed is not None else 1.0)
+                                         r.speed_factor if speed is not None else 1.0, r.host_s)
                         for i, r in enumerate(reals)], ignore_index=True)
     row = summary_row(system=system.name, rate=rate, seed=p.seed, join=join,
                       real_requests=[r.requests for r in reals], real_iterations=[r.iterations for r in reals],

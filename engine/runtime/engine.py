@@ -7,6 +7,7 @@ injected `time_fn` here, for fidelity tests).
 """
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,9 @@ class ServingRun:
     tokens: dict[int, list[int]] = field(default_factory=dict)  # seq_id -> prompt + generated
     outputs: dict[int, list[list[int]]] = field(default_factory=dict)  # request_id -> generated, per sample
     clock: float = 0.0  # virtual seconds
+    # per iteration, the wall seconds of its step outside the timed forward: scheduling, building the
+    # inputs, completing and recording (the clock does not advance by them; see ReplayResult.host_s)
+    host_s: list[float] = field(default_factory=list)
 
 
 class Engine:
@@ -122,11 +126,12 @@ class Engine:
         run = ServingRun(ServingCore(scheduler), pending, prompts)
         while self._step(run, sampling, time_fn):
             pass
-        self.records = ReplayResult.of(run.core.records)
+        self.records = ReplayResult.of(run.core.records, run.host_s)
         return run
 
     def _step(self, run: ServingRun, sampling: SamplingParams, time_fn) -> bool:
         """One iteration; False when every request is done."""
+        started = time.perf_counter()
         self._admit_arrivals(run)
         step = run.core.start(run.clock)
         if step is None:
@@ -137,12 +142,15 @@ class Engine:
             run.core.check_schedulable()
             return False
         sampled, measured = self._execute(run, step.batch, sampling)
+        asked = time.perf_counter()
         run.clock += time_fn(step.batch) if time_fn is not None else measured
+        answered = time.perf_counter()  # a time_fn may probe the machine: that is not the engine's work
         self._admit_arrivals(run)  # those arriving during the iteration wait, as in the simulator
         for seq_id, token in sampled.items():
             run.tokens[seq_id].append(token)
         for group in run.core.finish(step, run.clock):
             self._finish(run, group)
+        run.host_s.append(time.perf_counter() - started - (answered - asked) - measured)
         return True
 
     def _admit_arrivals(self, run: ServingRun) -> None:
