@@ -14,6 +14,7 @@ import pandas as pd
 
 from calibrate.device import device_name
 from calibrate.grid import GRIDS, Grid, Shape
+from calibrate.host import host_rows
 from calibrate.speed import PROBE_SHAPES, SpeedProbe, SpeedSamples, probe_blocks
 from engine.core.batch import BatchShape
 from engine.core.spec import ModelSpec
@@ -74,7 +75,7 @@ def shape_row(shape: Shape, times: list[float]) -> dict:
 
 def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid: Grid | str = "default",
             repeats: int = 3, warmup: int = 1, block_size: int = 16, seed: int = 0,
-            swap_blocks: int = 64, probe_every_s: float = 1.0, attention_backend: str = "auto",
+            swap_blocks: int = 64, probe_every_s: float = 1.0, attention_backend: str = "auto", host: bool = True,
             on_progress: Callable[[int], None] | None = None) -> pd.DataFrame:
     """One row per shape: its features, the median time over `repeats`, and the device; then the
     speed probe's samples (kind "probe"), whose medians become the profile's speed reference.
@@ -113,6 +114,10 @@ def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid
             progress(done)
     rows = [shape_row(shape, t) for shape, t in zip(shapes, times)]
     rows.append(_swap_row(runner, repeats, warmup, swap_blocks))
+    if host:
+        if on_progress is None:
+            sys.stderr.write("profiling: the host work around the forward (a short replay on the engine)\n")
+        rows += host_rows(runner, block_size)
     probe.sample()
     rows += probe_rows(probe.samples)
     progress(len(shapes) * repeats + 1)

@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 
 from calibrate.features import TERMS, TERMS_ADDED_IN_3
+from calibrate.host import HOST_TERMS
 from engine.atomic import write_text_atomic
 from engine.specs.errors import SpecError
 from engine.specs.loader import available_models
@@ -40,6 +41,9 @@ class Profile:
     speed_reference: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
     grid: dict = field(default_factory=dict)
+    # the engine's host work around the forward (calibrate/host.py): HOST_TERMS and their held-out error;
+    # None where it was not measured (the simulator then charges the forward alone)
+    host: dict | None = None
     format: str = FORMAT
 
     def save(self, path: str | Path) -> Path:
@@ -81,6 +85,18 @@ def _check(raw: dict, source: str) -> None:
             raise SpecError(source, key, f"must be a non-negative number, got {raw[key]!r}")
     _check_table(raw["token_knots"], raw["token_costs_s"], source)
     _check_speed_reference(raw.get("speed_reference", {}), source)
+    _check_host(raw.get("host"), source)
+
+
+def _check_host(host, source: str) -> None:
+    if host is None:
+        return
+    if not isinstance(host, dict):
+        raise SpecError(source, "host", f"must map {list(HOST_TERMS)} to seconds")
+    for term in HOST_TERMS:
+        value = host.get(term)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
+            raise SpecError(source, f"host.{term}", f"must be a finite, non-negative number of seconds, got {value!r}")
 
 
 def _check_speed_reference(reference, source: str) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from calibrate.costmodel import CostModel
 from calibrate.hardware import HardwareSpec
+from calibrate.host import host_time
 from calibrate.profile_file import Profile, load_profile
 from calibrate.roofline import RooflineParams
 from engine.core.batch import ShapeMetrics
@@ -25,6 +26,8 @@ class ProfileCostModel(CostModel):
         self._prefill_sq, self._context = c["prefill_attention_s"], c["decode_context_s"]
         self._padded_context, self._per_seq = c["decode_padded_context_s"], c["per_sequence_s"]
         self._per_prefill, self._mixed = c["per_prefill_s"], c["mixed_s"]
+        self.host = profile.host  # None: not measured; the forward alone is charged
+        self.charge_host = profile.host is not None
         if profile.swap_s_per_block is not None:
             self._swap_per_block = profile.swap_s_per_block
         elif pcie_bytes_per_s and block_bytes:
@@ -63,6 +66,8 @@ class ProfileCostModel(CostModel):
             t += self._prefill_sq * batch.sum_prefill_sq + self._per_prefill * batch.num_prefills
             if batch.decode_context_lens:
                 t += self._mixed
+        if self.charge_host:
+            t += host_time(self.host, batch.num_seqs, batch.num_prefill_tokens)
         return t
 
     def token_cost(self, tokens: int) -> float:

@@ -87,7 +87,8 @@ class RealSide:
         return SpeedProbe(runner, every_s=opts.speed_probe_every_s)
 
     def clock_for(self, engine) -> MeasuredClock:
-        return MeasuredClock(engine.runner, after_iteration=self.probe.maybe_sample if self.probe else None)
+        return MeasuredClock(engine.runner, after_iteration=self.probe.maybe_sample if self.probe else None,
+                             engine=engine, include_host=self.cfg.options.clock == "step")
 
     def replay(self, engine, clock: MeasuredClock, trace: Trace) -> RealReplay:
         clock.reset()

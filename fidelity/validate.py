@@ -161,6 +161,8 @@ def plan(cfg: ValidationConfig, exact_only: bool) -> Plan:
     traces = build_traces(cfg, spec, seed)
     pools = {s.name: pool_for(cfg, s, spec) for s in exp.systems}
     cost_models = {} if exact_only else {s.name: make_cost_model(exp, s) for s in exp.systems}
+    for cost_model in cost_models.values():  # the real clock holds host work only with clock "step"
+        cost_model.charge_host = cost_model.charge_host and cfg.options.clock == "step"
     return Plan(spec, seed, traces, pools, cost_models, profile, 1 if exact_only else cfg.options.repeats)
 
 
