@@ -1,6 +1,8 @@
 """Atomic writes: a reader never sees half a file, an interrupted run leaves none."""
 from __future__ import annotations
 
+import gzip
+import io
 import json
 from pathlib import Path
 
@@ -10,9 +12,17 @@ from engine.atomic import write_atomic as _atomic
 
 
 def write_csv(frame: pd.DataFrame, path: Path) -> Path:
-    gz = str(path).endswith(".gz")
-    compression = {"method": "gzip", "mtime": 0} if gz else None  # mtime 0: same bytes every run
-    return _atomic(path, lambda f: frame.to_csv(f, index=False, compression=compression))
+    if str(path).endswith(".gz"):
+        return _atomic(path, lambda f: _write_gzip_csv(frame, f))
+    return _atomic(path, lambda f: frame.to_csv(f, index=False))
+
+
+def _write_gzip_csv(frame: pd.DataFrame, f) -> None:
+    # The gzip header holds a file name and a time: empty and 0, so the same frame gives the same
+    # bytes (pandas would record the random temporary file's name).
+    with gzip.GzipFile(filename="", mode="wb", mtime=0, fileobj=f) as gz:
+        with io.TextIOWrapper(gz, encoding="utf-8", newline="") as text:
+            frame.to_csv(text, index=False)
 
 
 def write_json(data: dict, path: Path) -> Path:

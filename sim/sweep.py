@@ -18,7 +18,7 @@ import yaml
 from engine.core.system import SystemSpec
 from sim.config import Experiment
 from sim.output import write_csv, write_json
-from sim.run import run_one
+from sim.run import SUMMARY_COLUMNS, run_one
 
 
 @dataclass(frozen=True)
@@ -100,5 +100,5 @@ def sweep(exp: Experiment, out_dir: Path, executor: Executor | None = None, jobs
         finally:
             if own:
                 pool.shutdown()
-    rows = [{k: v for k, v in summaries[key].items() if k != "config_digest"} for key in keys]
-    return pd.DataFrame(rows)
+    rows = [summaries[key] for key in keys]
+    return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))  # drops config_digest; fixes the column order
