@@ -22,7 +22,7 @@ def _cmd_run(args) -> int:
     from sim.config import load_experiment
     from sim.output import write_csv, write_text
     from sim.plots import kv_usage_plot, normalized_latency_plot
-    from sim.report import summary_table
+    from sim.report import summary_table, unmeasured_warnings
     from sim.sweep import sweep
 
     exp = load_experiment(args.config, args.set)
@@ -33,6 +33,8 @@ def _cmd_run(args) -> int:
     started = time.perf_counter()
     jobs = args.jobs or min(os.cpu_count() or 1, runs)
     summary = sweep(exp, out_dir, jobs=jobs)
+    for line in unmeasured_warnings(summary, exp.warmup_s):
+        print(f"servesim: warning: {line}", file=sys.stderr)
     write_csv(summary, out_dir / "summary.csv")
     title = f"{exp.model.name}, {exp.tensor_parallel}x {exp.hardware.name}, {workload_label(exp.workload)}"
     normalized_latency_plot(summary, out_dir / "normalized_latency.png", title=title, ylim=args.ylim)

@@ -1,6 +1,7 @@
 """Reruns and outputs, as a user meets them from the command line (issue 11).
 
-A resume gives the same bytes as a fresh run.
+A run with nothing to measure warns instead of crashing; capacity's search always ends; a resume
+gives the same bytes as a fresh run.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from sim.capacity import Target, max_rate, replicas_for
 from sim.cli import main
 from sim.config import load_experiment
 from sim.run import SUMMARY_COLUMNS, run_one
@@ -92,3 +94,54 @@ def test_gzip_outputs_carry_no_name_or_time(tiny, tmp_path):
 def test_a_run_summary_has_the_summary_columns_in_order(tiny):
     exp = load_experiment(tiny)
     assert list(run_one(exp, exp.systems[0], 1.0, 0).summary) == list(SUMMARY_COLUMNS)
+
+
+# --- nothing to measure, nothing that holds -------------------------------------------------
+@JOBS
+def test_a_run_with_nothing_measured_warns_and_writes_nan(tiny, tmp_path, jobs):
+    out = tmp_path / "out"
+    # 0.001 req/s draws no request at all; 0.5 req/s draws 15 in 30 s, none after the 27-s warm-up
+    result = servesim("run", str(tiny), "--out", str(out), "--jobs", jobs, "--set", "rates=[0.001, 0.5]",
+                      "--set", "warmup_s=27", "--set", "systems=[vllm]")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    warnings = result.stderr.splitlines()
+    assert len(warnings) == 2 and all(w.startswith("servesim: warning: vLLM at ") for w in warnings)
+    assert "no request arrived after the 27-s warm-up (0 in the trace)" in warnings[0]
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary["num_measured"]) == [0, 0] and summary["num_requests"][1] > 0
+    assert summary["normalized_latency"].isna().all() and summary["ttft_p90_s"].isna().all()
+
+
+def test_max_rate_refuses_a_tolerance_that_never_ends(tiny):
+    exp = load_experiment(tiny)
+    for tolerance in (0.0, -0.1, float("nan")):
+        with pytest.raises(ValueError, match="rel_tol"):
+            max_rate(exp, exp.systems[0], Target("normalized_latency", 1.0), rel_tol=tolerance)
+
+
+@pytest.mark.parametrize("tolerance", ["0", "-0.05", "nan"])
+def test_capacity_tolerance_must_be_positive(tiny, tmp_path, tolerance):
+    out = tmp_path / "cap"
+    result = servesim("capacity", str(tiny), "--target", "normalized_latency=0.1", f"--tolerance={tolerance}",
+                      "--out", str(out), timeout=30)
+    assert one_error_line(result).startswith("servesim: error: --tolerance: must be a positive number, got ")
+    assert not out.exists()
+
+
+def test_capacity_says_when_no_rate_meets_the_target(tiny, tmp_path):
+    out = tmp_path / "cap"
+    result = servesim("capacity", str(tiny), "--target", "normalized_latency=0.001", "--rate", "50",
+                      "--set", "systems=[vllm]", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "vLLM               no rate meets the target (the lowest probed was 0.003906 req/s)" in result.stdout
+    table = pd.read_csv(out / "capacity.csv")
+    assert table["max_rate_per_replica_rps"][0] == 0 and table["replicas_needed"].isna().all()
+    assert set(pd.read_csv(out / "capacity_probes.csv")["replicas"]) == {1}  # no replica search
+
+
+def test_replica_search_ends_without_a_count_when_none_holds(tiny):
+    exp = load_experiment(tiny, ["systems=[vllm]"])
+    needed, probes = replicas_for(exp, exp.systems[0], Target("normalized_latency", 0.001), rate=4,
+                                  per_replica_rate=1, max_replicas=3)
+    assert needed is None and [p.replicas for p in probes] == [3]  # no RuntimeError
