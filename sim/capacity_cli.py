@@ -36,13 +36,13 @@ def _positive_option(option: str, value: float | None) -> None:
 def _cmd_capacity(args) -> int:
     from sim.capacity import max_rate
     from sim.config import load_experiment
-    from sim.output import write_csv
+    from sim.output import prepare_out_dir, write_csv
 
     _positive_option("--tolerance", args.tolerance)
     _positive_option("--rate", args.rate)
     exp = load_experiment(args.config, args.set)
     target = _parse_target(args.target)
-    out_dir = Path(args.out or Path("results") / exp.name)
+    out_dir = prepare_out_dir(Path(args.out or Path("results") / exp.name))
     rows, probes = [], []
     for system in exp.systems:
         def note(p, system=system):

@@ -20,13 +20,13 @@ def workload_label(workload) -> str:
 
 def _cmd_run(args) -> int:
     from sim.config import load_experiment
-    from sim.output import write_csv, write_text
+    from sim.output import prepare_out_dir, write_csv, write_text
     from sim.plots import kv_usage_plot, normalized_latency_plot
     from sim.report import summary_table, unmeasured_warnings
     from sim.sweep import sweep
 
     exp = load_experiment(args.config, args.set)
-    out_dir = Path(args.out or Path("results") / exp.name)
+    out_dir = prepare_out_dir(Path(args.out or Path("results") / exp.name))
     runs = len(exp.systems) * len(exp.rates) * len(exp.seeds)
     print(f"servesim: {exp.name}: {exp.model.name} on {exp.replicas} x {exp.tensor_parallel} x {exp.hardware.name}, "
           f"{runs} runs ({len(exp.systems)} systems x {len(exp.rates)} rates x {len(exp.seeds)} seeds) -> {out_dir}")

@@ -4,11 +4,33 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
 
+from engine.atomic import remove_stale_temporaries
 from engine.atomic import write_atomic as _atomic
+from engine.specs.errors import SpecError
+
+
+def prepare_out_dir(out_dir: Path, run_dirs: str = "runs") -> Path:
+    """Check the output folder before anything is simulated, and clear what a killed run left there.
+
+    A file in the way, or a folder this user cannot write in, is refused now rather than after the
+    simulation; nothing is created (the first result written makes the folders). The temporary
+    files a killed earlier run left here and in its run folders (SIGKILL skips their cleanup) are
+    removed.
+    """
+    out_dir = Path(out_dir)
+    existing = next(path for path in (out_dir, *out_dir.parents) if path.exists())
+    if not existing.is_dir():
+        raise SpecError("--out", "", f"{existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SpecError("--out", "", f"no permission to write in {existing}")
+    for folder in (out_dir, *sorted((out_dir / run_dirs).glob("*/"))):
+        remove_stale_temporaries(folder)
+    return out_dir
 
 
 def write_csv(frame: pd.DataFrame, path: Path) -> Path:

@@ -1,7 +1,8 @@
 """Reruns and outputs, as a user meets them from the command line (issue 11).
 
 A run with nothing to measure warns instead of crashing; capacity's search always ends; a resume
-gives the same bytes as a fresh run.
+never reuses a run whose inputs changed, cleans what a killed run left, and gives the same bytes
+as a fresh run.
 """
 from __future__ import annotations
 
@@ -145,3 +146,80 @@ def test_replica_search_ends_without_a_count_when_none_holds(tiny):
     needed, probes = replicas_for(exp, exp.systems[0], Target("normalized_latency", 0.001), rate=4,
                                   per_replica_rate=1, max_replicas=3)
     assert needed is None and [p.replicas for p in probes] == [3]  # no RuntimeError
+
+
+# --- resume: fingerprints and leftovers -------------------------------------------------------
+def _profiled_experiment(folder: Path) -> Path:
+    """A config whose every input is a file in `folder`: model, hardware, profile and lengths."""
+    shutil.copy(REPO / "engine/specs/models/opt-125m.yaml", folder / "model.yaml")
+    shutil.copy(REPO / "configs/validation/cpu-host.yaml", folder / "hardware.yaml")
+    shutil.copy(REPO / "calibrate/profiles/cpu-opt-125m.yaml", folder / "profile.yaml")
+    shutil.copy(REPO / "configs/validation/cpu-opt-125m-lengths.csv", folder / "lengths.csv")
+    (folder / "trace.csv").write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n" + "".join(
+        f"{i * 0.5},{20 + i},{10 + i}\n" for i in range(20)))
+    config = folder / "exp.yaml"
+    config.write_text(textwrap.dedent("""
+        name: files
+        model: model.yaml
+        hardware: hardware.yaml
+        dtype_bytes: 4
+        kv_cache_gib: 0.5
+        cost_model: profile.yaml
+        workload:
+          dataset: lengths.csv
+          duration_s: 10
+        systems: [vllm]
+        rates: [2]
+        warmup_s: 1
+        """))
+    return config
+
+
+EDITS = {  # each changes what a run reads, and nothing in the config
+    "lengths": ("lengths.csv", lambda text: text + "100,50\n", []),
+    "trace": ("trace.csv", lambda text: text.replace("0.5,21,11", "0.5,400,11"), ["--set", "workload.trace=trace.csv"]),
+    "profile": ("profile.yaml", lambda text: text + "# recalibrated: even a comment changes the file\n", []),
+    "model": ("model.yaml", lambda text: text.replace("vocab_size: 50272", "vocab_size: 50000"), []),
+    "hardware": ("hardware.yaml", lambda text: text.replace("pcie_bytes_per_s: 1.0e+10", "pcie_bytes_per_s: 2.0e+10"),
+                 []),
+}
+
+
+@pytest.mark.parametrize("edited", sorted(EDITS))
+@JOBS
+def test_editing_a_file_the_run_reads_reruns_it(tmp_path, edited, jobs, capsys):
+    config = _profiled_experiment(tmp_path)
+    name, edit, extra = EDITS[edited]
+    args = ["run", str(config), "--out", str(tmp_path / "out"), "--jobs", jobs, *extra]
+    assert main(args) == 0
+    assert main(args) == 0
+    assert "resuming: 1 of 1" in capsys.readouterr().out  # unchanged: reused
+    before = (tmp_path / name).read_text()
+    (tmp_path / name).write_text(edit(before))
+    assert (tmp_path / name).read_text() != before
+    assert main(args) == 0
+    assert "resuming" not in capsys.readouterr().out  # changed: simulated again
+
+
+@JOBS
+def test_stale_temporaries_are_removed_and_nothing_else(tiny, tmp_path, jobs):
+    out = tmp_path / "out"
+    assert main(["run", str(tiny), "--out", str(out), "--jobs", jobs]) == 0
+    run_dir = out / "runs" / "vllm_rate1_seed0"
+    stale = [run_dir / ".summary.json.k3j_9x2a.tmp", out / ".summary.csv.0a1b2c3d.tmp"]
+    kept = [run_dir / "notes.tmp", out / ".keep"]
+    for path in stale + kept:
+        path.write_text("left by a killed run")
+    assert main(["run", str(tiny), "--out", str(out), "--jobs", jobs]) == 0
+    assert not any(p.exists() for p in stale) and all(p.exists() for p in kept)
+
+
+@JOBS
+def test_out_pointing_at_a_file_is_refused_before_simulating(tiny, tmp_path, jobs):
+    target = tmp_path / "results.txt"
+    target.write_text("keep me")
+    for out in (target, target / "sub"):
+        result = servesim("run", str(tiny), "--out", str(out), "--jobs", jobs)
+        assert one_error_line(result) == f"servesim: error: --out: {target} is a file, not a folder"
+        assert result.stdout == ""  # not one run simulated
+    assert target.read_text() == "keep me"
