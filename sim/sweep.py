@@ -8,7 +8,7 @@ it stopped, and a changed config, spec or data file is simulated again.
 from __future__ import annotations
 
 import json
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from engine.core.system import SystemSpec
 from sim.config import Experiment
 from sim.fingerprint import config_digest, input_digest
 from sim.output import prepare_out_dir, write_csv, write_json
+from sim.pool import stop_pool, worker_pool
 from sim.run import SUMMARY_COLUMNS, run_one
 
 
@@ -65,6 +66,8 @@ def _progress_line(key: RunKey, summary: dict) -> str:
 
 def sweep(exp: Experiment, out_dir: Path, executor: Executor | None = None, jobs: int = 1,
           progress=print) -> pd.DataFrame:
+    """Every run of the experiment, resumed from out_dir/runs; an error in any run (in any process)
+    stops the sweep with that error, the runs finished before it kept."""
     out_dir = prepare_out_dir(Path(out_dir))
     keys = run_keys(exp)
     inputs = input_digest(exp)
@@ -81,7 +84,7 @@ def sweep(exp: Experiment, out_dir: Path, executor: Executor | None = None, jobs
         progress(f"resuming: {len(summaries)} of {len(keys)} runs already done in {out_dir / 'runs'}")
     if pending:
         own = executor is None and jobs > 1
-        pool = ProcessPoolExecutor(max_workers=jobs) if own else executor
+        pool = worker_pool(jobs) if own else executor
         try:
             if pool is None:
                 results = (execute(exp, k, out_dir / "runs" / k.slug, d) for k, d in pending)
@@ -90,8 +93,11 @@ def sweep(exp: Experiment, out_dir: Path, executor: Executor | None = None, jobs
             for (key, _), summary in zip(pending, results):
                 summaries[key] = summary
                 progress(_progress_line(key, summary))
-        finally:
+        except BaseException:
             if own:
-                pool.shutdown()
+                stop_pool(pool)
+            raise
+        if own:
+            pool.shutdown()
     rows = [summaries[key] for key in keys]
     return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))  # drops config_digest; fixes the column order

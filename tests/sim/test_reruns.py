@@ -1,26 +1,32 @@
-"""Reruns and outputs, as a user meets them from the command line (issue 11).
+"""Processes, reruns and outputs, as a user meets them from the command line (issue 11).
 
-A run with nothing to measure warns instead of crashing; capacity's search always ends; a resume
-never reuses a run whose inputs changed, cleans what a killed run left, and gives the same bytes
-as a fresh run.
+An error raised in a worker reads as with --jobs 1; every error is one stderr line and an exit
+status (2 user error, 130 interrupted), a traceback only with --debug; workers die with their
+parent; a run with nothing to measure warns instead of crashing; a resume never reuses a run whose
+inputs changed and gives the same bytes as a fresh run.
 """
 from __future__ import annotations
 
 import gzip
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from engine.specs.errors import SpecError
 from sim.capacity import Target, max_rate, replicas_for
 from sim.cli import main
 from sim.config import load_experiment
 from sim.run import SUMMARY_COLUMNS, run_one
+from sim.sweep import sweep
 
 REPO = Path(__file__).resolve().parents[2]
 JOBS = pytest.mark.parametrize("jobs", ["1", "2"])
@@ -223,3 +229,155 @@ def test_out_pointing_at_a_file_is_refused_before_simulating(tiny, tmp_path, job
         assert one_error_line(result) == f"servesim: error: --out: {target} is a file, not a folder"
         assert result.stdout == ""  # not one run simulated
     assert target.read_text() == "keep me"
+
+
+# --- errors across processes -----------------------------------------------------------------
+@pytest.fixture
+def unordered_replay(tmp_path) -> Path:
+    """A recorded trace whose arrivals go 0.1, 0.5, 0.3: every run's worker stops on it."""
+    (tmp_path / "unordered.csv").write_text(
+        "arrived_at,num_prefill_tokens,num_decode_tokens\n0.1,10,10\n0.5,10,10\n0.3,10,10\n")
+    path = tmp_path / "replay.yaml"
+    path.write_text(TINY.replace("  dataset: sharegpt-standin\n  duration_s: 30\n", "  trace: unordered.csv\n"))
+    return path
+
+
+@JOBS
+def test_an_error_in_a_worker_reads_as_with_one_job(unordered_replay, tmp_path, jobs):
+    out = tmp_path / "out"
+    line = one_error_line(servesim("run", str(unordered_replay), "--out", str(out), "--jobs", jobs))
+    assert line == (f"servesim: error: {tmp_path / 'unordered.csv'}: row 3: (line 4) column arrived_at: 0.3 is "
+                    "earlier than the row before it; rows must be in arrival order")
+    assert not out.exists()  # nothing half-written
+
+
+def test_the_sweep_raises_the_workers_error_itself(unordered_replay, tmp_path):
+    exp = load_experiment(unordered_replay)
+    errors = []
+    for jobs in (1, 2):
+        with pytest.raises(SpecError) as err:
+            sweep(exp, tmp_path / f"out{jobs}", jobs=jobs, progress=lambda line: None)
+        errors.append((type(err.value), err.value.source, err.value.key, str(err.value)))
+    assert errors[0] == errors[1]
+
+
+@JOBS
+def test_debug_shows_the_traceback(unordered_replay, tmp_path, jobs):
+    result = servesim("run", str(unordered_replay), "--out", str(tmp_path / "out"), "--jobs", jobs, "--debug")
+    assert result.returncode == 2
+    assert "Traceback" in result.stderr and "SpecError" in result.stderr
+    assert result.stderr.splitlines()[-1].startswith("servesim: error: ")
+
+
+def test_a_bug_is_one_line_with_exit_1(tiny, tmp_path, monkeypatch, capsys):
+    def broken(*args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("sim.sweep.run_one", broken)
+    assert main(["run", str(tiny), "--out", str(tmp_path / "out"), "--jobs", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error: RuntimeError: boom" in err and "--debug" in err
+
+
+# --- signals and worker processes -----------------------------------------------------------
+def _start(config: Path, out: Path, jobs: str) -> subprocess.Popen:
+    # its own session, so that a signal to the group reaches the workers too, as Ctrl-C does
+    return subprocess.Popen([sys.executable, "-m", "sim.cli", "run", str(config), "--out", str(out), "--jobs", jobs],
+                            cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _wait_for_first_run(proc: subprocess.Popen) -> None:
+    for line in proc.stdout:
+        if "normalized latency" in line:  # a progress line: one run done, more pending
+            return
+    raise AssertionError(f"the sweep ended before a run finished: {proc.stderr.read()}")
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has exited; only its parent's reaper is late
+
+
+def _all_exit(pids: list[int], within_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not any(_alive(p) for p in pids)
+
+
+@pytest.fixture(scope="module")
+def slow_reference(tmp_path_factory) -> tuple[Path, bytes]:
+    """The slow sweep, uninterrupted: what every interrupted-then-resumed one must write."""
+    folder = tmp_path_factory.mktemp("slow")
+    config = folder / "slow.yaml"
+    config.write_text(textwrap.dedent(SLOW))
+    assert main(["run", str(config), "--out", str(folder / "out"), "--jobs", "1"]) == 0
+    return config, (folder / "out" / "summary.csv").read_bytes()
+
+
+def _resume_matches(config: Path, out: Path, reference: bytes, jobs: str) -> None:
+    result = servesim("run", str(config), "--out", str(out), "--jobs", jobs)
+    assert result.returncode == 0, result.stderr
+    assert "resuming: " in result.stdout
+    assert not list(out.rglob(".*.tmp"))  # what the kill left half-written is gone
+    assert (out / "summary.csv").read_bytes() == reference
+
+
+@contextmanager
+def _interrupted_sweep(config: Path, out: Path, jobs: str):
+    """A sweep started, and caught once its first run is done; yields it with its workers' pids.
+    Whatever it leaves running is killed at the end, so that a failing test leaves no orphan."""
+    proc = _start(config, out, jobs)
+    workers: list[int] = []
+    try:
+        _wait_for_first_run(proc)
+        workers = _children(proc.pid)
+        yield proc, workers
+    finally:
+        for pid in [proc.pid, *workers]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+@JOBS
+def test_ctrl_c_exits_130_in_one_line_and_stops_the_workers(slow_reference, tmp_path, jobs):
+    config, reference = slow_reference
+    with _interrupted_sweep(config, tmp_path / "out", jobs) as (proc, workers):
+        assert len(workers) == (2 if jobs == "2" else 0)
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+        assert _all_exit(workers), "workers outlived their parent"
+        assert proc.stderr.read() == "servesim: interrupted\n"
+    _resume_matches(config, tmp_path / "out", reference, jobs)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+@JOBS
+def test_sigkill_leaves_no_worker_and_the_rerun_resumes(slow_reference, tmp_path, jobs):
+    config, reference = slow_reference
+    with _interrupted_sweep(config, tmp_path / "out", jobs) as (proc, workers):
+        assert len(workers) == (2 if jobs == "2" else 0)
+        proc.kill()
+        proc.wait(timeout=60)
+        assert _all_exit(workers), "workers outlived their parent"
+    _resume_matches(config, tmp_path / "out", reference, jobs)
