@@ -57,7 +57,7 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, pool_slots: i
               horizon_s: float) -> dict:
     req = latency_columns(requests, horizon_s)
     measured = req[req["arrival_s"] >= warmup_s]
-    weights = measured["n"].to_numpy()
+    weights = measured["n"].to_numpy(dtype=np.int64)  # a run with no request has untyped (object) columns
     norm = np.repeat(measured["normalized_latency"].to_numpy(), weights)
     finished = req[req["finish_s"].notna()]
     makespan = float(finished["finish_s"].max()) if len(finished) else 0.0
