@@ -1,6 +1,7 @@
 """vLLM's paged KV cache bookkeeping (paper-era rules, Kwon et al. 2023 section 4)."""
 from __future__ import annotations
 
+from engine.core.blocks import blocks_for
 from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
 
 
@@ -50,18 +51,15 @@ class BlockManager:
         self.watermark_blocks = int(watermark * num_gpu_blocks)
         self.block_tables: dict[int, list[int]] = {}
 
-    def _blocks_for(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.block_size)
-
     # --- admission -------------------------------------------------------------
     def can_allocate(self, group: SequenceGroup) -> bool:
-        needed = self._blocks_for(group.live_seqs()[0].length)
+        needed = blocks_for(group.live_seqs()[0].length, self.block_size)
         return self.gpu.num_free - needed >= self.watermark_blocks
 
     def allocate(self, group: SequenceGroup) -> None:
         """The prompt's blocks, once, shared by every live sequence of the group."""
         seqs = group.live_seqs()
-        table = [self.gpu.allocate() for _ in range(self._blocks_for(seqs[0].length))]
+        table = [self.gpu.allocate() for _ in range(blocks_for(seqs[0].length, self.block_size))]
         for block in table:
             self.gpu.incref(block, len(seqs) - 1)
         for seq in seqs:

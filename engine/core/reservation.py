@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.core.blocks import blocks_for
 from engine.core.buddy import BuddyAllocator, next_pow2
 from engine.core.sequence import Sequence, SequenceGroup
 
@@ -32,7 +33,7 @@ class ReservationAllocator:
         self.block_size = block_size
         self.max_seq_len = max_seq_len
         self.reservation = reservation
-        self.buddy = BuddyAllocator(num_blocks, -(-max_seq_len // block_size))
+        self.buddy = BuddyAllocator(num_blocks, blocks_for(max_seq_len, block_size))
         self.reservations: dict[int, Reservation] = {}
 
     def estimate_len(self, seq: Sequence) -> int:
@@ -40,7 +41,7 @@ class ReservationAllocator:
         return min(seq.prompt_len + est_out, self.max_seq_len)
 
     def blocks_for(self, seq: Sequence) -> int:
-        return -(-self.estimate_len(seq) // self.block_size)
+        return blocks_for(self.estimate_len(seq), self.block_size)
 
     def can_allocate(self, group: SequenceGroup) -> bool:
         return self.buddy.can_allocate([self.blocks_for(s) for s in group.live_seqs()])
@@ -58,7 +59,7 @@ class ReservationAllocator:
 
     def block_table(self, seq: Sequence) -> list[int]:
         res = self.reservations[seq.seq_id]
-        return list(range(res.start, res.start + -(-seq.length // self.block_size)))
+        return list(range(res.start, res.start + blocks_for(seq.length, self.block_size)))
 
     @property
     def num_free_blocks(self) -> int:

@@ -7,6 +7,7 @@ later ones. Prompts and decodes share an iteration with no token cap.
 from __future__ import annotations
 
 from engine.core.batch import Batch
+from engine.core.blocks import blocks_for
 from engine.core.buddy import BuddyAllocator
 from engine.core.reservation import ReservationAllocator
 from engine.core.scheduler.base import KVUsage
@@ -64,7 +65,7 @@ class ReservationScheduler(QueueScheduler):
             live = group.live_seqs()
             if len(live) < 2:
                 continue
-            prompt_blocks = -(-group.prompt_len // self.block_size)
+            prompt_blocks = blocks_for(group.prompt_len, self.block_size)
             source = self.allocator.block_table(live[0])[:prompt_blocks]
             for seq in live[1:]:
                 self._pending_copies.extend(zip(source, self.allocator.block_table(seq)))

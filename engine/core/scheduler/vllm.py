@@ -10,6 +10,7 @@ from collections import deque
 
 from engine.core.batch import Batch
 from engine.core.block_manager import BlockManager
+from engine.core.blocks import blocks_for
 from engine.core.scheduler.base import KVUsage
 from engine.core.scheduler.common import QueueScheduler
 from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
@@ -51,8 +52,8 @@ class VLLMScheduler(QueueScheduler):
         # data planes report as Unschedulable)
         bs, n = self.block_size, group.num_seqs
         shared = group.prompt_len // bs
-        grow = shared + n * (-(-(group.prompt_len + group.output_len) // bs) - shared)
-        admit = -(-group.prompt_len // bs) + self.blocks.watermark_blocks
+        grow = shared + n * (blocks_for(group.prompt_len + group.output_len, bs) - shared)
+        admit = blocks_for(group.prompt_len, bs) + self.blocks.watermark_blocks
         return max(admit, grow)
 
     def _group_token_slots(self, group: SequenceGroup) -> int:

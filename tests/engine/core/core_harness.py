@@ -35,10 +35,6 @@ def tiny_model(max_seq_len: int = 64):
     return replace(load_model_spec("opt-tiny"), max_seq_len=max_seq_len)
 
 
-def blocks_for(num_tokens: int, block_size: int) -> int:
-    return -(-num_tokens // block_size)
-
-
 @dataclass(frozen=True)
 class Req:
     arrival: int  # step at which it is handed to the scheduler

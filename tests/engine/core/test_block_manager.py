@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from core_harness import check_block_manager, hyp
+from engine.core.blocks import blocks_for
 from engine.core.block_manager import BlockAllocator, BlockManager
 from engine.core.sequence import Sequence, SequenceCounter, SeqStatus, make_group
 
@@ -13,7 +14,7 @@ BS = 4
 
 
 def blocks(n: int) -> int:
-    return -(-n // BS)
+    return blocks_for(n, BS)
 
 
 class BlockManagerMachine(RuleBasedStateMachine):

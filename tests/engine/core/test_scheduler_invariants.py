@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from core_harness import Req, StepInvariants, check_finished, drive, hyp, scheduler_for
+from engine.core.blocks import blocks_for
 from engine.core.scheduler.fastertransformer import FasterTransformerScheduler
 from engine.core.scheduler.common import RequestTooLong
 from engine.core.scheduler.orca import OrcaScheduler
@@ -33,7 +34,7 @@ def system_for(name, block_size, max_num_seqs, token_cap):
 
 def pool_blocks(block_size: int, extra: int, kind: str = "orca") -> int:
     if kind == "vllm":  # tight: three unshared 48-token samples plus one block each for appends
-        return 3 * -(-48 // block_size) + 3 + extra // 4
+        return 3 * blocks_for(48, block_size) + 3 + extra // 4
     # enough for 3 Max reservations (n <= 3), so every request fits an empty pool in every system
     per_seq = 1
     while per_seq * block_size < MAX_LEN:

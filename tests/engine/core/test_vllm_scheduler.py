@@ -3,8 +3,9 @@ recompute for single sequences, swap for groups, swapped groups block admissions
 from __future__ import annotations
 
 
-from core_harness import (Checker, Req, StepInvariants, blocks_for, check_finished, drive, scheduler_for,
+from core_harness import (Checker, Req, StepInvariants, check_finished, drive, scheduler_for,
                           seeded_requests)
+from engine.core.blocks import blocks_for
 from engine.core.sequence import SeqStatus, SequenceCounter, make_group
 from engine.core.system import SystemSpec
 
