@@ -84,12 +84,6 @@ class BlockManager:
         self.gpu.free(last)
         return last, fresh
 
-    def fork(self, parent: Sequence, child: Sequence) -> None:
-        table = self.block_tables[parent.seq_id]
-        self.block_tables[child.seq_id] = list(table)
-        for block in table:
-            self.gpu.incref(block)
-
     def free(self, seq: Sequence) -> None:
         table = self.block_tables.pop(seq.seq_id, None)
         if table is None:

@@ -54,7 +54,6 @@ class QueueScheduler(Scheduler):
     def complete(self, batch: Batch, now_s: float) -> list[SequenceGroup]:
         finished = []
         for group in self._prefilled:
-            group.needs_prefill = False
             if group.first_token_s is None:
                 group.first_token_s = now_s
         for groups in (self._prefilled, self._decoded):

@@ -134,7 +134,6 @@ class VLLMScheduler(QueueScheduler):
                 break
             self.waiting.popleft()
             self.blocks.allocate(group)
-            group.needs_prefill = True
             self._start_running(group)
             self._insert_running(group)
             num_tokens += prompt_tokens

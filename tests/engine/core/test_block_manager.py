@@ -17,6 +17,15 @@ def blocks(n: int) -> int:
     return blocks_for(n, BS)
 
 
+def fork(bm: BlockManager, parent: Sequence, child: Sequence) -> None:
+    """Share every block of the parent with a new sequence (the schedulers never fork mid-run:
+    a group's samples share the prompt from allocate(); this reaches sharing patterns beyond it)."""
+    table = bm.block_tables[parent.seq_id]
+    bm.block_tables[child.seq_id] = list(table)
+    for block in table:
+        bm.gpu.incref(block)
+
+
 class BlockManagerMachine(RuleBasedStateMachine):
     """Random allocate / append / fork / free / swap sequences against a small pool."""
 
@@ -92,7 +101,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
         child = Sequence(self.ids(), parent.prompt_len, parent.output_len, parent.length, SeqStatus.RUNNING)
         free_before = self.bm.gpu.num_free
         refs_before = {b: self.bm.gpu.ref_counts[b] for b in self.bm.block_tables[parent.seq_id]}
-        self.bm.fork(parent, child)
+        fork(self.bm, parent, child)
         group.seqs.append(child)
         self.seqs[child.seq_id] = child
         assert self.bm.gpu.num_free == free_before, "fork allocates nothing"
