@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, settings
 from engine.core.batch import Batch
 from engine.core.block_manager import BlockManager
 from engine.core.factory import make_scheduler
-from engine.core.scheduler.orca import ReservationScheduler
+from engine.core.scheduler.reservation_scheduler import ReservationScheduler
 from engine.core.scheduler.vllm import VLLMScheduler
 from engine.core.sequence import SeqStatus, SequenceCounter, SequenceGroup, make_group
 from engine.core.spec import load_model_spec
