@@ -37,7 +37,7 @@ class FasterTransformerScheduler(ReservationScheduler):
             if not self.allocator.can_allocate(group):
                 break
             self.waiting.popleft()
-            self._reserve(group)
+            self.allocator.allocate(group)
             self._start_running(group)
             self.running.append(group)
             self._batch_groups.append(group)

@@ -24,7 +24,7 @@ class OrcaScheduler(ReservationScheduler):
             if not self.allocator.can_allocate(group):
                 break  # head-of-line: later requests wait behind this one
             self.waiting.popleft()
-            self._reserve(group)
+            self.allocator.allocate(group)
             self._start_running(group)
             self.running.append(group)
             prefill_groups.append(group)

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from engine.core.blocks import blocks_for
 from engine.core.buddy import BuddyAllocator
+from engine.core.kv_usage import KVUsage, reserved_usage
 from engine.core.reservation import ReservationAllocator
-from engine.core.scheduler.base import KVUsage
 from engine.core.scheduler.common import QueueScheduler
 from engine.core.sequence import Sequence, SequenceGroup
 from engine.core.system import SystemSpec
 
 
 class ReservationScheduler(QueueScheduler):
-    """What Orca and FasterTransformer share: reservations and their accounting."""
+    """What Orca and FasterTransformer share: reservations, prompt copies, the KV breakdown."""
 
     def __init__(self, system: SystemSpec, max_seq_len: int, num_gpu_blocks: int, num_cpu_blocks: int):
         super().__init__(system, max_seq_len)
@@ -25,39 +25,18 @@ class ReservationScheduler(QueueScheduler):
         self.num_cpu_blocks = num_cpu_blocks
         self.allocator = ReservationAllocator(num_gpu_blocks, system.block_size, max_seq_len, system.reservation)
         self._pending_copies: list[tuple[int, int]] = []
-        # slot sums over running sequences, for the Fig. 2 breakdown
-        self._target_slots = 0  # min(estimate, final length): token states plus what is still to come
-        self._estimate_slots = 0
-        self._chunk_slots = 0
 
     def block_table(self, seq_id: int) -> list[int]:
         return self.allocator.block_table(self._seqs[seq_id])
 
     def _free_seq(self, seq: Sequence) -> None:
-        self._release(seq)
+        self.allocator.free(seq)
 
     def _blocks_needed_alone(self, group: SequenceGroup) -> int:
-        sizes = [self.allocator.blocks_for(s) for s in group.seqs]
+        sizes = [self.allocator.reserved_blocks(s) for s in group.seqs]
         if BuddyAllocator(self.num_gpu_blocks, self.allocator.buddy.max_chunk).can_allocate(sizes):
             return 0
         return sum(self.allocator.buddy.chunk_size(n) for n in sizes)
-
-    def _reserve(self, group: SequenceGroup) -> None:
-        self.allocator.allocate(group)
-        for seq in group.live_seqs():
-            res = self.allocator.reservations[seq.seq_id]
-            self._target_slots += min(res.estimate_len, seq.final_len)
-            self._estimate_slots += res.estimate_len
-            self._chunk_slots += res.chunk_blocks * self.block_size
-
-    def _release(self, seq: Sequence) -> None:
-        res = self.allocator.reservations.get(seq.seq_id)
-        if res is None:
-            return
-        self._target_slots -= min(res.estimate_len, seq.final_len)
-        self._estimate_slots -= res.estimate_len
-        self._chunk_slots -= res.chunk_blocks * self.block_size
-        self.allocator.free(seq)
 
     def _fork_prompt_copies(self, groups: list[SequenceGroup]) -> None:
         """Nothing is shared: every sample gets the prompt's blocks copied into its own chunk."""
@@ -75,11 +54,4 @@ class ReservationScheduler(QueueScheduler):
         return copies
 
     def kv_usage(self) -> KVUsage:
-        tokens = self._token_slots
-        usage = KVUsage(
-            token=tokens,
-            reserved=self._target_slots - tokens,
-            internal=self._estimate_slots - self._target_slots,
-            external=self._chunk_slots - self._estimate_slots,
-        )
-        return self._free_space_usage(usage, self.allocator.num_free_blocks * self.block_size)
+        return reserved_usage(self.allocator, self.token_slots, bool(self.waiting))

@@ -11,7 +11,7 @@ from collections import deque
 from engine.core.batch import Batch
 from engine.core.block_manager import BlockManager
 from engine.core.blocks import blocks_for
-from engine.core.scheduler.base import KVUsage
+from engine.core.kv_usage import KVUsage, paged_usage, shared_prompt_token_slots
 from engine.core.scheduler.common import QueueScheduler
 from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
 from engine.core.system import SystemSpec
@@ -56,9 +56,8 @@ class VLLMScheduler(QueueScheduler):
         admit = blocks_for(group.prompt_len, bs) + self.blocks.watermark_blocks
         return max(admit, grow)
 
-    def _group_token_slots(self, group: SequenceGroup) -> int:
-        # the prompt's blocks are shared by the group's samples
-        return group.prompt_len + sum(s.length - s.prompt_len for s in group.seqs)
+    def _token_slots_of(self, group: SequenceGroup) -> int:
+        return shared_prompt_token_slots(group)
 
     # --- one step ----------------------------------------------------------------
     def schedule(self) -> Batch:
@@ -181,7 +180,4 @@ class VLLMScheduler(QueueScheduler):
 
     # --- accounting ------------------------------------------------------------------
     def kv_usage(self) -> KVUsage:
-        used_slots = self.blocks.num_used_gpu_blocks * self.block_size
-        tokens = min(self._token_slots, used_slots)
-        usage = KVUsage(token=tokens, internal=used_slots - tokens)
-        return self._free_space_usage(usage, self.blocks.gpu.num_free * self.block_size)
+        return paged_usage(self.blocks, self.token_slots, bool(self.waiting))
