@@ -52,13 +52,24 @@ class BlockManager:
         self.block_tables: dict[int, list[int]] = {}
 
     # --- admission -------------------------------------------------------------
+    def blocks_to_allocate(self, group: SequenceGroup) -> int:
+        seqs = group.live_seqs()
+        if group.shares_prompt:
+            return blocks_for(seqs[0].length, self.block_size)
+        return sum(blocks_for(s.length, self.block_size) for s in seqs)
+
     def can_allocate(self, group: SequenceGroup) -> bool:
-        needed = blocks_for(group.live_seqs()[0].length, self.block_size)
-        return self.gpu.num_free - needed >= self.watermark_blocks
+        return self.gpu.num_free - self.blocks_to_allocate(group) >= self.watermark_blocks
 
     def allocate(self, group: SequenceGroup) -> None:
-        """The prompt's blocks, once, shared by every live sequence of the group."""
+        """The prompt's blocks, once, shared by every live sequence of the group; or, for a
+        group whose samples diverged and are recomputed apart, each sample's own blocks."""
         seqs = group.live_seqs()
+        if not group.shares_prompt:
+            for seq in seqs:
+                num_blocks = blocks_for(seq.length, self.block_size)
+                self.block_tables[seq.seq_id] = [self.gpu.allocate() for _ in range(num_blocks)]
+            return
         table = [self.gpu.allocate() for _ in range(blocks_for(seqs[0].length, self.block_size))]
         for block in table:
             self.gpu.incref(block, len(seqs) - 1)

@@ -45,6 +45,9 @@ class SequenceGroup:
     first_token_s: float | None = None
     finish_s: float | None = None
     num_preemptions: int = 0
+    # the samples' histories are one: a single prefill computes the prompt for all of them.
+    # False once a recompute has thrown away samples that diverged: each re-prefills its own.
+    shares_prompt: bool = True
 
     @property
     def prompt_len(self) -> int:

@@ -130,9 +130,15 @@ class QueueScheduler(Scheduler):
         batch = Batch(num_running_groups=len(prefill_groups) + len(decode_groups))
         for group in prefill_groups:
             live = group.live_seqs()
-            batch.prefill_seq_ids.append(live[0].seq_id)
-            batch.prefill_lens.append(live[0].length)
-            batch.prefill_sample_ids.append(tuple(s.seq_id for s in live))
+            if group.shares_prompt:  # one prompt computation, sampled by every sample
+                batch.prefill_seq_ids.append(live[0].seq_id)
+                batch.prefill_lens.append(live[0].length)
+                batch.prefill_sample_ids.append(tuple(s.seq_id for s in live))
+                continue
+            for seq in live:  # recomputed apart: each sample's own history
+                batch.prefill_seq_ids.append(seq.seq_id)
+                batch.prefill_lens.append(seq.length)
+                batch.prefill_sample_ids.append((seq.seq_id,))
         ids, contexts = batch.decode_seq_ids, batch.decode_context_lens
         running = SeqStatus.RUNNING
         for group in decode_groups:
