@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import os
 import statistics
 import subprocess
@@ -30,6 +29,7 @@ sys.path.insert(0, str(REPO_ROOT))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from engine.core.blocks import blocks_for  # noqa: E402
 from engine.kernels import paged_attention_decode, paged_attention_decode_ref  # noqa: E402
 from engine.kernels.paged_attention_ref import gather_tokens, token_rows  # noqa: E402
 
@@ -76,7 +76,7 @@ def run_kernel_tests(timeout_s: int, workers: int) -> bool:
 def build_decode(batch, context, heads, head_dim, block_size, dtype, device, seed):
     """A paged pool in shuffled block order, plus the same K/V laid out densely for SDPA."""
     gen = torch.Generator(device=device).manual_seed(seed)
-    blocks_per_seq = math.ceil(context / block_size)
+    blocks_per_seq = blocks_for(context, block_size)
     shape = (batch * blocks_per_seq, block_size, heads, head_dim)
     key_cache = torch.randn(shape, generator=gen, device=device, dtype=dtype)
     value_cache = torch.randn(shape, generator=gen, device=device, dtype=dtype)

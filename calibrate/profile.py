@@ -17,6 +17,7 @@ from calibrate.grid import GRIDS, Grid, Shape
 from calibrate.host import host_rows
 from calibrate.speed import PROBE_SHAPES, SpeedProbe, SpeedSamples, probe_blocks
 from engine.core.batch import BatchShape
+from engine.core.blocks import blocks_for
 from engine.core.spec import ModelSpec
 
 
@@ -91,7 +92,7 @@ def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid
     grid = replace(grid, max_seq_len=min(grid.max_seq_len, spec.max_seq_len),
                    max_kv_tokens=min(grid.max_kv_tokens, kv_tokens_that_fit(spec, device, dtype)))
     shapes = grid.shapes()
-    pool_blocks = max(-(-s.kv_tokens // block_size) + len(s.prefill_lens) + len(s.decode_context_lens)
+    pool_blocks = max(blocks_for(s.kv_tokens, block_size) + len(s.prefill_lens) + len(s.decode_context_lens)
                       for s in shapes)
     runner = ModelRunner(spec, device=device, dtype=dtype, seed=seed,
                          num_gpu_blocks=max(pool_blocks, swap_blocks, probe_blocks(block_size)),

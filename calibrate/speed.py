@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from engine.core.blocks import blocks_for
+
 # name -> (prefill_lens, decode_context_lens)
 PROBE_SHAPES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "decode": ((), (64,)),
@@ -28,7 +30,8 @@ PROBE_DESCRIPTION = "a decode of 1 sequence at context 64, and a 64-token prefil
 
 def probe_blocks(block_size: int) -> int:
     """KV blocks a runner needs to time any probe shape (each sequence's tokens and one more)."""
-    return max(sum(-(-(n + 1) // block_size) for n in (*prefill, *decode)) for prefill, decode in PROBE_SHAPES.values())
+    return max(sum(blocks_for(n + 1, block_size) for n in (*prefill, *decode))
+               for prefill, decode in PROBE_SHAPES.values())
 
 
 @dataclass

@@ -6,7 +6,8 @@ from dataclasses import dataclass, replace
 
 from calibrate.device import device_name
 from calibrate.profile_file import Profile, load_profile
-from engine.core.spec import ModelSpec, blocks_for
+from engine.core.blocks import blocks_for
+from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
 from engine.specs.errors import SpecError
 from fidelity.config import DTYPE_NAMES, ValidationConfig

@@ -1,6 +1,7 @@
 """vLLM's paged KV cache bookkeeping (paper-era rules, Kwon et al. 2023 section 4)."""
 from __future__ import annotations
 
+from engine.core.blocks import blocks_for
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 
 
@@ -50,18 +51,26 @@ class BlockManager:
         self.watermark_blocks = int(watermark * num_gpu_blocks)
         self.block_tables: dict[int, list[int]] = {}
 
-    def _blocks_for(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.block_size)
-
     # --- admission -------------------------------------------------------------
+    def blocks_to_allocate(self, group: SequenceGroup) -> int:
+        seqs = group.live_seqs()
+        if group.shares_prompt:
+            return blocks_for(seqs[0].length, self.block_size)
+        return sum(blocks_for(s.length, self.block_size) for s in seqs)
+
     def can_allocate(self, group: SequenceGroup) -> bool:
-        needed = self._blocks_for(group.live_seqs()[0].length)
-        return self.gpu.num_free - needed >= self.watermark_blocks
+        return self.gpu.num_free - self.blocks_to_allocate(group) >= self.watermark_blocks
 
     def allocate(self, group: SequenceGroup) -> None:
-        """The prompt's blocks, once, shared by every live sequence of the group."""
+        """The prompt's blocks, once, shared by every live sequence of the group; or, for a
+        group whose samples diverged and are recomputed apart, each sample's own blocks."""
         seqs = group.live_seqs()
-        table = [self.gpu.allocate() for _ in range(self._blocks_for(seqs[0].length))]
+        if not group.shares_prompt:
+            for seq in seqs:
+                num_blocks = blocks_for(seq.length, self.block_size)
+                self.block_tables[seq.seq_id] = [self.gpu.allocate() for _ in range(num_blocks)]
+            return
+        table = [self.gpu.allocate() for _ in range(blocks_for(seqs[0].length, self.block_size))]
         for block in table:
             self.gpu.incref(block, len(seqs) - 1)
         for seq in seqs:
@@ -85,12 +94,6 @@ class BlockManager:
         table[-1] = fresh
         self.gpu.free(last)
         return last, fresh
-
-    def fork(self, parent: Sequence, child: Sequence) -> None:
-        table = self.block_tables[parent.seq_id]
-        self.block_tables[child.seq_id] = list(table)
-        for block in table:
-            self.gpu.incref(block)
 
     def free(self, seq: Sequence) -> None:
         table = self.block_tables.pop(seq.seq_id, None)

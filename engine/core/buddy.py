@@ -91,6 +91,3 @@ class BuddyAllocator:
                 break
             start, size = min(start, buddy), size * 2
         self._insert_free(start, size)
-
-    def largest_free_chunk(self) -> int:
-        return max((s for s, v in self._free.items() if v), default=0)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.core.blocks import blocks_for
 from engine.core.buddy import BuddyAllocator, next_pow2
 from engine.core.sequence import Sequence, SequenceGroup
 
@@ -32,34 +33,46 @@ class ReservationAllocator:
         self.block_size = block_size
         self.max_seq_len = max_seq_len
         self.reservation = reservation
-        self.buddy = BuddyAllocator(num_blocks, -(-max_seq_len // block_size))
+        self.buddy = BuddyAllocator(num_blocks, blocks_for(max_seq_len, block_size))
         self.reservations: dict[int, Reservation] = {}
+        # sums over the reservations, for the Fig. 2 breakdown (engine.core.kv_usage)
+        self.num_estimated_tokens = 0  # tokens the reservations were sized for
+        self.num_needed_tokens = 0  # of those, tokens the sequences will really hold at their end
 
     def estimate_len(self, seq: Sequence) -> int:
         est_out = estimated_output(seq.output_len, self.reservation, self.max_seq_len)
         return min(seq.prompt_len + est_out, self.max_seq_len)
 
-    def blocks_for(self, seq: Sequence) -> int:
-        return -(-self.estimate_len(seq) // self.block_size)
+    def reserved_blocks(self, seq: Sequence) -> int:
+        return blocks_for(self.estimate_len(seq), self.block_size)
 
     def can_allocate(self, group: SequenceGroup) -> bool:
-        return self.buddy.can_allocate([self.blocks_for(s) for s in group.live_seqs()])
+        return self.buddy.can_allocate([self.reserved_blocks(s) for s in group.live_seqs()])
 
     def allocate(self, group: SequenceGroup) -> None:
         for seq in group.live_seqs():
-            blocks = self.blocks_for(seq)
+            blocks = self.reserved_blocks(seq)
             start = self.buddy.allocate(blocks)
-            self.reservations[seq.seq_id] = Reservation(start, self.buddy.chunk_size(blocks), self.estimate_len(seq))
+            res = Reservation(start, self.buddy.chunk_size(blocks), self.estimate_len(seq))
+            self.reservations[seq.seq_id] = res
+            self.num_estimated_tokens += res.estimate_len
+            self.num_needed_tokens += min(res.estimate_len, seq.final_len)
 
     def free(self, seq: Sequence) -> None:
         res = self.reservations.pop(seq.seq_id, None)
         if res is not None:
             self.buddy.free(res.start)
+            self.num_estimated_tokens -= res.estimate_len
+            self.num_needed_tokens -= min(res.estimate_len, seq.final_len)
 
     def block_table(self, seq: Sequence) -> list[int]:
         res = self.reservations[seq.seq_id]
-        return list(range(res.start, res.start + -(-seq.length // self.block_size)))
+        return list(range(res.start, res.start + blocks_for(seq.length, self.block_size)))
 
     @property
     def num_free_blocks(self) -> int:
         return self.buddy.num_free
+
+    @property
+    def num_reserved_blocks(self) -> int:
+        return self.buddy.num_blocks - self.buddy.num_free

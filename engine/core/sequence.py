@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 class SeqStatus(enum.Enum):
@@ -31,10 +31,6 @@ class Sequence:
         return self.length - self.prompt_len
 
     @property
-    def is_done(self) -> bool:
-        return self.num_generated >= self.output_len
-
-    @property
     def final_len(self) -> int:
         return self.prompt_len + self.output_len
 
@@ -49,9 +45,9 @@ class SequenceGroup:
     first_token_s: float | None = None
     finish_s: float | None = None
     num_preemptions: int = 0
-    # set by the scheduler while prompt KV is (re)computed: the whole prefix is a prompt again
-    needs_prefill: bool = True
-    extra: dict = field(default_factory=dict)
+    # the samples' histories are one: a single prefill computes the prompt for all of them.
+    # False once a recompute has thrown away samples that diverged: each re-prefills its own.
+    shares_prompt: bool = True
 
     @property
     def prompt_len(self) -> int:

@@ -10,6 +10,19 @@ from engine.specs.errors import SpecError
 
 KINDS = ("vllm", "orca", "fastertransformer")
 RESERVATIONS = ("oracle", "pow2", "max")
+# vLLM's `preemption`: how a running group gives its GPU blocks back when they run out.
+#   auto       vLLM's own rule (its default, and the paper's runs): recompute a group of one
+#              running sequence (drop its blocks; it waits and re-prefills prompt + output so
+#              far), swap a group of several samples to host memory.
+#   recompute  recompute every group. vLLM never did this for several samples (the paper-era
+#              code has no such option; later vLLM's forced recompute asserts one running
+#              sequence); here their diverged samples each re-prefill their own history in
+#              their own blocks, no longer sharing the prompt.
+#              A group that could not run apart again (re-prefills together over
+#              max_num_batched_tokens, or unable to grow alone to their final lengths in the
+#              pool, one spare block each) is swapped instead.
+#   swap       swap every group, single sequences too.
+# The scheduler reads these as engine.core.scheduler.vllm.PreemptionMode (None for auto).
 PREEMPTION_MODES = ("auto", "recompute", "swap")
 
 
@@ -28,9 +41,7 @@ class SystemSpec:
     block_size: int = 16
     max_num_batched_tokens: int | None = 2560  # vllm only: the paper-era token cap per iteration
     max_num_seqs: int = 256
-    # vllm: auto and recompute re-prefill single-sequence groups; swap swaps them too.
-    # Multi-sequence groups always swap (their samples cannot share one re-prefill).
-    preemption: str = "auto"
+    preemption: str = "auto"  # vllm: auto | recompute | swap, see PREEMPTION_MODES above
     watermark: float = 0.01
     max_batch_size: int | None = None  # fastertransformer B; None = as many as memory allows
 

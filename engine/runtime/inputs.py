@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.core.batch import Batch
+from engine.core.blocks import blocks_for
 from engine.runtime.model import AttentionMetadata
 
 BlockTableFn = Callable[[int], list[int]]
@@ -61,7 +62,7 @@ def _slots(table: list[int], num_tokens: int, block_size: int, start: int = 0) -
 
 
 def _check_table(seq_id: int, table: list[int], num_tokens: int, limits: PoolLimits) -> None:
-    needed = -(-num_tokens // limits.block_size)
+    needed = blocks_for(num_tokens, limits.block_size)
     if len(table) < needed:
         raise ValueError(
             f"sequence {seq_id}: context of {num_tokens} tokens needs {needed} blocks of "
@@ -142,6 +143,6 @@ def _add_decode(out: HostInputs, seq_id, context, tokens, block_table_fn, limits
     out.input_ids.append(seq_tokens[-1])
     out.positions.append(context - 1)
     out.slot_mapping.extend(_slots(table, context, limits.block_size, start=context - 1))
-    out.block_tables.append(table[:-(-context // limits.block_size)])
+    out.block_tables.append(table[:blocks_for(context, limits.block_size)])
     out.context_lens.append(context)
     out.sample_ids.append((seq_id,))

@@ -6,6 +6,7 @@ from collections.abc import Callable
 import torch
 
 from engine.core.batch import Batch
+from engine.core.blocks import blocks_for
 from engine.core.spec import ModelSpec
 from engine.kernels.backend import BACKENDS, resolve_backend
 from engine.runtime.cache import (
@@ -157,7 +158,7 @@ class ModelRunner:
     def synthetic_batch(self, prefill_lens: list[int], decode_context_lens: list[int],
                         num_swap_blocks: int = 0) -> tuple[Batch, dict[int, list[int]], dict[int, list[int]]]:
         lengths = list(prefill_lens) + list(decode_context_lens)
-        needed = [-(-n // self.block_size) for n in lengths]
+        needed = [blocks_for(n, self.block_size) for n in lengths]
         if sum(needed) > self.num_gpu_blocks:
             raise ValueError(f"the batch needs {sum(needed)} KV blocks but the pool has {self.num_gpu_blocks}")
         if num_swap_blocks > min(self.num_gpu_blocks, self.num_cpu_blocks):

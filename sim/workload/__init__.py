@@ -7,10 +7,10 @@ from .config import WorkloadConfig, build_trace
 from .lengths import DATASET_NAMES, LengthTable, load_lengths, read_lengths_csv
 from .recorded import Replay, load_recorded, read_recorded_trace
 from .standin import FIG11_MEANS, STAND_INS, StandIn
-from .trace import Trace, read_trace_csv, write_trace_csv
+from .trace import Trace, write_trace_csv
 
 __all__ = [
     "ARRIVALS", "DATASET_NAMES", "FIG11_MEANS", "STAND_INS", "LengthTable", "Replay", "StandIn", "Trace",
     "WorkloadConfig", "build_trace", "constant", "exponential", "gamma", "load_lengths", "load_recorded",
-    "poisson_quanta", "read_lengths_csv", "read_recorded_trace", "read_trace_csv", "write_trace_csv",
+    "poisson_quanta", "read_lengths_csv", "read_recorded_trace", "write_trace_csv",
 ]

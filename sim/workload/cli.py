@@ -17,7 +17,7 @@ from .arrivals import ARRIVALS
 from .config import WorkloadConfig, build_trace
 from .lengths import DATASET_NAMES, LengthTable, load_lengths
 from .paths import SHAREGPT_CSV
-from .recorded import FORMS
+from .recorded import FORMS, read_recorded_trace
 from .standin import StandIn
 from .stats import lengths_report, plot_lengths, trace_report
 from .table import read_table
@@ -99,7 +99,6 @@ def _describe(name: str, max_seq_len: int | None) -> tuple[np.ndarray, np.ndarra
     if name in DATASET_NAMES:
         source = load_lengths(name)
     elif Path(name).suffix.lower() != ".json" and _is_trace_csv(name):
-        from .recorded import read_recorded_trace
         trace = read_recorded_trace(name)
         print(trace_report(trace, max_seq_len))
         return trace.prompt_len, trace.output_len, trace.source

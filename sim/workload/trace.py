@@ -111,7 +111,8 @@ def _validate(trace: Trace, last_arrival: float) -> None:
 def write_trace_csv(trace: Trace, path: str | Path) -> Path:
     """`arrived_at,num_prefill_tokens,num_decode_tokens[,n]`, with the source and duration as comments.
 
-    Times are written with repr() so that reading the file back gives the same floats bit for bit.
+    Times are written with repr() so that reading the file back (recorded.read_recorded_trace)
+    gives the same floats bit for bit.
     The n column is written only when some request samples more than one sequence.
     """
     if len(trace) == 0:
@@ -124,14 +125,6 @@ def write_trace_csv(trace: Trace, path: str | Path) -> Path:
         columns.append(trace.n.tolist())
     lines.extend(",".join(map(repr, row)) for row in zip(*columns))
     return write_text_atomic(path, "\n".join(lines) + "\n")
-
-
-def read_trace_csv(path: str | Path) -> Trace:
-    """A trace file in either accepted form (see recorded.py), whole, on its recorded clock."""
-    from .recorded import (
-        read_recorded_trace,  # recorded.py builds on Trace; import here to avoid a cycle
-    )
-    return read_recorded_trace(path)
 
 
 def _one_line(text: str) -> str:

@@ -19,6 +19,7 @@ from calibrate.speed import (
     probe_blocks,
 )
 from engine.core.batch import Batch
+from engine.core.blocks import blocks_for
 from engine.specs.errors import SpecError
 
 
@@ -88,7 +89,7 @@ def test_probe_blocks_hold_every_probe_shape():
     for block_size in (1, 8, 16, 32):
         need = probe_blocks(block_size)
         for prefill, decode in PROBE_SHAPES.values():
-            assert need >= sum(-(-(n + 1) // block_size) for n in (*prefill, *decode))
+            assert need >= sum(blocks_for(n + 1, block_size) for n in (*prefill, *decode))
 
 
 def test_a_fit_keeps_the_probe_medians_as_the_speed_reference_and_fits_without_them():

@@ -2,25 +2,12 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 
 from engine.core.batch import Batch
+from engine.core.kv_usage import KVUsage
 from engine.core.sequence import SequenceGroup
 
-
-@dataclass(slots=True)
-class KVUsage:
-    """KV pool slots by what holds them (paper Fig. 2); the five parts sum to the pool."""
-
-    token: int = 0  # slots holding a token's K/V
-    reserved: int = 0  # slots reserved for tokens the request will still generate
-    internal: int = 0  # slots inside a request's own allocation it will never fill
-    external: int = 0  # unusable: rounding above the estimate, free space nobody waiting can use
-    idle: int = 0  # free space while nobody waits for it
-
-    @property
-    def total(self) -> int:
-        return self.token + self.reserved + self.internal + self.external + self.idle
+__all__ = ["KVUsage", "Scheduler"]
 
 
 class Scheduler(ABC):
@@ -52,7 +39,8 @@ class Scheduler(ABC):
     def has_unfinished(self) -> bool: ...
 
     @abstractmethod
-    def kv_usage(self) -> KVUsage: ...
+    def kv_usage(self) -> KVUsage:
+        """The pool by what holds it now (paper Fig. 2), computed by engine.core.kv_usage."""
 
     @property
     @abstractmethod

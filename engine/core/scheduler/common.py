@@ -5,7 +5,8 @@ from collections import deque
 
 from engine.core.batch import Batch
 from engine.core.errors import Unservable
-from engine.core.scheduler.base import KVUsage, Scheduler
+from engine.core.kv_usage import TokenSlots, unshared_token_slots
+from engine.core.scheduler.base import Scheduler
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
 
@@ -32,7 +33,7 @@ class QueueScheduler(Scheduler):
         self._decoded: list[SequenceGroup] = []
         self.num_preemptions = 0
         self.num_running_seqs = 0
-        self._token_slots = 0  # K/V slots holding tokens, over running groups
+        self.token_slots = TokenSlots(self._token_slots_of)  # for kv_usage()
 
     # --- the contract ----------------------------------------------------------
     def add_request(self, group: SequenceGroup) -> None:
@@ -52,9 +53,10 @@ class QueueScheduler(Scheduler):
         self.waiting.append(group)
 
     def complete(self, batch: Batch, now_s: float) -> list[SequenceGroup]:
+        # every sequence the batch samples for gets one token (the prefill's samples and each decode)
+        self.token_slots.sampled(len(batch.decode_seq_ids) + sum(map(len, batch.prefill_sample_ids)))
         finished = []
         for group in self._prefilled:
-            group.needs_prefill = False
             if group.first_token_s is None:
                 group.first_token_s = now_s
         for groups in (self._prefilled, self._decoded):
@@ -90,7 +92,6 @@ class QueueScheduler(Scheduler):
         for seq in group.seqs:
             if seq.status is running:
                 seq.length += 1
-                self._token_slots += 1
                 if seq.length >= seq.prompt_len + seq.output_len:
                     seq.status = SeqStatus.FINISHED
                     self.num_running_seqs -= 1
@@ -100,8 +101,8 @@ class QueueScheduler(Scheduler):
         return all_done
 
     def _finish(self, group: SequenceGroup, now_s: float) -> None:
+        self._stop_running(group, SeqStatus.FINISHED)
         group.finish_s = now_s
-        self._token_slots -= self._group_token_slots(group)
         for seq in group.seqs:
             self._seqs.pop(seq.seq_id, None)
 
@@ -109,27 +110,35 @@ class QueueScheduler(Scheduler):
         """Blocks the request needs with the pool to itself; subclasses know their allocators."""
         raise NotImplementedError
 
-    def _group_token_slots(self, group: SequenceGroup) -> int:
-        """K/V slots a group's tokens fill; subclasses that share prompt blocks override."""
-        return sum(s.length for s in group.seqs)
+    def _token_slots_of(self, group: SequenceGroup) -> int:
+        """K/V slots a group's tokens fill; a paged pool whose samples share the prompt overrides."""
+        return unshared_token_slots(group)
 
     def _start_running(self, group: SequenceGroup) -> None:
         group.set_status(SeqStatus.RUNNING)
         self.num_running_seqs += len(group.live_seqs())
-        self._token_slots += self._group_token_slots(group)
+        self.token_slots.started(group)
 
     def _stop_running(self, group: SequenceGroup, status: SeqStatus) -> None:
+        """Out of the running set: preempted (WAITING, SWAPPED) or done (FINISHED, its
+        sequences already finished one by one as they sampled their last token)."""
         self.num_running_seqs -= len(group.live_seqs())
-        self._token_slots -= self._group_token_slots(group)
+        self.token_slots.stopped(group)
         group.set_status(status)
 
     def _batch_for(self, prefill_groups: list[SequenceGroup], decode_groups: list[SequenceGroup]) -> Batch:
         batch = Batch(num_running_groups=len(prefill_groups) + len(decode_groups))
         for group in prefill_groups:
             live = group.live_seqs()
-            batch.prefill_seq_ids.append(live[0].seq_id)
-            batch.prefill_lens.append(live[0].length)
-            batch.prefill_sample_ids.append(tuple(s.seq_id for s in live))
+            if group.shares_prompt:  # one prompt computation, sampled by every sample
+                batch.prefill_seq_ids.append(live[0].seq_id)
+                batch.prefill_lens.append(live[0].length)
+                batch.prefill_sample_ids.append(tuple(s.seq_id for s in live))
+                continue
+            for seq in live:  # recomputed apart: each sample's own history
+                batch.prefill_seq_ids.append(seq.seq_id)
+                batch.prefill_lens.append(seq.length)
+                batch.prefill_sample_ids.append((seq.seq_id,))
         ids, contexts = batch.decode_seq_ids, batch.decode_context_lens
         running = SeqStatus.RUNNING
         for group in decode_groups:
@@ -139,14 +148,6 @@ class QueueScheduler(Scheduler):
                     contexts.append(seq.length)
         self._prefilled, self._decoded = prefill_groups, decode_groups
         return batch
-
-    def _free_space_usage(self, usage: KVUsage, free_slots: int) -> KVUsage:
-        # free space is fragmentation while someone waits for it, idle otherwise
-        if self.waiting:
-            usage.external += free_slots
-        else:
-            usage.idle += free_slots
-        return usage
 
     def _free_seq(self, seq: Sequence) -> None:
         raise NotImplementedError

@@ -8,7 +8,7 @@ as large as memory allows unless configured. Responses return when the batch end
 from __future__ import annotations
 
 from engine.core.batch import Batch
-from engine.core.scheduler.orca import ReservationScheduler
+from engine.core.scheduler.reservation_scheduler import ReservationScheduler
 from engine.core.sequence import SequenceGroup
 from engine.core.system import SystemSpec
 
@@ -37,7 +37,7 @@ class FasterTransformerScheduler(ReservationScheduler):
             if not self.allocator.can_allocate(group):
                 break
             self.waiting.popleft()
-            self._reserve(group)
+            self.allocator.allocate(group)
             self._start_running(group)
             self.running.append(group)
             self._batch_groups.append(group)

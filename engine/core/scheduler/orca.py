@@ -1,87 +1,16 @@
 """Orca as the paper reimplemented it: iteration-level FCFS over buddy reservations.
 
-Each sequence holds one contiguous reservation (Oracle / Pow2 / Max) from admission to
-completion; there is no preemption, and the first request that does not fit blocks all
-later ones. Prompts and decodes share an iteration with no token cap.
+Each sequence holds one contiguous reservation from admission to completion, sized by one
+of the paper's three rules (`system.reservation`, applied by engine.core.reservation): Oracle
+reserves the prompt plus the true output length, Pow2 the output rounded up to a power of
+two, Max the model's maximum length. There is no preemption, and the first request that does
+not fit blocks all later ones. Prompts and decodes share an iteration with no token cap.
 """
 from __future__ import annotations
 
 from engine.core.batch import Batch
-from engine.core.buddy import BuddyAllocator
-from engine.core.reservation import ReservationAllocator
-from engine.core.scheduler.base import KVUsage
-from engine.core.scheduler.common import QueueScheduler
-from engine.core.sequence import Sequence, SequenceGroup
-from engine.core.system import SystemSpec
-
-
-class ReservationScheduler(QueueScheduler):
-    """What Orca and FasterTransformer share: reservations and their accounting."""
-
-    def __init__(self, system: SystemSpec, max_seq_len: int, num_gpu_blocks: int, num_cpu_blocks: int):
-        super().__init__(system, max_seq_len)
-        self.num_gpu_blocks = num_gpu_blocks
-        self.num_cpu_blocks = num_cpu_blocks
-        self.allocator = ReservationAllocator(num_gpu_blocks, system.block_size, max_seq_len, system.reservation)
-        self._pending_copies: list[tuple[int, int]] = []
-        # slot sums over running sequences, for the Fig. 2 breakdown
-        self._target_slots = 0  # min(estimate, final length): token states plus what is still to come
-        self._estimate_slots = 0
-        self._chunk_slots = 0
-
-    def block_table(self, seq_id: int) -> list[int]:
-        return self.allocator.block_table(self._seqs[seq_id])
-
-    def _free_seq(self, seq: Sequence) -> None:
-        self._release(seq)
-
-    def _blocks_needed_alone(self, group: SequenceGroup) -> int:
-        sizes = [self.allocator.blocks_for(s) for s in group.seqs]
-        if BuddyAllocator(self.num_gpu_blocks, self.allocator.buddy.max_chunk).can_allocate(sizes):
-            return 0
-        return sum(self.allocator.buddy.chunk_size(n) for n in sizes)
-
-    def _reserve(self, group: SequenceGroup) -> None:
-        self.allocator.allocate(group)
-        for seq in group.live_seqs():
-            res = self.allocator.reservations[seq.seq_id]
-            self._target_slots += min(res.estimate_len, seq.final_len)
-            self._estimate_slots += res.estimate_len
-            self._chunk_slots += res.chunk_blocks * self.block_size
-
-    def _release(self, seq: Sequence) -> None:
-        res = self.allocator.reservations.get(seq.seq_id)
-        if res is None:
-            return
-        self._target_slots -= min(res.estimate_len, seq.final_len)
-        self._estimate_slots -= res.estimate_len
-        self._chunk_slots -= res.chunk_blocks * self.block_size
-        self.allocator.free(seq)
-
-    def _fork_prompt_copies(self, groups: list[SequenceGroup]) -> None:
-        """Nothing is shared: every sample gets the prompt's blocks copied into its own chunk."""
-        for group in groups:
-            live = group.live_seqs()
-            if len(live) < 2:
-                continue
-            prompt_blocks = -(-group.prompt_len // self.block_size)
-            source = self.allocator.block_table(live[0])[:prompt_blocks]
-            for seq in live[1:]:
-                self._pending_copies.extend(zip(source, self.allocator.block_table(seq)))
-
-    def _take_copies(self) -> list[tuple[int, int]]:
-        copies, self._pending_copies = self._pending_copies, []
-        return copies
-
-    def kv_usage(self) -> KVUsage:
-        tokens = self._token_slots
-        usage = KVUsage(
-            token=tokens,
-            reserved=self._target_slots - tokens,
-            internal=self._estimate_slots - self._target_slots,
-            external=self._chunk_slots - self._estimate_slots,
-        )
-        return self._free_space_usage(usage, self.allocator.num_free_blocks * self.block_size)
+from engine.core.scheduler.reservation_scheduler import ReservationScheduler
+from engine.core.sequence import SequenceGroup
 
 
 class OrcaScheduler(ReservationScheduler):
@@ -95,7 +24,7 @@ class OrcaScheduler(ReservationScheduler):
             if not self.allocator.can_allocate(group):
                 break  # head-of-line: later requests wait behind this one
             self.waiting.popleft()
-            self._reserve(group)
+            self.allocator.allocate(group)
             self._start_running(group)
             self.running.append(group)
             prefill_groups.append(group)

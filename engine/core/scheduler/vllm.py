@@ -1,19 +1,35 @@
 """vLLM's paper-era scheduler: paged blocks on demand, preempt the latest arrival.
 
 One mixed iteration per step (prompts and decodes together, capped by
-max_num_batched_tokens), as the code behind the paper's figures ran it.
+max_num_batched_tokens), as the code behind the paper's figures ran it. How a preempted
+group gives its blocks back is PreemptionMode; `system.preemption` picks the rule (see
+engine.core.system).
 """
 from __future__ import annotations
 
 import bisect
+import enum
 from collections import deque
 
 from engine.core.batch import Batch
 from engine.core.block_manager import BlockManager
-from engine.core.scheduler.base import KVUsage
+from engine.core.blocks import blocks_for
+from engine.core.kv_usage import KVUsage, paged_usage, shared_prompt_token_slots, unshared_token_slots
 from engine.core.scheduler.common import QueueScheduler
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
+
+
+class PreemptionMode(enum.Enum):
+    """How a preempted group frees its GPU blocks (vLLM's enum of the same name).
+
+    SWAP: its blocks move to host memory and come back before it runs again.
+    RECOMPUTE: its blocks are dropped; it waits again and re-prefills its prompt and
+    everything it generated so far.
+    """
+
+    SWAP = "swap"
+    RECOMPUTE = "recompute"
 
 
 def insert_fcfs(queue: deque[SequenceGroup], group: SequenceGroup) -> None:
@@ -35,6 +51,8 @@ class VLLMScheduler(QueueScheduler):
         self.num_swapped_in_blocks = 0
         token_cap = system.max_num_batched_tokens
         self.token_cap = token_cap if token_cap is not None else float("inf")
+        # None: vLLM's own rule per group ("auto"); else the mode the user forced
+        self.forced_preemption = None if system.preemption == "auto" else PreemptionMode(system.preemption)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running or self.swapped)
@@ -51,13 +69,12 @@ class VLLMScheduler(QueueScheduler):
         # data planes report as Unschedulable)
         bs, n = self.block_size, group.num_seqs
         shared = group.prompt_len // bs
-        grow = shared + n * (-(-(group.prompt_len + group.output_len) // bs) - shared)
-        admit = -(-group.prompt_len // bs) + self.blocks.watermark_blocks
+        grow = shared + n * (blocks_for(group.prompt_len + group.output_len, bs) - shared)
+        admit = blocks_for(group.prompt_len, bs) + self.blocks.watermark_blocks
         return max(admit, grow)
 
-    def _group_token_slots(self, group: SequenceGroup) -> int:
-        # the prompt's blocks are shared by the group's samples
-        return group.prompt_len + sum(s.length - s.prompt_len for s in group.seqs)
+    def _token_slots_of(self, group: SequenceGroup) -> int:
+        return shared_prompt_token_slots(group) if group.shares_prompt else unshared_token_slots(group)
 
     # --- one step ----------------------------------------------------------------
     def schedule(self) -> Batch:
@@ -126,14 +143,14 @@ class VLLMScheduler(QueueScheduler):
             group = self.waiting[0]
             if id(group) in preempted or not self.blocks.can_allocate(group):
                 break
-            prompt_tokens = group.live_seqs()[0].length
+            live = group.live_seqs()
+            prompt_tokens = live[0].length if group.shares_prompt else sum(s.length for s in live)
             if num_tokens + prompt_tokens > self.token_cap:
                 break
-            if self.num_running_seqs + len(group.live_seqs()) > self.system.max_num_seqs:
+            if self.num_running_seqs + len(live) > self.system.max_num_seqs:
                 break
             self.waiting.popleft()
             self.blocks.allocate(group)
-            group.needs_prefill = True
             self._start_running(group)
             self._insert_running(group)
             num_tokens += prompt_tokens
@@ -141,26 +158,47 @@ class VLLMScheduler(QueueScheduler):
         return admitted
 
     # --- preemption ----------------------------------------------------------------
-    def preemption_mode(self, group: SequenceGroup) -> str:
-        """Recompute only single-sequence groups: samples that diverged cannot share one
-        re-prefill (paper-era vLLM had the same rule), so multi-sequence groups always swap."""
-        if len(group.live_seqs()) > 1:
-            return "swap"
-        return "swap" if self.system.preemption == "swap" else "recompute"
+    def preemption_mode(self, group: SequenceGroup) -> PreemptionMode:
+        """vLLM's rule (auto): recompute a group of one running sequence (cheaper than
+        swapping), swap a group of several. Forced swap swaps every group. Forced recompute
+        recomputes every group, except a group of several samples that could not be served
+        apart (see _can_serve_apart): it swaps."""
+        live = group.live_seqs()
+        forced = self.forced_preemption
+        if forced is PreemptionMode.SWAP or (forced is None and len(live) > 1):
+            return PreemptionMode.SWAP
+        if len(live) > 1 and not self._can_serve_apart(live):
+            return PreemptionMode.SWAP
+        return PreemptionMode.RECOMPUTE
+
+    def _can_serve_apart(self, live: list[Sequence]) -> bool:
+        """Whether samples recomputed apart can run again: their re-prefills fit one iteration's
+        token cap, and alone in the pool each can grow to its final length in its own blocks
+        (plus the one spare block per sequence that the conservative can_append asks for)."""
+        if sum(s.length for s in live) > self.token_cap:
+            return False
+        blocks = sum(blocks_for(s.final_len, self.block_size) + 1 for s in live)
+        return blocks + self.blocks.watermark_blocks <= self.num_gpu_blocks
 
     def _preempt(self, group: SequenceGroup, swap_out: list[tuple[int, int]]) -> None:
         group.num_preemptions += 1
         self.num_preemptions += 1
         self.running = [g for g in self.running if g is not group]
-        if self.preemption_mode(group) == "recompute":
+        if self.preemption_mode(group) is PreemptionMode.RECOMPUTE:
+            live = group.live_seqs()
             self._stop_running(group, SeqStatus.WAITING)
-            for seq in group.live_seqs():
+            for seq in live:
                 self.blocks.free(seq)
+            if len(live) > 1:
+                # the samples have diverged: each will re-prefill its own history in its own blocks
+                group.shares_prompt = False
             self._insert_waiting(group)
         else:
             if not self.blocks.can_swap_out(group):
+                why = (" (its samples could not be recomputed apart in this pool or token cap)"
+                       if self.forced_preemption is PreemptionMode.RECOMPUTE else "")
                 raise RuntimeError(
-                    f"request {group.request_id}: not enough CPU swap space to preempt it "
+                    f"request {group.request_id}: not enough CPU swap space to preempt it{why} "
                     f"({self.blocks.cpu.num_free} free CPU blocks); raise swap_space_gib")
             mapping = self.blocks.swap_out(group)
             swap_out.extend(mapping)
@@ -181,7 +219,4 @@ class VLLMScheduler(QueueScheduler):
 
     # --- accounting ------------------------------------------------------------------
     def kv_usage(self) -> KVUsage:
-        used_slots = self.blocks.num_used_gpu_blocks * self.block_size
-        tokens = min(self._token_slots, used_slots)
-        usage = KVUsage(token=tokens, internal=used_slots - tokens)
-        return self._free_space_usage(usage, self.blocks.gpu.num_free * self.block_size)
+        return paged_usage(self.blocks, self.token_slots, bool(self.waiting))

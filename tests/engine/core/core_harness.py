@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, settings
 from engine.core.batch import Batch
 from engine.core.block_manager import BlockManager
 from engine.core.factory import make_scheduler
-from engine.core.scheduler.orca import ReservationScheduler
+from engine.core.scheduler.reservation_scheduler import ReservationScheduler
 from engine.core.scheduler.vllm import VLLMScheduler
 from engine.core.sequence import SeqStatus, SequenceCounter, SequenceGroup, make_group
 from engine.core.system import SystemSpec
@@ -33,10 +33,6 @@ def hyp(**overrides) -> settings:
 
 def tiny_model(max_seq_len: int = 64):
     return replace(load_model_spec("opt-tiny"), max_seq_len=max_seq_len)
-
-
-def blocks_for(num_tokens: int, block_size: int) -> int:
-    return -(-num_tokens // block_size)
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,23 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from engine.core.block_manager import BlockAllocator, BlockManager
+from engine.core.blocks import blocks_for
 from engine.core.sequence import SeqStatus, Sequence, SequenceCounter, make_group
 
 BS = 4
 
 
 def blocks(n: int) -> int:
-    return -(-n // BS)
+    return blocks_for(n, BS)
+
+
+def fork(bm: BlockManager, parent: Sequence, child: Sequence) -> None:
+    """Share every block of the parent with a new sequence (the schedulers never fork mid-run:
+    a group's samples share the prompt from allocate(); this reaches sharing patterns beyond it)."""
+    table = bm.block_tables[parent.seq_id]
+    bm.block_tables[child.seq_id] = list(table)
+    for block in table:
+        bm.gpu.incref(block)
 
 
 class BlockManagerMachine(RuleBasedStateMachine):
@@ -91,7 +101,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
         child = Sequence(self.ids(), parent.prompt_len, parent.output_len, parent.length, SeqStatus.RUNNING)
         free_before = self.bm.gpu.num_free
         refs_before = {b: self.bm.gpu.ref_counts[b] for b in self.bm.block_tables[parent.seq_id]}
-        self.bm.fork(parent, child)
+        fork(self.bm, parent, child)
         group.seqs.append(child)
         self.seqs[child.seq_id] = child
         assert self.bm.gpu.num_free == free_before, "fork allocates nothing"

@@ -8,7 +8,9 @@ import pytest
 from core_harness import Req, StepInvariants, check_finished, drive, hyp, scheduler_for
 from hypothesis import given
 from hypothesis import strategies as st
+from test_vllm_scheduler import VLLMPolicy
 
+from engine.core.blocks import blocks_for
 from engine.core.scheduler.common import RequestTooLong
 from engine.core.scheduler.fastertransformer import FasterTransformerScheduler
 from engine.core.scheduler.orca import OrcaScheduler
@@ -34,7 +36,7 @@ def system_for(name, block_size, max_num_seqs, token_cap):
 
 def pool_blocks(block_size: int, extra: int, kind: str = "orca") -> int:
     if kind == "vllm":  # tight: three unshared 48-token samples plus one block each for appends
-        return 3 * -(-48 // block_size) + 3 + extra // 4
+        return 3 * blocks_for(48, block_size) + 3 + extra // 4
     # enough for 3 Max reservations (n <= 3), so every request fits an empty pool in every system
     per_seq = 1
     while per_seq * block_size < MAX_LEN:
@@ -75,6 +77,20 @@ def test_random_workloads_keep_invariants_and_finish_exactly(name, reqs, block_s
     FinalState(sched).check()
     if not isinstance(sched, VLLMScheduler):
         assert sched.num_preemptions == 0
+
+
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+@hyp(max_examples=25)
+@given(reqs=requests(max_n=3), block_size=st.sampled_from([4, 8, 16]), extra=st.integers(0, 40),
+       max_num_seqs=st.sampled_from([3, 5, 8, 256]), token_cap=st.sampled_from([None, 64, 100]))
+def test_forced_preemption_modes_keep_invariants_and_finish_exactly(preemption, reqs, block_size, extra,
+                                                                    max_num_seqs, token_cap):
+    # auto is the preset's mode, covered above; recompute also re-prefills groups of several samples apart
+    system = replace(system_for("vllm", block_size, max_num_seqs, token_cap), preemption=preemption)
+    sched = scheduler_for(system, pool_blocks(block_size, extra, "vllm"), num_cpu_blocks=1000, max_seq_len=MAX_LEN)
+    run = drive(sched, reqs, checkers=(StepInvariants(), VLLMPolicy()))  # each preemption in its mode
+    check_finished(run, reqs)
+    FinalState(sched).check()
 
 
 @pytest.mark.parametrize("name", sorted(PAPER_SYSTEMS))

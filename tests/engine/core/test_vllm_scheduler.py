@@ -1,24 +1,32 @@
 """vLLM's paper-era scheduler: paged blocks on demand, latest-arrived preempted first,
-recompute for single sequences, swap for groups, swapped groups block admissions."""
+recompute for single sequences, swap for groups (preemption: auto; recompute and swap force
+one mode), swapped groups block admissions."""
 from __future__ import annotations
 
-from core_harness import (
-    Checker,
-    Req,
-    StepInvariants,
-    blocks_for,
-    check_finished,
-    drive,
-    scheduler_for,
-    seeded_requests,
-)
+from core_harness import Checker, Req, StepInvariants, check_finished, drive, scheduler_for, seeded_requests
 
+from engine.core.blocks import blocks_for
+from engine.core.scheduler.vllm import PreemptionMode
 from engine.core.sequence import SeqStatus, SequenceCounter, make_group
 from engine.core.system import SystemSpec
 
 
 def fcfs_key(group):
     return group.arrival_s, group.request_id
+
+
+def recomputes(sched, group) -> bool:
+    """What system.preemption documents: auto recomputes one sequence and swaps several; swap
+    swaps every group; recompute recomputes every group, unless several samples could not be
+    served apart: re-prefilled over the token cap, or unable to grow alone to their final
+    lengths in their own blocks, one spare each."""
+    live, preemption = group.live_seqs(), sched.system.preemption
+    if preemption == "swap" or (preemption == "auto" and len(live) > 1):
+        return False
+    cap = sched.system.max_num_batched_tokens or float("inf")
+    blocks = sum(blocks_for(s.final_len, sched.block_size) + 1 for s in live)
+    return len(live) == 1 or (sum(s.length for s in live) <= cap
+                               and blocks + sched.blocks.watermark_blocks <= sched.num_gpu_blocks)
 
 
 def vllm(block_size=4, watermark=0.0, cap=None, max_num_seqs=256, preemption="auto") -> SystemSpec:
@@ -32,6 +40,7 @@ class VLLMPolicy(Checker):
     def __init__(self, single_sample_only: bool = False):
         self.single_sample_only = single_sample_only
         self.recomputed = 0
+        self.recomputed_groups = 0  # of several sequences, each re-prefilled on its own
         self.swapped_out = 0
         self.blocked_by_swapped = 0
 
@@ -40,6 +49,7 @@ class VLLMPolicy(Checker):
         self.waiting = list(sched.waiting)
         self.counts = {id(g): g.num_preemptions for g in self.running}
         self.live = {id(g): len(g.live_seqs()) for g in self.running}
+        self.expect_recompute = {id(g): recomputes(sched, g) for g in self.running}
 
     def after(self, sched, batch, step):
         assert self.running == sorted(self.running, key=fcfs_key), "running is kept in arrival order"
@@ -49,11 +59,14 @@ class VLLMPolicy(Checker):
             f"step {step}: preempted {[g.request_id for g in preempted]}, not the latest arrivals of "
             f"{[g.request_id for g in self.running]}")
         for group in preempted:
-            if self.live[id(group)] == 1:  # recompute: back to waiting, blocks freed
+            if self.expect_recompute[id(group)]:  # back to waiting, blocks freed
                 self.recomputed += 1
                 assert group in sched.waiting and group not in sched.swapped
                 assert all(s.seq_id not in sched.blocks.block_tables for s in group.live_seqs())
                 assert all(s.status is SeqStatus.WAITING for s in group.live_seqs())
+                if self.live[id(group)] > 1:
+                    self.recomputed_groups += 1
+                    assert not group.shares_prompt, "diverged samples cannot share one re-prefill"
             else:  # swap: the whole group moves to CPU
                 self.swapped_out += 1
                 assert group in sched.swapped and group not in sched.waiting
@@ -155,12 +168,14 @@ def test_multi_sequence_groups_are_swapped_and_block_admissions():
 
 
 def test_preemption_mode_follows_the_system():
-    auto = scheduler_for(vllm(), 10, 10)
     counter = SequenceCounter()
     single, pair = make_group(0, 0.0, 4, 4, 1, counter), make_group(1, 0.0, 4, 4, 2, counter)
-    assert auto.preemption_mode(single) == "recompute" and auto.preemption_mode(pair) == "swap"
-    forced = scheduler_for(vllm(preemption="swap"), 10, 10)
-    assert forced.preemption_mode(single) == "swap"
+    modes = {mode: scheduler_for(vllm(preemption=mode), 10, 10) for mode in ("auto", "recompute", "swap")}
+    assert modes["auto"].preemption_mode(single) is PreemptionMode.RECOMPUTE
+    assert modes["auto"].preemption_mode(pair) is PreemptionMode.SWAP
+    for group in (single, pair):
+        assert modes["recompute"].preemption_mode(group) is PreemptionMode.RECOMPUTE
+        assert modes["swap"].preemption_mode(group) is PreemptionMode.SWAP
     # a forced swap of single sequences goes through the CPU, never back to waiting
     reqs = [Req(0, 8, 20), Req(1, 4, 20), Req(2, 4, 20)]
     sched = scheduler_for(vllm(4, preemption="swap"), 10, 64)
@@ -248,17 +263,13 @@ def test_swapped_groups_come_back_in_arrival_order():
 
 
 def test_forced_recompute_of_a_group_recomputes_each_sample_own_tokens():
-    # With preemption: recompute, a preempted n=2 group is re-admitted as ONE shared table
-    # of sample 0's length and a single prefill of sample 0 "for" both samples: sample 1's
-    # generated tokens are silently replaced by sample 0's. Acceptable fixes: refuse the
-    # combination (ValueError), swap multi-sequence groups anyway (the paper-era code did not
-    # support recomputing them), or re-prefill every sample's own history.
+    # Once, preemption: recompute re-admitted a preempted n=2 group as ONE shared table of
+    # sample 0's length and a single prefill of sample 0 "for" both samples: sample 1's
+    # generated tokens were silently replaced by sample 0's. Now every sample re-prefills
+    # its own history.
     reqs = [Req(0, 8, 20, 1), Req(1, 4, 20, 2), Req(2, 4, 20, 2)]
     sched = scheduler_for(vllm(4, preemption="recompute"), 14, 64)
-    try:
-        run = drive(sched, reqs, (StepInvariants(),))
-    except ValueError:
-        return
+    run = drive(sched, reqs, (StepInvariants(), VLLMPolicy()))
     check_finished(run, reqs)
     groups = [g for g in run.groups if g.num_seqs > 1]
     assert sum(g.num_preemptions for g in groups) > 0, "the scenario must preempt a multi-sequence group"
@@ -269,3 +280,62 @@ def test_forced_recompute_of_a_group_recomputes_each_sample_own_tokens():
             covered = {sid for sid in batch.prefill_seq_ids if sid in live}
             assert covered == live, (f"request {group.request_id}: re-prefilled only {sorted(covered)} "
                                      f"for samples {sorted(live)}")
+
+
+# --- preemption: auto, recompute, swap ----------------------------------------------
+
+def run_mode(preemption, seed):
+    reqs = seeded_requests(200 + seed, 30, 10, 24, 24, max_n=3)
+    pool = 3 * blocks_for(48, 4) + 3 + seed % 4  # tight: the largest request fits an empty pool
+    sched = scheduler_for(vllm(4, preemption=preemption), pool, num_cpu_blocks=1000)
+    policy = VLLMPolicy()
+    run = drive(sched, reqs, (StepInvariants(), policy))  # VLLMPolicy checks recomputes() per group
+    check_finished(run, reqs)
+    return sched, policy, run
+
+
+def test_auto_and_recompute_differ_on_parallel_samples():
+    """auto swaps a preempted group of several samples (vLLM's rule), recompute re-prefills it,
+    swap swaps even single sequences; on an n > 1 workload the three schedules differ."""
+    for seed in range(4):
+        runs = {mode: run_mode(mode, seed) for mode in ("auto", "recompute", "swap")}
+        auto, recompute, swap = (runs[m][0] for m in ("auto", "recompute", "swap"))
+        auto_policy, recompute_policy, swap_policy = (runs[m][1] for m in ("auto", "recompute", "swap"))
+        # auto: single sequences recomputed, groups swapped
+        assert auto_policy.recomputed > 0 and auto_policy.swapped_out > 0 and auto_policy.recomputed_groups == 0
+        # recompute: nothing ever goes to the CPU, groups of several samples are recomputed too
+        assert recompute_policy.swapped_out == 0 and recompute.num_swapped_out_blocks == 0
+        assert recompute_policy.recomputed_groups > 0
+        # swap: nothing is recomputed
+        assert swap_policy.recomputed == 0 and swap_policy.swapped_out > 0
+        # the same trace, three different schedules
+        shapes = {m: [(b.prefill_lens, b.decode_context_lens, b.num_swap_blocks) for b in runs[m][2].batches]
+                  for m in runs}
+        assert shapes["auto"] != shapes["recompute"] and shapes["auto"] != shapes["swap"]
+
+
+def test_a_group_recomputed_apart_re_prefills_each_sample_in_its_own_blocks():
+    reqs = [Req(0, 8, 20, 1), Req(1, 4, 20, 2), Req(2, 4, 20, 2)]
+    sched = scheduler_for(vllm(4, preemption="recompute"), 14, 64)
+
+    class ReAdmission(Checker):
+        seen = 0
+
+        def after(self, sched, batch, step):
+            for group in sched.running:
+                ids = [s.seq_id for s in group.live_seqs()]
+                if group.shares_prompt or not set(ids) & set(batch.prefill_seq_ids):
+                    continue
+                self.seen += 1
+                lengths = [sched.sequence(i).length for i in ids]
+                entries = [(sid, n, samples) for sid, n, samples
+                           in zip(batch.prefill_seq_ids, batch.prefill_lens, batch.prefill_sample_ids) if sid in ids]
+                assert entries == [(sid, n, (sid,)) for sid, n in zip(ids, lengths)], "one prefill per sample"
+                tables = [sched.block_table(i) for i in ids]
+                assert not set(tables[0]) & set(tables[1]), "no block shared between the samples"
+                assert [len(t) for t in tables] == [blocks_for(n, 4) for n in lengths]
+
+    check = ReAdmission()
+    run = drive(sched, reqs, (StepInvariants(), check))
+    check_finished(run, reqs)
+    assert check.seen > 0, "the scenario must re-admit a group recomputed apart"

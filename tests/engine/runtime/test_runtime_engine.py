@@ -78,10 +78,12 @@ def assert_preempted(engine, swapped: bool):
     assert (sum(it.num_swap_blocks for it in engine.records.iterations) > 0) == swapped
 
 
-@pytest.mark.parametrize("preemption, n", [("recompute", 1), ("swap", 1), ("auto", 2)])
-def test_preemption_leaves_greedy_tokens_unchanged(spec, preemption, n):
+# (recompute, n=2): 16 blocks let two samples recomputed apart grow to 25 tokens alone (2 x (7 + 1))
+@pytest.mark.parametrize("preemption, n, blocks", [("recompute", 1, 12), ("swap", 1, 12), ("auto", 2, 12),
+                                                   ("recompute", 2, 16)])
+def test_preemption_leaves_greedy_tokens_unchanged(spec, preemption, n, blocks):
     expected = tiny_pool_engine(spec, preemption, num_gpu_blocks=256).generate(TIGHT_PROMPTS, 14, n=n)
-    tight = tiny_pool_engine(spec, preemption)
+    tight = tiny_pool_engine(spec, preemption, num_gpu_blocks=blocks)
     steps = StepRecorder(tight.runner)
     assert tight.generate(TIGHT_PROMPTS, 14, n=n) == expected
     assert_preempted(tight, swapped=preemption != "recompute")
@@ -95,6 +97,18 @@ def test_swapped_diverged_samples_keep_their_own_kv(spec):
     outputs = tight.generate(TIGHT_PROMPTS, 14, n=2, sampling="random")
     assert outputs[0] != outputs[1]
     assert_preempted(tight, swapped=True)
+    assert steps.check_against_dense(tight.runner.model) == 14 * 6
+
+
+def test_recomputed_diverged_samples_re_prefill_their_own_tokens(spec):
+    # preemption: recompute drops a group of two diverged samples; each re-prefills its own history
+    tight = tiny_pool_engine(spec, "recompute", num_gpu_blocks=16)
+    steps = StepRecorder(tight.runner)
+    outputs = tight.generate(TIGHT_PROMPTS, 14, n=2, sampling="random")
+    assert outputs[0] != outputs[1]
+    assert_preempted(tight, swapped=False)
+    re_prefills = [b for b in steps.batches if any(len(s) == 1 for s in b.prefill_sample_ids)]
+    assert re_prefills, "a group of two samples should have been recomputed apart"
     assert steps.check_against_dense(tight.runner.model) == 14 * 6
 
 

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from sim.workload.cli import main
-from sim.workload.trace import read_trace_csv
+from sim.workload.recorded import read_recorded_trace
 
 
 def test_sample_writes_a_trace_and_stats_reads_it(tmp_path, capsys):
@@ -12,7 +12,7 @@ def test_sample_writes_a_trace_and_stats_reads_it(tmp_path, capsys):
     args = ["trace", "sample", "--dataset", "alpaca-standin", "--arrival", "exponential", "--rate", "5",
             "--duration-s", "60", "--seed", "3", "--out", str(out)]
     assert main(args) == 0
-    trace = read_trace_csv(out)
+    trace = read_recorded_trace(out)
     assert trace.is_stand_in and trace.duration_s == 60.0 and len(trace) > 0
     first = out.read_bytes()
     assert main(args) == 0 and out.read_bytes() == first                 # same seed, same bytes

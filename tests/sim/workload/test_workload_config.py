@@ -8,7 +8,8 @@ from engine.specs.errors import SpecError
 from sim.workload.config import WorkloadConfig, build_trace
 from sim.workload.lengths import load_lengths
 from sim.workload.paths import SHAREGPT_CSV
-from sim.workload.trace import read_trace_csv, write_trace_csv
+from sim.workload.recorded import read_recorded_trace
+from sim.workload.trace import write_trace_csv
 
 TRACE = "arrived_at,num_prefill_tokens,num_decode_tokens\n0,100,10\n1,200,20\n2,1900,200\n3,300,30\n4,400,40\n"
 
@@ -127,7 +128,7 @@ def test_replay_scaled_to_a_requested_rate(tmp_path):
     (tmp_path / "t.csv").write_text(TRACE)
     trace = build_trace(parse({"trace": "t.csv"}, tmp_path), 10.0, 4096, np.random.default_rng(0))
     assert trace.mean_rate == pytest.approx(10.0)
-    assert read_trace_csv(tmp_path / "t.csv").mean_rate == pytest.approx(5 / 4)
+    assert read_recorded_trace(tmp_path / "t.csv").mean_rate == pytest.approx(5 / 4)
 
 
 def test_replay_with_nothing_left(tmp_path):

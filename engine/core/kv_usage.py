@@ -1,0 +1,96 @@
+"""Where the KV pool goes (Kwon et al. 2023, Fig. 2), read off the allocators when asked.
+
+The breakdown is computed here and only here, when a scheduler's kv_usage() is called, from the
+allocator that holds the pool (free and used blocks, the reservations' sums) and one running sum,
+TokenSlots, of the slots the running requests' tokens fill.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from engine.core.block_manager import BlockManager
+from engine.core.reservation import ReservationAllocator
+from engine.core.sequence import SequenceGroup
+
+
+@dataclass(slots=True)
+class KVUsage:
+    """KV pool slots by what holds them (paper Fig. 2); the five parts sum to the pool."""
+
+    token: int = 0  # slots holding a token's K/V
+    reserved: int = 0  # slots reserved for tokens the request will still generate
+    internal: int = 0  # slots inside a request's own allocation it will never fill
+    external: int = 0  # unusable: rounding above the estimate, free space nobody waiting can use
+    idle: int = 0  # free space while nobody waits for it
+
+    @property
+    def total(self) -> int:
+        return self.token + self.reserved + self.internal + self.external + self.idle
+
+
+class TokenSlots:
+    """K/V slots the running requests' tokens fill, kept as requests start and stop running and
+    as tokens are sampled: one update per event. It is the one Fig. 2 quantity that changes every
+    iteration, and recounting it over the running sequences at every call would cost the simulator
+    several percent; the rest of the breakdown is read off the allocators as they stand.
+
+    `slots_of(group)` is how many slots a group's tokens fill right now (sampled tokens included),
+    which depends on whether its samples share the prompt's blocks.
+    """
+
+    __slots__ = ("slots", "_slots_of")
+
+    def __init__(self, slots_of: Callable[[SequenceGroup], int]):
+        self.slots = 0
+        self._slots_of = slots_of
+
+    def started(self, group: SequenceGroup) -> None:
+        self.slots += self._slots_of(group)
+
+    def stopped(self, group: SequenceGroup) -> None:
+        self.slots -= self._slots_of(group)
+
+    def sampled(self, num_tokens: int) -> None:
+        self.slots += num_tokens
+
+
+def unshared_token_slots(group: SequenceGroup) -> int:
+    """Every sample holds its own copy of the prompt (reservations, or a per-sample recompute)."""
+    return sum(s.length for s in group.seqs)
+
+
+def shared_prompt_token_slots(group: SequenceGroup) -> int:
+    """The samples share the prompt's blocks (vLLM's paged pool); each holds its own output."""
+    return group.prompt_len + sum(s.length - s.prompt_len for s in group.seqs)
+
+
+def paged_usage(blocks: BlockManager, tokens: TokenSlots, someone_waits: bool) -> KVUsage:
+    """vLLM's paged pool: an allocated block holds tokens, and the unfilled slots of a
+    sequence's last block are internal fragmentation; nothing is reserved ahead. (Between
+    complete() and the next schedule() the newest tokens have no slot yet: hence the min.)"""
+    used = blocks.num_used_gpu_blocks * blocks.block_size
+    token = min(tokens.slots, used)
+    usage = KVUsage(token=token, internal=used - token)
+    return _place_free(usage, blocks.gpu.num_free * blocks.block_size, someone_waits)
+
+
+def reserved_usage(allocator: ReservationAllocator, tokens: TokenSlots, someone_waits: bool) -> KVUsage:
+    """Orca's and FasterTransformer's reservations: each sequence's chunk holds its tokens, the
+    slots its remaining output will fill (reserved), the slots its estimate overshoots the final
+    length (internal), and the buddy rounding of the estimate up to a chunk (external)."""
+    bs = allocator.block_size
+    usage = KVUsage(token=tokens.slots,
+                    reserved=allocator.num_needed_tokens - tokens.slots,
+                    internal=allocator.num_estimated_tokens - allocator.num_needed_tokens,
+                    external=allocator.num_reserved_blocks * bs - allocator.num_estimated_tokens)
+    return _place_free(usage, allocator.num_free_blocks * bs, someone_waits)
+
+
+def _place_free(usage: KVUsage, free_slots: int, someone_waits: bool) -> KVUsage:
+    # free space is fragmentation while someone waits for it, idle otherwise
+    if someone_waits:
+        usage.external += free_slots
+    else:
+        usage.idle += free_slots
+    return usage

@@ -1,0 +1,57 @@
+"""What Orca and FasterTransformer share: one contiguous buddy reservation per sequence.
+
+Each sequence reserves a chunk sized by the system's reservation rule (Oracle / Pow2 / Max,
+see engine.core.reservation) when its request is admitted and holds it to completion; nothing
+is shared, so a request's n samples each get the prompt's blocks copied into their own chunk.
+The policies (who is admitted when) are the subclasses': orca.py and fastertransformer.py.
+"""
+from __future__ import annotations
+
+from engine.core.blocks import blocks_for
+from engine.core.buddy import BuddyAllocator
+from engine.core.kv_usage import KVUsage, reserved_usage
+from engine.core.reservation import ReservationAllocator
+from engine.core.scheduler.common import QueueScheduler
+from engine.core.sequence import Sequence, SequenceGroup
+from engine.core.system import SystemSpec
+
+
+class ReservationScheduler(QueueScheduler):
+    """What Orca and FasterTransformer share: reservations, prompt copies, the KV breakdown."""
+
+    def __init__(self, system: SystemSpec, max_seq_len: int, num_gpu_blocks: int, num_cpu_blocks: int):
+        super().__init__(system, max_seq_len)
+        self.num_gpu_blocks = num_gpu_blocks
+        self.num_cpu_blocks = num_cpu_blocks
+        self.allocator = ReservationAllocator(num_gpu_blocks, system.block_size, max_seq_len, system.reservation)
+        self._pending_copies: list[tuple[int, int]] = []
+
+    def block_table(self, seq_id: int) -> list[int]:
+        return self.allocator.block_table(self._seqs[seq_id])
+
+    def _free_seq(self, seq: Sequence) -> None:
+        self.allocator.free(seq)
+
+    def _blocks_needed_alone(self, group: SequenceGroup) -> int:
+        sizes = [self.allocator.reserved_blocks(s) for s in group.seqs]
+        if BuddyAllocator(self.num_gpu_blocks, self.allocator.buddy.max_chunk).can_allocate(sizes):
+            return 0
+        return sum(self.allocator.buddy.chunk_size(n) for n in sizes)
+
+    def _fork_prompt_copies(self, groups: list[SequenceGroup]) -> None:
+        """Nothing is shared: every sample gets the prompt's blocks copied into its own chunk."""
+        for group in groups:
+            live = group.live_seqs()
+            if len(live) < 2:
+                continue
+            prompt_blocks = blocks_for(group.prompt_len, self.block_size)
+            source = self.allocator.block_table(live[0])[:prompt_blocks]
+            for seq in live[1:]:
+                self._pending_copies.extend(zip(source, self.allocator.block_table(seq)))
+
+    def _take_copies(self) -> list[tuple[int, int]]:
+        copies, self._pending_copies = self._pending_copies, []
+        return copies
+
+    def kv_usage(self) -> KVUsage:
+        return reserved_usage(self.allocator, self.token_slots, bool(self.waiting))
