@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from calibrate.profile_file import Profile, load_profile
-from engine.core.errors import SpecError
 from engine.core.blocks import blocks_for
+from engine.core.errors import SpecError
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
 from sim.validate_config import DTYPE_NAMES, ValidationConfig

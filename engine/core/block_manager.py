@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from engine.core.blocks import blocks_for
-from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
+from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 
 
 class BlockAllocator:

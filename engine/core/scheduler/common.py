@@ -7,7 +7,7 @@ from engine.core.batch import Batch
 from engine.core.errors import Unservable
 from engine.core.kv_usage import TokenSlots, unshared_token_slots
 from engine.core.scheduler.base import Scheduler
-from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
+from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
 
 

@@ -16,7 +16,7 @@ from engine.core.block_manager import BlockManager
 from engine.core.blocks import blocks_for
 from engine.core.kv_usage import KVUsage, paged_usage, shared_prompt_token_slots, unshared_token_slots
 from engine.core.scheduler.common import QueueScheduler
-from engine.core.sequence import Sequence, SequenceGroup, SeqStatus
+from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
 
 
