@@ -87,7 +87,7 @@ class ServingCore:
 
     def unschedulable_message(self) -> str:
         s = self.scheduler
-        first = next(iter(getattr(s, "waiting", [])), None)
+        first = s.groups_in_system()[0] if s.num_waiting else None  # the oldest waiting request
         which = (f"; the first is request {first.request_id} (prompt {first.prompt_len} + output "
                  f"{first.output_len} tokens, n={first.num_seqs})" if first is not None else "")
         where = f"replica {self.replica}: " if self.replica else ""
@@ -96,6 +96,5 @@ class ServingCore:
 
     def record_unfinished(self) -> None:
         """At a horizon: the requests still in the system, with no finish time."""
-        s = self.scheduler
-        for group in [*s.waiting, *s.running, *getattr(s, "swapped", [])]:
+        for group in self.scheduler.groups_in_system():
             self.records.add_request(group, self.replica, finished=False)

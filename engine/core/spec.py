@@ -4,7 +4,6 @@ Reading one from YAML, and checking what a user wrote, is engine.specs.loader's 
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 
@@ -64,6 +63,3 @@ class ModelSpec:
         """2 (K and V) x layers x kv_heads x head_dim x dtype bytes."""
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes
 
-
-def blocks_for(num_tokens: int, block_size: int) -> int:
-    return math.ceil(num_tokens / block_size)

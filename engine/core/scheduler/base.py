@@ -49,3 +49,7 @@ class Scheduler(ABC):
     @property
     @abstractmethod
     def num_running(self) -> int: ...
+
+    @abstractmethod
+    def groups_in_system(self) -> list[SequenceGroup]:
+        """Every request admitted and not finished: waiting first (oldest first), then running, then swapped."""

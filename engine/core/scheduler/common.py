@@ -73,6 +73,9 @@ class QueueScheduler(Scheduler):
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def groups_in_system(self) -> list[SequenceGroup]:
+        return [*self.waiting, *self.running]
+
     @property
     def num_waiting(self) -> int:
         return len(self.waiting)

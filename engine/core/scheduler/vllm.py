@@ -57,6 +57,9 @@ class VLLMScheduler(QueueScheduler):
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running or self.swapped)
 
+    def groups_in_system(self) -> list[SequenceGroup]:
+        return [*self.waiting, *self.running, *self.swapped]
+
     def block_table(self, seq_id: int) -> list[int]:
         return self.blocks.block_tables[seq_id]
 

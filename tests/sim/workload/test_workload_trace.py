@@ -1,4 +1,5 @@
 """Trace values: validation, window, scaling, fitting, and the CSV round trip."""
+import ast
 import tempfile
 from pathlib import Path
 
@@ -7,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sim.workload import trace as trace_module
 from sim.workload.recorded import read_recorded_trace
 from sim.workload.trace import Trace, write_trace_csv
 
@@ -107,9 +109,7 @@ def test_window_without_an_end_keeps_the_last_request():
 
 def test_trace_module_depends_on_no_other_workload_module():
     # recorded.py reads files into Traces; trace.py must not reach back (it once forwarded to it)
-    import ast
 
-    import sim.workload.trace as trace_module
 
     tree = ast.parse(Path(trace_module.__file__).read_text())
     modules = []
