@@ -7,7 +7,6 @@ from dataclasses import dataclass, replace
 from calibrate.device import device_name
 from calibrate.profile_file import Profile, load_profile
 from engine.core.blocks import blocks_for
-from engine.core.errors import SpecError
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
 from engine.specs.errors import SpecError
