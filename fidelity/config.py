@@ -4,7 +4,7 @@
     experiment:                   # an experiment mapping, exactly as in configs/*.yaml
       model: opt-125m
       hardware: cpu-host.yaml
-      cost_model: calibrate/profiles/cpu-opt-125m.yaml   # a profile measured on validation.device
+      cost_model: ../../calibrate/profiles/cpu-opt-125m.yaml   # a profile measured on this device
       workload: {...}
       systems: [...]
       rates: [...]
@@ -23,6 +23,10 @@
       sampling: greedy            # greedy | random
       speed_correction: true      # simulate each replay at the machine speed its probes measured
       speed_probe_every_s: 1.0    # wall seconds between speed-probe samples during a real replay
+      clock: step                 # step: an iteration lasts its whole step, host work included; forward: the forward
+      calibrate: false            # true: profile and fit this device first (experiment.cost_model is not read)
+      calibrate_grid: null        # the profiler's grid (null: cpu on a CPU, default on a GPU)
+      calibrate_repeats: 3        # timed passes over the grid when calibrating
 """
 from __future__ import annotations
 
