@@ -52,6 +52,7 @@ def _cmd_fit(args) -> int:
 
 def fit_report(profile) -> str:
     from calibrate.features import TERMS
+    from calibrate.host import HOST_TERMS
 
     lines = [f"profile: {profile.model} on {profile.device_name} ({profile.device}, {profile.dtype}), "
              f"block size {profile.block_size}, tp {profile.tensor_parallel}",
@@ -69,6 +70,14 @@ def fit_report(profile) -> str:
         lines.append(f"measured with {profile.torch_threads} torch thread(s)")
     if profile.swap_s_per_block is not None:
         lines.append(f"  {'swap_s_per_block':<24} {profile.swap_s_per_block:.4g}")
+    if profile.host:
+        h = profile.host
+        lines.append(f"host work around the forward ({h['rows']} iterations of a replay; "
+                     f"mean {h['mean_s'] * 1e3:.2f} ms, held-out mean |error| "
+                     f"{h['heldout_mean_abs_error_s'] * 1e3:.2f} ms):")
+        lines += [f"  {term:<24} {h[term]:.4g}   ({meaning})" for term, meaning in HOST_TERMS.items()]
+    else:
+        lines.append("host work around the forward: not measured (the simulator charges the forward alone)")
     ref = profile.speed_reference
     if ref:
         probes = ", ".join(f"{k.removesuffix('_s')} {v * 1e3:.2f} ms" for k, v in ref.items() if k.endswith("_s"))

@@ -20,8 +20,14 @@ TERMS = {
     "decode_context_s": "sum of context lengths over decodes: KV reads",
     "decode_padded_context_s": "decodes x the longest decode context: attention padded to the longest (CPU path)",
     "per_sequence_s": "sequences in the iteration: logits, sampling, per-sequence kernel work",
+    "per_prefill_s": "prompts in the iteration: the engine attends prompt by prompt, a call per layer each",
+    "mixed_s": "1 when prompts and decodes share the iteration: both attention paths run",
 }
-FEATURE_COLUMNS = ("num_tokens", "sum_prefill_sq", "sum_decode_context", "padded_decode_context", "num_seqs")
+# Format /2 profiles had neither per_prefill_s nor mixed_s; read, they cost nothing (their value in a
+# /2 fit, where the token table and per_sequence_s absorbed what they now explain apart).
+TERMS_ADDED_IN_3 = ("per_prefill_s", "mixed_s")
+FEATURE_COLUMNS = ("num_tokens", "sum_prefill_sq", "sum_decode_context", "padded_decode_context", "num_seqs",
+                   "num_prefills", "num_decodes")
 DENSE_UP_TO = 16  # every profiled token count up to here is a knot: small kernels are the most irregular
 KNOT_SPACING = 1.2  # past it, a knot at most every 20% in tokens
 
@@ -82,7 +88,13 @@ def term_matrix(features: pd.DataFrame) -> np.ndarray:
         features["sum_decode_context"].to_numpy(dtype=float),
         features["padded_decode_context"].to_numpy(dtype=float),
         features["num_seqs"].to_numpy(dtype=float),
+        features["num_prefills"].to_numpy(dtype=float),
+        mixed_indicator(features),
     ])
+
+
+def mixed_indicator(features: pd.DataFrame) -> np.ndarray:
+    return ((features["num_prefills"] > 0) & (features["num_decodes"] > 0)).to_numpy(dtype=float)
 
 
 def design_matrix(features: pd.DataFrame, knots: list[int]) -> np.ndarray:

@@ -22,6 +22,7 @@ from calibrate.features import (
     term_matrix,
     token_costs,
 )
+from calibrate.host import fit_host
 from calibrate.nnls import nnls
 from calibrate.profile_file import Profile
 from calibrate.speed import PROBE_SHAPES, SpeedSamples
@@ -73,7 +74,7 @@ def check_raw(raw: pd.DataFrame, source: str) -> None:
     missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
     if missing:
         raise SpecError(source, f"column {missing[0]}", f"missing; a profile CSV has {list(REQUIRED_COLUMNS)}")
-    shapes = int((~raw["kind"].isin(("swap", "probe"))).sum())
+    shapes = int((~raw["kind"].isin(("swap", "probe", "host"))).sum())
     if shapes < 12:
         raise SpecError(source, "rows", f"only {shapes} profiled shapes; a fit needs at least 12")
     bad = raw.index[~(raw["time_s"] > 0)]
@@ -109,8 +110,11 @@ def fit_profile(raw: pd.DataFrame, source: str, command: str, folds: int = 5, se
     check_raw(raw, source)
     swap = raw["swap_s_per_block"].dropna() if "swap_s_per_block" in raw.columns else pd.Series(dtype=float)
     reference = speed_reference(raw, source)
-    # swap rows time PCIe, not an iteration; probe rows time the machine, over and over
-    raw = raw[~raw["kind"].isin(("swap", "probe"))].reset_index(drop=True)
+    host_rows = raw[raw["kind"] == "host"]
+    host = fit_host(host_rows) if len(host_rows) >= 10 else None
+    # swap rows time PCIe, not an iteration; probe rows time the machine, over and over; host rows
+    # the work around the forward, fitted apart
+    raw = raw[~raw["kind"].isin(("swap", "probe", "host"))].reset_index(drop=True)
     fold = assign_folds(raw, folds, seed)
     heldout_predicted = np.zeros(len(raw))
     for k in range(folds):
@@ -135,6 +139,7 @@ def fit_profile(raw: pd.DataFrame, source: str, command: str, folds: int = 5, se
         grid={kind: int(n) for kind, n in raw["kind"].value_counts().sort_index().items()},
         heldout_method=f"{folds}-fold cross-validation, stratified by kind (seed {seed})",
         speed_reference=reference,
+        host=host,
     )
     predictions = raw.assign(predicted_s=final.predict(raw), heldout_predicted_s=heldout_predicted,
                              ape=heldout_ape, fold=fold)

@@ -4,7 +4,6 @@ The only room besides the engine that imports torch, and only when it runs.
 """
 from __future__ import annotations
 
-import platform
 import sys
 import time
 from collections.abc import Callable
@@ -13,25 +12,12 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from calibrate.device import device_name
 from calibrate.grid import GRIDS, Grid, Shape
+from calibrate.host import host_rows
 from calibrate.speed import PROBE_SHAPES, SpeedProbe, SpeedSamples, probe_blocks
 from engine.core.batch import BatchShape
 from engine.core.spec import ModelSpec
-
-
-def _device_name(device) -> str:
-    import torch
-
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _threads() -> int:
@@ -43,7 +29,7 @@ def _threads() -> int:
 def _versions() -> dict[str, str]:
     import torch
 
-    versions = {"torch_version": torch.__version__}
+    versions = {"torch_version": torch.__version__, "blas_version": _blas(torch)}
     try:
         import triton
 
@@ -51,6 +37,14 @@ def _versions() -> dict[str, str]:
     except ImportError:
         versions["triton_version"] = "none"
     return versions
+
+
+def _blas(torch) -> str:
+    """The BLAS torch was built with (its speed on a CPU is the BLAS's): e.g. 'mkl' or 'open'."""
+    for line in torch.__config__.show().splitlines():
+        if "BLAS_INFO=" in line:
+            return line.split("BLAS_INFO=", 1)[1].split(",")[0].strip()
+    return "unknown"
 
 
 class Progress:
@@ -81,7 +75,7 @@ def shape_row(shape: Shape, times: list[float]) -> dict:
 
 def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid: Grid | str = "default",
             repeats: int = 3, warmup: int = 1, block_size: int = 16, seed: int = 0,
-            swap_blocks: int = 64, probe_every_s: float = 1.0, attention_backend: str = "auto",
+            swap_blocks: int = 64, probe_every_s: float = 1.0, attention_backend: str = "auto", host: bool = True,
             on_progress: Callable[[int], None] | None = None) -> pd.DataFrame:
     """One row per shape: its features, the median time over `repeats`, and the device; then the
     speed probe's samples (kind "probe"), whose medians become the profile's speed reference.
@@ -104,9 +98,12 @@ def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid
                          num_cpu_blocks=swap_blocks, block_size=block_size,
                          attention_backend=attention_backend)
     probe = SpeedProbe(runner, every_s=probe_every_s)
-    progress = on_progress or Progress(len(shapes) * repeats + 1).update
+    if on_progress is None:
+        sys.stderr.write(f"profiling: an untimed warm-up pass over {len(shapes)} shapes first\n")
     for shape in shapes:
         runner.time_batch(list(shape.prefill_lens), list(shape.decode_context_lens), 0, warmup=warmup)
+    # the pace, and so the time left, from the timed passes alone: the warm-up pays one-off costs
+    progress = on_progress or Progress(len(shapes) * repeats + 1).update
     times: list[list[float]] = [[] for _ in shapes]
     order = np.random.default_rng(seed)
     for p in range(repeats):
@@ -117,11 +114,15 @@ def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid
             progress(done)
     rows = [shape_row(shape, t) for shape, t in zip(shapes, times)]
     rows.append(_swap_row(runner, repeats, warmup, swap_blocks))
+    if host:
+        if on_progress is None:
+            sys.stderr.write("profiling: the host work around the forward (a short replay on the engine)\n")
+        rows += host_rows(runner, block_size)
     probe.sample()
     rows += probe_rows(probe.samples)
     progress(len(shapes) * repeats + 1)
     frame = pd.DataFrame(rows)
-    meta = {"model": spec.name, "device": runner.device.type, "device_name": _device_name(runner.device),
+    meta = {"model": spec.name, "device": runner.device.type, "device_name": device_name(str(runner.device)),
             "dtype": str(runner.dtype).removeprefix("torch."), "block_size": block_size, "tensor_parallel": 1,
             "torch_threads": _threads(), "attention_backend": attention_backend, **_versions()}
     return frame.assign(**meta)

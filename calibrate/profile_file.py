@@ -6,13 +6,15 @@ from pathlib import Path
 
 import yaml
 
-from calibrate.features import TERMS
+from calibrate.features import TERMS, TERMS_ADDED_IN_3
+from calibrate.host import HOST_TERMS
 from engine.atomic import write_text_atomic
 from engine.specs.checks import non_negative, number, optional, positive, positive_int
 from engine.specs.errors import SpecError
 from engine.specs.loader import available_models, read_yaml
 
-FORMAT = "servesim-profile/2"  # /1 had a knee and power-of-two steps instead of the token table
+FORMAT = "servesim-profile/3"  # /3 adds per_prefill_s and mixed_s
+READABLE_FORMATS = ("servesim-profile/2", FORMAT)  # /1 had a knee and power-of-two steps instead of the token table
 
 
 @dataclass
@@ -40,6 +42,9 @@ class Profile:
     speed_reference: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
     grid: dict = field(default_factory=dict)
+    # the engine's host work around the forward (calibrate/host.py): HOST_TERMS and their held-out error;
+    # None where it was not measured (the simulator then charges the forward alone)
+    host: dict | None = None
     format: str = FORMAT
 
     def save(self, path: str | Path) -> Path:
@@ -48,7 +53,7 @@ class Profile:
 
 def _check(raw: dict, source: str) -> None:
     version = raw.get("format", "servesim-profile/1" if "knee_tokens" in raw else FORMAT)
-    if version != FORMAT:
+    if version not in READABLE_FORMATS:
         raise SpecError(source, "format", (
             f"{version!r} is not {FORMAT!r}: re-fit it from its measurements "
             f"(servesim calibrate fit RAW.csv --out {source})"))
@@ -64,6 +69,10 @@ def _check(raw: dict, source: str) -> None:
     coefficients = raw["coefficients"]
     if not isinstance(coefficients, dict):
         raise SpecError(source, "coefficients", f"must map each of {list(TERMS)} to seconds")
+    if version == "servesim-profile/2":  # fitted without these terms: they cost nothing
+        for term in TERMS_ADDED_IN_3:
+            coefficients.setdefault(term, 0.0)
+        raw["format"] = FORMAT
     for term in TERMS:
         if term not in coefficients:
             raise SpecError(source, f"coefficients.{term}", "missing coefficient")
@@ -81,6 +90,18 @@ def _check(raw: dict, source: str) -> None:
     optional(positive_int, raw.get("torch_threads"), source, "torch_threads")
     _check_table(raw["token_knots"], raw["token_costs_s"], source)
     _check_speed_reference(raw.get("speed_reference", {}), source)
+    _check_host(raw.get("host"), source)
+
+
+def _check_host(host, source: str) -> None:
+    if host is None:
+        return
+    if not isinstance(host, dict):
+        raise SpecError(source, "host", f"must map {list(HOST_TERMS)} to seconds")
+    for term in HOST_TERMS:
+        value = host.get(term)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
+            raise SpecError(source, f"host.{term}", f"must be a finite, non-negative number of seconds, got {value!r}")
 
 
 def _check_speed_reference(reference, source: str) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from calibrate.costmodel import CostModel
 from calibrate.hardware import HardwareSpec
+from calibrate.host import host_time
 from calibrate.profile_file import Profile, load_profile
 from calibrate.roofline import RooflineParams
 from engine.core.batch import ShapeMetrics
@@ -24,6 +25,9 @@ class ProfileCostModel(CostModel):
                                      / (self._knots[-1] - self._knots[-2]), 0.0) if len(self._knots) > 1 else 0.0)
         self._prefill_sq, self._context = c["prefill_attention_s"], c["decode_context_s"]
         self._padded_context, self._per_seq = c["decode_padded_context_s"], c["per_sequence_s"]
+        self._per_prefill, self._mixed = c["per_prefill_s"], c["mixed_s"]
+        self.host = profile.host  # None: not measured; the forward alone is charged
+        self.charge_host = profile.host is not None
         if profile.swap_s_per_block is not None:
             self._swap_per_block = profile.swap_s_per_block
         elif pcie_bytes_per_s and block_bytes:
@@ -50,7 +54,11 @@ class ProfileCostModel(CostModel):
                 f"the profile was measured at tensor_parallel={profile.tensor_parallel}, the config asks {tp}"))
         pcie = hardware.pcie_bytes_per_s if hardware is not None else None
         block_bytes = model.kv_bytes_per_token(dtype_bytes) * block_size // tp if model is not None else None
-        return cls(profile, str(path), pcie, block_bytes)
+        cost = cls(profile, str(path), pcie, block_bytes)
+        if hardware is not None and hardware_for_device(profile.device_name) != hardware.name:
+            # the times are the profiled device's, whatever the config's hardware says: tell the reader
+            cost.source = cost.source[:-1] + f"; measured on {profile.device_name}, not on {hardware.name})"
+        return cost
 
     def iteration_time(self, batch: ShapeMetrics) -> float:
         t = self.token_cost(batch.num_tokens) + self._per_seq * batch.num_seqs
@@ -58,7 +66,11 @@ class ProfileCostModel(CostModel):
             t += (self._context * batch.sum_decode_context
                   + self._padded_context * batch.num_decodes * batch.max_decode_context)
         if batch.prefill_lens:
-            t += self._prefill_sq * batch.sum_prefill_sq
+            t += self._prefill_sq * batch.sum_prefill_sq + self._per_prefill * batch.num_prefills
+            if batch.decode_context_lens:
+                t += self._mixed
+        if self.charge_host:
+            t += host_time(self.host, batch.num_seqs, batch.num_prefill_tokens)
         return t
 
     def token_cost(self, tokens: int) -> float:

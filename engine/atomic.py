@@ -41,3 +41,15 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
         with open(tmp, "w", encoding="utf-8", newline="\n") as f:
             f.write(text)
     return replace_atomic(path, fill)
+
+
+def remove_stale_temporaries(folder: str | Path) -> list[Path]:
+    """Delete the temporary files replace_atomic left in `folder` when its process was killed.
+
+    SIGKILL (or a power cut) skips the cleanup above, and nothing else would ever remove them.
+    Call it only where no other process is writing into `folder` at the same time.
+    """
+    stale = sorted(Path(folder).glob(".*.tmp")) if Path(folder).is_dir() else []
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale

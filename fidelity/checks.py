@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from calibrate.device import device_name
 from calibrate.profile_file import Profile, load_profile
 from engine.core.spec import ModelSpec, blocks_for
 from engine.core.system import SystemSpec
@@ -43,6 +44,12 @@ def check_profile(cfg: ValidationConfig) -> Profile:
     if profile_dtype != opts.resolved_dtype:
         raise SpecError(path, "dtype", f"this profile was calibrated for {have}, but {cfg.source} runs the "
                         f"engine in {opts.resolved_dtype} (validation.dtype){hint}")
+    here = device_name(opts.device)
+    if profile.device_name != here:
+        raise SpecError(path, "device_name", (
+            f"this profile was measured on {profile.device_name}, but this machine's {opts.device} is {here}: "
+            f"a profile describes one device; run `servesim validate {cfg.source} --calibrate` to profile this "
+            f"one first, or point experiment.cost_model at a profile made here"))
     threads = profile.torch_threads
     if opts.device == "cpu" and threads and opts.torch_threads and threads != opts.torch_threads:
         # a different thread count is a different machine speed: the probe would "correct" it away

@@ -1,6 +1,7 @@
 """`servesim validate CONFIG`: real engine vs simulator on the same traces (see fidelity/validate.py)."""
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 
@@ -14,6 +15,8 @@ def _cmd_validate(args) -> int:
     from fidelity.validate import default_out_dir, validate
 
     overrides = list(args.set) + ([f"validation.repeats={args.repeats}"] if args.repeats is not None else [])
+    if args.calibrate is not None:
+        overrides.append(f"validation.calibrate={'true' if args.calibrate else 'false'}")
     cfg = load_validation(args.config, overrides)
     out_dir = Path(args.out) if args.out else default_out_dir(cfg)
     exp, opts = cfg.experiment, cfg.options
@@ -49,6 +52,9 @@ def register(sub) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a key, e.g. --set experiment.rates=[1,2] --set validation.repeats=3")
     p.add_argument("--repeats", type=int, help="real replays per trace (overrides validation.repeats)")
+    p.add_argument("--calibrate", action=argparse.BooleanOptionalAction, default=None,
+                   help="profile and fit the engine on this device first and validate against that profile "
+                        "(written under the output folder); overrides validation.calibrate")
     p.add_argument("--exact", action="store_true",
                    help="only prove the control planes agree: feed the simulator the engine's measured "
                         "iteration times and require the identical schedule (one real replay per trace)")

@@ -43,6 +43,7 @@ DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "float16": "float16", "f
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 BACKENDS = ("auto", "torch", "triton")
 SAMPLING = ("greedy", "random")
+CLOCK_CHOICES = ("step", "forward")
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,10 @@ class ValidationOptions:
     sampling: str = "greedy"
     speed_correction: bool = True
     speed_probe_every_s: float = 1.0
+    clock: str = "step"
+    calibrate: bool = False
+    calibrate_grid: str | None = None
+    calibrate_repeats: int = 3
 
     @property
     def resolved_dtype(self) -> str:
@@ -84,6 +89,12 @@ OPTION_HELP = {
     "speed_correction": "true | false: simulate each replay at the machine speed its probes measured "
                         "(against the profile's speed reference); false: as calibrated",
     "speed_probe_every_s": "wall seconds between speed-probe samples during a real replay (> 0)",
+    "clock": "step | forward: an iteration on the real engine's clock is its whole step, host work "
+             "(scheduling, inputs, completion) included, as a server's users wait for it; or the timed forward alone",
+    "calibrate": "true | false: profile and fit the engine on the device at hand first, and validate against "
+                 "that profile (experiment.cost_model is then not read); servesim validate --calibrate",
+    "calibrate_grid": "the profiler's grid of batch shapes (null: cpu on a CPU, default on a GPU)",
+    "calibrate_repeats": "timed passes over the grid when calibrating (>= 1)",
 }
 
 
@@ -154,7 +165,18 @@ def options_from_dict(raw: Any, source: str) -> ValidationOptions:
         speed_correction=_flag(raw.get("speed_correction", d.speed_correction), source, k + "speed_correction"),
         speed_probe_every_s=positive(raw.get("speed_probe_every_s", d.speed_probe_every_s), source,
                                       k + "speed_probe_every_s"),
+        clock=_choice(raw.get("clock", d.clock), source, k + "clock", CLOCK_CHOICES),
+        calibrate=_flag(raw.get("calibrate", d.calibrate), source, k + "calibrate"),
+        calibrate_grid=_grid(raw.get("calibrate_grid"), source, k + "calibrate_grid"),
+        calibrate_repeats=_count(raw.get("calibrate_repeats", d.calibrate_repeats), source, k + "calibrate_repeats",
+                                 nullable=False),
     )
+
+
+def _grid(value: Any, source: str, key: str) -> str | None:
+    from calibrate.grid import GRIDS
+
+    return None if value is None else _choice(value, source, key, list(GRIDS))
 
 
 def validation_from_dict(raw: Any, source: str, base_dir: Path) -> ValidationConfig:
@@ -182,9 +204,10 @@ def validation_from_dict(raw: Any, source: str, base_dir: Path) -> ValidationCon
         raise SpecError(source, "experiment.replicas", "validation replays one engine; set replicas: 1")
     if exp.tensor_parallel != 1:
         raise SpecError(source, "experiment.tensor_parallel", "the real engine runs on one device; set 1")
-    if exp.cost_model.kind != "profile":
+    if exp.cost_model.kind != "profile" and not options.calibrate:
         raise SpecError(source, "experiment.cost_model", "validation measures a calibrated profile: give the "
-                        "path of a profile measured on validation.device (servesim calibrate profile/fit)")
+                        "path of a profile measured on validation.device (servesim calibrate profile/fit), or "
+                        "calibrate on this device first (validation.calibrate: true, or --calibrate)")
     dtype_bytes = DTYPE_BYTES[options.resolved_dtype]
     if exp.dtype_bytes != dtype_bytes:
         raise SpecError(source, "experiment.dtype_bytes", (

@@ -38,7 +38,7 @@ SUSTAINABLE_COLUMNS = ("system", "latency_threshold", "real_sustainable_rate", "
                        "sustainable_rate_error", "real_bound", "sim_bound", "rates")
 ITERATION_COLUMNS = ("system", "rate", "repeat", "iteration", "kind", "num_prefills", "num_prefill_tokens",
                      "sum_prefill_sq", "num_decodes", "sum_decode_context", "num_swap_blocks", "measured_s",
-                     "predicted_s", "speed_factor", "error")
+                     "predicted_s", "speed_factor", "error", "host_s")
 
 
 def relative_error(sim, real):
@@ -174,17 +174,19 @@ def iteration_kind(num_prefills: int, num_decodes: int) -> str:
 
 
 def iteration_errors(system: str, rate: float, repeat: int, times: list[float], shapes, cost_model,
-                     speed_factor: float = 1.0) -> pd.DataFrame:
+                     speed_factor: float = 1.0, host_s: list[float] | None = None) -> pd.DataFrame:
     """Every real iteration beside what the cost model predicts for its batch: which term is wrong.
-    predicted_s is as calibrated; error compares it, times the replay's speed factor, with the measurement."""
+    predicted_s is as calibrated; error compares it, times the replay's speed factor, with the measurement.
+    host_s is the wall time of the engine's step outside the timed forward (not on the replay's clock)."""
     rows = []
-    for i, (measured, shape) in enumerate(zip(times, shapes)):
+    host_s = host_s if host_s is not None and len(host_s) == len(times) else [float("nan")] * len(times)
+    for i, (measured, shape, host) in enumerate(zip(times, shapes, host_s)):
         predicted = cost_model.step_time(shape)
         prefills, decodes = shape.prefill_lens, shape.decode_context_lens
         rows.append((system, rate, repeat, i, iteration_kind(len(prefills), len(decodes)), len(prefills),
                      sum(prefills), sum(n * n for n in prefills), len(decodes), sum(decodes),
                      shape.num_swap_blocks, measured, predicted, speed_factor,
-                     predicted * speed_factor / measured - 1.0 if measured > 0 else float("nan")))
+                     predicted * speed_factor / measured - 1.0 if measured > 0 else float("nan"), host))
     return pd.DataFrame(rows, columns=list(ITERATION_COLUMNS))
 
 
@@ -192,12 +194,12 @@ def iteration_breakdown(iterations: pd.DataFrame) -> pd.DataFrame:
     """The cost model's error on the engine's own batches, by kind of iteration: which term is off."""
     if not len(iterations):
         return pd.DataFrame(columns=["kind", "count", "median_measured_s", "median_predicted_s", "mean_error",
-                                     "mean_abs_error"])
+                                     "mean_abs_error", "median_host_s"])
     scaled = iterations["predicted_s"] * iterations["speed_factor"]
     grouped = iterations.assign(abs_error=iterations["error"].abs(), scaled_s=scaled).groupby("kind", sort=True)
     return grouped.agg(count=("error", "size"), median_measured_s=("measured_s", "median"),
                        median_predicted_s=("scaled_s", "median"), mean_error=("error", "mean"),
-                       mean_abs_error=("abs_error", "mean")).reset_index()
+                       mean_abs_error=("abs_error", "mean"), median_host_s=("host_s", "median")).reset_index()
 
 
 def crossing_rate(rates, latencies, threshold: float) -> tuple[float, str]:

@@ -29,6 +29,7 @@ class RealReplay:
     probe_s: dict = field(default_factory=dict)
     speed: MachineSpeed | None = None  # None: the machine was not probed (no speed reference)
     probe_samples: int = 0
+    host_s: list = field(default_factory=list)  # per iteration: the step's wall time beyond the timed forward
 
     @property
     def speed_factor(self) -> float:
@@ -86,7 +87,8 @@ class RealSide:
         return SpeedProbe(runner, every_s=opts.speed_probe_every_s)
 
     def clock_for(self, engine) -> MeasuredClock:
-        return MeasuredClock(engine.runner, after_iteration=self.probe.maybe_sample if self.probe else None)
+        return MeasuredClock(engine.runner, after_iteration=self.probe.maybe_sample if self.probe else None,
+                             engine=engine, include_host=self.cfg.options.clock == "step")
 
     def replay(self, engine, clock: MeasuredClock, trace: Trace) -> RealReplay:
         clock.reset()
@@ -103,7 +105,8 @@ class RealSide:
             probe_s, samples = window.medians(), window.count
             speed = machine_speed(probe_s, self.speed_reference)
         return RealReplay(pd.DataFrame(result.request_columns()), pd.DataFrame(result.iteration_columns()),
-                          list(clock.times), list(clock.shapes), wall, probe_s, speed, samples)
+                          list(clock.times), list(clock.shapes), wall, probe_s, speed, samples,
+                          list(result.host_s))
 
 
 def warm_up(runner, pool: Pool) -> None:

@@ -31,9 +31,15 @@ class MeasuredClock:
     The engine calls runner.execute (which times the iteration) and then time_fn(batch); this
     wraps the runner's execute to catch the measurement and returns it, so the engine's clock
     advances exactly as without a time_fn, and `times` / `shapes` hold every iteration in order.
+    Given the engine and include_host, the step's host work (engine.last_host_s) is added, as the
+    engine's own clock="step" does.
     """
 
-    def __init__(self, runner, after_iteration: Callable[[], None] | None = None):
+    def __init__(self, runner, after_iteration: Callable[[], None] | None = None, engine=None,
+                 include_host: bool = False):
+        if include_host and engine is None:
+            raise ValueError("include_host needs the engine whose host work to add")
+        self.engine, self.include_host = engine, include_host
         self.after_iteration = after_iteration  # e.g. a speed probe's maybe_sample: runs off the engine's clock
         self.times: list[float] = []
         self.shapes: list[BatchShape] = []
@@ -51,6 +57,8 @@ class MeasuredClock:
         if self._last is None:
             raise RuntimeError("the engine asked for an iteration's time before running it")
         seconds, self._last = self._last, None
+        if self.include_host:
+            seconds += self.engine.last_host_s
         self.times.append(seconds)
         self.shapes.append(batch.shape())
         if self.after_iteration is not None:

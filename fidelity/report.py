@@ -104,5 +104,7 @@ def breakdown_text(iterations: pd.DataFrame) -> str:
         lines.append(f"  {r['kind']:<8} {int(r['count']):>6} iterations  "
                      f"median measured {r['median_measured_s'] * 1e3:8.1f} ms"
                      f"  predicted {r['median_predicted_s'] * 1e3:8.1f} ms  mean error {r['mean_error']:+6.1%}"
-                     f"  mean |error| {r['mean_abs_error']:5.1%}")
+                     f"  mean |error| {r['mean_abs_error']:5.1%}  host outside {r['median_host_s'] * 1e3:5.1f} ms")
+    lines.append("  (host outside: the engine's wall time per step beyond the timed forward (scheduling, inputs, "
+                 "completion, records), median; not on the replay's clock, so not charged by the simulator)")
     return "\n".join(lines)

@@ -29,6 +29,7 @@ import pandas as pd
 
 from calibrate.costmodel import ScaledCostModel
 from engine.core.system import SystemSpec
+from fidelity.calibration import calibrate_here, with_profile
 from fidelity.checks import Pool, check_profile, check_trace, pool_for, serving_spec
 from fidelity.config import ValidationConfig
 from fidelity.metrics import (
@@ -160,6 +161,8 @@ def plan(cfg: ValidationConfig, exact_only: bool) -> Plan:
     traces = build_traces(cfg, spec, seed)
     pools = {s.name: pool_for(cfg, s, spec) for s in exp.systems}
     cost_models = {} if exact_only else {s.name: make_cost_model(exp, s) for s in exp.systems}
+    for cost_model in cost_models.values():  # the real clock holds host work only with clock "step"
+        cost_model.charge_host = cost_model.charge_host and cfg.options.clock == "step"
     return Plan(spec, seed, traces, pools, cost_models, profile, 1 if exact_only else cfg.options.repeats)
 
 
@@ -188,7 +191,7 @@ def compare_one(cfg: ValidationConfig, p: Plan, system: SystemSpec, rate: float,
     warmup_s, rule = warmup_for(cfg, trace)
     join = request_join(system.name, rate, [r.requests for r in reals], sim_requests, warmup_s)
     errors = pd.concat([iteration_errors(system.name, rate, i, r.times, r.shapes, calibrated,
-                                         r.speed_factor if speed is not None else 1.0)
+                                         r.speed_factor if speed is not None else 1.0, r.host_s)
                         for i, r in enumerate(reals)], ignore_index=True)
     row = summary_row(system=system.name, rate=rate, seed=p.seed, join=join,
                       real_requests=[r.requests for r in reals], real_iterations=[r.iterations for r in reals],
@@ -226,6 +229,9 @@ def exact_rows_for(p: Plan, system: SystemSpec, rate: float, reals: list[RealRep
 def validate(cfg: ValidationConfig, out_dir: str | Path, *, exact_only: bool = False,
              log: Log = print) -> ValidationResult:
     started, load_before = time.perf_counter(), _loadavg()
+    if cfg.options.calibrate and not exact_only:
+        plan(cfg, exact_only=True)  # refuse bad traces and pools before minutes of profiling
+        cfg = with_profile(cfg, calibrate_here(cfg, Path(out_dir), log))
     p = plan(cfg, exact_only)
     reference = {} if exact_only or p.profile is None else p.profile.speed_reference
     if not exact_only and not reference:
@@ -239,6 +245,9 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, exact_only: bool = F
         clocks = {name: real_side.clock_for(engine) for name, engine in engines.items()}
         # every system at one rate, then the next rate: a slow spell of the machine then falls on
         # all systems alike instead of on whichever system ran during it
+        progress = Progress(len(p.traces) * len(systems), time.perf_counter())
+        log(f"replaying {progress.total} traces x {p.repeats} on the real engine, each then simulated "
+            f"(a line per trace, with the time left)")
         for rate, trace in p.traces.items():
             for system in systems:
                 engine, clock = engines[system.name], clocks[system.name]
@@ -248,11 +257,12 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, exact_only: bool = F
                 speed_rows.extend(speed_rows_for(system, rate, reals))
                 exact = all(row["identical"] for row in rows)
                 if exact_only:
-                    log(f"  {system.name:<18} {rate:>6g} req/s  {len(reals[0].iterations)} iterations: "
+                    log(f"{progress.step()} {system.name:<18} {rate:>6g} req/s  {len(reals[0].iterations)} "
+                        f"iterations: "
                         f"{'identical schedule' if exact else 'DIFFERENT: ' + rows[-1]['first_mismatch']}")
                     continue
                 compared.append(((systems.index(system), rate), *compare_one(cfg, p, system, rate, reals, exact)))
-                log(_row_line(compared[-1][1]))
+                log(f"{progress.step()}{_row_line(compared[-1][1])}")
         del engines, clocks
     compared.sort(key=lambda c: c[0])  # outputs read system by system, rate by rate
     summary_rows = [c[1] for c in compared]
@@ -273,6 +283,20 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, exact_only: bool = F
                               pd.DataFrame(speed_rows, columns=list(SPEED_COLUMNS)))
     write_outputs(result, cfg, exact_only)
     return result
+
+
+@dataclass
+class Progress:
+    """'[3/20, 1m05s left]': traces done, and the time left at the pace so far."""
+    total: int
+    started: float
+    done: int = 0
+
+    def step(self) -> str:
+        self.done += 1
+        elapsed = time.perf_counter() - self.started
+        left = elapsed / self.done * (self.total - self.done)
+        return f"[{self.done}/{self.total}, {int(left // 60)}m{int(left % 60):02d}s left]"
 
 
 def run_meta(cfg: ValidationConfig, p: Plan, threads: int, exact_only: bool, load_before, started: float) -> dict:

@@ -45,6 +45,8 @@ def max_rate(exp: Experiment, system: SystemSpec, target: Target, seed: int = 0,
              rel_tol: float = 0.05, replicas: int | None = None, on_probe: Callable[[Probe], None] = lambda p: None
              ) -> tuple[float, list[Probe]]:
     """Highest rate (req/s) found to hold the target, to rel_tol; 0.0 if none does."""
+    if not rel_tol > 0:
+        raise ValueError(f"rel_tol must be positive, got {rel_tol}: the bisection would never end")
     replicas = replicas or exp.replicas
     probes: list[Probe] = []
 
@@ -79,8 +81,9 @@ def max_rate(exp: Experiment, system: SystemSpec, target: Target, seed: int = 0,
 
 def replicas_for(exp: Experiment, system: SystemSpec, target: Target, rate: float, per_replica_rate: float,
                  seed: int = 0, max_replicas: int = 256, on_probe: Callable[[Probe], None] = lambda p: None
-                 ) -> tuple[int, list[Probe]]:
-    """Fewest replicas that hold the target at `rate`, starting from rate / per-replica capacity."""
+                 ) -> tuple[int | None, list[Probe]]:
+    """Fewest replicas that hold the target at `rate`, starting from rate / per-replica capacity;
+    None if even max_replicas do not."""
     probes: list[Probe] = []
     guess = max(1, int(-(-rate // per_replica_rate))) if per_replica_rate > 0 else 1
     k = min(guess, max_replicas)
@@ -103,4 +106,4 @@ def replicas_for(exp: Experiment, system: SystemSpec, target: Target, rate: floa
         on_probe(q)
         if q.holds:
             return k, probes
-    raise RuntimeError(f"{system.name}: even {max_replicas} replicas do not hold {target.metric} <= {target.limit}")
+    return None, probes

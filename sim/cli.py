@@ -5,10 +5,18 @@ import argparse
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from engine.core.errors import Unservable
 from engine.specs.errors import SpecError
+
+# Errors a user can fix: a bad config or argument, a request the deployment can never serve, a file
+# system that refuses (no permission, disk full). They are reported in one line with this status.
+USER_ERRORS = (SpecError, Unservable, OSError)
+EXIT_USER_ERROR = 2
+EXIT_BUG = 1
+EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT: 128 + 2
 
 
 def workload_label(workload) -> str:
@@ -20,19 +28,21 @@ def workload_label(workload) -> str:
 
 def _cmd_run(args) -> int:
     from sim.config import load_experiment
-    from sim.output import write_csv, write_text
+    from sim.output import prepare_out_dir, write_csv, write_text
     from sim.plots import kv_usage_plot, normalized_latency_plot
-    from sim.report import summary_table
+    from sim.report import summary_table, unmeasured_warnings
     from sim.sweep import sweep
 
     exp = load_experiment(args.config, args.set)
-    out_dir = Path(args.out or Path("results") / exp.name)
+    out_dir = prepare_out_dir(Path(args.out or Path("results") / exp.name))
     runs = len(exp.systems) * len(exp.rates) * len(exp.seeds)
     print(f"servesim: {exp.name}: {exp.model.name} on {exp.replicas} x {exp.tensor_parallel} x {exp.hardware.name}, "
           f"{runs} runs ({len(exp.systems)} systems x {len(exp.rates)} rates x {len(exp.seeds)} seeds) -> {out_dir}")
     started = time.perf_counter()
     jobs = args.jobs or min(os.cpu_count() or 1, runs)
     summary = sweep(exp, out_dir, jobs=jobs)
+    for line in unmeasured_warnings(summary, exp.warmup_s):
+        print(f"servesim: warning: {line}", file=sys.stderr)
     write_csv(summary, out_dir / "summary.csv")
     title = f"{exp.model.name}, {exp.tensor_parallel}x {exp.hardware.name}, {workload_label(exp.workload)}"
     normalized_latency_plot(summary, out_dir / "normalized_latency.png", title=title, ylim=args.ylim)
@@ -67,16 +77,46 @@ def build_parser() -> argparse.ArgumentParser:
 
     for register in (register_capacity, register_trace, register_calibrate, register_validate):
         register(sub)
+    _add_debug_flag(parser)
     return parser
 
 
+def _add_debug_flag(parser: argparse.ArgumentParser) -> None:
+    """--debug anywhere on the command line: every command's and subcommand's parser knows it."""
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="on an error, print the traceback too (for bug reports)")
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in dict.fromkeys(action.choices.values()):  # an alias maps to its command's parser
+                _add_debug_flag(command)
+
+
+def one_line(err: BaseException) -> str:
+    """An error's message on one line: a YAML parser's, for one, spans several."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return "; ".join(lines) or type(err).__name__
+
+
+def _fail(args, message: str, status: int) -> int:
+    if getattr(args, "debug", False):
+        traceback.print_exc()
+    print(f"servesim: {message}", file=sys.stderr)
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run a command; the user sees one line for any error, a traceback only with --debug."""
+    args = None
     try:
+        args = build_parser().parse_args(argv)
         return args.func(args)
-    except (SpecError, Unservable) as err:
-        print(f"servesim: error: {err}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        return _fail(args, "interrupted", EXIT_INTERRUPTED)
+    except USER_ERRORS as err:
+        return _fail(args, f"error: {one_line(err)}", EXIT_USER_ERROR)
+    except Exception as err:  # a bug: say so, and how to report it
+        return _fail(args, f"internal error: {type(err).__name__}: {one_line(err)} "
+                     "(rerun with --debug for the traceback, and report it)", EXIT_BUG)
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, pool_slots: i
               horizon_s: float) -> dict:
     req = latency_columns(requests, horizon_s)
     measured = req[req["arrival_s"] >= warmup_s]
-    weights = measured["n"].to_numpy()
+    weights = measured["n"].to_numpy(dtype=np.int64)  # a run with no request has untyped (object) columns
     norm = np.repeat(measured["normalized_latency"].to_numpy(), weights)
     tpot = measured["tpot_s"].dropna().to_numpy()  # only requests with a decode to time
     finished = req[req["finish_s"].notna()]

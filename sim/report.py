@@ -20,3 +20,11 @@ def summary_table(summary: pd.DataFrame) -> str:
             cells.append(f"{fmt.format(int(value) if 'd' in fmt else value):>9}")
         lines.append(f"{row['system']:<18} {row['rate']:>6g} " + " ".join(cells))
     return "\n".join(lines)
+
+
+def unmeasured_warnings(summary: pd.DataFrame, warmup_s: float) -> list[str]:
+    """A line for each run with no request to measure: its latency metrics are NaN, not an error."""
+    return [f"{row['system']} at {row['rate']:g} req/s, seed {row['seed']}: no request arrived after the "
+            f"{warmup_s:g}-s warm-up ({row['num_requests']} in the trace), so its latency metrics are NaN; "
+            "raise workload.duration_s or the rate, or lower warmup_s"
+            for _, row in summary.iterrows() if row["num_measured"] == 0]

@@ -11,11 +11,17 @@ from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.roofline import RooflineCostModel
 from engine.core.system import SystemSpec
 from sim.config import Experiment
-from sim.metrics import summarize
+from sim.metrics import SUMMARY_METRICS, summarize
 from sim.records import Records
 from sim.simulate import simulate
 from sim.workload.config import build_trace
 from sim.workload.trace import Trace
+
+# what ran, then what it measured: summary.csv's columns, in this order whether a row was simulated
+# now or read back from an earlier run's summary.json (whose keys are sorted)
+RUN_COLUMNS = ("experiment", "system", "model", "hardware", "tensor_parallel", "replicas", "workload", "cost_model",
+               "rate", "seed")
+SUMMARY_COLUMNS = RUN_COLUMNS + SUMMARY_METRICS
 
 
 @dataclass

@@ -2,23 +2,24 @@
 
 Each finished run leaves DIR/runs/<key>/ (summary.json, requests.csv.gz,
 iterations.csv.gz), written atomically; a rerun skips the keys already there for the
-same configuration, so an interrupted sweep resumes where it stopped.
+same configuration and inputs (sim/fingerprint.py), so an interrupted sweep resumes where
+it stopped, and a changed config, spec or data file is simulated again.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from engine.core.system import SystemSpec
 from sim.config import Experiment
-from sim.output import write_csv, write_json
-from sim.run import run_one
+from sim.fingerprint import config_digest, input_digest
+from sim.output import prepare_out_dir, write_csv, write_json
+from sim.pool import stop_pool, worker_pool
+from sim.run import SUMMARY_COLUMNS, run_one
 
 
 @dataclass(frozen=True)
@@ -39,18 +40,6 @@ def run_keys(exp: Experiment) -> list[RunKey]:
     return [RunKey(s, r, seed) for s in exp.systems for r in exp.rates for seed in exp.seeds]
 
 
-# keys that choose which runs a sweep has, not what any one run computes
-SWEEP_KEYS = ("name", "systems", "rates", "seeds")
-
-
-def config_digest(exp: Experiment, key: RunKey) -> str:
-    """What one run's result depends on: the config less the sweep lists, plus its own key."""
-    shared = {k: v for k, v in exp.raw.items() if k not in SWEEP_KEYS}
-    text = yaml.safe_dump({"experiment": shared, "system": key.system.__dict__, "rate": key.rate,
-                           "seed": key.seed}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def _done(run_dir: Path, digest: str) -> dict | None:
     path = run_dir / "summary.json"
     if not path.exists():
@@ -69,14 +58,23 @@ def execute(exp: Experiment, key: RunKey, run_dir: Path, digest: str) -> dict:
     return summary
 
 
+def _progress_line(key: RunKey, summary: dict) -> str:
+    return (f"  {key.system.name:<18} rate {key.rate:<6g} seed {key.seed}: "
+            f"normalized latency {summary['normalized_latency']:.3f} s/token"
+            f"{'  (saturated)' if summary['saturated'] else ''}")
+
+
 def sweep(exp: Experiment, out_dir: Path, executor: Executor | None = None, jobs: int = 1,
           progress=print) -> pd.DataFrame:
-    out_dir = Path(out_dir)
+    """Every run of the experiment, resumed from out_dir/runs; an error in any run (in any process)
+    stops the sweep with that error, the runs finished before it kept."""
+    out_dir = prepare_out_dir(Path(out_dir))
     keys = run_keys(exp)
+    inputs = input_digest(exp)
     summaries: dict[RunKey, dict] = {}
     pending = []
     for key in keys:
-        digest = config_digest(exp, key)
+        digest = config_digest(exp, key.system, key.rate, key.seed, inputs)
         done = _done(out_dir / "runs" / key.slug, digest)
         if done is not None:
             summaries[key] = done
@@ -86,7 +84,7 @@ def sweep(exp: Experiment, out_dir: Path, executor: Executor | None = None, jobs
         progress(f"resuming: {len(summaries)} of {len(keys)} runs already done in {out_dir / 'runs'}")
     if pending:
         own = executor is None and jobs > 1
-        pool = ProcessPoolExecutor(max_workers=jobs) if own else executor
+        pool = worker_pool(jobs) if own else executor
         try:
             if pool is None:
                 results = (execute(exp, k, out_dir / "runs" / k.slug, d) for k, d in pending)
@@ -94,11 +92,12 @@ def sweep(exp: Experiment, out_dir: Path, executor: Executor | None = None, jobs
                 results = pool.map(execute, *zip(*[(exp, k, out_dir / "runs" / k.slug, d) for k, d in pending]))
             for (key, _), summary in zip(pending, results):
                 summaries[key] = summary
-                progress(f"  {key.system.name:<18} rate {key.rate:<6g} seed {key.seed}: "
-                         f"normalized latency {summary['normalized_latency']:.3f} s/token"
-                         f"{'  (saturated)' if summary['saturated'] else ''}")
-        finally:
+                progress(_progress_line(key, summary))
+        except BaseException:
             if own:
-                pool.shutdown()
-    rows = [{k: v for k, v in summaries[key].items() if k != "config_digest"} for key in keys]
-    return pd.DataFrame(rows)
+                stop_pool(pool)
+            raise
+        if own:
+            pool.shutdown()
+    rows = [summaries[key] for key in keys]
+    return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))  # drops config_digest; fixes the column order

@@ -59,6 +59,8 @@ class ShapeMetrics:
             "sum_decode_context": self.sum_decode_context,
             "padded_decode_context": num_decodes * self.max_decode_context,
             "num_seqs": self.num_seqs,
+            "num_prefills": len(self.prefill_lens),
+            "num_decodes": num_decodes,
         }
 
 

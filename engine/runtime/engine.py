@@ -7,6 +7,7 @@ injected `time_fn` here, for fidelity tests).
 """
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from engine.runtime.runner import ModelRunner, resolve_dtype
 from engine.runtime.sampler import SamplingParams
 
 DEFAULT_SWAP_SPACE_BYTES = 4 * GIB  # vLLM's default host swap space
+CLOCKS = ("forward", "step")
 TimeFn = Callable[[Batch], float]
 
 
@@ -39,6 +41,10 @@ class ServingRun:
     tokens: dict[int, list[int]] = field(default_factory=dict)  # seq_id -> prompt + generated
     outputs: dict[int, list[list[int]]] = field(default_factory=dict)  # request_id -> generated, per sample
     clock: float = 0.0  # virtual seconds
+    # per iteration, the wall seconds of its step outside the timed forward: scheduling, building the
+    # inputs, completing and recording (on the clock only with clock="step"; see ReplayResult.host_s)
+    host_s: list[float] = field(default_factory=list)
+    carried_host_s: float = 0.0  # the last completion's host work, charged to the next iteration
 
 
 class Engine:
@@ -47,15 +53,23 @@ class Engine:
     num_gpu_blocks=None fills free device memory; num_cpu_blocks=None gives 4 GiB of host
     swap space. run_model=False (with time_fn, and num_gpu_blocks given) replays the control
     plane alone: no weights, no cache, no tokens; replay() only.
+
+    clock: what an iteration lasts on the replay's clock. "forward" is the timed forward alone (block
+    plans, inputs to the device, the model, sampling); "step" adds the host work around it (admission,
+    scheduling, building inputs, completion, records), as a server's users wait for it. A time_fn, when
+    given, decides instead.
     """
 
     def __init__(self, spec: ModelSpec, system: SystemSpec, device: torch.device | str = "cpu",
                  dtype: torch.dtype | str | None = None, seed: int = 0, num_gpu_blocks: int | None = None,
                  num_cpu_blocks: int | None = None, *, attention_backend: str = "auto",
                  time_fn: TimeFn | None = None, run_model: bool = True, cpu_budget_bytes: int | None = None,
-                 model=None):
+                 model=None, clock: str = "forward"):
         system.validate("Engine", "system")
-        self.spec, self.system, self.seed, self.time_fn = spec, system, seed, time_fn
+        if clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
+        self.spec, self.system, self.seed, self.time_fn, self.clock = spec, system, seed, time_fn, clock
+        self.last_host_s = 0.0  # the host seconds charged to the iteration now running (a time_fn may read it)
         if num_cpu_blocks is None:
             block_bytes = kv_block_bytes(spec, system.block_size, resolve_dtype(dtype, torch.device(device)))
             num_cpu_blocks = DEFAULT_SWAP_SPACE_BYTES // block_bytes
@@ -122,27 +136,38 @@ class Engine:
         run = ServingRun(ServingCore(scheduler), pending, prompts)
         while self._step(run, sampling, time_fn):
             pass
-        self.records = ReplayResult.of(run.core.records)
+        self.records = ReplayResult.of(run.core.records, run.host_s)
         return run
 
     def _step(self, run: ServingRun, sampling: SamplingParams, time_fn) -> bool:
         """One iteration; False when every request is done."""
+        started = time.perf_counter()
         self._admit_arrivals(run)
         step = run.core.start(run.clock)
         if step is None:
             self._apply_plans_only(run, run.core.idle_batch)
-            if run.pending:  # idle: jump to the next arrival
+            if run.pending:  # idle: jump to the next arrival (the last completion's host work fits in the gap)
                 run.clock = max(run.clock, run.pending[0].arrival_s)
+                run.carried_host_s = 0.0
                 return True
             run.core.check_schedulable()
             return False
         sampled, measured = self._execute(run, step.batch, sampling)
-        run.clock += time_fn(step.batch) if time_fn is not None else measured
+        # host work charged to this iteration: its admission, scheduling and inputs, and the previous
+        # iteration's completion and records, which ran between the two forwards
+        self.last_host_s = time.perf_counter() - started - measured + run.carried_host_s
+        if time_fn is not None:
+            run.clock += time_fn(step.batch)
+        else:
+            run.clock += measured + (self.last_host_s if self.clock == "step" else 0.0)
+        answered = time.perf_counter()  # a time_fn may probe the machine: not the engine's work, not counted
         self._admit_arrivals(run)  # those arriving during the iteration wait, as in the simulator
         for seq_id, token in sampled.items():
             run.tokens[seq_id].append(token)
         for group in run.core.finish(step, run.clock):
             self._finish(run, group)
+        run.host_s.append(self.last_host_s)
+        run.carried_host_s = time.perf_counter() - answered
         return True
 
     def _admit_arrivals(self, run: ServingRun) -> None:

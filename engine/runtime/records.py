@@ -23,10 +23,13 @@ class ReplayResult:
 
     requests: list[RequestRecord] = field(default_factory=list)
     iterations: list[IterationRecord] = field(default_factory=list)
+    # per iteration, the host's wall seconds outside the timed forward (scheduler, inputs, sampling's
+    # host side, completion, records): measured, not charged to the replay's clock
+    host_s: list[float] = field(default_factory=list, compare=False)
 
     @classmethod
-    def of(cls, records: ServingRecords) -> ReplayResult:
-        return cls(records.request_rows(), records.iteration_rows())
+    def of(cls, records: ServingRecords, host_s: list[float] | None = None) -> ReplayResult:
+        return cls(records.request_rows(), records.iteration_rows(), list(host_s or []))
 
     def request_columns(self) -> dict[str, list]:
         return {name: [getattr(r, name) for r in self.requests] for name in REQUEST_COLUMNS}

@@ -11,3 +11,8 @@ class SpecError(ValueError):
         self.message = message
         where = f"{self.source}: {key}" if key else self.source
         super().__init__(f"{where}: {message}")
+
+    def __reduce__(self):
+        # An error raised in a worker process (or a Dask worker) travels back pickled; the default
+        # rebuilds it from the one formatted message and fails on this three-argument __init__.
+        return self.__class__, (self.source, self.key, self.message), self.__dict__

@@ -41,6 +41,8 @@ class StandIn:
         """`count` pairs with prompt + output < max_seq_len: draw, drop the long ones, draw again."""
         if max_seq_len < 3:  # the shortest pair is 1 + 1 tokens
             raise ValueError(f"no pair fits max_seq_len {max_seq_len}")
+        if count == 0:  # a low rate over a short duration can draw no arrival at all
+            return np.empty(0, np.int64), np.empty(0, np.int64)
         prompts, outputs, have = [], [], 0
         while have < count:
             prompt, output = self.draw(max(2 * (count - have), 64), rng)

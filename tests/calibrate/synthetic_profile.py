@@ -7,7 +7,8 @@ from calibrate.grid import Grid
 from calibrate.profile import shape_row
 
 TRUE = {term: 0.0 for term in TERMS}
-TRUE.update({"prefill_attention_s": 3e-9, "decode_context_s": 5e-7, "per_sequence_s": 1e-4})
+TRUE.update({"prefill_attention_s": 3e-9, "decode_context_s": 5e-7, "per_sequence_s": 1e-4,
+             "per_prefill_s": 4e-3, "mixed_s": 2e-3})  # a host-bound engine's per-prompt and mixed costs
 
 
 def gpu_like_token_cost(tokens):

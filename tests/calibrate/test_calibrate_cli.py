@@ -26,8 +26,8 @@ def test_profile_fit_show_then_simulate(tmp_path, capsys, monkeypatch):
     assert main(["calibrate", "profile", "--model", "opt-tiny", "--grid", "tiny", "--repeats", "2",
                  "--threads", "1", "--out", str(raw)]) == 0
     rows = pd.read_csv(raw)
-    assert {"prefill", "decode", "decode_mixed", "mixed", "swap", "probe"} <= set(rows["kind"])
-    shapes = rows[~rows["kind"].isin(["swap", "probe"])]
+    assert {"prefill", "decode", "decode_mixed", "mixed", "swap", "probe", "host"} <= set(rows["kind"])
+    shapes = rows[~rows["kind"].isin(["swap", "probe", "host"])]
     assert (shapes["repeats"] == 2).all()  # two shuffled passes over the grid
     assert (rows["time_s"] > 0).all() and (rows["torch_threads"] == 1).all()
 
@@ -37,11 +37,13 @@ def test_profile_fit_show_then_simulate(tmp_path, capsys, monkeypatch):
     assert fitted.model == "opt-tiny" and fitted.device == "cpu" and fitted.torch_threads == 1
     assert fitted.speed_reference["decode_s"] > 0 and fitted.speed_reference["prefill_s"] > 0
     assert fitted.speed_reference["samples"] >= 2  # at the start and at the end, at least
+    assert fitted.host["rows"] >= 10 and fitted.host["mean_s"] > 0  # the host work was measured and fitted
     assert fitted.token_knots == sorted(set(fitted.token_knots))
     assert len(fitted.token_costs_s) == len(fitted.token_knots)
     assert main(["calibrate", "show", str(profile)]) == 0
     report = capsys.readouterr().out
     assert "held-out error" in report and "token-cost table" in report and "speed reference" in report
+    assert "host work around the forward" in report
 
     lengths = tmp_path / "lengths.csv"
     lengths.write_text("prompt_len,output_len\n" + "".join(f"{8 + i},{4 + i % 5}\n" for i in range(20)))

@@ -1,5 +1,8 @@
 """The fit recovers known physics from noisy timings and reports error on held-out shapes only."""
+import dataclasses
+
 import numpy as np
+import pandas as pd
 import pytest
 from synthetic_profile import TRUE, gpu_like_token_cost, synthetic_raw  # noqa: E402
 
@@ -12,7 +15,7 @@ from engine.specs.errors import SpecError
 def test_recovers_known_coefficients_from_noisy_timings():
     result = fit_profile(synthetic_raw(noise=0.01), "synthetic.csv", "test")
     profile = result.profile
-    for term in ("prefill_attention_s", "decode_context_s", "per_sequence_s"):
+    for term in ("prefill_attention_s", "decode_context_s", "per_sequence_s", "per_prefill_s", "mixed_s"):
         assert profile.coefficients[term] == pytest.approx(TRUE[term], rel=0.15), term
     # the token-cost table at its knots is the true cost there
     truth = gpu_like_token_cost(profile.token_knots)
@@ -87,3 +90,31 @@ def test_knots_are_every_small_count_then_every_twenty_percent():
     # the largest count ends the table, replacing a knot a few tokens before it
     assert choose_knots([1, 2, 100, 384, 400]) == [1, 2, 100, 400]
     assert choose_knots([4, 8, 9]) == [4, 8, 9]  # small counts are all knots
+
+
+def test_the_host_fit_recovers_a_known_host_cost_from_noisy_iterations():
+    from calibrate.host import fit_host
+
+    rng = np.random.default_rng(1)
+    seqs, tokens = rng.integers(1, 40, 400), rng.integers(0, 600, 400) * (rng.random(400) < 0.3)
+    truth = 2e-3 + 5e-5 * seqs + 2e-6 * tokens
+    rows = pd.DataFrame({"num_seqs": seqs, "num_prefill_tokens": tokens,
+                         "time_s": truth * (1 + rng.normal(0, 0.02, 400))})
+    host = fit_host(rows)
+    assert host["per_iteration_s"] == pytest.approx(2e-3, rel=0.05)
+    assert host["per_sequence_s"] == pytest.approx(5e-5, rel=0.05)
+    assert host["per_prefill_token_s"] == pytest.approx(2e-6, rel=0.1)
+    assert host["heldout_mean_abs_error_s"] < 0.05 * host["mean_s"]
+
+
+def test_the_simulator_charges_the_host_work_a_profile_measured():
+    from calibrate.profile_model import ProfileCostModel
+    from engine.core.batch import Batch
+
+    profile = fit_profile(synthetic_raw(noise=0.0), "synthetic.csv", "test").profile
+    host = {"per_iteration_s": 1e-3, "per_sequence_s": 1e-4, "per_prefill_token_s": 1e-6}
+    without, with_host = ProfileCostModel(profile), ProfileCostModel(dataclasses.replace(profile, host=host))
+    batch = Batch(prefill_seq_ids=[0], prefill_lens=[100], decode_seq_ids=[1, 2], decode_context_lens=[50, 60])
+    assert with_host.iteration_time(batch) - without.iteration_time(batch) == pytest.approx(1e-3 + 3e-4 + 1e-4)
+    with_host.charge_host = False  # a validation whose real clock is the forward alone
+    assert with_host.iteration_time(batch) == pytest.approx(without.iteration_time(batch))

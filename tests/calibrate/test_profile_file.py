@@ -75,6 +75,30 @@ def test_cost_model_evaluates_the_fitted_terms(tmp_path):
     assert cost.swap_time(10) == pytest.approx(2e-3)
 
 
+def test_cost_model_charges_each_prompt_and_a_mixed_iteration(tmp_path):
+    base = ProfileCostModel(make_profile())
+    charged = ProfileCostModel(make_profile(coefficients=coefficients(per_prefill_s=4e-3, mixed_s=1e-3)))
+    two_prompts = Batch(prefill_seq_ids=[0, 1], prefill_lens=[10, 20])
+    mixed = Batch(prefill_seq_ids=[0], prefill_lens=[10], decode_seq_ids=[1], decode_context_lens=[50])
+    decode_only = Batch(decode_seq_ids=[1], decode_context_lens=[50])
+    assert charged.iteration_time(two_prompts) - charged.token_cost(30) == pytest.approx(2 * 4e-3)
+    assert charged.iteration_time(mixed) - charged.token_cost(11) == pytest.approx(4e-3 + 1e-3)
+    assert charged.iteration_time(decode_only) == pytest.approx(charged.token_cost(1))
+    assert base.iteration_time(mixed) == pytest.approx(base.token_cost(11) + 100 * 1e-9 + 50 * 4e-7 + 50 * 1e-7
+                                                       + 2 * 5e-5)
+
+
+def test_a_format_2_profile_is_read_with_the_new_terms_at_zero(tmp_path):
+    path = make_profile().save(tmp_path / "p.yaml")
+    data = yaml.safe_load(path.read_text())
+    data["format"] = "servesim-profile/2"
+    for term in ("per_prefill_s", "mixed_s"):
+        del data["coefficients"][term]
+    path.write_text(yaml.safe_dump(data))
+    profile = load_profile(path)
+    assert profile.coefficients["per_prefill_s"] == 0.0 and profile.coefficients["mixed_s"] == 0.0
+
+
 @pytest.mark.parametrize("tokens, expected", [
     (1, 0.01), (2, 0.011), (4, 0.013), (1024, 0.05),
     (2048, 0.05 + 1024 * 0.02 / 512),  # past the last knot: the last segment's slope continued
@@ -150,3 +174,12 @@ def test_the_simulator_and_the_fit_read_the_table_alike():
         inside = tokens[tokens <= profile.token_knots[-1]]
         assert token_basis(inside, profile.token_knots) @ np.array(costs) == pytest.approx(
             token_costs(inside, profile.token_knots, costs))
+
+
+def test_a_profile_of_another_device_than_the_configs_hardware_says_so_in_its_source(tmp_path):
+    path = make_profile().save(tmp_path / "p.yaml")  # measured on an NVIDIA H200
+    opt13b = load_model_spec("opt-13b")
+    on_a100 = ProfileCostModel.from_profile(path, opt13b, load_hardware("a100-40gb"))
+    on_h200 = ProfileCostModel.from_profile(path, opt13b, load_hardware("h200"))
+    assert "measured on NVIDIA H200, not on a100-40gb" in on_a100.source
+    assert "not on" not in on_h200.source

@@ -2,6 +2,7 @@
 import pytest
 from validate_tiny import TINY_VALIDATION, profile_text
 
+from calibrate.device import device_name as this_device
 from engine.specs.errors import SpecError
 from fidelity.config import load_validation
 from fidelity.validate import RealSide, validate
@@ -30,6 +31,16 @@ def test_a_profile_for_another_device_is_refused_naming_both(tiny_validation, tm
         validate(cfg, tmp_path / "out", log=lambda line: None)
     message = str(err.value)
     assert "on cuda" in message and "on cpu" in message and err.value.key == "device"
+
+
+def test_a_profile_from_another_cpu_is_refused_naming_both_and_the_way_out(tiny_validation, tmp_path, no_engine):
+    cfg = load_validation(tiny_validation(profile=profile_text(device_name="Some Other CPU @ 2.0GHz")))
+    with pytest.raises(SpecError) as err:
+        validate(cfg, tmp_path / "out", log=lambda line: None)
+    message = str(err.value)
+    assert err.value.key == "device_name" and "Some Other CPU" in message and this_device("cpu") in message
+    assert "--calibrate" in message
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_profile_in_another_dtype_is_refused(tiny_validation, tmp_path, no_engine):

@@ -141,3 +141,19 @@ def test_without_speed_correction_the_noise_band_is_the_raw_spread():
     summary = pd.DataFrame({"real_repeat_spread": [0.3, 0.3], "real_repeat_spread_at_speed": [0.05, 0.05],
                             "speed_corrected": [True, False]})
     assert list(noise_band(summary)) == pytest.approx([0.05, 0.3])
+
+
+def test_validate_calibrate_profiles_this_device_first_and_uses_that_profile(tiny_validation, tmp_path, capsys):
+    from validate_tiny import profile_text
+
+    config = tiny_validation(profile=profile_text(device_name="Some Other CPU @ 2.0GHz"))
+    out = tmp_path / "out"
+    assert main(["validate", str(config), "--out", str(out), "--calibrate", "--set", "validation.calibrate_grid=tiny",
+                 "--set", "validation.calibrate_repeats=1", "--set", "experiment.systems=[vllm]",
+                 "--set", "experiment.rates=[2]", "--repeats", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "calibrating opt-tiny on this cpu first" in printed and "[1/1," in printed
+    profile = out / "profile" / "cpu-opt-tiny.yaml"
+    assert profile.exists() and (out / "profile" / "cpu-opt-tiny.raw.csv").exists()
+    meta = json.loads((out / "validation.json").read_text())
+    assert meta["cost_model"] == str(profile)  # the fresh profile, not the foreign one the config names

@@ -5,6 +5,8 @@ runs, refuses bad input and proves the two control planes agree, not how good a 
 """
 import textwrap
 
+from calibrate.device import device_name as this_device
+
 TINY_LENGTHS = """\
 prompt_len,output_len
 12,6
@@ -40,14 +42,15 @@ validation:
 
 
 def profile_text(model: str = "opt-tiny", device: str = "cpu", dtype: str = "float32",
-                 speed_reference: bool = True) -> str:
+                 speed_reference: bool = True, device_name: str | None = None) -> str:
+    device_name = device_name or (this_device("cpu") if device == "cpu" else "NVIDIA H200")
     # the probe's times at "calibration": with them validation probes the machine and corrects for its speed
     reference = ("speed_reference: {decode_s: 0.002, prefill_s: 0.004, samples: 9, probe: test}"
                  if speed_reference else "")
     return textwrap.dedent(f"""\
         model: {model}
         device: {device}
-        device_name: test device
+        device_name: {device_name}
         dtype: {dtype}
         tensor_parallel: 1
         block_size: 16
@@ -58,6 +61,8 @@ def profile_text(model: str = "opt-tiny", device: str = "cpu", dtype: str = "flo
           decode_context_s: 1.0e-7
           decode_padded_context_s: 0.0
           per_sequence_s: 5.0e-5
+          per_prefill_s: 0.0
+          mixed_s: 0.0
         heldout_mape: 0.05
         heldout_p95_ape: 0.1
         train_rows: 10

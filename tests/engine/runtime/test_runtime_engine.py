@@ -170,3 +170,16 @@ def test_bad_prompts_are_rejected(opt_tiny):
         engine.generate([[1, 2, 512]], 2)
     with pytest.raises(ValueError, match="empty"):
         engine.generate([[]], 2)
+
+
+def test_the_step_clock_adds_each_steps_host_work(opt_tiny):
+    trace = [(0.0, 7, 4, 1), (0.0, 9, 3, 2), (0.01, 20, 6, 1)]
+    forward = make_engine(opt_tiny).replay(trace)
+    step = make_engine(opt_tiny, clock="step").replay(trace)
+    for result in (forward, step):  # the host work is measured either way, one value per iteration
+        assert len(result.host_s) == len(result.iterations) and all(h > 0 for h in result.host_s)
+    # on the step clock an iteration lasts its forward plus its host work
+    assert all(it.duration_s > host for it, host in zip(step.iterations, step.host_s))
+    with pytest.raises(ValueError, match="clock must be one of"):
+        Engine(opt_tiny, VLLM8, num_gpu_blocks=64, num_cpu_blocks=0, run_model=False,
+               time_fn=lambda b: 0.01, clock="wall")

@@ -1,0 +1,77 @@
+"""The engine's host work per iteration: what a step costs beyond its timed forward.
+
+A serving step schedules, builds the inputs and block tables, runs the forward, and completes and
+records; the profiler's grid times the forward alone. This measures the rest on the engine itself:
+a short replay of a seeded synthetic trace (its own, never a validation's), with the engine's
+clock="step" accounting, gives each iteration's host seconds beside its shape; a non-negative fit
+per iteration, per sequence and per prompt token is the profile's `host` term, which the simulator
+charges on top of the forward.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from calibrate.nnls import nnls
+from engine.core.spec import ModelSpec
+
+HOST_TERMS = {
+    "per_iteration_s": "every step: scheduling, launching, recording",
+    "per_sequence_s": "each sequence in the batch: its block table, inputs, sampled token, completion",
+    "per_prefill_token_s": "each prompt token: its token ids and slot mapping built on the host",
+}
+NUM_REQUESTS = 48
+
+
+def calibration_trace(spec: ModelSpec, seed: int = 0) -> list[tuple[float, int, int, int]]:
+    """(arrival_s, prompt_len, output_len, n): short chat-like requests arriving over a few seconds,
+    so that batches of every size from one up, with and without prompts, occur."""
+    rng = np.random.default_rng(seed)
+    longest_prompt = max(16, min(128, spec.max_seq_len // 2))
+    prompts = np.exp(rng.uniform(np.log(8), np.log(longest_prompt), NUM_REQUESTS)).astype(int)
+    outputs = rng.integers(4, 33, NUM_REQUESTS)
+    arrivals = np.cumsum(rng.exponential(0.05, NUM_REQUESTS))
+    return [(float(a), int(p), int(o), 1) for a, p, o in zip(arrivals, prompts, outputs)]
+
+
+def host_rows(runner, block_size: int, num_blocks: int = 256) -> list[dict]:
+    """Replay the calibration trace on a vLLM engine sharing the runner's weights; one row per iteration."""
+    from engine.core.system import PAPER_SYSTEMS
+    from engine.runtime.engine import Engine
+
+    system = replace(PAPER_SYSTEMS["vllm"], block_size=block_size)
+    engine = Engine(runner.spec, system, runner.device, runner.dtype, num_gpu_blocks=num_blocks, num_cpu_blocks=0,
+                    attention_backend=runner.attention_backend, model=runner.model, clock="step")
+    result = engine.replay(calibration_trace(runner.spec))
+    rows = []
+    for it, host in zip(result.iterations, result.host_s):
+        rows.append({"kind": "host", "num_prefills": it.num_prefills, "num_prefill_tokens": it.num_prefill_tokens,
+                     "num_decodes": it.num_decodes, "num_seqs": it.num_prefills + it.num_decodes, "time_s": host})
+    return rows[1:]  # the first step pays one-off costs no later one does
+
+
+def host_matrix(rows: pd.DataFrame) -> np.ndarray:
+    return np.column_stack([np.ones(len(rows)), rows["num_seqs"].to_numpy(float),
+                            rows["num_prefill_tokens"].to_numpy(float)])
+
+
+def fit_host(rows: pd.DataFrame, folds: int = 5, seed: int = 0) -> dict:
+    """HOST_TERMS fitted non-negative (absolute seconds: host times are small and a relative fit would
+    chase the smallest), with the k-fold held-out error of the per-iteration prediction."""
+    x, y = host_matrix(rows), rows["time_s"].to_numpy(float)
+    fold = np.random.default_rng(seed).permutation(len(rows)) % folds
+    predicted = np.zeros(len(rows))
+    for k in range(folds):
+        test = fold == k
+        predicted[test] = x[test] @ nnls(x[~test], y[~test])
+    coef = nnls(x, y)
+    return {**{term: float(c) for term, c in zip(HOST_TERMS, coef)},
+            "heldout_mean_abs_error_s": float(np.mean(np.abs(predicted - y))),
+            "mean_s": float(y.mean()), "rows": int(len(rows))}
+
+
+def host_time(host: dict, num_seqs: int, num_prefill_tokens: int) -> float:
+    return (host["per_iteration_s"] + host["per_sequence_s"] * num_seqs
+            + host["per_prefill_token_s"] * num_prefill_tokens)
