@@ -99,9 +99,7 @@ def _check_host(host, source: str) -> None:
     if not isinstance(host, dict):
         raise SpecError(source, "host", f"must map {list(HOST_TERMS)} to seconds")
     for term in HOST_TERMS:
-        value = host.get(term)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
-            raise SpecError(source, f"host.{term}", f"must be a finite, non-negative number of seconds, got {value!r}")
+        non_negative(host.get(term), source, f"host.{term}")  # seconds
 
 
 def _check_speed_reference(reference, source: str) -> None:

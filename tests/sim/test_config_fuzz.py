@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from calibrate.features import TERMS
+from calibrate.host import HOST_TERMS
 from calibrate.profile_file import load_profile
 from calibrate.profile_model import ProfileCostModel
 from engine.core.batch import BatchShape
@@ -22,7 +23,7 @@ from engine.core.errors import Unservable
 from engine.specs.errors import SpecError
 from sim.config import load_experiment
 from sim.metrics import SUMMARY_METRICS
-from sim.run import run_one, trace_for
+from sim.run import run_one
 
 VALID = {
     "name": "fuzz", "model": "opt-125m", "hardware": "a100-40gb", "tensor_parallel": 1, "dtype_bytes": 2,
@@ -100,10 +101,7 @@ def test_a_mutated_config_runs_or_is_refused_in_one_line(tmp_path, changes):
     except Exception as err:  # noqa: BLE001 -- the assertion is the point: which errors escape
         assert _is_user_error(err), f"{changes} -> {type(err).__name__}: {err}"
         return
-    # Valid but long (workload: {} is an hour of traffic) is not this test's business, nor is a run
-    # without requests (a tiny rate), which is the other half of issue 11 (item 2).
-    assume(max(exp.rates) * exp.workload.duration_s <= 50)
-    assume(len(trace_for(exp, exp.rates[0], exp.seeds[0])) > 0)
+    assume(max(exp.rates) * exp.workload.duration_s <= 50)  # valid but long (workload: {} is an hour of traffic)
     try:
         summary = run_one(exp, exp.systems[0], exp.rates[0], exp.seeds[0]).summary
     except Exception as err:  # noqa: BLE001
@@ -115,7 +113,7 @@ def test_a_mutated_config_runs_or_is_refused_in_one_line(tmp_path, changes):
         assert math.isnan(value) or (math.isfinite(value) and value >= 0), f"{changes} -> {metric} = {value}"
 
 
-PROFILE_NUMBERS = [("coefficients", term) for term in TERMS] + [
+PROFILE_NUMBERS = [("coefficients", term) for term in TERMS] + [("host", term) for term in HOST_TERMS] + [
     ("token_costs_s", 0), ("token_costs_s", 1), ("swap_s_per_block",), ("heldout_mape",), ("tensor_parallel",),
     ("block_size",), ("token_knots", 0)]
 
@@ -127,7 +125,8 @@ def test_a_mutated_profile_loads_with_sane_step_times_or_is_refused(tmp_path, ch
     raw = {"model": "opt-125m", "device": "cuda", "device_name": "test", "dtype": "float16", "tensor_parallel": 1,
            "block_size": 16, "token_knots": [1, 512], "token_costs_s": [0.001, 0.004],
            "coefficients": {term: 1e-7 for term in TERMS}, "heldout_mape": 0.05, "heldout_p95_ape": 0.1,
-           "train_rows": 10, "heldout_rows": 2, "created": "2026-01-01", "command": "fuzz", "swap_s_per_block": 1e-5}
+           "train_rows": 10, "heldout_rows": 2, "created": "2026-01-01", "command": "fuzz", "swap_s_per_block": 1e-5,
+           "host": {term: 1e-5 for term in HOST_TERMS}}
     for path, value in changes:
         _parent(raw, path)[path[-1]] = value
     file = tmp_path / "p.yaml"
@@ -139,4 +138,6 @@ def test_a_mutated_profile_loads_with_sane_step_times_or_is_refused(tmp_path, ch
         return
     for shape in (BatchShape((100,), (), 0), BatchShape((), (50, 700), 4), BatchShape((2000,), (10,) * 200, 0)):
         seconds = model.step_time(shape)
-        assert math.isfinite(seconds) and seconds >= 0, f"{changes} -> {seconds}"
+        # never NaN or negative; inf (huge coefficients times a big batch) the simulator's clock refuses,
+        # naming the cost model (tests/sim/test_hostile_inputs.py)
+        assert seconds >= 0, f"{changes} -> {seconds}"

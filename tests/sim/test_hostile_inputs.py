@@ -215,6 +215,12 @@ def test_a_trace_whose_arrivals_are_all_at_zero(tmp_path):
     assert run_one(exp, exp.systems[0], 1.0, 0).summary["num_requests"] == 2
 
 
+def test_an_unordered_trace_is_refused_at_load_before_any_worker(tmp_path):
+    _trace(tmp_path, "0.1,10,10\n0.5,10,10\n0.3,10,10\n")
+    with pytest.raises(SpecError, match="row 3: .line 4. column arrived_at: 0.3 is earlier than the row before it"):
+        load_experiment(_config(tmp_path, REPLAY))
+
+
 def test_every_request_too_long_names_the_trace_not_an_unset_window(tmp_path):
     _trace(tmp_path, "0,3000,10\n1,2000,100\n")
     assert _refused(tmp_path, text=REPLAY) == (
