@@ -194,8 +194,9 @@ def validation_from_dict(raw: Any, source: str, base_dir: Path) -> ValidationCon
         raise SpecError(source, "experiment", "must be a mapping (model, hardware, workload, rates, ...)")
     experiment_raw = {"name": name, **experiment_raw}
     options = options_from_dict(raw.get("validation"), source)
-    try:  # warmup_s applies only where no warmup_fraction replaces it
-        exp = experiment_from_dict(experiment_raw, source, base_dir, check_warmup=options.warmup_fraction is None)
+    try:
+        exp = experiment_from_dict(experiment_raw, source, base_dir, check_warmup=options.warmup_fraction is None,
+                                   check_profile=not options.calibrate)
     except SpecError as err:  # say where the key lives in this file
         if err.source == source and err.key:
             raise SpecError(source, f"experiment.{err.key}", err.message) from None

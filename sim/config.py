@@ -182,8 +182,10 @@ def _lookup(loader, value: Any, source: str, key: str, base_dir: Path):
 
 
 # --- the experiment ----------------------------------------------------------------------
-def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup: bool = True) -> Experiment:
-    """A checked experiment; `check_warmup=False` where another rule replaces warmup_s (validation)."""
+def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup: bool = True,
+                         check_profile: bool = True) -> Experiment:
+    """A checked experiment. A validation turns off the checks of what it replaces: warmup_s (by its
+    warmup_fraction) and the profile (by one it calibrates first)."""
     if not isinstance(raw, dict):
         raise SpecError(source, "", "an experiment file must be a YAML mapping")
     for key in raw:
@@ -216,7 +218,8 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
     check_parallelism(exp)
     check_batching(exp)
     check_fits(exp)
-    check_cost_model(exp)
+    if check_profile:
+        check_cost_model(exp)
     check_workload(exp, check_warmup)
     return exp
 
