@@ -9,6 +9,9 @@ from engine.specs.errors import SpecError
 
 
 def _cmd_profile(args) -> int:
+    from engine.runtime import require_torch
+
+    require_torch("servesim calibrate profile")
     from calibrate.profile import profile
     from engine.atomic import write_atomic
     from engine.specs.loader import load_model_spec

@@ -4,11 +4,13 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from engine.specs.checks import number, positive
 from engine.specs.errors import SpecError
 from engine.specs.loader import read_named_yaml
 
 HARDWARE_DIR = Path(__file__).resolve().parent / "hardware_specs"
 GIB = 1 << 30
+MAX_MEMORY_GIB = 2.0**20  # a PiB per device: far past any accelerator, and still a whole number of bytes
 
 
 @dataclass(frozen=True)
@@ -38,11 +40,11 @@ def hardware_from_dict(raw: dict, source: str) -> HardwareSpec:
             raise SpecError(source, key, f"unknown key; valid keys are {sorted(known)}")
     for key in sorted(known - set(raw)):
         raise SpecError(source, key, "missing required key")
-    for key in known - {"name"}:
-        value = raw[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise SpecError(source, key, f"must be a positive number, got {value!r}")
-    return HardwareSpec(**{k: (raw[k] if k == "name" else float(raw[k])) for k in known})
+    if not isinstance(raw["name"], str) or not raw["name"].strip():
+        raise SpecError(source, "name", f"must be a non-empty label, got {raw['name']!r}")
+    values = {k: positive(raw[k], source, k) for k in sorted(known - {"name", "memory_gib"})}
+    values["memory_gib"] = number(raw["memory_gib"], source, "memory_gib", low=0, low_open=True, high=MAX_MEMORY_GIB)
+    return HardwareSpec(name=raw["name"], **values)
 
 
 def load_hardware(name_or_path: str | Path) -> HardwareSpec:

@@ -9,8 +9,9 @@ import yaml
 from calibrate.features import TERMS, TERMS_ADDED_IN_3
 from calibrate.host import HOST_TERMS
 from engine.atomic import write_text_atomic
+from engine.specs.checks import non_negative, number, optional, positive, positive_int
 from engine.specs.errors import SpecError
-from engine.specs.loader import available_models
+from engine.specs.loader import available_models, read_yaml
 
 FORMAT = "servesim-profile/3"  # /3 adds per_prefill_s and mixed_s
 READABLE_FORMATS = ("servesim-profile/2", FORMAT)  # /1 had a knee and power-of-two steps instead of the token table
@@ -78,11 +79,15 @@ def _check(raw: dict, source: str) -> None:
     for term, value in coefficients.items():
         if term not in TERMS:
             raise SpecError(source, f"coefficients.{term}", f"unknown term; valid terms are {list(TERMS)}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise SpecError(source, f"coefficients.{term}", f"must be a non-negative number of seconds, got {value!r}")
+        non_negative(value, source, f"coefficients.{term}")  # seconds
     for key in ("heldout_mape", "heldout_p95_ape"):
-        if not isinstance(raw[key], (int, float)) or raw[key] < 0:
-            raise SpecError(source, key, f"must be a non-negative number, got {raw[key]!r}")
+        non_negative(raw[key], source, key)
+    for key in ("tensor_parallel", "block_size"):
+        positive_int(raw[key], source, key)
+    for key in ("train_rows", "heldout_rows"):
+        number(raw[key], source, key, low=0, whole=True)
+    optional(non_negative, raw.get("swap_s_per_block"), source, "swap_s_per_block")  # seconds
+    optional(positive_int, raw.get("torch_threads"), source, "torch_threads")
     _check_table(raw["token_knots"], raw["token_costs_s"], source)
     _check_speed_reference(raw.get("speed_reference", {}), source)
     _check_host(raw.get("host"), source)
@@ -94,9 +99,7 @@ def _check_host(host, source: str) -> None:
     if not isinstance(host, dict):
         raise SpecError(source, "host", f"must map {list(HOST_TERMS)} to seconds")
     for term in HOST_TERMS:
-        value = host.get(term)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
-            raise SpecError(source, f"host.{term}", f"must be a finite, non-negative number of seconds, got {value!r}")
+        non_negative(host.get(term), source, f"host.{term}")  # seconds
 
 
 def _check_speed_reference(reference, source: str) -> None:
@@ -105,9 +108,7 @@ def _check_speed_reference(reference, source: str) -> None:
     if not reference:
         return  # profiled before the speed probe: validation simulates it as calibrated
     for key in ("decode_s", "prefill_s"):
-        value = reference.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise SpecError(source, f"speed_reference.{key}", f"must be a positive number of seconds, got {value!r}")
+        positive(reference.get(key), source, f"speed_reference.{key}")  # seconds
 
 def _check_table(knots, costs, source: str) -> None:
     ok = isinstance(knots, list) and knots and all(isinstance(k, int) and not isinstance(k, bool) and k > 0
@@ -118,8 +119,7 @@ def _check_table(knots, costs, source: str) -> None:
     if not isinstance(costs, list) or len(costs) != len(knots):
         raise SpecError(source, "token_costs_s", f"must list one cost per knot ({len(knots)}), got {costs!r}")
     for i, c in enumerate(costs):
-        if isinstance(c, bool) or not isinstance(c, (int, float)) or c < 0:
-            raise SpecError(source, f"token_costs_s[{i}]", f"must be a non-negative number of seconds, got {c!r}")
+        non_negative(c, source, f"token_costs_s[{i}]")  # seconds
 
 
 def profile_from_dict(raw: dict, source: str) -> Profile:
@@ -130,11 +130,7 @@ def profile_from_dict(raw: dict, source: str) -> Profile:
 
 
 def load_profile(path: str | Path) -> Profile:
-    path = Path(path)
-    if not path.exists():
-        raise SpecError(str(path), "", "no such profile file")
-    with open(path) as f:
-        return profile_from_dict(yaml.safe_load(f), str(path))
+    return profile_from_dict(read_yaml(path, "profile file"), str(path))
 
 
 def dump_profile(profile: Profile) -> str:

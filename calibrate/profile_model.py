@@ -42,10 +42,13 @@ class ProfileCostModel(CostModel):
                      tp: int = 1, dtype_bytes: int = 2, block_size: int = 16) -> ProfileCostModel:
         profile = load_profile(path)
         if model is not None and model.name != profile.model:
+            # only a GPU profile's efficiencies carry over (transferred_roofline), so only then suggest it
+            transfer = (f" or use cost_model: {{kind: transfer, path: {path}}} to carry its efficiencies over"
+                        if profile.device == "cuda" else "")
             raise SpecError(str(path), "model", (
                 f"this profile was calibrated for {profile.model} on {profile.device_name}, but the config "
-                f"names {model.name}; profile {model.name} (servesim calibrate profile --model {model.name}) "
-                f"or use cost_model: {{kind: transfer, profile: ...}} to carry its efficiencies over"))
+                f"names {model.name}; profile {model.name} (servesim calibrate profile --model {model.name})"
+                f"{transfer}"))
         if tp != profile.tensor_parallel:
             raise SpecError(str(path), "tensor_parallel", (
                 f"the profile was measured at tensor_parallel={profile.tensor_parallel}, the config asks {tp}"))

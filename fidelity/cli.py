@@ -7,6 +7,9 @@ from pathlib import Path
 
 
 def _cmd_validate(args) -> int:
+    from engine.runtime import require_torch
+
+    require_torch("servesim validate")
     from fidelity.config import load_validation
     from fidelity.report import breakdown_text, fidelity_text
     from fidelity.validate import default_out_dir, validate

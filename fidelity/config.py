@@ -30,11 +30,11 @@
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.specs.checks import positive
 from engine.specs.errors import SpecError
 from sim.config import Experiment, experiment_from_dict, read_config
 
@@ -119,13 +119,6 @@ def _count(value: Any, source: str, key: str, minimum: int = 1, nullable: bool =
     return value
 
 
-def _positive(value: Any, source: str, key: str) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value <= 0:
-        raise SpecError(source, key, f"must be a positive number, got {value!r}")
-    return float(value)
-
-
 def _fraction(value: Any, source: str, key: str) -> float | None:
     if value is None:
         return None
@@ -166,7 +159,7 @@ def options_from_dict(raw: Any, source: str) -> ValidationOptions:
         num_gpu_blocks=_count(raw.get("num_gpu_blocks"), source, k + "num_gpu_blocks"),
         num_cpu_blocks=_count(raw.get("num_cpu_blocks"), source, k + "num_cpu_blocks", minimum=0),
         max_model_len=_count(raw.get("max_model_len"), source, k + "max_model_len", minimum=2),
-        latency_threshold=_positive(raw.get("latency_threshold", d.latency_threshold), source,
+        latency_threshold=positive(raw.get("latency_threshold", d.latency_threshold), source,
                                     k + "latency_threshold"),
         warmup_fraction=_fraction(raw.get("warmup_fraction", d.warmup_fraction), source, k + "warmup_fraction"),
         attention_backend=_choice(raw.get("attention_backend", d.attention_backend), source,
@@ -174,7 +167,7 @@ def options_from_dict(raw: Any, source: str) -> ValidationOptions:
         torch_threads=_count(raw.get("torch_threads"), source, k + "torch_threads"),
         sampling=_choice(raw.get("sampling", d.sampling), source, k + "sampling", SAMPLING),
         speed_correction=_flag(raw.get("speed_correction", d.speed_correction), source, k + "speed_correction"),
-        speed_probe_every_s=_positive(raw.get("speed_probe_every_s", d.speed_probe_every_s), source,
+        speed_probe_every_s=positive(raw.get("speed_probe_every_s", d.speed_probe_every_s), source,
                                       k + "speed_probe_every_s"),
         clock=_choice(raw.get("clock", d.clock), source, k + "clock", CLOCK_CHOICES),
         calibrate=_flag(raw.get("calibrate", d.calibrate), source, k + "calibrate"),
@@ -204,13 +197,14 @@ def validation_from_dict(raw: Any, source: str, base_dir: Path) -> ValidationCon
     if not isinstance(experiment_raw, dict):
         raise SpecError(source, "experiment", "must be a mapping (model, hardware, workload, rates, ...)")
     experiment_raw = {"name": name, **experiment_raw}
+    options = options_from_dict(raw.get("validation"), source)
     try:
-        exp = experiment_from_dict(experiment_raw, source, base_dir)
+        exp = experiment_from_dict(experiment_raw, source, base_dir, check_warmup=options.warmup_fraction is None,
+                                   check_profile=not options.calibrate)
     except SpecError as err:  # say where the key lives in this file
         if err.source == source and err.key:
             raise SpecError(source, f"experiment.{err.key}", err.message) from None
         raise
-    options = options_from_dict(raw.get("validation"), source)
     if exp.replicas != 1:
         raise SpecError(source, "experiment.replicas", "validation replays one engine; set replicas: 1")
     if exp.tensor_parallel != 1:

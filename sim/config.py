@@ -1,20 +1,21 @@
 """Experiment YAML -> typed, validated values. Every error names the file and key path."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from calibrate.hardware import HardwareSpec, load_hardware
-from calibrate.memory import GIB, KVPool, kv_pool
+from calibrate.hardware import HardwareSpec, available_hardware, load_hardware
+from calibrate.memory import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool
+from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.roofline import RooflineParams
 from engine.core.spec import ModelSpec
 from engine.core.system import PAPER_SYSTEMS, SystemSpec
+from engine.specs.checks import choice, non_negative, number, optional, positive, positive_int, share
 from engine.specs.errors import SpecError
-from engine.specs.loader import load_model_spec, system_from_dict
-from sim.workload.config import WorkloadConfig
+from engine.specs.loader import load_model_spec, parse_yaml, read_yaml, system_from_dict
+from sim.workload.config import WorkloadConfig, recorded, replayed
 from sim.workload.paths import resolve_data_path
 
 TOP_LEVEL_KEYS = {
@@ -36,6 +37,13 @@ TOP_LEVEL_KEYS = {
     "router": "round_robin | least_outstanding",
 }
 ROUTERS = ("round_robin", "least_outstanding")
+DTYPE_BYTES = (1, 2, 4)  # int8/fp8, fp16/bf16, fp32
+# Sizes past which a run would exhaust memory or time before it reports anything: every replica is
+# a SimPy process with its own scheduler, every KV block (GPU and swap) an entry in a free list, and
+# a generated workload's arrivals are drawn up front.
+MAX_REPLICAS = 4096
+MAX_KV_BLOCKS = 2**25
+MAX_REQUESTS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -73,21 +81,20 @@ class Experiment:
 
 
 # --- small validators ----------------------------------------------------------------
-def _positive(value: Any, source: str, key: str, kind: type = float, allow_zero: bool = False) -> Any:
-    ok_types = (int,) if kind is int else (int, float)
-    if isinstance(value, bool) or not isinstance(value, ok_types):
-        raise SpecError(source, key, f"must be a {'whole ' if kind is int else ''}number, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise SpecError(source, key, f"must be {'non-negative' if allow_zero else 'positive'}, got {value!r}")
-    return kind(value)
-
-
-def _list_of(value: Any, source: str, key: str, kind: type) -> tuple:
+def _list_of(value: Any, source: str, key: str, check) -> tuple:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = [value]  # `rates: 2` means `rates: [2]`
     if not isinstance(value, list) or not value:
         raise SpecError(source, key, f"must be a non-empty list, got {value!r}")
-    return tuple(_positive(v, source, f"{key}[{i}]", kind, allow_zero=kind is int) for i, v in enumerate(value))
+    return tuple(check(v, source, f"{key}[{i}]") for i, v in enumerate(value))
+
+
+def _seed(value: Any, source: str, key: str) -> int:
+    return number(value, source, key, low=0, whole=True)
+
+
+def _dtype_bytes(value: Any, source: str, key: str) -> int:
+    return choice(number(value, source, key, low=1, whole=True), source, key, DTYPE_BYTES)
 
 
 def apply_overrides(raw: dict, overrides: list[str], source: str) -> dict:
@@ -102,7 +109,10 @@ def apply_overrides(raw: dict, overrides: list[str], source: str) -> dict:
             node = node.setdefault(key, {})
             if not isinstance(node, dict):
                 raise SpecError(source, path, f"{key} is not a mapping")
-        node[keys[-1]] = yaml.safe_load(text)
+        try:
+            node[keys[-1]] = parse_yaml(text, source, path)
+        except SpecError as err:
+            raise SpecError(source, path, f"--set {item!r}: {err.message}") from None
     return raw
 
 
@@ -120,6 +130,8 @@ def _cost_model(raw: Any, source: str, base_dir: Path) -> CostModelConfig:
             raise SpecError(source, "cost_model.path", f"a {kind} cost model needs the profile's path")
         path = _resolve(raw.pop("path"), base_dir, source, "cost_model.path")
         measured_on = raw.pop("measured_on", None) if kind == "transfer" else None
+        if measured_on is not None:
+            choice(measured_on, source, "cost_model.measured_on", available_hardware())
         for key in raw:
             valid = ["kind", "path"] + (["measured_on"] if kind == "transfer" else [])
             raise SpecError(source, f"cost_model.{key}", f"unknown key; valid keys are {valid}")
@@ -130,12 +142,15 @@ def _cost_model(raw: Any, source: str, base_dir: Path) -> CostModelConfig:
     for key, value in raw.items():
         if key not in valid:
             raise SpecError(source, f"cost_model.{key}", f"unknown key; valid keys are {sorted(valid | {'kind'})}")
-        _positive(value, source, f"cost_model.{key}", allow_zero=key == "overhead_s")
+        # an efficiency is a share of the spec sheet's peak: none is nothing, more than all is a typo
+        (non_negative if key == "overhead_s" else share)(value, source, f"cost_model.{key}")
     return CostModelConfig("roofline", roofline=RooflineParams(**raw))
 
 
-def _resolve(path: str, base_dir: Path, source: str, key: str) -> Path:
+def _resolve(path: Any, base_dir: Path, source: str, key: str) -> Path:
     """A profile path: beside the config, then in the current directory."""
+    if not isinstance(path, str) or not path.strip():
+        raise SpecError(source, key, f"must be a profile's path, got {path!r}")
     return resolve_data_path(path, base_dir, source, key)
 
 
@@ -153,11 +168,13 @@ def _systems(raw: Any, source: str) -> tuple[SystemSpec, ...]:
 
 
 def _lookup(loader, value: Any, source: str, key: str, base_dir: Path):
-    if not isinstance(value, str):
+    """A shipped spec by name, or a YAML file beside the config, then in the current directory."""
+    if not isinstance(value, str) or not value.strip():
         raise SpecError(source, key, f"must be a name or a path, got {value!r}")
-    candidate = base_dir / value
+    if Path(value).suffix in (".yaml", ".yml"):
+        value = resolve_data_path(value, base_dir, source, key)
     try:
-        return loader(candidate if candidate.suffix in (".yaml", ".yml") and candidate.exists() else value)
+        return loader(value)
     except SpecError as err:
         if err.source in ("model", "hardware"):
             raise SpecError(source, key, err.message) from None
@@ -165,7 +182,10 @@ def _lookup(loader, value: Any, source: str, key: str, base_dir: Path):
 
 
 # --- the experiment ----------------------------------------------------------------------
-def experiment_from_dict(raw: dict, source: str, base_dir: Path) -> Experiment:
+def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup: bool = True,
+                         check_profile: bool = True) -> Experiment:
+    """A checked experiment. A validation turns off the checks of what it replaces: warmup_s (by its
+    warmup_fraction) and the profile (by one it calibrates first)."""
     if not isinstance(raw, dict):
         raise SpecError(source, "", "an experiment file must be a YAML mapping")
     for key in raw:
@@ -174,47 +194,96 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path) -> Experiment:
     for key in ("model", "hardware", "workload", "rates"):
         if key not in raw:
             raise SpecError(source, key, f"missing required key ({TOP_LEVEL_KEYS[key]})")
-    model = _lookup(load_model_spec, raw["model"], source, "model", base_dir)
-    hardware = _lookup(load_hardware, raw["hardware"], source, "hardware", base_dir)
-    kv_cache_gib = raw.get("kv_cache_gib")
-    router = raw.get("router", "round_robin")
-    if router not in ROUTERS:
-        raise SpecError(source, "router", f"{router!r} is not one of {list(ROUTERS)}")
     exp = Experiment(
         name=str(raw.get("name", Path(source).stem)),
         source=source,
-        model=model,
-        hardware=hardware,
-        tensor_parallel=_positive(raw.get("tensor_parallel", 1), source, "tensor_parallel", int),
-        dtype_bytes=_positive(raw.get("dtype_bytes", 2), source, "dtype_bytes", int),
-        kv_cache_gib=None if kv_cache_gib is None else _positive(kv_cache_gib, source, "kv_cache_gib"),
-        swap_space_gib=_positive(raw.get("swap_space_gib", 20), source, "swap_space_gib", allow_zero=True),
+        model=_lookup(load_model_spec, raw["model"], source, "model", base_dir),
+        hardware=_lookup(load_hardware, raw["hardware"], source, "hardware", base_dir),
+        tensor_parallel=positive_int(raw.get("tensor_parallel", 1), source, "tensor_parallel"),
+        dtype_bytes=_dtype_bytes(raw.get("dtype_bytes", 2), source, "dtype_bytes"),
+        kv_cache_gib=optional(positive, raw.get("kv_cache_gib"), source, "kv_cache_gib"),
+        swap_space_gib=non_negative(raw.get("swap_space_gib", 20), source, "swap_space_gib"),
         cost_model=_cost_model(raw.get("cost_model"), source, base_dir),
         workload=WorkloadConfig.from_dict(raw["workload"], source, base_dir),
         systems=_systems(raw.get("systems"), source),
-        rates=_list_of(raw["rates"], source, "rates", float),
-        seeds=_list_of(raw.get("seeds", [0]), source, "seeds", int),
-        warmup_s=_positive(raw.get("warmup_s", 60.0), source, "warmup_s", allow_zero=True),
-        max_time_factor=_positive(raw.get("max_time_factor", 2.0), source, "max_time_factor"),
-        replicas=_positive(raw.get("replicas", 1), source, "replicas", int),
-        router=router,
+        rates=_list_of(raw["rates"], source, "rates", positive),
+        seeds=_list_of(raw.get("seeds", [0]), source, "seeds", _seed),
+        warmup_s=non_negative(raw.get("warmup_s", 60.0), source, "warmup_s"),
+        # below 1 the run stops before the last arrival, and unfinished requests would finish before they arrive
+        max_time_factor=number(raw.get("max_time_factor", 2.0), source, "max_time_factor", low=1),
+        replicas=number(raw.get("replicas", 1), source, "replicas", low=1, high=MAX_REPLICAS, whole=True),
+        router=choice(raw.get("router", "round_robin"), source, "router", ROUTERS),
         raw=raw,
     )
-    if any(r <= 0 for r in exp.rates):
-        raise SpecError(source, "rates", f"every rate must be positive, got {list(exp.rates)}")
+    check_parallelism(exp)
+    check_batching(exp)
     check_fits(exp)
+    if check_profile:
+        check_cost_model(exp)
+    check_workload(exp, check_warmup)
     return exp
 
 
+def check_cost_model(exp: Experiment) -> None:
+    """A profile is read now, as every run will read it: its numbers, its model and its tensor parallelism."""
+    config, system = exp.cost_model, exp.systems[0]
+    if config.kind == "profile":
+        ProfileCostModel.from_profile(config.profile_path, exp.model, exp.hardware, exp.tensor_parallel,
+                                      exp.dtype_bytes, system.block_size)
+    elif config.kind == "transfer":
+        transferred_roofline(config.profile_path, config.measured_on, exp.model, exp.hardware,
+                             exp.tensor_parallel, exp.dtype_bytes, system.block_size)
+
+
+def check_parallelism(exp: Experiment) -> None:
+    """Tensor parallelism splits attention by heads: every GPU gets whole heads, and whole KV heads."""
+    model, tp = exp.model, exp.tensor_parallel
+    for heads, what in ((model.num_heads, "attention heads"), (model.num_kv_heads, "KV heads")):
+        if heads % tp:
+            common = math.gcd(model.num_heads, model.num_kv_heads)
+            valid = [d for d in range(1, common + 1) if common % d == 0]
+            raise SpecError(exp.source, "tensor_parallel", f"{tp} does not divide {model.name}'s {heads} {what}; "
+                            f"valid: {valid}")
+
+
+def check_batching(exp: Experiment) -> None:
+    """vLLM prefills a prompt in one iteration, so its token cap must hold the longest one (the paper-era
+    engine refused a smaller cap), and every system must be able to batch one request's n samples."""
+    model = exp.model
+    for i, system in enumerate(exp.systems):
+        cap = system.max_num_batched_tokens
+        if system.kind == "vllm" and cap is not None and cap < model.max_seq_len:
+            raise SpecError(exp.source, f"systems[{i}].max_num_batched_tokens", (
+                f"{cap} tokens per iteration cannot prefill a {model.max_seq_len}-token prompt ({model.name}'s "
+                f"max_seq_len); give at least {model.max_seq_len}, or null for no cap"))
+        if exp.workload.n is not None and exp.workload.n > seqs_per_batch(system):
+            raise SpecError(exp.source, "workload.n", (
+                f"{exp.workload.n} samples per request can never run together: {system.name} batches at most "
+                f"{seqs_per_batch(system)} sequences (systems[{i}]); give at most {seqs_per_batch(system)}"))
+
+
+def seqs_per_batch(system: SystemSpec) -> int:
+    """The most sequences one iteration runs: FasterTransformer's B, else max_num_seqs."""
+    if system.kind == "fastertransformer" and system.max_batch_size is not None:
+        return system.max_batch_size
+    return system.max_num_seqs
+
+
 def check_fits(exp: Experiment) -> None:
-    """The weights fit the GPUs, and the KV pool holds at least one max-length request."""
+    """The weights and the KV cache fit the GPUs, the pools fit the simulator's memory, and the KV pool
+    holds at least one max-length request."""
     src, model, hw, tp = exp.source, exp.model, exp.hardware, exp.tensor_parallel
     weights = model.weight_bytes(exp.dtype_bytes) / tp
     if weights >= hw.memory_bytes:
         raise SpecError(src, "model", (
             f"{model.name} needs {weights / GIB:.1f} GiB of weights per GPU at tensor_parallel={tp}, "
             f"but {hw.name} has {hw.memory_gib} GiB; raise tensor_parallel or choose larger hardware"))
+    if exp.kv_cache_gib is not None and weights + exp.kv_cache_gib * GIB > hw.memory_bytes:
+        raise SpecError(src, "kv_cache_gib", (
+            f"{exp.kv_cache_gib:g} GiB of KV cache and {weights / GIB:.1f} GiB of weights per GPU do not fit "
+            f"{hw.name}'s {hw.memory_gib:g} GiB; at most {(hw.memory_bytes - weights) / GIB:.2f}"))
     for system in exp.systems:
+        _check_pool_size(exp, system)
         pool = exp.kv_pool(system)
         if pool.num_slots < model.max_seq_len:
             key = "kv_cache_gib" if exp.kv_cache_gib is not None else "hardware"
@@ -224,18 +293,57 @@ def check_fits(exp: Experiment) -> None:
                 f"give at least {model.max_seq_len * pool.block_bytes / system.block_size / GIB:.2f} GiB"))
 
 
+def _check_pool_size(exp: Experiment, system: SystemSpec) -> None:
+    """Counted in floats before the pool is built: a huge swap_space_gib would not even convert to blocks."""
+    per_block = block_bytes(exp.model, system.block_size, exp.tensor_parallel, exp.dtype_bytes)
+    gpu = max(kv_cache_bytes_by_rule(exp.model, exp.hardware, exp.tensor_parallel, exp.dtype_bytes), 0) \
+        if exp.kv_cache_gib is None else exp.kv_cache_gib * GIB
+    swap = exp.swap_space_gib * GIB
+    blocks = exp.replicas * (gpu + swap) / per_block
+    if blocks > MAX_KV_BLOCKS:
+        key = "swap_space_gib" if swap > gpu else ("kv_cache_gib" if exp.kv_cache_gib is not None else "hardware")
+        replicas = f" on each of {exp.replicas} replicas" if exp.replicas > 1 else ""
+        raise SpecError(exp.source, key, (
+            f"{gpu / GIB:g} GiB of KV cache and {exp.swap_space_gib:g} GiB of swap{replicas} make about "
+            f"{blocks:.3g} blocks of {system.block_size} tokens for {system.name}, more than the simulator holds "
+            f"({MAX_KV_BLOCKS:,}); lower kv_cache_gib or swap_space_gib, or raise block_size"))
+
+
+def check_workload(exp: Experiment, check_warmup: bool = True) -> None:
+    """A generated workload draws a bounded number of arrivals; a replay is read now (as each run will
+    read it), so an empty or unscalable trace is refused before anything runs; and some arrival comes
+    after the warm-up, or nothing would be measured."""
+    workload, max_rate = exp.workload, max(exp.rates)
+    if not workload.is_replay:
+        if max_rate * workload.duration_s > MAX_REQUESTS:
+            raise SpecError(exp.source, "rates", (
+                f"{max_rate:g} req/s for {workload.duration_s:g} s (workload.duration_s) is about "
+                f"{max_rate * workload.duration_s:.3g} requests, more than one run simulates ({MAX_REQUESTS:,})"))
+        if check_warmup and exp.warmup_s >= workload.duration_s:
+            raise SpecError(exp.source, "warmup_s", (
+                f"{exp.warmup_s:g} s of warm-up leaves nothing to measure in {workload.duration_s:g} s of arrivals "
+                f"(workload.duration_s); must be less than workload.duration_s"))
+        return
+    trace = recorded(workload, exp.model.max_seq_len)
+    caps = {s.name: seqs_per_batch(s) for s in exp.systems}
+    if workload.n is None and int(trace.n.max()) > min(caps.values()):
+        name = min(caps, key=caps.get)
+        raise SpecError(exp.source, "workload.trace", (
+            f"a request of {Path(workload.trace).name} has {int(trace.n.max())} samples, more than {name} ever "
+            f"batches ({caps[name]} sequences); set workload.n or raise max_num_seqs"))
+    for rate in exp.rates:
+        last_s = float(replayed(workload, trace, rate).arrival_s[-1])
+        if check_warmup and exp.warmup_s > last_s:
+            raise SpecError(exp.source, "warmup_s", (
+                f"{exp.warmup_s:g} s of warm-up leaves nothing to measure: replayed at {rate:g} req/s, the last "
+                f"request of {Path(workload.trace).name} arrives at {last_s:.4g} s; must be at most that"))
+
+
 def read_config(path: str | Path, overrides: list[str] | None = None) -> object:
-    """A config file's YAML with --set overrides applied; a missing, empty or unparsable file is a
-    SpecError naming it."""
-    path = Path(path)
+    """A config file's YAML with --set overrides applied; a missing, empty, unreadable or unparsable
+    file is a SpecError naming it."""
     source = str(path)
-    if not path.exists():
-        raise SpecError(source, "", "no such file")
-    try:
-        with open(path) as f:
-            raw = yaml.safe_load(f)
-    except yaml.YAMLError as err:
-        raise SpecError(source, "", f"not valid YAML: {err}") from None
+    raw = read_yaml(path, "config")
     if raw is None:
         raise SpecError(source, "", "the file is empty")
     return apply_overrides(raw, overrides or [], source) if isinstance(raw, dict) else raw

@@ -35,10 +35,18 @@ def latency_columns(requests: pd.DataFrame, horizon_s: float) -> pd.DataFrame:
     out = requests.assign(
         latency_s=finish - requests["arrival_s"],
         ttft_s=first - requests["arrival_s"],
-        tpot_s=(finish - first) / (requests["output_len"] - 1).clip(lower=1),
+        tpot_s=_tpot(requests, finish),
     )
     out["normalized_latency"] = out["latency_s"] / out["output_len"]
     return out
+
+
+def _tpot(requests: pd.DataFrame, finish: pd.Series) -> pd.Series:
+    """Seconds per output token after the first; NaN where there is none to time: one output token,
+    or no first token yet (overload). Never 0.0, which would read as an infinitely fast decode."""
+    first = requests["first_token_s"]
+    decoded = (requests["output_len"] > 1) & first.notna() & (finish >= first)
+    return ((finish - first) / (requests["output_len"] - 1)).where(decoded)
 
 
 def kv_shares(iterations: pd.DataFrame, pool_slots: int) -> dict[str, float]:
@@ -59,6 +67,7 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, pool_slots: i
     measured = req[req["arrival_s"] >= warmup_s]
     weights = measured["n"].to_numpy(dtype=np.int64)  # a run with no request has untyped (object) columns
     norm = np.repeat(measured["normalized_latency"].to_numpy(), weights)
+    tpot = measured["tpot_s"].dropna().to_numpy()  # only requests with a decode to time
     finished = req[req["finish_s"].notna()]
     makespan = float(finished["finish_s"].max()) if len(finished) else 0.0
     after_warmup = iterations[iterations["start_s"] >= warmup_s]
@@ -74,7 +83,7 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, pool_slots: i
         "normalized_latency_p90": _pct(norm, 90),
         "latency_mean_s": _mean(measured["latency_s"].to_numpy()),
         "ttft_mean_s": _mean(measured["ttft_s"].to_numpy()),
-        "tpot_mean_s": _mean(measured["tpot_s"].to_numpy()),
+        "tpot_mean_s": _mean(tpot),
         "throughput_rps": len(finished) / makespan if makespan > 0 else float("nan"),
         "throughput_tokens_per_s": generated / makespan if makespan > 0 else float("nan"),
         "mean_batched_requests": _mean(after_warmup["num_running_groups"].to_numpy()),
@@ -85,6 +94,6 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, pool_slots: i
     }
     for q in (50, 90, 99):
         summary[f"ttft_p{q}_s"] = _pct(measured["ttft_s"].to_numpy(), q)
-        summary[f"tpot_p{q}_s"] = _pct(measured["tpot_s"].to_numpy(), q)
+        summary[f"tpot_p{q}_s"] = _pct(tpot, q)
     summary.update(kv_shares(after_warmup if len(after_warmup) else iterations, pool_slots))
     return {k: summary[k] for k in SUMMARY_METRICS}

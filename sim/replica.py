@@ -6,12 +6,23 @@ measured forward.
 """
 from __future__ import annotations
 
+import math
+
 import simpy
 
 from calibrate.costmodel import CostModel
 from engine.core.records import ServingRecords
 from engine.core.scheduler.base import Scheduler
 from engine.core.serving import ReplayRequest, ServingCore
+from engine.specs.errors import SpecError
+
+
+class ClockFault(Exception):
+    """Carries a SpecError out of the SimPy process to `simulate`, which raises the SpecError itself.
+
+    SimPy re-raises a failed process's exception as `type(e)(*e.args)`; a SpecError, built from a
+    file, a key and a message, does not survive that, a one-argument wrapper does.
+    """
 
 
 class Replica:
@@ -57,5 +68,17 @@ class Replica:
                 self._wake = env.event()  # idle until the router brings a request
                 yield self._wake
                 continue
-            yield env.timeout(self.cost_model.step_time(step.batch))
+            seconds = self.cost_model.step_time(step.batch)
+            if not 0.0 <= seconds < math.inf:  # NaN fails both comparisons
+                raise ClockFault(self._bad_step_time(seconds, step.batch))
+            yield env.timeout(seconds)
             core.finish(step, env.now)
+
+    def _bad_step_time(self, seconds: float, batch) -> SpecError:
+        """A cost model's garbage would reach SimPy as "Negative delay" or freeze the clock at NaN: name
+        the cost model (where the numbers came from) and the batch it was asked about instead."""
+        swaps = f", {batch.num_swap_blocks} blocks to swap" if batch.num_swap_blocks else ""
+        return SpecError(self.cost_model.source, "", (
+            f"step time {seconds!r} s for a batch of {batch.num_prefills} prefills ({batch.num_prefill_tokens} "
+            f"tokens) and {batch.num_decodes} decodes{swaps}, at {self.env.now:.6g} s on replica {self.index}; "
+            f"every step must take a finite, non-negative number of seconds"))

@@ -10,7 +10,7 @@ from engine.core.factory import make_scheduler
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
 from sim.records import Records
-from sim.replica import Replica
+from sim.replica import ClockFault, Replica
 from sim.router import arrivals
 from sim.workload.trace import Trace
 
@@ -24,7 +24,10 @@ def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: Cost
     fleet = [Replica(env, i, make_scheduler(system, spec, num_gpu_blocks, num_cpu_blocks), cost_model,
                      records, horizon_s) for i in range(replicas)]
     env.process(arrivals(env, trace, fleet, router))
-    env.run()
+    try:
+        env.run()
+    except ClockFault as fault:
+        raise fault.args[0] from None
     for replica in fleet:
         replica.core.record_unfinished()
     return records

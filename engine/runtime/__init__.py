@@ -17,7 +17,21 @@ _LAZY = {
     "SamplingParams": "engine.runtime.sampler",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = sorted(_LAZY) + ["require_torch"]
+
+# torch is pinned by hand so that an unpinned resolve never pulls a multi-GB CUDA build (pyproject.toml)
+INSTALL_ENGINE = "install servesim[engine] (pip install torch==2.13.0 'servesim[engine]')"
+
+
+def require_torch(command: str) -> None:
+    """`command` runs the real engine: without torch, say how to get it, before anything runs, rather
+    than fail on an import halfway through."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        from engine.specs.errors import SpecError
+
+        raise SpecError(command, "", f"needs the real engine, and torch is not installed: {INSTALL_ENGINE}") from None
 
 
 def __getattr__(name: str):

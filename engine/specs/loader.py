@@ -5,6 +5,7 @@ install (editable, wheel, or a plain checkout); nothing here depends on the call
 """
 from __future__ import annotations
 
+import re
 from dataclasses import fields
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import yaml
 
 from engine.core.spec import ModelSpec
 from engine.core.system import PAPER_SYSTEMS, SystemSpec
+from engine.specs.checks import choice, positive_int
 from engine.specs.errors import SpecError
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
@@ -21,6 +23,54 @@ FAMILIES = {
     "opt": dict(norm="layernorm", activation="relu", position="learned"),
     "llama": dict(norm="rmsnorm", activation="silu", position="rotary"),
 }
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML as users write numbers: YAML 1.1 reads `1e3` (no dot, no exponent sign) as text; here it is 1000.0."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
+def parse_yaml(text: str, source: str, key: str = "") -> object:
+    """Parsed YAML, or a one-line SpecError saying where the text stops making sense."""
+    try:
+        return yaml.load(text, Loader=_Loader)  # a SafeLoader: builds plain data, never objects
+    except yaml.YAMLError as err:
+        raise SpecError(source, key, f"not valid YAML: {_yaml_problem(err)}") from None
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """PyYAML's several-line report as one line: the problem and where it is."""
+    problem = getattr(err, "problem", None) or getattr(err, "context", None)
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    if problem is None:
+        return " ".join(str(err).split())
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return f"{problem}{where}"
+
+
+def read_yaml(path: str | Path, what: str = "file") -> object:
+    """A YAML file a user named: a missing file, a folder, binary or non-UTF-8 bytes and bad YAML are
+    each a one-line SpecError naming the file (`what` says what it should have been)."""
+    path = Path(path)
+    source = str(path)
+    if path.is_dir():
+        raise SpecError(source, "", f"is a folder; give the path of a {what} (a YAML file)")
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise SpecError(source, "", f"no such {what}") from None
+    except OSError as err:
+        raise SpecError(source, "", f"cannot read it: {err.strerror or err}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise SpecError(source, "", f"not a text file: byte {data[err.start]:#04x} at offset {err.start} is not "
+                        f"UTF-8 (a {what} is YAML text)") from None
+    return parse_yaml(text, source)
 
 
 def read_named_yaml(directory: Path, name_or_path: str | Path, what: str) -> tuple[object, str]:
@@ -35,8 +85,7 @@ def read_named_yaml(directory: Path, name_or_path: str | Path, what: str) -> tup
         if not path.exists():
             names = sorted(p.stem for p in directory.glob("*.yaml"))
             raise SpecError(what, str(name_or_path), f"unknown {what}; available: {names}")
-    with open(path) as f:
-        return yaml.safe_load(f), str(path)
+    return read_yaml(path, f"{what} spec"), str(path)
 
 
 # --- models -----------------------------------------------------------------------------
@@ -54,12 +103,10 @@ def model_spec_from_dict(raw: dict, source: str) -> ModelSpec:
     if not isinstance(raw, dict):
         raise SpecError(source, "", "a model spec must be a mapping of keys to values")
     known = {f.name for f in fields(ModelSpec)}
-    unknown = sorted(set(raw) - known)
+    unknown = sorted(set(raw) - known, key=str)
     if unknown:
         raise SpecError(source, unknown[0], f"unknown key; valid keys are {sorted(known)}")
-    family = raw.get("family")
-    if family not in FAMILIES:
-        raise SpecError(source, "family", f"{family!r} is not one of {sorted(FAMILIES)}")
+    family = choice(raw.get("family"), source, "family", sorted(FAMILIES))
     values = dict(FAMILIES[family])
     values.update(raw)
     values.setdefault("num_kv_heads", values.get("num_heads"))
@@ -74,8 +121,8 @@ def model_spec_from_dict(raw: dict, source: str) -> ModelSpec:
 def _check_model(spec: ModelSpec, source: str) -> None:
     for f in fields(spec):
         value = getattr(spec, f.name)
-        if f.type == "int" and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-            raise SpecError(source, f.name, f"must be a positive integer, got {value!r}")
+        if f.type == "int":
+            positive_int(value, source, f.name)
     if spec.hidden_size % spec.num_heads:
         raise SpecError(source, "num_heads", f"{spec.num_heads} does not divide hidden_size {spec.hidden_size}")
     if spec.num_heads % spec.num_kv_heads:
@@ -93,8 +140,7 @@ def system_from_dict(raw: dict | str, source: str, key: str) -> SystemSpec:
     raw = dict(raw)
     preset = raw.pop("preset", None)
     if preset is not None:
-        if preset not in PAPER_SYSTEMS:
-            raise SpecError(source, f"{key}.preset", f"{preset!r} is not one of {sorted(PAPER_SYSTEMS)}")
+        choice(preset, source, f"{key}.preset", sorted(PAPER_SYSTEMS))
         base = {f.name: getattr(PAPER_SYSTEMS[preset], f.name) for f in fields(SystemSpec)}
     else:
         base = {}
@@ -107,6 +153,8 @@ def system_from_dict(raw: dict | str, source: str, key: str) -> SystemSpec:
         if required not in base:
             raise SpecError(source, f"{key}.{required}", "missing (or give preset: one of "
                             f"{sorted(PAPER_SYSTEMS)})")
+    if not isinstance(base["name"], str) or not base["name"].strip():
+        raise SpecError(source, f"{key}.name", f"must be a non-empty label, got {base['name']!r}")
     spec = SystemSpec(**base)
     spec.validate(source, key)
     return spec

@@ -20,15 +20,21 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.specs.checks import choice, is_number, number, positive, positive_int
 from engine.specs.errors import SpecError
 
 from .arrivals import ARRIVALS
 from .lengths import DATASET_NAMES, load_lengths
 from .paths import resolve_data_path
-from .recorded import load_recorded
+from .recorded import Replay, load_recorded
 from .trace import Trace
 
 SECTION = "workload"
+# The authors' Poisson generator draws one count per 10 ms of arrivals, so the duration sets its
+# memory: a day is 8.6 M draws; longer is a recorded trace's job (workload.trace).
+MAX_DURATION_S = 86_400.0
+# Gamma gaps have shape 1/cv^2: outside this range the draws under- or overflow and lose their mean.
+CV_RANGE = (0.001, 10.0)
 
 
 @dataclass(frozen=True)
@@ -60,10 +66,12 @@ class WorkloadConfig:
         values = {"source": source}
         values["trace"] = _path(raw, "trace", source, base_dir)
         values.update(_replay_options(raw, source, values["trace"] is not None))
-        values["arrival"] = _choice(raw, "arrival", ARRIVALS, cls.arrival, source)
-        values["cv"] = _positive(raw, "cv", cls.cv, source)
-        values["duration_s"] = _positive(raw, "duration_s", cls.duration_s, source)
-        values["n"] = _count(raw, "n", source)
+        values["arrival"] = choice(raw.get("arrival", cls.arrival), source, f"{SECTION}.arrival", list(ARRIVALS))
+        values["cv"] = number(raw.get("cv", cls.cv), source, f"{SECTION}.cv", low=CV_RANGE[0], high=CV_RANGE[1])
+        values["duration_s"] = number(raw.get("duration_s", cls.duration_s), source, f"{SECTION}.duration_s",
+                                      low=0, low_open=True, high=MAX_DURATION_S)
+        n = raw.get("n")
+        values["n"] = None if n is None else positive_int(n, source, f"{SECTION}.n")
         if values["trace"] is None:
             values["dataset"] = _dataset(raw.get("dataset", cls.dataset), source, base_dir)
         return cls(**values)
@@ -91,43 +99,53 @@ def build_trace(cfg: WorkloadConfig, rate: float | None, max_seq_len: int,
 
 
 def _replay(cfg: WorkloadConfig, rate: float | None, max_seq_len: int) -> Trace:
-    trace = load_recorded(cfg.trace, time_scale=cfg.time_scale, window_s=cfg.window_s,
-                          max_seq_len=max_seq_len).trace
-    if len(trace) == 0:
-        raise SpecError(str(cfg.trace), f"{SECTION}.window_s",
-                        f"no request left after the window and the prompt+output < {max_seq_len} filter")
-    if cfg.time_scale is None and rate is not None:
+    return replayed(cfg, recorded(cfg, max_seq_len), rate)
+
+
+def recorded(cfg: WorkloadConfig, max_seq_len: int) -> Trace:
+    """The recorded trace cut to its window, less the requests the model cannot serve; never empty."""
+    replay = load_recorded(cfg.trace, window_s=cfg.window_s, max_seq_len=max_seq_len)
+    if len(replay.trace) == 0:
+        raise _nothing_to_replay(cfg, replay, max_seq_len)
+    return replay.trace
+
+
+def _nothing_to_replay(cfg: WorkloadConfig, replay: Replay, max_seq_len: int) -> SpecError:
+    name = Path(cfg.trace).name
+    if cfg.window_s is not None and replay.num_too_long == 0:
+        start, end = cfg.window_s
+        return SpecError(cfg.source, f"{SECTION}.window_s", f"no request of {name} arrives in [{start:g}, {end:g}) s "
+                         "of its recorded clock; choose a window inside the trace")
+    where = " in the window" if cfg.window_s is not None else ""
+    if replay.num_too_long == 0:
+        return SpecError(cfg.source, f"{SECTION}.trace", f"{name} has no request with tokens to serve{where}")
+    return SpecError(cfg.source, f"{SECTION}.trace", (
+        f"every request of {name}{where} ({replay.num_too_long}) has prompt + output >= {max_seq_len} tokens, "
+        f"the model's max_seq_len: none can be served"))
+
+
+def replayed(cfg: WorkloadConfig, trace: Trace, rate: float | None) -> Trace:
+    """A recorded trace on the clock it is replayed at: time_scale x its rate, or rescaled to `rate`."""
+    if cfg.time_scale is not None:
+        if cfg.time_scale != 1:
+            trace = _scaled(cfg, trace, cfg.time_scale, f"{SECTION}.time_scale").with_source(
+                f"{trace.source}; replayed at {cfg.time_scale:g}x the recorded rate")
+    elif rate is not None:
+        if trace.duration_s <= 0:  # every arrival at one instant: a burst has no rate to rescale
+            raise SpecError(cfg.source, f"{SECTION}.trace", (
+                f"every arrival of {Path(cfg.trace).name} is at {trace.arrival_s[0]:g} s, so it has no "
+                f"recorded rate to rescale to {rate:g} req/s; set workload.time_scale: 1 to replay it as recorded"))
         factor = rate / trace.mean_rate
-        trace = trace.scaled(factor).with_source(
+        trace = _scaled(cfg, trace, factor, "rates").with_source(
             f"{trace.source}; replayed at {factor:.4g}x the recorded rate ({rate:g} req/s)")
     return trace if cfg.n is None else trace.with_n(cfg.n)
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _positive(raw: dict, key: str, default: float, source: str) -> float:
-    value = raw.get(key, default)
-    if not _is_number(value) or value <= 0:
-        raise SpecError(source, f"{SECTION}.{key}", f"must be a positive number, got {value!r}")
-    return float(value)
-
-
-def _count(raw: dict, key: str, source: str) -> int | None:
-    value = raw.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise SpecError(source, f"{SECTION}.{key}", f"must be a positive integer, got {value!r}")
-    return value
-
-
-def _choice(raw: dict, key: str, choices, default: str, source: str) -> str:
-    value = raw.get(key, default)
-    if value not in choices:
-        raise SpecError(source, f"{SECTION}.{key}", f"{value!r} is not one of {sorted(choices)}")
-    return value
+def _scaled(cfg: WorkloadConfig, trace: Trace, factor: float, key: str) -> Trace:
+    if not math.isfinite(trace.duration_s / factor):
+        raise SpecError(cfg.source, key, f"replaying {Path(cfg.trace).name} at {factor:g}x its recorded rate puts "
+                        "its arrivals past the largest float; choose a larger rate or time_scale")
+    return trace.scaled(factor)
 
 
 def _path(raw: dict, key: str, source: str, base_dir) -> Path | None:
@@ -161,10 +179,10 @@ def _replay_options(raw: dict, source: str, replay: bool) -> dict:
             raise SpecError(source, f"{SECTION}.{key}", "applies only when replaying a recorded trace "
                             "(set workload.trace)")
     if raw.get("time_scale") is not None:
-        options["time_scale"] = _positive(raw, "time_scale", 1.0, source)
+        options["time_scale"] = positive(raw["time_scale"], source, f"{SECTION}.time_scale")
     window = raw.get("window_s")
     if window is not None:
-        if not (isinstance(window, (list, tuple)) and len(window) == 2 and all(map(_is_number, window))
+        if not (isinstance(window, (list, tuple)) and len(window) == 2 and all(map(is_number, window))
                 and 0 <= window[0] < window[1]):
             raise SpecError(source, f"{SECTION}.window_s",
                             f"must be [start, end] seconds with 0 <= start < end, got {window!r}")

@@ -18,9 +18,8 @@ def no_engine(monkeypatch):
 
 
 def test_a_profile_for_another_model_is_refused_naming_both(tiny_validation, tmp_path, no_engine):
-    cfg = load_validation(tiny_validation(profile=profile_text(model="opt-125m")))
-    with pytest.raises(SpecError) as err:
-        validate(cfg, tmp_path / "out", log=lambda line: None)
+    with pytest.raises(SpecError) as err:  # at load, before anything runs
+        load_validation(tiny_validation(profile=profile_text(model="opt-125m")))
     message = str(err.value)
     assert "profile.yaml" in message and "opt-125m" in message and "opt-tiny" in message
     assert not (tmp_path / "out").exists()

@@ -233,26 +233,30 @@ def test_out_pointing_at_a_file_is_refused_before_simulating(tiny, tmp_path, job
 
 # --- errors across processes -----------------------------------------------------------------
 @pytest.fixture
-def unordered_replay(tmp_path) -> Path:
-    """A recorded trace whose arrivals go 0.1, 0.5, 0.3: every run's worker stops on it."""
-    (tmp_path / "unordered.csv").write_text(
-        "arrived_at,num_prefill_tokens,num_decode_tokens\n0.1,10,10\n0.5,10,10\n0.3,10,10\n")
-    path = tmp_path / "replay.yaml"
-    path.write_text(TINY.replace("  dataset: sharegpt-standin\n  duration_s: 30\n", "  trace: unordered.csv\n"))
+def worker_error(tmp_path) -> Path:
+    """A config that loads but that every run's worker stops on: a compute efficiency so small
+    (valid: in (0, 1]) that every step takes inf seconds, which the simulator's clock refuses.
+    (A bad trace, such as arrivals going 0.1, 0.5, 0.3, is refused at load, before any worker.)"""
+    path = tmp_path / "worker-error.yaml"
+    path.write_text(TINY + "cost_model: {kind: roofline, compute_efficiency: 5.0e-324}\n")
     return path
 
 
+WORKER_ERROR = ("servesim: error: roofline(a100-40gb, tp=1, compute_eff=5e-324, bw_eff=0.76, overhead_s=0.0): "
+                "step time inf s for a batch of 1 prefills")
+
+
 @JOBS
-def test_an_error_in_a_worker_reads_as_with_one_job(unordered_replay, tmp_path, jobs):
+def test_an_error_in_a_worker_reads_as_with_one_job(worker_error, tmp_path, jobs):
     out = tmp_path / "out"
-    line = one_error_line(servesim("run", str(unordered_replay), "--out", str(out), "--jobs", jobs))
-    assert line == (f"servesim: error: {tmp_path / 'unordered.csv'}: row 3: (line 4) column arrived_at: 0.3 is "
-                    "earlier than the row before it; rows must be in arrival order")
+    line = one_error_line(servesim("run", str(worker_error), "--out", str(out), "--jobs", jobs))
+    assert line.startswith(WORKER_ERROR) and line.endswith("every step must take a finite, non-negative number "
+                                                           "of seconds"), line
     assert not out.exists()  # nothing half-written
 
 
-def test_the_sweep_raises_the_workers_error_itself(unordered_replay, tmp_path):
-    exp = load_experiment(unordered_replay)
+def test_the_sweep_raises_the_workers_error_itself(worker_error, tmp_path):
+    exp = load_experiment(worker_error)
     errors = []
     for jobs in (1, 2):
         with pytest.raises(SpecError) as err:
@@ -262,8 +266,8 @@ def test_the_sweep_raises_the_workers_error_itself(unordered_replay, tmp_path):
 
 
 @JOBS
-def test_debug_shows_the_traceback(unordered_replay, tmp_path, jobs):
-    result = servesim("run", str(unordered_replay), "--out", str(tmp_path / "out"), "--jobs", jobs, "--debug")
+def test_debug_shows_the_traceback(worker_error, tmp_path, jobs):
+    result = servesim("run", str(worker_error), "--out", str(tmp_path / "out"), "--jobs", jobs, "--debug")
     assert result.returncode == 2
     assert "Traceback" in result.stderr and "SpecError" in result.stderr
     assert result.stderr.splitlines()[-1].startswith("servesim: error: ")

@@ -28,7 +28,10 @@ def test_defaults_are_the_papers_setup():
     ({"arrival": "uniform"}, "workload.arrival", ["gamma", "poisson"]),
     ({"duration_s": 0}, "workload.duration_s", ["positive"]),
     ({"duration_s": "1h"}, "workload.duration_s", ["positive"]),
-    ({"cv": -1}, "workload.cv", ["positive"]),
+    ({"cv": -1}, "workload.cv", ["[0.001, 10]"]),
+    ({"cv": 1000}, "workload.cv", ["[0.001, 10]"]),
+    ({"duration_s": 1e6}, "workload.duration_s", ["up to 86400"]),
+    ({"duration_s": float("nan")}, "workload.duration_s", ["positive"]),
     ({"n": 0}, "workload.n", ["positive integer"]),
     ({"n": True}, "workload.n", ["positive integer"]),
     ({"n": 1.5}, "workload.n", ["positive integer"]),
@@ -133,5 +136,5 @@ def test_replay_scaled_to_a_requested_rate(tmp_path):
 
 def test_replay_with_nothing_left(tmp_path):
     (tmp_path / "t.csv").write_text(TRACE)
-    with pytest.raises(SpecError, match="no request left"):
+    with pytest.raises(SpecError, match=r"no request of t.csv arrives in \[100, 200\)"):
         build_trace(parse({"trace": "t.csv", "window_s": [100, 200]}, tmp_path), None, 2048, np.random.default_rng(0))
