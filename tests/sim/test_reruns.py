@@ -284,11 +284,17 @@ def test_a_bug_is_one_line_with_exit_1(tiny, tmp_path, monkeypatch, capsys):
 
 
 # --- signals and worker processes -----------------------------------------------------------
+def _as_from_a_terminal() -> None:
+    # a test runner started in the background (CI, nohup, `&`) ignores SIGINT, and a child inherits
+    # that: Python then never raises KeyboardInterrupt. A user's terminal does not ignore it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(config: Path, out: Path, jobs: str) -> subprocess.Popen:
     # its own session, so that a signal to the group reaches the workers too, as Ctrl-C does
     return subprocess.Popen([sys.executable, "-m", "sim.cli", "run", str(config), "--out", str(out), "--jobs", jobs],
                             cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_as_from_a_terminal)
 
 
 def _wait_for_first_run(proc: subprocess.Popen) -> None:
