@@ -106,5 +106,6 @@ def breakdown_text(iterations: pd.DataFrame) -> str:
                      f"  predicted {r['median_predicted_s'] * 1e3:8.1f} ms  mean error {r['mean_error']:+6.1%}"
                      f"  mean |error| {r['mean_abs_error']:5.1%}  host outside {r['median_host_s'] * 1e3:5.1f} ms")
     lines.append("  (host outside: the engine's wall time per step beyond the timed forward (scheduling, inputs, "
-                 "completion, records), median; not on the replay's clock, so not charged by the simulator)")
+                 "completion, records), median; on the real clock, and charged by the simulator from the "
+                 "profile's host terms, when validation.clock is step)")
     return "\n".join(lines)
