@@ -18,9 +18,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from calibrate.cli import fit_report  # noqa: E402
-from calibrate.fit import fit_plot, fit_profile  # noqa: E402
-from calibrate.profile import profile  # noqa: E402
-from engine.atomic import write_atomic, write_text_atomic  # noqa: E402
+from calibrate.fit import fit_and_save  # noqa: E402
+from calibrate.profile import profile, save_raw  # noqa: E402
+from engine.atomic import write_text_atomic  # noqa: E402
 from engine.specs.loader import load_model_spec  # noqa: E402
 
 
@@ -36,12 +36,10 @@ def calibrate_one(model: str, device: str, grid: str, repeats: int, out: Path, b
     started = time.perf_counter()
     raw = profile(load_model_spec(model), device=device, grid=grid, repeats=repeats, attention_backend=backend)
     stem = f"{device_tag(raw)}-{model}"
-    write_atomic(out / f"{stem}.raw.csv", lambda f: raw.to_csv(f, index=False))
+    save_raw(raw, out / f"{stem}.raw.csv")
     command = (f"PYTHONPATH=. python benchmarks/gpu_calibrate.py --models {model} --grid {grid} --repeats {repeats}"
                f" --backend {backend}")
-    result = fit_profile(raw, f"{stem}.raw.csv", command)
-    result.profile.save(out / f"{stem}.yaml")
-    fit_plot(result.predictions, out / f"{stem}.png", title=f"{model} on {result.profile.device_name}")
+    result = fit_and_save(raw, f"{stem}.raw.csv", command, out / f"{stem}.yaml")
     by_kind = result.predictions.groupby("kind")["ape"].agg(["mean", "max", "count"])
     report = (f"{fit_report(result.profile)}\nheld-out error by kind:\n{by_kind.to_string()}\n"
               f"profile + fit took {time.perf_counter() - started:.0f} s\n")

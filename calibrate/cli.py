@@ -12,8 +12,8 @@ def _cmd_profile(args) -> int:
     from engine.runtime import require_torch
 
     require_torch("servesim calibrate profile")
-    from calibrate.profile import profile
-    from engine.atomic import write_atomic
+    from calibrate.grid import default_grid
+    from calibrate.profile import profile, save_raw
     from engine.specs.loader import load_model_spec
 
     spec = load_model_spec(args.model)
@@ -21,30 +21,29 @@ def _cmd_profile(args) -> int:
         import torch
 
         torch.set_num_threads(args.threads)  # the engine being calibrated must run with the same
-    grid = args.grid or ("cpu" if args.device == "cpu" else "default")
+    grid = args.grid or default_grid(args.device)
     raw = profile(spec, device=args.device, dtype=args.dtype, grid=grid, repeats=args.repeats,
                   block_size=args.block_size, probe_every_s=args.probe_every_s)
-    write_atomic(args.out, lambda f: raw.to_csv(f, index=False))
-    shapes = int((~raw["kind"].isin(["swap", "probe"])).sum())
-    print(f"wrote {shapes} profiled shapes, the swap cost and {int((raw['kind'] == 'probe').sum())} speed-probe "
-          f"timings to {args.out}")
+    save_raw(raw, args.out)
+    kinds = raw["kind"]
+    shapes = int((~kinds.isin(["swap", "probe", "host"])).sum())
+    print(f"wrote {shapes} profiled shapes, the swap cost, {int((kinds == 'host').sum())} iterations' host work "
+          f"and {int((kinds == 'probe').sum())} speed-probe timings to {args.out}")
     return 0
 
 
 def _cmd_fit(args) -> int:
     import pandas as pd
 
-    from calibrate.fit import fit_plot, fit_profile
+    from calibrate.fit import fit_and_save
 
     if not Path(args.raw).exists():
         raise SpecError(args.raw, "", "no such profile CSV")
     raw = pd.read_csv(args.raw)
     command = "servesim calibrate fit " + " ".join(shlex.quote(a) for a in sys.argv[3:]) if len(sys.argv) > 3 \
         else f"servesim calibrate fit {args.raw} --out {args.out}"
-    result = fit_profile(raw, args.raw, command, folds=args.folds, seed=args.seed)
-    result.profile.save(args.out)
     plot = Path(args.plot) if args.plot else Path(args.out).with_suffix(".png")
-    fit_plot(result.predictions, plot, title=f"{result.profile.model} on {result.profile.device_name}")
+    result = fit_and_save(raw, args.raw, command, args.out, plot, folds=args.folds, seed=args.seed)
     print(fit_report(result.profile))
     print(f"wrote {args.out} and {plot}")
     return 0

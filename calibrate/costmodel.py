@@ -13,6 +13,9 @@ class CostModel(ABC):
 
     #: shown in every output so a reader knows where the times came from
     source: str = ""
+    #: whether iteration_time includes the engine's host work around the forward; only a profile that
+    #: measured it can, and a validation whose real clock is the forward alone turns it off
+    charge_host: bool = False
 
     @abstractmethod
     def iteration_time(self, batch: BatchLike) -> float: ...

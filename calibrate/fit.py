@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,7 +23,7 @@ from calibrate.features import (
     term_matrix,
     token_costs,
 )
-from calibrate.host import fit_host
+from calibrate.host import HOST_TERMS
 from calibrate.nnls import nnls
 from calibrate.profile_file import Profile
 from calibrate.speed import PROBE_SHAPES, SpeedSamples
@@ -101,6 +102,26 @@ def speed_reference(raw: pd.DataFrame, source: str) -> dict:
     return samples.reference() if samples.count else {}
 
 
+def host_matrix(rows: pd.DataFrame) -> np.ndarray:
+    return np.column_stack([np.ones(len(rows)), rows["num_seqs"].to_numpy(float),
+                            rows["num_prefill_tokens"].to_numpy(float)])
+
+
+def fit_host(rows: pd.DataFrame, folds: int = 5, seed: int = 0) -> dict:
+    """calibrate/host.py's HOST_TERMS fitted non-negative, on absolute seconds (host times are small and a
+    relative fit would chase the smallest), with the k-fold held-out error of the per-iteration prediction."""
+    x, y = host_matrix(rows), rows["time_s"].to_numpy(float)
+    fold = assign_folds(rows.assign(kind="host"), folds, seed)
+    predicted = np.zeros(len(rows))
+    for k in range(folds):
+        test = fold == k
+        predicted[test] = x[test] @ nnls(x[~test], y[~test])
+    coef = nnls(x, y)
+    return {**{term: float(c) for term, c in zip(HOST_TERMS, coef)},
+            "heldout_mean_abs_error_s": float(np.mean(np.abs(predicted - y))),
+            "mean_s": float(y.mean()), "rows": int(len(rows))}
+
+
 def fit_profile(raw: pd.DataFrame, source: str, command: str, folds: int = 5, seed: int = 0) -> FitResult:
     """Coefficients from all shapes; the error from k-fold cross-validation.
 
@@ -144,6 +165,16 @@ def fit_profile(raw: pd.DataFrame, source: str, command: str, folds: int = 5, se
     predictions = raw.assign(predicted_s=final.predict(raw), heldout_predicted_s=heldout_predicted,
                              ape=heldout_ape, fold=fold)
     return FitResult(profile, predictions)
+
+
+def fit_and_save(raw: pd.DataFrame, source: str, command: str, profile_path: str | Path,
+                 plot_path: str | Path | None = None, folds: int = 5, seed: int = 0) -> FitResult:
+    """fit_profile, then write the profile and its predicted-vs-measured plot (beside it by default)."""
+    result = fit_profile(raw, source, command, folds=folds, seed=seed)
+    result.profile.save(profile_path)
+    plot = Path(plot_path) if plot_path is not None else Path(profile_path).with_suffix(".png")
+    fit_plot(result.predictions, plot, title=f"{result.profile.model} on {result.profile.device_name}")
+    return result
 
 
 def fit_plot(predictions: pd.DataFrame, path, title: str = ""):

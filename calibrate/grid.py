@@ -52,6 +52,11 @@ class Grid:
         return [s for s in shapes if s.kv_tokens <= self.max_kv_tokens]
 
 
+def default_grid(device: str) -> str:
+    """The grid a device is profiled over when none is named: the CPU's own, else the GPU default."""
+    return "cpu" if device == "cpu" else "default"
+
+
 GRIDS = {
     "default": Grid(),
     # for a CPU engine: the iterations a CPU serves (small batches, short contexts, at most

@@ -12,9 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-import pandas as pd
 
-from calibrate.nnls import nnls
 from engine.core.spec import ModelSpec
 
 HOST_TERMS = {
@@ -50,26 +48,6 @@ def host_rows(runner, block_size: int, num_blocks: int = 256) -> list[dict]:
         rows.append({"kind": "host", "num_prefills": it.num_prefills, "num_prefill_tokens": it.num_prefill_tokens,
                      "num_decodes": it.num_decodes, "num_seqs": it.num_prefills + it.num_decodes, "time_s": host})
     return rows[1:]  # the first step pays one-off costs no later one does
-
-
-def host_matrix(rows: pd.DataFrame) -> np.ndarray:
-    return np.column_stack([np.ones(len(rows)), rows["num_seqs"].to_numpy(float),
-                            rows["num_prefill_tokens"].to_numpy(float)])
-
-
-def fit_host(rows: pd.DataFrame, folds: int = 5, seed: int = 0) -> dict:
-    """HOST_TERMS fitted non-negative (absolute seconds: host times are small and a relative fit would
-    chase the smallest), with the k-fold held-out error of the per-iteration prediction."""
-    x, y = host_matrix(rows), rows["time_s"].to_numpy(float)
-    fold = np.random.default_rng(seed).permutation(len(rows)) % folds
-    predicted = np.zeros(len(rows))
-    for k in range(folds):
-        test = fold == k
-        predicted[test] = x[test] @ nnls(x[~test], y[~test])
-    coef = nnls(x, y)
-    return {**{term: float(c) for term, c in zip(HOST_TERMS, coef)},
-            "heldout_mean_abs_error_s": float(np.mean(np.abs(predicted - y))),
-            "mean_s": float(y.mean()), "rows": int(len(rows))}
 
 
 def host_time(host: dict, num_seqs: int, num_prefill_tokens: int) -> float:

@@ -129,6 +129,13 @@ def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid
     return frame.assign(**meta)
 
 
+def save_raw(raw: pd.DataFrame, path) -> None:
+    """A profile's measurements as CSV, written whole or not at all."""
+    from engine.atomic import write_atomic
+
+    write_atomic(path, lambda f: raw.to_csv(f, index=False))
+
+
 def probe_rows(samples: SpeedSamples) -> list[dict]:
     """One row per probe sample: kind "probe", the probe's name, its shape's features and time."""
     rows = []

@@ -17,7 +17,7 @@ from engine.specs.loader import load_model_spec
 
 class ProfileCostModel(CostModel):
     def __init__(self, profile: Profile, path: str = "", pcie_bytes_per_s: float | None = None,
-                 block_bytes: int | None = None):
+                 block_bytes: int | None = None, hardware_name: str | None = None):
         self.profile = profile
         c = profile.coefficients
         self._knots, self._token_costs = list(profile.token_knots), list(profile.token_costs_s)
@@ -34,8 +34,12 @@ class ProfileCostModel(CostModel):
             self._swap_per_block = block_bytes / (0.8 * pcie_bytes_per_s)
         else:
             self._swap_per_block = 0.0
+        # the times are the profiled device's, whatever the config's hardware says: tell the reader
+        elsewhere = (f"; measured on {profile.device_name}, not on {hardware_name}"
+                     if hardware_name is not None and hardware_for_device(profile.device_name) != hardware_name
+                     else "")
         self.source = (f"profile({Path(path).name or profile.model}: {profile.model} on {profile.device_name}, "
-                       f"{profile.dtype}, held-out MAPE {profile.heldout_mape:.1%})")
+                       f"{profile.dtype}, held-out MAPE {profile.heldout_mape:.1%}{elsewhere})")
 
     @classmethod
     def from_profile(cls, path: str | Path, model: ModelSpec | None = None, hardware: HardwareSpec | None = None,
@@ -54,11 +58,7 @@ class ProfileCostModel(CostModel):
                 f"the profile was measured at tensor_parallel={profile.tensor_parallel}, the config asks {tp}"))
         pcie = hardware.pcie_bytes_per_s if hardware is not None else None
         block_bytes = model.kv_bytes_per_token(dtype_bytes) * block_size // tp if model is not None else None
-        cost = cls(profile, str(path), pcie, block_bytes)
-        if hardware is not None and hardware_for_device(profile.device_name) != hardware.name:
-            # the times are the profiled device's, whatever the config's hardware says: tell the reader
-            cost.source = cost.source[:-1] + f"; measured on {profile.device_name}, not on {hardware.name})"
-        return cost
+        return cls(profile, str(path), pcie, block_bytes, hardware.name if hardware is not None else None)
 
     def iteration_time(self, batch: ShapeMetrics) -> float:
         t = self.token_cost(batch.num_tokens) + self._per_seq * batch.num_seqs

@@ -9,37 +9,30 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from calibrate.fit import fit_plot, fit_profile
-from engine.atomic import write_atomic
+from calibrate.fit import fit_and_save
+from calibrate.grid import default_grid
 from fidelity.config import ValidationConfig
-
-
-def grid_for(cfg: ValidationConfig) -> str:
-    opts = cfg.options
-    return opts.calibrate_grid or ("cpu" if opts.device == "cpu" else "default")
 
 
 def calibrate_here(cfg: ValidationConfig, out_dir: Path, log: Callable[[str], None] = print) -> Path:
     """Profile the config's model on validation.device (its dtype, threads and attention backend), fit it,
     and write <out>/profile/<device>-<model>.{raw.csv,yaml,png}; returns the profile's path."""
-    from calibrate.profile import profile
+    from calibrate.profile import profile, save_raw
     from fidelity.real import torch_threads
 
     exp, opts = cfg.experiment, cfg.options
     folder = Path(out_dir) / "profile"
     stem = f"{opts.device}-{exp.model.name}"
-    grid = grid_for(cfg)
+    grid = opts.calibrate_grid or default_grid(opts.device)
     log(f"calibrating {exp.model.name} on this {opts.device} first: grid {grid!r}, "
         f"{opts.calibrate_repeats} passes (validation.calibrate) -> {folder}/{stem}.yaml")
     with torch_threads(opts.torch_threads):
         raw = profile(exp.model, device=opts.device, dtype=opts.resolved_dtype, grid=grid,
                       repeats=opts.calibrate_repeats, attention_backend=opts.attention_backend)
-    raw_path = folder / f"{stem}.raw.csv"
-    write_atomic(raw_path, lambda f: raw.to_csv(f, index=False))
+    raw_path, path = folder / f"{stem}.raw.csv", folder / f"{stem}.yaml"
+    save_raw(raw, raw_path)
     command = "servesim " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "validate --calibrate"
-    result = fit_profile(raw, str(raw_path), command)
-    path = result.profile.save(folder / f"{stem}.yaml")
-    fit_plot(result.predictions, folder / f"{stem}.png", title=f"{exp.model.name} on {result.profile.device_name}")
+    result = fit_and_save(raw, str(raw_path), command, path)
     log(f"calibrated: {len(raw)} rows, held-out error {result.profile.heldout_mape:.1%} mean, "
         f"{result.profile.heldout_p95_ape:.1%} p95")
     return path

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.specs.checks import positive
+from engine.specs.checks import choice, number, optional, positive
 from engine.specs.errors import SpecError
 from sim.config import Experiment, experiment_from_dict, read_config
 
@@ -114,24 +114,11 @@ class ValidationConfig:
 def _count(value: Any, source: str, key: str, minimum: int = 1, nullable: bool = True) -> int | None:
     if value is None and nullable:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise SpecError(source, key, f"must be an integer >= {minimum}{' or null' if nullable else ''}, got {value!r}")
-    return value
+    return number(value, source, key, low=minimum, whole=True)
 
 
 def _fraction(value: Any, source: str, key: str) -> float | None:
-    if value is None:
-        return None
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1
-    if not ok:
-        raise SpecError(source, key, f"must be a share in [0, 1) or null, got {value!r}")
-    return float(value)
-
-
-def _choice(value: Any, source: str, key: str, choices) -> str:
-    if value not in choices:
-        raise SpecError(source, key, f"{value!r} is not one of {list(choices)}")
-    return value
+    return optional(lambda v, s, k: number(v, s, k, low=0, high=1, high_open=True), value, source, key)
 
 
 def _flag(value: Any, source: str, key: str) -> bool:
@@ -151,9 +138,9 @@ def options_from_dict(raw: Any, source: str) -> ValidationOptions:
     k = "validation."
     dtype = raw.get("dtype", d.dtype)
     if dtype is not None:
-        _choice(dtype, source, k + "dtype", list(DTYPE_NAMES))
+        choice(dtype, source, k + "dtype", list(DTYPE_NAMES))
     return ValidationOptions(
-        device=_choice(raw.get("device", d.device), source, k + "device", DEVICES),
+        device=choice(raw.get("device", d.device), source, k + "device", DEVICES),
         dtype=dtype,
         repeats=_count(raw.get("repeats", d.repeats), source, k + "repeats", nullable=False),
         num_gpu_blocks=_count(raw.get("num_gpu_blocks"), source, k + "num_gpu_blocks"),
@@ -162,14 +149,14 @@ def options_from_dict(raw: Any, source: str) -> ValidationOptions:
         latency_threshold=positive(raw.get("latency_threshold", d.latency_threshold), source,
                                     k + "latency_threshold"),
         warmup_fraction=_fraction(raw.get("warmup_fraction", d.warmup_fraction), source, k + "warmup_fraction"),
-        attention_backend=_choice(raw.get("attention_backend", d.attention_backend), source,
+        attention_backend=choice(raw.get("attention_backend", d.attention_backend), source,
                                   k + "attention_backend", BACKENDS),
         torch_threads=_count(raw.get("torch_threads"), source, k + "torch_threads"),
-        sampling=_choice(raw.get("sampling", d.sampling), source, k + "sampling", SAMPLING),
+        sampling=choice(raw.get("sampling", d.sampling), source, k + "sampling", SAMPLING),
         speed_correction=_flag(raw.get("speed_correction", d.speed_correction), source, k + "speed_correction"),
         speed_probe_every_s=positive(raw.get("speed_probe_every_s", d.speed_probe_every_s), source,
                                       k + "speed_probe_every_s"),
-        clock=_choice(raw.get("clock", d.clock), source, k + "clock", CLOCK_CHOICES),
+        clock=choice(raw.get("clock", d.clock), source, k + "clock", CLOCK_CHOICES),
         calibrate=_flag(raw.get("calibrate", d.calibrate), source, k + "calibrate"),
         calibrate_grid=_grid(raw.get("calibrate_grid"), source, k + "calibrate_grid"),
         calibrate_repeats=_count(raw.get("calibrate_repeats", d.calibrate_repeats), source, k + "calibrate_repeats",
@@ -180,7 +167,7 @@ def options_from_dict(raw: Any, source: str) -> ValidationOptions:
 def _grid(value: Any, source: str, key: str) -> str | None:
     from calibrate.grid import GRIDS
 
-    return None if value is None else _choice(value, source, key, list(GRIDS))
+    return optional(lambda v, s, k: choice(v, s, k, list(GRIDS)), value, source, key)
 
 
 def validation_from_dict(raw: Any, source: str, base_dir: Path) -> ValidationConfig:

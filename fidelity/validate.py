@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import os
-import platform
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -28,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from calibrate.costmodel import ScaledCostModel
+from calibrate.device import device_name
 from engine.core.system import SystemSpec
 from fidelity.calibration import calibrate_here, with_profile
 from fidelity.checks import Pool, check_profile, check_trace, pool_for, serving_spec
@@ -161,8 +161,9 @@ def plan(cfg: ValidationConfig, exact_only: bool) -> Plan:
     traces = build_traces(cfg, spec, seed)
     pools = {s.name: pool_for(cfg, s, spec) for s in exp.systems}
     cost_models = {} if exact_only else {s.name: make_cost_model(exp, s) for s in exp.systems}
-    for cost_model in cost_models.values():  # the real clock holds host work only with clock "step"
-        cost_model.charge_host = cost_model.charge_host and cfg.options.clock == "step"
+    if cfg.options.clock == "forward":  # the real clock holds no host work: charge none
+        for cost_model in cost_models.values():
+            cost_model.charge_host = False
     return Plan(spec, seed, traces, pools, cost_models, profile, 1 if exact_only else cfg.options.repeats)
 
 
@@ -359,17 +360,9 @@ def _loadavg() -> list[float] | None:
 
 
 def _device_name(device: str) -> str:
-    if device == "cuda":
-        import torch
-        return torch.cuda.get_device_name()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return f"{line.split(':', 1)[1].strip()} x{os.cpu_count()}"
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    """The device, as a profile names it; a CPU with its core count (the report reads 'AMD EPYC x2')."""
+    name = device_name(device)
+    return name if device == "cuda" else f"{name} x{os.cpu_count()}"
 
 
 def default_out_dir(cfg: ValidationConfig) -> Path:

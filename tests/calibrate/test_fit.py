@@ -93,7 +93,7 @@ def test_knots_are_every_small_count_then_every_twenty_percent():
 
 
 def test_the_host_fit_recovers_a_known_host_cost_from_noisy_iterations():
-    from calibrate.host import fit_host
+    from calibrate.fit import fit_host
 
     rng = np.random.default_rng(1)
     seqs, tokens = rng.integers(1, 40, 400), rng.integers(0, 600, 400) * (rng.random(400) < 0.3)
