@@ -12,6 +12,7 @@ def _cmd_profile(args) -> int:
     from engine.runtime import require_torch
 
     require_torch("servesim calibrate profile")
+    from calibrate.fit import NOT_SHAPES
     from calibrate.grid import default_grid
     from calibrate.profile import profile, save_raw
     from engine.specs.loader import load_model_spec
@@ -26,8 +27,9 @@ def _cmd_profile(args) -> int:
                   block_size=args.block_size, probe_every_s=args.probe_every_s)
     save_raw(raw, args.out)
     kinds = raw["kind"]
-    shapes = int((~kinds.isin(["swap", "probe", "host"])).sum())
-    print(f"wrote {shapes} profiled shapes, the swap cost, {int((kinds == 'host').sum())} iterations' host work "
+    shapes = int((~kinds.isin(NOT_SHAPES)).sum())
+    print(f"wrote {shapes} profiled shapes, the swap cost, {int((kinds == 'host').sum())} iterations' host work, "
+          f"{int((kinds == 'serving').sum())} served iterations re-timed alone "
           f"and {int((kinds == 'probe').sum())} speed-probe timings to {args.out}")
     return 0
 
@@ -77,6 +79,13 @@ def fit_report(profile) -> str:
         lines += [f"  {term:<24} {h[term]:.4g}   ({meaning})" for term, meaning in HOST_TERMS.items()]
     else:
         lines.append("host work around the forward: not measured (the simulator charges the forward alone)")
+    if profile.serving:
+        v = profile.serving
+        lines.append(f"serving factor {v['factor']:.3f}: {v['iterations']} iterations of a replay took "
+                     f"{v['served_s']:.3f} s served and {v['alone_s']:.3f} s re-timed alone (the forward is charged "
+                     f"x{v['factor']:.3f})")
+    else:
+        lines.append("serving factor: not measured (the forward is charged as the shapes were timed alone)")
     ref = profile.speed_reference
     if ref:
         probes = ", ".join(f"{k.removesuffix('_s')} {v * 1e3:.2f} ms" for k, v in ref.items() if k.endswith("_s"))

@@ -26,9 +26,13 @@ from calibrate.features import (
 from calibrate.host import HOST_TERMS
 from calibrate.nnls import nnls
 from calibrate.profile_file import Profile
+from calibrate.serving import serving_factor
 from calibrate.speed import PROBE_SHAPES, SpeedSamples
 from engine.specs.errors import SpecError
 
+# rows that are not an iteration shape to fit: swap rows time PCIe; probe rows the machine, over and over;
+# host rows the work around the forward; serving rows a replay's iterations beside the same shapes alone
+NOT_SHAPES = ("swap", "probe", "host", "serving")
 REQUIRED_COLUMNS = ("kind", *FEATURE_COLUMNS, "time_s", "model", "device", "device_name", "dtype", "block_size")
 
 
@@ -75,7 +79,7 @@ def check_raw(raw: pd.DataFrame, source: str) -> None:
     missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
     if missing:
         raise SpecError(source, f"column {missing[0]}", f"missing; a profile CSV has {list(REQUIRED_COLUMNS)}")
-    shapes = int((~raw["kind"].isin(("swap", "probe", "host"))).sum())
+    shapes = int((~raw["kind"].isin(NOT_SHAPES)).sum())
     if shapes < 12:
         raise SpecError(source, "rows", f"only {shapes} profiled shapes; a fit needs at least 12")
     bad = raw.index[~(raw["time_s"] > 0)]
@@ -133,9 +137,9 @@ def fit_profile(raw: pd.DataFrame, source: str, command: str, folds: int = 5, se
     reference = speed_reference(raw, source)
     host_rows = raw[raw["kind"] == "host"]
     host = fit_host(host_rows) if len(host_rows) >= 10 else None
-    # swap rows time PCIe, not an iteration; probe rows time the machine, over and over; host rows
-    # the work around the forward, fitted apart
-    raw = raw[~raw["kind"].isin(("swap", "probe", "host"))].reset_index(drop=True)
+    serving_rows = raw[raw["kind"] == "serving"]
+    serving = serving_factor(serving_rows["time_s"], serving_rows["alone_s"]) if len(serving_rows) >= 10 else None
+    raw = raw[~raw["kind"].isin(NOT_SHAPES)].reset_index(drop=True)
     fold = assign_folds(raw, folds, seed)
     heldout_predicted = np.zeros(len(raw))
     for k in range(folds):
@@ -161,6 +165,7 @@ def fit_profile(raw: pd.DataFrame, source: str, command: str, folds: int = 5, se
         heldout_method=f"{folds}-fold cross-validation, stratified by kind (seed {seed})",
         speed_reference=reference,
         host=host,
+        serving=serving,
     )
     predictions = raw.assign(predicted_s=final.predict(raw), heldout_predicted_s=heldout_predicted,
                              ape=heldout_ape, fold=fold)

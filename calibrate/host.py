@@ -34,15 +34,31 @@ def calibration_trace(spec: ModelSpec, seed: int = 0) -> list[tuple[float, int, 
     return [(float(a), int(p), int(o), 1) for a, p, o in zip(arrivals, prompts, outputs)]
 
 
-def host_rows(runner, block_size: int, num_blocks: int = 256) -> list[dict]:
-    """Replay the calibration trace on a vLLM engine sharing the runner's weights; one row per iteration."""
+def calibration_replay(runner, block_size: int, num_blocks: int = 256):
+    """Replay the calibration trace on a vLLM engine sharing the runner's weights, with clock="step".
+    Returns the replay's records, and every iteration's batch shape and timed forward in order."""
     from engine.core.system import PAPER_SYSTEMS
     from engine.runtime.engine import Engine
 
     system = replace(PAPER_SYSTEMS["vllm"], block_size=block_size)
     engine = Engine(runner.spec, system, runner.device, runner.dtype, num_gpu_blocks=num_blocks, num_cpu_blocks=0,
                     attention_backend=runner.attention_backend, model=runner.model, clock="step")
+    shapes, forwards = [], []
+    execute = engine.runner.execute
+
+    def timed_execute(batch, *args, **kwargs):
+        sampled, seconds = execute(batch, *args, **kwargs)
+        shapes.append(batch.shape())
+        forwards.append(seconds)
+        return sampled, seconds
+
+    engine.runner.execute = timed_execute
     result = engine.replay(calibration_trace(runner.spec))
+    return engine.runner, result, shapes, forwards
+
+
+def host_rows(result) -> list[dict]:
+    """One row per iteration of a calibration replay: its shape and host seconds (kind "host")."""
     rows = []
     for it, host in zip(result.iterations, result.host_s):
         rows.append({"kind": "host", "num_prefills": it.num_prefills, "num_prefill_tokens": it.num_prefill_tokens,

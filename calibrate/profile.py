@@ -14,7 +14,8 @@ import pandas as pd
 
 from calibrate.device import device_name
 from calibrate.grid import GRIDS, Grid, Shape
-from calibrate.host import host_rows
+from calibrate.host import calibration_replay, host_rows
+from calibrate.serving import serving_rows
 from calibrate.speed import PROBE_SHAPES, SpeedProbe, SpeedSamples, probe_blocks
 from engine.core.batch import BatchShape
 from engine.core.blocks import blocks_for
@@ -118,7 +119,11 @@ def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid
     if host:
         if on_progress is None:
             sys.stderr.write("profiling: the host work around the forward (a short replay on the engine)\n")
-        rows += host_rows(runner, block_size)
+        engine_runner, result, served, forwards = calibration_replay(runner, block_size)
+        rows += host_rows(result)
+        if on_progress is None:
+            sys.stderr.write(f"profiling: the replay's {len(served)} batches again, each alone\n")
+        rows += serving_rows(engine_runner, served, forwards, seed)
     probe.sample()
     rows += probe_rows(probe.samples)
     progress(len(shapes) * repeats + 1)

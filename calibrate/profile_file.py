@@ -45,6 +45,9 @@ class Profile:
     # the engine's host work around the forward (calibrate/host.py): HOST_TERMS and their held-out error;
     # None where it was not measured (the simulator then charges the forward alone)
     host: dict | None = None
+    # a replay's iterations served against the same shapes timed alone (calibrate/serving.py): the
+    # forward is charged x factor; None where not measured (x1)
+    serving: dict | None = None
     format: str = FORMAT
 
     def save(self, path: str | Path) -> Path:
@@ -91,6 +94,7 @@ def _check(raw: dict, source: str) -> None:
     _check_table(raw["token_knots"], raw["token_costs_s"], source)
     _check_speed_reference(raw.get("speed_reference", {}), source)
     _check_host(raw.get("host"), source)
+    _check_serving(raw.get("serving"), source)
 
 
 def _check_host(host, source: str) -> None:
@@ -100,6 +104,16 @@ def _check_host(host, source: str) -> None:
         raise SpecError(source, "host", f"must map {list(HOST_TERMS)} to seconds")
     for term in HOST_TERMS:
         non_negative(host.get(term), source, f"host.{term}")  # seconds
+
+
+def _check_serving(serving, source: str) -> None:
+    if serving is None:
+        return
+    if not isinstance(serving, dict):
+        raise SpecError(source, "serving", "must map factor, iterations, served_s and alone_s to numbers")
+    # outside these a "factor" is a broken measurement, not what serving costs beyond the shapes alone
+    number(serving.get("factor"), source, "serving.factor", low=0.5, high=2.0)
+    positive_int(serving.get("iterations"), source, "serving.iterations")
 
 
 def _check_speed_reference(reference, source: str) -> None:

@@ -28,6 +28,8 @@ class ProfileCostModel(CostModel):
         self._per_prefill, self._mixed = c["per_prefill_s"], c["mixed_s"]
         self.host = profile.host  # None: not measured; the forward alone is charged
         self.charge_host = profile.host is not None
+        # what a shape costs served, against timed alone (calibrate/serving.py); 1 where not measured
+        self.serving_factor = profile.serving["factor"] if profile.serving else 1.0
         if profile.swap_s_per_block is not None:
             self._swap_per_block = profile.swap_s_per_block
         elif pcie_bytes_per_s and block_bytes:
@@ -69,6 +71,7 @@ class ProfileCostModel(CostModel):
             t += self._prefill_sq * batch.sum_prefill_sq + self._per_prefill * batch.num_prefills
             if batch.decode_context_lens:
                 t += self._mixed
+        t *= self.serving_factor
         if self.charge_host:
             t += host_time(self.host, batch.num_seqs, batch.num_prefill_tokens)
         return t

@@ -2,6 +2,7 @@
 import pandas as pd
 import pytest
 
+from calibrate.fit import NOT_SHAPES
 from calibrate.profile_file import load_profile
 from sim.cli import main
 
@@ -26,8 +27,8 @@ def test_profile_fit_show_then_simulate(tmp_path, capsys, monkeypatch):
     assert main(["calibrate", "profile", "--model", "opt-tiny", "--grid", "tiny", "--repeats", "2",
                  "--threads", "1", "--out", str(raw)]) == 0
     rows = pd.read_csv(raw)
-    assert {"prefill", "decode", "decode_mixed", "mixed", "swap", "probe", "host"} <= set(rows["kind"])
-    shapes = rows[~rows["kind"].isin(["swap", "probe", "host"])]
+    assert {"prefill", "decode", "decode_mixed", "mixed", "swap", "probe", "host", "serving"} <= set(rows["kind"])
+    shapes = rows[~rows["kind"].isin(NOT_SHAPES)]
     assert (shapes["repeats"] == 2).all()  # two shuffled passes over the grid
     assert (rows["time_s"] > 0).all() and (rows["torch_threads"] == 1).all()
 
@@ -38,6 +39,9 @@ def test_profile_fit_show_then_simulate(tmp_path, capsys, monkeypatch):
     assert fitted.speed_reference["decode_s"] > 0 and fitted.speed_reference["prefill_s"] > 0
     assert fitted.speed_reference["samples"] >= 2  # at the start and at the end, at least
     assert fitted.host["rows"] >= 10 and fitted.host["mean_s"] > 0  # the host work was measured and fitted
+    served = rows[rows["kind"] == "serving"]
+    assert 10 <= len(served) <= 200 and (served["alone_s"] > 0).all()
+    assert fitted.serving["factor"] == pytest.approx(served["time_s"].sum() / served["alone_s"].sum())
     assert fitted.token_knots == sorted(set(fitted.token_knots))
     assert len(fitted.token_costs_s) == len(fitted.token_knots)
     assert main(["calibrate", "show", str(profile)]) == 0

@@ -118,3 +118,33 @@ def test_the_simulator_charges_the_host_work_a_profile_measured():
     assert with_host.iteration_time(batch) - without.iteration_time(batch) == pytest.approx(1e-3 + 3e-4 + 1e-4)
     with_host.charge_host = False  # a validation whose real clock is the forward alone
     assert with_host.iteration_time(batch) == pytest.approx(without.iteration_time(batch))
+
+
+def test_the_serving_factor_is_the_time_weighted_ratio_of_served_to_alone():
+    from calibrate.serving import serving_factor
+
+    served, alone = [0.11, 0.22, 0.33], [0.1, 0.2, 0.3]
+    assert serving_factor(served, alone) == {"factor": pytest.approx(1.1), "iterations": 3,
+                                             "served_s": pytest.approx(0.66), "alone_s": pytest.approx(0.6)}
+    with pytest.raises(ValueError):
+        serving_factor([0.1], [0.0])
+
+
+def test_a_fit_measures_the_serving_factor_from_serving_rows_and_the_simulator_charges_it():
+    from calibrate.profile_model import ProfileCostModel
+    from engine.core.batch import Batch
+
+    raw = synthetic_raw(noise=0.0)
+    alone = raw[raw["kind"] == "decode"].head(12).assign(kind="serving")
+    served = alone.assign(alone_s=alone["time_s"], time_s=alone["time_s"] * 1.03)
+    profile = fit_profile(pd.concat([raw, served], ignore_index=True), "synthetic.csv", "test").profile
+    assert profile.serving["factor"] == pytest.approx(1.03)
+    assert profile.serving["iterations"] == 12
+    plain = fit_profile(raw, "synthetic.csv", "test").profile
+    assert plain.serving is None
+    assert profile.coefficients == plain.coefficients  # serving rows are not shapes to fit
+    host = {"per_iteration_s": 1e-3, "per_sequence_s": 0.0, "per_prefill_token_s": 0.0}
+    batch = Batch(prefill_seq_ids=[0], prefill_lens=[100], decode_seq_ids=[1, 2], decode_context_lens=[50, 60])
+    forward = ProfileCostModel(plain).iteration_time(batch)
+    served_model = ProfileCostModel(dataclasses.replace(profile, host=host))
+    assert served_model.iteration_time(batch) == pytest.approx(forward * 1.03 + 1e-3)  # host work is not scaled

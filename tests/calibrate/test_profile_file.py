@@ -183,3 +183,19 @@ def test_a_profile_of_another_device_than_the_configs_hardware_says_so_in_its_so
     on_h200 = ProfileCostModel.from_profile(path, opt13b, load_hardware("h200"))
     assert "measured on NVIDIA H200, not on a100-40gb" in on_a100.source
     assert "not on" not in on_h200.source
+
+
+@pytest.mark.parametrize("serving, key", [
+    ({"factor": 3.0, "iterations": 40}, "serving.factor"),
+    ({"factor": "fast", "iterations": 40}, "serving.factor"),
+    ({"factor": 1.02, "iterations": 0}, "serving.iterations"),
+    ([1.02], "serving"),
+])
+def test_a_broken_serving_factor_is_refused(tmp_path, serving, key):
+    path = make_profile().save(tmp_path / "p.yaml")
+    raw = yaml.safe_load(path.read_text())
+    raw["serving"] = serving
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(SpecError) as err:
+        load_profile(path)
+    assert key in str(err.value)
