@@ -20,17 +20,25 @@ HOST_TERMS = {
     "per_sequence_s": "each sequence in the batch: its block table, inputs, sampled token, completion",
     "per_prefill_token_s": "each prompt token: its token ids and slot mapping built on the host",
 }
-NUM_REQUESTS = 48
+NUM_BURST = 48  # arriving within a few seconds: batches of every size from one up, with and without prompts
+NUM_TRICKLE = 16  # then one about every second: the small batches a lightly loaded server runs
+TRICKLE_GAP_S = 1.0
 
 
 def calibration_trace(spec: ModelSpec, seed: int = 0) -> list[tuple[float, int, int, int]]:
-    """(arrival_s, prompt_len, output_len, n): short chat-like requests arriving over a few seconds,
-    so that batches of every size from one up, with and without prompts, occur."""
+    """(arrival_s, prompt_len, output_len, n): short chat-like requests, a burst and then a trickle.
+
+    Both matter: a served batch costs more than the same batch timed alone by an amount that
+    does not scale with its size (calibrate/serving.py), so a replay of large batches alone
+    under-states it for the small ones a lightly loaded server runs."""
     rng = np.random.default_rng(seed)
+    count = NUM_BURST + NUM_TRICKLE
     longest_prompt = max(16, min(128, spec.max_seq_len // 2))
-    prompts = np.exp(rng.uniform(np.log(8), np.log(longest_prompt), NUM_REQUESTS)).astype(int)
-    outputs = rng.integers(4, 33, NUM_REQUESTS)
-    arrivals = np.cumsum(rng.exponential(0.05, NUM_REQUESTS))
+    prompts = np.exp(rng.uniform(np.log(8), np.log(longest_prompt), count)).astype(int)
+    outputs = rng.integers(4, 33, count)
+    burst = np.cumsum(rng.exponential(0.05, NUM_BURST))
+    trickle = burst[-1] + np.cumsum(rng.exponential(TRICKLE_GAP_S, NUM_TRICKLE))
+    arrivals = np.concatenate([burst, trickle])
     return [(float(a), int(p), int(o), 1) for a, p, o in zip(arrivals, prompts, outputs)]
 
 
