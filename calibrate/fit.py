@@ -9,6 +9,7 @@ cross-validated, each shape predicted by a fit (knots included) that never saw i
 from __future__ import annotations
 
 import datetime as dt
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from calibrate.features import (
 from calibrate.host import HOST_TERMS
 from calibrate.nnls import nnls
 from calibrate.profile_file import Profile
-from calibrate.serving import serving_factor
+from calibrate.serving import PLAUSIBLE, serving_factor
 from calibrate.speed import PROBE_SHAPES, SpeedSamples
 from engine.specs.errors import SpecError
 
@@ -139,6 +140,11 @@ def fit_profile(raw: pd.DataFrame, source: str, command: str, folds: int = 5, se
     host = fit_host(host_rows) if len(host_rows) >= 10 else None
     serving_rows = raw[raw["kind"] == "serving"]
     serving = serving_factor(serving_rows["time_s"], serving_rows["alone_s"]) if len(serving_rows) >= 10 else None
+    if serving is not None and not PLAUSIBLE[0] <= serving["factor"] <= PLAUSIBLE[1]:
+        warnings.warn(f"{source}: serving factor {serving['factor']:.3f} is outside {list(PLAUSIBLE)}: the machine "
+                      f"changed speed between the replay and its re-timing; the profile charges the forward as "
+                      f"timed alone (re-profile on a quieter machine to measure it)", stacklevel=2)
+        serving = None
     raw = raw[~raw["kind"].isin(NOT_SHAPES)].reset_index(drop=True)
     fold = assign_folds(raw, folds, seed)
     heldout_predicted = np.zeros(len(raw))

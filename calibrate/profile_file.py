@@ -8,6 +8,7 @@ import yaml
 
 from calibrate.features import TERMS, TERMS_ADDED_IN_3
 from calibrate.host import HOST_TERMS
+from calibrate.serving import PLAUSIBLE
 from engine.atomic import write_text_atomic
 from engine.specs.checks import non_negative, number, optional, positive, positive_int
 from engine.specs.errors import SpecError
@@ -112,7 +113,7 @@ def _check_serving(serving, source: str) -> None:
     if not isinstance(serving, dict):
         raise SpecError(source, "serving", "must map factor, iterations, served_s and alone_s to numbers")
     # outside these a "factor" is a broken measurement, not what serving costs beyond the shapes alone
-    number(serving.get("factor"), source, "serving.factor", low=0.5, high=2.0)
+    number(serving.get("factor"), source, "serving.factor", low=PLAUSIBLE[0], high=PLAUSIBLE[1])
     positive_int(serving.get("iterations"), source, "serving.iterations")
 
 

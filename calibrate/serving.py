@@ -20,6 +20,7 @@ import numpy as np
 from engine.core.batch import BatchShape
 
 RETIMES = 2  # passes over the replay's shapes, each in a fresh shuffled order; the median is kept
+PLAUSIBLE = (0.5, 2.0)  # a factor outside this is the machine changing speed mid-measurement, not serving
 MAX_ITERATIONS = 200  # re-timed at most (a seeded sample): a tiny model's replay has many hundreds
 
 

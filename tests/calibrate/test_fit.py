@@ -148,3 +148,12 @@ def test_a_fit_measures_the_serving_factor_from_serving_rows_and_the_simulator_c
     forward = ProfileCostModel(plain).iteration_time(batch)
     served_model = ProfileCostModel(dataclasses.replace(profile, host=host))
     assert served_model.iteration_time(batch) == pytest.approx(forward * 1.03 + 1e-3)  # host work is not scaled
+
+
+def test_an_implausible_serving_factor_is_left_out_with_a_warning_not_written_unloadable():
+    raw = synthetic_raw(noise=0.0)
+    alone = raw[raw["kind"] == "decode"].head(12).assign(kind="serving")
+    served = alone.assign(alone_s=alone["time_s"], time_s=alone["time_s"] * 0.37)  # re-timing hit by contention
+    with pytest.warns(UserWarning, match="serving factor 0.370"):
+        profile = fit_profile(pd.concat([raw, served], ignore_index=True), "synthetic.csv", "test").profile
+    assert profile.serving is None
