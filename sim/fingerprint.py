@@ -15,7 +15,7 @@ import yaml
 
 from engine.core.system import SystemSpec
 from sim.config import Experiment
-from sim.workload.paths import SHAREGPT_CSV
+from sim.workload.paths import CHATBOT_CSV, SHAREGPT_CSV
 
 # keys that choose which runs a sweep has, not what any one run computes
 SWEEP_KEYS = ("name", "systems", "rates", "seeds")
@@ -29,6 +29,8 @@ def data_files(exp: Experiment) -> dict[str, Path]:
         files["workload.trace"] = Path(workload.trace)
     elif workload.dataset == "sharegpt":
         files["workload.dataset"] = SHAREGPT_CSV
+    elif workload.dataset == "chatbot":
+        files["workload.dataset"] = CHATBOT_CSV
     elif Path(workload.dataset).is_file():  # a stand-in is drawn in code and reads no file
         files["workload.dataset"] = Path(workload.dataset)
     if exp.cost_model.profile_path is not None:

