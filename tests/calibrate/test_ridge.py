@@ -8,7 +8,10 @@ from calibrate.hardware import load_hardware
 from calibrate.ridge import bent_roof, bent_roofs, ridge_exponent
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from engine.core.batch import Batch
+from engine.specs.errors import SpecError
 from engine.specs.loader import load_model_spec
+from sim.config import load_experiment
+from sim.run import make_cost_model
 
 
 def test_the_exponent_from_the_ridge_efficiency():
@@ -69,3 +72,15 @@ def test_the_roofline_bends_only_near_its_ridge():
     # and the bend never makes anything faster
     for batch in (decode(1), decode(64), decode(256), prefill(128), prefill(512), prefill(2048)):
         assert bent.iteration_time(batch) >= hard.iteration_time(batch)
+
+
+def test_a_config_sets_the_ridge_efficiency_as_a_share(tmp_path):
+    config = tmp_path / "exp.yaml"
+    config.write_text("model: opt-13b\nhardware: a100-40gb\nkv_cache_gib: 12\nworkload: {dataset: sharegpt}\n"
+                      "systems: [vllm]\nrates: [1.0]\ncost_model: {kind: roofline, ridge_efficiency: 0.63}\n")
+    exp = load_experiment(config)
+    cost = make_cost_model(exp, exp.systems[0])
+    assert cost.params.ridge_efficiency == 0.63 and "ridge_eff=0.63" in cost.source
+    for bad in ("0", "1.5"):
+        with pytest.raises(SpecError, match="cost_model.ridge_efficiency"):
+            load_experiment(config, [f"cost_model.ridge_efficiency={bad}"])
