@@ -204,3 +204,23 @@ def test_a_fit_on_one_tp_degree_predicts_another(tmp_path):
     tp4 = read_op_table(path).ops
     assert fit.predict_ops(tp4, hw) == pytest.approx(tp4["time_s"].to_numpy(), rel=1e-6)
     assert set(tp4["op"]) == set(ELEMENTWISE) | {"attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj"}
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda raw: raw["linear"].update(ridge_efficiency=1.5), "linear.ridge_efficiency"),
+    (lambda raw: raw["linear"].update(gemm_latency_s=-1e-6), "linear.gemm_latency_s"),
+    (lambda raw: raw["linear"]["elementwise"].update(softmax={"latency_s": 1e-6, "bandwidth_efficiency": 0.5}),
+     "linear.elementwise.softmax"),
+    (lambda raw: raw["all_reduce"][2].update(time_s=[-1.0] * len(raw["all_reduce"][2]["time_s"])),
+     "all_reduce.2.time_s"),
+    (lambda raw: raw.update(provenance="vidur"), "provenance"),
+])
+def test_a_broken_imported_profile_is_refused_naming_the_field(imported, tmp_path, edit, key):
+    _, _, result = imported
+    path = tmp_path / "a100.yaml"
+    result.profile.save(path)
+    raw = yaml.safe_load(path.read_text())
+    edit(raw)
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(SpecError, match=f"a100.yaml: {key}"):
+        load_profile(path)
