@@ -46,7 +46,8 @@ def main() -> None:
     parser.add_argument("--duration-s", type=float, default=3600)
     args = parser.parse_args()
     exp = load_experiment(ROOT / "configs" / "quickstart.yaml",
-                          [f"workload.duration_s={args.duration_s}", "systems=[vllm]", f"rates=[{args.rate}]"])
+                          [f"workload.duration_s={args.duration_s}", "systems=[vllm]", f"rates=[{args.rate}]",
+                           "cost_model=roofline"])  # the cost model its record was measured with
     system = exp.systems[0]
     trace = trace_for(exp, args.rate, 0)
     cost_model = make_cost_model(exp, system)

@@ -1,4 +1,4 @@
-"""`servesim calibrate profile | fit | show`."""
+"""`servesim calibrate profile | fit | import | show`."""
 from __future__ import annotations
 
 import shlex
@@ -51,6 +51,20 @@ def _cmd_fit(args) -> int:
     return 0
 
 
+def _cmd_import(args) -> int:
+    from calibrate.op_import import import_profile, report
+
+    command = "servesim calibrate import " + " ".join(shlex.quote(a) for a in sys.argv[3:]) if len(sys.argv) > 3 \
+        else f"servesim calibrate import {' '.join(args.tables)} --model {args.model} --out {args.out}"
+    provenance = {key: value for key, value in (("source", args.source), ("licence", args.licence)) if value}
+    result = import_profile(args.tables, args.all_reduce, args.model, args.measured_on, command,
+                            host_profile=args.host, max_tokens=args.max_tokens, provenance=provenance)
+    print(report(result))
+    result.profile.save(args.out)
+    print(f"wrote {args.out}: use it as cost_model: {{kind: transfer, path: {args.out}}}")
+    return 0
+
+
 def fit_report(profile) -> str:
     from calibrate.features import TERMS
     from calibrate.host import HOST_TERMS
@@ -64,6 +78,8 @@ def fit_report(profile) -> str:
              "token-cost table (tokens in the iteration: seconds; linear between, the last slope past the end):"]
     pairs = [f"{k}: {c * 1e3:.2f} ms" for k, c in zip(profile.token_knots, profile.token_costs_s)]
     lines += ["  " + ", ".join(pairs[i:i + 6]) for i in range(0, len(pairs), 6)]
+    if profile.linear:
+        lines += linear_report(profile)
     lines.append("coefficients:")
     for term, meaning in TERMS.items():
         lines.append(f"  {term:<24} {profile.coefficients[term]:.4g}   ({meaning})")
@@ -96,6 +112,24 @@ def fit_report(profile) -> str:
     return "\n".join(lines)
 
 
+def linear_report(profile) -> list[str]:
+    """An imported profile's linear part, all-reduce table and provenance (calibrate/op_import.py)."""
+    lin = profile.linear
+    lines = [f"linear part (non-attention; imported, fitted on {len(lin.get('models', []))} models up to "
+             f"{lin.get('max_tokens')} tokens): compute {lin['compute_efficiency']:.3f} of peak, bandwidth "
+             f"{lin['bandwidth_efficiency']:.3f}, ridge efficiency {lin['ridge_efficiency']:.3f}, matmul latency "
+             f"{lin['gemm_latency_s'] * 1e6:.1f} us"]
+    lines += [f"  {op:<26} latency {v['latency_s'] * 1e6:5.1f} us, bandwidth {v['bandwidth_efficiency']:.3f}"
+              for op, v in lin.get("elementwise", {}).items()]
+    if profile.all_reduce:
+        lines.append(f"all-reduce measured on {sorted(profile.all_reduce)} GPUs "
+                     f"({', '.join(str(len(v['size_bytes'])) for v in profile.all_reduce.values())} sizes)")
+    if profile.provenance:
+        lines.append("provenance: " + "; ".join(f"{k}: {v}" for k, v in profile.provenance.items()))
+    lines.append("attention is not in these measurements: use it as cost_model: {kind: transfer, path: ...}")
+    return lines
+
+
 def _cmd_show(args) -> int:
     from calibrate.profile_file import load_profile
 
@@ -117,8 +151,10 @@ def _positive_seconds(text: str) -> float:
 
 def register(sub) -> None:
     from calibrate.grid import GRIDS
+    from calibrate.hardware import available_hardware
 
-    cal = sub.add_parser("calibrate", help="profile the engine, fit a cost model, show a profile")
+    cal = sub.add_parser("calibrate", help="profile the engine, fit a cost model, import per-operation GPU timings, "
+                                           "show a profile")
     cmds = cal.add_subparsers(dest="calibrate_command", required=True)
     prof = cmds.add_parser("profile", help="time the engine over a grid of batch shapes (needs servesim[engine])")
     prof.add_argument("--model", required=True)
@@ -140,6 +176,20 @@ def register(sub) -> None:
     fit.add_argument("--folds", type=int, default=5, help="cross-validation folds for the held-out error")
     fit.add_argument("--seed", type=int, default=0)
     fit.set_defaults(func=_cmd_fit)
+    imp = cmds.add_parser("import", help="per-operation GPU timings (Vidur's profiling tables) into a profile of "
+                                         "an iteration's linear part, with held-out error")
+    imp.add_argument("tables", nargs="+", help="per-operation tables, one per model (Vidur's mlp.csv)")
+    imp.add_argument("--all-reduce", help="all-reduce times by message size (Vidur's network/*.all_reduce.csv)")
+    imp.add_argument("--model", required=True,
+                     help="the servesim model whose measured linear part becomes the profile's token-cost table")
+    imp.add_argument("--measured-on", default="a100-80gb", choices=available_hardware(),
+                     help="the shipped hardware spec of the GPU the tables were measured on")
+    imp.add_argument("--host", help="a profile that measured the engine's host work, charged in series")
+    imp.add_argument("--max-tokens", type=int, default=4096, help="fit rows up to this many tokens")
+    imp.add_argument("--source", default="", help="where the tables came from, kept in the profile")
+    imp.add_argument("--licence", default="", help="the tables' licence, kept in the profile")
+    imp.add_argument("--out", required=True)
+    imp.set_defaults(func=_cmd_import)
     show = cmds.add_parser("show", help="print a profile's fit report")
     show.add_argument("profile")
     show.set_defaults(func=_cmd_show)

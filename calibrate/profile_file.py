@@ -6,16 +6,19 @@ from pathlib import Path
 
 import yaml
 
+from calibrate.all_reduce import AllReduceTable
 from calibrate.features import TERMS, TERMS_ADDED_IN_3
 from calibrate.host import HOST_TERMS
+from calibrate.layer_ops import ELEMENTWISE
 from calibrate.serving import PLAUSIBLE
 from engine.atomic import write_text_atomic
-from engine.specs.checks import non_negative, number, optional, positive, positive_int
+from engine.specs.checks import non_negative, number, optional, positive, positive_int, share
 from engine.specs.errors import SpecError
 from engine.specs.loader import available_models, read_yaml
 
 FORMAT = "servesim-profile/3"  # /3 adds per_prefill_s and mixed_s
 READABLE_FORMATS = ("servesim-profile/2", FORMAT)  # /1 had a knee and power-of-two steps instead of the token table
+IMPORTED_ONLY = ("linear", "all_reduce", "provenance")  # fields only an imported per-operation profile has
 
 
 @dataclass
@@ -49,6 +52,14 @@ class Profile:
     # a replay's iterations served against the same shapes timed alone (calibrate/serving.py): the
     # forward is charged x factor; None where not measured (x1)
     serving: dict | None = None
+    # an imported per-operation profile (calibrate/op_import.py): the linear part's fitted parameters
+    # (calibrate/op_fit.LinearFit, with its held-out errors), the measured all-reduce table by GPU count, and
+    # where the measurements came from. Such a profile times only the non-attention part of an iteration:
+    # its token-cost table and zero attention coefficients are not an iteration's cost, so it is used
+    # through `cost_model: {kind: transfer}`, which prices attention from first principles.
+    linear: dict | None = None
+    all_reduce: dict | None = None
+    provenance: dict = field(default_factory=dict)
     format: str = FORMAT
 
     def save(self, path: str | Path) -> Path:
@@ -96,6 +107,31 @@ def _check(raw: dict, source: str) -> None:
     _check_speed_reference(raw.get("speed_reference", {}), source)
     _check_host(raw.get("host"), source)
     _check_serving(raw.get("serving"), source)
+    _check_linear(raw.get("linear"), source)
+    if raw.get("all_reduce") is not None:
+        AllReduceTable.from_dict(raw["all_reduce"], source)
+    if not isinstance(raw.get("provenance", {}), dict):
+        raise SpecError(source, "provenance", "must map source, commit, licence and the like to text")
+
+
+def _check_linear(linear, source: str) -> None:
+    if linear is None:
+        return
+    if not isinstance(linear, dict):
+        raise SpecError(source, "linear", "must map the linear part's fitted parameters (calibrate/op_fit.py)")
+    for key in ("compute_efficiency", "bandwidth_efficiency", "ridge_efficiency"):
+        share(linear.get(key), source, f"linear.{key}")
+    non_negative(linear.get("gemm_latency_s"), source, "linear.gemm_latency_s")  # seconds
+    elementwise = linear.get("elementwise", {})
+    if not isinstance(elementwise, dict):
+        raise SpecError(source, "linear.elementwise", "must map kernels to latency_s and bandwidth_efficiency")
+    for op, terms in elementwise.items():
+        if op not in ELEMENTWISE:
+            raise SpecError(source, f"linear.elementwise.{op}", f"unknown kernel; valid: {list(ELEMENTWISE)}")
+        if not isinstance(terms, dict):
+            raise SpecError(source, f"linear.elementwise.{op}", "must map latency_s and bandwidth_efficiency")
+        non_negative(terms.get("latency_s"), source, f"linear.elementwise.{op}.latency_s")
+        share(terms.get("bandwidth_efficiency"), source, f"linear.elementwise.{op}.bandwidth_efficiency")
 
 
 def _check_host(host, source: str) -> None:
@@ -150,7 +186,11 @@ def load_profile(path: str | Path) -> Profile:
 
 def dump_profile(profile: Profile) -> str:
     data = asdict(profile)
+    for key in IMPORTED_ONLY:  # absent from a profile of the engine, as before they existed
+        if not data[key]:
+            del data[key]
+    scope = " of the linear part, on held-out models" if profile.linear else ""
     header = (f"# servesim cost-model profile: {profile.model} on {profile.device_name} ({profile.dtype})\n"
-              f"# held-out error: mean {profile.heldout_mape:.1%}, p95 {profile.heldout_p95_ape:.1%}\n"
+              f"# held-out error{scope}: mean {profile.heldout_mape:.1%}, p95 {profile.heldout_p95_ape:.1%}\n"
               f"# made by: {profile.command}\n")
     return header + yaml.safe_dump(data, sort_keys=False)

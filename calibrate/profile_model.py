@@ -47,6 +47,10 @@ class ProfileCostModel(CostModel):
     def from_profile(cls, path: str | Path, model: ModelSpec | None = None, hardware: HardwareSpec | None = None,
                      tp: int = 1, dtype_bytes: int = 2, block_size: int = 16) -> ProfileCostModel:
         profile = load_profile(path)
+        if profile.linear is not None:
+            raise SpecError(str(path), "linear", (
+                f"this profile times only the linear (non-attention) part of an iteration on {profile.device_name}; "
+                f"use cost_model: {{kind: transfer, path: {path}}}, which adds attention from first principles"))
         if model is not None and model.name != profile.model:
             # only a GPU profile's efficiencies carry over (transferred_roofline), so only then suggest it
             transfer = (f" or use cost_model: {{kind: transfer, path: {path}}} to carry its efficiencies over"
@@ -151,9 +155,45 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
     if name is None:
         raise SpecError(str(path), "device_name", (
             f"cannot tell which shipped hardware spec {profile.device_name!r} is; set cost_model.measured_on"))
-    params = implied_efficiency(profile, load_hardware(name), dtype_bytes)
+    measured = load_hardware(name)
+    if profile.linear is not None:
+        return _measured_linear_roofline(profile, Path(path).name, measured, model, hardware, tp, dtype_bytes,
+                                         block_size)
+    params = implied_efficiency(profile, measured, dtype_bytes)
     cost = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, params)
     cost.source = (f"roofline({hardware.name}, tp={tp}) at efficiencies from {Path(path).name} "
                    f"({profile.model} on {profile.device_name}: compute {params.compute_efficiency:.2f}, "
                    f"bandwidth {params.bandwidth_efficiency:.2f}, overhead {params.overhead_s * 1e3:.2f} ms)")
+    return cost
+
+
+def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpec, model: ModelSpec,
+                              hardware: HardwareSpec, tp: int, dtype_bytes: int, block_size: int):
+    """The roofline of (model, hardware, tp) with an imported profile's linear part (its efficiencies and
+    bend, its kernels' latencies and bandwidths), its all-reduce table (over links as fast as the
+    target's, relative to the measured GPU's) and its host work in series; attention from the roofline."""
+    from calibrate.all_reduce import AllReduceTable
+    from calibrate.linear_model import LinearFit
+    from calibrate.roofline import RooflineCostModel
+
+    fit = LinearFit.from_dict(profile.linear)
+    table = None
+    if profile.all_reduce is not None:
+        table = AllReduceTable.from_dict(profile.all_reduce).scaled(
+            hardware.nvlink_bytes_per_s / measured.nvlink_bytes_per_s)
+    # attention, block copies and swaps at the roofline's own efficiencies: the measurements have none
+    cost = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, RooflineParams(), linear=fit,
+                             all_reduce=table, host=profile.host)
+    if tp == 1:
+        comm = ""
+    elif table is not None and table.covers(tp):
+        comm = f", all-reduce measured on {tp} GPUs" + ("" if hardware.name == measured.name
+                                                       else f" of {measured.name}, scaled to {hardware.name}'s NVLink")
+    else:
+        comm = f", all-reduce by the ring formula (none measured on {tp} GPUs)"
+    host = ", host work in series" if profile.host is not None else ""
+    cost.source = (f"roofline({hardware.name}, tp={tp}) with the linear part measured in {name} "
+                   f"(on {profile.device_name}: compute {fit.compute_efficiency:.2f}, bandwidth "
+                   f"{fit.bandwidth_efficiency:.2f}, ridge {fit.ridge_efficiency:.2f}, held-out error "
+                   f"{profile.heldout_mape:.1%}{comm}; attention at the roofline's defaults{host})")
     return cost

@@ -27,6 +27,8 @@ SHIPPED = [
     "calibrate/hardware_specs/a100-40gb.yaml",
     "calibrate/hardware_specs/h200.yaml",
     "calibrate/profiles/cpu-opt-125m.yaml",
+    "calibrate/profiles/a100-80gb-linear.yaml",
+    "calibrate/profiles/LICENSE.vidur",  # the licence of the measurements that profile is derived from
     "sim/workload/data/sharegpt_opt.csv",
     "sim/workload/data/sharegpt_opt_chatbot.csv",
 ]

@@ -29,7 +29,13 @@ warmup_s: 0
 def test_shipped_profile_loads_with_its_provenance(path):
     profile = load_profile(path)
     assert profile.command and profile.created and profile.heldout_method
-    assert (path.parent / f"{path.stem}.raw.csv").exists()  # the measurements it was fitted on
+    if profile.linear is None:
+        assert (path.parent / f"{path.stem}.raw.csv").exists()  # the measurements it was fitted on
+    else:  # imported from published measurements, not shipped: their source and licence instead
+        assert {"source", "licence", "tables"} <= set(profile.provenance)
+        readme = (path.parent / "README.md").read_text()
+        assert f"`{path.name}`: source and licence" in readme and "MIT License" in readme
+        assert "MIT License" in (path.parent / "LICENSE.vidur").read_text()
 
 
 def test_cpu_profile_heldout_error_is_under_ten_percent():
