@@ -3,7 +3,9 @@
 Each part of an iteration runs at the slower of its compute time and its memory time,
 at achieved (not peak) FLOP/s and bandwidth:
   linear layers  max(2 * params * tokens / flops, weight bytes / bandwidth)
-  prefill attn   2 * prompt_len^2 * hidden * layers FLOPs (causal QK^T and AV, halved)
+  prefill attn   2 * prompt_len^2 * hidden * layers FLOPs (causal QK^T and AV, halved); a prefill of
+                 n tokens after c cached ones (a shared prefix) 2 * n (n + 2c) * hidden * layers FLOPs,
+                 plus reading the c cached tokens' KV as a decode reads its context
   decode attn    context * KV bytes per token / bandwidth
   tensor par.    work / tp, plus two ring all-reduces of the activations per layer
 The default efficiencies reproduce FasterTransformer's OPT-13B-class timings on one
@@ -61,7 +63,8 @@ class RooflineCostModel(CostModel):
         logit_rows = batch.num_seqs
         compute = tokens * self._s_per_token_linear + logit_rows * self._s_per_logit_row
         linear = compute if compute > self._s_weights else self._s_weights
-        attention = batch.sum_prefill_sq * self._s_per_prompt_sq + batch.sum_decode_context * self._s_per_context_token
+        kv_read = batch.sum_decode_context + batch.sum_prefill_cached  # context the iteration reads, not computes
+        attention = batch.sum_prefill_sq * self._s_per_prompt_sq + kv_read * self._s_per_context_token
         comm = tokens * self._s_per_token_comm + self._s_comm_fixed
         copies = batch.num_copy_blocks * self._s_per_copied_block
         return linear + attention + comm + copies + self.params.overhead_s
