@@ -18,7 +18,6 @@ from .config import WorkloadConfig, build_trace
 from .lengths import DATASET_NAMES, LengthTable, load_lengths
 from .paths import SHAREGPT_CSV
 from .recorded import FORMS, read_recorded_trace
-from .standin import StandIn
 from .stats import lengths_report, plot_lengths, trace_report
 from .table import read_table
 from .trace import write_trace_csv
@@ -50,6 +49,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     sample.add_argument("--rate", type=float, required=True, help="requests per second")
     sample.add_argument("--duration-s", type=float, default=3600.0)
     sample.add_argument("--n", type=int, default=1, help="parallel samples per request")
+    sample.add_argument("--prefix-tokens", type=int, default=0, help="a shared prefix before every prompt")
     sample.add_argument("--seed", type=int, default=0)
     sample.add_argument("--max-seq-len", type=int, default=2048)
     sample.add_argument("--out", type=Path, required=True)
@@ -80,9 +80,14 @@ def cmd_stats(args) -> int:
 
 
 def cmd_sample(args) -> int:
-    raw = dict(dataset=args.dataset, arrival=args.arrival, cv=args.cv, duration_s=args.duration_s, n=args.n)
+    raw = dict(dataset=args.dataset, arrival=args.arrival, cv=args.cv, duration_s=args.duration_s, n=args.n,
+               prefix_tokens=args.prefix_tokens)
     try:
         cfg = WorkloadConfig.from_dict(raw, source="command line", base_dir=Path.cwd())
+        if cfg.prefix_tokens > args.max_seq_len - 3:
+            raise SpecError("command line", "--prefix-tokens", (
+                f"a prefix of {cfg.prefix_tokens} tokens leaves no room for an input and an output within "
+                f"--max-seq-len {args.max_seq_len}; must be at most {args.max_seq_len - 3}"))
         trace = build_trace(cfg, args.rate, args.max_seq_len, np.random.default_rng(args.seed))
         write_trace_csv(trace, args.out)
     except SpecError as e:
@@ -104,7 +109,7 @@ def _describe(name: str, max_seq_len: int | None) -> tuple[np.ndarray, np.ndarra
         return trace.prompt_len, trace.output_len, trace.source
     else:
         source = load_lengths(name)
-    if isinstance(source, StandIn):  # a parametric source: describe a fixed-seed draw that fits 2048
+    if not isinstance(source, LengthTable):  # a parametric source: describe a fixed-seed draw that fits 2048
         prompt, output = source.sample(STANDIN_STATS_DRAWS, max_seq_len or 2048, np.random.default_rng(0))
         source = LengthTable(prompt, output, f"{source.source}; {STANDIN_STATS_DRAWS} draws, seed 0")
     print(lengths_report(source.prompt_len, source.output_len, source.source, max_seq_len))

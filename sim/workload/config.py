@@ -6,6 +6,7 @@
       cv: 1.0                # gamma only: coefficient of variation of the gaps
       duration_s: 3600
       n: 1                   # parallel samples per request
+      prefix_tokens: 0       # a shared prefix (few-shot examples) at the start of every prompt
       trace: null            # recorded trace to replay (dataset and arrival are then ignored)
       time_scale: null       # replay only: k x the recorded rate; null + a rate: scale to that mean rate
       window_s: null         # replay only: [start, end) on the recorded clock
@@ -44,6 +45,7 @@ class WorkloadConfig:
     cv: float = 1.0
     duration_s: float = 3600.0
     n: int | None = None             # None: 1, or the recorded trace's own n column
+    prefix_tokens: int = 0           # tokens of one shared prefix put before every prompt
     trace: Path | None = None        # absolute path once resolved
     time_scale: float | None = None
     window_s: tuple[float, float] | None = None
@@ -72,6 +74,11 @@ class WorkloadConfig:
                                       low=0, low_open=True, high=MAX_DURATION_S)
         n = raw.get("n")
         values["n"] = None if n is None else positive_int(n, source, f"{SECTION}.n")
+        values["prefix_tokens"] = number(raw.get("prefix_tokens", cls.prefix_tokens), source,
+                                         f"{SECTION}.prefix_tokens", low=0, whole=True)
+        if values["prefix_tokens"] and values["trace"] is not None:
+            raise SpecError(source, f"{SECTION}.prefix_tokens", "applies only to a generated workload; a recorded "
+                            "trace gives its own shared prefix in a '# prefix_tokens:' comment line")
         if values["trace"] is None:
             values["dataset"] = _dataset(raw.get("dataset", cls.dataset), source, base_dir)
         return cls(**values)
@@ -92,10 +99,13 @@ def build_trace(cfg: WorkloadConfig, rate: float | None, max_seq_len: int,
     options = {"cv": cfg.cv} if cfg.arrival == "gamma" else {}
     arrival_s = process(rate, cfg.duration_s, rng, **options)
     lengths = load_lengths(cfg.dataset)
-    prompt, output = lengths.sample(len(arrival_s), max_seq_len, rng)
+    # the prefix goes before each drawn prompt, and a request must fit with it (prefix + input + output)
+    prompt, output = lengths.sample(len(arrival_s), max_seq_len - cfg.prefix_tokens, rng)
     shape = f" cv={cfg.cv:g}" if cfg.arrival == "gamma" else ""
     label = f"{lengths.source}; {cfg.arrival}{shape} arrivals at {rate:g} req/s for {cfg.duration_s:g} s"
-    return Trace(arrival_s, prompt, output, cfg.n or 1, label, cfg.duration_s)
+    if cfg.prefix_tokens:
+        label += f"; a shared prefix of {cfg.prefix_tokens} tokens before every prompt"
+    return Trace(arrival_s, prompt + cfg.prefix_tokens, output, cfg.n or 1, label, cfg.duration_s, cfg.prefix_tokens)
 
 
 def _replay(cfg: WorkloadConfig, rate: float | None, max_seq_len: int) -> Trace:
