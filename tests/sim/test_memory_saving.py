@@ -92,3 +92,18 @@ def test_a_prefix_longer_than_the_model_allows(write_config, value):
     message = str(err.value)
     assert str(path) in message and "workload.prefix_tokens" in message and "2048" in message, message
     assert "at most 2045" in message and "\n" not in message
+
+
+def test_a_run_saved_before_the_column_existed_is_simulated_again(write_config, tmp_path):
+    import json
+
+    from sim.cli import main
+    path, out = write_config(), tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--set", "systems=[vllm]"]) == 0
+    marker = out / "runs" / "vllm_rate0.5_seed0" / "summary.json"
+    old = json.loads(marker.read_text())
+    del old["memory_saving"]  # as an earlier servesim wrote it
+    marker.write_text(json.dumps(old))
+    assert main(["run", str(path), "--out", str(out), "--set", "systems=[vllm]"]) == 0
+    assert "memory_saving" in json.loads(marker.read_text())
+    assert pd.read_csv(out / "summary.csv")["memory_saving"].tolist() == [0.0]
