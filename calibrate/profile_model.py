@@ -72,6 +72,9 @@ class ProfileCostModel(CostModel):
             t += (self._context * batch.sum_decode_context
                   + self._padded_context * batch.num_decodes * batch.max_decode_context)
         if batch.prefill_lens:
+            # a prefill over a cached prefix counts its attention over the cached tokens in sum_prefill_sq
+            # (n (n + 2c), see engine.core.batch): the profiler times plain prompts only, so this carries
+            # the fitted per-pair cost over to them; the cached tokens cost no linear-layer work
             t += self._prefill_sq * batch.sum_prefill_sq + self._per_prefill * batch.num_prefills
             if batch.decode_context_lens:
                 t += self._mixed

@@ -4,7 +4,9 @@ Each part of an iteration runs at the slower of its compute time and its memory 
 at achieved (not peak) FLOP/s and bandwidth:
   linear layers  max(2 * params * tokens / flops, weight bytes / bandwidth), or bent at the ridge
                  (calibrate/ridge.py) when ridge_efficiency < 1
-  prefill attn   2 * prompt_len^2 * hidden * layers FLOPs (causal QK^T and AV, halved)
+  prefill attn   2 * prompt_len^2 * hidden * layers FLOPs (causal QK^T and AV, halved); a prefill of
+                 n tokens after c cached ones (a shared prefix) 2 * n (n + 2c) * hidden * layers FLOPs,
+                 plus reading the c cached tokens' KV as a decode reads its context
   decode attn    context * KV bytes per token / bandwidth
   tensor par.    work / tp, plus two all-reduces of the activations per layer: a ring formula, or
                  a measured table (calibrate/all_reduce.py)
@@ -114,7 +116,8 @@ class RooflineCostModel(CostModel):
             matmuls = compute if compute > self._s_weights else self._s_weights
         else:
             matmuls = bent_roof(compute, self._s_weights, self._ridge_p)
-        attention = batch.sum_prefill_sq * self._s_per_prompt_sq + batch.sum_decode_context * self._s_per_context_token
+        kv_read = batch.sum_decode_context + batch.sum_prefill_cached  # context the iteration reads, not computes
+        attention = batch.sum_prefill_sq * self._s_per_prompt_sq + kv_read * self._s_per_context_token
         comm = self._comm_time(tokens)
         copies = batch.num_copy_blocks * self._s_per_copied_block
         t = matmuls + attention + comm + copies + self.params.overhead_s

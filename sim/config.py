@@ -314,6 +314,13 @@ def check_workload(exp: Experiment, check_warmup: bool = True) -> None:
     read it), so an empty or unscalable trace is refused before anything runs; and some arrival comes
     after the warm-up, or nothing would be measured."""
     workload, max_rate = exp.workload, max(exp.rates)
+    # the shortest request is the prefix, one input token and one output token, under max_seq_len
+    # (the generator's strict rule: prompt + output < max_seq_len)
+    longest_prefix = exp.model.max_seq_len - 3
+    if workload.prefix_tokens > longest_prefix:
+        raise SpecError(exp.source, "workload.prefix_tokens", (
+            f"a prefix of {workload.prefix_tokens} tokens leaves no room for an input and an output within "
+            f"{exp.model.name}'s max_seq_len of {exp.model.max_seq_len}; must be at most {longest_prefix}"))
     if not workload.is_replay:
         if max_rate * workload.duration_s > MAX_REQUESTS:
             raise SpecError(exp.source, "rates", (

@@ -30,4 +30,5 @@ def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: Cost
         raise fault.args[0] from None
     for replica in fleet:
         replica.core.record_unfinished()
+        replica.core.close()
     return records

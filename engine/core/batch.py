@@ -14,6 +14,7 @@ class ShapeMetrics:
 
     __slots__ = ()
     prefill_lens: list[int] | tuple[int, ...]
+    prefill_cached_lens: list[int] | tuple[int, ...]  # empty, or one per prefill
     decode_context_lens: list[int] | tuple[int, ...]
 
     @property
@@ -26,7 +27,17 @@ class ShapeMetrics:
 
     @property
     def sum_prefill_sq(self) -> int:
-        return sum(n * n for n in self.prefill_lens)
+        """The prefills' attention work, on the scale of a plain prompt's n^2: a prefill of n new tokens
+        over c cached ones scores n^2 / 2 causal pairs among the new tokens and n c pairs with the
+        cached ones, i.e. n (n + 2c) on that scale (a prompt with nothing cached: n^2)."""
+        if not any(self.prefill_cached_lens):
+            return sum(n * n for n in self.prefill_lens)
+        return sum(n * (n + 2 * c) for n, c in zip(self.prefill_lens, self.prefill_cached_lens))
+
+    @property
+    def sum_prefill_cached(self) -> int:
+        """Cached tokens the prefills attend over without computing them (a shared prefix's KV)."""
+        return sum(self.prefill_cached_lens)
 
     @property
     def num_decodes(self) -> int:
@@ -71,7 +82,10 @@ class Batch(ShapeMetrics):
     A prefill computes the KV of `prefill_lens[i]` tokens of sequence `prefill_seq_ids[i]`
     (its prompt, or prompt plus generated tokens when recomputing after a preemption) and
     samples one token for every sequence in `prefill_sample_ids[i]` (all n samples of a
-    request share one prompt computation). A decode feeds sequence `decode_seq_ids[i]` its
+    request share one prompt computation). When `prefill_cached_lens[i]` tokens at the start of
+    the sequence are already in the cache (a shared prefix), the prefill computes only the
+    `prefill_lens[i]` tokens after them but attends over all of them; `prefill_cached_lens` is
+    empty (nothing cached anywhere) or has one entry per prefill. A decode feeds sequence `decode_seq_ids[i]` its
     last token at context length `decode_context_lens[i]` (that token included) and samples
     one more. Block plans are applied before the forward: swap-out, swap-in, then copies.
     """
@@ -79,6 +93,7 @@ class Batch(ShapeMetrics):
     prefill_seq_ids: list[int] = field(default_factory=list)
     prefill_lens: list[int] = field(default_factory=list)
     prefill_sample_ids: list[tuple[int, ...]] = field(default_factory=list)
+    prefill_cached_lens: list[int] = field(default_factory=list)
     decode_seq_ids: list[int] = field(default_factory=list)
     decode_context_lens: list[int] = field(default_factory=list)
     blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)  # (src gpu, dst gpu)
@@ -99,8 +114,9 @@ class Batch(ShapeMetrics):
         return len(self.blocks_to_copy)
 
     def shape(self) -> BatchShape:
+        cached = tuple(self.prefill_cached_lens) if any(self.prefill_cached_lens) else ()
         return BatchShape(tuple(self.prefill_lens), tuple(self.decode_context_lens), self.num_swap_blocks,
-                          len(self.blocks_to_copy), self.num_running_groups)
+                          len(self.blocks_to_copy), self.num_running_groups, cached)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,3 +128,4 @@ class BatchShape(ShapeMetrics):
     num_swap_blocks: int = 0
     num_copy_blocks: int = 0
     num_running_groups: int = 0
+    prefill_cached_lens: tuple[int, ...] = ()

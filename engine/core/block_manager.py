@@ -6,7 +6,12 @@ from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 
 
 class BlockAllocator:
-    """A free list of physical blocks with reference counts."""
+    """A free list of physical blocks with reference counts.
+
+    `num_shared_refs` is the sum over used blocks of (ref_count - 1): the references beyond the
+    first, i.e. the blocks sharing saves. It is kept as references come and go (allocate, incref,
+    free), so every change to a block table that goes through them is counted, and reading it is O(1).
+    """
 
     def __init__(self, num_blocks: int, name: str = "gpu"):
         self.num_blocks = num_blocks
@@ -14,6 +19,7 @@ class BlockAllocator:
         # pop() from the end hands out low block ids first: easier to read in a trace
         self._free = list(range(num_blocks - 1, -1, -1))
         self.ref_counts = [0] * num_blocks
+        self.num_shared_refs = 0
 
     @property
     def num_free(self) -> int:
@@ -27,14 +33,20 @@ class BlockAllocator:
         return block
 
     def incref(self, block: int, by: int = 1) -> None:
+        if self.ref_counts[block] <= 0:
+            raise RuntimeError(f"reference to free {self.name} block {block}")
         self.ref_counts[block] += by
+        self.num_shared_refs += by
 
     def free(self, block: int) -> None:
-        if self.ref_counts[block] <= 0:
+        refs = self.ref_counts[block]
+        if refs <= 0:
             raise RuntimeError(f"double free of {self.name} block {block}")
-        self.ref_counts[block] -= 1
-        if self.ref_counts[block] == 0:
+        self.ref_counts[block] = refs - 1
+        if refs == 1:
             self._free.append(block)
+        else:
+            self.num_shared_refs -= 1
 
 
 class BlockManager:
@@ -42,6 +54,13 @@ class BlockManager:
 
     A sequence of `length` tokens holds ceil(length / block_size) blocks: the slot of its
     last sampled token is reserved when that token is fed back as the next decode's input.
+
+    A workload's shared prefix (one per run, as the authors' `allocate_with_prefix`): its whole
+    blocks are allocated once, when the first request using it is admitted, and stay cached until
+    `release_prefix` (the scheduler calls it when the run ends). The manager holds one reference to
+    each of them itself; every block table of a request using the prefix starts with them and
+    holds one more. What is left of the prefix past its last whole block is part of each request's
+    own prompt, as in the authors' generator.
     """
 
     def __init__(self, block_size: int, num_gpu_blocks: int, num_cpu_blocks: int, watermark: float = 0.01):
@@ -50,31 +69,76 @@ class BlockManager:
         self.cpu = BlockAllocator(num_cpu_blocks, "cpu")
         self.watermark_blocks = int(watermark * num_gpu_blocks)
         self.block_tables: dict[int, list[int]] = {}
+        self.prefix_table: list[int] = []  # the cached shared prefix's GPU blocks
+
+    # --- the shared prefix -------------------------------------------------------
+    def prefix_blocks_of(self, group: SequenceGroup) -> int:
+        """Blocks of the group's prompt the shared prefix fills whole (the rest is its own input)."""
+        return group.prefix_len // self.block_size
+
+    def _blocks_to_cache(self, prefix_blocks: int) -> int:
+        if not prefix_blocks or self.prefix_table:
+            return 0
+        return prefix_blocks
+
+    def _use_prefix(self, prefix_blocks: int) -> int:
+        """The cached prefix's blocks, caching them now if no request has; returns the prompt tokens
+        already cached: 0 for the request that caches them (its prefill computes them, once)."""
+        if not prefix_blocks:
+            return 0
+        if self.prefix_table:
+            if len(self.prefix_table) != prefix_blocks:
+                raise ValueError(f"one shared prefix per run: {len(self.prefix_table)} blocks are cached, "
+                                 f"a request asks for {prefix_blocks}")
+            return prefix_blocks * self.block_size
+        self.prefix_table = [self.gpu.allocate() for _ in range(prefix_blocks)]
+        return 0
+
+    def cached_tokens(self, group: SequenceGroup) -> int:
+        """Prompt tokens of the group whose KV is already in the cache: the shared prefix's whole
+        blocks, once a request has cached them (what allocate() will set as num_cached_tokens)."""
+        return self.prefix_blocks_of(group) * self.block_size if self.prefix_table else 0
+
+    def release_prefix(self) -> None:
+        """Drop the manager's own hold on the prefix (tables still holding it keep their references)."""
+        for block in self.prefix_table:
+            self.gpu.free(block)
+        self.prefix_table = []
 
     # --- admission -------------------------------------------------------------
     def blocks_to_allocate(self, group: SequenceGroup) -> int:
         seqs = group.live_seqs()
+        prefix = self.prefix_blocks_of(group)
+        cache = self._blocks_to_cache(prefix)
         if group.shares_prompt:
-            return blocks_for(seqs[0].length, self.block_size)
-        return sum(blocks_for(s.length, self.block_size) for s in seqs)
+            return cache + blocks_for(seqs[0].length, self.block_size) - prefix
+        return cache + sum(blocks_for(s.length, self.block_size) - prefix for s in seqs)
 
     def can_allocate(self, group: SequenceGroup) -> bool:
         return self.gpu.num_free - self.blocks_to_allocate(group) >= self.watermark_blocks
 
     def allocate(self, group: SequenceGroup) -> None:
         """The prompt's blocks, once, shared by every live sequence of the group; or, for a
-        group whose samples diverged and are recomputed apart, each sample's own blocks."""
+        group whose samples diverged and are recomputed apart, each sample's own blocks. Either
+        way a table starts with the cached shared prefix when the group uses one. Sets the
+        group's prefix_blocks and num_cached_tokens (see SequenceGroup)."""
         seqs = group.live_seqs()
+        prefix_blocks = self.prefix_blocks_of(group)
+        group.num_cached_tokens = self._use_prefix(prefix_blocks)
+        group.prefix_blocks = prefix_blocks
+        prefix = self.prefix_table if prefix_blocks else []
+        for block in prefix:
+            self.gpu.incref(block, len(seqs))
         if not group.shares_prompt:
             for seq in seqs:
-                num_blocks = blocks_for(seq.length, self.block_size)
-                self.block_tables[seq.seq_id] = [self.gpu.allocate() for _ in range(num_blocks)]
+                num_blocks = blocks_for(seq.length, self.block_size) - prefix_blocks
+                self.block_tables[seq.seq_id] = prefix + [self.gpu.allocate() for _ in range(num_blocks)]
             return
-        table = [self.gpu.allocate() for _ in range(blocks_for(seqs[0].length, self.block_size))]
-        for block in table:
+        own = [self.gpu.allocate() for _ in range(blocks_for(seqs[0].length, self.block_size) - prefix_blocks)]
+        for block in own:
             self.gpu.incref(block, len(seqs) - 1)
         for seq in seqs:
-            self.block_tables[seq.seq_id] = list(table)
+            self.block_tables[seq.seq_id] = prefix + own
 
     # --- growth ----------------------------------------------------------------
     def can_append(self, group: SequenceGroup) -> bool:
@@ -115,6 +179,9 @@ class BlockManager:
         return self.gpu.num_free - needed >= self.watermark_blocks
 
     def swap_out(self, group: SequenceGroup) -> list[tuple[int, int]]:
+        """Every block of the group to host memory; the shared prefix's too, as a private copy: the
+        group comes back holding its own copy of the prefix (the cache keeps the original)."""
+        group.prefix_blocks = 0
         return self._move(group, self.gpu, self.cpu)
 
     def swap_in(self, group: SequenceGroup) -> list[tuple[int, int]]:
@@ -138,3 +205,20 @@ class BlockManager:
     @property
     def num_used_gpu_blocks(self) -> int:
         return self.gpu.num_blocks - self.gpu.num_free
+
+    @property
+    def num_unshared_blocks(self) -> int:
+        """GPU blocks the sequences would hold without sharing: one per block-table entry. The
+        cached prefix's own hold is not a sequence's, so its blocks count only in tables."""
+        return self.num_used_gpu_blocks + self.gpu.num_shared_refs - len(self.prefix_table)
+
+    @property
+    def num_saved_blocks(self) -> int:
+        """GPU blocks sharing saves now: num_unshared_blocks less the distinct blocks the sequences
+        hold. Every reference beyond a block's first, except the cache's hold on a prefix block
+        that some table holds too: k requests over a P-block prefix save (k - 1) P, not k P."""
+        saved = self.gpu.num_shared_refs
+        prefix = self.prefix_table
+        if prefix and self.gpu.ref_counts[prefix[0]] > 1:  # every table holding the prefix holds all of it
+            saved -= len(prefix)
+        return saved

@@ -23,6 +23,10 @@ class KVUsage:
     internal: int = 0  # slots inside a request's own allocation it will never fill
     external: int = 0  # unusable: rounding above the estimate, free space nobody waiting can use
     idle: int = 0  # free space while nobody waits for it
+    # block sharing at the same moment (paper Fig. 15), in blocks, not parts of the pool's total:
+    # blocks the sequences would hold without sharing, and how many of those sharing saves
+    unshared_blocks: int = 0
+    saved_blocks: int = 0
 
     @property
     def total(self) -> int:
@@ -71,7 +75,8 @@ def paged_usage(blocks: BlockManager, tokens: TokenSlots, someone_waits: bool) -
     complete() and the next schedule() the newest tokens have no slot yet: hence the min.)"""
     used = blocks.num_used_gpu_blocks * blocks.block_size
     token = min(tokens.slots, used)
-    usage = KVUsage(token=token, internal=used - token)
+    usage = KVUsage(token=token, internal=used - token, unshared_blocks=blocks.num_unshared_blocks,
+                    saved_blocks=blocks.num_saved_blocks)
     return _place_free(usage, blocks.gpu.num_free * blocks.block_size, someone_waits)
 
 
@@ -83,7 +88,8 @@ def reserved_usage(allocator: ReservationAllocator, tokens: TokenSlots, someone_
     usage = KVUsage(token=tokens.slots,
                     reserved=allocator.num_needed_tokens - tokens.slots,
                     internal=allocator.num_estimated_tokens - allocator.num_needed_tokens,
-                    external=allocator.num_reserved_blocks * bs - allocator.num_estimated_tokens)
+                    external=allocator.num_reserved_blocks * bs - allocator.num_estimated_tokens,
+                    unshared_blocks=allocator.num_reserved_blocks)  # nothing is shared: nothing saved
     return _place_free(usage, allocator.num_free_blocks * bs, someone_waits)
 
 

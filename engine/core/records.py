@@ -48,6 +48,9 @@ class IterationRecord:
     kv_internal: int
     kv_external: int
     kv_idle: int
+    # blocks the sequences would hold without sharing, and those sharing saves (paper Fig. 15)
+    unshared_blocks: int
+    saved_blocks: int
 
 
 REQUEST_COLUMNS = tuple(f.name for f in fields(RequestRecord))
@@ -74,7 +77,7 @@ class ServingRecords:
             replica, start_s, duration_s, batch.num_prefill_tokens, len(batch.prefill_lens),
             batch.num_decodes, batch.sum_decode_context, batch.num_running_groups, num_waiting,
             batch.num_swap_blocks, len(batch.blocks_to_copy), usage.token, usage.reserved,
-            usage.internal, usage.external, usage.idle))
+            usage.internal, usage.external, usage.idle, usage.unshared_blocks, usage.saved_blocks))
 
     @property
     def requests(self) -> dict[str, list]:

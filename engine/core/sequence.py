@@ -48,6 +48,15 @@ class SequenceGroup:
     # the samples' histories are one: a single prefill computes the prompt for all of them.
     # False once a recompute has thrown away samples that diverged: each re-prefills its own.
     shares_prompt: bool = True
+    # tokens at the start of the prompt that are the workload's shared prefix (0: none); the prompt
+    # includes them. Whether they are shared is the allocator's business (vLLM: whole blocks).
+    prefix_len: int = 0
+    # set by the paged allocator when it (re)allocates the group: the leading blocks of each of its
+    # block tables that are the cached shared prefix, and the prompt tokens already in the cache,
+    # which its prefill attends over but does not compute (0 for the request that caches the prefix:
+    # its prefill computes it, once, for every later one)
+    prefix_blocks: int = 0
+    num_cached_tokens: int = 0
 
     @property
     def prompt_len(self) -> int:
@@ -86,6 +95,6 @@ class SequenceCounter:
 
 
 def make_group(request_id: int, arrival_s: float, prompt_len: int, output_len: int,
-               n: int, next_seq_id: SequenceCounter) -> SequenceGroup:
+               n: int, next_seq_id: SequenceCounter, prefix_len: int = 0) -> SequenceGroup:
     seqs = [Sequence(next_seq_id(), prompt_len, output_len) for _ in range(n)]
-    return SequenceGroup(request_id, arrival_s, seqs)
+    return SequenceGroup(request_id, arrival_s, seqs, prefix_len=prefix_len)

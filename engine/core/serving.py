@@ -24,13 +24,15 @@ from engine.core.sequence import SequenceCounter, SequenceGroup, make_group
 
 @dataclass(frozen=True, slots=True)
 class ReplayRequest:
-    """One request of a trace: when it arrives and how long its prompt and output are."""
+    """One request of a trace: when it arrives and how long its prompt and output are; the first
+    prefix_len tokens of its prompt are the workload's shared prefix (0: none)."""
 
     request_id: int
     arrival_s: float
     prompt_len: int
     output_len: int
     n: int = 1
+    prefix_len: int = 0
 
 
 @dataclass(slots=True)
@@ -57,7 +59,7 @@ class ServingCore:
 
     def admit(self, request: ReplayRequest) -> SequenceGroup:
         group = make_group(request.request_id, request.arrival_s, request.prompt_len, request.output_len,
-                           request.n, self.next_seq_id)
+                           request.n, self.next_seq_id, request.prefix_len)
         self.scheduler.add_request(group)
         self.outstanding += 1
         return group
@@ -79,6 +81,10 @@ class ServingCore:
             self.records.add_request(group, self.replica)
         self.outstanding -= len(finished)
         return finished
+
+    def close(self) -> None:
+        """No request will come any more: free what the scheduler caches across requests."""
+        self.scheduler.release_cache()
 
     def check_schedulable(self) -> None:
         """Called when nothing can run and nothing more will arrive: waiting requests are stuck."""

@@ -118,10 +118,17 @@ class Engine:
         return {i: [int(t) for t in p] for i, p in enumerate(prompts)}
 
     def _random_prompts(self, rows: list[ReplayRequest]) -> dict[int, list[int]]:
+        """Random token ids from the engine's seed; a request with a shared prefix starts with the same
+        prefix_len tokens as every other one (drawn from their own stream, so a trace without a prefix
+        gets the prompts it always got)."""
         if self.runner is None:
             return {}
         rng = np.random.default_rng(self.seed)
-        return {r.request_id: rng.integers(0, self.spec.vocab_size, r.prompt_len).tolist() for r in rows}
+        longest_prefix = max((r.prefix_len for r in rows), default=0)
+        prefix = np.random.default_rng([self.seed, 1]).integers(0, self.spec.vocab_size, longest_prefix).tolist()
+        return {r.request_id: prefix[:r.prefix_len] + rng.integers(0, self.spec.vocab_size,
+                                                                   r.prompt_len - r.prefix_len).tolist()
+                for r in rows}
 
     # --- the serving loop: the control plane's step, timed by the runner ------------------
     def _run(self, requests: list[ReplayRequest], prompts, sampling, time_fn) -> ServingRun:
@@ -136,6 +143,7 @@ class Engine:
         run = ServingRun(ServingCore(scheduler), pending, prompts)
         while self._step(run, sampling, time_fn):
             pass
+        run.core.close()
         self.records = ReplayResult.of(run.core.records, run.host_s)
         return run
 

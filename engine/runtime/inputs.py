@@ -34,7 +34,9 @@ class HostInputs:
     input_ids: list[int] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
     slot_mapping: list[int] = field(default_factory=list)
-    prefill_lens: list[int] = field(default_factory=list)
+    prefill_lens: list[int] = field(default_factory=list)  # tokens each prefill computes
+    prefill_cached_lens: list[int] = field(default_factory=list)  # tokens before them already cached
+    prefill_block_tables: list[list[int]] = field(default_factory=list)  # prefills over cached tokens only
     block_tables: list[list[int]] = field(default_factory=list)  # decodes only
     context_lens: list[int] = field(default_factory=list)
     # row r of the logits belongs to these sequences (a prefill samples for all its forks)
@@ -45,16 +47,23 @@ class HostInputs:
                   ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor]:
         """input_ids, positions, attention metadata, and the token index of each logits row."""
         ints = dict(dtype=torch.int64, device=device)
-        width = max((len(t) for t in self.block_tables), default=0)
-        padded = [t + [-1] * (width - len(t)) for t in self.block_tables]  # -1: never read
         meta = AttentionMetadata(
             prefill_lens=self.prefill_lens,
             slot_mapping=torch.tensor(self.slot_mapping, **ints),
-            block_tables=torch.tensor(padded, dtype=torch.int32, device=device).view(len(padded), width),
+            block_tables=_padded_tables(self.block_tables, device),
             context_lens=torch.tensor(self.context_lens, dtype=torch.int32, device=device),
-            backend=backend)
+            backend=backend,
+            prefill_cached_lens=self.prefill_cached_lens if any(self.prefill_cached_lens) else None,
+            prefill_block_tables=(_padded_tables(self.prefill_block_tables, device)
+                                  if self.prefill_block_tables else None))
         return (torch.tensor(self.input_ids, **ints), torch.tensor(self.positions, **ints), meta,
                 torch.tensor(self.logit_rows, **ints))
+
+
+def _padded_tables(tables: list[list[int]], device: torch.device) -> torch.Tensor:
+    width = max((len(t) for t in tables), default=0)
+    padded = [t + [-1] * (width - len(t)) for t in tables]  # -1: never read
+    return torch.tensor(padded, dtype=torch.int32, device=device).view(len(padded), width)
 
 
 def _slots(table: list[int], num_tokens: int, block_size: int, start: int = 0) -> list[int]:
@@ -100,9 +109,13 @@ def build_inputs(batch: Batch, tokens: dict[int, list[int]], block_table_fn: Blo
         raise ValueError("batch prefill_seq_ids, prefill_lens and prefill_sample_ids differ in length")
     if len(batch.decode_seq_ids) != len(batch.decode_context_lens):
         raise ValueError("batch decode_seq_ids and decode_context_lens differ in length")
+    cached_lens = batch.prefill_cached_lens or [0] * len(batch.prefill_seq_ids)
+    if len(cached_lens) != len(batch.prefill_seq_ids):
+        raise ValueError("batch prefill_cached_lens must be empty or have one entry per prefill")
     out = HostInputs()
-    for seq_id, length, sample_ids in zip(batch.prefill_seq_ids, batch.prefill_lens, batch.prefill_sample_ids):
-        _add_prefill(out, seq_id, length, tuple(sample_ids), tokens, block_table_fn, limits)
+    for seq_id, length, sample_ids, cached in zip(batch.prefill_seq_ids, batch.prefill_lens,
+                                                  batch.prefill_sample_ids, cached_lens):
+        _add_prefill(out, seq_id, length, cached, tuple(sample_ids), tokens, block_table_fn, limits)
     for seq_id, context in zip(batch.decode_seq_ids, batch.decode_context_lens):
         _add_decode(out, seq_id, context, tokens, block_table_fn, limits)
     _check_vocab(out.input_ids, limits)
@@ -115,8 +128,13 @@ def build_inputs(batch: Batch, tokens: dict[int, list[int]], block_table_fn: Blo
     return out
 
 
-def _add_prefill(out: HostInputs, seq_id, length, sample_ids, tokens, block_table_fn, limits) -> None:
-    seq_tokens = _check_tokens(seq_id, tokens, length, "prefill", limits)
+def _add_prefill(out: HostInputs, seq_id, length, cached, sample_ids, tokens, block_table_fn, limits) -> None:
+    """The prefill computes tokens [cached, cached + length) and attends over all before them too."""
+    if length < 1 or cached < 0:
+        raise ValueError(f"prefill of sequence {seq_id}: {length} new tokens after {cached} cached ones; "
+                         "needs at least one new token")
+    total = cached + length
+    seq_tokens = _check_tokens(seq_id, tokens, total, "prefill", limits)
     if not sample_ids:
         raise ValueError(f"prefill of sequence {seq_id} samples for no sequence")
     for sample_id in sample_ids:
@@ -125,12 +143,15 @@ def _add_prefill(out: HostInputs, seq_id, length, sample_ids, tokens, block_tabl
             raise ValueError(f"sequence {sample_id} samples from the prefill of sequence {seq_id} "
                              "but their tokens differ")
     table = block_table_fn(seq_id)
-    _check_table(seq_id, table, length, limits)
+    _check_table(seq_id, table, total, limits)
     start = len(out.input_ids)
-    out.input_ids.extend(seq_tokens)
-    out.positions.extend(range(length))
-    out.slot_mapping.extend(_slots(table, length, limits.block_size))
+    out.input_ids.extend(seq_tokens[cached:])
+    out.positions.extend(range(cached, total))
+    out.slot_mapping.extend(_slots(table, total, limits.block_size, start=cached))
     out.prefill_lens.append(length)
+    out.prefill_cached_lens.append(cached)
+    if cached:
+        out.prefill_block_tables.append(list(table[:blocks_for(total, limits.block_size)]))
     out.sample_ids.append(sample_ids)
     out.logit_rows.append(start + length - 1)
 

@@ -48,8 +48,10 @@ def _row_value(row, name: str, index: int, default=None):
 
 def replay_requests(requests) -> list[ReplayRequest]:
     """Rows (ReplayRequest, mappings or objects with the fields), or a columnar trace whose
-    arrival_s / prompt_len / output_len / n are arrays (sim's Trace). Ids default to the row index."""
+    arrival_s / prompt_len / output_len / n are arrays and whose prefix_len (if any) is one number for
+    every request (sim's Trace). Ids default to the row index."""
     if hasattr(requests, "arrival_s") and not isinstance(requests, ReplayRequest):
+        prefix_len = int(getattr(requests, "prefix_len", 0))
         count = len(requests.arrival_s)
         n = getattr(requests, "n", None)
         if n is None:
@@ -58,7 +60,7 @@ def replay_requests(requests) -> list[ReplayRequest]:
             ns = list(n)
         else:
             ns = [int(n)] * count
-        requests = [dict(arrival_s=a, prompt_len=p, output_len=o, n=k) for a, p, o, k in
+        requests = [dict(arrival_s=a, prompt_len=p, output_len=o, n=k, prefix_len=prefix_len) for a, p, o, k in
                     zip(requests.arrival_s, requests.prompt_len, requests.output_len, ns)]
     rows = []
     for i, row in enumerate(requests):
@@ -66,7 +68,7 @@ def replay_requests(requests) -> list[ReplayRequest]:
             row = dict(zip(("arrival_s", "prompt_len", "output_len", "n"), row))
         rows.append(ReplayRequest(int(_row_value(row, "request_id", i, i)), float(_row_value(row, "arrival_s", i)),
                                   int(_row_value(row, "prompt_len", i)), int(_row_value(row, "output_len", i)),
-                                  int(_row_value(row, "n", i, 1))))
+                                  int(_row_value(row, "n", i, 1)), int(_row_value(row, "prefix_len", i, 0))))
     return rows
 
 
@@ -77,6 +79,9 @@ def check_request(request: ReplayRequest, max_seq_len: int) -> None:
     for name in ("prompt_len", "output_len", "n"):
         if getattr(request, name) < 1:
             raise ValueError(f"{where}: {name} must be >= 1, got {getattr(request, name)}")
+    if not 0 <= request.prefix_len < request.prompt_len:
+        raise ValueError(f"{where}: a shared prefix of {request.prefix_len} tokens must be shorter than its "
+                         f"prompt of {request.prompt_len}")
     if request.prompt_len + request.output_len > max_seq_len:
         raise ValueError(f"{where}: prompt {request.prompt_len} + output {request.output_len} tokens "
                          f"exceeds the model's max_seq_len {max_seq_len}")

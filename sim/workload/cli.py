@@ -20,7 +20,6 @@ from .conversations import is_conversation_dataset, load_conversations
 from .lengths import DATASET_NAMES, LengthTable, load_lengths
 from .paths import CHATBOT_CSV, SHAREGPT_CSV
 from .recorded import FORMS, read_recorded_trace
-from .standin import StandIn
 from .stats import conversations_report, lengths_report, plot_lengths, trace_report
 from .table import read_table
 from .trace import write_trace_csv
@@ -58,6 +57,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     sample.add_argument("--n", type=int, default=1, help="parallel samples per request")
     sample.add_argument("--new-conversation-prob", type=float, default=None,
                         help="chatbot only: an arrival starts a new conversation with this probability (default 0.1)")
+    sample.add_argument("--prefix-tokens", type=int, default=0, help="a shared prefix before every prompt")
     sample.add_argument("--seed", type=int, default=0)
     sample.add_argument("--max-seq-len", type=int, default=2048)
     sample.add_argument("--out", type=Path, required=True)
@@ -104,9 +104,13 @@ def cmd_stats(args) -> int:
 
 def cmd_sample(args) -> int:
     raw = dict(dataset=args.dataset, arrival=args.arrival, cv=args.cv, duration_s=args.duration_s, n=args.n,
-               new_conversation_prob=args.new_conversation_prob)
+               new_conversation_prob=args.new_conversation_prob, prefix_tokens=args.prefix_tokens)
     try:
         cfg = WorkloadConfig.from_dict(raw, source="command line", base_dir=Path.cwd())
+        if cfg.prefix_tokens > args.max_seq_len - 3:
+            raise SpecError("command line", "--prefix-tokens", (
+                f"a prefix of {cfg.prefix_tokens} tokens leaves no room for an input and an output within "
+                f"--max-seq-len {args.max_seq_len}; must be at most {args.max_seq_len - 3}"))
         trace = build_trace(cfg, args.rate, args.max_seq_len, np.random.default_rng(args.seed))
         write_trace_csv(trace, args.out)
     except SpecError as e:
@@ -133,7 +137,7 @@ def _describe(name: str, max_seq_len: int | None) -> tuple[np.ndarray, np.ndarra
         return trace.prompt_len, trace.output_len, trace.source
     else:
         source = load_lengths(name)
-    if isinstance(source, StandIn):  # a parametric source: describe a fixed-seed draw that fits 2048
+    if not isinstance(source, LengthTable):  # a parametric source: describe a fixed-seed draw that fits 2048
         prompt, output = source.sample(STANDIN_STATS_DRAWS, max_seq_len or 2048, np.random.default_rng(0))
         source = LengthTable(prompt, output, f"{source.source}; {STANDIN_STATS_DRAWS} draws, seed 0")
     print(lengths_report(source.prompt_len, source.output_len, source.source, max_seq_len))

@@ -8,6 +8,7 @@
       duration_s: 3600
       n: 1                   # parallel samples per request
       new_conversation_prob: 0.1   # chatbot only: an arrival starts a new conversation with this probability
+      prefix_tokens: 0       # a shared prefix (few-shot examples) at the start of every prompt
       trace: null            # recorded trace to replay (dataset and arrival are then ignored)
       time_scale: null       # replay only: k x the recorded rate; null + a rate: scale to that mean rate
       window_s: null         # replay only: [start, end) on the recorded clock
@@ -50,6 +51,7 @@ class WorkloadConfig:
     duration_s: float = 3600.0
     n: int | None = None             # None: 1, or the recorded trace's own n column
     new_conversation_prob: float = DEFAULT_NEW_CONVERSATION_PROB   # a conversation dataset only
+    prefix_tokens: int = 0           # tokens of one shared prefix put before every prompt
     trace: Path | None = None        # absolute path once resolved
     time_scale: float | None = None
     window_s: tuple[float, float] | None = None
@@ -78,9 +80,17 @@ class WorkloadConfig:
                                       low=0, low_open=True, high=MAX_DURATION_S)
         n = raw.get("n")
         values["n"] = None if n is None else positive_int(n, source, f"{SECTION}.n")
+        values["prefix_tokens"] = number(raw.get("prefix_tokens", cls.prefix_tokens), source,
+                                         f"{SECTION}.prefix_tokens", low=0, whole=True)
+        if values["prefix_tokens"] and values["trace"] is not None:
+            raise SpecError(source, f"{SECTION}.prefix_tokens", "applies only to a generated workload; a recorded "
+                            "trace gives its own shared prefix in a '# prefix_tokens:' comment line")
         if values["trace"] is None:
             values["dataset"] = _dataset(raw.get("dataset", cls.dataset), source, base_dir)
         values.update(_chatbot_options(raw, source, values.get("dataset")))
+        if values["prefix_tokens"] and values.get("dataset") is not None and _is_conversations(values["dataset"]):
+            raise SpecError(source, f"{SECTION}.prefix_tokens", "applies to a length dataset, not to a conversation "
+                            "dataset, whose prompt is the conversation so far")
         return cls(**values)
 
     @property
@@ -109,11 +119,14 @@ def build_trace(cfg: WorkloadConfig, rate: float | None, max_seq_len: int,
         source = chatbot_label(conversations.source, cfg.new_conversation_prob, chat.cuts)
     else:
         lengths = load_lengths(cfg.dataset)
-        prompt, output = lengths.sample(len(arrival_s), max_seq_len, rng)
+        # the prefix goes before each drawn prompt, and a request must fit with it (prefix + input + output)
+        prompt, output = lengths.sample(len(arrival_s), max_seq_len - cfg.prefix_tokens, rng)
         source = lengths.source
     shape = f" cv={cfg.cv:g}" if cfg.arrival == "gamma" else ""
     label = f"{source}; {cfg.arrival}{shape} arrivals at {rate:g} req/s for {cfg.duration_s:g} s"
-    return Trace(arrival_s, prompt, output, cfg.n or 1, label, cfg.duration_s)
+    if cfg.prefix_tokens:
+        label += f"; a shared prefix of {cfg.prefix_tokens} tokens before every prompt"
+    return Trace(arrival_s, prompt + cfg.prefix_tokens, output, cfg.n or 1, label, cfg.duration_s, cfg.prefix_tokens)
 
 
 def _replay(cfg: WorkloadConfig, rate: float | None, max_seq_len: int) -> Trace:

@@ -1,6 +1,6 @@
 """Where (prompt_len, output_len) pairs come from, and how a trace draws from them.
 
-A dataset is a name (`sharegpt`, `sharegpt-standin`, `alpaca-standin`) or a file: a CSV of
+A dataset is a name (`sharegpt`, `sharegpt-standin`, `alpaca-standin`, `wmt16-en-de-standin`) or a file: a CSV of
 `prompt_len,output_len` (leading `#` lines allowed; a trace CSV's length columns also work) or an
 Alpaca `alpaca_data.json`. Drawing follows the authors' generator (paper-facts A,
 benchmark/trace.py): keep pairs with prompt + output < max_seq_len, repeat the kept list
@@ -20,13 +20,14 @@ from .paths import SHAREGPT_CSV
 from .standin import STAND_INS, StandIn
 from .table import find_columns, numeric_column, read_table
 from .trace import STAND_IN
+from .translation import TRANSLATION_STAND_INS, TranslationStandIn
 
 LENGTH_FORMS = {
     "lengths": ("prompt_len", "output_len"),
     "trace": ("num_prefill_tokens", "num_decode_tokens"),
     "azure": ("ContextTokens", "GeneratedTokens"),
 }
-DATASET_NAMES = ("sharegpt", *STAND_INS)
+DATASET_NAMES = ("sharegpt", *STAND_INS, *TRANSLATION_STAND_INS)
 
 
 class LengthSource(Protocol):
@@ -93,10 +94,12 @@ def read_alpaca_json(path: str | Path) -> LengthTable:
 _cache: dict[tuple, LengthTable] = {}
 
 
-def load_lengths(dataset: str | Path) -> LengthTable | StandIn:
+def load_lengths(dataset: str | Path) -> LengthTable | StandIn | TranslationStandIn:
     """A dataset by name, or by path (already resolved: see paths.resolve_data_path)."""
     if str(dataset) in STAND_INS:
         return STAND_INS[str(dataset)]
+    if str(dataset) in TRANSLATION_STAND_INS:
+        return TRANSLATION_STAND_INS[str(dataset)]
     if str(dataset) == "sharegpt":
         if not SHAREGPT_CSV.is_file():
             raise SpecError("workload", "dataset", f"{SHAREGPT_CSV} is missing; rebuild it with "

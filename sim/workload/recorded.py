@@ -88,7 +88,8 @@ def _read(path: str | Path) -> tuple[Trace, tuple[int, int]]:
     if num_empty:
         source += f"; dropped {num_empty} rows with zero tokens"
     duration = _duration(meta, arrival)
-    trace = Trace(arrival[served], prompt[served], output[served], n[served], source, duration)
+    prefix = _prefix_tokens(table, meta, prompt, served)
+    trace = Trace(arrival[served], prompt[served], output[served], n[served], source, duration, prefix)
     return trace, (len(table.rows), num_empty)
 
 
@@ -145,3 +146,24 @@ def _duration(meta: dict[str, str], arrival: np.ndarray) -> float | None:
     except (KeyError, ValueError):
         return None
     return duration if len(arrival) == 0 or duration >= arrival[-1] else None
+
+
+def _prefix_tokens(table: Table, meta: dict[str, str], prompt: np.ndarray, served: np.ndarray) -> int:
+    """The `# prefix_tokens: N` line write_trace_csv adds when every prompt starts with one shared prefix."""
+    text = meta.get("prefix_tokens")
+    if text is None:
+        return 0
+    try:
+        prefix = int(text)
+    except ValueError:
+        prefix = -1
+    if prefix < 0:
+        raise SpecError(table.source, "prefix_tokens", f"the '# prefix_tokens:' line must give a whole number "
+                        f"of tokens >= 0, got {text!r}")
+    short = np.flatnonzero(served & (prompt <= prefix))
+    if short.size:
+        i = int(short[0])
+        raise SpecError(table.source, table.where(i), (
+            f"(line {table.line_of(i)}) a prompt of {int(prompt[i])} tokens cannot hold the shared prefix of "
+            f"{prefix} tokens (# prefix_tokens) and an input"))
+    return prefix

@@ -24,6 +24,7 @@ class Trace:
     n: np.ndarray | int | None = None   # int64 parallel samples per request; an int or None means all the same (1)
     source: str = ""         # human label; contains "stand-in" when lengths are synthetic
     duration_s: float | None = None     # time the trace covers; None means up to the last arrival
+    prefix_len: int = 0      # the first prefix_len tokens of every prompt are one shared prefix (0: none)
 
     def __post_init__(self):
         arrival = _column(self.arrival_s, np.float64)
@@ -38,6 +39,10 @@ class Trace:
         last = float(arrival[-1]) if count else 0.0
         duration = last if self.duration_s is None else float(self.duration_s)
         object.__setattr__(self, "duration_s", duration)
+        if isinstance(self.prefix_len, bool) or not isinstance(self.prefix_len, (int, np.integer)) \
+                or self.prefix_len < 0:
+            raise ValueError(f"prefix_len must be an integer >= 0, got {self.prefix_len!r}")
+        object.__setattr__(self, "prefix_len", int(self.prefix_len))
         _validate(self, last)
 
     def __len__(self) -> int:
@@ -68,7 +73,7 @@ class Trace:
         if not factor > 0:
             raise ValueError(f"time scale must be > 0, got {factor}")
         return Trace(self.arrival_s / factor, self.prompt_len, self.output_len, self.n,
-                     self.source, self.duration_s / factor)
+                     self.source, self.duration_s / factor, self.prefix_len)
 
     def fit_to(self, max_seq_len: int) -> Trace:
         """Drop (not truncate) requests with prompt + output >= max_seq_len, as the paper's generator did."""
@@ -76,16 +81,18 @@ class Trace:
         return self._select(keep)
 
     def with_source(self, source: str) -> Trace:
-        return Trace(self.arrival_s, self.prompt_len, self.output_len, self.n, source, self.duration_s)
+        return Trace(self.arrival_s, self.prompt_len, self.output_len, self.n, source, self.duration_s,
+                     self.prefix_len)
 
     def with_n(self, n: int) -> Trace:
-        return Trace(self.arrival_s, self.prompt_len, self.output_len, n, self.source, self.duration_s)
+        return Trace(self.arrival_s, self.prompt_len, self.output_len, n, self.source, self.duration_s,
+                     self.prefix_len)
 
     def _select(self, keep: np.ndarray, arrival_s: np.ndarray | None = None,
                 duration_s: float | None = None) -> Trace:
         return Trace(self.arrival_s[keep] if arrival_s is None else arrival_s,
                      self.prompt_len[keep], self.output_len[keep], self.n[keep], self.source,
-                     self.duration_s if duration_s is None else duration_s)
+                     self.duration_s if duration_s is None else duration_s, self.prefix_len)
 
 
 def _column(values, dtype) -> np.ndarray:
@@ -106,6 +113,8 @@ def _validate(trace: Trace, last_arrival: float) -> None:
             raise ValueError(f"every request needs {name} >= 1")
     if trace.duration_s < last_arrival:
         raise ValueError(f"duration_s {trace.duration_s} is before the last arrival {last_arrival}")
+    if trace.prefix_len and trace.prompt_len.min() <= trace.prefix_len:
+        raise ValueError(f"every prompt must be longer than the shared prefix of {trace.prefix_len} tokens")
 
 
 def write_trace_csv(trace: Trace, path: str | Path) -> Path:
@@ -113,13 +122,17 @@ def write_trace_csv(trace: Trace, path: str | Path) -> Path:
 
     Times are written with repr() so that reading the file back (recorded.read_recorded_trace)
     gives the same floats bit for bit.
-    The n column is written only when some request samples more than one sequence.
+    The n column is written only when some request samples more than one sequence, the
+    `# prefix_tokens:` line only when the prompts start with a shared prefix.
     """
     if len(trace) == 0:
         raise ValueError(f"no requests to write to {path}")  # a header-only file would not read back
     with_n = bool((trace.n != 1).any())
     header = ",".join(TRACE_COLUMNS + (("n",) if with_n else ()))
-    lines = [f"# source: {_one_line(trace.source)}", f"# duration_s: {trace.duration_s!r}", header]
+    lines = [f"# source: {_one_line(trace.source)}", f"# duration_s: {trace.duration_s!r}"]
+    if trace.prefix_len:
+        lines.append(f"# prefix_tokens: {trace.prefix_len}")
+    lines.append(header)
     columns = [trace.arrival_s.tolist(), trace.prompt_len.tolist(), trace.output_len.tolist()]
     if with_n:
         columns.append(trace.n.tolist())

@@ -2,6 +2,8 @@
 OPT-13B-class numbers for one A100-40GB (decode 22 ms/token at context 512, prefill 63 ms)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from calibrate.hardware import load_hardware
@@ -120,3 +122,21 @@ def test_faster_hardware_is_faster(opt13b, a100):
 def test_empty_batch_costs_at_most_the_weight_read(opt13b, a100):
     cost = RooflineCostModel(opt13b, a100)
     assert 0 <= cost.iteration_time(Batch()) <= cost.iteration_time(decode([1]))
+
+
+def test_a_prefill_over_a_cached_prefix_costs_its_attention_not_its_linear_layers(opt13b, a100):
+    from calibrate.profile_model import ProfileCostModel
+    from engine.core.batch import BatchShape
+
+    own, cached = BatchShape((40,)), BatchShape((40,), prefill_cached_lens=(336,))
+    full = BatchShape((376,))
+    assert cached.sum_prefill_sq == 40 * (40 + 2 * 336) and cached.num_tokens == 40
+    roofline = RooflineCostModel(opt13b, a100)
+    assert roofline.iteration_time(own) < roofline.iteration_time(cached) < roofline.iteration_time(full)
+    shipped = Path(__file__).resolve().parents[2] / "calibrate" / "profiles" / "h200-opt-13b.yaml"
+    profile = ProfileCostModel.from_profile(shipped)
+    assert profile.iteration_time(own) < profile.iteration_time(cached) < profile.iteration_time(full)
+    # nothing cached: the plain prompt's n^2, whether the list is empty or all zeros
+    zeros = prefill([40])
+    zeros.prefill_cached_lens.append(0)
+    assert zeros.sum_prefill_sq == 1600 and zeros.shape() == prefill([40]).shape()

@@ -290,7 +290,8 @@ def test_tpot_is_nan_where_undefined_never_zero():
         "num_preemptions": [0, 0, 0, 0]})
     iterations = pd.DataFrame({"start_s": [0.0], "duration_s": [1.0], "num_running_groups": [1],
                                "num_swap_blocks": [0], **{c: [0.0] for c in (
-                                   "kv_token", "kv_reserved", "kv_internal", "kv_external", "kv_idle")}})
+                                   "kv_token", "kv_reserved", "kv_internal", "kv_external", "kv_idle",
+                                   "unshared_blocks", "saved_blocks")}})
     summary = summarize(requests, iterations, pool_slots=16, warmup_s=0.0, horizon_s=10.0)
     assert summary["tpot_p50_s"] == summary["tpot_mean_s"] == 1.0  # only the request with a decode
     only_overload = summarize(requests.iloc[2:], iterations, pool_slots=16, warmup_s=0.0, horizon_s=10.0)

@@ -51,5 +51,10 @@ class Scheduler(ABC):
     def num_running(self) -> int: ...
 
     @abstractmethod
+    def release_cache(self) -> None:
+        """The run is over: free what the scheduler keeps cached across requests (vLLM: the shared
+        prefix's blocks). Every request's own blocks are freed as it finishes."""
+
+    @abstractmethod
     def groups_in_system(self) -> list[SequenceGroup]:
         """Every request admitted and not finished: waiting first (oldest first), then running, then swapped."""

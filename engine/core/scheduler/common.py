@@ -37,6 +37,9 @@ class QueueScheduler(Scheduler):
 
     # --- the contract ----------------------------------------------------------
     def add_request(self, group: SequenceGroup) -> None:
+        if not 0 <= group.prefix_len < group.prompt_len:
+            raise ValueError(f"request {group.request_id}: a shared prefix of {group.prefix_len} tokens must be "
+                             f"shorter than its prompt of {group.prompt_len}")
         final_len = group.prompt_len + group.output_len
         if final_len > self.max_seq_len:
             raise RequestTooLong(
@@ -72,6 +75,9 @@ class QueueScheduler(Scheduler):
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
+
+    def release_cache(self) -> None:
+        """Reservations keep nothing across requests; the paged scheduler overrides."""
 
     def groups_in_system(self) -> list[SequenceGroup]:
         return [*self.waiting, *self.running]
@@ -131,17 +137,21 @@ class QueueScheduler(Scheduler):
 
     def _batch_for(self, prefill_groups: list[SequenceGroup], decode_groups: list[SequenceGroup]) -> Batch:
         batch = Batch(num_running_groups=len(prefill_groups) + len(decode_groups))
+        cached_lens = batch.prefill_cached_lens
         for group in prefill_groups:
             live = group.live_seqs()
+            cached = group.num_cached_tokens  # a cached prefix: attended over, not computed
             if group.shares_prompt:  # one prompt computation, sampled by every sample
                 batch.prefill_seq_ids.append(live[0].seq_id)
-                batch.prefill_lens.append(live[0].length)
+                batch.prefill_lens.append(live[0].length - cached)
                 batch.prefill_sample_ids.append(tuple(s.seq_id for s in live))
+                cached_lens.append(cached)
                 continue
             for seq in live:  # recomputed apart: each sample's own history
                 batch.prefill_seq_ids.append(seq.seq_id)
-                batch.prefill_lens.append(seq.length)
+                batch.prefill_lens.append(seq.length - cached)
                 batch.prefill_sample_ids.append((seq.seq_id,))
+                cached_lens.append(cached)
         ids, contexts = batch.decode_seq_ids, batch.decode_context_lens
         running = SeqStatus.RUNNING
         for group in decode_groups:

@@ -77,7 +77,16 @@ class VLLMScheduler(QueueScheduler):
         return max(admit, grow)
 
     def _token_slots_of(self, group: SequenceGroup) -> int:
-        return shared_prompt_token_slots(group) if group.shares_prompt else unshared_token_slots(group)
+        slots = shared_prompt_token_slots(group) if group.shares_prompt else unshared_token_slots(group)
+        if group.prefix_blocks:  # the cached prefix's slots are counted once, while it is cached (_admit)
+            tables = 1 if group.shares_prompt else group.num_seqs
+            slots -= tables * group.prefix_blocks * self.block_size
+        return slots
+
+    def release_cache(self) -> None:
+        if self.blocks.prefix_table:
+            self.token_slots.slots -= len(self.blocks.prefix_table) * self.block_size
+            self.blocks.release_prefix()
 
     # --- one step ----------------------------------------------------------------
     def schedule(self) -> Batch:
@@ -147,13 +156,16 @@ class VLLMScheduler(QueueScheduler):
             if id(group) in preempted or not self.blocks.can_allocate(group):
                 break
             live = group.live_seqs()
-            prompt_tokens = live[0].length if group.shares_prompt else sum(s.length for s in live)
+            cached = self.blocks.cached_tokens(group)  # a cached prefix is attended over, not computed
+            prompt_tokens = live[0].length - cached if group.shares_prompt else sum(s.length - cached for s in live)
             if num_tokens + prompt_tokens > self.token_cap:
                 break
             if self.num_running_seqs + len(live) > self.system.max_num_seqs:
                 break
             self.waiting.popleft()
             self.blocks.allocate(group)
+            if group.prefix_blocks and not group.num_cached_tokens:  # it just cached the prefix
+                self.token_slots.slots += group.prefix_blocks * self.block_size
             self._start_running(group)
             self._insert_running(group)
             num_tokens += prompt_tokens
@@ -203,10 +215,10 @@ class VLLMScheduler(QueueScheduler):
                 raise RuntimeError(
                     f"request {group.request_id}: not enough CPU swap space to preempt it{why} "
                     f"({self.blocks.cpu.num_free} free CPU blocks); raise swap_space_gib")
+            self._stop_running(group, SeqStatus.SWAPPED)  # before the swap changes its prefix_blocks
             mapping = self.blocks.swap_out(group)
             swap_out.extend(mapping)
             self.num_swapped_out_blocks += len(mapping)
-            self._stop_running(group, SeqStatus.SWAPPED)
             insert_fcfs(self.swapped, group)
 
     def _insert_waiting(self, group: SequenceGroup) -> None:

@@ -41,6 +41,7 @@ class Req:
     prompt: int
     output: int
     n: int = 1
+    prefix: int = 0  # tokens of the run's one shared prefix at the start of the prompt
 
 
 @dataclass
@@ -73,7 +74,7 @@ def drive(sched, reqs: list[Req], checkers: tuple[Checker, ...] = (), max_steps:
                                   f"{sched.num_running} running")
         while pending and pending[0][1].arrival <= step:
             rid, r = pending.popleft()
-            group = make_group(rid, float(r.arrival), r.prompt, r.output, r.n, counter)
+            group = make_group(rid, float(r.arrival), r.prompt, r.output, r.n, counter, r.prefix)
             sched.add_request(group)
             groups.append(group)
         for c in checkers:
@@ -94,12 +95,15 @@ def batch_seq_ids(batch: Batch) -> list[int]:
 
 
 def check_block_manager(bm: BlockManager, status_of) -> None:
-    """Ref counts equal block-table entries per pool; free list and referenced blocks are disjoint."""
+    """Ref counts equal block-table entries per pool (plus the manager's own hold on a cached shared
+    prefix); free list and referenced blocks are disjoint; the shared-reference count is their excess."""
     for allocator, on_cpu in ((bm.gpu, False), (bm.cpu, True)):
         refs: Counter = Counter()
         for seq_id, table in bm.block_tables.items():
             if (status_of(seq_id) is SeqStatus.SWAPPED) == on_cpu:
                 refs.update(table)
+        if not on_cpu:
+            refs.update(bm.prefix_table)
         free = allocator._free
         assert len(free) == len(set(free)), f"{allocator.name}: a block is twice in the free list"
         assert all(0 <= b < allocator.num_blocks for b in list(refs) + free)
@@ -112,6 +116,19 @@ def check_block_manager(bm: BlockManager, status_of) -> None:
             assert (block in free_set) == (rc == 0), (
                 f"{allocator.name} block {block}: ref_count {rc}, in free list: {block in free_set}")
         assert allocator.num_free == allocator.num_blocks - len(refs)
+        assert allocator.num_shared_refs == sum(refs.values()) - len(refs), f"{allocator.name}: shared refs"
+    check_sharing(bm, status_of)
+
+
+def check_sharing(bm: BlockManager, status_of) -> None:
+    """The saved and unshared block counts, kept incrementally, equal a recount over the GPU tables:
+    without sharing each table entry would be a block; with it, each distinct block is one."""
+    holders: Counter = Counter()
+    for seq_id, table in bm.block_tables.items():
+        if status_of(seq_id) is not SeqStatus.SWAPPED:
+            holders.update(table)
+    assert bm.num_unshared_blocks == sum(holders.values())
+    assert bm.num_saved_blocks == sum(holders.values()) - len(holders)
 
 
 def check_usage(sched, step: int) -> None:
@@ -152,11 +169,14 @@ class StepInvariants(Checker):
             assert slot not in written, f"step {step}: two sequences write KV slot {slot}"
             written.add(slot)
 
-        for seq_id, length in zip(batch.prefill_seq_ids, batch.prefill_lens):
+        cached_lens = batch.prefill_cached_lens or [0] * len(batch.prefill_seq_ids)
+        for seq_id, length, cached in zip(batch.prefill_seq_ids, batch.prefill_lens, cached_lens):
             seq = sched.sequence(seq_id)
-            assert length == seq.length, "a prefill covers the whole current sequence"
+            assert cached + length == seq.length, "a prefill covers the whole current sequence, cached or computed"
             table = sched.block_table(seq_id)
-            for pos in range(length):
+            if cached:  # the cached tokens are the shared prefix's blocks, which nobody writes
+                assert cached % bs == 0 and table[:cached // bs] == sched.blocks.prefix_table
+            for pos in range(cached, cached + length):
                 write(table, pos, seq_id)
         for seq_id, ctx in zip(batch.decode_seq_ids, batch.decode_context_lens):
             seq = sched.sequence(seq_id)
