@@ -50,6 +50,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     sample.add_argument("--rate", type=float, required=True, help="requests per second")
     sample.add_argument("--duration-s", type=float, default=3600.0)
     sample.add_argument("--n", type=int, default=1, help="parallel samples per request")
+    sample.add_argument("--beam-width", type=int, default=1, help="beams per request (1: no beam search)")
     sample.add_argument("--seed", type=int, default=0)
     sample.add_argument("--max-seq-len", type=int, default=2048)
     sample.add_argument("--out", type=Path, required=True)
@@ -80,7 +81,8 @@ def cmd_stats(args) -> int:
 
 
 def cmd_sample(args) -> int:
-    raw = dict(dataset=args.dataset, arrival=args.arrival, cv=args.cv, duration_s=args.duration_s, n=args.n)
+    raw = dict(dataset=args.dataset, arrival=args.arrival, cv=args.cv, duration_s=args.duration_s, n=args.n,
+               beam_width=args.beam_width)
     try:
         cfg = WorkloadConfig.from_dict(raw, source="command line", base_dir=Path.cwd())
         trace = build_trace(cfg, args.rate, args.max_seq_len, np.random.default_rng(args.seed))

@@ -6,6 +6,8 @@
       cv: 1.0                # gamma only: coefficient of variation of the gaps
       duration_s: 3600
       n: 1                   # parallel samples per request
+      beam_width: 1          # beams per request (1: no beam search); a request has n > 1 or beam_width > 1
+      beam_continue: 0.93    # simulated beam search: P(a surviving candidate continues its own beam), sim/beams.py
       trace: null            # recorded trace to replay (dataset and arrival are then ignored)
       time_scale: null       # replay only: k x the recorded rate; null + a rate: scale to that mean rate
       window_s: null         # replay only: [start, end) on the recorded clock
@@ -22,6 +24,7 @@ import numpy as np
 
 from engine.specs.checks import choice, is_number, number, positive, positive_int
 from engine.specs.errors import SpecError
+from sim.beams import DEFAULT_BEAM_CONTINUE
 
 from .arrivals import ARRIVALS
 from .lengths import DATASET_NAMES, load_lengths
@@ -44,6 +47,8 @@ class WorkloadConfig:
     cv: float = 1.0
     duration_s: float = 3600.0
     n: int | None = None             # None: 1, or the recorded trace's own n column
+    beam_width: int | None = None    # None: 1, or the recorded trace's own beam_width column
+    beam_continue: float = DEFAULT_BEAM_CONTINUE
     trace: Path | None = None        # absolute path once resolved
     time_scale: float | None = None
     window_s: tuple[float, float] | None = None
@@ -72,6 +77,14 @@ class WorkloadConfig:
                                       low=0, low_open=True, high=MAX_DURATION_S)
         n = raw.get("n")
         values["n"] = None if n is None else positive_int(n, source, f"{SECTION}.n")
+        width = raw.get("beam_width")
+        values["beam_width"] = None if width is None else positive_int(width, source, f"{SECTION}.beam_width")
+        if (values["n"] or 1) > 1 and (values["beam_width"] or 1) > 1:
+            raise SpecError(source, f"{SECTION}.beam_width", (
+                f"{values['beam_width']} beams and n={values['n']} samples per request: a request samples n "
+                "sequences or searches beam_width beams, not both; set one of them to 1"))
+        values["beam_continue"] = number(raw.get("beam_continue", cls.beam_continue), source,
+                                         f"{SECTION}.beam_continue", low=0, high=1)
         if values["trace"] is None:
             values["dataset"] = _dataset(raw.get("dataset", cls.dataset), source, base_dir)
         return cls(**values)
@@ -95,11 +108,21 @@ def build_trace(cfg: WorkloadConfig, rate: float | None, max_seq_len: int,
     prompt, output = lengths.sample(len(arrival_s), max_seq_len, rng)
     shape = f" cv={cfg.cv:g}" if cfg.arrival == "gamma" else ""
     label = f"{lengths.source}; {cfg.arrival}{shape} arrivals at {rate:g} req/s for {cfg.duration_s:g} s"
-    return Trace(arrival_s, prompt, output, cfg.n or 1, label, cfg.duration_s)
+    return with_beam_label(Trace(arrival_s, prompt, output, cfg.n or 1, label, cfg.duration_s, cfg.beam_width or 1),
+                           cfg)
+
+
+def with_beam_label(trace: Trace, cfg: WorkloadConfig) -> Trace:
+    """A trace of beam searches says so, and how the simulator chooses the beams' parents."""
+    if not trace.has_beams:
+        return trace
+    widths = "/".join(str(w) for w in np.unique(trace.beam_width[trace.beam_width > 1]))
+    return trace.with_source(f"{trace.source}; beam search, width {widths} (simulated parents: a candidate "
+                             f"continues its own beam with probability beam_continue={cfg.beam_continue:g})")
 
 
 def _replay(cfg: WorkloadConfig, rate: float | None, max_seq_len: int) -> Trace:
-    return replayed(cfg, recorded(cfg, max_seq_len), rate)
+    return with_beam_label(replayed(cfg, recorded(cfg, max_seq_len), rate), cfg)
 
 
 def recorded(cfg: WorkloadConfig, max_seq_len: int) -> Trace:
@@ -138,7 +161,9 @@ def replayed(cfg: WorkloadConfig, trace: Trace, rate: float | None) -> Trace:
         factor = rate / trace.mean_rate
         trace = _scaled(cfg, trace, factor, "rates").with_source(
             f"{trace.source}; replayed at {factor:.4g}x the recorded rate ({rate:g} req/s)")
-    return trace if cfg.n is None else trace.with_n(cfg.n)
+    if cfg.n is not None:
+        trace = trace.with_n(cfg.n)
+    return trace if cfg.beam_width is None else trace.with_beam_width(cfg.beam_width)
 
 
 def _scaled(cfg: WorkloadConfig, trace: Trace, factor: float, key: str) -> Trace:
