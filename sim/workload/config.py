@@ -17,6 +17,7 @@ Relative paths are looked up beside the config file, then in the current directo
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -36,6 +37,7 @@ SECTION = "workload"
 # The authors' Poisson generator draws one count per 10 ms of arrivals, so the duration sets its
 # memory: a day is 8.6 M draws; longer is a recorded trace's job (workload.trace).
 MAX_DURATION_S = 86_400.0
+BEAM_LABEL = re.compile(r"; beam search, width [0-9/]+ \(simulated parents: [^)]*\)")
 # Gamma gaps have shape 1/cv^2: outside this range the draws under- or overflow and lose their mean.
 CV_RANGE = (0.001, 10.0)
 
@@ -117,7 +119,8 @@ def with_beam_label(trace: Trace, cfg: WorkloadConfig) -> Trace:
     if not trace.has_beams:
         return trace
     widths = "/".join(str(w) for w in np.unique(trace.beam_width[trace.beam_width > 1]))
-    return trace.with_source(f"{trace.source}; beam search, width {widths} (simulated parents: a candidate "
+    source = BEAM_LABEL.sub("", trace.source)  # a trace file written from a run says it already: once
+    return trace.with_source(f"{source}; beam search, width {widths} (simulated parents: a candidate "
                              f"continues its own beam with probability beam_continue={cfg.beam_continue:g})")
 
 

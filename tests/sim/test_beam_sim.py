@@ -163,3 +163,12 @@ def test_a_beam_trace_needs_the_runs_rng(write_config):
     with pytest.raises(ValueError, match="seeded rng"):
         simulate(trace_for(exp, 4.0, 0), exp.model, system, make_cost_model(exp, system), pool.num_gpu_blocks,
                  pool.num_cpu_blocks)
+
+
+def test_a_replayed_beam_trace_states_its_parent_model_once(write_config, tmp_path):
+    exp = load_experiment(write_config(BEAMS))
+    write_trace_csv(trace_for(exp, 4.0, 0), tmp_path / "rec.csv")
+    text = BEAMS.replace("dataset: alpaca-standin\n  duration_s: 40", "trace: rec.csv\n  beam_continue: 0.5")
+    replay = load_experiment(write_config(text, "replay.yaml"))
+    source = trace_for(replay, 4.0, 0).source
+    assert source.count("beam search") == 1 and "beam_continue=0.5" in source, source
