@@ -172,9 +172,9 @@ class Engine:
             run.core.check_schedulable()
             return False
         sampled, measured = self._execute(run, step.batch, sampling)
+        forks = run.beam.take_forks() if step.batch.beam_groups else None  # the beam searches' choice
         # host work charged to this iteration: its admission, scheduling and inputs, and the previous
         # iteration's completion and records, which ran between the two forwards
-        forks = run.beam.take_forks() if step.batch.beam_groups else None
         self.last_host_s = time.perf_counter() - started - measured + run.carried_host_s
         if time_fn is not None:
             run.clock += time_fn(step.batch)
