@@ -88,7 +88,13 @@ def pool_for(cfg: ValidationConfig, system: SystemSpec, spec: ModelSpec) -> Pool
 
 
 def check_trace(trace: Trace, spec: ModelSpec, source: str, what: str = "trace") -> None:
-    """Every request must fit the served model: reported by row, with its lengths, before anything runs."""
+    """Every request must fit the served model: reported by row, with its lengths, before anything runs.
+    And none is a beam search: its forks are each plane's own choice, so schedules differ by design."""
+    if trace.has_beams:
+        row = int(trace.beam_width.argmax())
+        raise SpecError(source, f"{what} row {row}", (
+            f"beam_width {int(trace.beam_width[row])}: a beam search cannot be validated (the engine forks its "
+            "beams from its scores, the simulator from sim/beams.py's model); replay a trace without beams"))
     total = trace.prompt_len + trace.output_len
     bad = [int(i) for i in (total > spec.max_seq_len).nonzero()[0]]
     if not bad:

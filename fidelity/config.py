@@ -205,6 +205,10 @@ def validation_from_dict(raw: Any, source: str, base_dir: Path) -> ValidationCon
         raise SpecError(source, "experiment.dtype_bytes", (
             f"is {exp.dtype_bytes}, but the engine runs {options.resolved_dtype} ({dtype_bytes} bytes); "
             f"set dtype_bytes: {dtype_bytes}"))
+    if (exp.workload.beam_width or 1) > 1:
+        raise SpecError(source, "experiment.workload.beam_width", (
+            "validation compares schedules, and a beam search's forks are each plane's own choice (the engine's "
+            "from its scores, the simulator's from sim/beams.py's model), so they differ by design; set 1"))
     if len(exp.seeds) != 1:
         raise SpecError(source, "experiment.seeds", f"validation replays one trace per rate; give one seed, "
                         f"got {list(exp.seeds)}")

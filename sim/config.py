@@ -260,13 +260,16 @@ def check_batching(exp: Experiment) -> None:
             raise SpecError(exp.source, "workload.n", (
                 f"{exp.workload.n} samples per request can never run together: {system.name} batches at most "
                 f"{seqs_per_batch(system)} sequences (systems[{i}]); give at most {seqs_per_batch(system)}"))
+        width = exp.workload.beam_width
+        if width is not None and width > seqs_per_batch(system):
+            raise SpecError(exp.source, "workload.beam_width", (
+                f"{width} beams per request can never run together: {system.name} batches at most "
+                f"{seqs_per_batch(system)} sequences (systems[{i}]); give at most {seqs_per_batch(system)}"))
 
 
 def seqs_per_batch(system: SystemSpec) -> int:
     """The most sequences one iteration runs: FasterTransformer's B, else max_num_seqs."""
-    if system.kind == "fastertransformer" and system.max_batch_size is not None:
-        return system.max_batch_size
-    return system.max_num_seqs
+    return system.max_seqs_per_batch
 
 
 def check_fits(exp: Experiment) -> None:
@@ -333,11 +336,16 @@ def check_workload(exp: Experiment, check_warmup: bool = True) -> None:
         return
     trace = recorded(workload, exp.model.max_seq_len)
     caps = {s.name: seqs_per_batch(s) for s in exp.systems}
-    if workload.n is None and int(trace.n.max()) > min(caps.values()):
+    if workload.n is None and (workload.beam_width or 1) == 1 and int(trace.n.max()) > min(caps.values()):
         name = min(caps, key=caps.get)
         raise SpecError(exp.source, "workload.trace", (
             f"a request of {Path(workload.trace).name} has {int(trace.n.max())} samples, more than {name} ever "
             f"batches ({caps[name]} sequences); set workload.n or raise max_num_seqs"))
+    if workload.beam_width is None and workload.n is None and int(trace.beam_width.max()) > min(caps.values()):
+        name = min(caps, key=caps.get)
+        raise SpecError(exp.source, "workload.trace", (
+            f"a request of {Path(workload.trace).name} has {int(trace.beam_width.max())} beams, more than {name} "
+            f"ever batches ({caps[name]} sequences); set workload.beam_width or raise max_num_seqs"))
     for rate in exp.rates:
         last_s = float(replayed(workload, trace, rate).arrival_s[-1])
         if check_warmup and exp.warmup_s > last_s:

@@ -15,6 +15,7 @@ from engine.core.records import ServingRecords
 from engine.core.scheduler.base import Scheduler
 from engine.core.serving import ReplayRequest, ServingCore
 from engine.specs.errors import SpecError
+from sim.beams import BeamParentModel
 
 
 class ClockFault(Exception):
@@ -27,11 +28,12 @@ class ClockFault(Exception):
 
 class Replica:
     def __init__(self, env: simpy.Environment, index: int, scheduler: Scheduler, cost_model: CostModel,
-                 records: ServingRecords, horizon_s: float):
+                 records: ServingRecords, horizon_s: float, beams: BeamParentModel | None = None):
         self.env = env
         self.index = index
         self.core = ServingCore(scheduler, records, replica=index)
         self.cost_model = cost_model
+        self.beams = beams  # chooses the beam searches' parents; None: the trace has none
         self.horizon_s = horizon_s
         self.arrivals_done = False
         self._wake = env.event()
@@ -72,7 +74,14 @@ class Replica:
             if not 0.0 <= seconds < math.inf:  # NaN fails both comparisons
                 raise ClockFault(self._bad_step_time(seconds, step.batch))
             yield env.timeout(seconds)
-            core.finish(step, env.now)
+            core.finish(step, env.now, self._beam_parents(step.batch))
+
+    def _beam_parents(self, batch) -> dict[int, int] | None:
+        if not batch.beam_groups:
+            return None
+        if self.beams is None:
+            raise ValueError("the trace has beam searches but the replica has no BeamParentModel to choose parents")
+        return self.beams.parents(batch)
 
     def _bad_step_time(self, seconds: float, batch) -> SpecError:
         """A cost model's garbage would reach SimPy as "Negative delay" or freeze the clock at NaN: name

@@ -18,12 +18,13 @@ def arrivals(env, trace: Trace, replicas: list[Replica], policy: str):
     times = trace.arrival_s.tolist()
     prompts, outputs, ns = trace.prompt_len.tolist(), trace.output_len.tolist(), trace.n.tolist()
     prefix_len = trace.prefix_len
+    widths = trace.beam_width.tolist()
     for request_id, arrival_s in enumerate(times):
         delay = arrival_s - env.now
         if delay > 0:
             yield env.timeout(delay)
         replica = pick_replica(replicas, policy, request_id)
         replica.submit(ReplayRequest(request_id, arrival_s, prompts[request_id], outputs[request_id], ns[request_id],
-                                     prefix_len))
+                                     prefix_len=prefix_len, beam_width=widths[request_id]))
     for replica in replicas:
         replica.close()

@@ -43,27 +43,32 @@ def make_cost_model(exp: Experiment, system: SystemSpec) -> CostModel:
                              system.block_size, config.roofline)
 
 
-def trace_for(exp: Experiment, rate: float, seed: int) -> Trace:
-    """The same requests for every system at a given rate and seed."""
-    return build_trace(exp.workload, rate, exp.model.max_seq_len, np.random.default_rng(seed))
+def trace_for(exp: Experiment, rate: float, seed: int, rng: np.random.Generator | None = None) -> Trace:
+    """The same requests for every system at a given rate and seed (drawn from `rng`, the run's
+    Generator, when given: it is seeded with `seed`)."""
+    rng = np.random.default_rng(seed) if rng is None else rng
+    return build_trace(exp.workload, rate, exp.model.max_seq_len, rng)
 
 
-def simulate_trace(exp: Experiment, system: SystemSpec, trace: Trace, cost_model: CostModel | None = None
-                   ) -> tuple[Records, float]:
-    """Serve a trace on exp.replicas replicas; returns the records and the horizon used."""
+def simulate_trace(exp: Experiment, system: SystemSpec, trace: Trace, cost_model: CostModel | None = None,
+                   rng: np.random.Generator | None = None) -> tuple[Records, float]:
+    """Serve a trace on exp.replicas replicas; returns the records and the horizon used. `rng` is the
+    run's Generator, which a trace of beam searches draws their parents from (sim.beams)."""
     cost_model = cost_model or make_cost_model(exp, system)
     pool = exp.kv_pool(system)
     span = float(trace.arrival_s[-1]) if len(trace) else 0.0
     horizon_s = max(span, exp.warmup_s, 1.0) * exp.max_time_factor
     records = simulate(trace, exp.model, system, cost_model, pool.num_gpu_blocks, pool.num_cpu_blocks,
-                       replicas=exp.replicas, router=exp.router, horizon_s=horizon_s)
+                       replicas=exp.replicas, router=exp.router, horizon_s=horizon_s, rng=rng,
+                       beam_continue=exp.workload.beam_continue)
     return records, horizon_s
 
 
 def run_one(exp: Experiment, system: SystemSpec, rate: float, seed: int) -> RunResult:
-    trace = trace_for(exp, rate, seed)
+    rng = np.random.default_rng(seed)  # the run's one Generator: the trace, then the beams' parents
+    trace = trace_for(exp, rate, seed, rng)
     cost_model = make_cost_model(exp, system)
-    records, horizon_s = simulate_trace(exp, system, trace, cost_model)
+    records, horizon_s = simulate_trace(exp, system, trace, cost_model, rng)
     requests, iterations = records.requests_frame(), records.iterations_frame()
     metrics = summarize(requests, iterations, pool_slots=exp.kv_pool(system).num_slots,
                         warmup_s=exp.warmup_s, horizon_s=horizon_s)

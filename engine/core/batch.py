@@ -88,6 +88,10 @@ class Batch(ShapeMetrics):
     empty (nothing cached anywhere) or has one entry per prefill. A decode feeds sequence `decode_seq_ids[i]` its
     last token at context length `decode_context_lens[i]` (that token included) and samples
     one more. Block plans are applied before the forward: swap-out, swap-in, then copies.
+
+    `beam_groups` lists the beam searches in the batch, each as its beams' sequence ids: their
+    tokens are not sampled one by one but chosen together (engine.core.beam), and after a decode
+    step the data plane tells complete() which beam each survivor continues.
     """
 
     prefill_seq_ids: list[int] = field(default_factory=list)
@@ -100,6 +104,7 @@ class Batch(ShapeMetrics):
     blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  # (cpu, gpu)
     blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  # (gpu, cpu)
     num_running_groups: int = 0  # requests in the batch (the paper's "batched requests")
+    beam_groups: list[tuple[int, ...]] = field(default_factory=list)
 
     @property
     def is_empty(self) -> bool:

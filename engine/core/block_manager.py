@@ -159,6 +159,28 @@ class BlockManager:
         self.gpu.free(last)
         return last, fresh
 
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        """Beam search: the child drops its blocks and continues the parent's, shared by reference
+        count (paper-era `fork`: the table is copied, every block gains a holder, nothing is
+        allocated). A shared last block is copied on the next append_slot."""
+        table = self.block_tables[parent.seq_id]
+        for block in table:
+            self.gpu.incref(block)
+        for block in self.block_tables[child.seq_id]:
+            self.gpu.free(block)
+        self.block_tables[child.seq_id] = list(table)
+
+    def held_token_slots(self, group: SequenceGroup) -> int:
+        """Slots of the group's GPU blocks holding a token's K/V, each block once however many beams
+        hold it (a token sampled but not yet given a slot is not counted)."""
+        bs, seen, slots = self.block_size, set(), 0
+        for seq in group.live_seqs():
+            for i, block in enumerate(self.block_tables[seq.seq_id]):
+                if block not in seen:
+                    seen.add(block)
+                    slots += min(bs, seq.length - i * bs)
+        return slots
+
     def free(self, seq: Sequence) -> None:
         table = self.block_tables.pop(seq.seq_id, None)
         if table is None:

@@ -69,12 +69,12 @@ def shared_prompt_token_slots(group: SequenceGroup) -> int:
     return group.prompt_len + sum(s.length - s.prompt_len for s in group.seqs)
 
 
-def paged_usage(blocks: BlockManager, tokens: TokenSlots, someone_waits: bool) -> KVUsage:
+def paged_usage(blocks: BlockManager, token_slots: int, someone_waits: bool) -> KVUsage:
     """vLLM's paged pool: an allocated block holds tokens, and the unfilled slots of a
     sequence's last block are internal fragmentation; nothing is reserved ahead. (Between
     complete() and the next schedule() the newest tokens have no slot yet: hence the min.)"""
     used = blocks.num_used_gpu_blocks * blocks.block_size
-    token = min(tokens.slots, used)
+    token = min(token_slots, used)
     usage = KVUsage(token=token, internal=used - token, unshared_blocks=blocks.num_unshared_blocks,
                     saved_blocks=blocks.num_saved_blocks)
     return _place_free(usage, blocks.gpu.num_free * blocks.block_size, someone_waits)

@@ -37,7 +37,7 @@ class Sequence:
 
 @dataclass(slots=True, eq=False)
 class SequenceGroup:
-    """A request: one prompt and the n sequences sampled from it."""
+    """A request: one prompt and the n sequences sampled from it, or the k beams searched from it."""
 
     request_id: int
     arrival_s: float
@@ -57,6 +57,9 @@ class SequenceGroup:
     # its prefill computes it, once, for every later one)
     prefix_blocks: int = 0
     num_cached_tokens: int = 0
+    # beam search: the sequences are beams, and after each decode step the data plane says which
+    # beam each surviving candidate continues (engine.core.beam); False: independent samples
+    is_beam: bool = False
 
     @property
     def prompt_len(self) -> int:
@@ -95,6 +98,11 @@ class SequenceCounter:
 
 
 def make_group(request_id: int, arrival_s: float, prompt_len: int, output_len: int,
-               n: int, next_seq_id: SequenceCounter, prefix_len: int = 0) -> SequenceGroup:
-    seqs = [Sequence(next_seq_id(), prompt_len, output_len) for _ in range(n)]
-    return SequenceGroup(request_id, arrival_s, seqs, prefix_len=prefix_len)
+               n: int, next_seq_id: SequenceCounter, prefix_len: int = 0, beam_width: int = 1) -> SequenceGroup:
+    """n samples, or (beam_width > 1) a beam search of that width; a request is one or the other."""
+    if n > 1 and beam_width > 1:
+        raise ValueError(f"request {request_id}: n={n} samples and beam_width={beam_width} together; "
+                         "a request samples n sequences or searches beam_width beams, not both")
+    count = max(n, beam_width)
+    seqs = [Sequence(next_seq_id(), prompt_len, output_len) for _ in range(count)]
+    return SequenceGroup(request_id, arrival_s, seqs, prefix_len=prefix_len, is_beam=beam_width > 1)

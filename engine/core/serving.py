@@ -7,12 +7,13 @@ Only the middle differs between the planes, so `ServingCore` does the rest:
 
     step = core.start(now)          # None: nothing to run now
     ... the data plane spends the batch's seconds ...
-    core.finish(step, now)          # completions, records
+    core.finish(step, now, beam_parents)   # completions (and the data plane's beam forks), records
 
 so a real run and a simulated run of one trace take the same decisions by construction.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from engine.core.batch import Batch
@@ -24,8 +25,9 @@ from engine.core.sequence import SequenceCounter, SequenceGroup, make_group
 
 @dataclass(frozen=True, slots=True)
 class ReplayRequest:
-    """One request of a trace: when it arrives and how long its prompt and output are; the first
-    prefix_len tokens of its prompt are the workload's shared prefix (0: none)."""
+    """One request of a trace: when it arrives, how long its prompt and output are, and how many
+    sequences it generates: n samples, or a beam search of beam_width beams (one or the other); the
+    first prefix_len tokens of its prompt are the workload's shared prefix (0: none)."""
 
     request_id: int
     arrival_s: float
@@ -33,6 +35,7 @@ class ReplayRequest:
     output_len: int
     n: int = 1
     prefix_len: int = 0
+    beam_width: int = 1
 
 
 @dataclass(slots=True)
@@ -59,7 +62,8 @@ class ServingCore:
 
     def admit(self, request: ReplayRequest) -> SequenceGroup:
         group = make_group(request.request_id, request.arrival_s, request.prompt_len, request.output_len,
-                           request.n, self.next_seq_id, request.prefix_len)
+                           request.n, self.next_seq_id, prefix_len=request.prefix_len,
+                           beam_width=request.beam_width)
         self.scheduler.add_request(group)
         self.outstanding += 1
         return group
@@ -72,11 +76,16 @@ class ServingCore:
             return None
         return Step(batch, self.scheduler.kv_usage(), now_s)
 
-    def finish(self, step: Step, now_s: float) -> list[SequenceGroup]:
-        """The batch ran until now_s: record the iteration, apply it, record the requests it finished."""
+    def finish(self, step: Step, now_s: float, beam_parents: Mapping[int, int] | None = None
+               ) -> list[SequenceGroup]:
+        """The batch ran until now_s: record the iteration, apply it, record the requests it finished.
+
+        beam_parents: the data plane's choice for the batch's beam searches (step.batch.beam_groups)
+        after a decode step, as forks {child seq id: parent seq id} (engine.core.beam.beam_parents);
+        a beam left out continues itself."""
         self.records.add_iteration(step.batch, step.usage, step.start_s, now_s - step.start_s,
                                    self.scheduler.num_waiting, self.replica)
-        finished = self.scheduler.complete(step.batch, now_s)
+        finished = self.scheduler.complete(step.batch, now_s, beam_parents)
         for group in finished:
             self.records.add_request(group, self.replica)
         self.outstanding -= len(finished)
@@ -94,8 +103,9 @@ class ServingCore:
     def unschedulable_message(self) -> str:
         s = self.scheduler
         first = s.groups_in_system()[0] if s.num_waiting else None  # the oldest waiting request
+        width = "beam_width" if first is not None and first.is_beam else "n"
         which = (f"; the first is request {first.request_id} (prompt {first.prompt_len} + output "
-                 f"{first.output_len} tokens, n={first.num_seqs})" if first is not None else "")
+                 f"{first.output_len} tokens, {width}={first.num_seqs})" if first is not None else "")
         where = f"replica {self.replica}: " if self.replica else ""
         return (f"{where}{s.num_waiting} waiting requests can never be scheduled: the KV pool of "
                 f"{s.num_gpu_blocks} blocks x {s.block_size} tokens is too small{which}")

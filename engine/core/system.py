@@ -45,6 +45,13 @@ class SystemSpec:
     watermark: float = 0.01
     max_batch_size: int | None = None  # fastertransformer B; None = as many as memory allows
 
+    @property
+    def max_seqs_per_batch(self) -> int:
+        """The most sequences one iteration runs: FasterTransformer's B, else max_num_seqs."""
+        if self.kind == "fastertransformer" and self.max_batch_size is not None:
+            return self.max_batch_size
+        return self.max_num_seqs
+
     def validate(self, source: str, key: str) -> None:
         def bad(field: str, message: str) -> SpecError:
             return SpecError(source, f"{key}.{field}", message)

@@ -21,6 +21,7 @@ from engine.core.sequence import SequenceGroup
 from engine.core.serving import ReplayRequest, ServingCore
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
+from engine.runtime.beam import BeamSearch
 from engine.runtime.cache import GIB, kv_block_bytes
 from engine.runtime.records import ReplayResult, check_request, replay_requests
 from engine.runtime.runner import ModelRunner, resolve_dtype
@@ -40,6 +41,8 @@ class ServingRun:
     prompts: dict[int, list[int]]  # request_id -> prompt token ids
     tokens: dict[int, list[int]] = field(default_factory=dict)  # seq_id -> prompt + generated
     outputs: dict[int, list[list[int]]] = field(default_factory=dict)  # request_id -> generated, per sample
+    beam: BeamSearch = field(default_factory=BeamSearch)  # the beams in flight and their scores
+    beam_scores: dict[int, list[float]] = field(default_factory=dict)  # request_id -> each beam's final score
     clock: float = 0.0  # virtual seconds
     # per iteration, the wall seconds of its step outside the timed forward: scheduling, building the
     # inputs, completing and recording (on the clock only with clock="step"; see ReplayResult.host_s)
@@ -96,10 +99,26 @@ class Engine:
         run = self._run(requests, self._given_prompts(prompts), sampling, self.time_fn)
         return [out for i in range(len(prompts)) for out in run.outputs[i]]
 
+    def beam_search(self, prompts: list[list[int]], max_new_tokens: int,
+                    beam_width: int) -> list[list[tuple[list[int], float]]]:
+        """A beam search of `beam_width` beams from each prompt, exactly max_new_tokens long (EOS
+        ignored): per prompt, every final beam as (generated tokens, sum of their log-probabilities),
+        best first. All requests arrive at time 0 and are served together, as generate() serves them."""
+        if self.runner is None:
+            raise ValueError("beam_search needs the model: build the Engine with run_model=True")
+        requests = [ReplayRequest(i, 0.0, len(p), max_new_tokens, beam_width=beam_width)
+                    for i, p in enumerate(prompts)]
+        run = self._run(requests, self._given_prompts(prompts), SamplingParams(), self.time_fn)
+        results = []
+        for i in range(len(prompts)):
+            beams = list(zip(run.outputs[i], run.beam_scores[i]))
+            results.append(sorted(beams, key=lambda beam: -beam[1]))
+        return results
+
     def replay(self, requests, sampling: SamplingParams | str = "greedy",
                time_fn: TimeFn | None = None) -> ReplayResult:
-        """Serve a trace in virtual time: rows of (arrival_s, prompt_len, output_len, n), or a
-        columnar trace. Prompts are random token ids from the engine's seed. The clock
+        """Serve a trace in virtual time: rows of (arrival_s, prompt_len, output_len, n[, beam_width]),
+        or a columnar trace. Prompts are random token ids from the engine's seed. The clock
         advances by each iteration's measured time (or time_fn(batch)) and jumps to the next
         arrival when idle."""
         sampling = SamplingParams(sampling) if isinstance(sampling, str) else sampling
@@ -133,7 +152,7 @@ class Engine:
     # --- the serving loop: the control plane's step, timed by the runner ------------------
     def _run(self, requests: list[ReplayRequest], prompts, sampling, time_fn) -> ServingRun:
         for request in requests:
-            check_request(request, self.spec.max_seq_len)
+            check_request(request, self.spec.max_seq_len, self.system)
         if len({r.request_id for r in requests}) != len(requests):
             raise ValueError("request ids must be unique")
         if self.runner is not None:
@@ -161,6 +180,7 @@ class Engine:
             run.core.check_schedulable()
             return False
         sampled, measured = self._execute(run, step.batch, sampling)
+        forks = run.beam.take_forks() if step.batch.beam_groups else None  # the beam searches' choice
         # host work charged to this iteration: its admission, scheduling and inputs, and the previous
         # iteration's completion and records, which ran between the two forwards
         self.last_host_s = time.perf_counter() - started - measured + run.carried_host_s
@@ -170,9 +190,11 @@ class Engine:
             run.clock += measured + (self.last_host_s if self.clock == "step" else 0.0)
         answered = time.perf_counter()  # a time_fn may probe the machine: not the engine's work, not counted
         self._admit_arrivals(run)  # those arriving during the iteration wait, as in the simulator
+        if forks:  # a child beam continues its parent's tokens, as the control plane gives it the parent's KV
+            run.tokens.update({child: list(run.tokens[parent]) for child, parent in forks.items()})
         for seq_id, token in sampled.items():
             run.tokens[seq_id].append(token)
-        for group in run.core.finish(step, run.clock):
+        for group in run.core.finish(step, run.clock, forks):
             self._finish(run, group)
         run.host_s.append(self.last_host_s)
         run.carried_host_s = time.perf_counter() - answered
@@ -184,11 +206,14 @@ class Engine:
             if self.runner is not None:
                 for seq in group.seqs:
                     run.tokens[seq.seq_id] = list(run.prompts[group.request_id])
+                if group.is_beam:
+                    run.beam.start(s.seq_id for s in group.seqs)
 
     def _execute(self, run: ServingRun, batch: Batch, sampling) -> tuple[dict[int, int], float]:
-        if self.runner is None:  # control plane only
+        if self.runner is None:  # control plane only: every beam continues itself
             return {}, 0.0
-        return self.runner.execute(batch, run.tokens, run.core.scheduler.block_table, sampling)
+        beam = {"beam": run.beam} if batch.beam_groups else {}
+        return self.runner.execute(batch, run.tokens, run.core.scheduler.block_table, sampling, **beam)
 
     def _apply_plans_only(self, run: ServingRun, batch: Batch | None) -> None:
         # a batch can preempt by swapping and run nothing; the KV must still move, or the
@@ -202,3 +227,5 @@ class Engine:
         if self.runner is None:
             return
         run.outputs[group.request_id] = [run.tokens.pop(s.seq_id)[group.prompt_len:] for s in group.seqs]
+        if group.is_beam:
+            run.beam_scores[group.request_id] = run.beam.pop_scores(s.seq_id for s in group.seqs)

@@ -15,6 +15,7 @@ from engine.core.records import (
     ServingRecords,
 )
 from engine.core.serving import ReplayRequest
+from engine.core.system import SystemSpec
 
 
 @dataclass
@@ -42,46 +43,57 @@ def _row_value(row, name: str, index: int, default=None):
     value = row.get(name, default) if isinstance(row, dict) else getattr(row, name, default)
     if value is None:
         raise ValueError(f"request row {index}: missing {name!r} (need arrival_s, prompt_len, output_len; "
-                         "n and request_id are optional)")
+                         "n, beam_width and request_id are optional)")
     return value
+
+
+def _per_row(trace, name: str, count: int) -> list[int]:
+    """A columnar trace's n or beam_width: an array, one int for all, or absent (1)."""
+    values = getattr(trace, name, None)
+    if values is None:
+        return [1] * count
+    if hasattr(values, "__len__"):
+        return list(values)
+    return [int(values)] * count
 
 
 def replay_requests(requests) -> list[ReplayRequest]:
     """Rows (ReplayRequest, mappings or objects with the fields), or a columnar trace whose
-    arrival_s / prompt_len / output_len / n are arrays and whose prefix_len (if any) is one number for
-    every request (sim's Trace). Ids default to the row index."""
+    arrival_s / prompt_len / output_len / n / beam_width are arrays and whose prefix_len (if any) is one
+    number for every request (sim's Trace). Ids default to the row index."""
     if hasattr(requests, "arrival_s") and not isinstance(requests, ReplayRequest):
         prefix_len = int(getattr(requests, "prefix_len", 0))
         count = len(requests.arrival_s)
-        n = getattr(requests, "n", None)
-        if n is None:
-            ns = [1] * count
-        elif hasattr(n, "__len__"):
-            ns = list(n)
-        else:
-            ns = [int(n)] * count
-        requests = [dict(arrival_s=a, prompt_len=p, output_len=o, n=k, prefix_len=prefix_len) for a, p, o, k in
-                    zip(requests.arrival_s, requests.prompt_len, requests.output_len, ns)]
+        requests = [dict(arrival_s=a, prompt_len=p, output_len=o, n=k, beam_width=w, prefix_len=prefix_len)
+                    for a, p, o, k, w in zip(requests.arrival_s, requests.prompt_len, requests.output_len,
+                                             _per_row(requests, "n", count), _per_row(requests, "beam_width", count))]
     rows = []
     for i, row in enumerate(requests):
         if isinstance(row, (tuple, list)):
-            row = dict(zip(("arrival_s", "prompt_len", "output_len", "n"), row))
+            row = dict(zip(("arrival_s", "prompt_len", "output_len", "n", "beam_width"), row))
         rows.append(ReplayRequest(int(_row_value(row, "request_id", i, i)), float(_row_value(row, "arrival_s", i)),
                                   int(_row_value(row, "prompt_len", i)), int(_row_value(row, "output_len", i)),
-                                  int(_row_value(row, "n", i, 1)), int(_row_value(row, "prefix_len", i, 0))))
+                                  int(_row_value(row, "n", i, 1)), prefix_len=int(_row_value(row, "prefix_len", i, 0)),
+                                  beam_width=int(_row_value(row, "beam_width", i, 1))))
     return rows
 
 
-def check_request(request: ReplayRequest, max_seq_len: int) -> None:
+def check_request(request: ReplayRequest, max_seq_len: int, system: SystemSpec | None = None) -> None:
     where = f"request {request.request_id}"
     if request.arrival_s < 0 or request.arrival_s != request.arrival_s:
         raise ValueError(f"{where}: arrival_s must be >= 0, got {request.arrival_s}")
-    for name in ("prompt_len", "output_len", "n"):
+    for name in ("prompt_len", "output_len", "n", "beam_width"):
         if getattr(request, name) < 1:
             raise ValueError(f"{where}: {name} must be >= 1, got {getattr(request, name)}")
     if not 0 <= request.prefix_len < request.prompt_len:
         raise ValueError(f"{where}: a shared prefix of {request.prefix_len} tokens must be shorter than its "
                          f"prompt of {request.prompt_len}")
+    if request.n > 1 and request.beam_width > 1:
+        raise ValueError(f"{where}: n={request.n} and beam_width={request.beam_width}; a request samples n "
+                         "sequences or searches beam_width beams, not both")
+    if system is not None and request.beam_width > system.max_seqs_per_batch:
+        raise ValueError(f"{where}: beam_width {request.beam_width} is more beams than {system.name} ever "
+                         f"batches ({system.max_seqs_per_batch} sequences); give at most {system.max_seqs_per_batch}")
     if request.prompt_len + request.output_len > max_seq_len:
         raise ValueError(f"{where}: prompt {request.prompt_len} + output {request.output_len} tokens "
                          f"exceeds the model's max_seq_len {max_seq_len}")

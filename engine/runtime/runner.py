@@ -9,6 +9,7 @@ from engine.core.batch import Batch
 from engine.core.blocks import blocks_for
 from engine.core.spec import ModelSpec
 from engine.kernels.backend import BACKENDS, resolve_backend
+from engine.runtime.beam import BeamSearch
 from engine.runtime.cache import (
     DEFAULT_MEMORY_FRACTION,
     PagedKVCache,
@@ -109,20 +110,25 @@ class ModelRunner:
 
     # --- one iteration ------------------------------------------------------------
     def execute(self, batch: Batch, tokens: dict[int, list[int]], block_table_fn: BlockTableFn,
-                sampling: SamplingParams | str = "greedy") -> tuple[dict[int, int], float]:
+                sampling: SamplingParams | str = "greedy", *,
+                beam: BeamSearch | None = None) -> tuple[dict[int, int], float]:
         """Run `batch`; returns the sampled token of every sampled sequence and the seconds it took.
 
         tokens[seq_id] is the sequence's whole token list (prompt + generated), as long as
         the batch says. Everything is validated before any block plan or cache write runs.
         Timed: input transfer, block plans, forward and sampling (not the host-side checks).
+        The batch's beam searches (batch.beam_groups) choose their tokens in `beam`, which then
+        holds their forks; `sampling` does not apply to them (beam search is temperature 0).
         """
         if isinstance(sampling, str):
             sampling = SamplingParams(sampling)
+        if batch.beam_groups and beam is None:
+            raise ValueError("the batch holds beam searches (beam_groups): pass the run's BeamSearch")
         host = build_inputs(batch, tokens, block_table_fn, self.limits)
         self.cache.check_block_plans(batch.blocks_to_swap_out, batch.blocks_to_swap_in, batch.blocks_to_copy)
         with IterationTimer(self.device) as timer:
             self._apply_block_plans(batch)
-            sampled = self._forward_and_sample(host, sampling) if host.sample_ids else {}
+            sampled = self._forward_and_sample(host, sampling, batch.beam_groups, beam) if host.sample_ids else {}
         return sampled, timer.seconds
 
     def _apply_block_plans(self, batch: Batch) -> None:
@@ -132,13 +138,20 @@ class ModelRunner:
         self.cache.copy(batch.blocks_to_copy)
 
     @torch.inference_mode()
-    def _forward_and_sample(self, host: HostInputs, sampling: SamplingParams) -> dict[int, int]:
+    def _forward_and_sample(self, host: HostInputs, sampling: SamplingParams,
+                            beam_groups: list[tuple[int, ...]], beam: BeamSearch | None) -> dict[int, int]:
         input_ids, positions, meta, logit_rows = host.to_device(self.device, self.attention_backend)
         hidden = self.model(input_ids, positions, meta, self.cache.layers)
         logits = self.model.logits(hidden[logit_rows])
         if self.logits_hook is not None:
             self.logits_hook(host.sample_ids, logits)
-        return self.sampler.sample(logits, host.sample_ids, sampling)
+        if not beam_groups or beam is None:
+            return self.sampler.sample(logits, host.sample_ids, sampling)
+        beams = {seq_id for ids in beam_groups for seq_id in ids}
+        rows = [r for r, ids in enumerate(host.sample_ids) if ids[0] not in beams]
+        sampled = self.sampler.sample(logits[rows], [host.sample_ids[r] for r in rows], sampling) if rows else {}
+        sampled.update(beam.step(logits, host.sample_ids, beam_groups))
+        return sampled
 
     # --- synthetic batches, for the profiler --------------------------------------
     def time_batch(self, prefill_lens: list[int], decode_context_lens: list[int], repeats: int = 3, *,

@@ -58,6 +58,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     sample.add_argument("--new-conversation-prob", type=float, default=None,
                         help="chatbot only: an arrival starts a new conversation with this probability (default 0.1)")
     sample.add_argument("--prefix-tokens", type=int, default=0, help="a shared prefix before every prompt")
+    sample.add_argument("--beam-width", type=int, default=1, help="beams per request (1: no beam search)")
     sample.add_argument("--seed", type=int, default=0)
     sample.add_argument("--max-seq-len", type=int, default=2048)
     sample.add_argument("--out", type=Path, required=True)
@@ -104,7 +105,8 @@ def cmd_stats(args) -> int:
 
 def cmd_sample(args) -> int:
     raw = dict(dataset=args.dataset, arrival=args.arrival, cv=args.cv, duration_s=args.duration_s, n=args.n,
-               new_conversation_prob=args.new_conversation_prob, prefix_tokens=args.prefix_tokens)
+               new_conversation_prob=args.new_conversation_prob, prefix_tokens=args.prefix_tokens,
+               beam_width=args.beam_width)
     try:
         cfg = WorkloadConfig.from_dict(raw, source="command line", base_dir=Path.cwd())
         if cfg.prefix_tokens > args.max_seq_len - 3:

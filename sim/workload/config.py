@@ -9,6 +9,8 @@
       n: 1                   # parallel samples per request
       new_conversation_prob: 0.1   # chatbot only: an arrival starts a new conversation with this probability
       prefix_tokens: 0       # a shared prefix (few-shot examples) at the start of every prompt
+      beam_width: 1          # beams per request (1: no beam search); a request has n > 1 or beam_width > 1
+      beam_continue: 0.93    # simulated beam search: P(a surviving candidate continues its own beam), sim/beams.py
       trace: null            # recorded trace to replay (dataset and arrival are then ignored)
       time_scale: null       # replay only: k x the recorded rate; null + a rate: scale to that mean rate
       window_s: null         # replay only: [start, end) on the recorded clock
@@ -18,6 +20,7 @@ Relative paths are looked up beside the config file, then in the current directo
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -25,6 +28,7 @@ import numpy as np
 
 from engine.specs.checks import choice, is_number, number, positive, positive_int
 from engine.specs.errors import SpecError
+from sim.beams import DEFAULT_BEAM_CONTINUE
 
 from .arrivals import ARRIVALS
 from .chatbot import DEFAULT_NEW_CONVERSATION_PROB, chatbot_label, chatbot_requests
@@ -38,6 +42,7 @@ SECTION = "workload"
 # The authors' Poisson generator draws one count per 10 ms of arrivals, so the duration sets its
 # memory: a day is 8.6 M draws; longer is a recorded trace's job (workload.trace).
 MAX_DURATION_S = 86_400.0
+BEAM_LABEL = re.compile(r"; beam search, width [0-9/]+ \(simulated parents: [^)]*\)")
 # Gamma gaps have shape 1/cv^2: outside this range the draws under- or overflow and lose their mean.
 CV_RANGE = (0.001, 10.0)
 NAMES = (*DATASET_NAMES, *CONVERSATION_NAMES)
@@ -52,6 +57,8 @@ class WorkloadConfig:
     n: int | None = None             # None: 1, or the recorded trace's own n column
     new_conversation_prob: float = DEFAULT_NEW_CONVERSATION_PROB   # a conversation dataset only
     prefix_tokens: int = 0           # tokens of one shared prefix put before every prompt
+    beam_width: int | None = None    # None: 1, or the recorded trace's own beam_width column
+    beam_continue: float = DEFAULT_BEAM_CONTINUE
     trace: Path | None = None        # absolute path once resolved
     time_scale: float | None = None
     window_s: tuple[float, float] | None = None
@@ -85,6 +92,14 @@ class WorkloadConfig:
         if values["prefix_tokens"] and values["trace"] is not None:
             raise SpecError(source, f"{SECTION}.prefix_tokens", "applies only to a generated workload; a recorded "
                             "trace gives its own shared prefix in a '# prefix_tokens:' comment line")
+        width = raw.get("beam_width")
+        values["beam_width"] = None if width is None else positive_int(width, source, f"{SECTION}.beam_width")
+        if (values["n"] or 1) > 1 and (values["beam_width"] or 1) > 1:
+            raise SpecError(source, f"{SECTION}.beam_width", (
+                f"{values['beam_width']} beams and n={values['n']} samples per request: a request samples n "
+                "sequences or searches beam_width beams, not both; set one of them to 1"))
+        values["beam_continue"] = number(raw.get("beam_continue", cls.beam_continue), source,
+                                         f"{SECTION}.beam_continue", low=0, high=1)
         if values["trace"] is None:
             values["dataset"] = _dataset(raw.get("dataset", cls.dataset), source, base_dir)
         values.update(_chatbot_options(raw, source, values.get("dataset")))
@@ -126,11 +141,23 @@ def build_trace(cfg: WorkloadConfig, rate: float | None, max_seq_len: int,
     label = f"{source}; {cfg.arrival}{shape} arrivals at {rate:g} req/s for {cfg.duration_s:g} s"
     if cfg.prefix_tokens:
         label += f"; a shared prefix of {cfg.prefix_tokens} tokens before every prompt"
-    return Trace(arrival_s, prompt + cfg.prefix_tokens, output, cfg.n or 1, label, cfg.duration_s, cfg.prefix_tokens)
+    trace = Trace(arrival_s, prompt + cfg.prefix_tokens, output, cfg.n or 1, label, cfg.duration_s,
+                  beam_width=cfg.beam_width or 1, prefix_len=cfg.prefix_tokens)
+    return with_beam_label(trace, cfg)
+
+
+def with_beam_label(trace: Trace, cfg: WorkloadConfig) -> Trace:
+    """A trace of beam searches says so, and how the simulator chooses the beams' parents."""
+    if not trace.has_beams:
+        return trace
+    widths = "/".join(str(w) for w in np.unique(trace.beam_width[trace.beam_width > 1]))
+    source = BEAM_LABEL.sub("", trace.source)  # a trace file written from a run says it already: once
+    return trace.with_source(f"{source}; beam search, width {widths} (simulated parents: a candidate "
+                             f"continues its own beam with probability beam_continue={cfg.beam_continue:g})")
 
 
 def _replay(cfg: WorkloadConfig, rate: float | None, max_seq_len: int) -> Trace:
-    return replayed(cfg, recorded(cfg, max_seq_len), rate)
+    return with_beam_label(replayed(cfg, recorded(cfg, max_seq_len), rate), cfg)
 
 
 def recorded(cfg: WorkloadConfig, max_seq_len: int) -> Trace:
@@ -169,7 +196,9 @@ def replayed(cfg: WorkloadConfig, trace: Trace, rate: float | None) -> Trace:
         factor = rate / trace.mean_rate
         trace = _scaled(cfg, trace, factor, "rates").with_source(
             f"{trace.source}; replayed at {factor:.4g}x the recorded rate ({rate:g} req/s)")
-    return trace if cfg.n is None else trace.with_n(cfg.n)
+    if cfg.n is not None:
+        trace = trace.with_n(cfg.n)
+    return trace if cfg.beam_width is None else trace.with_beam_width(cfg.beam_width)
 
 
 def _scaled(cfg: WorkloadConfig, trace: Trace, factor: float, key: str) -> Trace:

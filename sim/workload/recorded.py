@@ -1,7 +1,8 @@
 """Recorded arrival traces: read, cut to a window, fit to the model, and replay at k x the rate.
 
 Two forms are accepted, so users can point at a trace as they downloaded it:
-  arrived_at,num_prefill_tokens,num_decode_tokens[,n]   seconds (servesim's own form; vidur's)
+  arrived_at,num_prefill_tokens,num_decode_tokens[,n][,beam_width]
+                                                        seconds (servesim's own form; vidur's)
   TIMESTAMP,ContextTokens,GeneratedTokens               the Azure LLM inference trace release,
                                                         date-times converted to seconds from the first
 """
@@ -80,7 +81,9 @@ def _read(path: str | Path) -> tuple[Trace, tuple[int, int]]:
     check_sorted(table, arrival, table.header[t_col])
     prompt = numeric_column(table, p_col, integer=True)
     output = numeric_column(table, o_col, integer=True)
-    n = _n_column(table)
+    n = _count_column(table, "n", "parallel samples")
+    beam_width = _count_column(table, "beam_width", "beams")
+    _check_one_kind(table, n, beam_width)
     served = (prompt > 0) & (output > 0)
     meta = _comment_values(table)
     source = meta.get("source") or f"recorded trace ({table.source})"
@@ -89,7 +92,8 @@ def _read(path: str | Path) -> tuple[Trace, tuple[int, int]]:
         source += f"; dropped {num_empty} rows with zero tokens"
     duration = _duration(meta, arrival)
     prefix = _prefix_tokens(table, meta, prompt, served)
-    trace = Trace(arrival[served], prompt[served], output[served], n[served], source, duration, prefix)
+    trace = Trace(arrival[served], prompt[served], output[served], n[served], source, duration,
+                  beam_width=beam_width[served], prefix_len=prefix)
     return trace, (len(table.rows), num_empty)
 
 
@@ -117,17 +121,27 @@ def _is_number(cell: str) -> bool:
         return False
 
 
-def _n_column(table: Table) -> np.ndarray:
-    index = optional_column(table, "n")
+def _count_column(table: Table, name: str, what: str) -> np.ndarray:
+    """An optional per-request count (n, beam_width): 1 where the file has no such column."""
+    index = optional_column(table, name)
     if index is None:
         return np.ones(len(table.rows), np.int64)
-    n = numeric_column(table, index, integer=True)
-    zero = np.flatnonzero(n < 1)
+    values = numeric_column(table, index, integer=True)
+    zero = np.flatnonzero(values < 1)
     if zero.size:
         i = int(zero[0])
         raise SpecError(table.source, table.where(i),
-                        f"(line {table.line_of(i)}) column n: parallel samples must be >= 1")
-    return n
+                        f"(line {table.line_of(i)}) column {name}: {what} must be >= 1")
+    return values
+
+
+def _check_one_kind(table: Table, n: np.ndarray, beam_width: np.ndarray) -> None:
+    both = np.flatnonzero((n > 1) & (beam_width > 1))
+    if both.size:
+        i = int(both[0])
+        raise SpecError(table.source, table.where(i),
+                        f"(line {table.line_of(i)}) n={n[i]} and beam_width={beam_width[i]}: a request samples "
+                        "n sequences or searches beam_width beams, not both; set one of them to 1")
 
 
 def _comment_values(table: Table) -> dict[str, str]:

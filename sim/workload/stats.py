@@ -60,7 +60,8 @@ def lengths_report(prompt: np.ndarray, output: np.ndarray, label: str, max_seq_l
 
 def trace_report(trace, max_seq_len: int | None = None) -> str:
     head = (f"  requests {len(trace)}   duration {trace.duration_s:.1f} s   mean rate {trace.mean_rate:.4g} req/s"
-            + (f"   parallel samples n: mean {trace.n.mean():.2f}" if len(trace) and (trace.n != 1).any() else ""))
+            + (f"   parallel samples n: mean {trace.n.mean():.2f}" if len(trace) and (trace.n != 1).any() else "")
+            + (f"   beam width: mean {trace.beam_width.mean():.2f}" if len(trace) and trace.has_beams else ""))
     return lengths_report(trace.prompt_len, trace.output_len, trace.source, max_seq_len, head)
 
 

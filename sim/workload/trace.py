@@ -25,13 +25,16 @@ class Trace:
     source: str = ""         # human label; contains "stand-in" when lengths are synthetic
     duration_s: float | None = None     # time the trace covers; None means up to the last arrival
     prefix_len: int = 0      # the first prefix_len tokens of every prompt are one shared prefix (0: none)
+    # int64 beams per request (1: no beam search); an int or None means all the same (1). A request
+    # samples n > 1 sequences or searches beam_width > 1 beams, not both.
+    beam_width: np.ndarray | int | None = None
 
     def __post_init__(self):
         arrival = _column(self.arrival_s, np.float64)
         count = len(arrival)
-        n = np.full(count, 1 if self.n is None else self.n, np.int64) if np.ndim(self.n) == 0 else self.n
         columns = dict(arrival_s=arrival, prompt_len=_column(self.prompt_len, np.int64),
-                       output_len=_column(self.output_len, np.int64), n=_column(n, np.int64))
+                       output_len=_column(self.output_len, np.int64), n=_per_request(self.n, count),
+                       beam_width=_per_request(self.beam_width, count))
         for name, values in columns.items():
             if len(values) != count:
                 raise ValueError(f"Trace.{name} has {len(values)} entries, arrival_s has {count}")
@@ -68,12 +71,16 @@ class Trace:
         return self._select(keep, arrival_s=self.arrival_s[keep] - start_s,
                             duration_s=max(min(end, self.duration_s) - start_s, 0.0))
 
+    @property
+    def has_beams(self) -> bool:
+        return bool((self.beam_width > 1).any())
+
     def scaled(self, factor: float) -> Trace:
         """Replay at `factor` x the recorded rate: arrival times divided by factor."""
         if not factor > 0:
             raise ValueError(f"time scale must be > 0, got {factor}")
         return Trace(self.arrival_s / factor, self.prompt_len, self.output_len, self.n,
-                     self.source, self.duration_s / factor, self.prefix_len)
+                     self.source, self.duration_s / factor, beam_width=self.beam_width, prefix_len=self.prefix_len)
 
     def fit_to(self, max_seq_len: int) -> Trace:
         """Drop (not truncate) requests with prompt + output >= max_seq_len, as the paper's generator did."""
@@ -82,17 +89,32 @@ class Trace:
 
     def with_source(self, source: str) -> Trace:
         return Trace(self.arrival_s, self.prompt_len, self.output_len, self.n, source, self.duration_s,
-                     self.prefix_len)
+                     beam_width=self.beam_width, prefix_len=self.prefix_len)
 
     def with_n(self, n: int) -> Trace:
+        """Every request samples n sequences; n > 1 makes none a beam search (a request is one or the other)."""
+        beam_width = 1 if n > 1 else self.beam_width
         return Trace(self.arrival_s, self.prompt_len, self.output_len, n, self.source, self.duration_s,
-                     self.prefix_len)
+                     beam_width=beam_width, prefix_len=self.prefix_len)
+
+    def with_beam_width(self, beam_width: int) -> Trace:
+        """Every request searches beam_width beams; beam_width > 1 makes each sample one sequence."""
+        n = 1 if beam_width > 1 else self.n
+        return Trace(self.arrival_s, self.prompt_len, self.output_len, n, self.source, self.duration_s,
+                     beam_width=beam_width, prefix_len=self.prefix_len)
 
     def _select(self, keep: np.ndarray, arrival_s: np.ndarray | None = None,
                 duration_s: float | None = None) -> Trace:
         return Trace(self.arrival_s[keep] if arrival_s is None else arrival_s,
                      self.prompt_len[keep], self.output_len[keep], self.n[keep], self.source,
-                     self.duration_s if duration_s is None else duration_s, self.prefix_len)
+                     self.duration_s if duration_s is None else duration_s, beam_width=self.beam_width[keep],
+                     prefix_len=self.prefix_len)
+
+
+def _per_request(values, count: int) -> np.ndarray:
+    """A per-request count column: an array, or one value (None: 1) for every request."""
+    return _column(np.full(count, 1 if values is None else values, np.int64) if np.ndim(values) == 0 else values,
+                   np.int64)
 
 
 def _column(values, dtype) -> np.ndarray:
@@ -108,9 +130,14 @@ def _validate(trace: Trace, last_arrival: float) -> None:
         raise ValueError("arrival times must be finite and >= 0")
     if (np.diff(trace.arrival_s) < 0).any():
         raise ValueError("arrival times must be non-decreasing")
-    for name in ("prompt_len", "output_len", "n"):
+    for name in ("prompt_len", "output_len", "n", "beam_width"):
         if getattr(trace, name).min() < 1:
             raise ValueError(f"every request needs {name} >= 1")
+    both = np.flatnonzero((trace.n > 1) & (trace.beam_width > 1))
+    if both.size:
+        i = int(both[0])
+        raise ValueError(f"request {i} has n={trace.n[i]} and beam_width={trace.beam_width[i]}; a request samples "
+                         "n sequences or searches beam_width beams, not both")
     if trace.duration_s < last_arrival:
         raise ValueError(f"duration_s {trace.duration_s} is before the last arrival {last_arrival}")
     if trace.prefix_len and trace.prompt_len.min() <= trace.prefix_len:
@@ -118,24 +145,25 @@ def _validate(trace: Trace, last_arrival: float) -> None:
 
 
 def write_trace_csv(trace: Trace, path: str | Path) -> Path:
-    """`arrived_at,num_prefill_tokens,num_decode_tokens[,n]`, with the source and duration as comments.
+    """`arrived_at,num_prefill_tokens,num_decode_tokens[,n][,beam_width]`, with the source and duration
+    as comments.
 
     Times are written with repr() so that reading the file back (recorded.read_recorded_trace)
     gives the same floats bit for bit.
-    The n column is written only when some request samples more than one sequence, the
-    `# prefix_tokens:` line only when the prompts start with a shared prefix.
+    The n column is written only when some request samples more than one sequence, the beam_width
+    column only when some request is a beam search, the `# prefix_tokens:` line only when the prompts
+    start with a shared prefix.
     """
     if len(trace) == 0:
         raise ValueError(f"no requests to write to {path}")  # a header-only file would not read back
-    with_n = bool((trace.n != 1).any())
-    header = ",".join(TRACE_COLUMNS + (("n",) if with_n else ()))
+    extra = [name for name in ("n", "beam_width") if (getattr(trace, name) != 1).any()]
+    header = ",".join(TRACE_COLUMNS + tuple(extra))
     lines = [f"# source: {_one_line(trace.source)}", f"# duration_s: {trace.duration_s!r}"]
     if trace.prefix_len:
         lines.append(f"# prefix_tokens: {trace.prefix_len}")
     lines.append(header)
     columns = [trace.arrival_s.tolist(), trace.prompt_len.tolist(), trace.output_len.tolist()]
-    if with_n:
-        columns.append(trace.n.tolist())
+    columns.extend(getattr(trace, name).tolist() for name in extra)
     lines.extend(",".join(map(repr, row)) for row in zip(*columns))
     return write_text_atomic(path, "\n".join(lines) + "\n")
 

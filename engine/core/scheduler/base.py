@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 
 from engine.core.batch import Batch
 from engine.core.kv_usage import KVUsage
@@ -14,8 +15,9 @@ class Scheduler(ABC):
     """Decides each iteration; knows lengths and blocks, never token ids or tensors.
 
     Use: add_request() as requests arrive; schedule() -> Batch; run it (for real or on
-    a cost model); complete(batch, now) applies the sampled tokens and returns the
-    requests that finished.
+    a cost model); complete(batch, now, beam_parents) applies the sampled tokens and returns
+    the requests that finished. beam_parents ({child seq id: parent seq id}, engine.core.beam)
+    are the forks of the batch's beam searches after a decode step: the data plane's choice.
     """
 
     block_size: int
@@ -29,7 +31,8 @@ class Scheduler(ABC):
     def schedule(self) -> Batch: ...
 
     @abstractmethod
-    def complete(self, batch: Batch, now_s: float) -> list[SequenceGroup]: ...
+    def complete(self, batch: Batch, now_s: float,
+                 beam_parents: Mapping[int, int] | None = None) -> list[SequenceGroup]: ...
 
     @abstractmethod
     def block_table(self, seq_id: int) -> list[int]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 
 from engine.core.batch import Batch
 from engine.core.errors import Unservable
@@ -33,6 +34,7 @@ class QueueScheduler(Scheduler):
         self._decoded: list[SequenceGroup] = []
         self.num_preemptions = 0
         self.num_running_seqs = 0
+        self.num_running_beam_groups = 0
         self.token_slots = TokenSlots(self._token_slots_of)  # for kv_usage()
 
     # --- the contract ----------------------------------------------------------
@@ -55,7 +57,10 @@ class QueueScheduler(Scheduler):
             self._seqs[seq.seq_id] = seq
         self.waiting.append(group)
 
-    def complete(self, batch: Batch, now_s: float) -> list[SequenceGroup]:
+    def complete(self, batch: Batch, now_s: float,
+                 beam_parents: Mapping[int, int] | None = None) -> list[SequenceGroup]:
+        if beam_parents:  # before the lengths advance: a child takes the parent's KV as the batch left it
+            self._apply_beam_parents(beam_parents)
         # every sequence the batch samples for gets one token (the prefill's samples and each decode)
         self.token_slots.sampled(len(batch.decode_seq_ids) + sum(map(len, batch.prefill_sample_ids)))
         finished = []
@@ -93,6 +98,29 @@ class QueueScheduler(Scheduler):
     def sequence(self, seq_id: int) -> Sequence:
         return self._seqs[seq_id]
 
+    # --- beam search -------------------------------------------------------------
+    def _apply_beam_parents(self, beam_parents: Mapping[int, int]) -> None:
+        """Fork every child from its parent, after checking the data plane's choice: both beams of one
+        group that decoded in this batch, and no parent replaced in the same step."""
+        beams = {s.seq_id: group for group in self._decoded if group.is_beam for s in group.live_seqs()}
+        for child, parent in beam_parents.items():
+            group = beams.get(child)
+            if group is None or beams.get(parent) is not group:
+                raise ValueError(f"beam fork {parent} -> {child}: both must be beams of one beam search "
+                                 "that decoded in this batch")
+            if beam_parents.get(parent, parent) != parent:
+                raise ValueError(f"beam fork {parent} -> {child}: sequence {parent} is itself replaced in "
+                                 "this step (engine.core.beam.continue_beams keeps every parent in place)")
+        for child, parent in beam_parents.items():
+            seq = self._seqs[child]
+            # on its last token a beam's KV is never read again: its fork is the data plane's alone
+            if child != parent and seq.length + 1 < seq.final_len:
+                self._fork_beam(self._seqs[parent], seq)
+
+    def _fork_beam(self, parent: Sequence, child: Sequence) -> None:
+        """The child continues the parent's beam: its KV becomes the parent's (the allocator's way)."""
+        raise NotImplementedError
+
     # --- shared steps ----------------------------------------------------------
     def _advance(self, group: SequenceGroup) -> bool:
         """One sampled token per running sequence; True when the whole group is done."""
@@ -126,12 +154,14 @@ class QueueScheduler(Scheduler):
     def _start_running(self, group: SequenceGroup) -> None:
         group.set_status(SeqStatus.RUNNING)
         self.num_running_seqs += len(group.live_seqs())
+        self.num_running_beam_groups += group.is_beam
         self.token_slots.started(group)
 
     def _stop_running(self, group: SequenceGroup, status: SeqStatus) -> None:
         """Out of the running set: preempted (WAITING, SWAPPED) or done (FINISHED, its
         sequences already finished one by one as they sampled their last token)."""
         self.num_running_seqs -= len(group.live_seqs())
+        self.num_running_beam_groups -= group.is_beam
         self.token_slots.stopped(group)
         group.set_status(status)
 
@@ -154,6 +184,9 @@ class QueueScheduler(Scheduler):
                 cached_lens.append(cached)
         ids, contexts = batch.decode_seq_ids, batch.decode_context_lens
         running = SeqStatus.RUNNING
+        if self.num_running_beam_groups:
+            batch.beam_groups = [tuple(s.seq_id for s in g.live_seqs())
+                                 for g in (*prefill_groups, *decode_groups) if g.is_beam]
         for group in decode_groups:
             for seq in group.seqs:
                 if seq.status is running:

@@ -7,6 +7,8 @@ as large as memory allows unless configured. Responses return when the batch end
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from engine.core.batch import Batch
 from engine.core.scheduler.reservation_scheduler import ReservationScheduler
 from engine.core.sequence import SequenceGroup
@@ -43,9 +45,10 @@ class FasterTransformerScheduler(ReservationScheduler):
             self._batch_groups.append(group)
         return list(self._batch_groups)
 
-    def complete(self, batch: Batch, now_s: float) -> list[SequenceGroup]:
+    def complete(self, batch: Batch, now_s: float,
+                 beam_parents: Mapping[int, int] | None = None) -> list[SequenceGroup]:
         prefilled = self._prefilled
-        super().complete(batch, now_s)  # requests finish together below, not one by one
+        super().complete(batch, now_s, beam_parents)  # requests finish together below, not one by one
         self._fork_prompt_copies(prefilled)
         if self.running:
             return []

@@ -8,6 +8,8 @@ not fit blocks all later ones. Prompts and decodes share an iteration with no to
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from engine.core.batch import Batch
 from engine.core.scheduler.reservation_scheduler import ReservationScheduler
 from engine.core.sequence import SequenceGroup
@@ -32,8 +34,9 @@ class OrcaScheduler(ReservationScheduler):
         batch.blocks_to_copy = self._take_copies()
         return batch
 
-    def complete(self, batch: Batch, now_s: float) -> list[SequenceGroup]:
+    def complete(self, batch: Batch, now_s: float,
+                 beam_parents: Mapping[int, int] | None = None) -> list[SequenceGroup]:
         prefilled = self._prefilled
-        finished = super().complete(batch, now_s)
+        finished = super().complete(batch, now_s, beam_parents)
         self._fork_prompt_copies([g for g in prefilled if g.finish_s is None])
         return finished

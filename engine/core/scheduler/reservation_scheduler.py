@@ -32,6 +32,12 @@ class ReservationScheduler(QueueScheduler):
     def _free_seq(self, seq: Sequence) -> None:
         self.allocator.free(seq)
 
+    def _fork_beam(self, parent: Sequence, child: Sequence) -> None:
+        """Nothing is shared: the parent's blocks are copied into the child's own reservation (the
+        authors' Orca baseline), before the next forward reads them."""
+        parent_table = self.allocator.block_table(parent)
+        self._pending_copies.extend(zip(parent_table, self.allocator.block_table(child)))
+
     def _blocks_needed_alone(self, group: SequenceGroup) -> int:
         sizes = [self.allocator.reserved_blocks(s) for s in group.seqs]
         if BuddyAllocator(self.num_gpu_blocks, self.allocator.buddy.max_chunk).can_allocate(sizes):

@@ -66,6 +66,9 @@ class VLLMScheduler(QueueScheduler):
     def _free_seq(self, seq: Sequence) -> None:
         self.blocks.free(seq)
 
+    def _fork_beam(self, parent: Sequence, child: Sequence) -> None:
+        self.blocks.fork(parent, child)
+
     def _blocks_needed_alone(self, group: SequenceGroup) -> int:
         # admission keeps the watermark free; the samples share the prompt's full blocks and
         # grow their own (a lower bound: a pool just above it may still stall, which the
@@ -177,10 +180,11 @@ class VLLMScheduler(QueueScheduler):
         """vLLM's rule (auto): recompute a group of one running sequence (cheaper than
         swapping), swap a group of several. Forced swap swaps every group. Forced recompute
         recomputes every group, except a group of several samples that could not be served
-        apart (see _can_serve_apart): it swaps."""
+        apart (see _can_serve_apart) and a beam search (its beams are chosen together from one
+        step's scores, which a re-prefill apart would not give back): they swap."""
         live = group.live_seqs()
         forced = self.forced_preemption
-        if forced is PreemptionMode.SWAP or (forced is None and len(live) > 1):
+        if forced is PreemptionMode.SWAP or (forced is None and len(live) > 1) or group.is_beam:
             return PreemptionMode.SWAP
         if len(live) > 1 and not self._can_serve_apart(live):
             return PreemptionMode.SWAP
@@ -234,4 +238,10 @@ class VLLMScheduler(QueueScheduler):
 
     # --- accounting ------------------------------------------------------------------
     def kv_usage(self) -> KVUsage:
-        return paged_usage(self.blocks, self.token_slots, bool(self.waiting))
+        token_slots = self.token_slots.slots
+        if self.num_running_beam_groups:
+            # beams share generated blocks too, not only the prompt's: count the slots their blocks hold
+            for group in self.running:
+                if group.is_beam:
+                    token_slots += self.blocks.held_token_slots(group) - shared_prompt_token_slots(group)
+        return paged_usage(self.blocks, token_slots, bool(self.waiting))
