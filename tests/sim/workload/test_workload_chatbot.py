@@ -121,7 +121,7 @@ def test_a_run_reads_the_shipped_conversations_for_its_fingerprint():
     from sim.fingerprint import data_files
     from sim.workload.paths import CHATBOT_CSV
     exp = load_experiment(ROOT / "configs" / "paper" / "fig17_chatbot.yaml")
-    assert exp.workload.is_chatbot and data_files(exp) == {"workload.dataset": CHATBOT_CSV}
+    assert exp.workload.is_chatbot and data_files(exp)["workload.dataset"] == CHATBOT_CSV
 
 
 def test_fig17_runs_end_to_end(tmp_path, capsys):
