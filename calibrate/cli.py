@@ -134,7 +134,7 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-def _block_sizes(text: str) -> tuple[int, ...]:
+def parse_block_sizes(text: str) -> tuple[int, ...]:
     import argparse
 
     try:
@@ -161,7 +161,7 @@ def register(sub) -> None:
     prof.add_argument("--probe-every-s", type=_positive_seconds, default=1.0,
                       help="seconds between speed-probe samples (the profile's speed reference)")
     prof.add_argument("--block-size", type=int, default=16)
-    prof.add_argument("--block-sizes", type=_block_sizes, default=(),
+    prof.add_argument("--block-sizes", type=parse_block_sizes, default=(),
                       help="comma-separated block sizes to also time decodes and swaps at (e.g. 1,4,16,64,256): "
                            "fits the cost per KV block read and per swap transfer")
     prof.add_argument("--threads", type=int, default=0, help="CPU: torch intra-op threads (default: torch's)")

@@ -9,7 +9,7 @@ import yaml
 from calibrate.features import TERMS, TERMS_ADDED_IN_3, TERMS_ADDED_IN_4
 from calibrate.host import HOST_TERMS
 from engine.atomic import write_text_atomic
-from engine.specs.checks import non_negative, number, optional, positive, positive_int
+from engine.specs.checks import choice, non_negative, number, optional, positive, positive_int
 from engine.specs.errors import SpecError
 from engine.specs.loader import available_models, load_model_spec, read_yaml
 
@@ -78,6 +78,7 @@ def _check(raw: dict, source: str) -> None:
         raise SpecError(source, key, "missing required field")
     if raw["model"] not in available_models():
         raise SpecError(source, "model", f"unknown model {raw['model']!r}; available: {available_models()}")
+    choice(raw["dtype"], source, "dtype", list(DTYPE_BYTES))  # the swap's bytes a block are the dtype's
     coefficients = raw["coefficients"]
     if not isinstance(coefficients, dict):
         raise SpecError(source, "coefficients", f"must map each of {list(TERMS)} to seconds")
@@ -115,8 +116,6 @@ def _swap_per_block_to_bytes(raw: dict, per_block, source: str) -> None:
     """A /2 or /3 profile's swap_s_per_block, timed on blocks the engine copied as one run per layer, is a cost
     per byte: read as that, with nothing per transfer (it charges what it charged at its block size)."""
     non_negative(per_block, source, "swap_s_per_block")
-    if raw["dtype"] not in DTYPE_BYTES:
-        raise SpecError(source, "dtype", f"{raw['dtype']!r} is not one of {list(DTYPE_BYTES)}")
     model = load_model_spec(raw["model"])
     block_bytes = model.kv_bytes_per_token(DTYPE_BYTES[raw["dtype"]]) * raw["block_size"] / raw["tensor_parallel"]
     raw["swap_s_per_transfer"], raw["swap_s_per_byte"] = 0.0, per_block / block_bytes

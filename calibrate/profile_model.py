@@ -105,7 +105,7 @@ def swap_seconds_per_block(profile: Profile, block_size: int, dtype_bytes: int |
     """One block's swap: its copies at the profile's cost per transfer and its bytes at its cost per byte; where
     the profile measured no swap, the roofline's defaults over `hardware`'s PCIe (0 with no hardware given)."""
     model = load_model_spec(profile.model)
-    element = dtype_bytes or DTYPE_BYTES.get(profile.dtype, 2)
+    element = dtype_bytes or DTYPE_BYTES[profile.dtype]
     tp = profile.tensor_parallel
     if profile.swap_s_per_transfer is None or profile.swap_s_per_byte is None:
         return swap_block_seconds(model, hardware, tp, element, block_size, RooflineParams()) if hardware else 0.0

@@ -51,6 +51,12 @@ def test_round_trip(tmp_path):
     (lambda d: d.update(speed_reference={"decode_s": 0.05, "prefill_s": 0}), "speed_reference.prefill_s"),
     (lambda d: d.update(speed_reference={"prefill_s": 0.1}), "speed_reference.decode_s"),
     (lambda d: d.update(colour="blue"), "colour"),
+    (lambda d: d.update(dtype="float8"), "dtype"),
+    (lambda d: d.update(block_sizes=[16, 0]), "block_sizes[1]"),
+    (lambda d: d.update(block_sizes=16), "block_sizes"),
+    (lambda d: d.update(swap_s_per_byte=-1e-11), "swap_s_per_byte"),
+    (lambda d: d["coefficients"].update(decode_block_s=-1e-6), "coefficients.decode_block_s"),
+    (lambda d: d.update(swap_s_per_block=2e-4), "swap_s_per_block"),  # a /3 field in a /4 profile
 ])
 def test_bad_profile_is_refused_naming_file_and_field(tmp_path, edit, field):
     path = make_profile().save(tmp_path / "p.yaml")
@@ -257,3 +263,16 @@ def test_a_broken_serving_factor_is_refused(tmp_path, serving, key):
     with pytest.raises(SpecError) as err:
         load_profile(path)
     assert key in str(err.value)
+
+
+def test_transfer_carries_the_measured_cost_per_block_and_per_copy():
+    """As tokens' worth of K/V (so it scales with the target's bandwidth), and the swap's latency as measured;
+    a profile that measured neither carries 0 (its per-token cost already holds its block size's work)."""
+    hw = load_hardware("h200")
+    measured = make_profile(coefficients=coefficients(decode_context_s=4e-7, decode_block_s=1e-6),
+                            block_sizes=[1, 16], swap_s_per_transfer=7e-6)
+    params = implied_efficiency(measured, hw)
+    assert params.block_read_overhead_tokens == pytest.approx(2.5)
+    assert params.swap_transfer_latency_s == 7e-6
+    plain = implied_efficiency(make_profile(swap_s_per_transfer=None, swap_s_per_byte=None), hw)
+    assert plain.block_read_overhead_tokens == 0.0 and plain.swap_transfer_latency_s == 0.0
