@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calibrate.cli import fit_report  # noqa: E402
+from calibrate.cli import fit_report, parse_block_sizes  # noqa: E402
 from calibrate.fit import fit_and_save  # noqa: E402
 from calibrate.profile import profile, save_raw  # noqa: E402
 from engine.atomic import write_text_atomic  # noqa: E402
@@ -32,13 +32,16 @@ def device_tag(raw) -> str:
     return str(raw["device"].iloc[0])
 
 
-def calibrate_one(model: str, device: str, grid: str, repeats: int, out: Path, backend: str = "auto") -> str:
+def calibrate_one(model: str, device: str, grid: str, repeats: int, out: Path, backend: str = "auto",
+                  block_sizes: tuple[int, ...] = ()) -> str:
     started = time.perf_counter()
-    raw = profile(load_model_spec(model), device=device, grid=grid, repeats=repeats, attention_backend=backend)
+    raw = profile(load_model_spec(model), device=device, grid=grid, repeats=repeats, attention_backend=backend,
+                  block_sizes=block_sizes)
     stem = f"{device_tag(raw)}-{model}"
     save_raw(raw, out / f"{stem}.raw.csv")
+    sweep = f" --block-sizes {','.join(map(str, block_sizes))}" if block_sizes else ""
     command = (f"PYTHONPATH=. python benchmarks/gpu_calibrate.py --models {model} --grid {grid} --repeats {repeats}"
-               f" --backend {backend}")
+               f" --backend {backend}{sweep}")
     result = fit_and_save(raw, f"{stem}.raw.csv", command, out / f"{stem}.yaml")
     by_kind = result.predictions.groupby("kind")["ape"].agg(["mean", "max", "count"])
     report = (f"{fit_report(result.profile)}\nheld-out error by kind:\n{by_kind.to_string()}\n"
@@ -54,6 +57,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--backend", default="auto", choices=("auto", "torch", "triton"),
                         help="attention kernels: auto (Triton on CUDA), or the torch references")
+    parser.add_argument("--block-sizes", type=parse_block_sizes, default=(),
+                        help="also time decodes and swaps at these block sizes, e.g. 1,4,16,64,256 (fits the cost "
+                             "per KV block and per swap transfer)")
     args = parser.parse_args()
     import torch
 
@@ -64,7 +70,8 @@ def main() -> None:
     out = Path(os.environ.get("OUT") or "results/gpu_calibrate")
     print(f"device {device}: {torch.cuda.get_device_name() if cuda else 'cpu'}; models {models}; grid {grid}",
           flush=True)
-    reports = [calibrate_one(model, device, grid, args.repeats, out, args.backend) for model in models]
+    reports = [calibrate_one(model, device, grid, args.repeats, out, args.backend, args.block_sizes)
+               for model in models]
     write_text_atomic(out / "summary.txt", "\n".join(reports))
 
 

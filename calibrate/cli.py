@@ -24,11 +24,13 @@ def _cmd_profile(args) -> int:
         torch.set_num_threads(args.threads)  # the engine being calibrated must run with the same
     grid = args.grid or default_grid(args.device)
     raw = profile(spec, device=args.device, dtype=args.dtype, grid=grid, repeats=args.repeats,
-                  block_size=args.block_size, probe_every_s=args.probe_every_s)
+                  block_size=args.block_size, probe_every_s=args.probe_every_s, block_sizes=args.block_sizes)
     save_raw(raw, args.out)
     kinds = raw["kind"]
     shapes = int((~kinds.isin(NOT_SHAPES)).sum())
-    print(f"wrote {shapes} profiled shapes, the swap cost, {int((kinds == 'host').sum())} iterations' host work, "
+    sizes = sorted(raw["block_size"].unique())
+    print(f"wrote {shapes} profiled shapes (block sizes {', '.join(map(str, sizes))}), "
+          f"{int((kinds == 'swap').sum())} swap timings, {int((kinds == 'host').sum())} iterations' host work, "
           f"{int((kinds == 'serving').sum())} served iterations re-timed alone "
           f"and {int((kinds == 'probe').sum())} speed-probe timings to {args.out}")
     return 0
@@ -71,6 +73,7 @@ def fit_report(profile) -> str:
 
     lines = [f"profile: {profile.model} on {profile.device_name} ({profile.device}, {profile.dtype}), "
              f"block size {profile.block_size}, tp {profile.tensor_parallel}",
+             block_sizes_line(profile),
              f"made {profile.created} by: {profile.command}",
              f"shapes: {profile.grid}",
              f"held-out error: mean {profile.heldout_mape:.1%}, p95 {profile.heldout_p95_ape:.1%} "
@@ -85,8 +88,7 @@ def fit_report(profile) -> str:
         lines.append(f"  {term:<24} {profile.coefficients[term]:.4g}   ({meaning})")
     if profile.torch_threads is not None:
         lines.append(f"measured with {profile.torch_threads} torch thread(s)")
-    if profile.swap_s_per_block is not None:
-        lines.append(f"  {'swap_s_per_block':<24} {profile.swap_s_per_block:.4g}")
+    lines.append(swap_line(profile))
     if profile.host:
         h = profile.host
         lines.append(f"host work around the forward ({h['rows']} iterations of a replay; "
@@ -130,6 +132,23 @@ def linear_report(profile) -> list[str]:
     return lines
 
 
+def block_sizes_line(profile) -> str:
+    sizes = profile.block_sizes or [profile.block_size]
+    if len(sizes) > 1:
+        return f"decodes timed at block sizes {', '.join(map(str, sizes))}: decode_block_s fitted"
+    return (f"decodes timed at block size {sizes[0]} only: decode_block_s not measured (0; profile with "
+            f"--block-sizes to fit it)")
+
+
+def swap_line(profile) -> str:
+    if profile.swap_s_per_transfer is None or profile.swap_s_per_byte is None:
+        return "swap: not measured (the roofline's defaults over the config's PCIe)"
+    per_byte = profile.swap_s_per_byte
+    rate = f"{1 / per_byte / 1e9:.1f} GB/s" if per_byte > 0 else "no cost per byte"
+    return (f"swap: {profile.swap_s_per_transfer * 1e6:.2f} us per transfer (a block's K or V of one layer) "
+            f"+ bytes at {rate}")
+
+
 def _cmd_show(args) -> int:
     from calibrate.profile_file import load_profile
 
@@ -149,6 +168,18 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def parse_block_sizes(text: str) -> tuple[int, ...]:
+    import argparse
+
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of block sizes") from None
+    if not sizes or any(size <= 0 for size in sizes):
+        raise argparse.ArgumentTypeError(f"block sizes must be positive whole numbers of tokens, got {text}")
+    return sizes
+
+
 def register(sub) -> None:
     from calibrate.grid import GRIDS
     from calibrate.hardware import available_hardware
@@ -166,6 +197,9 @@ def register(sub) -> None:
     prof.add_argument("--probe-every-s", type=_positive_seconds, default=1.0,
                       help="seconds between speed-probe samples (the profile's speed reference)")
     prof.add_argument("--block-size", type=int, default=16)
+    prof.add_argument("--block-sizes", type=parse_block_sizes, default=(),
+                      help="comma-separated block sizes to also time decodes and swaps at (e.g. 1,4,16,64,256): "
+                           "fits the cost per KV block read and per swap transfer")
     prof.add_argument("--threads", type=int, default=0, help="CPU: torch intra-op threads (default: torch's)")
     prof.add_argument("--out", required=True)
     prof.set_defaults(func=_cmd_profile)

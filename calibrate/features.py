@@ -22,10 +22,18 @@ TERMS = {
     "per_sequence_s": "sequences in the iteration: logits, sampling, per-sequence kernel work",
     "per_prefill_s": "prompts in the iteration: the engine attends prompt by prompt, a call per layer each",
     "mixed_s": "1 when prompts and decodes share the iteration: both attention paths run",
+    "decode_block_s": "KV blocks the decodes read, ceil(context / block_size) each: the kernel's work per block",
 }
 # Format /2 profiles had neither per_prefill_s nor mixed_s; read, they cost nothing (their value in a
 # /2 fit, where the token table and per_sequence_s absorbed what they now explain apart).
 TERMS_ADDED_IN_3 = ("per_prefill_s", "mixed_s")
+# Nor had /3 profiles decode_block_s: fitted at one block size, their per-context and per-sequence costs
+# already hold that size's per-block work, so read it costs nothing and they predict what they did.
+TERMS_ADDED_IN_4 = ("decode_block_s",)
+# A profile row's blocks read (engine.core.batch.ShapeMetrics.decode_blocks at the row's block_size).
+# Optional: a CSV without it, or measured at one block size, cannot tell blocks from tokens apart
+# (ceil(c / b) is c / b + 1/2 on average) and is fitted with decode_block_s at 0.
+BLOCKS_COLUMN = "sum_decode_blocks"
 FEATURE_COLUMNS = ("num_tokens", "sum_prefill_sq", "sum_decode_context", "padded_decode_context", "num_seqs",
                    "num_prefills", "num_decodes")
 DENSE_UP_TO = 16  # every profiled token count up to here is a knot: small kernels are the most irregular
@@ -90,7 +98,16 @@ def term_matrix(features: pd.DataFrame) -> np.ndarray:
         features["num_seqs"].to_numpy(dtype=float),
         features["num_prefills"].to_numpy(dtype=float),
         mixed_indicator(features),
+        features[BLOCKS_COLUMN].to_numpy(dtype=float) if BLOCKS_COLUMN in features else np.zeros(len(features)),
     ])
+
+
+def block_term_measurable(features: pd.DataFrame) -> bool:
+    """Whether decodes were timed at two or more block sizes: only then is decode_block_s told apart."""
+    if BLOCKS_COLUMN not in features or "block_size" not in features:
+        return False
+    decodes = features[features["num_decodes"] > 0]
+    return decodes["block_size"].nunique() >= 2 and bool(decodes[BLOCKS_COLUMN].notna().all())
 
 
 def mixed_indicator(features: pd.DataFrame) -> np.ndarray:

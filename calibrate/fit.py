@@ -19,6 +19,7 @@ import pandas as pd
 from calibrate.features import (
     FEATURE_COLUMNS,
     TERMS,
+    block_term_measurable,
     choose_knots,
     design_matrix,
     term_matrix,
@@ -26,10 +27,11 @@ from calibrate.features import (
 )
 from calibrate.host import HOST_TERMS
 from calibrate.nnls import nnls
-from calibrate.profile_file import Profile
+from calibrate.profile_file import DTYPE_BYTES, Profile
 from calibrate.serving import PLAUSIBLE, serving_factor
 from calibrate.speed import PROBE_SHAPES, SpeedSamples
 from engine.specs.errors import SpecError
+from engine.specs.loader import load_model_spec
 
 # rows that are not an iteration shape to fit: swap rows time PCIe; probe rows the machine, over and over;
 # host rows the work around the forward; serving rows a replay's iterations beside the same shapes alone
@@ -65,14 +67,19 @@ class Fit:
 
 
 def fit_rows(train: pd.DataFrame) -> Fit:
-    """Least squares on relative error, all coefficients non-negative, knots from these rows' sizes."""
+    """Least squares on relative error, all coefficients non-negative, knots from these rows' sizes.
+    decode_block_s stays 0 unless the rows timed decodes at two or more block sizes."""
     knots = choose_knots(train["num_tokens"])
     x = design_matrix(train, knots)
+    fitted = np.ones(x.shape[1], dtype=bool)
+    if not block_term_measurable(train):
+        fitted[len(knots) + list(TERMS).index("decode_block_s")] = False
     t = train["time_s"].to_numpy(dtype=float)
-    scale = np.abs(x).max(axis=0)
+    scale = np.abs(x[:, fitted]).max(axis=0)
     scale[scale == 0] = 1.0
-    weighted = x / t[:, None] / scale  # relative error, columns on one scale for conditioning
-    coef = nnls(weighted, np.ones(len(t))) / scale
+    weighted = x[:, fitted] / t[:, None] / scale  # relative error, columns on one scale for conditioning
+    coef = np.zeros(x.shape[1])
+    coef[fitted] = nnls(weighted, np.ones(len(t))) / scale
     return Fit(knots, [float(c) for c in coef[:len(knots)]], coef[len(knots):])
 
 
@@ -86,7 +93,8 @@ def check_raw(raw: pd.DataFrame, source: str) -> None:
     bad = raw.index[~(raw["time_s"] > 0)]
     if len(bad):
         raise SpecError(source, f"row {int(bad[0]) + 1}", "time_s must be a positive number of seconds")
-    for column in ("model", "device", "dtype", "block_size", "torch_threads"):
+    # block_size may vary: a block-size sweep times decodes at several
+    for column in ("model", "device", "dtype", "torch_threads"):
         if column not in raw.columns:
             continue
         if raw[column].nunique() != 1:
@@ -105,6 +113,41 @@ def speed_reference(raw: pd.DataFrame, source: str) -> dict:
             raise SpecError(source, "column probe", f"unknown probe {name!r}; valid: {list(PROBE_SHAPES)}")
         samples.add(name, float(t))
     return samples.reference() if samples.count else {}
+
+
+def fit_swap(rows: pd.DataFrame, source: str) -> tuple[float | None, float | None]:
+    """(seconds per transfer, seconds per byte) from the swap rows (calibrate/profile.py swap_rows), fitted
+    non-negative on relative error; (None, None) without swap rows. A CSV from before transfers were counted
+    has swap_s_per_block, timed on one run of blocks per layer: read as bytes, nothing per transfer."""
+    if rows.empty:
+        return None, None
+    if "swap_transfers" not in rows.columns or rows["swap_transfers"].isna().all():
+        per_block = rows["swap_s_per_block"].dropna() if "swap_s_per_block" in rows.columns else pd.Series(dtype=float)
+        if per_block.empty:
+            return None, None
+        first = rows.iloc[0]
+        if first["dtype"] not in DTYPE_BYTES:
+            raise SpecError(source, "column dtype", f"{first['dtype']!r} is not one of {list(DTYPE_BYTES)}")
+        element = DTYPE_BYTES[first["dtype"]]
+        block_bytes = (load_model_spec(first["model"]).kv_bytes_per_token(element) * int(first["block_size"])
+                       / int(first.get("tensor_parallel", 1)))
+        return 0.0, float(per_block.median()) / block_bytes
+    x = rows[["swap_transfers", "swap_bytes"]].to_numpy(dtype=float)
+    seconds = rows["swap_s"].to_numpy(dtype=float)
+    keep = seconds > 0  # a swap lost in the timing noise says nothing about either cost
+    if not keep.any():
+        return 0.0, 0.0
+    x, seconds = x[keep], seconds[keep]
+    scale = x.max(axis=0)
+    scale[scale == 0] = 1.0
+    per_transfer, per_byte = nnls(x / seconds[:, None] / scale, np.ones(len(seconds))) / scale
+    return float(per_transfer), float(per_byte)
+
+
+def grid_block_size(shapes: pd.DataFrame) -> int:
+    """The block size most shapes were timed at (the grid's; a sweep adds a few shapes at others)."""
+    counts = shapes["block_size"].astype(int).value_counts()
+    return int(counts[counts == counts.max()].index.min())
 
 
 def host_matrix(rows: pd.DataFrame) -> np.ndarray:
@@ -134,7 +177,7 @@ def fit_profile(raw: pd.DataFrame, source: str, command: str, folds: int = 5, se
     too), so the reported error covers every kind of shape rather than one lucky split.
     """
     check_raw(raw, source)
-    swap = raw["swap_s_per_block"].dropna() if "swap_s_per_block" in raw.columns else pd.Series(dtype=float)
+    swap_s_per_transfer, swap_s_per_byte = fit_swap(raw[raw["kind"] == "swap"], source)
     reference = speed_reference(raw, source)
     host_rows = raw[raw["kind"] == "host"]
     host = fit_host(host_rows) if len(host_rows) >= 10 else None
@@ -159,12 +202,13 @@ def fit_profile(raw: pd.DataFrame, source: str, command: str, folds: int = 5, se
     profile = Profile(
         model=str(first["model"]), device=str(first["device"]), device_name=str(first["device_name"]),
         dtype=str(first["dtype"]), tensor_parallel=int(first.get("tensor_parallel", 1)),
-        block_size=int(first["block_size"]), token_knots=final.knots, token_costs_s=final.token_costs_s,
+        block_size=grid_block_size(raw), token_knots=final.knots, token_costs_s=final.token_costs_s,
         coefficients={term: float(c) for term, c in zip(TERMS, final.coefficients)},
         heldout_mape=float(heldout_ape.mean()), heldout_p95_ape=float(np.quantile(heldout_ape, 0.95)),
         train_rows=int(len(raw)), heldout_rows=int(len(raw)),
         created=dt.date.today().isoformat(), command=command,
-        swap_s_per_block=float(swap.median()) if len(swap) else None,
+        swap_s_per_transfer=swap_s_per_transfer, swap_s_per_byte=swap_s_per_byte,
+        block_sizes=sorted(int(b) for b in raw["block_size"].unique()),
         versions=versions,
         torch_threads=int(first["torch_threads"]) if "torch_threads" in raw.columns else None,
         grid={kind: int(n) for kind, n in raw["kind"].value_counts().sort_index().items()},

@@ -26,6 +26,9 @@ class Grid:
     mixed_prefill_tokens: tuple[int, ...] = (64, 256, 1024)
     mixed_decode_batches: tuple[int, ...] = (4, 16, 64)
     mixed_decode_context: int = 512
+    # decodes timed again at every block size of a block-size sweep (`profile(block_sizes=...)`)
+    sweep_decode_batches: tuple[int, ...] = (1, 8, 32)
+    sweep_decode_contexts: tuple[int, ...] = (64, 256, 1024)
     max_kv_tokens: int = 1 << 20  # cap on K/V held by one shape (the pool must hold it)
     max_seq_len: int = 2048
     seed: int = 0
@@ -49,6 +52,13 @@ class Grid:
             for batch in self.mixed_decode_batches:
                 contexts = rng.integers(16, 2 * self.mixed_decode_context, size=batch)
                 shapes.append(Shape("mixed", (min(prefill, self.max_seq_len),), tuple(int(c) for c in contexts)))
+        return [s for s in shapes if s.kv_tokens <= self.max_kv_tokens]
+
+    def block_sweep_shapes(self) -> list[Shape]:
+        """Uniform decodes to time at each block size: blocks read vary, bytes read do not."""
+        shapes = [Shape("block_sweep", (), (context,) * batch)
+                  for batch in self.sweep_decode_batches for context in self.sweep_decode_contexts
+                  if context <= self.max_seq_len]
         return [s for s in shapes if s.kv_tokens <= self.max_kv_tokens]
 
 

@@ -12,12 +12,13 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from calibrate.block_sweep import BlockSweep
 from calibrate.device import device_name
 from calibrate.grid import GRIDS, Grid, Shape
 from calibrate.host import calibration_replay, host_rows
+from calibrate.rows import shape_row, swap_rows
 from calibrate.serving import serving_rows
 from calibrate.speed import PROBE_SHAPES, SpeedProbe, SpeedSamples, probe_blocks
-from engine.core.batch import BatchShape
 from engine.core.blocks import blocks_for
 from engine.core.spec import ModelSpec
 
@@ -65,22 +66,15 @@ class Progress:
         self.stream.flush()
 
 
-def shape_row(shape: Shape, times: list[float]) -> dict:
-    prefill, decode = shape.prefill_lens, shape.decode_context_lens
-    return {
-        "kind": shape.kind, "num_prefills": len(prefill), "num_prefill_tokens": sum(prefill),
-        "num_decodes": len(decode), "max_decode_context": max(decode, default=0),
-        **BatchShape(tuple(prefill), tuple(decode)).features(), "time_s": float(np.median(times)),
-        "time_min_s": float(min(times)), "time_max_s": float(max(times)), "repeats": len(times),
-    }
-
-
 def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid: Grid | str = "default",
             repeats: int = 3, warmup: int = 1, block_size: int = 16, seed: int = 0,
             swap_blocks: int = 64, probe_every_s: float = 1.0, attention_backend: str = "auto", host: bool = True,
-            on_progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+            block_sizes: tuple[int, ...] = (), on_progress: Callable[[int], None] | None = None) -> pd.DataFrame:
     """One row per shape: its features, the median time over `repeats`, and the device; then the
-    speed probe's samples (kind "probe"), whose medians become the profile's speed reference.
+    swap rows, the host work, and the speed probe's samples (kind "probe"), whose medians become the
+    profile's speed reference. With `block_sizes`, the grid's block-sweep decodes and the swaps are
+    timed again at each of those block sizes too (and at `block_size`): what tells the kernel's cost
+    per KV block apart from its cost per token.
 
     The grid is timed in `repeats` passes, each in a fresh shuffled order (seeded), so that a slow
     minute on a shared machine adds noise to many shapes rather than bias to one family of them. An
@@ -93,19 +87,43 @@ def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid
     grid = replace(grid, max_seq_len=min(grid.max_seq_len, spec.max_seq_len),
                    max_kv_tokens=min(grid.max_kv_tokens, kv_tokens_that_fit(spec, device, dtype)))
     shapes = grid.shapes()
+    sweep = BlockSweep(grid.block_sweep_shapes(), sorted({*block_sizes, block_size}) if block_sizes else [],
+                       swap_blocks * block_size, repeats, warmup, seed)
     pool_blocks = max(blocks_for(s.kv_tokens, block_size) + len(s.prefill_lens) + len(s.decode_context_lens)
                       for s in shapes)
     runner = ModelRunner(spec, device=device, dtype=dtype, seed=seed,
                          num_gpu_blocks=max(pool_blocks, swap_blocks, probe_blocks(block_size)),
                          num_cpu_blocks=swap_blocks, block_size=block_size,
                          attention_backend=attention_backend)
+    total = len(shapes) * repeats + 1 + sweep.timed_runs
+    progress = on_progress or Progress(total).update
+    rows = _grid_rows(runner, shapes, repeats, warmup, seed, probe_every_s, host, progress, quiet=bool(on_progress))
+    rows += swap_rows(runner, repeats, warmup, swap_blocks)
+    meta = {"model": spec.name, "device": runner.device.type, "device_name": device_name(str(runner.device)),
+            "dtype": str(runner.dtype).removeprefix("torch."), "tensor_parallel": 1,
+            "torch_threads": _threads(), "attention_backend": attention_backend, **_versions()}
+    if sweep.block_sizes:
+        model = runner.model
+        del runner  # its pool: the sweep's own pools need the memory on a GPU
+        if on_progress is None:
+            sys.stderr.write(f"profiling: decodes and swaps at block sizes {sweep.block_sizes}\n")
+        rows += sweep.rows(lambda bs, gpu, cpu: ModelRunner(
+            spec, device=device, dtype=dtype, seed=seed, num_gpu_blocks=gpu, num_cpu_blocks=cpu, block_size=bs,
+            attention_backend=attention_backend, model=model), block_size, len(shapes) * repeats + 1, progress)
+    frame = pd.DataFrame(rows)
+    frame["block_size"] = frame["block_size"].fillna(block_size).astype(int)  # host, serving and probe rows
+    return frame.assign(**meta)
+
+
+def _grid_rows(runner, shapes: list[Shape], repeats: int, warmup: int, seed: int, probe_every_s: float,
+               host: bool, progress: Callable[[int], None], quiet: bool) -> list[dict]:
+    """The grid's shapes timed in shuffled passes, then the host work, then the speed probe's samples."""
     probe = SpeedProbe(runner, every_s=probe_every_s)
-    if on_progress is None:
+    if not quiet:
         sys.stderr.write(f"profiling: an untimed warm-up pass over {len(shapes)} shapes first\n")
     for shape in shapes:
         runner.time_batch(list(shape.prefill_lens), list(shape.decode_context_lens), 0, warmup=warmup)
     # the pace, and so the time left, from the timed passes alone: the warm-up pays one-off costs
-    progress = on_progress or Progress(len(shapes) * repeats + 1).update
     times: list[list[float]] = [[] for _ in shapes]
     order = np.random.default_rng(seed)
     for p in range(repeats):
@@ -114,24 +132,19 @@ def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid
             shape = shapes[i]
             times[i] += runner.time_batch(list(shape.prefill_lens), list(shape.decode_context_lens), 1, warmup=0)
             progress(done)
-    rows = [shape_row(shape, t) for shape, t in zip(shapes, times)]
-    rows.append(_swap_row(runner, repeats, warmup, swap_blocks))
+    rows = [shape_row(shape, t, runner.block_size) for shape, t in zip(shapes, times)]
     if host:
-        if on_progress is None:
+        if not quiet:
             sys.stderr.write("profiling: the host work around the forward (a short replay on the engine)\n")
-        engine_runner, result, served, forwards = calibration_replay(runner, block_size)
+        engine_runner, result, served, forwards = calibration_replay(runner, runner.block_size)
         rows += host_rows(result)
-        if on_progress is None:
+        if not quiet:
             sys.stderr.write(f"profiling: the replay's {len(served)} batches again, each alone\n")
         rows += serving_rows(engine_runner, served, forwards, seed)
     probe.sample()
-    rows += probe_rows(probe.samples)
+    rows += probe_rows(probe.samples, runner.block_size)
     progress(len(shapes) * repeats + 1)
-    frame = pd.DataFrame(rows)
-    meta = {"model": spec.name, "device": runner.device.type, "device_name": device_name(str(runner.device)),
-            "dtype": str(runner.dtype).removeprefix("torch."), "block_size": block_size, "tensor_parallel": 1,
-            "torch_threads": _threads(), "attention_backend": attention_backend, **_versions()}
-    return frame.assign(**meta)
+    return rows
 
 
 def save_raw(raw: pd.DataFrame, path) -> None:
@@ -141,13 +154,13 @@ def save_raw(raw: pd.DataFrame, path) -> None:
     write_atomic(path, lambda f: raw.to_csv(f, index=False))
 
 
-def probe_rows(samples: SpeedSamples) -> list[dict]:
+def probe_rows(samples: SpeedSamples, block_size: int) -> list[dict]:
     """One row per probe sample: kind "probe", the probe's name, its shape's features and time."""
     rows = []
     for name, values in samples.times.items():
         prefill, decode = PROBE_SHAPES[name]
         for t in values:
-            rows.append({**shape_row(Shape("probe", prefill, decode), [t]), "probe": name})
+            rows.append({**shape_row(Shape("probe", prefill, decode), [t], block_size), "probe": name})
     return rows
 
 
@@ -161,14 +174,3 @@ def kv_tokens_that_fit(spec: ModelSpec, device: str, dtype: str | None, fraction
     free = free_device_bytes(dev)
     weights = spec.weight_bytes(element) if dev.type == "cuda" else 0  # the CPU budget is for KV alone
     return max(int((free - weights) * fraction) // spec.kv_bytes_per_token(element), 0)
-
-
-def _swap_row(runner, repeats: int, warmup: int, swap_blocks: int) -> dict:
-    """Seconds per block moved: a decode with swaps minus the same decode without."""
-    shape = Shape("swap", (), (16,))
-    base = runner.time_batch([], [16], repeats, warmup=warmup)
-    with_swaps = runner.time_batch([], [16], repeats, warmup=warmup, num_swap_blocks=swap_blocks)
-    row = shape_row(shape, with_swaps)
-    # swap rows carry the PCIe cost, not an iteration's: the fit reads swap_s_per_block only
-    row["swap_s_per_block"] = max(float(np.median(with_swaps) - np.median(base)), 0.0) / (2 * swap_blocks)
-    return row

@@ -7,17 +7,21 @@ from pathlib import Path
 import yaml
 
 from calibrate.all_reduce import AllReduceTable
-from calibrate.features import TERMS, TERMS_ADDED_IN_3
+from calibrate.features import TERMS, TERMS_ADDED_IN_3, TERMS_ADDED_IN_4
 from calibrate.host import HOST_TERMS
 from calibrate.layer_ops import ELEMENTWISE
 from calibrate.serving import PLAUSIBLE
 from engine.atomic import write_text_atomic
-from engine.specs.checks import non_negative, number, optional, positive, positive_int, share
+from engine.specs.checks import choice, non_negative, number, optional, positive, positive_int, share
 from engine.specs.errors import SpecError
-from engine.specs.loader import available_models, read_yaml
+from engine.specs.loader import available_models, load_model_spec, read_yaml
 
-FORMAT = "servesim-profile/3"  # /3 adds per_prefill_s and mixed_s
-READABLE_FORMATS = ("servesim-profile/2", FORMAT)  # /1 had a knee and power-of-two steps instead of the token table
+# /3 added per_prefill_s and mixed_s; /4 decode_block_s, block_sizes, and the swap's cost per transfer and
+# per byte in place of one cost per block
+FORMAT = "servesim-profile/4"
+# /1 had a knee and power-of-two steps instead of the token table; /2 and /3 read with the added terms at 0
+READABLE_FORMATS = ("servesim-profile/2", "servesim-profile/3", FORMAT)
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 IMPORTED_ONLY = ("linear", "all_reduce", "provenance")  # fields only an imported per-operation profile has
 
 
@@ -38,7 +42,11 @@ class Profile:
     heldout_rows: int
     created: str
     command: str
-    swap_s_per_block: float | None = None
+    # a swap's cost (calibrate/profile.py swap_rows): per copy issued and per byte moved; None where not measured
+    swap_s_per_transfer: float | None = None
+    swap_s_per_byte: float | None = None
+    # block sizes the decodes were timed at; decode_block_s is fitted only from two or more (empty: block_size)
+    block_sizes: list[int] = field(default_factory=list)
     torch_threads: int | None = None  # CPU profiles: intra-op threads the engine ran with
     heldout_method: str = ""
     # the speed probe's median times while the grid was measured (calibrate/speed.py); a validation
@@ -72,6 +80,7 @@ def _check(raw: dict, source: str) -> None:
         raise SpecError(source, "format", (
             f"{version!r} is not {FORMAT!r}: re-fit it from its measurements "
             f"(servesim calibrate fit RAW.csv --out {source})"))
+    legacy_swap = raw.pop("swap_s_per_block", None) if version != FORMAT else None
     known = {f.name for f in fields(Profile)}
     required = {f.name for f in fields(Profile) if f.default is MISSING and f.default_factory is MISSING}
     for key in raw:
@@ -81,13 +90,13 @@ def _check(raw: dict, source: str) -> None:
         raise SpecError(source, key, "missing required field")
     if raw["model"] not in available_models():
         raise SpecError(source, "model", f"unknown model {raw['model']!r}; available: {available_models()}")
+    choice(raw["dtype"], source, "dtype", list(DTYPE_BYTES))  # the swap's bytes a block are the dtype's
     coefficients = raw["coefficients"]
     if not isinstance(coefficients, dict):
         raise SpecError(source, "coefficients", f"must map each of {list(TERMS)} to seconds")
-    if version == "servesim-profile/2":  # fitted without these terms: they cost nothing
-        for term in TERMS_ADDED_IN_3:
+    if version != FORMAT:  # fitted without these terms: they cost nothing
+        for term in (*(TERMS_ADDED_IN_3 if version == "servesim-profile/2" else ()), *TERMS_ADDED_IN_4):
             coefficients.setdefault(term, 0.0)
-        raw["format"] = FORMAT
     for term in TERMS:
         if term not in coefficients:
             raise SpecError(source, f"coefficients.{term}", "missing coefficient")
@@ -101,7 +110,9 @@ def _check(raw: dict, source: str) -> None:
         positive_int(raw[key], source, key)
     for key in ("train_rows", "heldout_rows"):
         number(raw[key], source, key, low=0, whole=True)
-    optional(non_negative, raw.get("swap_s_per_block"), source, "swap_s_per_block")  # seconds
+    for key in ("swap_s_per_transfer", "swap_s_per_byte"):
+        optional(non_negative, raw.get(key), source, key)  # seconds
+    _check_block_sizes(raw.get("block_sizes", []), source)
     optional(positive_int, raw.get("torch_threads"), source, "torch_threads")
     _check_table(raw["token_knots"], raw["token_costs_s"], source)
     _check_speed_reference(raw.get("speed_reference", {}), source)
@@ -112,6 +123,26 @@ def _check(raw: dict, source: str) -> None:
         AllReduceTable.from_dict(raw["all_reduce"], source)
     if not isinstance(raw.get("provenance", {}), dict):
         raise SpecError(source, "provenance", "must map source, commit, licence and the like to text")
+    if version != FORMAT:
+        if legacy_swap is not None:
+            _swap_per_block_to_bytes(raw, legacy_swap, source)
+        raw["format"] = FORMAT
+
+
+def _swap_per_block_to_bytes(raw: dict, per_block, source: str) -> None:
+    """A /2 or /3 profile's swap_s_per_block, timed on blocks the engine copied as one run per layer, is a cost
+    per byte: read as that, with nothing per transfer (it charges what it charged at its block size)."""
+    non_negative(per_block, source, "swap_s_per_block")
+    model = load_model_spec(raw["model"])
+    block_bytes = model.kv_bytes_per_token(DTYPE_BYTES[raw["dtype"]]) * raw["block_size"] / raw["tensor_parallel"]
+    raw["swap_s_per_transfer"], raw["swap_s_per_byte"] = 0.0, per_block / block_bytes
+
+
+def _check_block_sizes(block_sizes, source: str) -> None:
+    if not isinstance(block_sizes, list):
+        raise SpecError(source, "block_sizes", f"must be a list of block sizes in tokens, got {block_sizes!r}")
+    for i, size in enumerate(block_sizes):
+        positive_int(size, source, f"block_sizes[{i}]")
 
 
 def _check_linear(linear, source: str) -> None:

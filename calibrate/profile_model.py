@@ -7,8 +7,8 @@ from pathlib import Path
 from calibrate.costmodel import CostModel
 from calibrate.hardware import HardwareSpec
 from calibrate.host import host_time
-from calibrate.profile_file import Profile, load_profile
-from calibrate.roofline import RooflineParams
+from calibrate.profile_file import DTYPE_BYTES, Profile, load_profile
+from calibrate.roofline import RooflineParams, swap_block_seconds, swap_transfers_per_block
 from engine.core.batch import ShapeMetrics
 from engine.core.spec import ModelSpec
 from engine.specs.errors import SpecError
@@ -16,9 +16,15 @@ from engine.specs.loader import load_model_spec
 
 
 class ProfileCostModel(CostModel):
-    def __init__(self, profile: Profile, path: str = "", pcie_bytes_per_s: float | None = None,
-                 block_bytes: int | None = None, hardware_name: str | None = None):
+    """A fitted profile's times at `block_size` (default the profile's) and `dtype_bytes` (default its dtype's).
+
+    A swap moves each block as swap_transfers_per_block copies plus its bytes, at the profile's measured costs;
+    where the profile has none, at the roofline's defaults over `hardware`'s PCIe (nothing without hardware)."""
+
+    def __init__(self, profile: Profile, path: str = "", block_size: int | None = None,
+                 dtype_bytes: int | None = None, hardware: HardwareSpec | None = None):
         self.profile = profile
+        self.block_size = block_size or profile.block_size
         c = profile.coefficients
         self._knots, self._token_costs = list(profile.token_knots), list(profile.token_costs_s)
         self._slope_past_last = (max((self._token_costs[-1] - self._token_costs[-2])
@@ -26,22 +32,25 @@ class ProfileCostModel(CostModel):
         self._prefill_sq, self._context = c["prefill_attention_s"], c["decode_context_s"]
         self._padded_context, self._per_seq = c["decode_padded_context_s"], c["per_sequence_s"]
         self._per_prefill, self._mixed = c["per_prefill_s"], c["mixed_s"]
+        self._per_block = c["decode_block_s"]
         self.host = profile.host  # None: not measured; the forward alone is charged
         self.charge_host = profile.host is not None
         # what a shape costs served, against timed alone (calibrate/serving.py); 1 where not measured
         self.serving_factor = profile.serving["factor"] if profile.serving else 1.0
-        if profile.swap_s_per_block is not None:
-            self._swap_per_block = profile.swap_s_per_block
-        elif pcie_bytes_per_s and block_bytes:
-            self._swap_per_block = block_bytes / (0.8 * pcie_bytes_per_s)
-        else:
-            self._swap_per_block = 0.0
+        self._swap_per_block = swap_seconds_per_block(profile, self.block_size, dtype_bytes, hardware)
         # the times are the profiled device's, whatever the config's hardware says: tell the reader
-        elsewhere = (f"; measured on {profile.device_name}, not on {hardware_name}"
-                     if hardware_name is not None and hardware_for_device(profile.device_name) != hardware_name
+        elsewhere = (f"; measured on {profile.device_name}, not on {hardware.name}"
+                     if hardware is not None and hardware_for_device(profile.device_name) != hardware.name
                      else "")
         self.source = (f"profile({Path(path).name or profile.model}: {profile.model} on {profile.device_name}, "
-                       f"{profile.dtype}, held-out MAPE {profile.heldout_mape:.1%}{elsewhere})")
+                       f"{profile.dtype}, held-out MAPE {profile.heldout_mape:.1%}{elsewhere}{self._block_note()})")
+
+    def _block_note(self) -> str:
+        """Say so where a run's block size is one the profile cannot price apart (see features.TERMS_ADDED_IN_4)."""
+        measured = self.profile.block_sizes or [self.profile.block_size]
+        if self.block_size in measured or len(measured) > 1:
+            return ""
+        return f"; timed at block size {measured[0]} only, run at {self.block_size}"
 
     @classmethod
     def from_profile(cls, path: str | Path, model: ModelSpec | None = None, hardware: HardwareSpec | None = None,
@@ -62,9 +71,7 @@ class ProfileCostModel(CostModel):
         if tp != profile.tensor_parallel:
             raise SpecError(str(path), "tensor_parallel", (
                 f"the profile was measured at tensor_parallel={profile.tensor_parallel}, the config asks {tp}"))
-        pcie = hardware.pcie_bytes_per_s if hardware is not None else None
-        block_bytes = model.kv_bytes_per_token(dtype_bytes) * block_size // tp if model is not None else None
-        return cls(profile, str(path), pcie, block_bytes, hardware.name if hardware is not None else None)
+        return cls(profile, str(path), block_size, dtype_bytes, hardware)
 
     def iteration_time(self, batch: ShapeMetrics) -> float:
         t = self.token_cost(batch.num_tokens) + self._per_seq * batch.num_seqs
@@ -78,6 +85,8 @@ class ProfileCostModel(CostModel):
             t += self._prefill_sq * batch.sum_prefill_sq + self._per_prefill * batch.num_prefills
             if batch.decode_context_lens:
                 t += self._mixed
+        if self._per_block and batch.decode_context_lens:
+            t += self._per_block * batch.decode_blocks(self.block_size)
         t *= self.serving_factor
         if self.charge_host:
             t += host_time(self.host, batch.num_seqs, batch.num_prefill_tokens)
@@ -98,6 +107,19 @@ class ProfileCostModel(CostModel):
         return num_blocks * self._swap_per_block
 
 
+def swap_seconds_per_block(profile: Profile, block_size: int, dtype_bytes: int | None,
+                           hardware: HardwareSpec | None) -> float:
+    """One block's swap: its copies at the profile's cost per transfer and its bytes at its cost per byte; where
+    the profile measured no swap, the roofline's defaults over `hardware`'s PCIe (0 with no hardware given)."""
+    model = load_model_spec(profile.model)
+    element = dtype_bytes or DTYPE_BYTES[profile.dtype]
+    tp = profile.tensor_parallel
+    if profile.swap_s_per_transfer is None or profile.swap_s_per_byte is None:
+        return swap_block_seconds(model, hardware, tp, element, block_size, RooflineParams()) if hardware else 0.0
+    block_bytes = model.kv_bytes_per_token(element) * block_size / tp
+    return swap_transfers_per_block(model) * profile.swap_s_per_transfer + block_bytes * profile.swap_s_per_byte
+
+
 def implied_efficiency(profile: Profile, measured_on: HardwareSpec, dtype_bytes: int = 2) -> RooflineParams:
     """What share of the measured device's peak the fitted terms reach.
 
@@ -105,7 +127,9 @@ def implied_efficiency(profile: Profile, measured_on: HardwareSpec, dtype_bytes:
     per weight per token), bandwidth efficiency from the decode KV-read cost (bytes per
     context token), and the fixed overhead as what a one-token iteration leaves after
     reading the weights at that bandwidth. Assumes the profiled device ran the same kernels a
-    target device would (the roofline shape carries over, the constants do not).
+    target device would (the roofline shape carries over, the constants do not). The kernel's work per
+    KV block as tokens' worth of K/V read (0 where the profile could not tell it apart, its per-token cost
+    holding it), and the swap's cost per transfer, carry over as measured (0 where not measured).
     """
     model = load_model_spec(profile.model)
     c = profile.coefficients
@@ -121,7 +145,10 @@ def implied_efficiency(profile: Profile, measured_on: HardwareSpec, dtype_bytes:
     weight_bytes = weights * dtype_bytes / tp
     # a one-token iteration is the weights read once plus the fixed overheads
     overhead = max(profile.token_costs_s[0] - weight_bytes / (bw_eff * measured_on.hbm_bytes_per_s), 0.0)
-    return RooflineParams(compute_efficiency=compute_eff, bandwidth_efficiency=bw_eff, overhead_s=overhead)
+    block_tokens = c["decode_block_s"] / per_context if per_context > 0 else 0.0
+    return RooflineParams(compute_efficiency=compute_eff, bandwidth_efficiency=bw_eff, overhead_s=overhead,
+                          block_read_overhead_tokens=block_tokens,
+                          swap_transfer_latency_s=profile.swap_s_per_transfer or 0.0)
 
 
 def compute_slope(knots: list[int], costs: list[float]) -> float:
@@ -144,8 +171,9 @@ def hardware_for_device(device_name: str) -> str | None:
 
 
 def transferred_roofline(path: str | Path, measured_on: str | None, model: ModelSpec, hardware: HardwareSpec,
-                         tp: int, dtype_bytes: int, block_size: int):
-    """The roofline of (model, hardware, tp) at the efficiencies a profile measured elsewhere."""
+                         tp: int, dtype_bytes: int, block_size: int, paged: bool = True):
+    """The roofline of (model, hardware, tp) at the efficiencies a profile measured elsewhere; `paged=False`
+    prices decode attention as a dense kernel (FasterTransformer's)."""
     from calibrate.hardware import load_hardware
     from calibrate.roofline import RooflineCostModel
 
@@ -161,9 +189,9 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
     measured = load_hardware(name)
     if profile.linear is not None:
         return _measured_linear_roofline(profile, Path(path).name, measured, model, hardware, tp, dtype_bytes,
-                                         block_size)
+                                         block_size, paged)
     params = implied_efficiency(profile, measured, dtype_bytes)
-    cost = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, params)
+    cost = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, params, paged=paged)
     cost.source = (f"roofline({hardware.name}, tp={tp}) at efficiencies from {Path(path).name} "
                    f"({profile.model} on {profile.device_name}: compute {params.compute_efficiency:.2f}, "
                    f"bandwidth {params.bandwidth_efficiency:.2f}, overhead {params.overhead_s * 1e3:.2f} ms)")
@@ -171,7 +199,8 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
 
 
 def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpec, model: ModelSpec,
-                              hardware: HardwareSpec, tp: int, dtype_bytes: int, block_size: int):
+                              hardware: HardwareSpec, tp: int, dtype_bytes: int, block_size: int,
+                              paged: bool = True):
     """The roofline of (model, hardware, tp) with an imported profile's linear part (its efficiencies and
     bend, its kernels' latencies and bandwidths), its all-reduce table (over links as fast as the
     target's, relative to the measured GPU's) and its host work in series; attention from the roofline."""
@@ -186,7 +215,7 @@ def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpe
             hardware.nvlink_bytes_per_s / measured.nvlink_bytes_per_s)
     # attention, block copies and swaps at the roofline's own efficiencies: the measurements have none
     cost = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, RooflineParams(), linear=fit,
-                             all_reduce=table, host=profile.host)
+                             all_reduce=table, host=profile.host, paged=paged)
     if tp == 1:
         comm = ""
     elif table is not None and table.covers(tp):
@@ -195,8 +224,10 @@ def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpe
     else:
         comm = f", all-reduce by the ring formula (none measured on {tp} GPUs)"
     host = ", host work in series" if profile.host is not None else ""
+    attention = (f"paged ({RooflineParams().block_read_overhead_tokens:g} tokens' K/V a block read)" if paged
+                 else "dense")
     cost.source = (f"roofline({hardware.name}, tp={tp}) with the linear part measured in {name} "
                    f"(on {profile.device_name}: compute {fit.compute_efficiency:.2f}, bandwidth "
                    f"{fit.bandwidth_efficiency:.2f}, ridge {fit.ridge_efficiency:.2f}, held-out error "
-                   f"{profile.heldout_mape:.1%}{comm}; attention at the roofline's defaults{host})")
+                   f"{profile.heldout_mape:.1%}{comm}; attention at the roofline's defaults, {attention}{host})")
     return cost

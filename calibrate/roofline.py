@@ -7,9 +7,10 @@ at achieved (not peak) FLOP/s and bandwidth:
   prefill attn   2 * prompt_len^2 * hidden * layers FLOPs (causal QK^T and AV, halved); a prefill of
                  n tokens after c cached ones (a shared prefix) 2 * n (n + 2c) * hidden * layers FLOPs,
                  plus reading the c cached tokens' KV as a decode reads its context
-  decode attn    context * KV bytes per token / bandwidth
+  decode attn    context * KV bytes per token / bandwidth, plus a cost per KV block read (paged kernels)
   tensor par.    work / tp, plus two all-reduces of the activations per layer: a ring formula, or
                  a measured table (calibrate/all_reduce.py)
+  swaps          per block: a latency per transfer (K and V of each layer) plus its bytes / PCIe bandwidth
 The default efficiencies reproduce FasterTransformer's OPT-13B-class timings on one
 A100-40GB (decode 22 ms/token at batch 1, 512-token prefill 63 ms; kipply's table).
 
@@ -19,6 +20,25 @@ each with its fixed latency, and the elementwise kernels the roofline leaves out
 embedding, activation, residual add, embedding lookup) are charged at their measured latency and
 share of bandwidth; attention, copies and swaps stay at the params'. With a profile's host terms the
 engine's host work is charged too, in series with the device, as the engine runs them.
+
+The two block-size terms (`decode_block_seconds`, `swap_block_seconds`) and their defaults:
+
+- Per KV block a decode reads, the paper-era paged kernel pays work a dense kernel does not: it loads
+  the block's id from the block table before it can load the block, and runs the loop's bounds
+  checks once per block. The paper measured the sum (Fig. 18a): its kernel ran 20-26% slower than
+  FasterTransformer's dense kernel at block size 16, contexts 64-256, on an A100, and attributes
+  the gap to "accessing the block table, executing extra branches, and handling variable sequence
+  lengths". Charged all to the blocks, the midpoint (23%) of a 16-token block is 3.68 tokens: each
+  block read costs as much as reading 3.68 more tokens' K/V (64 ns per block per layer for OPT-13B
+  on an A100-40GB). Small blocks then cost more, as Fig. 18b's left half shows (1-token blocks:
+  attention x4.68), and the efficiencies stay those of the dense kernel they were fitted to.
+- A swap moves each block as 2 x layers copies (the K and the V of every layer), each its own
+  cudaMemcpyAsync, as paper-era vLLM's swap_blocks did. A copy costs a fixed latency before its
+  bytes move: 5 us by default, from measurements of cudaMemcpyAsync's per-call cost of small
+  copies (5-7 us in DualPath, Wu et al. 2026, sec. 5.2; ~2.3 us on a newer stack, FlexKV PR #193;
+  paper-era vLLM's per-block loop reached 3.1 GB/s on an A100-40GB where one kernel reached
+  12.6 GB/s, vLLM PR #11531). With 1-token blocks of OPT-13B a swap is then latency-bound (80
+  copies of 10 KB per token), with 256-token blocks bandwidth-bound: the paper's Fig. 19a.
 """
 from __future__ import annotations
 
@@ -38,6 +58,9 @@ from engine.core.spec import ModelSpec
 ALLREDUCE_LATENCY_S = 10e-6
 ALLREDUCES_PER_LAYER = 2  # after attention's output projection and after the MLP
 GEMMS_PER_LAYER = 4  # QKV, output projection, MLP up (and gate), MLP down
+# a 16-token block's share of Fig. 18a's paged-over-dense gap (23%), as extra tokens read per block
+DEFAULT_BLOCK_READ_OVERHEAD_TOKENS = 0.23 * 16
+DEFAULT_SWAP_TRANSFER_LATENCY_S = 5e-6  # per cudaMemcpyAsync of one block of one layer's K or V
 
 
 @dataclass(frozen=True)
@@ -49,21 +72,49 @@ class RooflineParams:
     # share of the roof the linear layers reach where compute and weight reads take equally long;
     # 1 is the hard max (calibrate/ridge.py)
     ridge_efficiency: float = 1.0
+    # each KV block a paged decode reads costs as much as reading this many more tokens' K/V
+    block_read_overhead_tokens: float = DEFAULT_BLOCK_READ_OVERHEAD_TOKENS
+    swap_transfer_latency_s: float = DEFAULT_SWAP_TRANSFER_LATENCY_S  # per copy a swap issues
+
+
+def decode_block_seconds(model: ModelSpec, bandwidth: float, tp: int, dtype_bytes: int,
+                         params: RooflineParams) -> float:
+    """Seconds per KV block a paged decode reads (all layers): block_read_overhead_tokens tokens' K/V."""
+    return params.block_read_overhead_tokens * model.kv_bytes_per_token(dtype_bytes) / tp / bandwidth
+
+
+def swap_transfers_per_block(model: ModelSpec) -> int:
+    """Copies one block's swap issues: the K and the V of every layer, each its own (paper-era vLLM)."""
+    return 2 * model.num_layers
+
+
+def swap_block_seconds(model: ModelSpec, hw: HardwareSpec, tp: int, dtype_bytes: int, block_size: int,
+                       params: RooflineParams) -> float:
+    """Seconds to move one block between GPU and host: a latency per copy, then its bytes over PCIe."""
+    block_bytes = model.kv_bytes_per_token(dtype_bytes) * block_size / tp
+    return (swap_transfers_per_block(model) * params.swap_transfer_latency_s
+            + block_bytes / (hw.pcie_bytes_per_s * params.pcie_efficiency))
 
 
 class RooflineCostModel(CostModel):
+    """`paged=False` prices decode attention as a dense kernel (FasterTransformer's): no per-block term."""
+
     def __init__(self, model: ModelSpec, hw: HardwareSpec, tp: int = 1, dtype_bytes: int = 2,
                  block_size: int = 16, params: RooflineParams = RooflineParams(),
                  linear: LinearFit | None = None, all_reduce: AllReduceTable | None = None,
-                 host: dict | None = None):
+                 host: dict | None = None, paged: bool = True):
         """`all_reduce`: measured times by GPU count over the target's links (AllReduceTable.scaled);
-        `host`: calibrate/host.py's HOST_TERMS."""
+        `host`: calibrate/host.py's HOST_TERMS; `paged=False` prices decode attention as a dense kernel
+        (FasterTransformer's): no per-block term."""
         self.model, self.hw, self.tp, self.params = model, hw, tp, params
         self.linear, self.host = linear, host
         self.charge_host = host is not None
+        self.block_size = block_size
+        attention = f"block_read={params.block_read_overhead_tokens:g} tokens" if paged else "dense attention"
         self.source = (f"roofline({hw.name}, tp={tp}, compute_eff={params.compute_efficiency}, "
                        f"bw_eff={params.bandwidth_efficiency}, overhead_s={params.overhead_s}"
-                       + (f", ridge_eff={params.ridge_efficiency}" if params.ridge_efficiency != 1 else "") + ")")
+                       + (f", ridge_eff={params.ridge_efficiency}" if params.ridge_efficiency != 1 else "")
+                       + f", {attention}, swap_latency_s={params.swap_transfer_latency_s:g})")
         flops = hw.peak_flops * params.compute_efficiency
         bandwidth = hw.hbm_bytes_per_s * params.bandwidth_efficiency
         matmul = linear or params  # the linear layers' efficiencies and bend: measured, or the spec sheet's
@@ -80,8 +131,9 @@ class RooflineCostModel(CostModel):
         self._s_per_prompt_sq = 2 * hidden * layers / tp / flops
         self._s_per_context_token = model.kv_bytes_per_token(dtype_bytes) / tp / bandwidth
         self._s_per_copied_block = 2 * model.kv_bytes_per_token(dtype_bytes) * block_size / tp / bandwidth
-        self._s_swap_per_block = model.kv_bytes_per_token(dtype_bytes) * block_size / tp / (
-            hw.pcie_bytes_per_s * params.pcie_efficiency)
+        self._s_per_decode_block = (decode_block_seconds(model, bandwidth, tp, dtype_bytes, params)
+                                    if paged else 0.0)
+        self._s_swap_per_block = swap_block_seconds(model, hw, tp, dtype_bytes, block_size, params)
         self._all_reduce = all_reduce if all_reduce is not None and tp > 1 and all_reduce.covers(tp) else None
         self._message_bytes_per_token = hidden * dtype_bytes
         if tp > 1:
@@ -116,8 +168,9 @@ class RooflineCostModel(CostModel):
             matmuls = compute if compute > self._s_weights else self._s_weights
         else:
             matmuls = bent_roof(compute, self._s_weights, self._ridge_p)
-        kv_read = batch.sum_decode_context + batch.sum_prefill_cached  # context the iteration reads, not computes
-        attention = batch.sum_prefill_sq * self._s_per_prompt_sq + kv_read * self._s_per_context_token
+        # a shared prefix's cached tokens are read as a decode reads its context, not computed
+        attention = (batch.sum_prefill_sq * self._s_per_prompt_sq + batch.sum_prefill_cached * self._s_per_context_token
+                     + self.decode_attention_time(batch))
         comm = self._comm_time(tokens)
         copies = batch.num_copy_blocks * self._s_per_copied_block
         t = matmuls + attention + comm + copies + self.params.overhead_s
@@ -134,6 +187,13 @@ class RooflineCostModel(CostModel):
             return 0.0
         per_message = self._all_reduce.time(self.tp, tokens * self._message_bytes_per_token)
         return ALLREDUCES_PER_LAYER * self.model.num_layers * per_message
+
+    def decode_attention_time(self, batch: ShapeMetrics) -> float:
+        """The KV bytes the decodes read, plus the paged kernel's work per block it visits."""
+        t = batch.sum_decode_context * self._s_per_context_token
+        if self._s_per_decode_block and batch.decode_context_lens:
+            t += batch.decode_blocks(self.block_size) * self._s_per_decode_block
+        return t
 
     def swap_time(self, num_blocks: int) -> float:
         return num_blocks * self._s_swap_per_block

@@ -50,7 +50,8 @@ def _cmd_run(args) -> int:
     table = summary_table(summary)
     write_text(table + "\n", out_dir / "summary.txt")
     print(table)
-    print(f"cost model: {summary['cost_model'].iloc[0]}")
+    for source, systems in summary.groupby("cost_model", sort=False)["system"].unique().items():
+        print(f"cost model: {source}" + (f" ({', '.join(systems)})" if summary["cost_model"].nunique() > 1 else ""))
     print(f"wrote {out_dir}/summary.csv, normalized_latency.png, kv_usage.png, runs/ "
           f"in {time.perf_counter() - started:.1f} s")
     return 0

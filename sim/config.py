@@ -143,7 +143,7 @@ def _cost_model(raw: Any, source: str, base_dir: Path) -> CostModelConfig:
         if key not in valid:
             raise SpecError(source, f"cost_model.{key}", f"unknown key; valid keys are {sorted(valid | {'kind'})}")
         # an efficiency is a share of the spec sheet's peak: none is nothing, more than all is a typo
-        (non_negative if key == "overhead_s" else share)(value, source, f"cost_model.{key}")
+        (share if key.endswith("_efficiency") else non_negative)(value, source, f"cost_model.{key}")
     return CostModelConfig("roofline", roofline=RooflineParams(**raw))
 
 

@@ -36,11 +36,13 @@ def make_cost_model(exp: Experiment, system: SystemSpec) -> CostModel:
     if config.kind == "profile":
         return ProfileCostModel.from_profile(config.profile_path, exp.model, exp.hardware,
                                              exp.tensor_parallel, exp.dtype_bytes, system.block_size)
+    # FasterTransformer ran its own dense attention kernel in the paper; vLLM and the Orca baselines the paged one
+    paged = system.kind != "fastertransformer"
     if config.kind == "transfer":
         return transferred_roofline(config.profile_path, config.measured_on, exp.model, exp.hardware,
-                                    exp.tensor_parallel, exp.dtype_bytes, system.block_size)
+                                    exp.tensor_parallel, exp.dtype_bytes, system.block_size, paged)
     return RooflineCostModel(exp.model, exp.hardware, exp.tensor_parallel, exp.dtype_bytes,
-                             system.block_size, config.roofline)
+                             system.block_size, config.roofline, paged=paged)
 
 
 def trace_for(exp: Experiment, rate: float, seed: int, rng: np.random.Generator | None = None) -> Trace:

@@ -61,6 +61,13 @@ class ShapeMetrics:
         """Sequences that produce logits: one per prefill and per decode."""
         return len(self.prefill_lens) + len(self.decode_context_lens)
 
+    def decode_blocks(self, block_size: int) -> int:
+        """KV blocks the decodes read, ceil(context / block_size) each: a paged kernel visits each once."""
+        if block_size == 1:
+            return sum(self.decode_context_lens)
+        last = block_size - 1
+        return sum([(c + last) // block_size for c in self.decode_context_lens])
+
     def features(self) -> dict[str, int]:
         """The terms a profile is fitted on (calibrate/features.py)."""
         num_decodes = len(self.decode_context_lens)

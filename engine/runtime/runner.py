@@ -155,12 +155,15 @@ class ModelRunner:
 
     # --- synthetic batches, for the profiler --------------------------------------
     def time_batch(self, prefill_lens: list[int], decode_context_lens: list[int], repeats: int = 3, *,
-                   warmup: int = 1, num_swap_blocks: int = 0) -> list[float]:
+                   warmup: int = 1, num_swap_blocks: int = 0, scattered_swaps: bool = False) -> list[float]:
         """Seconds per run of a batch of these shapes (fake tokens, disjoint block tables).
 
-        num_swap_blocks adds that many blocks swapped out and as many swapped in.
+        num_swap_blocks adds that many blocks swapped out and as many swapped in: neighbours moved to
+        neighbours (one copy per layer's K and V), or with `scattered_swaps` in reversed order, so that
+        every block is a copy of its own, as a swap of blocks scattered over the pools is.
         """
-        batch, tokens, tables = self.synthetic_batch(prefill_lens, decode_context_lens, num_swap_blocks)
+        batch, tokens, tables = self.synthetic_batch(prefill_lens, decode_context_lens, num_swap_blocks,
+                                                     scattered_swaps)
         times = []
         for i in range(warmup + repeats):
             _, seconds = self.execute(batch, tokens, tables.__getitem__)
@@ -169,7 +172,8 @@ class ModelRunner:
         return times
 
     def synthetic_batch(self, prefill_lens: list[int], decode_context_lens: list[int],
-                        num_swap_blocks: int = 0) -> tuple[Batch, dict[int, list[int]], dict[int, list[int]]]:
+                        num_swap_blocks: int = 0, scattered_swaps: bool = False
+                        ) -> tuple[Batch, dict[int, list[int]], dict[int, list[int]]]:
         lengths = list(prefill_lens) + list(decode_context_lens)
         needed = [blocks_for(n, self.block_size) for n in lengths]
         if sum(needed) > self.num_gpu_blocks:
@@ -184,7 +188,8 @@ class ModelRunner:
         # token values do not change the cost; any in-vocabulary pattern will do
         tokens = {s: [(s + j) % self.spec.vocab_size for j in range(n)] for s, n in enumerate(lengths)}
         num_prefills = len(prefill_lens)
-        swaps = [(b, b) for b in range(num_swap_blocks)]
+        last = num_swap_blocks - 1
+        swaps = [(last - b if scattered_swaps else b, b) for b in range(num_swap_blocks)]
         batch = Batch(prefill_seq_ids=list(range(num_prefills)), prefill_lens=list(prefill_lens),
                       prefill_sample_ids=[(s,) for s in range(num_prefills)],
                       decode_seq_ids=list(range(num_prefills, len(lengths))),

@@ -157,3 +157,47 @@ def test_an_implausible_serving_factor_is_left_out_with_a_warning_not_written_un
     with pytest.warns(UserWarning, match="serving factor 0.370"):
         profile = fit_profile(pd.concat([raw, served], ignore_index=True), "synthetic.csv", "test").profile
     assert profile.serving is None
+
+
+def test_a_block_size_sweep_tells_the_cost_per_block_from_the_cost_per_token():
+    raw = synthetic_raw(noise=0.01, block_sizes=(1, 4, 16, 64, 256), decode_block_s=3e-6)
+    profile = fit_profile(raw, "sweep.csv", "test").profile
+    assert profile.coefficients["decode_block_s"] == pytest.approx(3e-6, rel=0.15)
+    assert profile.coefficients["decode_context_s"] == pytest.approx(TRUE["decode_context_s"], rel=0.15)
+    assert profile.block_size == 16 and profile.block_sizes == [1, 4, 16, 64, 256]
+    assert profile.heldout_mape < 0.03
+
+
+def test_at_one_block_size_the_cost_per_block_is_not_fitted():
+    """ceil(context / 16) is nearly context / 16 + 1/2: a fit at one size would split it from the per-token and
+    per-sequence costs by noise, so it stays 0 and they keep it."""
+    raw = synthetic_raw(noise=0.0, decode_block_s=3e-6)
+    profile = fit_profile(raw, "one-size.csv", "test").profile
+    assert profile.coefficients["decode_block_s"] == 0.0 and profile.block_sizes == [16]
+    assert profile.heldout_mape < 0.03  # the per-token and per-sequence costs carry the blocks at this size
+    old = fit_profile(raw.drop(columns=["sum_decode_blocks"]), "old.csv", "test").profile  # a CSV from before
+    assert old.coefficients["decode_block_s"] == 0.0
+
+
+def swap_row(transfers: int, num_bytes: int, seconds: float) -> dict:
+    return {"kind": "swap", "swap_transfers": transfers, "swap_bytes": num_bytes, "swap_s": seconds,
+            "model": "opt-13b", "dtype": "float16", "block_size": 16}
+
+
+def test_the_swap_fit_separates_the_cost_per_transfer_from_the_cost_per_byte():
+    from calibrate.fit import fit_swap
+
+    per_transfer, per_byte = 5e-6, 1 / 25e9
+    rows = pd.DataFrame([swap_row(t, b, t * per_transfer + b * per_byte)
+                         for t, b in ((160, 10**9), (128 * 160, 10**9), (640, 4 * 10**8), (16 * 640, 4 * 10**8))])
+    assert fit_swap(rows, "raw.csv") == pytest.approx((per_transfer, per_byte), rel=1e-6)
+    assert fit_swap(rows.iloc[:0], "raw.csv") == (None, None)
+
+
+def test_a_csv_from_before_transfers_were_counted_reads_its_swap_as_bytes():
+    from calibrate.fit import fit_swap
+
+    rows = pd.DataFrame([{"kind": "swap", "swap_s_per_block": 2e-4, "model": "opt-13b", "dtype": "float16",
+                          "block_size": 16}])
+    per_transfer, per_byte = fit_swap(rows, "raw.csv")
+    assert per_transfer == 0.0 and per_byte == pytest.approx(2e-4 / (16 * 819_200))

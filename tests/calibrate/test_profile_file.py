@@ -29,7 +29,7 @@ def make_profile(**changes) -> Profile:
                       coefficients=coefficients(prefill_attention_s=1e-9, decode_context_s=4e-7,
                                                 decode_padded_context_s=1e-7, per_sequence_s=5e-5),
                       heldout_mape=0.04, heldout_p95_ape=0.09, train_rows=80, heldout_rows=20,
-                      created="2026-11-29", command="test", swap_s_per_block=2e-4)
+                      created="2026-11-29", command="test", swap_s_per_transfer=1e-6, swap_s_per_byte=1e-11)
     return dataclasses.replace(profile, **changes)
 
 
@@ -51,6 +51,12 @@ def test_round_trip(tmp_path):
     (lambda d: d.update(speed_reference={"decode_s": 0.05, "prefill_s": 0}), "speed_reference.prefill_s"),
     (lambda d: d.update(speed_reference={"prefill_s": 0.1}), "speed_reference.decode_s"),
     (lambda d: d.update(colour="blue"), "colour"),
+    (lambda d: d.update(dtype="float8"), "dtype"),
+    (lambda d: d.update(block_sizes=[16, 0]), "block_sizes[1]"),
+    (lambda d: d.update(block_sizes=16), "block_sizes"),
+    (lambda d: d.update(swap_s_per_byte=-1e-11), "swap_s_per_byte"),
+    (lambda d: d["coefficients"].update(decode_block_s=-1e-6), "coefficients.decode_block_s"),
+    (lambda d: d.update(swap_s_per_block=2e-4), "swap_s_per_block"),  # a /3 field in a /4 profile
 ])
 def test_bad_profile_is_refused_naming_file_and_field(tmp_path, edit, field):
     path = make_profile().save(tmp_path / "p.yaml")
@@ -72,7 +78,25 @@ def test_cost_model_evaluates_the_fitted_terms(tmp_path):
     expected = (table + 600 ** 2 * c["prefill_attention_s"] + 400 * c["decode_context_s"]
                 + 2 * 300 * c["decode_padded_context_s"] + 3 * c["per_sequence_s"])
     assert cost.iteration_time(batch) == pytest.approx(expected)
-    assert cost.swap_time(10) == pytest.approx(2e-3)
+    # a block of OPT-13B at 16 tokens: 80 copies (K and V of 40 layers) and 16 x 800 KiB of fp16
+    assert cost.swap_time(10) == pytest.approx(10 * (80 * 1e-6 + 16 * 819_200 * 1e-11))
+
+
+def test_cost_model_charges_each_kv_block_a_decode_reads():
+    profile = make_profile(coefficients=coefficients(decode_block_s=2e-6))
+    batch = Batch(decode_seq_ids=[0, 1], decode_context_lens=[100, 300])
+    for block_size, blocks in ((16, 7 + 19), (1, 400), (256, 1 + 2)):
+        cost = ProfileCostModel(profile, block_size=block_size)
+        assert cost.iteration_time(batch) == pytest.approx(cost.token_cost(2) + blocks * 2e-6)
+
+
+def test_swap_cost_scales_by_copies_and_bytes_with_the_block_size():
+    """The same 16 tokens: as 1-token blocks 16 x 80 copies, as one 16-token block 80; the same bytes."""
+    profile = make_profile(swap_s_per_transfer=5e-6, swap_s_per_byte=1 / 25e9)
+    one, sixteen = (ProfileCostModel(profile, block_size=b) for b in (1, 16))
+    per_token_bytes = 819_200 / 25e9
+    assert one.swap_time(16) == pytest.approx(16 * (80 * 5e-6 + per_token_bytes))
+    assert sixteen.swap_time(1) == pytest.approx(80 * 5e-6 + 16 * per_token_bytes)
 
 
 def test_cost_model_charges_each_prompt_and_a_mixed_iteration(tmp_path):
@@ -88,15 +112,55 @@ def test_cost_model_charges_each_prompt_and_a_mixed_iteration(tmp_path):
                                                        + 2 * 5e-5)
 
 
-def test_a_format_2_profile_is_read_with_the_new_terms_at_zero(tmp_path):
-    path = make_profile().save(tmp_path / "p.yaml")
+def old_format(path, version: str, swap_s_per_block: float | None = 2e-4):
+    """A profile as format `version` wrote it: without the terms added since, one swap cost per block."""
     data = yaml.safe_load(path.read_text())
-    data["format"] = "servesim-profile/2"
-    for term in ("per_prefill_s", "mixed_s"):
+    data["format"] = version
+    dropped = ("decode_block_s",) + (("per_prefill_s", "mixed_s") if version == "servesim-profile/2" else ())
+    for term in dropped:
         del data["coefficients"][term]
+    for key in ("swap_s_per_transfer", "swap_s_per_byte", "block_sizes"):
+        del data[key]
+    data["swap_s_per_block"] = swap_s_per_block
     path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_format_2_profile_is_read_with_the_new_terms_at_zero(tmp_path):
+    path = old_format(make_profile().save(tmp_path / "p.yaml"), "servesim-profile/2")
     profile = load_profile(path)
     assert profile.coefficients["per_prefill_s"] == 0.0 and profile.coefficients["mixed_s"] == 0.0
+    assert profile.coefficients["decode_block_s"] == 0.0
+
+
+def test_a_format_3_profile_is_read_and_charges_what_it_did(tmp_path):
+    """/3 had no cost per KV block and one swap cost per block: read, the block term is 0 and the swap a cost
+    per byte, so at its block size it prices every iteration and swap as before; it says so elsewhere."""
+    path = old_format(make_profile().save(tmp_path / "p.yaml"), "servesim-profile/3")
+    profile = load_profile(path)
+    assert profile.format == "servesim-profile/4" and profile.coefficients["decode_block_s"] == 0.0
+    assert profile.swap_s_per_transfer == 0.0
+    assert profile.swap_s_per_byte == pytest.approx(2e-4 / (16 * 819_200))
+    opt13b = load_model_spec("opt-13b")
+    at_16 = ProfileCostModel.from_profile(path, opt13b, block_size=16)
+    at_64 = ProfileCostModel.from_profile(path, opt13b, block_size=64)
+    batch = Batch(decode_seq_ids=[0, 1], decode_context_lens=[100, 300])
+    c = profile.coefficients
+    before = (at_16.token_cost(2) + 400 * c["decode_context_s"] + 2 * 300 * c["decode_padded_context_s"]
+              + 2 * c["per_sequence_s"])
+    assert at_16.iteration_time(batch) == pytest.approx(before) == at_64.iteration_time(batch)
+    assert at_16.swap_time(10) == pytest.approx(10 * 2e-4)
+    assert at_64.swap_time(10) == pytest.approx(4 * 10 * 2e-4)  # four times the bytes a block
+    assert "block size 16 only, run at 64" in at_64.source and "only" not in at_16.source
+    resaved = load_profile(profile.save(tmp_path / "resaved.yaml"))
+    assert resaved == profile  # written back as /4
+
+
+def test_a_format_3_profile_without_a_swap_measurement_prices_swaps_by_the_roofline(tmp_path):
+    path = old_format(make_profile().save(tmp_path / "p.yaml"), "servesim-profile/3", swap_s_per_block=None)
+    a100 = load_hardware("a100-40gb")
+    cost = ProfileCostModel.from_profile(path, load_model_spec("opt-13b"), a100, block_size=16)
+    assert cost.swap_time(1) == pytest.approx(80 * 5e-6 + 16 * 819_200 / (0.8 * a100.pcie_bytes_per_s))
 
 
 @pytest.mark.parametrize("tokens, expected", [
@@ -199,3 +263,16 @@ def test_a_broken_serving_factor_is_refused(tmp_path, serving, key):
     with pytest.raises(SpecError) as err:
         load_profile(path)
     assert key in str(err.value)
+
+
+def test_transfer_carries_the_measured_cost_per_block_and_per_copy():
+    """As tokens' worth of K/V (so it scales with the target's bandwidth), and the swap's latency as measured;
+    a profile that measured neither carries 0 (its per-token cost already holds its block size's work)."""
+    hw = load_hardware("h200")
+    measured = make_profile(coefficients=coefficients(decode_context_s=4e-7, decode_block_s=1e-6),
+                            block_sizes=[1, 16], swap_s_per_transfer=7e-6)
+    params = implied_efficiency(measured, hw)
+    assert params.block_read_overhead_tokens == pytest.approx(2.5)
+    assert params.swap_transfer_latency_s == 7e-6
+    plain = implied_efficiency(make_profile(swap_s_per_transfer=None, swap_s_per_byte=None), hw)
+    assert plain.block_read_overhead_tokens == 0.0 and plain.swap_transfer_latency_s == 0.0

@@ -98,7 +98,7 @@ def test_a_fit_keeps_the_probe_medians_as_the_speed_reference_and_fits_without_t
     for decode, prefill in ((0.05, 0.14), (0.06, 0.15), (0.07, 0.90)):
         samples.add("decode", decode)
         samples.add("prefill", prefill)
-    with_probes = pd.concat([raw, pd.DataFrame(probe_rows(samples)).assign(**raw.iloc[0][
+    with_probes = pd.concat([raw, pd.DataFrame(probe_rows(samples, 16)).assign(**raw.iloc[0][
         ["model", "device", "device_name", "dtype", "block_size", "tensor_parallel"]].to_dict())], ignore_index=True)
     plain, probed = fit_profile(raw, "raw.csv", "test"), fit_profile(with_probes, "raw.csv", "test")
     assert plain.profile.speed_reference == {}

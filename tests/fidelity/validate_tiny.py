@@ -63,12 +63,14 @@ def profile_text(model: str = "opt-tiny", device: str = "cpu", dtype: str = "flo
           per_sequence_s: 5.0e-5
           per_prefill_s: 0.0
           mixed_s: 0.0
+          decode_block_s: 0.0
         heldout_mape: 0.05
         heldout_p95_ape: 0.1
         train_rows: 10
         heldout_rows: 2
         created: '2026-01-01'
         command: written by tests/fidelity/conftest.py
-        swap_s_per_block: 1.0e-5
+        swap_s_per_transfer: 0.0
+        swap_s_per_byte: 1.0e-11
         {reference}
         """)

@@ -49,7 +49,7 @@ def profile(**changes) -> Profile:
                    tensor_parallel=1, block_size=16, token_knots=[1, 512, 1024], token_costs_s=[0.01, 0.03, 0.05],
                    coefficients={**{t: 0.0 for t in TERMS}, "decode_context_s": 4e-7, "per_sequence_s": 5e-5},
                    heldout_mape=0.04, heldout_p95_ape=0.09, train_rows=80, heldout_rows=20, created="2026-11-29",
-                   command="test", swap_s_per_block=2e-4)
+                   command="test", swap_s_per_transfer=5e-6, swap_s_per_byte=4e-11)
     return dataclasses.replace(base, **changes)
 
 
@@ -104,14 +104,14 @@ def test_cli_refuses_in_one_line_and_writes_nothing(cli_runs, name):
     (["run", "tiny.yaml", "--set", "rates=[.nan]"], "tiny.yaml: rates[0]: must be a positive number, got nan"),
     # died inside SimPy ("Negative delay") after the first swap
     (["run", "tiny.yaml", "--set", "cost_model=swap.yaml"],
-     "swap.yaml: swap_s_per_block: must be a non-negative number, got -0.001"),
+     "swap.yaml: swap_s_per_transfer: must be a non-negative number, got -0.001"),
     (["calibrate", "show", "binary.yaml"], "binary.yaml: not a text file: byte 0x80 at offset 128"),
 ])
 def test_main_refuses_in_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys, argv, message):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tiny.yaml").write_text(textwrap.dedent(TINY))
     (tmp_path / "binary.yaml").write_bytes(bytes(range(256)))
-    profile(swap_s_per_block=-0.001).save(tmp_path / "swap.yaml")
+    profile(swap_s_per_transfer=-0.001).save(tmp_path / "swap.yaml")
     out = ["--out", "out"] if argv[0] == "run" else []
     assert main(argv + out) == 2
     err = capsys.readouterr().err

@@ -242,8 +242,8 @@ def worker_error(tmp_path) -> Path:
     return path
 
 
-WORKER_ERROR = ("servesim: error: roofline(a100-40gb, tp=1, compute_eff=5e-324, bw_eff=0.76, overhead_s=0.0): "
-                "step time inf s for a batch of 1 prefills")
+WORKER_ERROR = ("servesim: error: roofline(a100-40gb, tp=1, compute_eff=5e-324, bw_eff=0.76, overhead_s=0.0, "
+                "block_read=3.68 tokens, swap_latency_s=5e-06): step time inf s for a batch of 1 prefills")
 
 
 @JOBS
