@@ -204,8 +204,8 @@ def read_orca_max_seven(results: Results) -> Reading:
 # --- Figs. 18 and 19 ----------------------------------------------------------------------------------
 def read_kernel_overhead(results: Results) -> Reading:
     low, high = kernel_overhead_prediction()
-    return Reading(f"{100 * low:.1f}-{100 * high:.1f}% (cost-model prediction)",
-                   lands(Interval(100 * low, 100 * high), 20, 26),
+    overhead = Interval(100 * low, 100 * high)
+    return Reading(f"{overhead.text('{:.1f}', '%')} (cost-model prediction)", lands(overhead, 20, 26),
                    "OPT-13B decode attention on an A100-40GB, batch 8 and 32, context 64-256: the cost model's "
                    "attention time with 16-token blocks over the same with one block per sequence",
                    "needs a GPU to measure; this is the cost model's prediction, not a measurement")
