@@ -94,33 +94,30 @@ def read_orca_max_external(results: Results) -> Reading:
 
 
 # --- Figs. 12 and 14: sustainable rates -----------------------------------------------------------
-def _ratio(results: Results, figure: str, panel: str, num: str, den: str) -> Interval:
-    rates = results.sustainable(figure, panel)
-    return rates[num] / rates[den]
-
-
-def _ratio_text(results: Results, figure: str, panel: str, num: str, den: str) -> str:
-    """'a 1.76x (4 / 2.27 req/s)': the ratio and the two sustainable rates it divides."""
-    rates = results.sustainable(figure, panel)
-    ratio = rates[num] / rates[den]
-    return f"{panel} {ratio.text(unit='x')} ({rates[num].text('{:.3g}')} / {rates[den].text('{:.3g}')} req/s)"
+def _ratios(results: Results, figure: str, panels: str, num: str, den: str) -> tuple[list[Interval], str]:
+    """num's sustainable rate over den's in each panel, and 'a 1.76x (4 / 2.27 req/s), b ...'."""
+    ratios, texts = [], []
+    for panel in panels:
+        rates = results.sustainable(figure, panel)
+        ratios.append(rates[num] / rates[den])
+        texts.append(f"{panel} {ratios[-1].text(unit='x')} ({rates[num].text('{:.3g}')} / "
+                     f"{rates[den].text('{:.3g}')} req/s)")
+    return ratios, ", ".join(texts)
 
 
 def ratio_in_range(figure: str, panels: str, den: str, low: float, high: float, num: str = "vLLM"):
     def read(results: Results) -> Reading:
-        ratios = {p: _ratio(results, figure, p, num, den) for p in panels}
-        return Reading(", ".join(_ratio_text(results, figure, p, num, den) for p in panels),
-                       all_land([lands(r, low, high) for r in ratios.values()]),
+        ratios, text = _ratios(results, figure, panels, num, den)
+        return Reading(text, all_land([lands(r, low, high) for r in ratios]),
                        f"{num} / {den} sustainable rate, per panel ({panels}); {SUSTAINABLE}; "
                        f"lands if each panel's ratio is in the range")
     return read
 
 
 def read_vs_ft_max(results: Results) -> Reading:
-    ratios = {p: _ratio(results, "fig12", p, "vLLM", "FasterTransformer") for p in "abc"}
-    most = Interval(max(r.low for r in ratios.values()), max(r.high for r in ratios.values()))
-    per_panel = ", ".join(_ratio_text(results, "fig12", p, "vLLM", "FasterTransformer") for p in "abc")
-    return Reading(f"up to {most.text(unit='x')} ({per_panel})",
+    ratios, per_panel = _ratios(results, "fig12", "abc", "vLLM", "FasterTransformer")
+    most = Interval(max(r.low for r in ratios), max(r.high for r in ratios))
+    return Reading(f"largest {most.text(unit='x')} ({per_panel})",
                    lands(most, *point_range(22)),
                    f"the largest vLLM / FasterTransformer sustainable-rate ratio over panels a-c; {SUSTAINABLE}")
 
@@ -141,12 +138,9 @@ def read_alpaca_trend(results: Results) -> Reading:
 def read_175b_less_pronounced(results: Results) -> Reading:
     verdicts, texts = [], []
     for den in ("Orca (Oracle)", "Orca (Pow2)"):
-        by_panel = {p: _ratio(results, "fig12", p, "vLLM", den) for p in "def"}
-        others_low = min(by_panel["d"].low, by_panel["e"].low)
-        others_high = max(by_panel["d"].high, by_panel["e"].high)
-        f = by_panel["f"]
-        verdicts.append("yes" if f.high < others_low else "no" if f.low >= others_high else "n/a")
-        texts.append(f"vs {den}: " + ", ".join(_ratio_text(results, "fig12", p, "vLLM", den) for p in "def"))
+        (d, e, f), text = _ratios(results, "fig12", "def", "vLLM", den)
+        verdicts.append("yes" if f.high < min(d.low, e.low) else "no" if f.low >= max(d.high, e.high) else "n/a")
+        texts.append(f"vs {den}: {text}")
     return Reading("; ".join(texts), all_land(verdicts),
                    f"vLLM's sustainable-rate ratio over Orca (Oracle) and over Orca (Pow2) is lower in f than in "
                    f"d and e; {SUSTAINABLE}")
@@ -167,10 +161,10 @@ def vllm_within_axes(figure: str, panels) -> Callable[[Results], Reading]:
 def read_more_samples_more_gain(results: Results) -> Reading:
     verdicts, texts = [], []
     for den in ("Orca (Max)", "Orca (Pow2)", "Orca (Oracle)"):
-        ratios = [_ratio(results, "fig14", p, "vLLM", den) for p in "abc"]
+        ratios, text = _ratios(results, "fig14", "abc", "vLLM", den)
         for a, b in zip(ratios, ratios[1:]):
             verdicts.append("yes" if a.high < b.low else "no" if a.low >= b.high else "n/a")
-        texts.append(f"vs {den}: " + ", ".join(_ratio_text(results, "fig14", p, "vLLM", den) for p in "abc"))
+        texts.append(f"vs {den}: {text}")
     return Reading("; ".join(texts), all_land(verdicts),
                    f"vLLM's sustainable-rate ratio over each Orca rises from n = 2 to 4 to 6 (panels a-c); "
                    f"{SUSTAINABLE}")

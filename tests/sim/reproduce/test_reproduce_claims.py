@@ -107,3 +107,27 @@ def test_claims_read_runnable_figures_or_say_what_they_need():
 
 def test_a_cost_model_without_a_per_block_term_predicts_no_paged_attention_overhead():
     assert kernel_overhead_prediction() == pytest.approx((0.0, 0.0))
+
+
+def test_gains_that_rise_with_the_number_of_samples():
+    def fig14(orca_crossings):
+        frames = [rows(p, "vLLM", *crossing_at(3.5)) for p in "abc"]
+        frames += [rows(p, orca, *crossing_at(c)) for p, c in zip("abc", orca_crossings)
+                   for orca in ("Orca (Max)", "Orca (Pow2)", "Orca (Oracle)")]
+        return Results({"fig14": pd.concat(frames, ignore_index=True)})
+
+    claim = CLAIM["fig14.more_samples_more_gain"]
+    assert claim.read(fig14([3.0, 2.0, 1.5])).lands == "yes"
+    assert claim.read(fig14([2.0, 3.0, 1.5])).lands == "no"
+
+
+def test_an_advantage_less_pronounced_on_opt_175b():
+    def fig12_alpaca(f_crossing):
+        frames = [rows(p, "vLLM", *crossing_at(3.5)) for p in "def"]
+        frames += [rows(p, orca, *crossing_at(c)) for p, c in zip("def", [1.5, 1.5, f_crossing])
+                   for orca in ("Orca (Pow2)", "Orca (Oracle)")]
+        return Results({"fig12": pd.concat(frames, ignore_index=True)})
+
+    claim = CLAIM["fig12.175b_less_pronounced"]
+    assert claim.read(fig12_alpaca(3.0)).lands == "yes"
+    assert claim.read(fig12_alpaca(1.2)).lands == "no"
