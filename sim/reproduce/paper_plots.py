@@ -71,7 +71,7 @@ def save_figure(fig: plt.Figure, stem: Path) -> list[Path]:
     paths = []
     for fmt in ("png", "svg"):
         path = stem.with_suffix(f".{fmt}")
-        write_atomic(path, lambda f, fmt=fmt: fig.savefig(f, format=fmt, dpi=150, bbox_inches="tight",
+        write_atomic(path, lambda f, fmt=fmt: fig.savefig(f, format=fmt, dpi=120, bbox_inches="tight",
                                                           metadata=METADATA[fmt]))
         paths.append(path)
     plt.close(fig)

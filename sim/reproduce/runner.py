@@ -103,11 +103,16 @@ def write_figure(figure: Figure, rows: pd.DataFrame, folder: Path, scale: Scale)
     if latency_panels:
         paths.append(write_csv(sustainable_rates(rows, latency_panels).assign(scale=scale.description),
                                folder / "sustainable_rates.csv"))
-    footer = [] if scale.is_paper else [scale.description]
-    if latency_panels:
-        footer.append("Hollow markers: not every request finished within the run's horizon (a lower bound).")
-    footer += [f"Not drawn: {line}" for line in figure.missing]
-    return paths + save_figure(draw_figure(figure, points, footer), folder / figure.name)
+    return paths + save_figure(draw_figure(figure, points, footer(figure, rows, scale)), folder / figure.name)
+
+
+def footer(figure: Figure, rows: pd.DataFrame, scale: Scale) -> list[str]:
+    """What a reader of the figure must know: a cut trace, a stand-in workload, panels not drawn."""
+    lines = [] if scale.is_paper else [scale.description]
+    lines += [f"Workload: {label}" for label in dict.fromkeys(rows["workload"].str.rsplit("; ", n=1).str[0])]
+    if any(p.kind == "latency" for p in figure.panels):
+        lines.append("Hollow markers: not every request finished within the run's horizon (a lower bound).")
+    return lines + [f"Not drawn: {line}" for line in figure.missing]
 
 
 def sustainable_rates(rows: pd.DataFrame, panels: list[Panel]) -> pd.DataFrame:

@@ -8,7 +8,7 @@ from sim.cli import main
 from sim.reproduce import scale
 from sim.reproduce.claims import CLAIMS
 from sim.reproduce.figures import FIG12, FIG13, FIG18, FIGURES, Source
-from sim.reproduce.runner import reproduce
+from sim.reproduce.runner import footer, reproduce
 from sim.reproduce.scale import PAPER, QUICK, Scale
 
 TINY = Scale("test", "test: 20-s traces, the lowest rate of each curve", duration_s=20, warmup_s=5, max_rates=1)
@@ -38,6 +38,16 @@ def test_each_figure_writes_every_file(reproduced, name):
     assert (summary["scale"] == TINY.description).all()  # a cut run says so in every CSV
     assert (pd.read_csv(out / name / "plotted.csv")["scale"] == TINY.description).all()
     assert (out / name / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_figure_says_what_it_is_not(reproduced):
+    out, _, _ = reproduced
+    lines = footer(FIGURES["fig14"], pd.read_csv(out / "fig14" / "summary.csv"), TINY)
+    assert lines[0] == TINY.description
+    assert any(line.startswith("Workload: alpaca-standin (parametric stand-in") for line in lines)
+    assert any(line.startswith("Not drawn: bottom row") for line in lines)
+    paper_length = footer(FIGURES["fig19"], pd.read_csv(out / "fig19" / "summary.csv"), PAPER)
+    assert paper_length[0].startswith("Workload: sharegpt")
 
 
 def test_the_table_has_a_row_for_every_claim_each_with_a_value_or_a_reason(reproduced):
