@@ -60,7 +60,7 @@ def execute(exp: Experiment, key: RunKey, run_dir: Path, digest: str) -> dict:
 
 
 def _progress_line(key: RunKey, summary: dict, eta: str) -> str:
-    return (f"  {eta} {key.system.name:<18} rate {key.rate:<6g} seed {key.seed}: "
+    return (f"  {eta:<19} {key.system.name:<18} rate {key.rate:<6g} seed {key.seed}: "
             f"normalized latency {summary['normalized_latency']:.3f} s/token"
             f"{'  (saturated)' if summary['saturated'] else ''}")
 
