@@ -7,6 +7,9 @@ reads it). A cost model whose attention does not depend on block size predicts n
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from calibrate.costmodel import CostModel
 from calibrate.hardware import load_hardware
 from calibrate.roofline import RooflineCostModel
 from engine.core.batch import BatchShape
@@ -17,19 +20,25 @@ CONTEXTS = (64, 128, 256)
 PAGED_BLOCK_SIZE = 16
 
 
-def _attention_s(cost_model: RooflineCostModel, batch: int, context: int) -> float:
+def opt13b_a100_roofline(block_size: int) -> CostModel:
+    return RooflineCostModel(load_model_spec("opt-13b"), load_hardware("a100-40gb"), block_size=block_size)
+
+
+def _attention_s(cost_model: CostModel, batch: int, context: int) -> float:
     """A decode iteration's time less the same iteration with nothing to attend to."""
     full = cost_model.iteration_time(BatchShape(decode_context_lens=(context,) * batch))
     bare = cost_model.iteration_time(BatchShape(decode_context_lens=(0,) * batch))
     return full - bare
 
 
-def kernel_overhead_prediction(model: str = "opt-13b", hardware: str = "a100-40gb") -> tuple[float, float]:
-    """The lowest and highest predicted paged-over-dense attention overhead, as fractions."""
-    spec, hw = load_model_spec(model), load_hardware(hardware)
-    paged = RooflineCostModel(spec, hw, block_size=PAGED_BLOCK_SIZE)
-    overheads = []
+def kernel_overhead_prediction(cost_model_for: Callable[[int], CostModel] = opt13b_a100_roofline
+                               ) -> dict[tuple[int, int], float]:
+    """Predicted paged-over-dense attention overhead, a fraction, by (batch, context) of Fig. 18a;
+    `cost_model_for(block_size)` gives the cost model at a block size."""
+    paged = cost_model_for(PAGED_BLOCK_SIZE)
+    overheads = {}
     for context in CONTEXTS:
-        dense = RooflineCostModel(spec, hw, block_size=context)
-        overheads += [_attention_s(paged, b, context) / _attention_s(dense, b, context) - 1 for b in BATCHES]
-    return min(overheads), max(overheads)
+        dense = cost_model_for(context)
+        for batch in BATCHES:
+            overheads[batch, context] = _attention_s(paged, batch, context) / _attention_s(dense, batch, context) - 1
+    return overheads

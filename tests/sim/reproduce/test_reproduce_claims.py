@@ -2,6 +2,7 @@
 import pandas as pd
 import pytest
 
+from calibrate.costmodel import CostModel
 from sim.reproduce.claims import CLAIMS
 from sim.reproduce.figures import FIGURES, NOT_RUNNABLE
 from sim.reproduce.gpu_claims import kernel_overhead_prediction
@@ -105,8 +106,31 @@ def test_claims_read_runnable_figures_or_say_what_they_need():
         assert claim.data in FIGURES or claim.data in NOT_RUNNABLE or claim.data == "", claim.id
 
 
-def test_a_cost_model_without_a_per_block_term_predicts_no_paged_attention_overhead():
-    assert kernel_overhead_prediction() == pytest.approx((0.0, 0.0))
+class PerBlockAttention(CostModel):
+    """1 s per iteration, plus per sequence 1 ms per context token and 10 ms per block read."""
+
+    def __init__(self, block_size):
+        self.block_size = block_size
+
+    def iteration_time(self, batch):
+        blocks = sum(-(-c // self.block_size) for c in batch.decode_context_lens)
+        return 1.0 + 1e-3 * batch.sum_decode_context + 1e-2 * blocks
+
+    def swap_time(self, num_blocks):
+        return 0.0
+
+
+def test_the_kernel_prediction_is_paged_over_dense_attention_time():
+    overheads = kernel_overhead_prediction(PerBlockAttention)
+    assert set(overheads) == {(b, c) for b in (8, 32) for c in (64, 128, 256)}
+    # context 64: 4 blocks of 16 (0.064 + 0.04 s per sequence) against one of 64 (0.064 + 0.01 s)
+    assert overheads[8, 64] == pytest.approx((0.064 + 0.04) / (0.064 + 0.01) - 1)
+    assert overheads[32, 256] == pytest.approx((0.256 + 0.16) / (0.256 + 0.01) - 1)
+
+
+def test_the_kernel_claim_is_marked_as_a_prediction():
+    reading = CLAIM["fig18a.kernel_overhead"].read(Results({}))
+    assert "cost-model prediction" in reading.simulated and "needs a GPU" in reading.note
 
 
 def test_gains_that_rise_with_the_number_of_samples():
