@@ -74,9 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     from calibrate.cli import register as register_calibrate
     from fidelity.cli import register as register_validate
     from sim.capacity_cli import register as register_capacity
+    from sim.reproduce.cli import register as register_reproduce
     from sim.workload.cli import register as register_trace
 
-    for register in (register_capacity, register_trace, register_calibrate, register_validate):
+    for register in (register_capacity, register_reproduce, register_trace, register_calibrate, register_validate):
         register(sub)
     _add_debug_flag(parser)
     return parser

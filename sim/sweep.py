@@ -19,6 +19,7 @@ from sim.config import Experiment
 from sim.fingerprint import config_digest, input_digest
 from sim.output import prepare_out_dir, write_csv, write_json
 from sim.pool import stop_pool, worker_pool
+from sim.progress import Eta
 from sim.run import SUMMARY_COLUMNS, run_one
 
 
@@ -60,18 +61,28 @@ def execute(exp: Experiment, key: RunKey, run_dir: Path, digest: str) -> dict:
     return summary
 
 
-def _progress_line(key: RunKey, summary: dict) -> str:
-    return (f"  {key.system.name:<18} rate {key.rate:<6g} seed {key.seed}: "
+def _progress_line(key: RunKey, summary: dict, eta: str) -> str:
+    return (f"  {eta:<19} {key.system.name:<18} rate {key.rate:<6g} seed {key.seed}: "
             f"normalized latency {summary['normalized_latency']:.3f} s/token"
             f"{'  (saturated)' if summary['saturated'] else ''}")
 
 
+def run_work(exp: Experiment) -> float:
+    """How much one run of the experiment simulates, for the progress line's time left."""
+    return exp.workload.duration_s
+
+
 def sweep(exp: Experiment, out_dir: Path, executor: Executor | None = None, jobs: int = 1,
-          progress=print) -> pd.DataFrame:
+          progress=print, eta: Eta | None = None) -> pd.DataFrame:
     """Every run of the experiment, resumed from out_dir/runs; an error in any run (in any process)
-    stops the sweep with that error, the runs finished before it kept."""
+    stops the sweep with that error, the runs finished before it kept. Each finished run prints a line
+    with the time left: of this sweep, or of all the work `eta` was told to expect."""
     out_dir = prepare_out_dir(Path(out_dir))
     keys = run_keys(exp)
+    work = run_work(exp)
+    if eta is None:
+        eta = Eta()
+        eta.expect(len(keys), work)
     inputs = input_digest(exp)
     summaries: dict[RunKey, dict] = {}
     pending = []
@@ -82,6 +93,7 @@ def sweep(exp: Experiment, out_dir: Path, executor: Executor | None = None, jobs
             summaries[key] = done
         else:
             pending.append((key, digest))
+    eta.skip(len(summaries), work)
     if len(summaries):
         progress(f"resuming: {len(summaries)} of {len(keys)} runs already done in {out_dir / 'runs'}")
     if pending:
@@ -94,7 +106,7 @@ def sweep(exp: Experiment, out_dir: Path, executor: Executor | None = None, jobs
                 results = pool.map(execute, *zip(*[(exp, k, out_dir / "runs" / k.slug, d) for k, d in pending]))
             for (key, _), summary in zip(pending, results):
                 summaries[key] = summary
-                progress(_progress_line(key, summary))
+                progress(_progress_line(key, summary, eta.finished(work)))
         except BaseException:
             if own:
                 stop_pool(pool)

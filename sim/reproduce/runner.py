@@ -1,0 +1,125 @@
+"""`servesim reproduce`: the paper configs behind each figure through the sweep (resumable, atomic),
+then each figure's folder, then the paper-against-simulation table.
+
+OUT/
+  sweeps/<scale>/<config>/runs/...   every run, as `servesim run` writes them (a rerun skips the done ones)
+  <figure>/summary.csv               every run's summary row behind the figure, tagged with its panel
+  <figure>/plotted.csv               the numbers the figure draws
+  <figure>/sustainable_rates.csv     (normalized-latency figures) each curve's sustainable rate
+  <figure>/<figure>.png, .svg        the figure in the paper's layout
+  paper_vs_sim.csv, .md              one row per claim of the paper
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from engine.atomic import remove_stale_temporaries
+from sim.config import Experiment, apply_overrides, experiment_from_dict, read_config
+from sim.output import prepare_out_dir, write_csv
+from sim.pool import stop_pool, worker_pool
+from sim.progress import Eta, duration_text
+from sim.reproduce.figures import Figure, Panel, Source, paper_config, select
+from sim.reproduce.panels import PANEL_KINDS
+from sim.reproduce.readings import THRESHOLD_S_PER_TOKEN
+from sim.reproduce.results import Results
+from sim.reproduce.scale import PAPER, Scale
+from sim.reproduce.table import write_table
+from sim.sweep import run_keys, run_work, sweep
+
+
+@dataclass(frozen=True)
+class Sweep:
+    panel: Panel
+    source: Source
+    experiment: Experiment
+
+
+def load_sweeps(figure: Figure, scale: Scale) -> list[Sweep]:
+    """Every config behind the figure, cut to the scale and checked, before anything runs."""
+    sweeps = []
+    for panel, source in figure.sources:
+        path = paper_config(source.config)
+        raw = read_config(path, list(source.overrides))
+        raw = apply_overrides(raw, scale.overrides(raw, source.thin), str(path))
+        sweeps.append(Sweep(panel, source, experiment_from_dict(raw, str(path), path.parent)))
+    return sweeps
+
+
+def reproduce(names: list[str], out_dir: Path, scale: Scale = PAPER, jobs: int = 1, progress=print) -> pd.DataFrame:
+    """Run the figures asked for, write their folders and the claims table; returns the table."""
+    figures = select(names)
+    out_dir = prepare_out_dir(Path(out_dir))
+    plans = {figure.name: load_sweeps(figure, scale) for figure in figures}
+    eta = Eta()
+    for sweeps in plans.values():
+        for s in sweeps:
+            eta.expect(len(run_keys(s.experiment)), run_work(s.experiment))
+    progress(f"servesim: reproducing {', '.join(plans)} ({scale.description}) -> {out_dir}")
+    pool = worker_pool(jobs) if jobs > 1 else None
+    try:
+        for figure in figures:
+            rows = [_run(s, figure, out_dir / "sweeps" / scale.name, scale, pool, eta, progress)
+                    for s in plans[figure.name]]
+            paths = write_figure(figure, pd.concat(rows, ignore_index=True), out_dir / figure.name, scale)
+            progress(f"{figure.name}: wrote {', '.join(p.name for p in paths)} in {out_dir / figure.name}")
+    except BaseException:
+        if pool is not None:
+            stop_pool(pool)
+        raise
+    if pool is not None:
+        pool.shutdown()
+    table = write_table(out_dir, Results.load(out_dir))
+    progress(f"wrote {out_dir / 'paper_vs_sim.md'} and .csv after {duration_text(eta.elapsed)}")
+    return table
+
+
+def _run(s: Sweep, figure: Figure, sweeps_dir: Path, scale: Scale, pool, eta: Eta, progress) -> pd.DataFrame:
+    exp = s.experiment
+    progress(f"{figure.name} {s.panel.id or ''}{' ' + s.source.label if s.source.label else ''}: {exp.name}, "
+             f"{len(exp.systems)} systems x {len(exp.rates)} rates, {exp.workload.duration_s:g} s traces")
+    summary = sweep(exp, sweeps_dir / s.source.runs_dir, executor=pool, progress=progress, eta=eta)
+    systems = {system.name: system for system in exp.systems}
+    return summary.assign(
+        figure=figure.name, panel=s.panel.id, series=s.source.label, scale=scale.description,
+        block_size=summary["system"].map(lambda name: systems[name].block_size),
+        preemption=summary["system"].map(lambda name: systems[name].preemption),
+    )
+
+
+def write_figure(figure: Figure, rows: pd.DataFrame, folder: Path, scale: Scale) -> list[Path]:
+    from sim.reproduce.paper_plots import draw_figure, save_figure  # matplotlib: only when drawing
+
+    remove_stale_temporaries(folder)
+    front = ["figure", "panel", "series", "scale"]
+    rows = rows[front + [c for c in rows.columns if c not in front]]
+    points = {p.id: PANEL_KINDS[p.kind].points(rows[rows["panel"] == p.id]) for p in figure.panels}
+    plotted = pd.concat([frame.assign(scale=scale.description) for frame in points.values()],
+                        keys=list(points), names=["panel", None]).reset_index(level=0).reset_index(drop=True)
+    paths = [write_csv(rows, folder / "summary.csv"), write_csv(plotted, folder / "plotted.csv")]
+    latency_panels = [p for p in figure.panels if p.kind == "latency"]
+    if latency_panels:
+        paths.append(write_csv(sustainable_rates(rows, latency_panels).assign(scale=scale.description),
+                               folder / "sustainable_rates.csv"))
+    return paths + save_figure(draw_figure(figure, points, footer(figure, rows, scale)), folder / figure.name)
+
+
+def footer(figure: Figure, rows: pd.DataFrame, scale: Scale) -> list[str]:
+    """What a reader of the figure must know: a cut trace, a stand-in workload, panels not drawn."""
+    lines = [] if scale.is_paper else [scale.description]
+    lines += [f"Workload: {label}" for label in dict.fromkeys(rows["workload"].str.rsplit("; ", n=1).str[0])]
+    if any(p.kind == "latency" for p in figure.panels):
+        lines.append("Hollow markers: not every request finished within the run's horizon (a lower bound).")
+    return lines + [f"Not drawn: {line}" for line in figure.missing]
+
+
+def sustainable_rates(rows: pd.DataFrame, panels: list[Panel]) -> pd.DataFrame:
+    results = Results({"figure": rows})
+    records = []
+    for panel in panels:
+        for system, rate in results.sustainable("figure", panel.id).items():
+            records.append({"panel": panel.id, "system": system, "threshold_s_per_token": THRESHOLD_S_PER_TOKEN,
+                            "sustainable_rate": rate.text("{:.3g}"), "low": rate.low, "high": rate.high})
+    return pd.DataFrame(records)

@@ -1,0 +1,116 @@
+"""`servesim reproduce` end to end, on traces cut far below --quick so the whole pipeline runs in seconds."""
+import re
+
+import pandas as pd
+import pytest
+
+from sim.cli import main
+from sim.reproduce import scale
+from sim.reproduce.claims import CLAIMS
+from sim.reproduce.figures import FIG12, FIG13, FIG18, FIGURES, Source
+from sim.reproduce.runner import footer, reproduce
+from sim.reproduce.scale import PAPER, QUICK, Scale
+
+TINY = Scale("test", "test: 20-s traces, the lowest rate of each curve", duration_s=20, warmup_s=5, max_rates=1)
+
+
+@pytest.fixture(scope="module")
+def reproduced(tmp_path_factory):
+    out = tmp_path_factory.mktemp("reproduce")
+    lines = []
+    table = reproduce(["all"], out, TINY, jobs=1, progress=lines.append)
+    return out, table, lines
+
+
+def expected_files(name):
+    files = {"summary.csv", "plotted.csv", f"{name}.png", f"{name}.svg"}
+    if any(panel.kind == "latency" for panel in FIGURES[name].panels):
+        files.add("sustainable_rates.csv")
+    return files
+
+
+@pytest.mark.parametrize("name", list(FIGURES))
+def test_each_figure_writes_every_file(reproduced, name):
+    out, _, _ = reproduced
+    assert {p.name for p in (out / name).iterdir()} == expected_files(name)
+    summary = pd.read_csv(out / name / "summary.csv", keep_default_na=False)
+    assert set(summary["panel"].astype(str)) == {p.id for p in FIGURES[name].panels}
+    assert (summary["scale"] == TINY.description).all()  # a cut run says so in every CSV
+    assert (pd.read_csv(out / name / "plotted.csv")["scale"] == TINY.description).all()
+    assert (out / name / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_figure_says_what_it_is_not(reproduced):
+    out, _, _ = reproduced
+    lines = footer(FIGURES["fig14"], pd.read_csv(out / "fig14" / "summary.csv"), TINY)
+    assert lines[0] == TINY.description
+    assert any(line.startswith("Workload: alpaca-standin (parametric stand-in") for line in lines)
+    assert any(line.startswith("Not drawn: bottom row") for line in lines)
+    paper_length = footer(FIGURES["fig19"], pd.read_csv(out / "fig19" / "summary.csv"), PAPER)
+    assert paper_length[0].startswith("Workload: sharegpt")
+
+
+def test_the_table_has_a_row_for_every_claim_each_with_a_value_or_a_reason(reproduced):
+    out, table, _ = reproduced
+    written = pd.read_csv(out / "paper_vs_sim.csv", keep_default_na=False)
+    assert list(written["claim"]) == [claim.id for claim in CLAIMS]
+    for _, row in written.iterrows():
+        assert row["simulated"] or row["note"], row["claim"]
+        assert row["lands"] in ("yes", "no", "n/a")
+    read = written[written["claim"].isin([c.id for c in CLAIMS if c.read is not None])]
+    assert (read["simulated"] != "").all()  # every figure ran, so every reader has its value
+    md = (out / "paper_vs_sim.md").read_text()
+    assert md.count("\n| fig") == len(CLAIMS) and TINY.description in md
+
+
+def test_progress_has_one_line_per_run_with_the_time_left(reproduced):
+    _, _, lines = reproduced
+    counts = [re.match(r"\s+\[(\d+)/(\d+), \S+ left\] ", line) for line in lines if "left]" in line]
+    assert all(counts) and [int(c.group(1)) for c in counts] == list(range(1, len(counts) + 1))
+    # the total counts every run of every figure until a sweep finds some already done (Fig. 13 reads
+    # Fig. 12's runs): by the last run it is exact
+    assert int(counts[-1].group(2)) == len(counts)
+
+
+def test_a_second_call_simulates_nothing_and_writes_the_same_bytes(reproduced):
+    out, _, _ = reproduced
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and "sweeps" not in p.parts}
+    lines = []
+    reproduce(["all"], out, TINY, jobs=1, progress=lines.append)
+    assert not [line for line in lines if "left]" in line]
+    assert sum("resuming" in line for line in lines) == sum(len(f.sources) for f in FIGURES.values())
+    after = {p: p.read_bytes() for p in before}
+    assert [p.name for p in before if before[p] != after[p]] == []
+
+
+def test_unknown_and_unrunnable_figures_are_one_line_errors(capsys, tmp_path):
+    assert main(["reproduce", "fig99", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "fig99: unknown figure; valid: fig2, fig12, fig13, fig14, fig18, fig19, all" in err
+    assert main(["reproduce", "fig15", "--out", str(tmp_path)]) == 2
+    assert "needs beam search" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_quick_on_the_command_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(scale, "QUICK", TINY)  # --quick's wiring, at the test's length
+    assert main(["reproduce", "fig19", "--quick", "--jobs", "1", "--out", str(tmp_path)]) == 0
+    assert {p.name for p in (tmp_path / "fig19").iterdir()} == expected_files("fig19")
+    assert (tmp_path / "sweeps" / "test" / "fig19b_recompute_vs_swap" / "runs").is_dir()
+    assert "claims:" in capsys.readouterr().out
+
+
+def test_quick_cuts_traces_and_rates_and_the_paper_scale_nothing():
+    raw = {"workload": {"duration_s": 3600}, "rates": [1, 2, 3, 4, 5, 6, 7, 8, 9]}
+    assert QUICK.overrides(raw, thin=True) == ["workload.duration_s=300", "rates=[1, 4, 6, 9]"]
+    assert QUICK.overrides(raw, thin=False) == ["workload.duration_s=300"]
+    assert QUICK.overrides({"workload": {"duration_s": 200}, "rates": [1]}, thin=True) == []
+    assert PAPER.overrides(raw, thin=True) == [] and PAPER.is_paper and not QUICK.is_paper
+
+
+def test_sweeps_that_differ_only_in_rates_or_systems_share_their_runs():
+    fig12a, fig13a = FIG12.panels[0].sources[0], FIG13.panels[0].sources[0]
+    assert fig12a.runs_dir == fig13a.runs_dir == "fig12a_sharegpt_opt13b"
+    sharegpt, alpaca = FIG18.panels[0].sources
+    assert sharegpt.runs_dir != alpaca.runs_dir
+    assert Source("x.yaml", ("workload.n=2", "rates=[1]")).runs_dir == "x-workload.n-2"
