@@ -1,0 +1,141 @@
+"""Runs on a Dask cluster: a distributed.LocalCluster on this machine, or an existing cluster.
+
+The workers compute and this process writes (a sweep's workers return each run's files as bytes),
+so only the machine running `servesim` needs the output folder. The workers of an existing cluster
+need servesim installed, and the config's data files (a profile, a lengths CSV, a trace) at the same
+paths. Trouble with the cluster itself (no scheduler at the address, dask not installed, a worker
+lost) reaches the user as one line naming --scheduler or --executor; a run's own error (a bad
+config, a request that can never be served) arrives as the run raised it, as from a process pool.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import CancelledError
+from contextlib import contextmanager
+
+from engine.specs.errors import SpecError
+from sim.cli import one_line
+from sim.pool import DASK_MISSING, Workers
+
+QUIET = logging.ERROR  # distributed's info and warnings (worker start-up, closing) are not the user's news
+
+
+def _distributed():
+    try:
+        import distributed
+    except ImportError:
+        raise SpecError("--executor", "dask", DASK_MISSING) from None
+    return distributed
+
+
+def _call(fn: Callable, *args):
+    """fn(*args) on a worker. Its error travels back pickled with the chain of errors behind it, which
+    distributed pickles too: a context the raiser suppressed (`raise ... from None`) is dropped first, as
+    it may lead back to the error itself (sim/simulate.py re-raises the SpecError a ClockFault carried),
+    a loop no pickler can follow (the client would get a bare Exception instead)."""
+    try:
+        return fn(*args)
+    except BaseException as err:
+        seen = set()
+        link: BaseException | None = err
+        while link is not None and id(link) not in seen:
+            seen.add(id(link))
+            if link.__suppress_context__:
+                link.__context__ = None
+            link = link.__cause__ or link.__context__
+        raise
+
+
+@contextmanager
+def _sigint_ignored():
+    """SIGINT ignored while worker processes start: a process inherits an ignored signal, and Python then
+    installs no KeyboardInterrupt handler. Ctrl-C reaches the whole process group; a worker that took it
+    would print its traceback. (A Ctrl-C while the cluster starts, a few seconds, is lost.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class DaskWorkers(Workers):
+    def __init__(self, client, cluster, label: str, option: tuple[str, str], width: int) -> None:
+        self.client, self.cluster = client, cluster
+        self.label = label
+        self.option = option  # the command-line option that chose this cluster, for errors
+        self.width = width
+        self.futures: list = []
+
+    @classmethod
+    def local(cls, jobs: int) -> DaskWorkers:
+        distributed = _distributed()
+        logging.getLogger("distributed").setLevel(QUIET)
+        with _sigint_ignored():  # the workers start with it ignored, and keep that: Ctrl-C is this process's to handle
+            cluster = distributed.LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
+                                               dashboard_address=None, silence_logs=QUIET)
+        try:
+            client = distributed.Client(cluster)
+        except BaseException:
+            cluster.close()
+            raise
+        return cls(client, cluster, f"a local Dask cluster of {jobs} workers", ("--executor", "dask"), jobs)
+
+    @classmethod
+    def connect(cls, address: str) -> DaskWorkers:
+        distributed = _distributed()
+        logging.getLogger("distributed").setLevel(QUIET)
+        try:
+            # how long to try: dask's config, distributed.comm.timeouts.connect (30 s unless set)
+            client = distributed.Client(address)
+        except (OSError, ValueError, TypeError) as err:
+            raise SpecError("--scheduler", address, f"no Dask scheduler answers there ({one_line(err)}); "
+                            "give its address as tcp://HOST:PORT") from None
+        threads = sum(client.nthreads().values())
+        workers = cls(client, None, f"the Dask cluster at {address}", ("--scheduler", address), threads)
+        if not threads:
+            workers.close()
+            raise SpecError("--scheduler", address, "the Dask scheduler there has no workers")
+        return workers
+
+    def run_all(self, fn: Callable, calls: Sequence[tuple]) -> Iterator[tuple[int, object]]:
+        distributed = _distributed()
+        # pure=False: two calls with equal arguments are two runs, never one result shared by key
+        futures = [self.client.submit(_call, fn, *args, pure=False) for args in calls]
+        self.futures.extend(futures)
+        index = {future.key: i for i, future in enumerate(futures)}
+        for future in distributed.as_completed(futures):
+            yield index[future.key], self._result(future)
+
+    def _result(self, future):
+        try:
+            return future.result()
+        except CancelledError as err:  # the scheduler dropped it: lost, or shut down under us
+            raise self._cluster_error(err) from None
+        except _distributed().KilledWorker as err:  # a worker died running it, as often as dask retries
+            raise self._cluster_error(err) from None
+
+    def _cluster_error(self, err: BaseException) -> SpecError:
+        source, key = self.option
+        return SpecError(source, key, f"{self.label} failed a run ({type(err).__name__}: {one_line(err)}); "
+                         "finished runs are kept, run again to resume")
+
+    def abort(self) -> None:
+        try:
+            self.client.cancel([f for f in self.futures if not f.done()])
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self.futures = []
+        try:
+            self.client.close()
+        finally:
+            if self.cluster is not None:
+                self.cluster.close()
+
