@@ -20,7 +20,9 @@ from engine.specs.errors import SpecError
 from sim.cli import one_line
 from sim.pool import DASK_MISSING, Workers
 
-QUIET = logging.ERROR  # distributed's info and warnings (worker start-up, closing) are not the user's news
+# distributed's logs are not the user's news: a run's error comes back through its future, a lost worker
+# as KilledWorker, and a worker logs errors of its own when its scheduler closes under it (Ctrl-C)
+QUIET = logging.CRITICAL
 
 
 def _distributed():
@@ -77,8 +79,11 @@ class DaskWorkers(Workers):
         distributed = _distributed()
         logging.getLogger("distributed").setLevel(QUIET)
         with _sigint_ignored():  # the workers start with it ignored, and keep that: Ctrl-C is this process's to handle
+            # on this machine only; no dashboard, and the scheduler's HTTP endpoint (health, metrics) on any
+            # free port: its default, 8787, may be another cluster's, and taking another would say so
             cluster = distributed.LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
-                                               dashboard_address=None, silence_logs=QUIET)
+                                               host="127.0.0.1", silence_logs=QUIET,
+                                               scheduler_kwargs={"dashboard": False, "dashboard_address": ":0"})
         try:
             client = distributed.Client(cluster)
         except BaseException:

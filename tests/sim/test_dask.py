@@ -43,7 +43,7 @@ CLUSTER = """
 import sys
 from distributed import LocalCluster
 cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp", host="127.0.0.1",
-                       dashboard_address=None)
+                       scheduler_kwargs={"dashboard": False, "dashboard_address": ":0"})
 print(cluster.scheduler_address, flush=True)
 sys.stdin.read()  # until the test closes it
 cluster.close()
