@@ -18,7 +18,7 @@ from contextlib import contextmanager
 
 from engine.specs.errors import SpecError
 from sim.cli import one_line
-from sim.pool import DASK_MISSING, Workers
+from sim.pool import DASK_MISSING, Workers, call_detached
 
 # distributed's logs are not the user's news: a run's error comes back through its future, a lost worker
 # as KilledWorker, and a worker logs errors of its own when its scheduler closes under it (Ctrl-C)
@@ -31,24 +31,6 @@ def _distributed():
     except ImportError:
         raise SpecError("--executor", "dask", DASK_MISSING) from None
     return distributed
-
-
-def _call(fn: Callable, *args):
-    """fn(*args) on a worker. Its error travels back pickled with the chain of errors behind it, which
-    distributed pickles too: a context the raiser suppressed (`raise ... from None`) is dropped first, as
-    it may lead back to the error itself (sim/simulate.py re-raises the SpecError a ClockFault carried),
-    a loop no pickler can follow (the client would get a bare Exception instead)."""
-    try:
-        return fn(*args)
-    except BaseException as err:
-        seen = set()
-        link: BaseException | None = err
-        while link is not None and id(link) not in seen:
-            seen.add(id(link))
-            if link.__suppress_context__:
-                link.__context__ = None
-            link = link.__cause__ or link.__context__
-        raise
 
 
 @contextmanager
@@ -72,7 +54,7 @@ class DaskWorkers(Workers):
         self.label = label
         self.option = option  # the command-line option that chose this cluster, for errors
         self.width = width
-        self.futures: list = []
+        self.pending: dict = {}  # key -> future of every call handed over and not yet taken
 
     @classmethod
     def local(cls, jobs: int) -> DaskWorkers:
@@ -111,11 +93,14 @@ class DaskWorkers(Workers):
     def run_all(self, fn: Callable, calls: Sequence[tuple]) -> Iterator[tuple[int, object]]:
         distributed = _distributed()
         # pure=False: two calls with equal arguments are two runs, never one result shared by key
-        futures = [self.client.submit(_call, fn, *args, pure=False) for args in calls]
-        self.futures.extend(futures)
+        futures = [self.client.submit(call_detached, fn, *args, pure=False) for args in calls]
         index = {future.key: i for i, future in enumerate(futures)}
-        for future in distributed.as_completed(futures):
-            yield index[future.key], self._result(future)
+        self.pending.update((future.key, future) for future in futures)
+        finished = distributed.as_completed(futures)
+        del futures  # a result is held on its worker while a future refers to it: only until it is taken
+        for future in finished:
+            result = self._result(self.pending.pop(future.key))
+            yield index[future.key], result
 
     def _result(self, future):
         try:
@@ -132,12 +117,12 @@ class DaskWorkers(Workers):
 
     def abort(self) -> None:
         try:
-            self.client.cancel([f for f in self.futures if not f.done()])
+            self.client.cancel(list(self.pending.values()))
         finally:
             self.close()
 
     def close(self) -> None:
-        self.futures = []
+        self.pending = {}
         try:
             self.client.close()
         finally:

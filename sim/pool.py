@@ -87,6 +87,25 @@ class Workers:
             self.abort()
 
 
+def call_detached(fn: Callable, *args):
+    """fn(*args) in a worker, whose error travels back pickled. A context the raiser suppressed (`raise
+    ... from None`) is dropped from the error's chain first: it may lead back to the error itself
+    (sim/simulate.py re-raises the SpecError that a ClockFault carried), and a pickler that follows
+    chains (tblib's, which importing distributed installs for every exception, in a process and the
+    processes it forks) recurses without end: the process pool breaks, Dask sends a bare Exception."""
+    try:
+        return fn(*args)
+    except BaseException as err:
+        seen = set()
+        link: BaseException | None = err
+        while link is not None and id(link) not in seen:
+            seen.add(id(link))
+            if link.__suppress_context__:
+                link.__context__ = None
+            link = link.__cause__ or link.__context__
+        raise
+
+
 class PoolWorkers(Workers):
     def __init__(self, jobs: int) -> None:
         self.pool = worker_pool(jobs)
@@ -94,7 +113,7 @@ class PoolWorkers(Workers):
         self.label = f"{jobs} processes"
 
     def run_all(self, fn: Callable, calls: Sequence[tuple]) -> Iterator[tuple[int, object]]:
-        futures = {self.pool.submit(fn, *args): i for i, args in enumerate(calls)}
+        futures = {self.pool.submit(call_detached, fn, *args): i for i, args in enumerate(calls)}
         for future in as_completed(futures):
             yield futures[future], future.result()
 

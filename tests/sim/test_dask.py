@@ -148,6 +148,19 @@ def test_an_error_in_a_dask_worker_reads_as_in_this_process(config, scheduler, t
     assert not (tmp_path / "b").exists()  # nothing half-written
 
 
+@needs_distributed
+def test_a_worker_error_still_pickles_once_distributed_is_imported(config, tmp_path):
+    import distributed  # noqa: F401  (installs tblib's pickling of error chains, here and in forked workers)
+
+    from sim.config import load_experiment
+    from sim.sweep import sweep
+
+    broken = tmp_path / "worker-error.yaml"
+    broken.write_text(config.read_text() + "cost_model: {kind: roofline, compute_efficiency: 5.0e-324}\n")
+    with pytest.raises(SpecError, match="step time inf s"):  # not BrokenProcessPool
+        sweep(load_experiment(broken), tmp_path / "out", jobs=2, progress=lambda line: None)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
