@@ -15,10 +15,11 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import CancelledError
 from contextlib import contextmanager
+from functools import partial
 
 from engine.specs.errors import SpecError
 from sim.cli import one_line
-from sim.pool import DASK_MISSING, Workers, call_detached
+from sim.pool import DASK_MISSING, Workers, call_detached, first_error_in_order
 
 # distributed's logs are not the user's news: a run's error comes back through its future, a lost worker
 # as KilledWorker, and a worker logs errors of its own when its scheduler closes under it (Ctrl-C)
@@ -98,9 +99,8 @@ class DaskWorkers(Workers):
         self.pending.update((future.key, future) for future in futures)
         finished = distributed.as_completed(futures)
         del futures  # a result is held on its worker while a future refers to it: only until it is taken
-        for future in finished:
-            result = self._result(self.pending.pop(future.key))
-            yield index[future.key], result
+        return first_error_in_order(((index[f.key], partial(self._result, self.pending.pop(f.key))) for f in finished),
+                                    len(index))
 
     def _result(self, future):
         try:

@@ -66,8 +66,9 @@ class Workers:
     label = "in this process"
 
     def run_all(self, fn: Callable, calls: Sequence[tuple]) -> Iterator[tuple[int, object]]:
-        """(index in calls, fn(*calls[index])) for every call, in the order they finish; a call's
-        error is raised as it was raised."""
+        """(index in calls, fn(*calls[index])) for every call, in the order they finish. An error is
+        raised as the call raised it, once every call before it has finished: the first call in order
+        that failed, as one worker taking them in order would have stopped on, whatever the timing."""
         for i, args in enumerate(calls):
             yield i, fn(*args)
 
@@ -85,6 +86,24 @@ class Workers:
             self.close()
         else:
             self.abort()
+
+
+def first_error_in_order(finished: Iterator[tuple[int, Callable[[], object]]], n: int
+                         ) -> Iterator[tuple[int, object]]:
+    """Workers.run_all's results from (index, result getter) pairs of n calls in the order they finish:
+    each success at once, and the error of the first call in order that failed once no call before it
+    is left."""
+    unresolved, failed = set(range(n)), {}
+    for i, result in finished:
+        unresolved.discard(i)
+        try:
+            value = result()
+        except Exception as err:
+            failed[i] = err
+        else:
+            yield i, value
+        if failed and not any(j < min(failed) for j in unresolved):
+            raise failed[min(failed)]
 
 
 def call_detached(fn: Callable, *args):
@@ -114,8 +133,7 @@ class PoolWorkers(Workers):
 
     def run_all(self, fn: Callable, calls: Sequence[tuple]) -> Iterator[tuple[int, object]]:
         futures = {self.pool.submit(call_detached, fn, *args): i for i, args in enumerate(calls)}
-        for future in as_completed(futures):
-            yield futures[future], future.result()
+        return first_error_in_order(((futures[f], f.result) for f in as_completed(futures)), len(calls))
 
     def abort(self) -> None:
         stop_pool(self.pool)
