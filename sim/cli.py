@@ -66,7 +66,7 @@ def add_executor_options(parser: argparse.ArgumentParser, what: str) -> None:
                         help="process (default): a local process pool; dask: a local Dask cluster "
                         "(needs servesim[dask])")
     parser.add_argument("--scheduler", metavar="tcp://HOST:PORT",
-                        help=f"run the {what} on the existing Dask cluster whose scheduler is there")
+                        help=f"send the {what} to the existing Dask cluster whose scheduler is there")
 
 
 def executor_spec(args, runs: int):

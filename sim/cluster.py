@@ -1,7 +1,8 @@
 """Runs on a Dask cluster: a distributed.LocalCluster on this machine, or an existing cluster.
 
-The workers compute and this process writes (a sweep's workers return each run's files as bytes),
-so only the machine running `servesim` needs the output folder. The workers of an existing cluster
+An existing cluster's workers compute and this process writes (they return each run's files as
+bytes), so only the machine running `servesim` needs the output folder; a LocalCluster's workers
+write their runs' folders themselves, as a process pool's do. The workers of an existing cluster
 need servesim installed, and the config's data files (a profile, a lengths CSV, a trace) at the same
 paths. Trouble with the cluster itself (no scheduler at the address, dask not installed, a worker
 lost) reaches the user as one line naming --scheduler or --executor; a run's own error (a bad
@@ -52,6 +53,7 @@ def _sigint_ignored():
 class DaskWorkers(Workers):
     def __init__(self, client, cluster, label: str, option: tuple[str, str], width: int) -> None:
         self.client, self.cluster = client, cluster
+        self.same_machine = cluster is not None  # a LocalCluster's; an existing cluster's may be anywhere
         self.label = label
         self.option = option  # the command-line option that chose this cluster, for errors
         self.width = width

@@ -64,6 +64,10 @@ class Workers:
     """Runs in this process, one after another: the default, and what every other kind replaces."""
     width = 1  # runs at once
     label = "in this process"
+    # whether the workers see this machine's files: then a run's worker writes its folder itself,
+    # else it sends the files back (a pool's pipe would carry megabytes, and a worker terminated
+    # halfway through sending would leave the pool's reader waiting for the rest forever)
+    same_machine = True
 
     def run_all(self, fn: Callable, calls: Sequence[tuple]) -> Iterator[tuple[int, object]]:
         """(index in calls, fn(*calls[index])) for every call, in the order they finish. An error is

@@ -6,8 +6,9 @@ a rerun skips the keys already there for the same configuration and inputs (sim/
 whose iterations file is the one asked for, so an interrupted sweep resumes where it stopped, and
 a changed config, spec or data file is simulated again.
 
-A worker (a process, or a Dask worker on another machine) simulates a run and encodes its files;
-this process writes them. So only this machine needs the output folder, and it alone writes there.
+A worker that sees this machine's files (this process, a process pool, a local Dask cluster) writes
+its run's folder itself; a worker of an existing Dask cluster, which may be on another machine,
+sends the run's files back and this process writes them, so only this machine needs the folder.
 """
 from __future__ import annotations
 
@@ -76,6 +77,12 @@ def execute(exp: Experiment, key: RunKey, digest: str, iterations: str = DEFAULT
     return RunFiles({**result.summary, "config_digest": digest}, files)
 
 
+def execute_into(exp: Experiment, key: RunKey, digest: str, iterations: str, run_dir: Path) -> dict:
+    """One run, written into its folder by the worker that simulated it (one that sees this machine's
+    files); only its summary goes back."""
+    return save(execute(exp, key, digest, iterations), run_dir)
+
+
 def save(run: RunFiles, run_dir: Path) -> dict:
     """A run's files, each atomically; summary.json last, so that it marks the run complete. An
     iterations file in another format, from an earlier run of another config, is removed."""
@@ -124,8 +131,13 @@ def sweep(exp: Experiment, out_dir: Path, executor: ExecutorSpec | None = None, 
 
 def _run_pending(exp: Experiment, pending: list[tuple[RunKey, str]], out_dir: Path, workers: Workers,
                  iterations: str, summaries: dict[RunKey, dict], progress) -> None:
-    calls = [(exp, key, digest, iterations) for key, digest in pending]
-    for i, run in workers.run_all(execute, calls):  # each saved as it finishes, whatever the order
+    run_dirs = [out_dir / "runs" / key.slug for key, _ in pending]
+    if workers.same_machine:
+        done = workers.run_all(execute_into, [(exp, k, d, iterations, r) for (k, d), r in zip(pending, run_dirs)])
+    else:  # the workers send each run's files, and this process writes them
+        sent = workers.run_all(execute, [(exp, k, d, iterations) for k, d in pending])
+        done = ((i, save(run, run_dirs[i])) for i, run in sent)
+    for i, summary in done:  # each run saved as it finishes, whatever the order
         key = pending[i][0]
-        summaries[key] = save(run, out_dir / "runs" / key.slug)
-        progress(_progress_line(key, summaries[key]))
+        summaries[key] = summary
+        progress(_progress_line(key, summary))
