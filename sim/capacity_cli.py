@@ -4,8 +4,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import pandas as pd
-
 from engine.specs.errors import SpecError
 
 
@@ -34,7 +32,10 @@ def _positive_option(option: str, value: float | None) -> None:
 
 
 def _cmd_capacity(args) -> int:
-    from sim.capacity import max_rate
+    import pandas as pd
+
+    from sim.capacity import capacity_search, job, run_jobs
+    from sim.cli import executor_spec
     from sim.config import load_experiment
     from sim.output import prepare_out_dir, write_csv
 
@@ -42,43 +43,48 @@ def _cmd_capacity(args) -> int:
     _positive_option("--rate", args.rate)
     exp = load_experiment(args.config, args.set)
     target = _parse_target(args.target)
+    executor = executor_spec(args, runs=len(exp.systems) * 8)  # a search probes ahead: room for more workers
     out_dir = prepare_out_dir(Path(args.out or Path("results") / exp.name))
-    rows, probes = [], []
-    for system in exp.systems:
-        def note(p, system=system):
-            probes.append({"system": system.name, "rate": p.rate, "replicas": p.replicas,
-                           target.metric: p.value, "holds": p.holds})
-            unmeasured = "  (no request arrived after the warm-up)" if p.value != p.value else ""
-            print(f"  {system.name:<18} {p.replicas} replica(s) at {p.rate:8.3f} req/s: "
-                  f"{target.metric} {p.value:.4f} {'ok' if p.holds else 'over'}{unmeasured}")
-        rate, tried = max_rate(exp, system, target, seed=args.seed, start=min(exp.rates), replicas=1,
-                               rel_tol=args.tolerance, on_probe=note)
-        row = {"system": system.name, "metric": target.metric, "limit": target.limit,
-               "max_rate_per_replica_rps": rate}
-        if rate == 0.0:
-            # no replica count can be derived from a rate that never held; searching would only fail
-            print(f"  {system.name:<18} no rate meets the target (the lowest probed was "
-                  f"{min(p.rate for p in tried):.4g} req/s)")
-        if args.rate is not None:
-            row["target_rate_rps"] = args.rate
-            row["replicas_needed"] = _replicas(exp, system, target, args.rate, rate, args.seed, note) if rate else None
-        rows.append(row)
+    start = min(exp.rates)
+    jobs = [job(exp, system, target, args.seed, lambda: capacity_search(start, args.tolerance, args.rate))
+            for system in exp.systems]
+    probes: list[list[dict]] = [[] for _ in exp.systems]
+
+    def note(i: int, p) -> None:
+        system = exp.systems[i]
+        probes[i].append({"system": system.name, "rate": p.rate, "replicas": p.replicas,
+                          target.metric: p.value, "holds": p.holds})
+        unmeasured = "  (no request arrived after the warm-up)" if p.value != p.value else ""
+        print(f"  {system.name:<18} {p.replicas} replica(s) at {p.rate:8.3f} req/s: "
+              f"{target.metric} {p.value:.4f} {'ok' if p.holds else 'over'}{unmeasured}")
+
+    with executor.open() as workers:
+        results = run_jobs(jobs, workers, note)
+    rows = [_row(system, target, args.rate, result, tried)
+            for system, result, tried in zip(exp.systems, results, probes)]
     table = pd.DataFrame(rows)
     write_csv(table, out_dir / "capacity.csv")
-    write_csv(pd.DataFrame(probes), out_dir / "capacity_probes.csv")
+    write_csv(pd.DataFrame([p for tried in probes for p in tried]), out_dir / "capacity_probes.csv")
     print(table.to_string(index=False))
     print(f"wrote {out_dir}/capacity.csv and capacity_probes.csv")
     return 0
 
 
-def _replicas(exp, system, target, rate: float, per_replica_rate: float, seed: int, note) -> int | None:
-    from sim.capacity import replicas_for
-
-    needed, tried = replicas_for(exp, system, target, rate, per_replica_rate, seed=seed, on_probe=note)
-    if needed is None:
-        print(f"  {system.name:<18} even {max(p.replicas for p in tried)} replicas do not meet the target "
-              f"at {rate:g} req/s")
-    return needed
+def _row(system, target, total_rate: float | None, result: tuple, tried: list[dict]) -> dict:
+    rate, needed = result
+    row = {"system": system.name, "metric": target.metric, "limit": target.limit,
+           "max_rate_per_replica_rps": rate}
+    if rate == 0.0:
+        # no replica count can be derived from a rate that never held; searching would only fail
+        print(f"  {system.name:<18} no rate meets the target (the lowest probed was "
+              f"{min(p['rate'] for p in tried):.4g} req/s)")
+    if total_rate is not None:
+        row["target_rate_rps"] = total_rate
+        row["replicas_needed"] = needed
+        if rate and needed is None:
+            print(f"  {system.name:<18} even {max(p['replicas'] for p in tried)} replicas do not meet the target "
+                  f"at {total_rate:g} req/s")
+    return row
 
 
 def register(sub) -> None:
@@ -90,4 +96,7 @@ def register(sub) -> None:
     cap.add_argument("--tolerance", type=float, default=0.05, help="relative precision of the rate search")
     cap.add_argument("--out")
     cap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    from sim.cli import add_executor_options
+
+    add_executor_options(cap, "probes")
     cap.set_defaults(func=_cmd_capacity)

@@ -28,22 +28,24 @@ def workload_label(workload) -> str:
 
 def _cmd_run(args) -> int:
     from sim.config import load_experiment
-    from sim.output import prepare_out_dir, write_csv, write_text
-    from sim.plots import kv_usage_plot, normalized_latency_plot
+    from sim.output import check_iterations_format, prepare_out_dir, write_csv, write_text
     from sim.report import summary_table, unmeasured_warnings
     from sim.sweep import sweep
 
     exp = load_experiment(args.config, args.set)
-    out_dir = prepare_out_dir(Path(args.out or Path("results") / exp.name))
     runs = len(exp.systems) * len(exp.rates) * len(exp.seeds)
+    executor = executor_spec(args, runs)
+    check_iterations_format(args.iterations)
+    out_dir = prepare_out_dir(Path(args.out or Path("results") / exp.name))
     print(f"servesim: {exp.name}: {exp.model.name} on {exp.replicas} x {exp.tensor_parallel} x {exp.hardware.name}, "
           f"{runs} runs ({len(exp.systems)} systems x {len(exp.rates)} rates x {len(exp.seeds)} seeds) -> {out_dir}")
     started = time.perf_counter()
-    jobs = args.jobs or min(os.cpu_count() or 1, runs)
-    summary = sweep(exp, out_dir, jobs=jobs)
+    summary = sweep(exp, out_dir, executor, iterations=args.iterations)
     for line in unmeasured_warnings(summary, exp.warmup_s):
         print(f"servesim: warning: {line}", file=sys.stderr)
     write_csv(summary, out_dir / "summary.csv")
+    from sim.plots import kv_usage_plot, normalized_latency_plot  # matplotlib: only once there is something to plot
+
     title = f"{exp.model.name}, {exp.tensor_parallel}x {exp.hardware.name}, {workload_label(exp.workload)}"
     normalized_latency_plot(summary, out_dir / "normalized_latency.png", title=title, ylim=args.ylim)
     kv_usage_plot(summary, out_dir / "kv_usage.png", rate=max(exp.rates))
@@ -57,6 +59,30 @@ def _cmd_run(args) -> int:
     return 0
 
 
+def add_executor_options(parser: argparse.ArgumentParser, what: str) -> None:
+    """--jobs, --executor and --scheduler: where a command's runs go (sim/pool.py)."""
+    parser.add_argument("--jobs", type=int, default=0,
+                        help=f"{what} in parallel: processes, or a local Dask cluster's workers; default one per core")
+    parser.add_argument("--executor", choices=("process", "dask"), default=None,
+                        help="process (default): a local process pool; dask: a local Dask cluster "
+                        "(needs servesim[dask])")
+    parser.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                        help=f"send the {what} to the existing Dask cluster whose scheduler is there")
+
+
+def executor_spec(args, runs: int):
+    """The executor the options ask for; --jobs 0 is one worker per core, at most one per run."""
+    from sim.pool import ExecutorSpec
+
+    kind = args.executor or ("dask" if args.scheduler else "process")
+    if args.jobs < 0:
+        raise SpecError("--jobs", str(args.jobs), "must be at least 1, or 0 for one per core")
+    if args.scheduler and args.jobs:
+        raise SpecError("--jobs", str(args.jobs), "the cluster at --scheduler has its own workers; drop --jobs")
+    jobs = args.jobs or max(1, min(os.cpu_count() or 1, runs))
+    return ExecutorSpec(kind, jobs, args.scheduler)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="servesim", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -66,7 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="output directory (default results/<name>)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config key, e.g. --set rates=[1,2] --set workload.duration_s=600")
-    run.add_argument("--jobs", type=int, default=0, help="runs in parallel (processes); default: one per core")
+    add_executor_options(run, "runs")
+    run.add_argument("--iterations", choices=("parquet", "csv", "none"), default="parquet",
+                     help="each run's per-iteration records: iterations.parquet (default), iterations.csv.gz, "
+                     "or not kept")
     run.add_argument("--ylim", type=float, default=1.0, help="y-axis top of the plot, s/token (paper: 1.0)")
     run.set_defaults(func=_cmd_run)
 

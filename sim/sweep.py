@@ -1,14 +1,18 @@
-"""Many runs: every system x rate x seed of an experiment, over an Executor, resumable.
+"""Many runs: every system x rate x seed of an experiment, over any Workers (sim/pool.py), resumable.
 
-Each finished run leaves DIR/runs/<key>/ (summary.json, requests.csv.gz,
-iterations.csv.gz), written atomically; a rerun skips the keys already there for the
-same configuration and inputs (sim/fingerprint.py), so an interrupted sweep resumes where
-it stopped, and a changed config, spec or data file is simulated again.
+Each finished run leaves DIR/runs/<key>/ (summary.json, requests.csv.gz, and its per-iteration
+records in the chosen format: iterations.parquet, iterations.csv.gz or none), written atomically;
+a rerun skips the keys already there for the same configuration and inputs (sim/fingerprint.py)
+whose iterations file is the one asked for, so an interrupted sweep resumes where it stopped, and
+a changed config, spec or data file is simulated again.
+
+A worker that sees this machine's files (this process, a process pool, a local Dask cluster) writes
+its run's folder itself; a worker of an existing Dask cluster, which may be on another machine,
+sends the run's files back and this process writes them, so only this machine needs the folder.
 """
 from __future__ import annotations
 
 import json
-from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,8 +21,17 @@ import pandas as pd
 from engine.core.system import SystemSpec
 from sim.config import Experiment
 from sim.fingerprint import config_digest, input_digest
-from sim.output import prepare_out_dir, write_csv, write_json
-from sim.pool import stop_pool, worker_pool
+from sim.output import (
+    DEFAULT_ITERATIONS,
+    ITERATION_FILES,
+    check_iterations_format,
+    csv_gz_bytes,
+    iterations_bytes,
+    prepare_out_dir,
+    write_bytes,
+    write_json,
+)
+from sim.pool import ExecutorSpec, Workers
 from sim.progress import Eta
 from sim.run import SUMMARY_COLUMNS, run_one
 
@@ -41,9 +54,16 @@ def run_keys(exp: Experiment) -> list[RunKey]:
     return [RunKey(s, r, seed) for s in exp.systems for r in exp.rates for seed in exp.seeds]
 
 
-def _done(run_dir: Path, digest: str) -> dict | None:
+@dataclass(frozen=True)
+class RunFiles:
+    """One finished run as its folder will hold it: the summary row, and each file's bytes."""
+    summary: dict
+    files: dict[str, bytes]
+
+
+def _done(run_dir: Path, digest: str, iterations_file: str | None) -> dict | None:
     path = run_dir / "summary.json"
-    if not path.exists():
+    if not path.exists() or (iterations_file is not None and not (run_dir / iterations_file).exists()):
         return None
     summary = json.loads(path.read_text())
     if summary.get("config_digest") != digest or not set(SUMMARY_COLUMNS) <= set(summary):
@@ -51,14 +71,31 @@ def _done(run_dir: Path, digest: str) -> dict | None:
     return summary
 
 
-def execute(exp: Experiment, key: RunKey, run_dir: Path, digest: str) -> dict:
-    """One run, written atomically; summary.json last, so it marks the run complete."""
+def execute(exp: Experiment, key: RunKey, digest: str, iterations: str = DEFAULT_ITERATIONS) -> RunFiles:
+    """One run, simulated and encoded; it writes nothing, so it can run on any machine."""
     result = run_one(exp, key.system, key.rate, key.seed)
-    write_csv(result.requests, run_dir / "requests.csv.gz")
-    write_csv(result.iterations, run_dir / "iterations.csv.gz")
-    summary = {**result.summary, "config_digest": digest}
-    write_json(summary, run_dir / "summary.json")
-    return summary
+    files = {"requests.csv.gz": csv_gz_bytes(result.requests)}
+    if ITERATION_FILES[iterations] is not None:
+        files[ITERATION_FILES[iterations]] = iterations_bytes(result.iterations, iterations)
+    return RunFiles({**result.summary, "config_digest": digest}, files)
+
+
+def execute_into(exp: Experiment, key: RunKey, digest: str, iterations: str, run_dir: Path) -> dict:
+    """One run, written into its folder by the worker that simulated it (one that sees this machine's
+    files); only its summary goes back."""
+    return save(execute(exp, key, digest, iterations), run_dir)
+
+
+def save(run: RunFiles, run_dir: Path) -> dict:
+    """A run's files, each atomically; summary.json last, so that it marks the run complete. An
+    iterations file in another format, from an earlier run of another config, is removed."""
+    for name, data in run.files.items():
+        write_bytes(data, run_dir / name)
+    for name in ITERATION_FILES.values():
+        if name is not None and name not in run.files:
+            (run_dir / name).unlink(missing_ok=True)
+    write_json(run.summary, run_dir / "summary.json")
+    return run.summary
 
 
 def _progress_line(key: RunKey, summary: dict, eta: str) -> str:
@@ -72,11 +109,14 @@ def run_work(exp: Experiment) -> float:
     return exp.workload.duration_s
 
 
-def sweep(exp: Experiment, out_dir: Path, executor: Executor | None = None, jobs: int = 1,
-          progress=print, eta: Eta | None = None) -> pd.DataFrame:
-    """Every run of the experiment, resumed from out_dir/runs; an error in any run (in any process)
-    stops the sweep with that error, the runs finished before it kept. Each finished run prints a line
-    with the time left: of this sweep, or of all the work `eta` was told to expect."""
+def sweep(exp: Experiment, out_dir: Path, executor: ExecutorSpec | None = None, jobs: int = 1,
+          progress=print, iterations: str = DEFAULT_ITERATIONS, eta: Eta | None = None) -> pd.DataFrame:
+    """Every run of the experiment, resumed from out_dir/runs, on `executor` (default: `jobs` local
+    processes); an error in any run (on any worker) stops the sweep with that error, the runs
+    finished before it kept. The workers start only if some run is left to do. Each finished run
+    prints a line with the time left: of this sweep, or of all the work `eta` was told to expect."""
+    executor = executor or ExecutorSpec("process", jobs)
+    iterations_file = check_iterations_format(iterations)
     out_dir = prepare_out_dir(Path(out_dir))
     keys = run_keys(exp)
     work = run_work(exp)
@@ -88,7 +128,7 @@ def sweep(exp: Experiment, out_dir: Path, executor: Executor | None = None, jobs
     pending = []
     for key in keys:
         digest = config_digest(exp, key.system, key.rate, key.seed, inputs)
-        done = _done(out_dir / "runs" / key.slug, digest)
+        done = _done(out_dir / "runs" / key.slug, digest, iterations_file)
         if done is not None:
             summaries[key] = done
         else:
@@ -97,21 +137,21 @@ def sweep(exp: Experiment, out_dir: Path, executor: Executor | None = None, jobs
     if len(summaries):
         progress(f"resuming: {len(summaries)} of {len(keys)} runs already done in {out_dir / 'runs'}")
     if pending:
-        own = executor is None and jobs > 1
-        pool = worker_pool(jobs) if own else executor
-        try:
-            if pool is None:
-                results = (execute(exp, k, out_dir / "runs" / k.slug, d) for k, d in pending)
-            else:
-                results = pool.map(execute, *zip(*[(exp, k, out_dir / "runs" / k.slug, d) for k, d in pending]))
-            for (key, _), summary in zip(pending, results):
-                summaries[key] = summary
-                progress(_progress_line(key, summary, eta.finished(work)))
-        except BaseException:
-            if own:
-                stop_pool(pool)
-            raise
-        if own:
-            pool.shutdown()
+        with executor.open() as workers:
+            _run_pending(exp, pending, out_dir, workers, iterations, summaries, progress, eta, work)
     rows = [summaries[key] for key in keys]
     return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))  # drops config_digest; fixes the column order
+
+
+def _run_pending(exp: Experiment, pending: list[tuple[RunKey, str]], out_dir: Path, workers: Workers,
+                 iterations: str, summaries: dict[RunKey, dict], progress, eta: Eta, work: float) -> None:
+    run_dirs = [out_dir / "runs" / key.slug for key, _ in pending]
+    if workers.same_machine:
+        done = workers.run_all(execute_into, [(exp, k, d, iterations, r) for (k, d), r in zip(pending, run_dirs)])
+    else:  # the workers send each run's files, and this process writes them
+        sent = workers.run_all(execute, [(exp, k, d, iterations) for k, d in pending])
+        done = ((i, save(run, run_dirs[i])) for i, run in sent)
+    for i, summary in done:  # each run saved as it finishes, whatever the order
+        key = pending[i][0]
+        summaries[key] = summary
+        progress(_progress_line(key, summary, eta.finished(work)))

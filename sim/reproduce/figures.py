@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.specs.errors import SpecError
-from sim.fingerprint import SWEEP_KEYS
 
 # The paper orders its legends so (Figs. 12-14, 17); every figure here keeps that order and its colours.
 SYSTEM_ORDER = ("FasterTransformer", "Orca (Max)", "Orca (Pow2)", "Orca (Oracle)", "vLLM")
@@ -36,6 +35,8 @@ class Source:
     def runs_dir(self) -> str:
         """Sweeps that differ only in which runs they pick (rates, systems) share one folder, so a run is
         simulated once for every figure that reads it (Fig. 13 reads Fig. 12's runs at 2 req/s)."""
+        from sim.fingerprint import SWEEP_KEYS  # pandas and the configs: not on the CLI's start-up path
+
         changes = sorted(o for o in self.overrides if o.split("=", 1)[0] not in SWEEP_KEYS)
         suffix = re.sub(r"[^A-Za-z0-9.]+", "-", "_".join(changes)).strip("-")
         return Path(self.config).stem + (f"-{suffix}" if suffix else "")

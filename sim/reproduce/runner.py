@@ -19,7 +19,7 @@ import pandas as pd
 from engine.atomic import remove_stale_temporaries
 from sim.config import Experiment, apply_overrides, experiment_from_dict, read_config
 from sim.output import prepare_out_dir, write_csv
-from sim.pool import stop_pool, worker_pool
+from sim.pool import ExecutorSpec
 from sim.progress import Eta, duration_text
 from sim.reproduce.figures import Figure, Panel, Source, paper_config, select
 from sim.reproduce.panels import PANEL_KINDS
@@ -58,29 +58,23 @@ def reproduce(names: list[str], out_dir: Path, scale: Scale = PAPER, jobs: int =
         for s in sweeps:
             eta.expect(len(run_keys(s.experiment)), run_work(s.experiment))
     progress(f"servesim: reproducing {', '.join(plans)} ({scale.description}) -> {out_dir}")
-    pool = worker_pool(jobs) if jobs > 1 else None
-    try:
-        for figure in figures:
-            rows = [_run(s, figure, out_dir / "sweeps" / scale.name, scale, pool, eta, progress)
-                    for s in plans[figure.name]]
-            paths = write_figure(figure, pd.concat(rows, ignore_index=True), out_dir / figure.name, scale)
-            progress(f"{figure.name}: wrote {', '.join(p.name for p in paths)} in {out_dir / figure.name}")
-    except BaseException:
-        if pool is not None:
-            stop_pool(pool)
-        raise
-    if pool is not None:
-        pool.shutdown()
+    executor = ExecutorSpec("process", jobs)
+    for figure in figures:
+        rows = [_run(s, figure, out_dir / "sweeps" / scale.name, scale, executor, eta, progress)
+                for s in plans[figure.name]]
+        paths = write_figure(figure, pd.concat(rows, ignore_index=True), out_dir / figure.name, scale)
+        progress(f"{figure.name}: wrote {', '.join(p.name for p in paths)} in {out_dir / figure.name}")
     table = write_table(out_dir, Results.load(out_dir))
     progress(f"wrote {out_dir / 'paper_vs_sim.md'} and .csv after {duration_text(eta.elapsed)}")
     return table
 
 
-def _run(s: Sweep, figure: Figure, sweeps_dir: Path, scale: Scale, pool, eta: Eta, progress) -> pd.DataFrame:
+def _run(s: Sweep, figure: Figure, sweeps_dir: Path, scale: Scale, executor: ExecutorSpec, eta: Eta,
+         progress) -> pd.DataFrame:
     exp = s.experiment
     progress(f"{figure.name} {s.panel.id or ''}{' ' + s.source.label if s.source.label else ''}: {exp.name}, "
              f"{len(exp.systems)} systems x {len(exp.rates)} rates, {exp.workload.duration_s:g} s traces")
-    summary = sweep(exp, sweeps_dir / s.source.runs_dir, executor=pool, progress=progress, eta=eta)
+    summary = sweep(exp, sweeps_dir / s.source.runs_dir, executor=executor, progress=progress, eta=eta)
     systems = {system.name: system for system in exp.systems}
     return summary.assign(
         figure=figure.name, panel=s.panel.id, series=s.source.label, scale=scale.description,

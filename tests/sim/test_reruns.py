@@ -82,7 +82,7 @@ def test_a_resumed_sweep_writes_the_same_bytes_as_a_fresh_one(tiny, tmp_path, jo
     assert main(["run", str(tiny), "--out", str(resumed), "--jobs", jobs]) == 0
     assert "resuming: 3 of 4" in capsys.readouterr().out
     for name in ("summary.csv", "summary.txt", "runs/orca-oracle_rate2_seed0/requests.csv.gz",
-                 "runs/orca-oracle_rate2_seed0/iterations.csv.gz"):
+                 "runs/orca-oracle_rate2_seed0/iterations.parquet"):
         assert (fresh / name).read_bytes() == (resumed / name).read_bytes(), name
     assert list(pd.read_csv(resumed / "summary.csv").columns) == list(SUMMARY_COLUMNS)
 
@@ -90,7 +90,8 @@ def test_a_resumed_sweep_writes_the_same_bytes_as_a_fresh_one(tiny, tmp_path, jo
 def test_gzip_outputs_carry_no_name_or_time(tiny, tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     for out in (a, b):
-        assert main(["run", str(tiny), "--out", str(out), "--jobs", "1", "--set", "systems=[vllm]"]) == 0
+        assert main(["run", str(tiny), "--out", str(out), "--jobs", "1", "--set", "systems=[vllm]",
+                     "--iterations", "csv"]) == 0
     for name in ("requests.csv.gz", "iterations.csv.gz"):
         data = (a / "runs" / "vllm_rate1_seed0" / name).read_bytes()
         assert data == (b / "runs" / "vllm_rate1_seed0" / name).read_bytes()
