@@ -147,13 +147,18 @@ def read_175b_less_pronounced(results: Results) -> Reading:
 def vllm_within_axes(figure: str, panels) -> Callable[[Results], Reading]:
     def read(results: Results) -> Reading:
         rates = {p.id: results.sustainable(figure, p.id)["vLLM"] for p in panels}
-        return Reading(", ".join(f"{p.id} {rates[p.id].text(unit=' req/s')}" for p in panels),
+        return Reading(", ".join(_labelled(p.id, rates[p.id].text(unit=" req/s")) for p in panels),
                        all_land([lands(rates[p.id], 0, p.xlim[1]) for p in panels]),
                        f"vLLM's sustainable rate per panel against the paper's x axis "
-                       f"({', '.join(f'{p.id} 0-{p.xlim[1]:g}' for p in panels)}): where its curve explodes; "
-                       f"{SUSTAINABLE}; simulated rates: "
-                       + "; ".join(f"{p.id} {results.rates(figure, p.id)}" for p in panels))
+                       f"({', '.join(_labelled(p.id, f'0-{p.xlim[1]:g}') for p in panels)}): where its curve "
+                       f"explodes; {SUSTAINABLE}; simulated rates: "
+                       + "; ".join(_labelled(p.id, results.rates(figure, p.id)) for p in panels))
     return read
+
+
+def _labelled(panel: str, text: str) -> str:
+    """'a 0-15', or the text alone for a one-panel figure."""
+    return f"{panel} {text}" if panel else text
 
 
 def gain_rises(panels: str, what: str):

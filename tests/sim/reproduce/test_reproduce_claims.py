@@ -247,3 +247,10 @@ def test_an_advantage_less_pronounced_on_opt_175b():
     claim = CLAIM["fig12.175b_less_pronounced"]
     assert claim.read(fig12_alpaca(3.0)).lands == "yes"
     assert claim.read(fig12_alpaca(1.2)).lands == "no"
+
+
+def test_a_one_panel_figure_reads_without_panel_letters():
+    results = Results({"fig17": rows("", "vLLM", [0.2, 0.4, 0.6, 0.8], [0.1, 0.3, 0.7, 0.9])})
+    reading = CLAIM["fig17.capacity_in_axes"].read(results)
+    assert reading.simulated == "0.50 req/s" and reading.lands == "yes"
+    assert "(0-0.8)" in reading.how and "simulated rates: 0.2, 0.4, 0.6, 0.8" in reading.how
