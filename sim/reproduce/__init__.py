@@ -1,11 +1,11 @@
 """`servesim reproduce`: the paper's evaluation (Figs. 2 and 12-19) in one command, and a table of
 where the simulation agrees with the paper's claims and where it does not.
 
-figures.py   the registry: each figure's panels and the paper configs behind them
+figures.py   the registry: each figure's panels and the paper configs behind them (or whose cost model
+             predicts them: predictions.py, Figs. 18a and 19a)
 scale.py     the paper's trace lengths, or --quick's cut
 runner.py    sweeps, figure folders, the table
 panels.py    each panel kind's plotted numbers and drawing; paper_plots.py the whole figure
 readings.py  sustainable rates and other readings, as intervals; claims.py the paper's claims;
-             results.py what they read; table.py paper_vs_sim.csv/.md; gpu_claims.py the cost
-             model's prediction where the paper measured a GPU kernel
+             results.py what they read; table.py paper_vs_sim.csv/.md
 """

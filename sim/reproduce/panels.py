@@ -1,5 +1,6 @@
 """One panel of a paper figure: the numbers it plots (a tidy table, written beside the figure) and how
-it draws them in the paper's style. A panel kind is a pair of functions; Figure entries name it.
+it draws them in the paper's style. A panel kind is a pair of functions (and, for a panel a cost model
+draws without simulating, a third that predicts its rows); Figure entries name it.
 """
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from sim.config import Experiment
 from sim.reproduce.figures import SYSTEM_ORDER, Panel
+from sim.reproduce.predictions import kernel_rows, preemption_cost_rows
 
 SYSTEM_COLORS = dict(zip(SYSTEM_ORDER, ("#7f7f7f", "#d62728", "#ff7f0e", "#2ca02c", "#1f77b4")))
 SYSTEM_MARKERS = dict(zip(SYSTEM_ORDER, ("x", "s", "^", "D", "o")))
@@ -61,6 +64,33 @@ def preemption_points(rows: pd.DataFrame) -> pd.DataFrame:
     """Fig. 19b: one series per preemption mode."""
     rows = rows.assign(series=rows["preemption"].str.capitalize())
     return block_size_points(rows)
+
+
+def saving_points(rows: pd.DataFrame) -> pd.DataFrame:
+    """Fig. 15: vLLM's memory saving (%) per workload and parallel size or beam width, the mean over the
+    simulated rates and seeds, with the lowest and highest."""
+    rows = rows.assign(sequences=rows[["n", "beam_width"]].max(axis=1),
+                       sharing=rows["beam_width"].map(lambda width: "Beam width" if width > 1 else "Parallel size"),
+                       saving=100 * rows["memory_saving"])
+    points = rows.groupby(["series", "sharing", "sequences"], sort=False).agg(
+        memory_saving_pct=("saving", "mean"), lowest_pct=("saving", "min"), highest_pct=("saving", "max"),
+        rates=("rate", lambda rates: ", ".join(f"{r:g}" for r in sorted(set(rates))))).reset_index()
+    return points.sort_values(["series", "sequences"], kind="stable").reset_index(drop=True)
+
+
+def kernel_points(rows: pd.DataFrame) -> pd.DataFrame:
+    return _integers(rows[["batch", "context", "block_size", "dense_us", "paged_us", "overhead", "cost_model"]],
+                     ["batch", "context", "block_size"])
+
+
+def preemption_cost_points(rows: pd.DataFrame) -> pd.DataFrame:
+    return _integers(rows[["block_size", "tokens", "recompute_ms", "swap_in_ms", "swap_out_ms", "swap_in_out_ms",
+                           "cost_model"]], ["block_size", "tokens"])
+
+
+def _integers(rows: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """A cost-model panel's rows, beside the simulated panels' in one summary.csv, come back as floats."""
+    return rows.astype({column: int for column in columns}).reset_index(drop=True)
 
 
 def _mean_over_seeds(rows: pd.DataFrame, keys: list[str], columns: dict[str, str]) -> pd.DataFrame:
@@ -135,11 +165,66 @@ def draw_by_block_size(ax, points: pd.DataFrame, panel: Panel) -> None:
     ax.set_ylabel(LATENCY_LABEL)
 
 
+def draw_saving(ax, points: pd.DataFrame, panel: Panel) -> None:
+    """Grouped bars per parallel size or beam width, one per workload; whiskers span the rates."""
+    series = list(dict.fromkeys(points["series"]))
+    widths = sorted(set(points["sequences"]))
+    width = 0.8 / max(len(series), 1)
+    for j, name in enumerate(series):
+        rows = points[points["series"] == name].set_index("sequences")
+        xs = [i + (j - (len(series) - 1) / 2) * width for i, w in enumerate(widths) if w in rows.index]
+        mean = rows["memory_saving_pct"]
+        spread = [mean - rows["lowest_pct"], rows["highest_pct"] - mean]
+        ax.bar(xs, mean, width=width, label=name, yerr=spread, capsize=2, error_kw={"linewidth": 0.8})
+        for x, value, highest in zip(xs, mean, rows["highest_pct"]):
+            ax.text(x, highest, f"{value:.1f}", ha="center", va="bottom", fontsize=6)
+    ax.set_xticks(range(len(widths)), [f"{w:g}" for w in widths])
+    ax.set_xlabel(f"{points['sharing'].iloc[0] if len(points) else ''}\n\n{panel.caption}")
+    ax.set_ylabel("Memory saving (%)")
+
+
+def draw_kernel(ax, points: pd.DataFrame, panel: Panel) -> None:
+    """Fig. 18a: per context, vLLM's paged kernel and FasterTransformer's dense one at each batch size."""
+    contexts = sorted(set(points["context"]))
+    bars = [(f"{name} (bs {batch})", batch, column) for batch in sorted(set(points["batch"]))
+            for name, column in (("vLLM", "paged_us"), ("FT", "dense_us"))]
+    width = 0.8 / len(bars)
+    for j, (label, batch, column) in enumerate(bars):
+        rows = points[points["batch"] == batch].set_index("context")
+        xs = [i + (j - (len(bars) - 1) / 2) * width for i in range(len(contexts))]
+        ax.bar(xs, [float(rows.loc[c, column]) for c in contexts], width=width, label=label)
+    ax.set_xticks(range(len(contexts)), [str(c) for c in contexts])
+    ax.set_xlabel(f"Context length\n\n{panel.caption}")
+    ax.set_ylabel("Kernel latency (us)")
+
+
+PREEMPTION_CURVES = (("recompute_ms", "Recompute"), ("swap_in_ms", "Swap in"), ("swap_out_ms", "Swap out"),
+                     ("swap_in_out_ms", "Swap in + out"))
+
+
+def draw_preemption_cost(ax, points: pd.DataFrame, panel: Panel) -> None:
+    """Fig. 19a: each way back for a preempted sequence against block size; a value above the paper's axis
+    is printed at its top."""
+    sizes = points["block_size"].to_list()
+    top = panel.ylim[1] if panel.ylim else None
+    for (column, label), marker in zip(PREEMPTION_CURVES, ("o", "s", "^", "D")):
+        values = points[column].to_list()
+        ax.plot(range(len(sizes)), values, marker=marker, label=label, linewidth=1.5, markersize=4)
+        for x, value in enumerate(values):
+            if top and value > top:
+                ax.text(x, top, f"{value:.0f}", ha="center", va="top", fontsize=5, rotation=90)
+    ax.set_xticks(range(len(sizes)), [str(s) for s in sizes])
+    ax.set_xlabel(f"Block size\n\n{panel.caption}")
+    ax.set_ylabel("Time (ms)")
+
+
 @dataclass(frozen=True)
 class PanelKind:
     points: Callable[[pd.DataFrame], pd.DataFrame]
     draw: Callable
     legend: str  # "systems": one legend of the paper's systems atop the figure; "own": in the panel
+    # a panel drawn from a cost model: its rows, from the experiment whose cost model it is
+    predict: Callable[[Experiment], pd.DataFrame] | None = None
 
 
 PANEL_KINDS = {
@@ -148,4 +233,7 @@ PANEL_KINDS = {
     "batched": PanelKind(batched_points, draw_batched, "none"),
     "block_size": PanelKind(block_size_points, draw_by_block_size, "own"),
     "preemption": PanelKind(preemption_points, draw_by_block_size, "own"),
+    "saving": PanelKind(saving_points, draw_saving, "own"),
+    "kernel": PanelKind(kernel_points, draw_kernel, "own", kernel_rows),
+    "preemption_cost": PanelKind(preemption_cost_points, draw_preemption_cost, "own", preemption_cost_rows),
 }

@@ -1,5 +1,5 @@
 """A whole paper figure: its panels on the paper's grid and axes, one legend in the paper's order, a
-footer that says what differs (a --quick cut, panels not on this branch); PNG and SVG, byte-stable.
+footer that says what differs (a --quick cut, a stand-in workload, a cost model's prediction); PNG and SVG, byte-stable.
 """
 from __future__ import annotations
 

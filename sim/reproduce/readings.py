@@ -39,7 +39,7 @@ class Interval:
         return Interval(_div(self.low, other.high), _div(self.high, other.low))
 
     def text(self, fmt: str = "{:.2f}", unit: str = "") -> str:
-        if self.is_exact:
+        if self.is_exact or fmt.format(self.low) == fmt.format(self.high):
             return fmt.format(self.low) + unit
         if self.low <= 0 and math.isinf(self.high):
             return "unknown"
@@ -67,6 +67,14 @@ def lands(reading: Interval, low: float, high: float) -> str:
     if reading.high < low or reading.low > high:
         return "no"
     return "n/a"
+
+
+def max_over_min(readings: list[Interval]) -> Interval:
+    """The highest reading over the lowest, as far as bounds tell: at least 1 and the highest low over the
+    lowest high, at most the highest high over the lowest low."""
+    lowest_low = min(r.low for r in readings)
+    return Interval(max(1.0, max(r.low for r in readings) / min(r.high for r in readings)),
+                    _div(max(r.high for r in readings), lowest_low))
 
 
 def all_land(verdicts: list[str]) -> str:

@@ -7,6 +7,7 @@ import pandas as pd
 
 from sim.reproduce.figures import FIGURES
 from sim.reproduce.readings import Interval, sustainable_rate
+from sim.reproduce.scale import PREDICTED
 
 SUMMARY_FILE = "summary.csv"
 
@@ -42,7 +43,11 @@ class Results:
         return rows
 
     def scale(self, figure: str) -> str:
-        return str(self.frames[figure]["scale"].iloc[0]) if figure in self.frames else ""
+        """The trace lengths behind the figure's simulated panels (a cost-model panel has none)."""
+        if figure not in self.frames:
+            return ""
+        scales = [s for s in dict.fromkeys(self.frames[figure]["scale"].astype(str)) if s != PREDICTED]
+        return scales[0] if scales else PREDICTED
 
     def sustainable(self, figure: str, panel: str) -> dict[str, Interval]:
         rows = self.rows(figure, panel)

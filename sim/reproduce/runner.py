@@ -3,7 +3,8 @@ then each figure's folder, then the paper-against-simulation table.
 
 OUT/
   sweeps/<scale>/<config>/runs/...   every run, as `servesim run` writes them (a rerun skips the done ones)
-  <figure>/summary.csv               every run's summary row behind the figure, tagged with its panel
+  <figure>/summary.csv               every run's summary row behind the figure, tagged with its panel (and a
+                                     cost-model panel's predicted rows)
   <figure>/plotted.csv               the numbers the figure draws
   <figure>/sustainable_rates.csv     (normalized-latency figures) each curve's sustainable rate
   <figure>/<figure>.png, .svg        the figure in the paper's layout
@@ -11,13 +12,14 @@ OUT/
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from engine.atomic import remove_stale_temporaries
-from sim.config import Experiment, apply_overrides, experiment_from_dict, read_config
+from sim.config import Experiment, apply_overrides, experiment_from_dict, load_experiment, read_config
 from sim.output import prepare_out_dir, write_csv
 from sim.pool import ExecutorSpec
 from sim.progress import Eta, duration_text
@@ -25,9 +27,12 @@ from sim.reproduce.figures import Figure, Panel, Source, paper_config, select
 from sim.reproduce.panels import PANEL_KINDS
 from sim.reproduce.readings import THRESHOLD_S_PER_TOKEN
 from sim.reproduce.results import Results
-from sim.reproduce.scale import PAPER, Scale
+from sim.reproduce.scale import PAPER, PREDICTED, Scale
 from sim.reproduce.table import write_table
 from sim.sweep import run_keys, run_work, sweep
+
+# a workload label's arrival process and rate (sim/workload/config.py), which differ between the runs of a figure
+ARRIVALS = re.compile(r"; \w+( cv=\S+)? arrivals at \S+ req/s for \S+ s")
 
 
 @dataclass(frozen=True)
@@ -48,11 +53,23 @@ def load_sweeps(figure: Figure, scale: Scale) -> list[Sweep]:
     return sweeps
 
 
+def predicted_rows(figure: Figure) -> list[pd.DataFrame]:
+    """The rows of the figure's cost-model panels: no trace, so the same at every scale."""
+    frames = []
+    for panel in figure.panels:
+        if panel.cost_model_of:
+            exp = load_experiment(paper_config(panel.cost_model_of))
+            rows = PANEL_KINDS[panel.kind].predict(exp)
+            frames.append(rows.assign(figure=figure.name, panel=panel.id, series="", scale=PREDICTED))
+    return frames
+
+
 def reproduce(names: list[str], out_dir: Path, scale: Scale = PAPER, jobs: int = 1, progress=print) -> pd.DataFrame:
     """Run the figures asked for, write their folders and the claims table; returns the table."""
     figures = select(names)
     out_dir = prepare_out_dir(Path(out_dir))
     plans = {figure.name: load_sweeps(figure, scale) for figure in figures}
+    predicted = {figure.name: predicted_rows(figure) for figure in figures}
     eta = Eta()
     for sweeps in plans.values():
         for s in sweeps:
@@ -61,7 +78,7 @@ def reproduce(names: list[str], out_dir: Path, scale: Scale = PAPER, jobs: int =
     executor = ExecutorSpec("process", jobs)
     for figure in figures:
         rows = [_run(s, figure, out_dir / "sweeps" / scale.name, scale, executor, eta, progress)
-                for s in plans[figure.name]]
+                for s in plans[figure.name]] + predicted[figure.name]
         paths = write_figure(figure, pd.concat(rows, ignore_index=True), out_dir / figure.name, scale)
         progress(f"{figure.name}: wrote {', '.join(p.name for p in paths)} in {out_dir / figure.name}")
     table = write_table(out_dir, Results.load(out_dir))
@@ -78,6 +95,7 @@ def _run(s: Sweep, figure: Figure, sweeps_dir: Path, scale: Scale, executor: Exe
     systems = {system.name: system for system in exp.systems}
     return summary.assign(
         figure=figure.name, panel=s.panel.id, series=s.source.label, scale=scale.description,
+        n=exp.workload.n or 1, beam_width=exp.workload.beam_width or 1,
         block_size=summary["system"].map(lambda name: systems[name].block_size),
         preemption=summary["system"].map(lambda name: systems[name].preemption),
     )
@@ -90,7 +108,8 @@ def write_figure(figure: Figure, rows: pd.DataFrame, folder: Path, scale: Scale)
     front = ["figure", "panel", "series", "scale"]
     rows = rows[front + [c for c in rows.columns if c not in front]]
     points = {p.id: PANEL_KINDS[p.kind].points(rows[rows["panel"] == p.id]) for p in figure.panels}
-    plotted = pd.concat([frame.assign(scale=scale.description) for frame in points.values()],
+    plotted = pd.concat([frame.assign(scale=PREDICTED if p.cost_model_of else scale.description)
+                         for p, frame in zip(figure.panels, points.values())],
                         keys=list(points), names=["panel", None]).reset_index(level=0).reset_index(drop=True)
     paths = [write_csv(rows, folder / "summary.csv"), write_csv(plotted, folder / "plotted.csv")]
     latency_panels = [p for p in figure.panels if p.kind == "latency"]
@@ -101,12 +120,17 @@ def write_figure(figure: Figure, rows: pd.DataFrame, folder: Path, scale: Scale)
 
 
 def footer(figure: Figure, rows: pd.DataFrame, scale: Scale) -> list[str]:
-    """What a reader of the figure must know: a cut trace, a stand-in workload, panels not drawn."""
+    """What a reader of the figure must know: a cut trace, a stand-in workload, a cost model's prediction."""
     lines = [] if scale.is_paper else [scale.description]
-    lines += [f"Workload: {label}" for label in dict.fromkeys(rows["workload"].str.rsplit("; ", n=1).str[0])]
+    workloads = rows["workload"].dropna() if "workload" in rows else pd.Series(dtype=str)
+    lines += [f"Workload: {label}" for label in dict.fromkeys(workloads.map(lambda w: ARRIVALS.sub("", w)))]
     if any(p.kind == "latency" for p in figure.panels):
         lines.append("Hollow markers: not every request finished within the run's horizon (a lower bound).")
-    return lines + [f"Not drawn: {line}" for line in figure.missing]
+    for panel in figure.panels:
+        if panel.cost_model_of:
+            source = rows.loc[rows["panel"] == panel.id, "cost_model"].iloc[0]
+            lines.append(f"({panel.id}) not simulated: the prediction of {panel.cost_model_of}'s cost model, {source}")
+    return lines
 
 
 def sustainable_rates(rows: pd.DataFrame, panels: list[Panel]) -> pd.DataFrame:

@@ -46,3 +46,6 @@ def spread(values: list, count: int) -> list:
 PAPER = Scale("paper", "the paper's trace lengths: 1 hour of arrivals (15 minutes for OPT-175B), every configured rate")
 QUICK = Scale("quick", "--quick: 5-minute traces (the paper: 1 hour, 15 minutes for OPT-175B) and at most 4 rates "
               "per curve; not the paper's lengths", duration_s=300, max_rates=4)
+
+# the `scale` of a panel a cost model draws without simulating (Figs. 18a, 19a): no trace to cut
+PREDICTED = "cost-model prediction: no trace, the same at every scale"

@@ -11,16 +11,15 @@ from sim.output import write_csv
 from sim.reproduce.claims import CLAIMS, Claim
 from sim.reproduce.readings import COMPARABLE, NEAR_BEST, POINT_TOLERANCE, THRESHOLD_S_PER_TOKEN
 from sim.reproduce.results import NotRun, Results
+from sim.reproduce.scale import PREDICTED
 
 COLUMNS = ("claim", "figure", "basis", "statement", "paper", "simulated", "lands", "read_as", "note", "scale")
 
 
 def evaluate(claim: Claim, results: Results) -> dict:
     row = {"claim": claim.id, "figure": claim.figure, "basis": claim.basis, "statement": claim.statement,
-           "paper": claim.paper, "simulated": "", "lands": "n/a", "read_as": "", "note": claim.needs,
-           "scale": results.scale(claim.data) if claim.data else "cost model"}
-    if claim.read is None:
-        return row
+           "paper": claim.paper, "simulated": "", "lands": "n/a", "read_as": "", "note": "",
+           "scale": PREDICTED if claim.predicted else results.scale(claim.data)}
     try:
         reading = claim.read(results)
     except NotRun as missing:

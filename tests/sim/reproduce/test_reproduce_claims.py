@@ -3,9 +3,9 @@ import pandas as pd
 import pytest
 
 from calibrate.costmodel import CostModel
-from sim.reproduce.claims import CLAIMS
-from sim.reproduce.figures import FIGURES, NOT_RUNNABLE
-from sim.reproduce.gpu_claims import kernel_overhead_prediction
+from sim.reproduce.claims import CLAIMS, prompt_share
+from sim.reproduce.figures import FIGURES
+from sim.reproduce.predictions import kernel_frame
 from sim.reproduce.results import Results
 from sim.reproduce.table import claims_table, markdown
 
@@ -96,53 +96,145 @@ def test_every_claim_has_a_row_with_a_value_or_a_reason():
         assert row["simulated"] or row["note"], row["claim"]
     notes = dict(zip(table["claim"], table["note"]))
     assert notes["fig12.sharegpt_vs_oracle"] == "not run yet: servesim reproduce fig12"
-    assert "beam search" in notes["fig14.beam6_vs_oracle"]
+    assert notes["fig19a.crossover"] == "not run yet: servesim reproduce fig19"
     assert "| fig13.vs_max | 13a |" in markdown(table, Results({}))
 
 
-def test_claims_read_runnable_figures_or_say_what_they_need():
-    for claim in CLAIMS:
-        assert claim.read is not None or claim.needs, claim.id
-        assert claim.data in FIGURES or claim.data in NOT_RUNNABLE or claim.data == "", claim.id
+def test_every_claim_reads_a_reproduced_figure():
+    assert all(claim.data in FIGURES for claim in CLAIMS)
 
 
 class PerBlockAttention(CostModel):
-    """1 s per iteration, plus per sequence 1 ms per context token and 10 ms per block read."""
+    """1 s per iteration, plus per sequence 1 ms per context token and `per_block` s per block read."""
 
-    def __init__(self, block_size):
-        self.block_size = block_size
+    def __init__(self, block_size, per_block=1e-2):
+        self.block_size, self.per_block = block_size, per_block
 
     def iteration_time(self, batch):
         blocks = sum(-(-c // self.block_size) for c in batch.decode_context_lens)
-        return 1.0 + 1e-3 * batch.sum_decode_context + 1e-2 * blocks
+        return 1.0 + 1e-3 * batch.sum_decode_context + self.per_block * blocks
 
     def swap_time(self, num_blocks):
         return 0.0
 
 
 def test_the_kernel_prediction_is_paged_over_dense_attention_time():
-    overheads = kernel_overhead_prediction(PerBlockAttention)
+    frame = kernel_frame(PerBlockAttention(16), PerBlockAttention(16, per_block=0), num_layers=2)
+    overheads = {(r.batch, r.context): r.overhead for r in frame.itertuples()}
     assert set(overheads) == {(b, c) for b in (8, 32) for c in (64, 128, 256)}
-    # context 64: 4 blocks of 16 (0.064 + 0.04 s per sequence) against one of 64 (0.064 + 0.01 s)
-    assert overheads[8, 64] == pytest.approx((0.064 + 0.04) / (0.064 + 0.01) - 1)
-    assert overheads[32, 256] == pytest.approx((0.256 + 0.16) / (0.256 + 0.01) - 1)
+    # context 64: 4 blocks of 16 (0.064 + 0.04 s per sequence) against the dense 0.064 s
+    assert overheads[8, 64] == pytest.approx(0.04 / 0.064)
+    assert overheads[32, 256] == pytest.approx(0.16 / 0.256)
+    row = frame[(frame["batch"] == 32) & (frame["context"] == 256)].iloc[0]
+    assert row["dense_us"] == pytest.approx(32 * 0.256 / 2 * 1e6)  # one layer of two
 
 
 def test_the_kernel_claim_is_marked_as_a_prediction():
-    reading = CLAIM["fig18a.kernel_overhead"].read(Results({}))
+    # 3.68 ms a 16-token block on top of its 16 ms of tokens: 23% at every shape
+    frame = kernel_frame(PerBlockAttention(16, 3.68e-3), PerBlockAttention(16, 0), num_layers=1)
+    results = Results({"fig18": frame.assign(panel="a", cost_model="hand-made", scale="cost-model prediction")})
+    reading = CLAIM["fig18a.kernel_overhead"].read(results)
+    assert reading.lands == "yes" and reading.simulated.startswith("23.0% (cost-model prediction")
     assert "cost-model prediction" in reading.simulated and "needs a GPU" in reading.note
+    assert claims_table(results).set_index("claim").loc["fig18a.kernel_overhead", "scale"].startswith("cost-model")
+
+
+def preemption_costs(recompute, swap_in_out):
+    sizes = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    return Results({"fig19": pd.DataFrame({
+        "panel": "a", "block_size": sizes, "tokens": 512, "recompute_ms": recompute,
+        "swap_in_ms": [v / 2 for v in swap_in_out], "swap_out_ms": [v / 2 for v in swap_in_out],
+        "swap_in_out_ms": swap_in_out, "cost_model": "hand-made"})})
+
+
+def test_the_fig19a_crossover():
+    paper_shape = preemption_costs([70.0] * 9, [440, 240, 135, 84, 58, 46, 39, 36, 34])
+    crossover = CLAIM["fig19a.crossover"].read(paper_shape)
+    assert crossover.lands == "yes" and crossover.simulated.startswith("swap in+out cheaper than recompute from "
+                                                                       "block size 16")
+    assert CLAIM["fig19a.swap_small_blocks"].read(paper_shape).lands == "yes"
+    assert CLAIM["fig19a.recompute_flat"].read(paper_shape).lands == "yes"
+    worst = CLAIM["fig19a.recompute_20pct"].read(paper_shape)
+    assert worst.lands == "no" and worst.simulated == "at most 2.06x swap in+out's latency (block size 256)"
+    # swapping priced by bytes alone: no crossover, nothing excessive at small blocks
+    bytes_only = preemption_costs([70.0] * 9, [34.0] * 9)
+    assert CLAIM["fig19a.crossover"].read(bytes_only).lands == "no"
+    assert CLAIM["fig19a.swap_small_blocks"].read(bytes_only).lands == "no"
+    rising = preemption_costs([70.0 + s for s in range(9)], [80.0] * 9)
+    assert CLAIM["fig19a.recompute_flat"].read(rising).lands == "no"  # 70 to 78 ms: 11% apart
+    assert CLAIM["fig19a.recompute_20pct"].read(rising).lands == "yes"
+
+
+def savings(panel, per_width, series="Alpaca", rates=(1.0, 2.0)):
+    """vLLM rows of Fig. 15: per width, a saving at each rate whose mean is the width's value."""
+    frames = []
+    for width, value in per_width.items():
+        spread = [value - 0.01, value + 0.01]
+        frames.append(rows(panel, "vLLM", list(rates), [0.1] * len(rates), series=series, memory_saving=spread,
+                           n=width if panel == "a" else 1, beam_width=width if panel == "b" else 1))
+    return frames
+
+
+def test_memory_saving_in_the_papers_range():
+    frame = pd.concat(savings("a", {2: 0.062, 4: 0.08, 6: 0.097}) + savings("b", {2: 0.40, 4: 0.50, 6: 0.60})
+                      + savings("a", {2: 0.17, 4: 0.25, 6: 0.35}, "ShareGPT"))
+    results = Results({"fig15": frame})
+    parallel = CLAIM["fig15.parallel_alpaca"].read(results)
+    assert parallel.lands == "yes" and parallel.simulated == "2: 6.2%, 4: 8.0%, 6: 9.7%"
+    assert "the mean over 1, 2 req/s" in parallel.how
+    beam = CLAIM["fig15.beam_alpaca"].read(results)
+    assert beam.lands == "no"  # 60% at width 6 is above 55.2%
+    assert CLAIM["fig15.beam_up_to_55"].read(results).simulated == "60.0% (beam width 6)"
+    assert CLAIM["fig15.parallel_sharegpt"].read(results).lands == "no"  # 35% above 30.5%
+    assert "not run yet" in claims_table(results).set_index("claim").loc["fig15.beam_sharegpt", "note"]
+
+
+def test_the_prompt_share_from_the_memory_saving():
+    # 2 samples of a 2-block prompt with 3 output blocks each: 10 blocks without sharing, 2 saved, 8 held
+    assert prompt_share(2 / 10, 2) == pytest.approx(2 / 8)
+    results = Results({"fig15": pd.concat(savings("a", {2: 0.2, 4: 0.1, 6: 0.05}))})
+    reading = CLAIM["fig15.prompt_share"].read(results)
+    assert reading.simulated == "n = 2: 25.0%, n = 4: 3.7%, n = 6: 1.1%" and reading.lands == "yes"
+
+
+def test_chatbot_claims():
+    def fig17(orca_crossings):
+        frames = [rows("", "vLLM", *crossing_at(3.0))]
+        frames += [rows("", orca, *crossing_at(c)) for orca, c in zip(("Orca (Max)", "Orca (Pow2)", "Orca (Oracle)"),
+                                                                      orca_crossings)]
+        return Results({"fig17": pd.concat(frames, ignore_index=True)})
+
+    alike = fig17([1.5, 1.5, 1.55])
+    assert CLAIM["fig17.vs_orca"].read(alike).lands == "yes"  # 2.0x, 2.0x, 1.94x
+    assert CLAIM["fig17.orca_alike"].read(alike).lands == "yes"
+    apart = fig17([1.2, 1.5, 2.4])
+    assert CLAIM["fig17.vs_orca"].read(apart).lands == "no"
+    reading = CLAIM["fig17.orca_alike"].read(apart)
+    assert reading.lands == "no" and reading.simulated.endswith("(highest / lowest 2.00x)")
+
+
+def fig14(orca_crossings):
+    """vLLM reaching 0.5 s/token at 3.5 req/s in every panel a-f, the Orcas at their panel's crossing."""
+    frames = [rows(p, "vLLM", *crossing_at(3.5)) for p in "abcdef"]
+    frames += [rows(p, orca, *crossing_at(c)) for p, c in zip("abcdef", orca_crossings)
+               for orca in ("Orca (Max)", "Orca (Pow2)", "Orca (Oracle)")]
+    return Results({"fig14": pd.concat(frames, ignore_index=True)})
 
 
 def test_gains_that_rise_with_the_number_of_samples():
-    def fig14(orca_crossings):
-        frames = [rows(p, "vLLM", *crossing_at(3.5)) for p in "abc"]
-        frames += [rows(p, orca, *crossing_at(c)) for p, c in zip("abc", orca_crossings)
-                   for orca in ("Orca (Max)", "Orca (Pow2)", "Orca (Oracle)")]
-        return Results({"fig14": pd.concat(frames, ignore_index=True)})
-
     claim = CLAIM["fig14.more_samples_more_gain"]
-    assert claim.read(fig14([3.0, 2.0, 1.5])).lands == "yes"
-    assert claim.read(fig14([2.0, 3.0, 1.5])).lands == "no"
+    assert claim.read(fig14([3.0, 2.0, 1.5] * 2)).lands == "yes"
+    assert claim.read(fig14([2.0, 3.0, 1.5] * 2)).lands == "no"
+    assert CLAIM["fig14.wider_beams_more_gain"].read(fig14([3.0, 3.0, 3.0, 3.0, 1.5, 2.0])).lands == "no"
+
+
+def test_beam_search_claims():
+    beams_gain_more = fig14([3.0, 2.0, 1.75, 2.5, 1.75, 1.5])  # vLLM over Oracle at width 6: 3.5 / 1.5 = 2.33x
+    assert CLAIM["fig14.beam6_vs_oracle"].read(beams_gain_more).lands == "yes"
+    assert CLAIM["fig14.wider_beams_more_gain"].read(beams_gain_more).lands == "yes"
+    reading = CLAIM["fig14.beam_more_than_parallel"].read(beams_gain_more)
+    assert reading.lands == "yes" and "2: 1.17x -> 1.40x" in reading.simulated
+    assert CLAIM["fig14.beam_more_than_parallel"].read(fig14([1.5] * 3 + [3.0] * 3)).lands == "no"
 
 
 def test_an_advantage_less_pronounced_on_opt_175b():
@@ -155,3 +247,10 @@ def test_an_advantage_less_pronounced_on_opt_175b():
     claim = CLAIM["fig12.175b_less_pronounced"]
     assert claim.read(fig12_alpaca(3.0)).lands == "yes"
     assert claim.read(fig12_alpaca(1.2)).lands == "no"
+
+
+def test_a_one_panel_figure_reads_without_panel_letters():
+    results = Results({"fig17": rows("", "vLLM", [0.2, 0.4, 0.6, 0.8], [0.1, 0.3, 0.7, 0.9])})
+    reading = CLAIM["fig17.capacity_in_axes"].read(results)
+    assert reading.simulated == "0.50 req/s" and reading.lands == "yes"
+    assert "(0-0.8)" in reading.how and "simulated rates: 0.2, 0.4, 0.6, 0.8" in reading.how

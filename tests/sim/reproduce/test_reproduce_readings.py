@@ -4,7 +4,15 @@ import math
 import pandas as pd
 import pytest
 
-from sim.reproduce.readings import Interval, all_land, lands, near_best, point_range, sustainable_rate
+from sim.reproduce.readings import (
+    Interval,
+    all_land,
+    lands,
+    max_over_min,
+    near_best,
+    point_range,
+    sustainable_rate,
+)
 
 
 def curve(rates, latency):
@@ -60,3 +68,10 @@ def test_interval_text():
 
 def test_near_best_block_sizes():
     assert near_best({8: 1.2, 16: 1.0, 32: 1.05, 64: 1.11}) == [16, 32]
+
+
+def test_the_spread_of_readings_as_far_as_their_bounds_tell():
+    assert max_over_min([Interval.exact(2), Interval.exact(1), Interval.exact(1.5)]) == Interval.exact(2)
+    assert max_over_min([Interval(2, math.inf), Interval.exact(1)]) == Interval(2, math.inf)
+    assert max_over_min([Interval(1, math.inf), Interval(1, math.inf)]) == Interval(1, math.inf)  # alike or not
+    assert max_over_min([Interval(0, 1), Interval.exact(2)]) == Interval(2, math.inf)
