@@ -25,8 +25,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from calibrate.all_reduce import AllReduceTable
-from calibrate.costmodel import CostModel
+from calibrate.costmodel import CostModel, stretch_context_sums
 from calibrate.hardware import HardwareSpec
 from calibrate.host import host_time
 from calibrate.layer_ops import ITERATION_ELEMENTWISE, LAYER_ELEMENTWISE, LayerShape
@@ -109,6 +111,15 @@ class RooflineCostModel(CostModel):
         return fixed, per_token
 
     def iteration_time(self, batch: ShapeMetrics) -> float:
+        return self._time(batch, batch.sum_decode_context)
+
+    def decode_iteration_times(self, batch: ShapeMetrics, num_steps: int) -> np.ndarray:
+        """Every step is the same sum of the same terms; only the decode contexts read grow, by one per
+        decode per step: the one expression over an array of them gives each step's float."""
+        return np.asarray(self._time(batch, stretch_context_sums(batch, num_steps)), dtype=float)
+
+    def _time(self, batch: ShapeMetrics, sum_decode_context):
+        """iteration_time, for one sum of decode contexts or an array of them."""
         tokens = batch.num_tokens
         logit_rows = batch.num_seqs
         compute = tokens * self._s_per_token_linear + logit_rows * self._s_per_logit_row
@@ -116,7 +127,7 @@ class RooflineCostModel(CostModel):
             matmuls = compute if compute > self._s_weights else self._s_weights
         else:
             matmuls = bent_roof(compute, self._s_weights, self._ridge_p)
-        kv_read = batch.sum_decode_context + batch.sum_prefill_cached  # context the iteration reads, not computes
+        kv_read = sum_decode_context + batch.sum_prefill_cached  # context the iteration reads, not computes
         attention = batch.sum_prefill_sq * self._s_per_prompt_sq + kv_read * self._s_per_context_token
         comm = self._comm_time(tokens)
         copies = batch.num_copy_blocks * self._s_per_copied_block
