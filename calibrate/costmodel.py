@@ -52,6 +52,12 @@ class CostModel(ABC):
         return np.array([self.step_time(shape) for shape in decode_shapes(batch, num_steps)], dtype=float)
 
 
+def per_step(times, num_steps: int) -> np.ndarray:
+    """A vectorized time as one float per step: a batch with no decodes takes the same time at each."""
+    times = np.asarray(times, dtype=float)
+    return times if times.ndim else np.full(num_steps, float(times))
+
+
 def stretch_context_sums(batch: BatchLike, num_steps: int) -> np.ndarray:
     """sum_decode_context of `batch` and of the num_steps - 1 iterations after it (decode_shapes)."""
     first, step = batch.sum_decode_context, batch.num_decodes

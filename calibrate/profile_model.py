@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from calibrate.costmodel import CostModel, stretch_context_sums
+from calibrate.costmodel import CostModel, per_step, stretch_context_sums
 from calibrate.hardware import HardwareSpec
 from calibrate.host import host_time
 from calibrate.profile_file import Profile, load_profile
@@ -76,8 +76,8 @@ class ProfileCostModel(CostModel):
         step (their sum by the number of decodes, their maximum by one): the one expression over arrays
         of them gives each step's float."""
         longest = batch.max_decode_context
-        return np.asarray(self._time(batch, stretch_context_sums(batch, num_steps),
-                                     np.arange(longest, longest + num_steps, dtype=np.int64)), dtype=float)
+        return per_step(self._time(batch, stretch_context_sums(batch, num_steps),
+                                   np.arange(longest, longest + num_steps, dtype=np.int64)), num_steps)
 
     def _time(self, batch: ShapeMetrics, sum_decode_context, max_decode_context):
         """iteration_time, for one iteration's decode contexts (their sum and maximum) or arrays of them."""

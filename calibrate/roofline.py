@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from calibrate.all_reduce import AllReduceTable
-from calibrate.costmodel import CostModel, stretch_context_sums
+from calibrate.costmodel import CostModel, per_step, stretch_context_sums
 from calibrate.hardware import HardwareSpec
 from calibrate.host import host_time
 from calibrate.layer_ops import ITERATION_ELEMENTWISE, LAYER_ELEMENTWISE, LayerShape
@@ -116,7 +116,7 @@ class RooflineCostModel(CostModel):
     def decode_iteration_times(self, batch: ShapeMetrics, num_steps: int) -> np.ndarray:
         """Every step is the same sum of the same terms; only the decode contexts read grow, by one per
         decode per step: the one expression over an array of them gives each step's float."""
-        return np.asarray(self._time(batch, stretch_context_sums(batch, num_steps)), dtype=float)
+        return per_step(self._time(batch, stretch_context_sums(batch, num_steps)), num_steps)
 
     def _time(self, batch: ShapeMetrics, sum_decode_context):
         """iteration_time, for one sum of decode contexts or an array of them."""

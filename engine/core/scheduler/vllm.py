@@ -198,13 +198,14 @@ class VLLMScheduler(QueueScheduler):
     def _stretch_limit(self, batch: Batch) -> int:
         """Until the first sequence finishes, as long as: nothing is swapped out to come back, the oldest
         waiting request is refused now (free blocks only shrink while nobody finishes and the rest stays
-        put, so it stays refused), no last block is shared (it would be copied on its next write), and
-        no step's appends could preempt (_steps_the_pool_allows)."""
+        put, so it stays refused), and no step's appends could preempt (_steps_the_pool_allows). No copy
+        on write either: schedule() just gave every running sequence a last block of its own, and beams,
+        whose forks share them again, do not get here."""
         if self.swapped or batch.num_swap_blocks:
             return 1
         if self.waiting and self._admission_tokens(self.waiting[0], self.num_running_seqs) is not None:
             return 1  # admitted next step: refused in this one's schedule() only as just preempted
-        bs, refs, tables = self.block_size, self.blocks.gpu.ref_counts, self.blocks.block_tables
+        bs, tables = self.block_size, self.blocks.block_tables
         by_slack: list[list[Sequence]] = [[] for _ in range(bs)]  # by free slots left in the last block
         largest_group, remaining = 0, self.max_seq_len
         running = SeqStatus.RUNNING
@@ -214,7 +215,7 @@ class VLLMScheduler(QueueScheduler):
                 if seq.status is running:
                     length, table = seq.length, tables[seq.seq_id]
                     slack = len(table) * bs - length
-                    if not 0 <= slack < bs or refs[table[-1]] != 1:
+                    if not 0 <= slack < bs:  # schedule() left it more than a block, or none: not ours to guess
                         return 1
                     by_slack[slack].append(seq)
                     in_group += 1
