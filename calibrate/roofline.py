@@ -127,11 +127,20 @@ class RooflineCostModel(CostModel):
             matmuls = compute if compute > self._s_weights else self._s_weights
         else:
             matmuls = bent_roof(compute, self._s_weights, self._ridge_p)
-        kv_read = sum_decode_context + batch.sum_prefill_cached  # context the iteration reads, not computes
-        attention = batch.sum_prefill_sq * self._s_per_prompt_sq + kv_read * self._s_per_context_token
+        cached = batch.sum_prefill_cached
+        kv_read = sum_decode_context + cached if cached else sum_decode_context  # read, not computed
+        attention = kv_read * self._s_per_context_token
+        prefill_sq = batch.sum_prefill_sq
+        if prefill_sq:
+            attention = prefill_sq * self._s_per_prompt_sq + attention
         comm = self._comm_time(tokens)
         copies = batch.num_copy_blocks * self._s_per_copied_block
-        t = matmuls + attention + comm + copies + self.params.overhead_s
+        # t > 0 (the weights are read) and attention >= 0, so adding a term that is exactly 0 changes no
+        # bit: skipping it (above too) spares an array operation when a decode stretch is priced at once
+        t = matmuls + attention
+        for term in (comm, copies, self.params.overhead_s):
+            if term:
+                t = t + term
         if self.linear is not None:
             t += self._s_kernels_fixed + tokens * self._s_per_token_kernels
         if self.charge_host:

@@ -36,18 +36,20 @@ if TYPE_CHECKING:
     from sim.replica import Replica
 
 MAX_STRETCH = 4096  # iterations priced at once; a longer run of decodes continues as the next stretch
+# a stretch shorter than this costs more to plan than the iterations it spares: run them one by one
+MIN_STRETCH = 3
 
 
 def arrival_event_times(arrival_s: list[float]) -> list[float]:
-    """The times at which the router's process (sim.router.arrivals) wakes, to the bit: it sleeps
-    `arrival - now` and SimPy adds that back to now, which need not give the arrival time exactly.
-    Arrivals at the time it woke at come in the same wake."""
+    """When the router's process (sim.router.arrivals) hands each request over, to the bit: it sleeps
+    `arrival - now` and SimPy adds that back to now, which need not give the arrival time exactly; a
+    request arriving at the time it woke at comes in the same wake."""
     now, times = 0.0, []
     for arrival in arrival_s:
         delay = arrival - now
         if delay > 0:
             now = now + delay
-            times.append(now)
+        times.append(now)
     return times
 
 
@@ -63,7 +65,7 @@ class Alarm(Event):
         heappush(env._queue, (at_s, NORMAL, next(env._eid), self))  # Environment.schedule, at at_s not now + delay
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Stretch:
     """A decode stretch a replica is running: its first iteration as scheduled, and when each would end."""
 
@@ -79,8 +81,11 @@ class Stretch:
 class FastForward:
     """Plans and runs the decode stretches of one simulation's replicas."""
 
-    def __init__(self, arrival_times: list[float], horizon_s: float):
-        self.arrival_times = arrival_times  # every time the router's process wakes (arrival_event_times), sorted
+    def __init__(self, arrival_times: list[float], horizon_s: float, by_replica: list[list[float]] | None = None):
+        """arrival_times: when each request reaches the router (arrival_event_times); by_replica: the same
+        for the requests each replica will get, where the router's choice is known ahead (round robin)."""
+        self.arrival_times = arrival_times
+        self.by_replica = by_replica
         self.horizon_s = horizon_s
         self.num_stretches = 0  # stretches run, and the iterations in them: what benchmarks/sim_speed.py reports
         self.num_forwarded = 0
@@ -89,8 +94,12 @@ class FastForward:
         """The stretch starting with `step` (just scheduled, costing `seconds`), or None when it would
         not reach a second iteration: the replica then runs the step as it always does."""
         batch = step.batch
+        if batch.prefill_seq_ids:  # the next batch differs (Scheduler.decode_steps): the common case, checked first
+            return None
+        if self._next_arrival(replica, step.start_s) < step.start_s + MIN_STRETCH * seconds:
+            return None  # a request reaching the replica would cut it short
         allowed = replica.core.scheduler.decode_steps(batch)
-        if allowed < 2:
+        if allowed < MIN_STRETCH:
             return None
         num_steps = min(allowed, MAX_STRETCH)
         # the stretch's iterations, none moving blocks (only the first may, and it costs `seconds`)
@@ -112,6 +121,13 @@ class FastForward:
             return None
         return Stretch(step, ends[:num_steps], num_steps, allowed, replica.core.scheduler.num_waiting,
                        replica.env.event())
+
+    def _next_arrival(self, replica: Replica, now_s: float) -> float:
+        """When the next request may reach the replica: the next to reach the router, unless the router's
+        choice is known ahead."""
+        times = self.by_replica[replica.index] if self.by_replica is not None else self.arrival_times
+        at = bisect.bisect_left(times, now_s)
+        return times[at] if at < len(times) else math.inf
 
     def _before_any_arrival_tie(self, ends: list[float], num_steps: int, start_s: float) -> int:
         """Stop before the first iteration that would end exactly when the router's process wakes: which of

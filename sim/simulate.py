@@ -45,8 +45,11 @@ def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: Cost
     beams = BeamParentModel(beam_continue, rng) if trace.has_beams and rng is not None else None
     if fast_forward is None:
         fast_forward = fast_forward_default()
-    forward = (FastForward(arrival_event_times(trace.arrival_s.tolist()), horizon_s)
-               if fast_forward and cost_model.prices_ahead else None)
+    forward = None
+    if fast_forward and cost_model.prices_ahead:
+        wakes = arrival_event_times(trace.arrival_s.tolist())
+        known = router == "round_robin" or replicas == 1  # sim.router.pick_replica: request i to replica i % n
+        forward = FastForward(wakes, horizon_s, [wakes[i::replicas] for i in range(replicas)] if known else None)
     env = simpy.Environment()
     fleet = [Replica(env, i, make_scheduler(system, spec, num_gpu_blocks, num_cpu_blocks), cost_model,
                      Records(), horizon_s, beams, forward) for i in range(replicas)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import repeat
+from operator import sub
 
 from engine.core.block_manager import BlockManager
 from engine.core.reservation import ReservationAllocator
@@ -107,10 +108,10 @@ def paged_usage_columns(blocks: BlockManager, token_slots: range, free_blocks: l
     bs, num_blocks = blocks.block_size, blocks.gpu.num_blocks
     sharing = blocks.gpu.num_shared_refs - len(blocks.prefix_table)
     used = [(num_blocks - free) * bs for free in free_blocks]
-    token = [min(slots, slots_used) for slots, slots_used in zip(token_slots, used)]
+    token = list(map(min, token_slots, used))
     free_slots = [free * bs for free in free_blocks]
     nothing = repeat(0)
-    return (token, nothing, [u - t for u, t in zip(used, token)], free_slots if someone_waits else nothing,
+    return (token, nothing, list(map(sub, used, token)), free_slots if someone_waits else nothing,
             nothing if someone_waits else free_slots, [num_blocks - free + sharing for free in free_blocks],
             repeat(blocks.num_saved_blocks))
 

@@ -207,23 +207,20 @@ class VLLMScheduler(QueueScheduler):
             return 1  # admitted next step: refused in this one's schedule() only as just preempted
         bs, tables = self.block_size, self.blocks.block_tables
         by_slack: list[list[Sequence]] = [[] for _ in range(bs)]  # by free slots left in the last block
-        largest_group, remaining = 0, self.max_seq_len
-        running = SeqStatus.RUNNING
+        remaining, running = self.max_seq_len, SeqStatus.RUNNING
         for group in self.running:  # in the order schedule() appends
-            in_group = 0
             for seq in group.seqs:
                 if seq.status is running:
-                    length, table = seq.length, tables[seq.seq_id]
-                    slack = len(table) * bs - length
+                    length = seq.length
+                    slack = len(tables[seq.seq_id]) * bs - length
                     if not 0 <= slack < bs:  # schedule() left it more than a block, or none: not ours to guess
                         return 1
                     by_slack[slack].append(seq)
-                    in_group += 1
                     left = seq.prompt_len + seq.output_len - length
                     if left < remaining:
                         remaining = left
-            if in_group > largest_group:
-                largest_group = in_group
+        largest_group = (1 if self.num_running_seqs == len(self.running)
+                         else max(len(group.live_seqs()) for group in self.running))
         self._stretch_growth = (batch, by_slack)
         return self._steps_the_pool_allows(remaining, [len(seqs) for seqs in by_slack], largest_group)
 
@@ -248,12 +245,13 @@ class VLLMScheduler(QueueScheduler):
         planned, by_slack = self._stretch_growth
         if planned is not batch:
             raise ValueError("advance_decodes must follow decode_steps for the same batch")
-        bs, tables, gpu = self.block_size, self.blocks.block_tables, self.blocks.gpu
-        free_blocks = []
+        bs, tables, allocate = self.block_size, self.blocks.block_tables, self.blocks.gpu.allocate
+        free, free_blocks = self.blocks.gpu.num_free, []
         for step in range(2, num_steps + 1):
             for seq in by_slack[(step - 2) % bs]:  # its last block is full: schedule() appends one, in this order
-                tables[seq.seq_id].append(gpu.allocate())
-            free_blocks.append(gpu.num_free)
+                tables[seq.seq_id].append(allocate())
+                free -= 1
+            free_blocks.append(free)
         return paged_usage_columns(self.blocks, token_slots, free_blocks, someone_waited)
 
     # --- preemption ----------------------------------------------------------------
