@@ -139,6 +139,9 @@ WORKLOADS = {
     "prefix": ("configs/paper/fig16b_prefix_5shot.yaml", ["workload.duration_s=20"], 15.0),
     "chatbot": ("configs/paper/fig17_chatbot.yaml", ["workload.duration_s=60"], 1.5),
     "replay": ("configs/examples/replay.yaml", ["workload.window_s=[0, 150]"], 3.0),
+    "alpaca": ("configs/paper/fig12d_alpaca_opt13b.yaml", ["workload.duration_s=20"], 20.0),
+    "block sizes": ("configs/paper/fig18b_block_size.yaml", ["workload.duration_s=60"], 6.0),
+    "preemption modes": ("configs/paper/fig19b_recompute_vs_swap.yaml", ["workload.duration_s=60"], 7.0),
 }
 
 
@@ -158,6 +161,8 @@ def test_paper_workloads_on_every_system(workload):
         for frame in ("requests_frame", "iterations_frame"):
             step_csv = getattr(runs[False], frame)().to_csv(index=False)
             assert getattr(runs[True], frame)().to_csv(index=False) == step_csv, (workload, system.name, frame)
+        forwarded = Stretches.last.num_forwarded if Stretches.last is not None else 0
+        assert forwarded > 0 or workload == "beam4", (workload, system.name)  # every request a beam search: none
 
 
 # --- the clock's corner cases -----------------------------------------------------------------------------
