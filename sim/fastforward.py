@@ -96,8 +96,9 @@ class FastForward:
         batch = step.batch
         if batch.prefill_seq_ids:  # the next batch differs (Scheduler.decode_steps): the common case, checked first
             return None
-        if self._next_arrival(replica, step.start_s) < step.start_s + MIN_STRETCH * seconds:
-            return None  # a request reaching the replica would cut it short
+        next_arrival = self._next_arrival(replica, step.start_s)
+        if next_arrival < step.start_s + MIN_STRETCH * seconds:
+            return None  # the request reaching the replica would cut it short
         allowed = replica.core.scheduler.decode_steps(batch)
         if allowed < MIN_STRETCH:
             return None
@@ -123,9 +124,11 @@ class FastForward:
                        replica.env.event())
 
     def _next_arrival(self, replica: Replica, now_s: float) -> float:
-        """When the next request may reach the replica: the next to reach the router, unless the router's
-        choice is known ahead."""
-        times = self.by_replica[replica.index] if self.by_replica is not None else self.arrival_times
+        """When the next request reaches the replica, where the router's choice is known ahead; else inf
+        (any request might, and the one that does cuts the stretch)."""
+        if self.by_replica is None:
+            return math.inf
+        times = self.by_replica[replica.index]
         at = bisect.bisect_left(times, now_s)
         return times[at] if at < len(times) else math.inf
 
