@@ -51,7 +51,7 @@ def measure(name: str, fleet_duration_s: float) -> dict:
     path, rate, overrides, duration_s, target_s = SCENARIOS[name]
     duration_s = duration_s or fleet_duration_s
     exp = load_experiment(ROOT / path, [*overrides, f"workload.duration_s={duration_s}", "systems=[vllm]",
-                                        f"rates=[{rate}]", "warmup_s=0"])  # the warm-up changes nothing simulated
+                                        f"rates=[{rate}]", "warmup_s=0"])  # lets a short slice load; nothing else
     system = exp.systems[0]
     trace = trace_for(exp, rate, 0)
     cost_model = make_cost_model(exp, system)
@@ -76,11 +76,14 @@ def measure(name: str, fleet_duration_s: float) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenarios", nargs="*", default=list(SCENARIOS), choices=list(SCENARIOS))
+    parser.add_argument("scenarios", nargs="*", help=f"any of {', '.join(SCENARIOS)} (default: all)")
     parser.add_argument("--fleet-duration-s", type=float, default=600.0)
     args = parser.parse_args()
+    unknown = sorted(set(args.scenarios) - set(SCENARIOS))
+    if unknown:
+        parser.error(f"unknown scenario {', '.join(unknown)}: choose from {', '.join(SCENARIOS)}")
     sim.simulate.FastForward = Counted  # type: ignore[misc]  # to count what it ran
-    results = [measure(name, args.fleet_duration_s) for name in args.scenarios]
+    results = [measure(name, args.fleet_duration_s) for name in args.scenarios or SCENARIOS]
     print(f"{'scenario':9s} {'requests':>9s} {'iterations':>11s} {'step_s':>8s} {'fast_s':>8s} {'ratio':>6s} "
           f"{'forwarded':>9s} {'fast_s/h':>8s} {'target':>7s}  same records")
     for r in results:

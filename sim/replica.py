@@ -2,7 +2,8 @@
 
 The step is engine.core's `ServingCore`, the same one the real engine runs; only the clock
 differs: here an iteration lasts CostModel.step_time(batch) on the SimPy clock instead of a
-measured forward.
+measured forward. A run of decode-only iterations that nothing can change may pass on one SimPy
+event (sim/fastforward.py), with the same records.
 """
 from __future__ import annotations
 
