@@ -114,6 +114,13 @@ def test_beam_searches_among_plain_requests(name):
     both_ways(random_trace(4, beams=3), SYSTEMS[name], gpu_blocks=160, min_forwarded=0.01)
 
 
+@pytest.mark.parametrize("router", ["round_robin", "least_outstanding"])
+def test_beam_searches_in_a_fleet_draw_their_parents_in_the_same_order(router):
+    # one Generator draws every replica's beam parents, in the order their iterations end
+    both_ways(random_trace(10, count=160, rate=20.0, beams=2), SYSTEMS["vllm"], gpu_blocks=160, replicas=3,
+              router=router, min_forwarded=0.01)
+
+
 @pytest.mark.parametrize("name", ["vllm", "vllm-swap", "orca-max"])
 def test_a_shared_prefix(name):
     both_ways(random_trace(5, prefix=40), SYSTEMS[name], gpu_blocks=128)
