@@ -1,68 +1,99 @@
-"""Simulator speed: one hour of OPT-13B / A100-40GB / ShareGPT traffic at 2 req/s under vLLM.
+"""Simulator speed, step by step against fast-forward (sim/fastforward.py), measured in the same run.
 
-Prints wall seconds, simulated requests per wall second and peak RSS, and, as a baseline
-measured in the same run, the same trace with per-iteration recording and KV accounting
-only (the scheduler alone, no SimPy), so the ratio shows what the simulation layer costs.
-Ends with: wall_s=<float> requests=<int> peak_rss_mb=<float>
+Three of issue 14's targets, each simulated both ways on one core (vLLM, seed 0):
+  sharegpt  one hour of OPT-13B / A100-40GB / real ShareGPT lengths at 2 req/s (configs/quickstart.yaml, with
+            the roofline its earlier record was made with)                          target <= 1 s
+  alpaca    one hour of configs/paper/fig12d_alpaca_opt13b.yaml at 30 req/s          target <= 3 s
+  fleet     64 replicas behind the round-robin router at 128 req/s, the quickstart setup, a slice of an
+            hour (--fleet-duration-s, default 600 s) scaled to the hour              target <= 60 s an hour
+Prints, per scenario, both wall times (the simulation alone: trace built before, outputs not written), their
+ratio, the share of iterations run inside fast-forwarded stretches, and checks that both ways recorded the
+same iterations and requests. Ends with one line per scenario: name=<s> step_s=<f> fast_s=<f> ratio=<f>.
 """
 from __future__ import annotations
 
 import argparse
+import gc
+import hashlib
+import pickle
 import resource
 import time
 from pathlib import Path
 
-from engine.core.factory import make_scheduler
-from engine.core.sequence import SequenceCounter, make_group
+import numpy as np
+
+import sim.simulate
 from sim.config import load_experiment
+from sim.fastforward import FastForward
 from sim.run import make_cost_model, simulate_trace, trace_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def scheduler_only(exp, system, trace, cost_model) -> float:
-    """The control plane and cost model in a bare loop: the floor for any simulator of this policy."""
-    pool = exp.kv_pool(system)
-    scheduler = make_scheduler(system, exp.model, pool.num_gpu_blocks, pool.num_cpu_blocks)
-    counter, now, i = SequenceCounter(), 0.0, 0
-    arrivals, prompts, outputs = trace.arrival_s.tolist(), trace.prompt_len.tolist(), trace.output_len.tolist()
-    started = time.perf_counter()
-    while i < len(arrivals) or scheduler.has_unfinished():
-        while i < len(arrivals) and arrivals[i] <= now:
-            scheduler.add_request(make_group(i, arrivals[i], prompts[i], outputs[i], 1, counter))
-            i += 1
-        batch = scheduler.schedule()
-        if batch.is_empty:
-            now = arrivals[i]
-            continue
-        now += cost_model.step_time(batch)
-        scheduler.complete(batch, now)
-    return time.perf_counter() - started
+class Counted(FastForward):
+    """FastForward that keeps its last instance, for the share of iterations it ran."""
+
+    last: FastForward | None = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        Counted.last = self
+
+
+SCENARIOS = {
+    "sharegpt": ("configs/quickstart.yaml", 2.0, ["cost_model=roofline"], 3600.0, 1.0),
+    "alpaca": ("configs/paper/fig12d_alpaca_opt13b.yaml", 30.0, [], 3600.0, 3.0),
+    "fleet": ("configs/quickstart.yaml", 128.0, ["replicas=64", "router=round_robin"], None, 60.0),
+}
+
+
+def measure(name: str, fleet_duration_s: float) -> dict:
+    path, rate, overrides, duration_s, target_s = SCENARIOS[name]
+    duration_s = duration_s or fleet_duration_s
+    exp = load_experiment(ROOT / path, [*overrides, f"workload.duration_s={duration_s}", "systems=[vllm]",
+                                        f"rates=[{rate}]", "warmup_s=0"])  # lets a short slice load; nothing else
+    system = exp.systems[0]
+    trace = trace_for(exp, rate, 0)
+    cost_model = make_cost_model(exp, system)
+    walls, digests, counts = {}, {}, {}
+    for fast in (False, True):
+        gc.collect()  # neither run pays for the other's garbage
+        started = time.perf_counter()
+        records, _ = simulate_trace(exp, system, trace, cost_model, np.random.default_rng(0), fast_forward=fast)
+        walls[fast] = time.perf_counter() - started
+        digests[fast] = hashlib.sha256(pickle.dumps((records.iteration_values, records.request_values))).digest()
+        counts[fast] = len(records.iteration_values)
+        del records
+    iterations = counts[True]
+    forwarded = Counted.last.num_forwarded / iterations if Counted.last is not None and iterations else 0.0
+    same = digests[True] == digests[False]
+    per_hour = 3600.0 / duration_s
+    return {"name": name, "requests": len(trace), "iterations": iterations, "duration_s": duration_s,
+            "step_s": walls[False], "fast_s": walls[True], "ratio": walls[False] / walls[True],
+            "forwarded": forwarded, "same": same, "hour_s": walls[True] * per_hour, "target_s": target_s,
+            "label": f"{exp.replicas} x {exp.model.name}, {trace.source}"}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rate", type=float, default=2.0)
-    parser.add_argument("--duration-s", type=float, default=3600)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("scenarios", nargs="*", help=f"any of {', '.join(SCENARIOS)} (default: all)")
+    parser.add_argument("--fleet-duration-s", type=float, default=600.0)
     args = parser.parse_args()
-    exp = load_experiment(ROOT / "configs" / "quickstart.yaml",
-                          [f"workload.duration_s={args.duration_s}", "systems=[vllm]", f"rates=[{args.rate}]",
-                           "cost_model=roofline"])  # the cost model its record was measured with
-    system = exp.systems[0]
-    trace = trace_for(exp, args.rate, 0)
-    cost_model = make_cost_model(exp, system)
-    base_s = scheduler_only(exp, system, trace, cost_model)
-    started = time.perf_counter()
-    records, _ = simulate_trace(exp, system, trace, cost_model)
-    wall_s = time.perf_counter() - started
-    iterations = len(records.iteration_values)
-    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"trace: {len(trace)} requests over {args.duration_s:g} s at {args.rate:g} req/s ({trace.source})")
-    print(f"simulated {iterations} iterations in {wall_s:.2f} s: {len(trace) / wall_s:.0f} requests/s, "
-          f"{iterations / wall_s:.0f} iterations/s")
-    print(f"baseline (scheduler + cost model, no SimPy, no records): {base_s:.2f} s; "
-          f"simulation / baseline = {wall_s / base_s:.2f}x")
-    print(f"wall_s={wall_s:.3f} requests={len(trace)} peak_rss_mb={peak_rss_mb:.1f}")
+    unknown = sorted(set(args.scenarios) - set(SCENARIOS))
+    if unknown:
+        parser.error(f"unknown scenario {', '.join(unknown)}: choose from {', '.join(SCENARIOS)}")
+    sim.simulate.FastForward = Counted  # type: ignore[misc]  # to count what it ran
+    results = [measure(name, args.fleet_duration_s) for name in args.scenarios or SCENARIOS]
+    print(f"{'scenario':9s} {'requests':>9s} {'iterations':>11s} {'step_s':>8s} {'fast_s':>8s} {'ratio':>6s} "
+          f"{'forwarded':>9s} {'fast_s/h':>8s} {'target':>7s}  same records")
+    for r in results:
+        print(f"{r['name']:9s} {r['requests']:9d} {r['iterations']:11d} {r['step_s']:8.2f} {r['fast_s']:8.2f} "
+              f"{r['ratio']:5.2f}x {r['forwarded']:9.1%} {r['hour_s']:8.2f} {r['target_s']:6.0f}s  {r['same']}")
+    for r in results:
+        print(f"  {r['name']}: {r['duration_s']:g} s of {r['label']}")
+    print(f"peak_rss_mb={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f}")
+    for r in results:
+        print(f"name={r['name']} step_s={r['step_s']:.3f} fast_s={r['fast_s']:.3f} ratio={r['ratio']:.3f}")
 
 
 if __name__ == "__main__":

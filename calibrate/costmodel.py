@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+
+import numpy as np
 
 from engine.core.batch import Batch, BatchShape
 
@@ -16,6 +19,10 @@ class CostModel(ABC):
     #: whether iteration_time includes the engine's host work around the forward; only a profile that
     #: measured it can, and a validation whose real clock is the forward alone turns it off
     charge_host: bool = False
+    #: whether a step's time is a function of its batch alone, so that the simulator may price the
+    #: iterations of a decode stretch before it runs them (sim/fastforward.py); False for a cost model
+    #: that hands out times in call order (fidelity's replayed engine times)
+    prices_ahead: bool = True
 
     @abstractmethod
     def iteration_time(self, batch: BatchLike) -> float: ...
@@ -28,6 +35,55 @@ class CostModel(ABC):
         swaps = batch.num_swap_blocks
         return self.iteration_time(batch) + (self.swap_time(swaps) if swaps else 0.0)
 
+    # --- a decode stretch: the batch, then the same batch with every decode context one longer per step
+    def decode_iteration_times(self, batch: BatchLike, num_steps: int) -> np.ndarray:
+        """iteration_time of `batch` and of the num_steps - 1 iterations after it that repeat it with every
+        decode context one longer per step, as the same floats as one call each. This default makes the
+        calls; a model whose time is a closed form of the contexts overrides it with a vectorized one."""
+        return np.array([self.iteration_time(shape) for shape in decode_shapes(batch, num_steps)], dtype=float)
+
+    def decode_step_times(self, batch: BatchLike, num_steps: int) -> np.ndarray:
+        """step_time of the same num_steps iterations, as the same floats as one call each."""
+        if type(self).step_time is CostModel.step_time:  # the iteration plus its swaps, as step_time adds them
+            swaps = batch.num_swap_blocks
+            times = self.decode_iteration_times(batch, num_steps)
+            # step_time adds 0.0 without swaps, which changes no float (a -0.0 loses its sign, which no clock sees)
+            return times + self.swap_time(swaps) if swaps else times
+        return np.array([self.step_time(shape) for shape in decode_shapes(batch, num_steps)], dtype=float)
+
+
+def per_step(times, num_steps: int) -> np.ndarray:
+    """A vectorized time as one float per step: a batch with no decodes takes the same time at each."""
+    times = np.asarray(times, dtype=float)
+    return times if times.ndim else np.full(num_steps, float(times))
+
+
+def stretch_context_sums(batch: BatchLike, num_steps: int) -> np.ndarray:
+    """sum_decode_context of `batch` and of the num_steps - 1 iterations after it (decode_shapes)."""
+    first, step = batch.sum_decode_context, batch.num_decodes
+    if not step:
+        return np.full(num_steps, first, dtype=np.int64)
+    return np.arange(first, first + num_steps * step, step, dtype=np.int64)
+
+
+def stretch_block_sums(batch: BatchLike, num_steps: int, block_size: int) -> np.ndarray:
+    """decode_blocks(block_size) of `batch` and of the num_steps - 1 iterations after it: each decode's
+    ceil(context / block_size), its context one longer each step."""
+    contexts = np.asarray(batch.decode_context_lens, dtype=np.int64)
+    steps = np.arange(num_steps, dtype=np.int64)[:, None]
+    return ((contexts[None, :] + steps + (block_size - 1)) // block_size).sum(axis=1)
+
+
+def decode_shapes(batch: BatchLike, num_steps: int) -> Iterator[BatchShape]:
+    """`batch` and the num_steps - 1 iterations after it, each with every decode context one longer."""
+    prefills, cached = tuple(batch.prefill_lens), tuple(batch.prefill_cached_lens)
+    if not any(cached):
+        cached = ()
+    contexts = tuple(batch.decode_context_lens)
+    for step in range(num_steps):
+        yield BatchShape(prefills, tuple(c + step for c in contexts), batch.num_swap_blocks, batch.num_copy_blocks,
+                         batch.num_running_groups, cached)
+
 
 class ScaledCostModel(CostModel):
     """Another cost model's times, all multiplied by one factor: the same machine running slower
@@ -37,10 +93,14 @@ class ScaledCostModel(CostModel):
         if not factor > 0:
             raise ValueError(f"a speed factor must be positive, got {factor}")
         self.base, self.factor = base, factor
+        self.prices_ahead = base.prices_ahead
         self.source = f"{base.source} x {factor:.3f} (machine speed probed during the replay)"
 
     def iteration_time(self, batch: BatchLike) -> float:
         return self.base.iteration_time(batch) * self.factor
+
+    def decode_iteration_times(self, batch: BatchLike, num_steps: int) -> np.ndarray:
+        return self.base.decode_iteration_times(batch, num_steps) * self.factor
 
     def swap_time(self, num_blocks: int) -> float:
         return self.base.swap_time(num_blocks) * self.factor

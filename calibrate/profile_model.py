@@ -4,7 +4,9 @@ from __future__ import annotations
 import bisect
 from pathlib import Path
 
-from calibrate.costmodel import CostModel
+import numpy as np
+
+from calibrate.costmodel import CostModel, per_step, stretch_block_sums, stretch_context_sums
 from calibrate.hardware import HardwareSpec
 from calibrate.host import host_time
 from calibrate.profile_file import DTYPE_BYTES, Profile, load_profile
@@ -74,10 +76,26 @@ class ProfileCostModel(CostModel):
         return cls(profile, str(path), block_size, dtype_bytes, hardware)
 
     def iteration_time(self, batch: ShapeMetrics) -> float:
+        blocks = batch.decode_blocks(self.block_size) if self._per_block and batch.decode_context_lens else 0
+        return self._time(batch, batch.sum_decode_context, batch.max_decode_context, blocks)
+
+    def decode_iteration_times(self, batch: ShapeMetrics, num_steps: int) -> np.ndarray:
+        """Every step is the same sum of the same terms; only the decode contexts grow, each by one per
+        step (their sum by the number of decodes, their maximum by one): the one expression over arrays
+        of them gives each step's float."""
+        longest = batch.max_decode_context
+        blocks = (stretch_block_sums(batch, num_steps, self.block_size)
+                  if self._per_block and batch.decode_context_lens else 0)
+        return per_step(self._time(batch, stretch_context_sums(batch, num_steps),
+                                   np.arange(longest, longest + num_steps, dtype=np.int64), blocks), num_steps)
+
+    def _time(self, batch: ShapeMetrics, sum_decode_context, max_decode_context, decode_blocks):
+        """iteration_time, for one iteration's decode contexts (their sum, maximum, and the KV blocks they
+        span when the profile prices blocks) or arrays of them."""
         t = self.token_cost(batch.num_tokens) + self._per_seq * batch.num_seqs
         if batch.decode_context_lens:
-            t += (self._context * batch.sum_decode_context
-                  + self._padded_context * batch.num_decodes * batch.max_decode_context)
+            t += (self._context * sum_decode_context
+                  + self._padded_context * batch.num_decodes * max_decode_context)
         if batch.prefill_lens:
             # a prefill over a cached prefix counts its attention over the cached tokens in sum_prefill_sq
             # (n (n + 2c), see engine.core.batch): the profiler times plain prompts only, so this carries
@@ -86,7 +104,7 @@ class ProfileCostModel(CostModel):
             if batch.decode_context_lens:
                 t += self._mixed
         if self._per_block and batch.decode_context_lens:
-            t += self._per_block * batch.decode_blocks(self.block_size)
+            t += self._per_block * decode_blocks
         t *= self.serving_factor
         if self.charge_host:
             t += host_time(self.host, batch.num_seqs, batch.num_prefill_tokens)

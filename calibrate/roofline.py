@@ -45,8 +45,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from calibrate.all_reduce import AllReduceTable
-from calibrate.costmodel import CostModel
+from calibrate.costmodel import CostModel, per_step, stretch_block_sums, stretch_context_sums
 from calibrate.hardware import HardwareSpec
 from calibrate.host import host_time
 from calibrate.layer_ops import ITERATION_ELEMENTWISE, LAYER_ELEMENTWISE, LayerShape
@@ -161,6 +163,22 @@ class RooflineCostModel(CostModel):
         return fixed, per_token
 
     def iteration_time(self, batch: ShapeMetrics) -> float:
+        blocks = batch.decode_blocks(self.block_size) if self._paged_decodes(batch) else None
+        return self._time(batch, batch.sum_decode_context, blocks)
+
+    def decode_iteration_times(self, batch: ShapeMetrics, num_steps: int) -> np.ndarray:
+        """Every step is the same sum of the same terms; only the decode contexts read grow, by one per
+        decode per step (and the blocks they span with them): the one expression over arrays of them
+        gives each step's float."""
+        blocks = stretch_block_sums(batch, num_steps, self.block_size) if self._paged_decodes(batch) else None
+        return per_step(self._time(batch, stretch_context_sums(batch, num_steps), blocks), num_steps)
+
+    def _paged_decodes(self, batch: ShapeMetrics) -> bool:
+        return bool(self._s_per_decode_block and batch.decode_context_lens)
+
+    def _time(self, batch: ShapeMetrics, sum_decode_context, decode_blocks):
+        """iteration_time, for one iteration's decode contexts (their sum, and the KV blocks they span when
+        the paged kernel's per-block cost applies, else None) or arrays of them."""
         tokens = batch.num_tokens
         logit_rows = batch.num_seqs
         compute = tokens * self._s_per_token_linear + logit_rows * self._s_per_logit_row
@@ -168,12 +186,22 @@ class RooflineCostModel(CostModel):
             matmuls = compute if compute > self._s_weights else self._s_weights
         else:
             matmuls = bent_roof(compute, self._s_weights, self._ridge_p)
-        # a shared prefix's cached tokens are read as a decode reads its context, not computed
-        attention = (batch.sum_prefill_sq * self._s_per_prompt_sq + batch.sum_prefill_cached * self._s_per_context_token
-                     + self.decode_attention_time(batch))
+        cached = batch.sum_prefill_cached
+        kv_read = sum_decode_context + cached if cached else sum_decode_context  # read, not computed
+        attention = kv_read * self._s_per_context_token
+        if decode_blocks is not None:  # the paged kernel's work per KV block it visits
+            attention = attention + decode_blocks * self._s_per_decode_block
+        prefill_sq = batch.sum_prefill_sq
+        if prefill_sq:
+            attention = prefill_sq * self._s_per_prompt_sq + attention
         comm = self._comm_time(tokens)
         copies = batch.num_copy_blocks * self._s_per_copied_block
-        t = matmuls + attention + comm + copies + self.params.overhead_s
+        # t > 0 (the weights are read) and attention >= 0, so adding a term that is exactly 0 changes no
+        # bit: skipping it (above too) spares an array operation when a decode stretch is priced at once
+        t = matmuls + attention
+        for term in (comm, copies, self.params.overhead_s):
+            if term:
+                t = t + term
         if self.linear is not None:
             t += self._s_kernels_fixed + tokens * self._s_per_token_kernels
         if self.charge_host:
@@ -191,7 +219,7 @@ class RooflineCostModel(CostModel):
     def decode_attention_time(self, batch: ShapeMetrics) -> float:
         """The KV bytes the decodes read, plus the paged kernel's work per block it visits."""
         t = batch.sum_decode_context * self._s_per_context_token
-        if self._s_per_decode_block and batch.decode_context_lens:
+        if self._paged_decodes(batch):
             t += batch.decode_blocks(self.block_size) * self._s_per_decode_block
         return t
 

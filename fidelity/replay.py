@@ -81,6 +81,7 @@ class ReplayedTimes(CostModel):
     """
 
     source = "replayed engine times"
+    prices_ahead = False  # the times come in call order: the simulator must ask for each as it runs it
 
     def __init__(self, times: list[float], expected: list[BatchShape] | None = None):
         if expected is not None and len(expected) != len(times):

@@ -2,7 +2,8 @@
 
 The step is engine.core's `ServingCore`, the same one the real engine runs; only the clock
 differs: here an iteration lasts CostModel.step_time(batch) on the SimPy clock instead of a
-measured forward.
+measured forward. A run of decode-only iterations that nothing can change may pass on one SimPy
+event (sim/fastforward.py), with the same records.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from engine.core.scheduler.base import Scheduler
 from engine.core.serving import ReplayRequest, ServingCore
 from engine.specs.errors import SpecError
 from sim.beams import BeamParentModel
+from sim.fastforward import FastForward, Stretch
 
 
 class ClockFault(Exception):
@@ -28,7 +30,8 @@ class ClockFault(Exception):
 
 class Replica:
     def __init__(self, env: simpy.Environment, index: int, scheduler: Scheduler, cost_model: CostModel,
-                 records: ServingRecords, horizon_s: float, beams: BeamParentModel | None = None):
+                 records: ServingRecords, horizon_s: float, beams: BeamParentModel | None = None,
+                 forward: FastForward | None = None):
         self.env = env
         self.index = index
         self.core = ServingCore(scheduler, records, replica=index)
@@ -36,6 +39,9 @@ class Replica:
         self.beams = beams  # chooses the beam searches' parents; None: the trace has none
         self.horizon_s = horizon_s
         self.arrivals_done = False
+        self.forward = forward  # runs decode stretches in one event (sim/fastforward.py); None: step by step
+        self.stretch: Stretch | None = None  # the one running now
+        self.iteration_ends: list[float] = []  # when each recorded iteration ended, to merge a fleet's records
         self._wake = env.event()
         self.process = env.process(self.serve())
 
@@ -47,6 +53,8 @@ class Replica:
     # --- called by the router ----------------------------------------------------------
     def submit(self, request: ReplayRequest) -> None:
         self.core.admit(request)
+        if self.stretch is not None:
+            self.forward.cut(self, self.env.now)
         self._notify()
 
     def close(self) -> None:
@@ -73,8 +81,13 @@ class Replica:
             seconds = self.cost_model.step_time(step.batch)
             if not 0.0 <= seconds < math.inf:  # NaN fails both comparisons
                 raise ClockFault(self._bad_step_time(seconds, step.batch))
+            stretch = self.forward.plan(self, step, seconds) if self.forward is not None else None
+            if stretch is not None:
+                yield from self.forward.run(self, stretch)
+                continue
             yield env.timeout(seconds)
             core.finish(step, env.now, self._beam_parents(step.batch))
+            self.iteration_ends.append(env.now)
 
     def _beam_parents(self, batch) -> dict[int, int] | None:
         if not batch.beam_groups:

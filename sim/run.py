@@ -53,16 +53,17 @@ def trace_for(exp: Experiment, rate: float, seed: int, rng: np.random.Generator 
 
 
 def simulate_trace(exp: Experiment, system: SystemSpec, trace: Trace, cost_model: CostModel | None = None,
-                   rng: np.random.Generator | None = None) -> tuple[Records, float]:
+                   rng: np.random.Generator | None = None, fast_forward: bool | None = None) -> tuple[Records, float]:
     """Serve a trace on exp.replicas replicas; returns the records and the horizon used. `rng` is the
-    run's Generator, which a trace of beam searches draws their parents from (sim.beams)."""
+    run's Generator, which a trace of beam searches draws their parents from (sim.beams); fast_forward as
+    sim.simulate's (None: on unless SERVESIM_FAST_FORWARD=0)."""
     cost_model = cost_model or make_cost_model(exp, system)
     pool = exp.kv_pool(system)
     span = float(trace.arrival_s[-1]) if len(trace) else 0.0
     horizon_s = max(span, exp.warmup_s, 1.0) * exp.max_time_factor
     records = simulate(trace, exp.model, system, cost_model, pool.num_gpu_blocks, pool.num_cpu_blocks,
                        replicas=exp.replicas, router=exp.router, horizon_s=horizon_s, rng=rng,
-                       beam_continue=exp.workload.beam_continue)
+                       beam_continue=exp.workload.beam_continue, fast_forward=fast_forward)
     return records, horizon_s
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import simpy
@@ -11,27 +12,47 @@ from engine.core.factory import make_scheduler
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
 from sim.beams import DEFAULT_BEAM_CONTINUE, BeamParentModel
+from sim.fastforward import FastForward, arrival_event_times
 from sim.records import Records
 from sim.replica import ClockFault, Replica
 from sim.router import arrivals
 from sim.workload.trace import Trace
 
+# SERVESIM_FAST_FORWARD=0 runs every iteration on its own SimPy event (the same results, slower)
+FAST_FORWARD_ENV = "SERVESIM_FAST_FORWARD"
+
+
+def fast_forward_default() -> bool:
+    return os.environ.get(FAST_FORWARD_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
 
 def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: CostModel, num_gpu_blocks: int,
              num_cpu_blocks: int, *, replicas: int = 1, router: str = "round_robin",
              horizon_s: float = math.inf, rng: np.random.Generator | None = None,
-             beam_continue: float = DEFAULT_BEAM_CONTINUE) -> Records:
+             beam_continue: float = DEFAULT_BEAM_CONTINUE, fast_forward: bool | None = None) -> Records:
     """Every request of the trace, served until all finish or the clock reaches horizon_s (requests
     still in the system then are recorded without a finish time).
 
     A trace with beam searches needs `rng`, the run's seeded Generator: the beams' parents are drawn
-    from it (sim.beams, with its one parameter beam_continue). A trace without draws nothing."""
+    from it (sim.beams, with its one parameter beam_continue). A trace without draws nothing.
+
+    fast_forward (default: on, unless the environment sets SERVESIM_FAST_FORWARD=0) runs each decode
+    stretch on one SimPy event (sim/fastforward.py) instead of one event per iteration; the records are
+    the same either way. A cost model that cannot price iterations ahead (prices_ahead) runs step by step.
+    """
     if trace.has_beams and rng is None:
         raise ValueError("a trace with beam searches needs the run's seeded rng to choose the beams' parents")
     beams = BeamParentModel(beam_continue, rng) if trace.has_beams and rng is not None else None
-    env, records = simpy.Environment(), Records()
+    if fast_forward is None:
+        fast_forward = fast_forward_default()
+    forward = None
+    if fast_forward and cost_model.prices_ahead:
+        wakes = arrival_event_times(trace.arrival_s.tolist())
+        known = router == "round_robin" or replicas == 1  # sim.router.pick_replica: request i to replica i % n
+        forward = FastForward(wakes, horizon_s, [wakes[i::replicas] for i in range(replicas)] if known else None)
+    env = simpy.Environment()
     fleet = [Replica(env, i, make_scheduler(system, spec, num_gpu_blocks, num_cpu_blocks), cost_model,
-                     records, horizon_s, beams) for i in range(replicas)]
+                     Records(), horizon_s, beams, forward) for i in range(replicas)]
     env.process(arrivals(env, trace, fleet, router))
     try:
         env.run()
@@ -40,4 +61,18 @@ def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: Cost
     for replica in fleet:
         replica.core.record_unfinished()
         replica.core.close()
+    return merged_records(fleet)
+
+
+def merged_records(fleet: list[Replica]) -> Records:
+    """One replica's records as they are; a fleet's in the order its iterations ended, simultaneous ends by
+    replica (each replica keeps its own records, since a stretch writes its iterations when it ends)."""
+    if len(fleet) == 1:
+        return fleet[0].core.records
+    records = Records()
+    for replica in fleet:
+        records.request_values.extend(replica.core.records.request_values)
+    ends = np.concatenate([np.asarray(r.iteration_ends, dtype=float) for r in fleet])
+    values = [row for r in fleet for row in r.core.records.iteration_values]
+    records.iteration_values = [values[i] for i in np.argsort(ends, kind="stable").tolist()]
     return records

@@ -125,6 +125,13 @@ class Batch(ShapeMetrics):
     def num_copy_blocks(self) -> int:
         return len(self.blocks_to_copy)
 
+    def decode_later(self, steps: int) -> Batch:
+        """This decode-only batch `steps` iterations later in a decode stretch: the same sequences, each
+        context `steps` longer, and no blocks to move."""
+        contexts = [c + steps for c in self.decode_context_lens]
+        return Batch(decode_seq_ids=self.decode_seq_ids, decode_context_lens=contexts,
+                     num_running_groups=self.num_running_groups, beam_groups=self.beam_groups)
+
     def shape(self) -> BatchShape:
         cached = tuple(self.prefill_cached_lens) if any(self.prefill_cached_lens) else ()
         return BatchShape(tuple(self.prefill_lens), tuple(self.decode_context_lens), self.num_swap_blocks,

@@ -6,8 +6,10 @@ TokenSlots, of the slots the running requests' tokens fill.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import repeat
+from operator import sub
 
 from engine.core.block_manager import BlockManager
 from engine.core.reservation import ReservationAllocator
@@ -91,6 +93,35 @@ def reserved_usage(allocator: ReservationAllocator, tokens: TokenSlots, someone_
                     external=allocator.num_reserved_blocks * bs - allocator.num_estimated_tokens,
                     unshared_blocks=allocator.num_reserved_blocks)  # nothing is shared: nothing saved
     return _place_free(usage, allocator.num_free_blocks * bs, someone_waits)
+
+
+# --- the same at every iteration of a decode stretch (Scheduler.advance_decodes), as columns -------------
+# KVUsage's fields in order, one value per iteration: lists, ranges, or itertools.repeat for what stays put
+UsageColumns = tuple[Iterable[int], Iterable[int], Iterable[int], Iterable[int], Iterable[int], Iterable[int],
+                     Iterable[int]]
+
+
+def paged_usage_columns(blocks: BlockManager, token_slots: range, free_blocks: list[int],
+                        someone_waits: bool) -> UsageColumns:
+    """paged_usage at moments when only the token slots and the free GPU blocks differ from now (a decode
+    stretch allocates fresh blocks and frees none, so references beyond a block's first stay as they are)."""
+    bs, num_blocks = blocks.block_size, blocks.gpu.num_blocks
+    sharing = blocks.gpu.num_shared_refs - len(blocks.prefix_table)
+    used = [(num_blocks - free) * bs for free in free_blocks]
+    token = list(map(min, token_slots, used))
+    free_slots = [free * bs for free in free_blocks]
+    nothing = repeat(0)
+    return (token, nothing, list(map(sub, used, token)), free_slots if someone_waits else nothing,
+            nothing if someone_waits else free_slots, [num_blocks - free + sharing for free in free_blocks],
+            repeat(blocks.num_saved_blocks))
+
+
+def reserved_usage_columns(allocator: ReservationAllocator, token_slots: range, someone_waits: bool) -> UsageColumns:
+    """reserved_usage at moments when only the token slots differ from now (no reservation comes or goes)."""
+    usage = reserved_usage(allocator, TokenSlots(lambda group: 0), someone_waits)  # with no token slot
+    reserved = range(usage.reserved - token_slots.start, usage.reserved - token_slots.stop, -token_slots.step)
+    return (token_slots, reserved, repeat(usage.internal), repeat(usage.external), repeat(usage.idle),
+            repeat(usage.unshared_blocks), repeat(usage.saved_blocks))
 
 
 def _place_free(usage: KVUsage, free_slots: int, someone_waits: bool) -> KVUsage:

@@ -8,11 +8,14 @@ iteration itself.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from engine.core.batch import Batch
+    from engine.core.kv_usage import UsageColumns
     from engine.core.scheduler.base import KVUsage
     from engine.core.sequence import SequenceGroup
 
@@ -78,6 +81,20 @@ class ServingRecords:
             batch.num_decodes, batch.sum_decode_context, batch.num_running_groups, num_waiting,
             batch.num_swap_blocks, len(batch.blocks_to_copy), usage.token, usage.reserved,
             usage.internal, usage.external, usage.idle, usage.unshared_blocks, usage.saved_blocks))
+
+    def add_decode_stretch(self, batch: Batch, usage: UsageColumns, starts: list[float], durations: list[float],
+                           num_waiting: Iterable[int], replica: int) -> None:
+        """Rows for iterations 2, 3, ... of a decode stretch that `batch` began (Scheduler.decode_steps): the
+        i-th (from 0) is batch.decode_later(i + 1), every context that much longer and no blocks moved,
+        with the pool as usage (KVUsage's fields as columns) found it. The rows add_iteration would
+        append for those batches, without building them."""
+        num_decodes = batch.num_decodes
+        first = batch.sum_decode_context + num_decodes
+        contexts = range(first, first + len(starts) * num_decodes, num_decodes) if num_decodes else repeat(first)
+        zero = repeat(0)
+        self.iteration_values.extend(zip(
+            repeat(replica), starts, durations, zero, zero, repeat(num_decodes), contexts,
+            repeat(batch.num_running_groups), num_waiting, zero, zero, *usage))
 
     @property
     def requests(self) -> dict[str, list]:

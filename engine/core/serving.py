@@ -85,7 +85,13 @@ class ServingCore:
         a beam left out continues itself."""
         self.records.add_iteration(step.batch, step.usage, step.start_s, now_s - step.start_s,
                                    self.scheduler.num_waiting, self.replica)
-        finished = self.scheduler.complete(step.batch, now_s, beam_parents)
+        return self.complete(step.batch, now_s, beam_parents)
+
+    def complete(self, batch: Batch, now_s: float, beam_parents: Mapping[int, int] | None = None
+                 ) -> list[SequenceGroup]:
+        """finish() less the iteration's record, for a data plane that writes it another way (the
+        simulator's decode stretches): apply the batch, record the requests it finished."""
+        finished = self.scheduler.complete(batch, now_s, beam_parents)
         for group in finished:
             self.records.add_request(group, self.replica)
         self.outstanding -= len(finished)

@@ -5,7 +5,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 
 from engine.core.batch import Batch
-from engine.core.kv_usage import KVUsage
+from engine.core.kv_usage import KVUsage, UsageColumns
 from engine.core.sequence import SequenceGroup
 
 __all__ = ["KVUsage", "Scheduler"]
@@ -61,3 +61,23 @@ class Scheduler(ABC):
     @abstractmethod
     def groups_in_system(self) -> list[SequenceGroup]:
         """Every request admitted and not finished: waiting first (oldest first), then running, then swapped."""
+
+    # --- decode stretches: what a simulator may advance in one go (sim/fastforward.py) ---------------
+    def decode_steps(self, batch: Batch) -> int:
+        """Right after schedule() returned `batch`: how many iterations, `batch` first, repeat it with
+        every decode context one longer per step, with nothing decided differently (no admission,
+        preemption, swap, copy or fork, and no request finishing before the last of them completes),
+        provided no request arrives meanwhile. 1 where nothing more can be promised."""
+        return 1
+
+    def advance_decodes(self, batch: Batch, num_steps: int, arrived: int = 0,
+                        complete_last: bool = False) -> UsageColumns:
+        """Apply the first num_steps - 1 iterations of a stretch that decode_steps(batch) just allowed, and
+        the schedule() of each next one, without building their batches: the scheduler is left as
+        schedule() leaves it before iteration num_steps, whose batch is batch.decode_later(num_steps - 1).
+        Returns the KV usage each of iterations 2..num_steps found (kv_usage()'s fields, as columns).
+        `arrived`: requests added since schedule() returned `batch`, all during the last iteration (a
+        request ends a stretch at the iteration it arrives in), so after every schedule() the stretch
+        ran. complete_last: complete iteration num_steps too, as complete() would, which only
+        num_steps < decode_steps(batch) allows (it then finishes no request)."""
+        raise NotImplementedError(f"{type(self).__name__} promises no decode stretch")

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from engine.core.batch import Batch
 from engine.core.errors import Unservable
-from engine.core.kv_usage import TokenSlots, unshared_token_slots
+from engine.core.kv_usage import TokenSlots, UsageColumns, unshared_token_slots
 from engine.core.scheduler.base import Scheduler
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
@@ -97,6 +97,44 @@ class QueueScheduler(Scheduler):
 
     def sequence(self, seq_id: int) -> Sequence:
         return self._seqs[seq_id]
+
+    # --- decode stretches (sim/fastforward.py) ------------------------------------------
+    def decode_steps(self, batch: Batch) -> int:
+        if batch.prefill_seq_ids or not batch.decode_seq_ids or self.num_running_beam_groups:
+            return 1  # a prompt changes the next batch; beams fork as the data plane draws them
+        return self._stretch_limit(batch)
+
+    def _stretch_limit(self, batch: Batch) -> int:
+        """decode_steps for a decode-only batch without beams. Reservations stay as they are while no
+        request finishes, and the oldest waiting request, refused by this schedule(), stays refused: the
+        stretch lasts until the first sequence finishes."""
+        running = SeqStatus.RUNNING
+        # completion k takes each sequence to length + k: the first to reach its final length ends the stretch
+        return min(s.prompt_len + s.output_len - s.length
+                   for group in self._decoded for s in group.seqs if s.status is running)
+
+    def advance_decodes(self, batch: Batch, num_steps: int, arrived: int = 0,
+                        complete_last: bool = False) -> UsageColumns:
+        num_decodes = len(batch.decode_seq_ids)
+        first = self.token_slots.slots + num_decodes  # each complete() samples a token per decode
+        token_slots = range(first, first + (num_steps - 1) * num_decodes, num_decodes)
+        usage = self._stretch_usage(batch, num_steps, token_slots, len(self.waiting) > arrived)
+        steps = num_steps if complete_last else num_steps - 1
+        self.token_slots.sampled(steps * num_decodes)
+        running = SeqStatus.RUNNING
+        for group in self._decoded:
+            for seq in group.seqs:
+                if seq.status is running:
+                    seq.length += steps
+        if complete_last:  # as complete() leaves it when it finishes nobody
+            self._prefilled, self._decoded = [], []
+        return usage
+
+    def _stretch_usage(self, batch: Batch, num_steps: int, token_slots: range,
+                       someone_waited: bool) -> UsageColumns:
+        """Take the stretch's iterations 2..num_steps through their schedule(), returning the KV usage each
+        found (with token_slots filled, and someone waiting or not as when the stretch was scheduled)."""
+        raise NotImplementedError
 
     # --- beam search -------------------------------------------------------------
     def _apply_beam_parents(self, beam_parents: Mapping[int, int]) -> None:

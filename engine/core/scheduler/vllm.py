@@ -14,7 +14,14 @@ from collections import deque
 from engine.core.batch import Batch
 from engine.core.block_manager import BlockManager
 from engine.core.blocks import blocks_for
-from engine.core.kv_usage import KVUsage, paged_usage, shared_prompt_token_slots, unshared_token_slots
+from engine.core.kv_usage import (
+    KVUsage,
+    UsageColumns,
+    paged_usage,
+    paged_usage_columns,
+    shared_prompt_token_slots,
+    unshared_token_slots,
+)
 from engine.core.scheduler.common import QueueScheduler
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
@@ -53,6 +60,8 @@ class VLLMScheduler(QueueScheduler):
         self.token_cap = token_cap if token_cap is not None else float("inf")
         # None: vLLM's own rule per group ("auto"); else the mode the user forced
         self.forced_preemption = None if system.preemption == "auto" else PreemptionMode(system.preemption)
+        # the decode stretch decode_steps last allowed, and its sequences by the free slots in their last block
+        self._stretch_growth: tuple[Batch | None, list[list[Sequence]]] = (None, [])
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running or self.swapped)
@@ -156,14 +165,10 @@ class VLLMScheduler(QueueScheduler):
         num_tokens = self.num_running_seqs  # one decode token per running sequence
         while self.waiting:
             group = self.waiting[0]
-            if id(group) in preempted or not self.blocks.can_allocate(group):
+            if id(group) in preempted:
                 break
-            live = group.live_seqs()
-            cached = self.blocks.cached_tokens(group)  # a cached prefix is attended over, not computed
-            prompt_tokens = live[0].length - cached if group.shares_prompt else sum(s.length - cached for s in live)
-            if num_tokens + prompt_tokens > self.token_cap:
-                break
-            if self.num_running_seqs + len(live) > self.system.max_num_seqs:
+            prompt_tokens = self._admission_tokens(group, num_tokens)
+            if prompt_tokens is None:
                 break
             self.waiting.popleft()
             self.blocks.allocate(group)
@@ -174,6 +179,80 @@ class VLLMScheduler(QueueScheduler):
             num_tokens += prompt_tokens
             admitted.append(group)
         return admitted
+
+    def _admission_tokens(self, group: SequenceGroup, num_tokens: int) -> int | None:
+        """The prompt tokens the group would add to an iteration already holding num_tokens, or None when
+        it cannot be admitted now: too few free blocks above the watermark, the token cap, max_num_seqs."""
+        if not self.blocks.can_allocate(group):
+            return None
+        live = group.live_seqs()
+        cached = self.blocks.cached_tokens(group)  # a cached prefix is attended over, not computed
+        prompt_tokens = live[0].length - cached if group.shares_prompt else sum(s.length - cached for s in live)
+        if num_tokens + prompt_tokens > self.token_cap:
+            return None
+        if self.num_running_seqs + len(live) > self.system.max_num_seqs:
+            return None
+        return prompt_tokens
+
+    # --- decode stretches ----------------------------------------------------------------
+    def _stretch_limit(self, batch: Batch) -> int:
+        """Until the first sequence finishes, as long as: nothing is swapped out to come back, the oldest
+        waiting request is refused now (free blocks only shrink while nobody finishes and the rest stays
+        put, so it stays refused), and no step's appends could preempt (_steps_the_pool_allows). No copy
+        on write either: schedule() just gave every running sequence a last block of its own, and beams,
+        whose forks share them again, do not get here."""
+        if self.swapped or batch.num_swap_blocks:
+            return 1
+        if self.waiting and self._admission_tokens(self.waiting[0], self.num_running_seqs) is not None:
+            return 1  # admitted next step: refused in this one's schedule() only as just preempted
+        bs, tables = self.block_size, self.blocks.block_tables
+        by_slack: list[list[Sequence]] = [[] for _ in range(bs)]  # by free slots left in the last block
+        remaining, running = self.max_seq_len, SeqStatus.RUNNING
+        for group in self.running:  # in the order schedule() appends
+            for seq in group.seqs:
+                if seq.status is running:
+                    length = seq.length
+                    slack = len(tables[seq.seq_id]) * bs - length
+                    if not 0 <= slack < bs:  # schedule() left it more than a block, or none: not ours to guess
+                        return 1
+                    by_slack[slack].append(seq)
+                    left = seq.prompt_len + seq.output_len - length
+                    if left < remaining:
+                        remaining = left
+        largest_group = (1 if self.num_running_seqs == len(self.running)
+                         else max(len(group.live_seqs()) for group in self.running))
+        self._stretch_growth = (batch, by_slack)
+        return self._steps_the_pool_allows(remaining, [len(seqs) for seqs in by_slack], largest_group)
+
+    def _steps_the_pool_allows(self, num_steps: int, slack_counts: list[int], largest_group: int) -> int:
+        """Iteration j >= 2 of the stretch appends a block for every sequence whose slack was (j - 2) mod
+        block_size. Its schedule() preempts no one when the free blocks cover a block per running sequence
+        (the fast path) or, after its appends, still cover the largest group (each group's can_append then
+        holds in turn): both only fall as blocks go, so the first step failing both ends the stretch."""
+        bs, free, seqs = self.block_size, self.blocks.gpu.num_free, self.num_running_seqs
+        cycles, rest = divmod(num_steps - 1, bs)
+        if free - cycles * seqs - sum(slack_counts[:rest]) >= largest_group:
+            return num_steps  # even after the last step's appends
+        for j in range(2, num_steps + 1):
+            after = free - slack_counts[(j - 2) % bs]
+            if free < seqs and after < largest_group:
+                return j - 1
+            free = after
+        return num_steps
+
+    def _stretch_usage(self, batch: Batch, num_steps: int, token_slots: range,
+                       someone_waited: bool) -> UsageColumns:
+        planned, by_slack = self._stretch_growth
+        if planned is not batch:
+            raise ValueError("advance_decodes must follow decode_steps for the same batch")
+        bs, tables, allocate = self.block_size, self.blocks.block_tables, self.blocks.gpu.allocate
+        free, free_blocks = self.blocks.gpu.num_free, []
+        for step in range(2, num_steps + 1):
+            for seq in by_slack[(step - 2) % bs]:  # its last block is full: schedule() appends one, in this order
+                tables[seq.seq_id].append(allocate())
+                free -= 1
+            free_blocks.append(free)
+        return paged_usage_columns(self.blocks, token_slots, free_blocks, someone_waited)
 
     # --- preemption ----------------------------------------------------------------
     def preemption_mode(self, group: SequenceGroup) -> PreemptionMode:

@@ -1,0 +1,148 @@
+"""Decode stretches in the control plane (Scheduler.decode_steps / advance_decodes).
+
+Two schedulers get the same requests at the same steps. One runs every iteration; the other, at each
+batch that decode_steps lets repeat k >= 2 times, advances a random number m <= k of them in one call.
+Whatever the first scheduled along the way must be what decode_steps promised (the same decode
+batch, every context one longer per step, no prompt, copy, swap or finish), the usage columns
+advance_decodes returns must be the first's kv_usage() at each of those iterations, and afterwards
+both must hold the same state to the block id, so that everything after runs the same.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import astuple, replace
+
+import numpy as np
+import pytest
+
+from engine.core.factory import make_scheduler
+from engine.core.scheduler.vllm import VLLMScheduler
+from engine.core.sequence import SequenceCounter, make_group
+from engine.core.system import PAPER_SYSTEMS
+from tests.engine.core.core_harness import StepInvariants, tiny_model
+
+MODEL = tiny_model(max_seq_len=128)
+SYSTEMS = {name: replace(system, block_size=4) for name, system in {
+    **PAPER_SYSTEMS,
+    "vllm-recompute": replace(PAPER_SYSTEMS["vllm"], preemption="recompute"),
+    "vllm-swap": replace(PAPER_SYSTEMS["vllm"], preemption="swap"),
+    "fastertransformer-b3": replace(PAPER_SYSTEMS["fastertransformer"], max_batch_size=3),
+}.items()}
+# (gpu blocks of 4 tokens, cpu blocks): vLLM short enough to preempt, the reservations (32 blocks at most a
+# sequence) to queue
+POOLS = {"vllm": (64, 160), "orca": (160, 0), "fastertransformer": (200, 0)}
+
+
+def random_requests(seed: int, count: int = 40) -> list[tuple[int, int, int, int, int]]:
+    """(arrival step, prompt, output, n, prefix): a shared 8-token prefix in every other run."""
+    rng = np.random.default_rng(seed)
+    prefix = 8 if seed % 2 else 0
+    steps = np.sort(rng.integers(0, 120, count))
+    return [(int(s), int(rng.integers(prefix + 1, 50)), int(rng.integers(1, 60)), int(rng.choice([1, 1, 2, 3])),
+             prefix) for s in steps]
+
+
+def state(sched) -> tuple:
+    """Everything a later schedule() reads, to the block id."""
+    seqs = sorted((s.seq_id, s.length, s.status.value) for g in sched.groups_in_system() for s in g.seqs)
+    queues = tuple(tuple(g.request_id for g in queue) for queue in (sched.waiting, sched.running,
+                                                                     getattr(sched, "swapped", ())))
+    tables = {sid: list(sched.block_table(sid)) for sid, _, status in seqs if status == "running"}
+    blocks = None
+    if isinstance(sched, VLLMScheduler):
+        gpu = sched.blocks.gpu
+        blocks = (list(gpu._free), list(gpu.ref_counts), gpu.num_shared_refs, dict(sched.blocks.block_tables))
+    return seqs, queues, tables, blocks, sched.token_slots.slots, astuple(sched.kv_usage()), sched.num_running_seqs
+
+
+def same_batch(stepped, promised) -> None:
+    assert not stepped.prefill_seq_ids and not stepped.blocks_to_copy
+    assert not stepped.blocks_to_swap_in and not stepped.blocks_to_swap_out
+    assert stepped.decode_seq_ids == promised.decode_seq_ids
+    assert stepped.decode_context_lens == promised.decode_context_lens
+    assert stepped.num_running_groups == promised.num_running_groups
+
+
+def run_both(name: str, seed: int) -> int:
+    system = SYSTEMS[name]
+    gpu, cpu = POOLS[system.kind]
+    stepped, forwarded = (make_scheduler(system, MODEL, gpu, cpu) for _ in range(2))
+    counters = SequenceCounter(), SequenceCounter()
+    rng = np.random.default_rng(seed + 100)
+    pending = deque(enumerate(random_requests(seed)))
+    invariants = StepInvariants()
+    step, skipped = 0, 0
+    while pending or stepped.has_unfinished():
+        assert step < 20_000
+        while pending and pending[0][1][0] <= step:
+            request_id, (arrival, prompt, output, n, prefix) = pending.popleft()
+            for sched, counter in zip((stepped, forwarded), counters):
+                sched.add_request(make_group(request_id, float(arrival), prompt, output, n, counter, prefix))
+        batch, ahead = stepped.schedule(), forwarded.schedule()
+        assert (batch.prefill_seq_ids, batch.decode_seq_ids) == (ahead.prefill_seq_ids, ahead.decode_seq_ids)
+        assert state(stepped) == state(forwarded)
+        allowed = forwarded.decode_steps(ahead)
+        assert allowed == stepped.decode_steps(batch)
+        # a request arriving ends a stretch at the iteration it arrives in (sim/fastforward.py)
+        room = pending[0][1][0] - step if pending else allowed
+        steps = min(int(rng.integers(2, allowed + 1)), room) if allowed >= 2 else 1
+        if steps >= 2:
+            usages = []
+            for i in range(1, steps):
+                stepped.complete(batch, float(step + i))
+                later = stepped.schedule()
+                invariants.after(stepped, later, step + i)
+                same_batch(later, ahead.decode_later(i))
+                usages.append(astuple(stepped.kv_usage()))
+                batch = later
+            complete_last = steps < allowed and bool(rng.integers(2))
+            columns = forwarded.advance_decodes(ahead, steps, complete_last=complete_last)
+            assert list(zip(*columns)) == usages
+            skipped += steps - 1
+            step += steps - 1
+            if complete_last:  # completing it finishes nobody
+                assert stepped.complete(batch, float(step + 1)) == []
+                assert state(stepped) == state(forwarded)
+                step += 1
+                continue
+            assert state(stepped) == state(forwarded)
+        done = [g.request_id for g in stepped.complete(batch, float(step + 1))]
+        assert done == [g.request_id for g in forwarded.complete(ahead, float(step + 1))]
+        step += 1
+    assert not forwarded.has_unfinished()
+    return skipped
+
+
+@pytest.mark.parametrize("name", sorted(SYSTEMS))
+@pytest.mark.parametrize("seed", range(6))
+def test_a_forwarded_stretch_leaves_the_scheduler_as_stepping_does(name, seed):
+    assert run_both(name, seed) > 0
+
+
+def test_no_stretch_while_beams_run_or_a_prompt_is_in_the_batch():
+    sched = make_scheduler(SYSTEMS["vllm"], MODEL, 40, 80)
+    counter = SequenceCounter()
+    sched.add_request(make_group(0, 0.0, 10, 30, 1, counter))
+    sched.add_request(make_group(1, 0.0, 10, 30, 1, counter, beam_width=2))
+    prefill = sched.schedule()
+    assert sched.decode_steps(prefill) == 1
+    sched.complete(prefill, 1.0)
+    assert sched.decode_steps(sched.schedule()) == 1  # decodes, but the beams fork as the data plane draws
+
+
+def test_vllm_stops_a_stretch_before_the_step_whose_appends_could_preempt():
+    sched = make_scheduler(SYSTEMS["vllm"], MODEL, 12, 0)  # 48 slots, 4 a block
+    counter = SequenceCounter()
+    for rid in range(3):
+        sched.add_request(make_group(rid, 0.0, 8, 40, 1, counter))  # two blocks each to start
+    sched.complete(sched.schedule(), 1.0)
+    batch = sched.schedule()  # 3 decodes at context 9: a third block each, 3 of 12 left
+    steps = sched.decode_steps(batch)
+    # every 4 steps each takes a block: step 5 takes the last 3; step 6 needs none, but its schedule() finds
+    # fewer free blocks than running sequences and vLLM's can_append (a block each, needed or not) preempts
+    assert steps == 5
+    columns = sched.advance_decodes(batch, steps)
+    free = [row[4] // 4 for row in zip(*columns)]  # idle slots: nobody waits
+    assert free == [3, 3, 3, 0]
+    sched.complete(batch, 6.0)
+    assert sched.schedule().decode_seq_ids == batch.decode_seq_ids[:2]  # and so it is: the latest is preempted
