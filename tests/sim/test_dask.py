@@ -14,11 +14,11 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from processes import alive, all_exit, children  # tests/sim/processes.py
 
 from engine.specs.errors import SpecError
 from sim.cli import main
@@ -230,30 +230,7 @@ def test_a_lost_worker_stops_the_sweep_in_one_line_that_says_to_resume():
 
 
 # --- Ctrl-C and SIGKILL: the local cluster's worker processes end with the command ------------------
-def _children(pid: int) -> list[int]:
-    kids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            kids.append(int(stat.parent.name))
-    return kids
 
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _all_exit(pids: list[int], within_s: float = 15.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return not any(_alive(p) for p in pids)
 
 
 def _as_from_a_terminal() -> None:
@@ -273,7 +250,7 @@ def test_an_interrupted_dask_sweep_leaves_no_worker_and_resumes(config, referenc
         for line in proc.stdout:
             if "normalized latency" in line:  # a run is done, three are pending: seconds of work left
                 break
-        workers = _children(proc.pid)
+        workers = children(proc.pid)
         assert len(workers) >= 2  # two Dask workers (and multiprocessing's resource tracker)
         if how == "ctrl-c":
             os.killpg(proc.pid, signal.SIGINT)  # as a terminal does: to the whole group, workers included
@@ -282,10 +259,10 @@ def test_an_interrupted_dask_sweep_leaves_no_worker_and_resumes(config, referenc
         else:
             proc.kill()
             proc.wait(timeout=60)
-        assert _all_exit(workers), "workers outlived their parent"
+        assert all_exit(workers, within_s=15.0), "workers outlived their parent"
     finally:
         for pid in [proc.pid, *workers]:
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
         proc.wait()
         proc.stdout.close()

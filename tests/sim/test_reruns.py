@@ -14,12 +14,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from processes import alive, all_exit, children  # tests/sim/processes.py
 
 from engine.specs.errors import SpecError
 from sim.capacity import Target, max_rate, replicas_for
@@ -305,31 +305,7 @@ def _wait_for_first_run(proc: subprocess.Popen) -> None:
     raise AssertionError(f"the sweep ended before a run finished: {proc.stderr.read()}")
 
 
-def _children(pid: int) -> list[int]:
-    kids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            kids.append(int(stat.parent.name))
-    return kids
 
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"  # a zombie has exited; only its parent's reaper is late
-
-
-def _all_exit(pids: list[int], within_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return not any(_alive(p) for p in pids)
 
 
 @pytest.fixture(scope="module")
@@ -358,11 +334,11 @@ def _interrupted_sweep(config: Path, out: Path, jobs: str):
     workers: list[int] = []
     try:
         _wait_for_first_run(proc)
-        workers = _children(proc.pid)
+        workers = children(proc.pid)
         yield proc, workers
     finally:
         for pid in [proc.pid, *workers]:
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
         proc.wait()
         proc.stdout.close()
@@ -377,7 +353,7 @@ def test_ctrl_c_exits_130_in_one_line_and_stops_the_workers(slow_reference, tmp_
         assert len(workers) == (2 if jobs == "2" else 0)
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=60) == 130
-        assert _all_exit(workers), "workers outlived their parent"
+        assert all_exit(workers, within_s=10.0), "workers outlived their parent"
         assert proc.stderr.read() == "servesim: interrupted\n"
     _resume_matches(config, tmp_path / "out", reference, jobs)
 
@@ -390,5 +366,5 @@ def test_sigkill_leaves_no_worker_and_the_rerun_resumes(slow_reference, tmp_path
         assert len(workers) == (2 if jobs == "2" else 0)
         proc.kill()
         proc.wait(timeout=60)
-        assert _all_exit(workers), "workers outlived their parent"
+        assert all_exit(workers, within_s=10.0), "workers outlived their parent"
     _resume_matches(config, tmp_path / "out", reference, jobs)
