@@ -1,8 +1,23 @@
-"""Child processes of a test's subprocess, read from /proc: do a command's workers end with it?"""
+"""What the sweep-process tests share: a tiny sweep, and a command's child processes read from /proc (do a
+command's workers end with it?)."""
 from __future__ import annotations
 
 import time
 from pathlib import Path
+
+# a sweep of four short runs: two systems at two rates
+TINY = """
+name: tiny
+model: opt-13b
+hardware: a100-40gb
+kv_cache_gib: 12
+workload:
+  dataset: sharegpt-standin
+  duration_s: 30
+systems: [vllm, orca-oracle]
+rates: [1, 2]
+warmup_s: 5
+"""
 
 
 def children(pid: int) -> list[int]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from processes import alive, all_exit, children  # tests/sim/processes.py
+from processes import TINY, alive, all_exit, children  # tests/sim/processes.py
 
 from engine.specs.errors import SpecError
 from sim.cli import main
@@ -26,18 +26,6 @@ from sim.cli import main
 REPO = Path(__file__).resolve().parents[2]
 needs_distributed = pytest.mark.skipif(importlib.util.find_spec("distributed") is None,
                                        reason="the dask extra is not installed (pip install -e '.[dask]')")
-TINY = """
-name: tiny
-model: opt-13b
-hardware: a100-40gb
-kv_cache_gib: 12
-workload:
-  dataset: sharegpt-standin
-  duration_s: 30
-systems: [vllm, orca-oracle]
-rates: [1, 2]
-warmup_s: 5
-"""
 RUN_FILES = ("summary.json", "requests.csv.gz", "iterations.parquet")
 CLUSTER = """
 import sys

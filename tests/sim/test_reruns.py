@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from processes import alive, all_exit, children  # tests/sim/processes.py
+from processes import TINY, alive, all_exit, children  # tests/sim/processes.py
 
 from engine.specs.errors import SpecError
 from sim.capacity import Target, max_rate, replicas_for
@@ -31,18 +31,6 @@ from sim.sweep import sweep
 REPO = Path(__file__).resolve().parents[2]
 JOBS = pytest.mark.parametrize("jobs", ["1", "2"])
 
-TINY = """
-name: tiny
-model: opt-13b
-hardware: a100-40gb
-kv_cache_gib: 12
-workload:
-  dataset: sharegpt-standin
-  duration_s: 30
-systems: [vllm, orca-oracle]
-rates: [1, 2]
-warmup_s: 5
-"""
 # long enough (a few seconds) that a signal lands while runs are still pending
 SLOW = TINY.replace("duration_s: 30", "duration_s: 120").replace("rates: [1, 2]", "rates: [1, 2, 3]")
 
