@@ -11,6 +11,7 @@ from calibrate.costmodel import CostModel
 from engine.core.factory import make_scheduler
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
+from sim.apart import serve_apart
 from sim.beams import DEFAULT_BEAM_CONTINUE, BeamParentModel
 from sim.fastforward import FastForward, arrival_event_times
 from sim.records import Records
@@ -45,15 +46,29 @@ def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: Cost
     beams = BeamParentModel(beam_continue, rng) if trace.has_beams and rng is not None else None
     if fast_forward is None:
         fast_forward = fast_forward_default()
+    wakes = arrival_event_times(trace.arrival_s.tolist())
+    known = router == "round_robin" or replicas == 1  # sim.router.pick_replica: request i to replica i % n
     forward = None
     if fast_forward and cost_model.prices_ahead:
-        wakes = arrival_event_times(trace.arrival_s.tolist())
-        known = router == "round_robin" or replicas == 1  # sim.router.pick_replica: request i to replica i % n
         forward = FastForward(wakes, horizon_s, [wakes[i::replicas] for i in range(replicas)] if known else None)
+
+    def make_replica(env: simpy.Environment, index: int) -> Replica:
+        return Replica(env, index, make_scheduler(system, spec, num_gpu_blocks, num_cpu_blocks), cost_model,
+                       Records(), horizon_s, beams, forward)
+
+    if replicas > 1 and known and beams is None:  # replicas that share nothing: one at a time (sim/apart.py)
+        fleet = serve_apart(trace, wakes, replicas, make_replica)
+        if fleet is not None:
+            return merged_records(fleet)
     env = simpy.Environment()
-    fleet = [Replica(env, i, make_scheduler(system, spec, num_gpu_blocks, num_cpu_blocks), cost_model,
-                     Records(), horizon_s, beams, forward) for i in range(replicas)]
+    fleet = [make_replica(env, i) for i in range(replicas)]
     env.process(arrivals(env, trace, fleet, router))
+    run_to_end(env, fleet)
+    return merged_records(fleet)
+
+
+def run_to_end(env: simpy.Environment, fleet: list[Replica]) -> None:
+    """Run the simulation until nothing is left to happen, then record what the horizon left unfinished."""
     try:
         env.run()
     except ClockFault as fault:
@@ -61,7 +76,6 @@ def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: Cost
     for replica in fleet:
         replica.core.record_unfinished()
         replica.core.close()
-    return merged_records(fleet)
 
 
 def merged_records(fleet: list[Replica]) -> Records:

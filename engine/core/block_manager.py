@@ -1,6 +1,8 @@
 """vLLM's paged KV cache bookkeeping (paper-era rules, Kwon et al. 2023 section 4)."""
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from engine.core.blocks import blocks_for
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 
@@ -142,8 +144,12 @@ class BlockManager:
 
     # --- growth ----------------------------------------------------------------
     def can_append(self, group: SequenceGroup) -> bool:
+        return self.can_append_seqs(sum(1 for s in group.seqs if s.status is SeqStatus.RUNNING))
+
+    def can_append_seqs(self, num_running_seqs: int) -> bool:
+        """can_append for a group of that many running sequences."""
         # conservative, as the paper-era code: one new block per running sequence
-        return sum(1 for s in group.seqs if s.status is SeqStatus.RUNNING) <= self.gpu.num_free
+        return num_running_seqs <= self.gpu.num_free
 
     def append_slot(self, seq: Sequence) -> tuple[int, int] | None:
         """Make room for the token at position length-1; returns a (src, dst) copy if CoW."""
@@ -151,9 +157,25 @@ class BlockManager:
         if len(table) * self.block_size < seq.length:
             table.append(self.gpu.allocate())
             return None
-        last = table[-1]
-        if self.gpu.ref_counts[last] == 1:
+        if self.gpu.ref_counts[table[-1]] == 1:
             return None
+        return self._copy_last_block(table)
+
+    def append_slots(self, seqs: Iterable[Sequence], copies: list[tuple[int, int]]) -> None:
+        """append_slot for each sequence in turn, adding its copies to `copies`: the step's hot path, one
+        call for the whole batch (most sequences need nothing, and a call per sequence cost more than that)."""
+        tables, bs, gpu = self.block_tables, self.block_size, self.gpu
+        ref_counts, allocate = gpu.ref_counts, gpu.allocate
+        for seq in seqs:
+            table = tables[seq.seq_id]
+            if len(table) * bs < seq.length:
+                table.append(allocate())
+            elif ref_counts[table[-1]] != 1:
+                copies.append(self._copy_last_block(table))
+
+    def _copy_last_block(self, table: list[int]) -> tuple[int, int]:
+        """Copy on write: the table's shared last block is replaced by a fresh one the data plane fills."""
+        last = table[-1]
         fresh = self.gpu.allocate()
         table[-1] = fresh
         self.gpu.free(last)

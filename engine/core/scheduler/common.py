@@ -67,14 +67,23 @@ class QueueScheduler(Scheduler):
         for group in self._prefilled:
             if group.first_token_s is None:
                 group.first_token_s = now_s
+        running = SeqStatus.RUNNING
         for groups in (self._prefilled, self._decoded):
             for group in groups:
-                if self._advance(group):
+                # one sampled token per running sequence; the group is done when none runs on
+                done = True
+                for seq in group.seqs:
+                    if seq.status is running:
+                        seq.length += 1
+                        if seq.length >= seq.prompt_len + seq.output_len:
+                            self._finish_seq(seq)
+                        else:
+                            done = False
+                if done:
                     self._finish(group, now_s)
                     finished.append(group)
-        if finished:
-            done = set(map(id, finished))
-            self.running = [g for g in self.running if id(g) not in done]
+        for group in finished:
+            self.running.remove(group)  # by identity (eq=False): C speed, where a rebuilt list was not
         self._prefilled, self._decoded = [], []
         return finished
 
@@ -160,20 +169,11 @@ class QueueScheduler(Scheduler):
         raise NotImplementedError
 
     # --- shared steps ----------------------------------------------------------
-    def _advance(self, group: SequenceGroup) -> bool:
-        """One sampled token per running sequence; True when the whole group is done."""
-        all_done = True
-        running = SeqStatus.RUNNING
-        for seq in group.seqs:
-            if seq.status is running:
-                seq.length += 1
-                if seq.length >= seq.prompt_len + seq.output_len:
-                    seq.status = SeqStatus.FINISHED
-                    self.num_running_seqs -= 1
-                    self._free_seq(seq)
-                else:
-                    all_done = False
-        return all_done
+    def _finish_seq(self, seq: Sequence) -> None:
+        """The sequence sampled its last token: its blocks go back (its group may run on)."""
+        seq.status = SeqStatus.FINISHED
+        self.num_running_seqs -= 1
+        self._free_seq(seq)
 
     def _finish(self, group: SequenceGroup, now_s: float) -> None:
         self._stop_running(group, SeqStatus.FINISHED)
@@ -220,16 +220,13 @@ class QueueScheduler(Scheduler):
                 batch.prefill_lens.append(seq.length - cached)
                 batch.prefill_sample_ids.append((seq.seq_id,))
                 cached_lens.append(cached)
-        ids, contexts = batch.decode_seq_ids, batch.decode_context_lens
         running = SeqStatus.RUNNING
         if self.num_running_beam_groups:
             batch.beam_groups = [tuple(s.seq_id for s in g.live_seqs())
                                  for g in (*prefill_groups, *decode_groups) if g.is_beam]
-        for group in decode_groups:
-            for seq in group.seqs:
-                if seq.status is running:
-                    ids.append(seq.seq_id)
-                    contexts.append(seq.length)
+        decodes = [seq for group in decode_groups for seq in group.seqs if seq.status is running]
+        batch.decode_seq_ids = [seq.seq_id for seq in decodes]
+        batch.decode_context_lens = [seq.length for seq in decodes]
         self._prefilled, self._decoded = prefill_groups, decode_groups
         return batch
 

@@ -121,28 +121,26 @@ class VLLMScheduler(QueueScheduler):
             return list(self.running)
         queue = deque(self.running)
         kept: list[SequenceGroup] = []
+        can_append_seqs, append_slots = self.blocks.can_append_seqs, self.blocks.append_slots
+        running = SeqStatus.RUNNING
         while queue:
             group = queue.popleft()
-            while not self.blocks.can_append(group):
+            seqs = [seq for seq in group.seqs if seq.status is running]  # a victim's preemption leaves them be
+            while not can_append_seqs(len(seqs)):
                 victim = queue.pop() if queue else group
                 self._preempt(victim, swap_out)
                 preempted.add(id(victim))
                 if victim is group:
                     break
             else:
-                self._append_slots((group,), copies)
+                append_slots(seqs, copies)
                 kept.append(group)
         self.running = kept
         return list(kept)
 
     def _append_slots(self, groups, copies) -> None:
-        append_slot, running = self.blocks.append_slot, SeqStatus.RUNNING
-        for group in groups:
-            for seq in group.seqs:
-                if seq.status is running:
-                    copy = append_slot(seq)
-                    if copy is not None:
-                        copies.append(copy)
+        running = SeqStatus.RUNNING
+        self.blocks.append_slots([seq for group in groups for seq in group.seqs if seq.status is running], copies)
 
     def _swap_in(self, decode_groups, copies, swap_in, preempted) -> None:
         while self.swapped:

@@ -1,0 +1,79 @@
+"""A round-robin fleet simulated one replica at a time (sim/apart.py) against the fleet simulated together:
+the same records, to the last bit, and the shared simulation wherever alone cannot promise that."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sim.simulate
+from sim.simulate import simulate
+from sim.workload.trace import Trace
+from tests.sim.test_fastforward import MODEL, ROOFLINE, SYSTEMS, GridCost, random_trace
+
+
+@pytest.fixture
+def apart_calls(monkeypatch):
+    """What serve_apart returned, call by call (a fleet, or None: simulated together)."""
+    calls = []
+    serve_apart = sim.simulate.serve_apart
+
+    def spy(*args, **kwargs):
+        fleet = serve_apart(*args, **kwargs)
+        calls.append(fleet)
+        return fleet
+
+    monkeypatch.setattr(sim.simulate, "serve_apart", spy)
+    return calls
+
+
+def apart_and_together(monkeypatch, trace, system, cost=ROOFLINE, gpu_blocks=96, **kwargs):
+    """The same fleet both ways; asserts the same bytes, returns the records of the default way."""
+    default = simulate(trace, MODEL, system, cost, gpu_blocks, 256, rng=np.random.default_rng(0), **kwargs)
+    with monkeypatch.context() as patch:
+        patch.setattr(sim.simulate, "serve_apart", lambda *args: None)
+        together = simulate(trace, MODEL, system, cost, gpu_blocks, 256, rng=np.random.default_rng(0), **kwargs)
+    for frame in ("requests_frame", "iterations_frame"):
+        assert getattr(default, frame)().to_csv(index=False) == getattr(together, frame)().to_csv(index=False)
+    return default
+
+
+@pytest.mark.parametrize("name", ["vllm", "vllm-swap", "vllm-recompute", "orca-oracle", "orca-pow2",
+                                  "fastertransformer"])
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_a_round_robin_fleet_apart_gives_the_same_records(monkeypatch, apart_calls, name, seed, fast_forward):
+    trace = random_trace(seed, count=200, rate=30.0, arrivals=("poisson", "gamma")[seed])
+    apart_and_together(monkeypatch, trace, SYSTEMS[name], replicas=3, fast_forward=fast_forward)
+    assert apart_calls and apart_calls[0] is not None  # it was simulated apart
+
+
+def test_parallel_samples_a_shared_prefix_and_a_horizon(monkeypatch, apart_calls):
+    apart_and_together(monkeypatch, random_trace(3, count=150, rate=25.0, n=3), SYSTEMS["vllm"], gpu_blocks=160,
+                       replicas=2)
+    apart_and_together(monkeypatch, random_trace(5, count=150, rate=25.0, prefix=40), SYSTEMS["vllm-swap"],
+                       gpu_blocks=128, replicas=4)
+    records = apart_and_together(monkeypatch, random_trace(7, count=150, rate=40.0), SYSTEMS["vllm"],
+                                 gpu_blocks=64, replicas=2, horizon_s=4.0)
+    assert records.requests_frame()["finish_s"].isna().any()  # the horizon cut requests off
+    assert len(apart_calls) == 3 and all(fleet is not None for fleet in apart_calls)
+
+
+def test_an_iteration_ending_as_a_request_arrives_falls_back_to_together(monkeypatch, apart_calls):
+    rng = np.random.default_rng(8)  # every time on a binary grid: iterations end exactly at arrivals
+    trace = Trace(np.sort(rng.integers(0, 400, 150)) * 0.125, rng.integers(5, 200, 150),
+                               rng.integers(2, 200, 150), source="grid")
+    apart_and_together(monkeypatch, trace, SYSTEMS["vllm"], GridCost(), replicas=2)
+    assert apart_calls == [None]
+
+
+@pytest.mark.parametrize("kwargs", [{"router": "least_outstanding"}, {"replicas": 1}])
+def test_only_a_round_robin_fleet_goes_apart(monkeypatch, apart_calls, kwargs):
+    apart_and_together(monkeypatch, random_trace(1, count=100, rate=20.0), SYSTEMS["vllm"],
+                       **{"replicas": 3, **kwargs})
+    assert apart_calls == []
+
+
+def test_beam_searches_draw_from_one_generator_together(monkeypatch, apart_calls):
+    apart_and_together(monkeypatch, random_trace(10, count=120, rate=20.0, beams=2), SYSTEMS["vllm"],
+                       gpu_blocks=160, replicas=3)
+    assert apart_calls == []
