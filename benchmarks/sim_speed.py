@@ -61,8 +61,9 @@ def measure(name: str, fleet_duration_s: float) -> dict:
         started = time.perf_counter()
         records, _ = simulate_trace(exp, system, trace, cost_model, np.random.default_rng(0), fast_forward=fast)
         walls[fast] = time.perf_counter() - started
-        digests[fast] = hashlib.sha256(pickle.dumps((records.iteration_values, records.request_values))).digest()
-        counts[fast] = len(records.iteration_values)
+        columns = tuple(bytes(column) for column in records.iteration_columns)
+        digests[fast] = hashlib.sha256(pickle.dumps((columns, records.request_values))).digest()
+        counts[fast] = records.num_iterations
         del records
     iterations = counts[True]
     forwarded = Counted.last.num_forwarded / iterations if Counted.last is not None and iterations else 0.0

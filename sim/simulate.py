@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import os
+from array import array
 
 import numpy as np
 import simpy
@@ -87,6 +88,14 @@ def merged_records(fleet: list[Replica]) -> Records:
     for replica in fleet:
         records.request_values.extend(replica.core.records.request_values)
     ends = np.concatenate([np.asarray(r.iteration_ends, dtype=float) for r in fleet])
-    values = [row for r in fleet for row in r.core.records.iteration_values]
-    records.iteration_values = [values[i] for i in np.argsort(ends, kind="stable").tolist()]
+    order = np.argsort(ends, kind="stable")
+    records.set_iteration_columns([merged_column(parts, order)
+                                   for parts in zip(*(r.core.records.iteration_columns for r in fleet))])
     return records
+
+
+def merged_column(parts: tuple[array, ...], order: np.ndarray) -> array:
+    """One iteration column of every replica, end to end, then taken in `order`."""
+    merged = array(parts[0].typecode)
+    merged.frombytes(np.concatenate([np.frombuffer(part, dtype=part.typecode) for part in parts])[order].tobytes())
+    return merged

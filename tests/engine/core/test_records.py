@@ -1,0 +1,76 @@
+"""ServingRecords: iterations arrive as tuples and as decode stretches, and read back as typed columns in the
+order they came, whatever the chunk boundaries."""
+from __future__ import annotations
+
+from array import array
+from itertools import chain, repeat
+
+import numpy as np
+import pytest
+
+import engine.core.records as records_module
+from engine.core.batch import Batch
+from engine.core.kv_usage import KVUsage
+from engine.core.records import ITERATION_COLUMNS, ServingRecords
+
+
+def batch(num_decodes: int, context: int = 100, prefill: int = 0) -> Batch:
+    return Batch(prefill_seq_ids=[99] if prefill else [], prefill_lens=[prefill] if prefill else [],
+                 decode_seq_ids=list(range(num_decodes)), decode_context_lens=[context + i for i in range(num_decodes)],
+                 num_running_groups=num_decodes + bool(prefill))
+
+
+def add_alone(records: ServingRecords, expected: list[tuple], start: float, num_decodes: int) -> None:
+    b, usage = batch(num_decodes, prefill=7), KVUsage(token=50 + num_decodes, internal=3, idle=11, unshared_blocks=9)
+    records.add_iteration(b, usage, start, 0.5, 2, 1)
+    expected.append((1, start, 0.5, 7, 1, num_decodes, b.sum_decode_context, b.num_running_groups, 2, 0, 0,
+                     usage.token, 0, 3, 0, 11, 9, 0))
+
+
+def add_stretch(records: ServingRecords, expected: list[tuple], start: float, count: int, num_decodes: int) -> None:
+    b = batch(num_decodes)
+    starts = [start + 0.25 * i for i in range(count)]
+    durations = [0.25] * count
+    tokens = list(range(300, 300 + count * num_decodes, num_decodes)) if num_decodes else [300] * count
+    usage = (tokens, repeat(0), [5] * count, repeat(2), repeat(0), list(range(20, 20 + count)), repeat(1))
+    waits = chain(repeat(4, count - 1), (6,))
+    records.add_decode_stretch(b, usage, starts, durations, waits, 0)
+    for i in range(count):
+        context = b.sum_decode_context + (i + 1) * num_decodes
+        expected.append((0, starts[i], 0.25, 0, 0, num_decodes, context, num_decodes, 4 if i < count - 1 else 6,
+                         0, 0, tokens[i], 0, 5, 2, 0, 20 + i, 1))
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 4096])
+def test_rows_and_stretches_read_back_in_order_across_chunks(monkeypatch, chunk):
+    monkeypatch.setattr(records_module, "ROWS_PER_CHUNK", chunk)
+    rng = np.random.default_rng(chunk)
+    records, expected = ServingRecords(), []
+    for step in range(60):
+        if rng.random() < 0.5:
+            add_alone(records, expected, float(step), int(rng.integers(0, 5)))
+        else:
+            add_stretch(records, expected, float(step), int(rng.integers(1, 9)), int(rng.integers(0, 5)))
+        if step == 30:  # read in the middle: later iterations join the columns read so far
+            assert records.iteration_values == expected
+        assert records.num_iterations == len(expected)
+    assert records.iteration_values == expected
+    columns = records.iteration_columns
+    assert [c.typecode for c in columns] == ["q", "d", "d", *"q" * 15]
+    assert records.iterations == {name: [row[i] for row in expected] for i, name in enumerate(ITERATION_COLUMNS)}
+
+
+def test_merged_columns_replace_the_iterations():
+    records, expected = ServingRecords(), []
+    add_alone(records, expected, 0.0, 2)
+    other = ServingRecords()
+    add_stretch(other, [], 1.0, 3, 1)
+    records.set_iteration_columns(other.iteration_columns)
+    assert records.num_iterations == 3 and records.iteration_values == other.iteration_values
+    add_alone(records, expected, 9.0, 1)
+    assert records.iteration_values[-1] == expected[-1] and records.num_iterations == 4
+
+
+def test_columns_of_the_wrong_types_are_refused():
+    with pytest.raises(ValueError, match="iteration columns typed"):
+        ServingRecords().set_iteration_columns([array("d") for _ in ITERATION_COLUMNS])
