@@ -62,22 +62,18 @@ REQUEST_COLUMNS = tuple(f.name for f in fields(RequestRecord))
 ITERATION_COLUMNS = tuple(f.name for f in fields(IterationRecord))
 # array typecodes of the iteration columns: float64 for times, int64 for counts
 ITERATION_TYPECODES = tuple("d" if f.type == "float" else "q" for f in fields(IterationRecord))
-ROWS_PER_CHUNK = 4096  # iterations kept as tuples (or stretches as pieces) before they move into the columns
-# a piece of iterations not yet in the columns: their count, and per field an array or one value for all
-Piece = tuple[int, tuple["array | int | float", ...]]
+ROWS_PER_CHUNK = 4096  # iterations kept as tuples before they move into the columns
 
 
 class ServingRecords:
-    """Requests and iterations in the order of the record types' fields: an iteration run alone arrives
-    as a plain tuple (one append on the simulator's hot path), a decode stretch as one piece of columns;
-    both move into typed columns every ROWS_PER_CHUNK iterations and whenever they are read."""
+    """Requests and iterations in the order of the record types' fields: an iteration arrives as a plain
+    tuple (one append on the simulator's hot path; a decode stretch's rows are built by zip, in C), and
+    every ROWS_PER_CHUNK of them, or whenever they are read, the tuples move into typed columns."""
 
     def __init__(self) -> None:
         self.request_values: list[tuple] = []
-        self._rows: list[tuple] = []  # iterations run alone since the last piece
-        self._pieces: list[list[tuple] | Piece] = []  # in order: lists of such rows, and stretches
-        self._num_pending = 0  # iterations in _pieces
-        self._chunks: list[tuple[array, ...]] = []  # then columns, a set per ROWS_PER_CHUNK or so iterations
+        self._rows: list[tuple] = []  # the iterations since the last move
+        self._chunks: list[tuple[array, ...]] = []  # then columns, a set per move
         self._num_in_chunks = 0
 
     def add_request(self, group: SequenceGroup, replica: int, finished: bool = True) -> None:
@@ -95,53 +91,37 @@ class ServingRecords:
             batch.num_swap_blocks, len(batch.blocks_to_copy), usage.token, usage.reserved,
             usage.internal, usage.external, usage.idle, usage.unshared_blocks, usage.saved_blocks))
         if len(rows) >= ROWS_PER_CHUNK:
-            self._move_pieces()
+            self._move_rows()
 
     def add_decode_stretch(self, batch: Batch, usage: UsageColumns, starts: list[float], durations: list[float],
                            num_waiting: Iterable[int], replica: int) -> None:
         """Rows for iterations 2, 3, ... of a decode stretch that `batch` began (Scheduler.decode_steps): the
         i-th (from 0) is batch.decode_later(i + 1), every context that much longer and no blocks moved,
         with the pool as usage (KVUsage's fields as columns) found it. The rows add_iteration would
-        append for those batches, kept as one piece of columns (a value that stays put kept once)."""
-        count, num_decodes = len(starts), batch.num_decodes
+        append for those batches, without building them."""
+        num_decodes = batch.num_decodes
         first = batch.sum_decode_context + num_decodes
-        contexts = array("q", range(first, first + count * num_decodes, num_decodes)) if num_decodes else first
-        values = (replica, array("d", starts), array("d", durations), 0, 0, num_decodes, contexts,
-                  batch.num_running_groups, array("q", num_waiting), 0, 0, *map(_usage_column, usage))
-        if self._rows:
-            self._pieces.append(self._rows)
-            self._num_pending += len(self._rows)
-            self._rows = []
-        self._pieces.append((count, values))
-        self._num_pending += count
-        if self._num_pending >= ROWS_PER_CHUNK:
-            self._move_pieces()
+        contexts = range(first, first + len(starts) * num_decodes, num_decodes) if num_decodes else repeat(first)
+        zero = repeat(0)
+        self._rows.extend(zip(
+            repeat(replica), starts, durations, zero, zero, repeat(num_decodes), contexts,
+            repeat(batch.num_running_groups), num_waiting, zero, zero, *usage))
+        if len(self._rows) >= ROWS_PER_CHUNK:
+            self._move_rows()
 
-    def _move_pieces(self) -> None:
+    def _move_rows(self) -> None:
         """Into a chunk of new columns (growing one set of large arrays instead would scatter the
         reallocations' holes over the heap)."""
         if self._rows:
-            self._pieces.append(self._rows)
+            columns = zip(ITERATION_TYPECODES, zip(*self._rows))
+            self._chunks.append(tuple(array(code, values) for code, values in columns))
+            self._num_in_chunks += len(self._rows)
             self._rows = []
-        if not self._pieces:
-            return
-        columns: tuple[array, ...] = tuple(array(code) for code in ITERATION_TYPECODES)
-        for piece in self._pieces:
-            if isinstance(piece, list):  # rows
-                for column, values in zip(columns, zip(*piece)):
-                    column.extend(values)
-                continue
-            count, values = piece
-            for column, value in zip(columns, values):
-                column.extend(value if isinstance(value, array) else array(column.typecode, (value,)) * count)
-        self._chunks.append(columns)
-        self._num_in_chunks += len(columns[0])
-        self._pieces, self._num_pending = [], 0
 
     @property
     def iteration_columns(self) -> tuple[array, ...]:
         """Every iteration so far, one typed array per field of IterationRecord (ITERATION_TYPECODES)."""
-        self._move_pieces()
+        self._move_rows()
         if len(self._chunks) != 1:
             self._chunks = [tuple(_joined(code, [chunk[i] for chunk in self._chunks])
                                   for i, code in enumerate(ITERATION_TYPECODES))]
@@ -152,12 +132,12 @@ class ServingRecords:
         if [column.typecode for column in columns] != list(ITERATION_TYPECODES):
             raise ValueError(f"iteration columns typed {[c.typecode for c in columns]}, expected "
                              f"{list(ITERATION_TYPECODES)}")
-        self._rows, self._pieces, self._num_pending = [], [], 0
+        self._rows = []
         self._chunks, self._num_in_chunks = [tuple(columns)], len(columns[0])
 
     @property
     def num_iterations(self) -> int:
-        return self._num_in_chunks + self._num_pending + len(self._rows)
+        return self._num_in_chunks + len(self._rows)
 
     @property
     def iteration_values(self) -> list[tuple]:
@@ -181,11 +161,6 @@ class ServingRecords:
     def iteration_rows(self) -> list[IterationRecord]:
         """Every iteration, in the order they ran."""
         return [IterationRecord(*values) for values in self.iteration_values]
-
-
-def _usage_column(values: Iterable[int]) -> array | int:
-    """A KV usage column of a stretch's piece: one value when it stays put (itertools.repeat), else an array."""
-    return next(values) if isinstance(values, repeat) else array("q", values)
 
 
 def _joined(typecode: str, parts: list[array]) -> array:

@@ -77,3 +77,19 @@ def test_beam_searches_draw_from_one_generator_together(monkeypatch, apart_calls
     apart_and_together(monkeypatch, random_trace(10, count=120, rate=20.0, beams=2), SYSTEMS["vllm"],
                        gpu_blocks=160, replicas=3)
     assert apart_calls == []
+
+
+def test_the_collector_freeze_is_undone_and_leaves_anothers_alone():
+    import gc
+
+    trace = random_trace(2, count=40)
+    simulate(trace, MODEL, SYSTEMS["vllm"], ROOFLINE, 96, 256)
+    assert gc.get_freeze_count() == 0  # what the simulation froze is back with the collector
+    kept = [object()]  # a process that froze its own objects (a pre-fork server) keeps them frozen
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        simulate(trace, MODEL, SYSTEMS["vllm"], ROOFLINE, 96, 256)
+        assert gc.get_freeze_count() == frozen and kept
+    finally:
+        gc.unfreeze()
