@@ -6,6 +6,7 @@ Three of issue 14's targets, each simulated both ways on one core (vLLM, seed 0)
   alpaca    one hour of configs/paper/fig12d_alpaca_opt13b.yaml at 30 req/s          target <= 3 s
   fleet     64 replicas behind the round-robin router at 128 req/s, the quickstart setup, a slice of an
             hour (--fleet-duration-s, default 600 s) scaled to the hour              target <= 60 s an hour
+The fleet is also timed with its replicas served in --jobs processes (sim/apart.py; default 2).
 Prints, per scenario, both wall times (the simulation alone: trace built before, outputs not written), their
 ratio, the share of iterations run inside fast-forwarded stretches, and checks that both ways recorded the
 same iterations and requests. Ends with one line per scenario: name=<s> step_s=<f> fast_s=<f> ratio=<f>.
@@ -47,7 +48,7 @@ SCENARIOS = {
 }
 
 
-def measure(name: str, fleet_duration_s: float) -> dict:
+def measure(name: str, fleet_duration_s: float, jobs: int = 1) -> dict:
     path, rate, overrides, duration_s, target_s = SCENARIOS[name]
     duration_s = duration_s or fleet_duration_s
     exp = load_experiment(ROOT / path, [*overrides, f"workload.duration_s={duration_s}", "systems=[vllm]",
@@ -65,12 +66,21 @@ def measure(name: str, fleet_duration_s: float) -> dict:
         digests[fast] = hashlib.sha256(pickle.dumps((columns, records.request_values))).digest()
         counts[fast] = records.num_iterations
         del records
+    if exp.replicas > 1 and jobs > 1:  # the fleet's replicas in `jobs` processes (sim/apart.py)
+        gc.collect()
+        started = time.perf_counter()
+        records, _ = simulate_trace(exp, system, trace, cost_model, np.random.default_rng(0), jobs=jobs)
+        walls["jobs"] = time.perf_counter() - started
+        columns = tuple(bytes(column) for column in records.iteration_columns)
+        digests["jobs"] = hashlib.sha256(pickle.dumps((columns, records.request_values))).digest()
+        del records
     iterations = counts[True]
     forwarded = Counted.last.num_forwarded / iterations if Counted.last is not None and iterations else 0.0
-    same = digests[True] == digests[False]
+    same = digests[True] == digests[False] == digests.get("jobs", digests[True])
     per_hour = 3600.0 / duration_s
     return {"name": name, "requests": len(trace), "iterations": iterations, "duration_s": duration_s,
             "step_s": walls[False], "fast_s": walls[True], "ratio": walls[False] / walls[True],
+            "jobs": jobs if "jobs" in walls else 1, "jobs_s": walls.get("jobs"),
             "forwarded": forwarded, "same": same, "hour_s": walls[True] * per_hour, "target_s": target_s,
             "label": f"{exp.replicas} x {exp.model.name}, {trace.source}"}
 
@@ -79,12 +89,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("scenarios", nargs="*", help=f"any of {', '.join(SCENARIOS)} (default: all)")
     parser.add_argument("--fleet-duration-s", type=float, default=600.0)
+    parser.add_argument("--jobs", type=int, default=2, help="processes for the fleet's replicas, timed as well "
+                        "(fast-forwarded; 1: not)")
     args = parser.parse_args()
     unknown = sorted(set(args.scenarios) - set(SCENARIOS))
     if unknown:
         parser.error(f"unknown scenario {', '.join(unknown)}: choose from {', '.join(SCENARIOS)}")
     sim.simulate.FastForward = Counted  # type: ignore[misc]  # to count what it ran
-    results = [measure(name, args.fleet_duration_s) for name in args.scenarios or SCENARIOS]
+    results = [measure(name, args.fleet_duration_s, args.jobs) for name in args.scenarios or SCENARIOS]
     print(f"{'scenario':9s} {'requests':>9s} {'iterations':>11s} {'step_s':>8s} {'fast_s':>8s} {'ratio':>6s} "
           f"{'forwarded':>9s} {'fast_s/h':>8s} {'target':>7s}  same records")
     for r in results:
@@ -92,9 +104,14 @@ def main() -> None:
               f"{r['ratio']:5.2f}x {r['forwarded']:9.1%} {r['hour_s']:8.2f} {r['target_s']:6.0f}s  {r['same']}")
     for r in results:
         print(f"  {r['name']}: {r['duration_s']:g} s of {r['label']}")
+        if r["jobs_s"] is not None:
+            hour_s, ratio = r["jobs_s"] * 3600.0 / r["duration_s"], r["step_s"] / r["jobs_s"]
+            print(f"  {r['name']} with its replicas in {r['jobs']} processes: {r['jobs_s']:.2f} s "
+                  f"({hour_s:.1f} s an hour; {ratio:.2f}x step by step)")
     print(f"peak_rss_mb={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f}")
     for r in results:
-        print(f"name={r['name']} step_s={r['step_s']:.3f} fast_s={r['fast_s']:.3f} ratio={r['ratio']:.3f}")
+        jobs = f" jobs={r['jobs']} jobs_s={r['jobs_s']:.3f}" if r["jobs_s"] is not None else ""
+        print(f"name={r['name']} step_s={r['step_s']:.3f} fast_s={r['fast_s']:.3f} ratio={r['ratio']:.3f}{jobs}")
 
 
 if __name__ == "__main__":

@@ -68,6 +68,8 @@ class Workers:
     # else it sends the files back (a pool's pipe would carry megabytes, and a worker terminated
     # halfway through sending would leave the pool's reader waiting for the rest forever)
     same_machine = True
+    # processes a run may start of its own (a fleet's replicas, sim/apart.py), sharing the machine's width
+    nests_processes = False
 
     def run_all(self, fn: Callable, calls: Sequence[tuple]) -> Iterator[tuple[int, object]]:
         """(index in calls, fn(*calls[index])) for every call, in the order they finish. An error is
@@ -133,6 +135,7 @@ class PoolWorkers(Workers):
     def __init__(self, jobs: int) -> None:
         self.pool = worker_pool(jobs)
         self.width = jobs
+        self.nests_processes = True  # a ProcessPoolExecutor's workers are not daemons: they may start processes
         self.label = f"{jobs} processes"
 
     def run_all(self, fn: Callable, calls: Sequence[tuple]) -> Iterator[tuple[int, object]]:

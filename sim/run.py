@@ -53,25 +53,27 @@ def trace_for(exp: Experiment, rate: float, seed: int, rng: np.random.Generator 
 
 
 def simulate_trace(exp: Experiment, system: SystemSpec, trace: Trace, cost_model: CostModel | None = None,
-                   rng: np.random.Generator | None = None, fast_forward: bool | None = None) -> tuple[Records, float]:
+                   rng: np.random.Generator | None = None, fast_forward: bool | None = None,
+                   jobs: int = 1) -> tuple[Records, float]:
     """Serve a trace on exp.replicas replicas; returns the records and the horizon used. `rng` is the
-    run's Generator, which a trace of beam searches draws their parents from (sim.beams); fast_forward as
-    sim.simulate's (None: on unless SERVESIM_FAST_FORWARD=0)."""
+    run's Generator, which a trace of beam searches draws their parents from (sim.beams); fast_forward and
+    jobs (processes for the replicas, where they share nothing) as sim.simulate's."""
     cost_model = cost_model or make_cost_model(exp, system)
     pool = exp.kv_pool(system)
     span = float(trace.arrival_s[-1]) if len(trace) else 0.0
     horizon_s = max(span, exp.warmup_s, 1.0) * exp.max_time_factor
     records = simulate(trace, exp.model, system, cost_model, pool.num_gpu_blocks, pool.num_cpu_blocks,
                        replicas=exp.replicas, router=exp.router, horizon_s=horizon_s, rng=rng,
-                       beam_continue=exp.workload.beam_continue, fast_forward=fast_forward)
+                       beam_continue=exp.workload.beam_continue, fast_forward=fast_forward, jobs=jobs)
     return records, horizon_s
 
 
-def run_one(exp: Experiment, system: SystemSpec, rate: float, seed: int) -> RunResult:
+def run_one(exp: Experiment, system: SystemSpec, rate: float, seed: int, jobs: int = 1) -> RunResult:
+    """One run; `jobs` processes serve a fleet's replicas where they share nothing (the same results)."""
     rng = np.random.default_rng(seed)  # the run's one Generator: the trace, then the beams' parents
     trace = trace_for(exp, rate, seed, rng)
     cost_model = make_cost_model(exp, system)
-    records, horizon_s = simulate_trace(exp, system, trace, cost_model, rng)
+    records, horizon_s = simulate_trace(exp, system, trace, cost_model, rng, jobs=jobs)
     requests, iterations = records.requests_frame(), records.iterations_frame()
     metrics = summarize(requests, iterations, pool_slots=exp.kv_pool(system).num_slots,
                         warmup_s=exp.warmup_s, horizon_s=horizon_s)

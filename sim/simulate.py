@@ -6,6 +6,7 @@ import math
 import os
 from array import array
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import simpy
@@ -14,7 +15,7 @@ from calibrate.costmodel import CostModel
 from engine.core.factory import make_scheduler
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
-from sim.apart import serve_apart
+from sim.apart import ReplicaRun, serve_apart
 from sim.beams import DEFAULT_BEAM_CONTINUE, BeamParentModel
 from sim.fastforward import FastForward, arrival_event_times
 from sim.records import Records
@@ -33,7 +34,7 @@ def fast_forward_default() -> bool:
 def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: CostModel, num_gpu_blocks: int,
              num_cpu_blocks: int, *, replicas: int = 1, router: str = "round_robin",
              horizon_s: float = math.inf, rng: np.random.Generator | None = None,
-             beam_continue: float = DEFAULT_BEAM_CONTINUE, fast_forward: bool | None = None) -> Records:
+             beam_continue: float = DEFAULT_BEAM_CONTINUE, fast_forward: bool | None = None, jobs: int = 1) -> Records:
     """Every request of the trace, served until all finish or the clock reaches horizon_s (requests
     still in the system then are recorded without a finish time).
 
@@ -43,10 +44,51 @@ def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: Cost
     fast_forward (default: on, unless the environment sets SERVESIM_FAST_FORWARD=0) runs each decode
     stretch on one SimPy event (sim/fastforward.py) instead of one event per iteration; the records are
     the same either way. A cost model that cannot price iterations ahead (prices_ahead) runs step by step.
+
+    jobs: processes for a fleet whose replicas share nothing (sim/apart.py), each serving some of them; the
+    same records with any number.
     """
+    if trace.has_beams and rng is None:
+        raise ValueError("a trace with beam searches needs the run's seeded rng to choose the beams' parents")
+    if fast_forward is None:
+        fast_forward = fast_forward_default()
+    fleet = FleetSetup(spec, system, cost_model, num_gpu_blocks, num_cpu_blocks, replicas, horizon_s,
+                       fast_forward and cost_model.prices_ahead, router == "round_robin" or replicas == 1)
+    beams = BeamParentModel(beam_continue, rng) if trace.has_beams and rng is not None else None
     with older_objects_frozen():
-        return _simulate(trace, spec, system, cost_model, num_gpu_blocks, num_cpu_blocks, replicas, router,
-                         horizon_s, rng, beam_continue, fast_forward)
+        wakes = arrival_event_times(trace.arrival_s.tolist())
+        if replicas > 1 and fleet.known_ahead and beams is None:  # replicas that share nothing: apart
+            runs = serve_apart(trace, wakes, fleet, jobs)
+            if runs is not None:
+                return merged_records(runs)
+        return merged_records(serve_together(trace, wakes, fleet, router, beams))
+
+
+@dataclass(frozen=True)
+class FleetSetup:
+    """What every replica of a simulation is built from (picklable: apart, replicas may be served in other
+    processes)."""
+
+    spec: ModelSpec
+    system: SystemSpec
+    cost_model: CostModel
+    num_gpu_blocks: int
+    num_cpu_blocks: int
+    replicas: int
+    horizon_s: float
+    fast_forward: bool  # decode stretches on one event each (the cost model can price them ahead)
+    known_ahead: bool  # which replica each request goes to (round robin, or one replica)
+
+    def forward(self, wakes: list[float]) -> FastForward | None:
+        if not self.fast_forward:
+            return None
+        n = self.replicas
+        return FastForward(wakes, self.horizon_s, [wakes[i::n] for i in range(n)] if self.known_ahead else None)
+
+    def replica(self, env: simpy.Environment, index: int, forward: FastForward | None,
+                beams: BeamParentModel | None = None) -> Replica:
+        scheduler = make_scheduler(self.system, self.spec, self.num_gpu_blocks, self.num_cpu_blocks)
+        return Replica(env, index, scheduler, self.cost_model, Records(), self.horizon_s, beams, forward)
 
 
 @contextmanager
@@ -64,33 +106,14 @@ def older_objects_frozen():
         gc.unfreeze()
 
 
-def _simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: CostModel, num_gpu_blocks: int,
-              num_cpu_blocks: int, replicas: int, router: str, horizon_s: float, rng: np.random.Generator | None,
-              beam_continue: float, fast_forward: bool | None) -> Records:
-    if trace.has_beams and rng is None:
-        raise ValueError("a trace with beam searches needs the run's seeded rng to choose the beams' parents")
-    beams = BeamParentModel(beam_continue, rng) if trace.has_beams and rng is not None else None
-    if fast_forward is None:
-        fast_forward = fast_forward_default()
-    wakes = arrival_event_times(trace.arrival_s.tolist())
-    known = router == "round_robin" or replicas == 1  # sim.router.pick_replica: request i to replica i % n
-    forward = None
-    if fast_forward and cost_model.prices_ahead:
-        forward = FastForward(wakes, horizon_s, [wakes[i::replicas] for i in range(replicas)] if known else None)
-
-    def make_replica(env: simpy.Environment, index: int) -> Replica:
-        return Replica(env, index, make_scheduler(system, spec, num_gpu_blocks, num_cpu_blocks), cost_model,
-                       Records(), horizon_s, beams, forward)
-
-    if replicas > 1 and known and beams is None:  # replicas that share nothing: one at a time (sim/apart.py)
-        fleet = serve_apart(trace, wakes, replicas, make_replica)
-        if fleet is not None:
-            return merged_records(fleet)
-    env = simpy.Environment()
-    fleet = [make_replica(env, i) for i in range(replicas)]
-    env.process(arrivals(env, trace, fleet, router))
-    run_to_end(env, fleet)
-    return merged_records(fleet)
+def serve_together(trace: Trace, wakes: list[float], fleet: FleetSetup, router: str,
+                   beams: BeamParentModel | None) -> list[ReplicaRun]:
+    """The fleet on one SimPy clock, behind the router's process."""
+    env, forward = simpy.Environment(), fleet.forward(wakes)
+    replicas = [fleet.replica(env, i, forward, beams) for i in range(fleet.replicas)]
+    env.process(arrivals(env, trace, replicas, router))
+    run_to_end(env, replicas)
+    return [ReplicaRun(r.index, r.core.records, r.iteration_ends) for r in replicas]
 
 
 def run_to_end(env: simpy.Environment, fleet: list[Replica]) -> None:
@@ -104,18 +127,18 @@ def run_to_end(env: simpy.Environment, fleet: list[Replica]) -> None:
         replica.core.close()
 
 
-def merged_records(fleet: list[Replica]) -> Records:
+def merged_records(runs: list[ReplicaRun]) -> Records:
     """One replica's records as they are; a fleet's in the order its iterations ended, simultaneous ends by
     replica (each replica keeps its own records, since a stretch writes its iterations when it ends)."""
-    if len(fleet) == 1:
-        return fleet[0].core.records
+    if len(runs) == 1:
+        return runs[0].records
     records = Records()
-    for replica in fleet:
-        records.request_values.extend(replica.core.records.request_values)
-    ends = np.concatenate([np.asarray(r.iteration_ends, dtype=float) for r in fleet])
+    for run in runs:
+        records.request_values.extend(run.records.request_values)
+    ends = np.concatenate([np.asarray(run.iteration_ends, dtype=float) for run in runs])
     order = np.argsort(ends, kind="stable")
     records.set_iteration_columns([merged_column(parts, order)
-                                   for parts in zip(*(r.core.records.iteration_columns for r in fleet))])
+                                   for parts in zip(*(run.records.iteration_columns for run in runs))])
     return records
 
 

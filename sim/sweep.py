@@ -71,19 +71,22 @@ def _done(run_dir: Path, digest: str, iterations_file: str | None) -> dict | Non
     return summary
 
 
-def execute(exp: Experiment, key: RunKey, digest: str, iterations: str = DEFAULT_ITERATIONS) -> RunFiles:
-    """One run, simulated and encoded; it writes nothing, so it can run on any machine."""
-    result = run_one(exp, key.system, key.rate, key.seed)
+def execute(exp: Experiment, key: RunKey, digest: str, iterations: str = DEFAULT_ITERATIONS,
+            replica_jobs: int = 1) -> RunFiles:
+    """One run, simulated and encoded; it writes nothing, so it can run on any machine. replica_jobs:
+    processes for a fleet's replicas (sim.run.run_one)."""
+    result = run_one(exp, key.system, key.rate, key.seed, replica_jobs)
     files = {"requests.csv.gz": csv_gz_bytes(result.requests)}
     if ITERATION_FILES[iterations] is not None:
         files[ITERATION_FILES[iterations]] = iterations_bytes(result.iterations, iterations)
     return RunFiles({**result.summary, "config_digest": digest}, files)
 
 
-def execute_into(exp: Experiment, key: RunKey, digest: str, iterations: str, run_dir: Path) -> dict:
+def execute_into(exp: Experiment, key: RunKey, digest: str, iterations: str, run_dir: Path,
+                 replica_jobs: int = 1) -> dict:
     """One run, written into its folder by the worker that simulated it (one that sees this machine's
     files); only its summary goes back."""
-    return save(execute(exp, key, digest, iterations), run_dir)
+    return save(execute(exp, key, digest, iterations, replica_jobs), run_dir)
 
 
 def save(run: RunFiles, run_dir: Path) -> dict:
@@ -143,11 +146,20 @@ def sweep(exp: Experiment, out_dir: Path, executor: ExecutorSpec | None = None, 
     return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))  # drops config_digest; fixes the column order
 
 
+def replica_jobs(workers: Workers, num_runs: int, replicas: int) -> int:
+    """Processes each run may use for its fleet's replicas: those the runs leave idle, shared out (none when
+    there are as many runs as processes, or the workers cannot start processes of their own)."""
+    if replicas < 2 or not workers.nests_processes:
+        return 1
+    return max(1, workers.width // max(1, num_runs))
+
+
 def _run_pending(exp: Experiment, pending: list[tuple[RunKey, str]], out_dir: Path, workers: Workers,
                  iterations: str, summaries: dict[RunKey, dict], progress, eta: Eta, work: float) -> None:
     run_dirs = [out_dir / "runs" / key.slug for key, _ in pending]
     if workers.same_machine:
-        done = workers.run_all(execute_into, [(exp, k, d, iterations, r) for (k, d), r in zip(pending, run_dirs)])
+        jobs = replica_jobs(workers, len(pending), exp.replicas)
+        done = workers.run_all(execute_into, [(exp, k, d, iterations, r, jobs) for (k, d), r in zip(pending, run_dirs)])
     else:  # the workers send each run's files, and this process writes them
         sent = workers.run_all(execute, [(exp, k, d, iterations) for k, d in pending])
         done = ((i, save(run, run_dirs[i])) for i, run in sent)

@@ -30,7 +30,7 @@ def apart_and_together(monkeypatch, trace, system, cost=ROOFLINE, gpu_blocks=96,
     """The same fleet both ways; asserts the same bytes, returns the records of the default way."""
     default = simulate(trace, MODEL, system, cost, gpu_blocks, 256, rng=np.random.default_rng(0), **kwargs)
     with monkeypatch.context() as patch:
-        patch.setattr(sim.simulate, "serve_apart", lambda *args: None)
+        patch.setattr(sim.simulate, "serve_apart", lambda *args, **kwargs: None)
         together = simulate(trace, MODEL, system, cost, gpu_blocks, 256, rng=np.random.default_rng(0), **kwargs)
     for frame in ("requests_frame", "iterations_frame"):
         assert getattr(default, frame)().to_csv(index=False) == getattr(together, frame)().to_csv(index=False)
@@ -93,3 +93,39 @@ def test_the_collector_freeze_is_undone_and_leaves_anothers_alone():
         assert gc.get_freeze_count() == frozen and kept
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.parametrize("jobs", [2, 3])
+def test_replicas_served_in_other_processes_give_the_same_records(monkeypatch, apart_calls, jobs):
+    trace = random_trace(4, count=200, rate=30.0)
+    apart_and_together(monkeypatch, trace, SYSTEMS["vllm"], replicas=4, jobs=jobs)
+    assert apart_calls and apart_calls[0] is not None and [run.index for run in apart_calls[0]] == [0, 1, 2, 3]
+
+
+def test_an_arrival_tie_in_another_process_falls_back_to_together(monkeypatch, apart_calls):
+    rng = np.random.default_rng(8)
+    trace = Trace(np.sort(rng.integers(0, 400, 150)) * 0.125, rng.integers(5, 200, 150),
+                  rng.integers(2, 200, 150), source="grid")
+    apart_and_together(monkeypatch, trace, SYSTEMS["vllm"], GridCost(), replicas=2, jobs=2)
+    assert apart_calls == [None]
+
+
+def test_a_sweep_gives_its_idle_processes_to_a_fleets_replicas(write_config, small, tmp_path):
+    from sim.config import load_experiment
+    from sim.pool import PoolWorkers, Workers
+    from sim.sweep import replica_jobs, sweep
+
+    pool = PoolWorkers.__new__(PoolWorkers)  # its attributes, without starting processes
+    pool.width, pool.nests_processes = 4, True
+    assert [replica_jobs(pool, runs, 8) for runs in (1, 2, 3, 4, 9)] == [4, 2, 1, 1, 1]
+    assert replica_jobs(pool, 1, 1) == 1 and replica_jobs(Workers(), 1, 8) == 1
+    fleet = small.replace("systems: [fastertransformer, orca-max, orca-pow2, orca-oracle, vllm]",
+                          "systems: [vllm]\nreplicas: 3\nrouter: round_robin").replace("rates: [0.5]", "rates: [1.5]")
+    exp = load_experiment(write_config(fleet))
+    alone = sweep(exp, tmp_path / "one", jobs=1, progress=lambda line: None)
+    shared = sweep(exp, tmp_path / "two", jobs=2, progress=lambda line: None)  # its one run: 2 processes
+    assert alone.to_csv(index=False) == shared.to_csv(index=False)
+    run = next((tmp_path / "one" / "runs").iterdir()).name
+    for name in ("requests.csv.gz", "iterations.parquet"):
+        one, two = (tmp_path / out / "runs" / run / name for out in ("one", "two"))
+        assert one.read_bytes() == two.read_bytes()
