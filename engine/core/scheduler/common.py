@@ -203,7 +203,9 @@ class QueueScheduler(Scheduler):
         self.token_slots.stopped(group)
         group.set_status(status)
 
-    def _batch_for(self, prefill_groups: list[SequenceGroup], decode_groups: list[SequenceGroup]) -> Batch:
+    def _batch_for(self, prefill_groups: list[SequenceGroup], decode_groups: list[SequenceGroup],
+                   decode_seqs: list[Sequence] | None = None) -> Batch:
+        """decode_seqs: the running sequences of decode_groups in order, where the caller has them already."""
         batch = Batch(num_running_groups=len(prefill_groups) + len(decode_groups))
         cached_lens = batch.prefill_cached_lens
         for group in prefill_groups:
@@ -224,7 +226,8 @@ class QueueScheduler(Scheduler):
         if self.num_running_beam_groups:
             batch.beam_groups = [tuple(s.seq_id for s in g.live_seqs())
                                  for g in (*prefill_groups, *decode_groups) if g.is_beam]
-        decodes = [seq for group in decode_groups for seq in group.seqs if seq.status is running]
+        decodes = (decode_seqs if decode_seqs is not None
+                   else [seq for group in decode_groups for seq in group.seqs if seq.status is running])
         batch.decode_seq_ids = [seq.seq_id for seq in decodes]
         batch.decode_context_lens = [seq.length for seq in decodes]
         self._prefilled, self._decoded = prefill_groups, decode_groups

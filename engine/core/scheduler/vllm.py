@@ -106,18 +106,19 @@ class VLLMScheduler(QueueScheduler):
         swap_out: list[tuple[int, int]] = []
         swap_in: list[tuple[int, int]] = []
         preempted: set[int] = set()
-        decode_groups = self._reserve_running(copies, swap_out, preempted)
-        self._swap_in(decode_groups, copies, swap_in, preempted)
+        decode_seqs: list[Sequence] = []  # the running sequences of decode_groups, in order, as appended
+        decode_groups = self._reserve_running(copies, swap_out, preempted, decode_seqs)
+        self._swap_in(decode_groups, copies, swap_in, preempted, decode_seqs)
         prefill_groups = self._admit(preempted) if not self.swapped else []
-        batch = self._batch_for(prefill_groups, decode_groups)
+        batch = self._batch_for(prefill_groups, decode_groups, decode_seqs)
         batch.blocks_to_copy, batch.blocks_to_swap_in, batch.blocks_to_swap_out = copies, swap_in, swap_out
         return batch
 
-    def _reserve_running(self, copies, swap_out, preempted) -> list[SequenceGroup]:
+    def _reserve_running(self, copies, swap_out, preempted, decode_seqs) -> list[SequenceGroup]:
         """A slot for every running sequence, preempting the latest arrivals when short."""
         if self.blocks.gpu.num_free >= self.num_running_seqs:
             # each sequence needs at most one new block: nobody can fail can_append
-            self._append_slots(self.running, copies)
+            self._append_slots(self.running, copies, decode_seqs)
             return list(self.running)
         queue = deque(self.running)
         kept: list[SequenceGroup] = []
@@ -134,15 +135,18 @@ class VLLMScheduler(QueueScheduler):
                     break
             else:
                 append_slots(seqs, copies)
+                decode_seqs.extend(seqs)
                 kept.append(group)
         self.running = kept
         return list(kept)
 
-    def _append_slots(self, groups, copies) -> None:
+    def _append_slots(self, groups, copies, decode_seqs: list[Sequence]) -> None:
         running = SeqStatus.RUNNING
-        self.blocks.append_slots([seq for group in groups for seq in group.seqs if seq.status is running], copies)
+        seqs = [seq for group in groups for seq in group.seqs if seq.status is running]
+        self.blocks.append_slots(seqs, copies)
+        decode_seqs.extend(seqs)
 
-    def _swap_in(self, decode_groups, copies, swap_in, preempted) -> None:
+    def _swap_in(self, decode_groups, copies, swap_in, preempted, decode_seqs) -> None:
         while self.swapped:
             group = self.swapped[0]
             if id(group) in preempted or not self.blocks.can_swap_in(group):
@@ -154,7 +158,7 @@ class VLLMScheduler(QueueScheduler):
             swap_in.extend(mapping)
             self.num_swapped_in_blocks += len(mapping)
             self._start_running(group)
-            self._append_slots((group,), copies)
+            self._append_slots((group,), copies, decode_seqs)
             self._insert_running(group)
             decode_groups.append(group)
 
