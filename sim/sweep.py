@@ -13,6 +13,7 @@ sends the run's files back and this process writes them, so only this machine ne
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,8 +102,9 @@ def save(run: RunFiles, run_dir: Path) -> dict:
     return run.summary
 
 
-def _progress_line(key: RunKey, summary: dict, eta: str) -> str:
-    return (f"  {eta:<19} {key.system.name:<18} rate {key.rate:<6g} seed {key.seed}: "
+def _progress_line(key: RunKey, summary: dict, eta: str, experiment: str = "") -> str:
+    where = f"{experiment}: " if experiment else ""
+    return (f"  {eta:<19} {where}{key.system.name:<18} rate {key.rate:<6g} seed {key.seed}: "
             f"normalized latency {summary['normalized_latency']:.3f} s/token"
             f"{'  (saturated)' if summary['saturated'] else ''}")
 
@@ -119,31 +121,58 @@ def sweep(exp: Experiment, out_dir: Path, executor: ExecutorSpec | None = None, 
     finished before it kept. The workers start only if some run is left to do. Each finished run
     prints a line with the time left: of this sweep, or of all the work `eta` was told to expect."""
     executor = executor or ExecutorSpec("process", jobs)
-    iterations_file = check_iterations_format(iterations)
+    check_iterations_format(iterations)
     out_dir = prepare_out_dir(Path(out_dir))
     keys = run_keys(exp)
-    work = run_work(exp)
     if eta is None:
         eta = Eta()
-        eta.expect(len(keys), work)
-    inputs = input_digest(exp)
-    summaries: dict[RunKey, dict] = {}
-    pending = []
-    for key in keys:
-        digest = config_digest(exp, key.system, key.rate, key.seed, inputs)
-        done = _done(out_dir / "runs" / key.slug, digest, iterations_file)
-        if done is not None:
-            summaries[key] = done
-        else:
-            pending.append((key, digest))
-    eta.skip(len(summaries), work)
+        eta.expect(len(keys), run_work(exp))
+    summaries, pending = plan(exp, out_dir, iterations)
+    eta.skip(len(summaries), run_work(exp))
     if len(summaries):
         progress(f"resuming: {len(summaries)} of {len(keys)} runs already done in {out_dir / 'runs'}")
     if pending:
         with executor.open() as workers:
-            _run_pending(exp, pending, out_dir, workers, iterations, summaries, progress, eta, work)
-    rows = [summaries[key] for key in keys]
+            for run, summary in run_pending(pending, workers, iterations, progress, eta):
+                summaries[run.key] = summary
+    return summary_frame([summaries[key] for key in keys])
+
+
+def summary_frame(rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))  # drops config_digest; fixes the column order
+
+
+@dataclass(frozen=True)
+class PendingRun:
+    """A run not done yet in its sweep's folder."""
+
+    exp: Experiment
+    key: RunKey
+    digest: str  # of its configuration and inputs (sim/fingerprint.py)
+    run_dir: Path
+
+    @property
+    def work(self) -> float:
+        return run_work(self.exp)
+
+
+def plan(exp: Experiment, out_dir: Path, iterations: str = DEFAULT_ITERATIONS
+         ) -> tuple[dict[RunKey, dict], list[PendingRun]]:
+    """The summaries of the experiment's runs already done in out_dir (same config, inputs and iterations
+    format), and the runs left to do."""
+    iterations_file = check_iterations_format(iterations)
+    inputs = input_digest(exp)
+    summaries: dict[RunKey, dict] = {}
+    pending = []
+    for key in run_keys(exp):
+        digest = config_digest(exp, key.system, key.rate, key.seed, inputs)
+        run_dir = Path(out_dir) / "runs" / key.slug
+        done = _done(run_dir, digest, iterations_file)
+        if done is not None:
+            summaries[key] = done
+        else:
+            pending.append(PendingRun(exp, key, digest, run_dir))
+    return summaries, pending
 
 
 def replica_jobs(workers: Workers, num_runs: int, replicas: int) -> int:
@@ -154,16 +183,26 @@ def replica_jobs(workers: Workers, num_runs: int, replicas: int) -> int:
     return max(1, workers.width // max(1, num_runs))
 
 
-def _run_pending(exp: Experiment, pending: list[tuple[RunKey, str]], out_dir: Path, workers: Workers,
-                 iterations: str, summaries: dict[RunKey, dict], progress, eta: Eta, work: float) -> None:
-    run_dirs = [out_dir / "runs" / key.slug for key, _ in pending]
+def run_pending(pending: list[PendingRun], workers: Workers, iterations: str, progress, eta: Eta
+                ) -> Iterator[tuple[PendingRun, dict]]:
+    """Simulate and save the runs (of one experiment or several) on the workers; yields each with its summary
+    as it finishes, after printing its progress line."""
     if workers.same_machine:
-        jobs = replica_jobs(workers, len(pending), exp.replicas)
-        done = workers.run_all(execute_into, [(exp, k, d, iterations, r, jobs) for (k, d), r in zip(pending, run_dirs)])
+        replicas = max(run.exp.replicas for run in pending)
+        jobs = replica_jobs(workers, len(pending), replicas)
+        done = workers.run_all(execute_into, [(r.exp, r.key, r.digest, iterations, r.run_dir,
+                                               jobs if r.exp.replicas > 1 else 1) for r in pending])
     else:  # the workers send each run's files, and this process writes them
-        sent = workers.run_all(execute, [(exp, k, d, iterations) for k, d in pending])
-        done = ((i, save(run, run_dirs[i])) for i, run in sent)
+        sent = workers.run_all(execute, [(r.exp, r.key, r.digest, iterations) for r in pending])
+        done = ((i, save(run, pending[i].run_dir)) for i, run in sent)
+    several = len({id(run.exp) for run in pending}) > 1
     for i, summary in done:  # each run saved as it finishes, whatever the order
-        key = pending[i][0]
-        summaries[key] = summary
-        progress(_progress_line(key, summary, eta.finished(work)))
+        run = pending[i]
+        progress(_progress_line(run.key, summary, eta.finished(run.work), run.exp.name if several else ""))
+        yield run, summary
+
+
+def run_cost(run: PendingRun) -> float:
+    """A run's relative cost, to start the costliest first: requests simulated, times their sequences."""
+    workload = run.exp.workload
+    return workload.duration_s * run.key.rate * max(workload.n or 1, workload.beam_width or 1)

@@ -20,7 +20,7 @@ import pandas as pd
 
 from engine.atomic import remove_stale_temporaries
 from sim.config import Experiment, apply_overrides, experiment_from_dict, load_experiment, read_config
-from sim.output import prepare_out_dir, write_csv
+from sim.output import DEFAULT_ITERATIONS, prepare_out_dir, write_csv
 from sim.pool import ExecutorSpec
 from sim.progress import Eta, duration_text
 from sim.reproduce.figures import Figure, Panel, Source, paper_config, select
@@ -29,7 +29,7 @@ from sim.reproduce.readings import THRESHOLD_S_PER_TOKEN
 from sim.reproduce.results import Results
 from sim.reproduce.scale import PAPER, PREDICTED, Scale
 from sim.reproduce.table import write_table
-from sim.sweep import run_keys, run_work, sweep
+from sim.sweep import PendingRun, plan, run_cost, run_keys, run_pending, summary_frame, sweep
 
 # a workload label's arrival process and rate (sim/workload/config.py), which differ between the runs of a figure
 ARRIVALS = re.compile(r"; \w+( cv=\S+)? arrivals at \S+ req/s for \S+ s")
@@ -70,14 +70,14 @@ def reproduce(names: list[str], out_dir: Path, scale: Scale = PAPER, jobs: int =
     out_dir = prepare_out_dir(Path(out_dir))
     plans = {figure.name: load_sweeps(figure, scale) for figure in figures}
     predicted = {figure.name: predicted_rows(figure) for figure in figures}
+    sweeps_dir = out_dir / "sweeps" / scale.name
     eta = Eta()
-    for sweeps in plans.values():
-        for s in sweeps:
-            eta.expect(len(run_keys(s.experiment)), run_work(s.experiment))
     progress(f"servesim: reproducing {', '.join(plans)} ({scale.description}) -> {out_dir}")
     executor = ExecutorSpec("process", jobs)
+    run_every_pending([(sweeps_dir / s.source.runs_dir, s.experiment) for sweeps in plans.values() for s in sweeps],
+                      executor, eta, progress)
     for figure in figures:
-        rows = [_run(s, figure, out_dir / "sweeps" / scale.name, scale, executor, eta, progress)
+        rows = [_run(s, figure, sweeps_dir, scale, executor, eta, progress)
                 for s in plans[figure.name]] + predicted[figure.name]
         paths = write_figure(figure, pd.concat(rows, ignore_index=True), out_dir / figure.name, scale)
         progress(f"{figure.name}: wrote {', '.join(p.name for p in paths)} in {out_dir / figure.name}")
@@ -86,12 +86,38 @@ def reproduce(names: list[str], out_dir: Path, scale: Scale = PAPER, jobs: int =
     return table
 
 
+def run_every_pending(sweeps: list[tuple[Path, Experiment]], executor: ExecutorSpec, eta: Eta, progress) -> None:
+    """Every run not done yet in these sweep folders (sweeps sharing a folder pick different runs of it), in
+    one pool, costliest first: a sweep at a time left all processes but one idle while each config's last
+    run finished."""
+    pending: dict[Path, PendingRun] = {}
+    done: set[Path] = set()
+    for out, exp in sweeps:
+        summaries, todo = plan(exp, prepare_out_dir(out))
+        done.update(out / "runs" / key.slug for key in summaries)
+        for run in todo:
+            pending.setdefault(run.run_dir, run)
+    if done:
+        progress(f"resuming: {len(done)} runs already done in {len({out for out, _ in sweeps})} sweep folders")
+    if not pending:
+        return
+    runs = sorted(pending.values(), key=run_cost, reverse=True)
+    for run in runs:
+        eta.expect(1, run.work)
+    progress(f"{len(runs)} runs of {len({run.exp.name for run in runs})} configs, costliest first")
+    with executor.open() as workers:
+        for _ in run_pending(runs, workers, DEFAULT_ITERATIONS, progress, eta):
+            pass
+
+
 def _run(s: Sweep, figure: Figure, sweeps_dir: Path, scale: Scale, executor: ExecutorSpec, eta: Eta,
          progress) -> pd.DataFrame:
     exp = s.experiment
-    progress(f"{figure.name} {s.panel.id or ''}{' ' + s.source.label if s.source.label else ''}: {exp.name}, "
-             f"{len(exp.systems)} systems x {len(exp.rates)} rates, {exp.workload.duration_s:g} s traces")
-    summary = sweep(exp, sweeps_dir / s.source.runs_dir, executor=executor, progress=progress, eta=eta)
+    summaries, pending = plan(exp, sweeps_dir / s.source.runs_dir)
+    if pending:  # not done by run_every_pending: only if something changed the folder since
+        summary = sweep(exp, sweeps_dir / s.source.runs_dir, executor=executor, progress=progress, eta=eta)
+    else:
+        summary = summary_frame([summaries[key] for key in run_keys(exp)])
     systems = {system.name: system for system in exp.systems}
     return summary.assign(
         figure=figure.name, panel=s.panel.id, series=s.source.label, scale=scale.description,

@@ -90,13 +90,27 @@ def test_progress_has_one_line_per_run_with_the_time_left(reproduced):
     assert int(counts[-1].group(2)) == len(counts)
 
 
+def test_every_figures_runs_go_through_one_pool_costliest_first(reproduced):
+    _, _, lines = reproduced
+    assert sum("costliest first" in line for line in lines) == 1  # one pool for every config's runs
+    runs = [re.search(r"\]\s+(\S+): .* rate (\S+) +seed", line) for line in lines if "left]" in line]
+    assert all(runs) and len({run.group(1) for run in runs}) > 1  # each line names its config
+    # in one process the runs finish in the order they start: by cost, which falls as the rate does within a
+    # config and workload
+    seen: dict[str, float] = {}
+    for run in runs:
+        config, rate = run.group(1), float(run.group(2))
+        assert rate <= seen.get(config, rate), f"{config} ran rate {rate} after a lower one"
+        seen[config] = rate
+
+
 def test_a_second_call_simulates_nothing_and_writes_the_same_bytes(reproduced):
     out, _, _ = reproduced
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and "sweeps" not in p.parts}
     lines = []
     reproduce(["all"], out, TINY, jobs=1, progress=lines.append)
     assert not [line for line in lines if "left]" in line]
-    assert sum("resuming" in line for line in lines) == sum(len(f.sources) for f in FIGURES.values())
+    assert sum("resuming" in line for line in lines) == 1  # every run of every figure found done
     after = {p: p.read_bytes() for p in before}
     assert [p.name for p in before if before[p] != after[p]] == []
 
