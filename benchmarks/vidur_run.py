@@ -39,6 +39,7 @@ class VidurRun:
     block_size: int
     watermark: float
     max_tokens_in_batch: int
+    native_predictor: bool = False  # Vidur's C++ execution-time lookup (use_native_execution_time_predictor)
 
 
 def vidur_version(python: Path) -> str | None:
@@ -81,6 +82,8 @@ def vidur_command(run: VidurRun) -> list[str]:
     }
     # plots need kaleido's Chrome, which an offline machine lacks; the Chrome trace is a debugging aid
     switches = ["--no-metrics_config_store_plots", "--no-metrics_config_enable_chrome_trace"]
+    if run.native_predictor:
+        switches.append(f"{predictor}_use_native_execution_time_predictor")
     return [str(run.python), "-m", "vidur.main", *[str(a) for kv in flags.items() for a in kv], *switches]
 
 

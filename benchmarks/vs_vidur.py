@@ -77,6 +77,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "servesim-vs-vidur",
                         help="where Vidur's inputs and trained models are kept between runs")
     parser.add_argument("--core", type=int, default=1, help="the CPU both simulators are pinned to")
+    parser.add_argument("--vidur-native", action="store_true",
+                        help="Vidur's C++ execution-time lookup (use_native_execution_time_predictor; off by default)")
     return parser.parse_args(argv)
 
 
@@ -124,7 +126,7 @@ def prepare_vidur(args: argparse.Namespace, exp: Experiment, work: Path) -> Vidu
     cap = system.max_num_batched_tokens
     return VidurRun(args.vidur_python, trace_csv, datasets, vidur_cache, work / "vidur-out",
                     exp.kv_pool(system).num_gpu_blocks, system.block_size, system.watermark,
-                    cap if cap is not None else MAX_MODEL_LEN)
+                    cap if cap is not None else MAX_MODEL_LEN, args.vidur_native)
 
 
 def settings(exp: Experiment, run: VidurRun) -> list[tuple[str, str, str]]:
@@ -146,7 +148,8 @@ def settings(exp: Experiment, run: VidurRun) -> list[tuple[str, str, str]]:
          "an iteration of new prompts whenever any can be admitted, decodes wait (its vLLM scheduler)"),
         ("preemption", f"{system.preemption} (recompute for one sequence)", "recompute (restart)"),
         ("linear layers, norms, activations", "servesim's fit of the A100 per-op measurements",
-         f"random forests ({PREDICTOR}, its default grid) on the same measurements"),
+         f"random forests ({PREDICTOR}, its default grid) on the same measurements, tabulated; looked up in "
+         f"{'C++ (--vidur-native)' if run.native_predictor else 'Python (its default)'}"),
         ("attention", "roofline formula (KV bytes read, per-block cost, prefill n^2)",
          "stand-in table from the same formula; decode KV rounded up to 256 tokens, a prefill priced as a "
          "chunk over its own length cached"),

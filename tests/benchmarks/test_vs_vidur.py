@@ -4,6 +4,7 @@ exports (the run's own requests, in Vidur's trace-replay columns and units), the
 dataset layout, Vidur's command line, and the skip when Vidur or the measurements are missing."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import lzma
 import math
@@ -132,6 +133,8 @@ def test_vidurs_command_carries_the_deployment(tmp_path):
     assert flags["--vllm_scheduler_config_max_tokens_in_batch"] == "2560"
     assert flags["--trace_request_generator_config_trace_file"] == str(tmp_path / "trace.csv")
     assert flags["--random_forrest_execution_time_predictor_config_model_profiling_dataset"] == "org/compute"
+    native = "--random_forrest_execution_time_predictor_config_use_native_execution_time_predictor"
+    assert native not in command and native in vidur_command(dataclasses.replace(run, native_predictor=True))
     assert vidur_env()["HF_HUB_OFFLINE"] == "1"
     assert trained_models("x\nINFO Trained model attn_decode and found\nINFO Trained model add\n") == 2
 
