@@ -16,6 +16,7 @@ priced by servesim's own cost model (benchmarks/vidur_attention.py). Vidur's fir
 
     PYTHONPATH=. python benchmarks/vs_vidur.py [--vidur-python ../vidur-venv/bin/python]
         [--measurements ../shared/reference/gpu-measurements] [--cache ~/.cache/servesim-vs-vidur] [--core 1]
+        [--repeats 1] [--vidur-native]
 
 Skips (a message, exit 0) where Vidur or the measurements cannot be found. Install Vidur with
     python3.11 -m venv ../vidur-venv && ../vidur-venv/bin/pip install vidur==0.0.26
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import threading
 from pathlib import Path
@@ -77,9 +79,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "servesim-vs-vidur",
                         help="where Vidur's inputs and trained models are kept between runs")
     parser.add_argument("--core", type=int, default=1, help="the CPU both simulators are pinned to")
+    parser.add_argument("--repeats", type=int, default=1, help="timed processes of each simulator (median printed)")
     parser.add_argument("--vidur-native", action="store_true",
                         help="Vidur's C++ execution-time lookup (use_native_execution_time_predictor; off by default)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    return args
 
 
 def check_inputs(args: argparse.Namespace) -> str:
@@ -220,20 +226,40 @@ def vidur_means(run: VidurRun) -> tuple[float, float, int]:
     return metrics["request_e2e_time"].mean(), metrics["prefill_e2e_time"].mean(), len(metrics)
 
 
-def run_vidur_timed(run: VidurRun) -> tuple[float, float]:
-    """Vidur's timed run, after a first run that trains its models when they are not cached yet."""
+def first_vidur_run(run: VidurRun) -> tuple[float, float] | None:
+    """Vidur's first run: (wall s, peak RSS MB) to count as a timed run where its models were cached, else
+    None after reporting the run that trained them apart."""
     print(f"Vidur {VERSION}: first run (trains and caches its models if {run.cache_dir} lacks them) ...", flush=True)
     wall_s, peak_mb, trained = vidur_process(run, "Vidur run 1")
     if not trained:
-        print(f"  models were cached: run 1 is the timed run ({wall_s:.1f} s)")
+        print(f"  models were cached: run 1 is a timed run ({wall_s:.1f} s, {peak_mb:.0f} MB)")
         return wall_s, peak_mb
-    print(f"  first run: {duration_text(wall_s)} ({wall_s:.0f} s), training {trained} models and simulating once; "
+    print(f"  first run: {duration_text(wall_s)} ({wall_s:.0f} s) training {trained} models, then simulating once; "
           f"peak RSS {peak_mb:.0f} MB")
-    wall_s, peak_mb, trained = vidur_process(run, "Vidur run 2")
-    if trained:
-        raise SystemExit(f"Vidur trained {trained} models again in its second run: its cache at {run.cache_dir} "
-                         "was not reused")
-    return wall_s, peak_mb
+    return None
+
+
+def timed_runs(run: VidurRun, work: Path, repeats: int) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """(servesim's, Vidur's) (wall s, peak RSS MB) of `repeats` whole processes each, alternating."""
+    first = first_vidur_run(run)
+    theirs = [first] if first is not None else []
+    ours: list[tuple[float, float]] = []
+    while len(ours) < repeats or len(theirs) < repeats:
+        if len(ours) < repeats:
+            ours.append(servesim_run(work / f"servesim-{len(ours)}", TRACES[TRACE], "parquet"))
+            print(f"  servesim run {len(ours)}: {ours[-1][0]:.2f} s, {ours[-1][1]:.0f} MB", flush=True)
+        if len(theirs) < repeats:
+            label = f"Vidur run {len(theirs) + (1 if first is not None else 2)}"
+            wall_s, peak_mb, trained = vidur_process(run, label)
+            if trained:
+                raise SystemExit(f"{label} trained {trained} models again: its cache at {run.cache_dir} was not reused")
+            theirs.append((wall_s, peak_mb))
+            print(f"  {label}: {wall_s:.2f} s, {peak_mb:.0f} MB", flush=True)
+    return ours, theirs
+
+
+def median_process(samples: list[tuple[float, float]]) -> tuple[float, float]:
+    return statistics.median(w for w, _ in samples), statistics.median(m for _, m in samples)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -252,10 +278,10 @@ def main(argv: list[str] | None = None) -> None:
               f"(calibrate/profiles/a100-80gb-linear.yaml's roofline), not Vidur's measured table; "
               f"datasets {run.datasets.compute}, {run.datasets.network}")
         print_settings(settings(exp, run))
-        vidur_wall, vidur_rss = run_vidur_timed(run)
-        servesim_wall, servesim_rss = servesim_run(work / "servesim-out", TRACES[TRACE], "parquet")
-        report(servesim_means(work / "servesim-out"), vidur_means(run), (servesim_wall, servesim_rss),
-               (vidur_wall, vidur_rss))
+        ours, theirs = timed_runs(run, work, args.repeats)
+        print(f"median of {args.repeats} whole processes each:")
+        report(servesim_means(work / f"servesim-{args.repeats - 1}"), vidur_means(run), median_process(ours),
+               median_process(theirs))
 
 
 def report(ours: tuple[float, float, int], theirs: tuple[float, float, int], our_process: tuple[float, float],
