@@ -26,22 +26,33 @@ TRACES = {  # name: --set overrides of configs/quickstart.yaml
 FORMATS = ("csv", "parquet", "none")
 
 
+def run_sets(overrides: list[str]) -> list[str]:
+    """The --set values of one trace's run: one hour at 2 req/s under vLLM, then the trace's own."""
+    return [f"workload.duration_s={3600}", "systems=[vllm]", "rates=[2]", *overrides]
+
+
+def timed_process(command: list[str], cwd: Path, env: dict, log) -> tuple[float, float, int]:
+    """(wall seconds, peak RSS in MB, exit code) of one process, its output to the open file `log`.
+    os.wait4 gives the process's own peak RSS, as the user's `time -v` would."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall_s = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return wall_s, usage.ru_maxrss / 1024, proc.returncode
+
+
 def servesim_run(out: Path, overrides: list[str], fmt: str) -> tuple[float, float]:
     """(wall seconds, peak RSS in MB) of one `servesim run` process."""
-    sets = [f"workload.duration_s={3600}", "systems=[vllm]", "rates=[2]", *overrides]
     command = [sys.executable, "-m", "sim.cli", "run", str(ROOT / "configs" / "quickstart.yaml"), "--out", str(out),
-               "--jobs", "1", "--iterations", fmt, *[arg for s in sets for arg in ("--set", s)]]
+               "--jobs", "1", "--iterations", fmt, *[arg for s in run_sets(overrides) for arg in ("--set", s)]]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with tempfile.TemporaryFile() as log:
-        started = time.perf_counter()
-        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall_s = time.perf_counter() - started
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode != 0:
+        wall_s, peak_mb, code = timed_process(command, ROOT, env, log)
+        if code != 0:
             log.seek(0)
-            raise SystemExit(f"servesim run failed ({proc.returncode}):\n{log.read().decode()}")
-    return wall_s, usage.ru_maxrss / 1024
+            raise SystemExit(f"servesim run failed ({code}):\n{log.read().decode()}")
+    return wall_s, peak_mb
 
 
 def main() -> None:

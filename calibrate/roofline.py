@@ -223,5 +223,9 @@ class RooflineCostModel(CostModel):
             t += batch.decode_blocks(self.block_size) * self._s_per_decode_block
         return t
 
+    def prefill_attention_time(self, batch: ShapeMetrics) -> float:
+        """The prefills' causal attention work, plus reading a cached prefix's KV as a decode reads its context."""
+        return batch.sum_prefill_sq * self._s_per_prompt_sq + batch.sum_prefill_cached * self._s_per_context_token
+
     def swap_time(self, num_blocks: int) -> float:
         return num_blocks * self._s_swap_per_block

@@ -142,3 +142,20 @@ def test_a_prefill_over_a_cached_prefix_costs_its_attention_not_its_linear_layer
     zeros = prefill([40])
     zeros.prefill_cached_lens.append(0)
     assert zeros.sum_prefill_sq == 1600 and zeros.shape() == prefill([40]).shape()
+
+
+def test_attention_times_are_what_attention_adds_to_an_iteration(opt13b, a100):
+    """decode_attention_time and prefill_attention_time (benchmarks/vidur_attention.py tabulates them) are the
+    part of iteration_time that the contexts and the cached prefix change, and nothing else."""
+    from engine.core.batch import BatchShape
+
+    cost = RooflineCostModel(opt13b, a100)
+    decodes, no_context = BatchShape(decode_context_lens=(300, 17, 64)), BatchShape(decode_context_lens=(0, 0, 0))
+    assert cost.decode_attention_time(no_context) == 0
+    assert cost.iteration_time(decodes) - cost.iteration_time(no_context) == pytest.approx(
+        cost.decode_attention_time(decodes), rel=1e-9)
+    own, cached = BatchShape((40,)), BatchShape((40,), prefill_cached_lens=(336,))
+    assert cost.iteration_time(cached) - cost.iteration_time(own) == pytest.approx(
+        cost.prefill_attention_time(cached) - cost.prefill_attention_time(own), rel=1e-9)
+    assert cost.prefill_attention_time(own) == pytest.approx(
+        2 * 40**2 * opt13b.hidden_size * opt13b.num_layers / (a100.peak_flops * RooflineParams().compute_efficiency))
