@@ -45,14 +45,21 @@ class ReplicaRun:
 
 def serve_apart(trace: Trace, wakes: list[float], fleet: FleetSetup, jobs: int = 1) -> list[ReplicaRun] | None:
     """Every replica simulated alone, in `jobs` processes (replica i in process i % jobs); None when one of
-    them ended an iteration exactly when a request reached it (see the module's docstring)."""
+    them ended an iteration exactly when a request reached it (see the module's docstring), or failed: the
+    shared simulation then raises the error it meets first in simulated time, whichever replica it is."""
     jobs = max(1, min(jobs, fleet.replicas))
     if jobs == 1:
-        return serve_replicas(trace, wakes, fleet, range(fleet.replicas))
+        try:
+            return serve_replicas(trace, wakes, fleet, range(fleet.replicas))
+        except Exception:
+            return None
     pool = worker_pool(jobs)  # as a sweep's: workers that leave with their parent, Ctrl-C left to it
     try:
         parts = list(pool.map(_serve_packed, *zip(*[(trace, wakes, fleet, range(j, fleet.replicas, jobs))
                                                      for j in range(jobs)])))
+    except Exception:
+        stop_pool(pool)
+        return None
     except BaseException:
         stop_pool(pool)
         raise

@@ -129,3 +129,21 @@ def test_a_sweep_gives_its_idle_processes_to_a_fleets_replicas(write_config, sma
     for name in ("requests.csv.gz", "iterations.parquet"):
         one, two = (tmp_path / out / "runs" / run / name for out in ("one", "two"))
         assert one.read_bytes() == two.read_bytes()
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_an_error_apart_is_the_error_the_shared_simulation_meets_first(monkeypatch, apart_calls, jobs):
+    from engine.specs.errors import SpecError
+    from tests.sim.test_fastforward import NanAfter
+
+    messages = []
+    for together in (False, True):
+        with monkeypatch.context() as patch:
+            if together:
+                patch.setattr(sim.simulate, "serve_apart", lambda *args, **kwargs: None)
+            with pytest.raises(SpecError) as err:
+                simulate(random_trace(1, count=60, rate=10.0), MODEL, SYSTEMS["vllm"], NanAfter(), 96, 256,
+                         replicas=3, jobs=jobs)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1] and "nan" in messages[0]
+    assert apart_calls == [None]
