@@ -172,3 +172,28 @@ def test_a_replayed_beam_trace_states_its_parent_model_once(write_config, tmp_pa
     replay = load_experiment(write_config(text, "replay.yaml"))
     source = trace_for(replay, 4.0, 0).source
     assert source.count("beam search") == 1 and "beam_continue=0.5" in source, source
+
+
+@pytest.mark.parametrize("block_size", [1, 4, 16])
+@pytest.mark.parametrize("prefix", [0, 40])
+def test_the_held_slots_of_beams_in_lockstep_are_those_counted_block_by_block(monkeypatch, block_size, prefix):
+    from dataclasses import replace
+
+    from engine.core.block_manager import BlockManager
+    from tests.sim.test_fastforward import MODEL, ROOFLINE, SYSTEMS, random_trace
+
+    checked = []
+    counted = BlockManager.held_token_slots
+
+    def both(self, group):
+        slots = counted(self, group)
+        assert slots == self._held_token_slots_by_block(group), (group.request_id, [s.length for s in group.seqs])
+        checked.append(slots)
+        return slots
+
+    monkeypatch.setattr(BlockManager, "held_token_slots", both)
+    system = replace(SYSTEMS["vllm"], block_size=block_size, watermark=0.0)
+    for beam_continue in (0.3, 0.93):  # many forks and copies on write, and few
+        simulate(random_trace(12, count=60, rate=6.0, beams=4, prefix=prefix), MODEL, system, ROOFLINE,
+                 4096 // block_size, 1024, rng=np.random.default_rng(3), beam_continue=beam_continue)
+    assert len(checked) > 100
