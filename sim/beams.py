@@ -43,16 +43,16 @@ class BeamParentModel:
         decoded = [ids for ids in batch.beam_groups if ids not in prefilled]
         if not decoded:
             return {}
-        widths = np.array([len(ids) for ids in decoded])
-        total = int(widths.sum())
-        stays = self.rng.random(total) < self.beam_continue
-        # each candidate's uniform draw among its own group's beams
-        drawn = np.floor(self.rng.random(total) * np.repeat(widths, widths)).astype(np.int64)
-        own = np.arange(total) - np.repeat(np.cumsum(widths) - widths, widths)
-        choice = np.where(stays, own, drawn).tolist()
+        total = sum(map(len, decoded))
+        stays = (self.rng.random(total) < self.beam_continue).tolist()
+        uniform = self.rng.random(total).tolist()
+        # candidate j of a group of width k continues its own beam, or the beam int(u k) drawn uniformly (the
+        # float u k and its floor are numpy's; in Python, as a batch holds only a few beams a step)
         forks: dict[int, int] = {}
         start = 0
         for ids in decoded:
-            forks.update(beam_parents(ids, [ids[j] for j in choice[start:start + len(ids)]]))
-            start += len(ids)
+            width = len(ids)
+            parents = [ids[j] if stays[start + j] else ids[int(uniform[start + j] * width)] for j in range(width)]
+            forks.update(beam_parents(ids, parents))
+            start += width
         return forks
