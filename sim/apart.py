@@ -66,7 +66,11 @@ def serve_apart(trace: Trace, wakes: list[float], fleet: FleetSetup, jobs: int =
     pool.shutdown()
     if any(part is None for part in parts):
         return None
-    return sorted((_unpacked(run) for part in parts for run in part), key=lambda run: run.index)
+    runs = []
+    for part in parts:  # each replica's bytes let go of as soon as its columns hold them
+        while part:
+            runs.append(_unpacked(part.pop()))
+    return sorted(runs, key=lambda run: run.index)
 
 
 def serve_replicas(trace: Trace, wakes: list[float], fleet: FleetSetup, indices: Sequence[int]

@@ -145,5 +145,6 @@ def merged_records(runs: list[ReplicaRun]) -> Records:
 def merged_column(parts: tuple[array, ...], order: np.ndarray) -> array:
     """One iteration column of every replica, end to end, then taken in `order`."""
     merged = array(parts[0].typecode)
-    merged.frombytes(np.concatenate([np.frombuffer(part, dtype=part.typecode) for part in parts])[order].tobytes())
+    taken = np.concatenate([np.frombuffer(part, dtype=part.typecode) for part in parts])[order]
+    merged.frombytes(memoryview(taken).cast("B"))  # the taken values' own bytes, not a copy of them first
     return merged
