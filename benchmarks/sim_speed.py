@@ -57,22 +57,17 @@ def measure(name: str, fleet_duration_s: float, jobs: int = 1) -> dict:
     trace = trace_for(exp, rate, 0)
     cost_model = make_cost_model(exp, system)
     walls, digests, counts = {}, {}, {}
-    for fast in (False, True):
+    ways = {False: {"fast_forward": False}, True: {"fast_forward": True}}
+    if exp.replicas > 1 and jobs > 1:  # the fleet's replicas in `jobs` processes too (sim/apart.py)
+        ways["jobs"] = {"jobs": jobs}
+    for way, kwargs in ways.items():
         gc.collect()  # neither run pays for the other's garbage
         started = time.perf_counter()
-        records, _ = simulate_trace(exp, system, trace, cost_model, np.random.default_rng(0), fast_forward=fast)
-        walls[fast] = time.perf_counter() - started
+        records, _ = simulate_trace(exp, system, trace, cost_model, np.random.default_rng(0), **kwargs)
+        walls[way] = time.perf_counter() - started
         columns = tuple(bytes(column) for column in records.iteration_columns)
-        digests[fast] = hashlib.sha256(pickle.dumps((columns, records.request_values))).digest()
-        counts[fast] = records.num_iterations
-        del records
-    if exp.replicas > 1 and jobs > 1:  # the fleet's replicas in `jobs` processes (sim/apart.py)
-        gc.collect()
-        started = time.perf_counter()
-        records, _ = simulate_trace(exp, system, trace, cost_model, np.random.default_rng(0), jobs=jobs)
-        walls["jobs"] = time.perf_counter() - started
-        columns = tuple(bytes(column) for column in records.iteration_columns)
-        digests["jobs"] = hashlib.sha256(pickle.dumps((columns, records.request_values))).digest()
+        digests[way] = hashlib.sha256(pickle.dumps((columns, records.request_values))).digest()
+        counts[way] = records.num_iterations
         del records
     iterations = counts[True]
     forwarded = Counted.last.num_forwarded / iterations if Counted.last is not None and iterations else 0.0

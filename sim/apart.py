@@ -26,7 +26,7 @@ from engine.core.serving import ReplayRequest
 from sim.fastforward import Alarm
 from sim.pool import stop_pool, worker_pool
 from sim.records import Records
-from sim.replica import Replica
+from sim.replica import Replica, run_to_end
 from sim.workload.trace import Trace
 
 if TYPE_CHECKING:
@@ -76,8 +76,6 @@ def serve_apart(trace: Trace, wakes: list[float], fleet: FleetSetup, jobs: int =
 def serve_replicas(trace: Trace, wakes: list[float], fleet: FleetSetup, indices: Sequence[int]
                    ) -> list[ReplicaRun] | None:
     """These replicas of the fleet, one at a time, each on its own clock; None at an arrival tie."""
-    from sim.simulate import run_to_end  # the one way a simulation ends; simulate imports this module
-
     forward, runs = fleet.forward(wakes), []
     for index in indices:
         env = simpy.Environment()

@@ -115,7 +115,7 @@ def first_error_in_order(finished: Iterator[tuple[int, Callable[[], object]]], n
 def call_detached(fn: Callable, *args):
     """fn(*args) in a worker, whose error travels back pickled. A context the raiser suppressed (`raise
     ... from None`) is dropped from the error's chain first: it may lead back to the error itself
-    (sim/simulate.py re-raises the SpecError that a ClockFault carried), and a pickler that follows
+    (sim.replica.run_to_end re-raises the SpecError that a ClockFault carried), and a pickler that follows
     chains (tblib's, which importing distributed installs for every exception, in a process and the
     processes it forks) recurses without end: the process pool breaks, Dask sends a bare Exception."""
     try:

@@ -21,7 +21,7 @@ from sim.fastforward import FastForward, Stretch
 
 
 class ClockFault(Exception):
-    """Carries a SpecError out of the SimPy process to `simulate`, which raises the SpecError itself.
+    """Carries a SpecError out of the SimPy process to `run_to_end`, which raises the SpecError itself.
 
     SimPy re-raises a failed process's exception as `type(e)(*e.args)`; a SpecError, built from a
     file, a key and a message, does not survive that, a one-argument wrapper does.
@@ -104,3 +104,14 @@ class Replica:
             f"step time {seconds!r} s for a batch of {batch.num_prefills} prefills ({batch.num_prefill_tokens} "
             f"tokens) and {batch.num_decodes} decodes{swaps}, at {self.env.now:.6g} s on replica {self.index}; "
             f"every step must take a finite, non-negative number of seconds"))
+
+
+def run_to_end(env: simpy.Environment, fleet: list[Replica]) -> None:
+    """Run the simulation until nothing is left to happen, then record what the horizon left unfinished."""
+    try:
+        env.run()
+    except ClockFault as fault:
+        raise fault.args[0] from None
+    for replica in fleet:
+        replica.core.record_unfinished()
+        replica.core.close()

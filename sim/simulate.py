@@ -19,7 +19,7 @@ from sim.apart import ReplicaRun, serve_apart
 from sim.beams import DEFAULT_BEAM_CONTINUE, BeamParentModel
 from sim.fastforward import FastForward, arrival_event_times
 from sim.records import Records
-from sim.replica import ClockFault, Replica
+from sim.replica import Replica, run_to_end
 from sim.router import arrivals
 from sim.workload.trace import Trace
 
@@ -114,17 +114,6 @@ def serve_together(trace: Trace, wakes: list[float], fleet: FleetSetup, router: 
     env.process(arrivals(env, trace, replicas, router))
     run_to_end(env, replicas)
     return [ReplicaRun(r.index, r.core.records, r.iteration_ends) for r in replicas]
-
-
-def run_to_end(env: simpy.Environment, fleet: list[Replica]) -> None:
-    """Run the simulation until nothing is left to happen, then record what the horizon left unfinished."""
-    try:
-        env.run()
-    except ClockFault as fault:
-        raise fault.args[0] from None
-    for replica in fleet:
-        replica.core.record_unfinished()
-        replica.core.close()
 
 
 def merged_records(runs: list[ReplicaRun]) -> Records:

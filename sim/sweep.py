@@ -188,10 +188,8 @@ def run_pending(pending: list[PendingRun], workers: Workers, iterations: str, pr
     """Simulate and save the runs (of one experiment or several) on the workers; yields each with its summary
     as it finishes, after printing its progress line."""
     if workers.same_machine:
-        replicas = max(run.exp.replicas for run in pending)
-        jobs = replica_jobs(workers, len(pending), replicas)
         done = workers.run_all(execute_into, [(r.exp, r.key, r.digest, iterations, r.run_dir,
-                                               jobs if r.exp.replicas > 1 else 1) for r in pending])
+                                               replica_jobs(workers, len(pending), r.exp.replicas)) for r in pending])
     else:  # the workers send each run's files, and this process writes them
         sent = workers.run_all(execute, [(r.exp, r.key, r.digest, iterations) for r in pending])
         done = ((i, save(run, pending[i].run_dir)) for i, run in sent)

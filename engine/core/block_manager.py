@@ -143,23 +143,16 @@ class BlockManager:
             self.block_tables[seq.seq_id] = prefix + own
 
     # --- growth ----------------------------------------------------------------
-    def can_append(self, group: SequenceGroup) -> bool:
-        return self.can_append_seqs(sum(1 for s in group.seqs if s.status is SeqStatus.RUNNING))
-
-    def can_append_seqs(self, num_running_seqs: int) -> bool:
-        """can_append for a group of that many running sequences."""
+    def can_append(self, num_running_seqs: int) -> bool:
+        """Whether a group of that many running sequences may take its next slots."""
         # conservative, as the paper-era code: one new block per running sequence
         return num_running_seqs <= self.gpu.num_free
 
     def append_slot(self, seq: Sequence) -> tuple[int, int] | None:
         """Make room for the token at position length-1; returns a (src, dst) copy if CoW."""
-        table = self.block_tables[seq.seq_id]
-        if len(table) * self.block_size < seq.length:
-            table.append(self.gpu.allocate())
-            return None
-        if self.gpu.ref_counts[table[-1]] == 1:
-            return None
-        return self._copy_last_block(table)
+        copies: list[tuple[int, int]] = []
+        self.append_slots((seq,), copies)
+        return copies[0] if copies else None
 
     def append_slots(self, seqs: Iterable[Sequence], copies: list[tuple[int, int]]) -> None:
         """append_slot for each sequence in turn, adding its copies to `copies`: the step's hot path, one

@@ -74,7 +74,6 @@ class ServingRecords:
         self.request_values: list[tuple] = []
         self._rows: list[tuple] = []  # the iterations since the last move
         self._chunks: list[tuple[array, ...]] = []  # then columns, a set per move
-        self._num_in_chunks = 0
 
     def add_request(self, group: SequenceGroup, replica: int, finished: bool = True) -> None:
         self.request_values.append((
@@ -115,7 +114,6 @@ class ServingRecords:
         if self._rows:
             columns = zip(ITERATION_TYPECODES, zip(*self._rows))
             self._chunks.append(tuple(array(code, values) for code, values in columns))
-            self._num_in_chunks += len(self._rows)
             self._rows = []
 
     @property
@@ -133,11 +131,11 @@ class ServingRecords:
             raise ValueError(f"iteration columns typed {[c.typecode for c in columns]}, expected "
                              f"{list(ITERATION_TYPECODES)}")
         self._rows = []
-        self._chunks, self._num_in_chunks = [tuple(columns)], len(columns[0])
+        self._chunks = [tuple(columns)]
 
     @property
     def num_iterations(self) -> int:
-        return self._num_in_chunks + len(self._rows)
+        return sum(len(chunk[0]) for chunk in self._chunks) + len(self._rows)
 
     @property
     def iteration_values(self) -> list[tuple]:

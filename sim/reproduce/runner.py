@@ -29,7 +29,7 @@ from sim.reproduce.readings import THRESHOLD_S_PER_TOKEN
 from sim.reproduce.results import Results
 from sim.reproduce.scale import PAPER, PREDICTED, Scale
 from sim.reproduce.table import write_table
-from sim.sweep import PendingRun, plan, run_cost, run_keys, run_pending, summary_frame, sweep
+from sim.sweep import PendingRun, plan, run_cost, run_keys, run_pending, summary_frame
 
 # a workload label's arrival process and rate (sim/workload/config.py), which differ between the runs of a figure
 ARRIVALS = re.compile(r"; \w+( cv=\S+)? arrivals at \S+ req/s for \S+ s")
@@ -77,8 +77,7 @@ def reproduce(names: list[str], out_dir: Path, scale: Scale = PAPER, jobs: int =
     run_every_pending([(sweeps_dir / s.source.runs_dir, s.experiment) for sweeps in plans.values() for s in sweeps],
                       executor, eta, progress)
     for figure in figures:
-        rows = [_run(s, figure, sweeps_dir, scale, executor, eta, progress)
-                for s in plans[figure.name]] + predicted[figure.name]
+        rows = [_summary(s, figure, sweeps_dir, scale) for s in plans[figure.name]] + predicted[figure.name]
         paths = write_figure(figure, pd.concat(rows, ignore_index=True), out_dir / figure.name, scale)
         progress(f"{figure.name}: wrote {', '.join(p.name for p in paths)} in {out_dir / figure.name}")
     table = write_table(out_dir, Results.load(out_dir))
@@ -110,14 +109,14 @@ def run_every_pending(sweeps: list[tuple[Path, Experiment]], executor: ExecutorS
             pass
 
 
-def _run(s: Sweep, figure: Figure, sweeps_dir: Path, scale: Scale, executor: ExecutorSpec, eta: Eta,
-         progress) -> pd.DataFrame:
+def _summary(s: Sweep, figure: Figure, sweeps_dir: Path, scale: Scale) -> pd.DataFrame:
+    """The sweep's summary rows (run_every_pending simulated them), tagged for the figure."""
     exp = s.experiment
     summaries, pending = plan(exp, sweeps_dir / s.source.runs_dir)
-    if pending:  # not done by run_every_pending: only if something changed the folder since
-        summary = sweep(exp, sweeps_dir / s.source.runs_dir, executor=executor, progress=progress, eta=eta)
-    else:
-        summary = summary_frame([summaries[key] for key in run_keys(exp)])
+    if pending:
+        raise RuntimeError(f"{len(pending)} runs of {exp.name} in {sweeps_dir / s.source.runs_dir} went missing "
+                           "after they were simulated; run again to redo them")
+    summary = summary_frame([summaries[key] for key in run_keys(exp)])
     systems = {system.name: system for system in exp.systems}
     return summary.assign(
         figure=figure.name, panel=s.panel.id, series=s.source.label, scale=scale.description,

@@ -11,6 +11,7 @@ tests/sim/workload/test_lengths.py checks them within 2%.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,16 +42,23 @@ class StandIn:
         """`count` pairs with prompt + output < max_seq_len: draw, drop the long ones, draw again."""
         if max_seq_len < 3:  # the shortest pair is 1 + 1 tokens
             raise ValueError(f"no pair fits max_seq_len {max_seq_len}")
-        if count == 0:  # a low rate over a short duration can draw no arrival at all
-            return np.empty(0, np.int64), np.empty(0, np.int64)
-        prompts, outputs, have = [], [], 0
-        while have < count:
-            prompt, output = self.draw(max(2 * (count - have), 64), rng)
-            keep = prompt + output < max_seq_len
-            prompts.append(prompt[keep])
-            outputs.append(output[keep])
-            have += int(keep.sum())
-        return np.concatenate(prompts)[:count], np.concatenate(outputs)[:count]
+        return sample_fitting(self.draw, count, max_seq_len, rng)
+
+
+def sample_fitting(draw: Callable[[int, np.random.Generator], tuple[np.ndarray, np.ndarray]], count: int,
+                   max_seq_len: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """`count` (prompt, output) pairs from `draw` with prompt + output < max_seq_len: draw, drop the long
+    ones, draw again (none for count 0: a low rate over a short duration can draw no arrival at all)."""
+    prompts, outputs, have = [], [], 0
+    while have < count:
+        prompt, output = draw(max(2 * (count - have), 64), rng)
+        keep = prompt + output < max_seq_len
+        prompts.append(prompt[keep])
+        outputs.append(output[keep])
+        have += int(keep.sum())
+    if not prompts:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return np.concatenate(prompts)[:count], np.concatenate(outputs)[:count]
 
 
 STAND_INS = {

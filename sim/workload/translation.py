@@ -37,6 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.workload.standin import sample_fitting
+
 EUROPARL_V7_DE_EN = {"pairs": 1_920_209, "english_words": 47_818_827, "german_words": 44_548_491}
 PAPER_PREFIX_TOKENS = {1: 80, 5: 341}  # Fig. 16 caption: the 1-shot and 5-shot prefixes
 INSTRUCTION_TOKENS = 8   # BOS + "Translate English to German:\n" (about 8 LLaMA tokens)
@@ -83,16 +85,7 @@ class TranslationStandIn:
         long ones, draw again."""
         if max_seq_len < SEPARATOR_TOKENS + 3:  # the shortest pair is 1 + separator, and 1
             raise ValueError(f"no translation request fits max_seq_len {max_seq_len}")
-        prompts, outputs, have = [], [], 0
-        while have < count:
-            prompt, output = self.draw(max(2 * (count - have), 64), rng)
-            keep = prompt + output < max_seq_len
-            prompts.append(prompt[keep])
-            outputs.append(output[keep])
-            have += int(keep.sum())
-        if not prompts:
-            return np.empty(0, np.int64), np.empty(0, np.int64)
-        return np.concatenate(prompts)[:count], np.concatenate(outputs)[:count]
+        return sample_fitting(self.draw, count, max_seq_len, rng)
 
 
 TRANSLATION_STAND_INS = {

@@ -3,24 +3,12 @@ so Fig. 18a's paged-over-dense gap and Fig. 19a's swap-against-recompute crossov
 import pytest
 
 from calibrate.ablations import fig18a_frame, fig19a_frame, kernel_latency, preemption_cost, roofline_at
-from calibrate.hardware import load_hardware
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from engine.core.batch import Batch, BatchShape
-from engine.specs.loader import load_model_spec
 
 KV_BYTES = 819_200  # OPT-13B fp16: 2 x 40 layers x 5120 x 2 bytes per token
 A100_BANDWIDTH = 1.555e12 * 0.76  # the roofline's achieved HBM bandwidth
 A100_PCIE = 32e9 * 0.8
-
-
-@pytest.fixture(scope="module")
-def opt13b():
-    return load_model_spec("opt-13b")
-
-
-@pytest.fixture(scope="module")
-def a100():
-    return load_hardware("a100-40gb")
 
 
 def decode(contexts):

@@ -16,11 +16,6 @@ from engine.specs.loader import load_model_spec
 MIB = 1 << 20
 
 
-@pytest.fixture(scope="module")
-def opt13b():
-    return load_model_spec("opt-13b")
-
-
 def test_opt13b_kv_is_800_kib_per_token(opt13b):
     assert opt13b.kv_bytes_per_token(2) == 819200 == 800 * 1024
     assert 2048 * opt13b.kv_bytes_per_token(2) == 1600 * MIB  # "up to 1.6 GB" for a 2048-token request

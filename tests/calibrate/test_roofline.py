@@ -9,17 +9,6 @@ import pytest
 from calibrate.hardware import load_hardware
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from engine.core.batch import Batch
-from engine.specs.loader import load_model_spec
-
-
-@pytest.fixture(scope="module")
-def opt13b():
-    return load_model_spec("opt-13b")
-
-
-@pytest.fixture(scope="module")
-def a100():
-    return load_hardware("a100-40gb")
 
 
 def decode(contexts):

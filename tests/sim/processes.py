@@ -2,6 +2,9 @@
 command's workers end with it?)."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -45,3 +48,14 @@ def all_exit(pids: list[int], within_s: float) -> bool:
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     return not any(alive(p) for p in pids)
+
+
+def reap(proc: subprocess.Popen, workers: list[int]) -> None:
+    """Kill whatever of a command and its workers still runs (a failing test leaves no orphan), then wait
+    for the command and close its pipes."""
+    for pid in [proc.pid, *workers]:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    proc.stderr.close()

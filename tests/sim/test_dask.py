@@ -18,7 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from processes import TINY, alive, all_exit, children  # tests/sim/processes.py
+from processes import TINY, all_exit, children, reap  # tests/sim/processes.py
 
 from engine.specs.errors import SpecError
 from sim.cli import main
@@ -249,12 +249,7 @@ def test_an_interrupted_dask_sweep_leaves_no_worker_and_resumes(config, referenc
             proc.wait(timeout=60)
         assert all_exit(workers, within_s=15.0), "workers outlived their parent"
     finally:
-        for pid in [proc.pid, *workers]:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+        reap(proc, workers)
     again = servesim("run", str(config), "--out", str(out), "--jobs", "1")
     assert again.returncode == 0, again.stderr
     assert "resuming: " in again.stdout and not list(out.rglob(".*.tmp"))

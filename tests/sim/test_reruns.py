@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from processes import TINY, alive, all_exit, children  # tests/sim/processes.py
+from processes import TINY, all_exit, children, reap  # tests/sim/processes.py
 
 from engine.specs.errors import SpecError
 from sim.capacity import Target, max_rate, replicas_for
@@ -325,12 +325,7 @@ def _interrupted_sweep(config: Path, out: Path, jobs: str):
         workers = children(proc.pid)
         yield proc, workers
     finally:
-        for pid in [proc.pid, *workers]:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+        reap(proc, workers)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")

@@ -122,12 +122,12 @@ class VLLMScheduler(QueueScheduler):
             return list(self.running)
         queue = deque(self.running)
         kept: list[SequenceGroup] = []
-        can_append_seqs, append_slots = self.blocks.can_append_seqs, self.blocks.append_slots
+        can_append, append_slots = self.blocks.can_append, self.blocks.append_slots
         running = SeqStatus.RUNNING
         while queue:
             group = queue.popleft()
             seqs = [seq for seq in group.seqs if seq.status is running]  # a victim's preemption leaves them be
-            while not can_append_seqs(len(seqs)):
+            while not can_append(len(seqs)):
                 victim = queue.pop() if queue else group
                 self._preempt(victim, swap_out)
                 preempted.add(id(victim))

@@ -10,19 +10,7 @@ from sim.workload.chatbot_build import build_chatbot_csv
 from sim.workload.cli import main
 from sim.workload.conversations import load_conversations, read_conversations_csv
 from sim.workload.paths import CHATBOT_CSV
-
-
-def words(texts):
-    return [len(t.split()) for t in texts]
-
-
-def turn(speaker, n_words):
-    return {"from": speaker, "value": " ".join(["w"] * n_words) if isinstance(n_words, int) else n_words}
-
-
-def conversation(i, *turns):
-    return {"id": f"c{i}", "conversations": list(turns)}
-
+from tests.sim.workload.sharegpt_json import conversation, truncated_json, turn, words
 
 CONVERSATIONS = [
     conversation(1, turn("human", 5), turn("gpt", 4), turn("human", 6), turn("gpt", 7)),   # two rounds
@@ -36,12 +24,6 @@ CONVERSATIONS = [
     conversation(9, turn("user", 1), turn("chatgpt", 2), turn("gpt", 3)),                  # a turn out of order
 ]
 EXPECTED_ROWS = ["1,1,5,4", "1,2,6,7", "2,1,3,8", "4,1,5,4", "5,1,5,4", "9,1,1,2"]
-
-
-def truncated_json(items):
-    """The whole array, then a last item cut off mid-string, as in the PyPI copy of ShareGPT."""
-    text = json.dumps(items, indent=2)
-    return text[:-1].rstrip() + ',\n  {"id": "cut", "conversations": [{"from": "human", "value": "unfini'
 
 
 def test_rounds_and_where_they_stop(tmp_path):

@@ -5,19 +5,7 @@ import pytest
 
 from engine.specs.errors import SpecError
 from sim.workload.sharegpt import build_sharegpt_csv
-
-
-def words(texts):
-    return [len(t.split()) for t in texts]
-
-
-def turn(speaker, n_words):
-    return {"from": speaker, "value": " ".join(["w"] * n_words) if isinstance(n_words, int) else n_words}
-
-
-def conversation(i, *turns):
-    return {"id": f"c{i}", "conversations": list(turns)}
-
+from tests.sim.workload.sharegpt_json import conversation, truncated_json, turn, words
 
 CONVERSATIONS = [
     conversation(1, turn("human", 5), turn("gpt", 4), turn("human", 99), turn("gpt", 99)),   # kept (5, 4)
@@ -33,12 +21,6 @@ CONVERSATIONS = [
     conversation(11, turn("human", 1000), turn("gpt", 1048)),                                  # sum == 2048
     conversation(12, turn("human", 1000), turn("gpt", 1047)),                                  # kept (1000, 1047)
 ]
-
-
-def truncated_json(items):
-    """The whole array, then a last item cut off mid-string, as in the PyPI copy of ShareGPT."""
-    text = json.dumps(items, indent=2)
-    return text[:-1].rstrip() + ',\n  {"id": "cut", "conversations": [{"from": "human", "value": "unfini'
 
 
 def test_pairs_and_filters_on_a_truncated_file(tmp_path):
