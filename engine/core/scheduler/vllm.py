@@ -10,9 +10,11 @@ from __future__ import annotations
 import bisect
 import enum
 from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from engine.core.batch import Batch
-from engine.core.block_manager import BlockManager
+from engine.core.block_manager import BlockManager, appends_fit
 from engine.core.blocks import blocks_for
 from engine.core.kv_usage import (
     KVUsage,
@@ -22,6 +24,7 @@ from engine.core.kv_usage import (
     shared_prompt_token_slots,
     unshared_token_slots,
 )
+from engine.core.scheduler.base import DecodeStretch
 from engine.core.scheduler.common import QueueScheduler
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
@@ -47,6 +50,21 @@ def insert_fcfs(queue: deque[SequenceGroup], group: SequenceGroup) -> None:
     queue.insert(index, group)
 
 
+@dataclass(eq=False, slots=True)
+class StepPlan:
+    """What one schedule() decides, as its parts add to it: the groups that decode (and their running
+    sequences, in order) and prefill, the blocks to copy and swap, and the groups preempted in this step
+    (a group preempted now does not come back in the same step)."""
+
+    decode_groups: list[SequenceGroup] = field(default_factory=list)
+    decode_seqs: list[Sequence] = field(default_factory=list)
+    prefill_groups: list[SequenceGroup] = field(default_factory=list)
+    copies: list[tuple[int, int]] = field(default_factory=list)
+    swap_in: list[tuple[int, int]] = field(default_factory=list)
+    swap_out: list[tuple[int, int]] = field(default_factory=list)
+    preempted: set[int] = field(default_factory=set)
+
+
 class VLLMScheduler(QueueScheduler):
     def __init__(self, system: SystemSpec, max_seq_len: int, num_gpu_blocks: int, num_cpu_blocks: int):
         super().__init__(system, max_seq_len)
@@ -60,8 +78,6 @@ class VLLMScheduler(QueueScheduler):
         self.token_cap = token_cap if token_cap is not None else float("inf")
         # None: vLLM's own rule per group ("auto"); else the mode the user forced
         self.forced_preemption = None if system.preemption == "auto" else PreemptionMode(system.preemption)
-        # the decode stretch decode_steps last allowed, and its sequences by the free slots in their last block
-        self._stretch_growth: tuple[Batch | None, list[list[Sequence]]] = (None, [])
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running or self.swapped)
@@ -102,72 +118,70 @@ class VLLMScheduler(QueueScheduler):
 
     # --- one step ----------------------------------------------------------------
     def schedule(self) -> Batch:
-        copies: list[tuple[int, int]] = []
-        swap_out: list[tuple[int, int]] = []
-        swap_in: list[tuple[int, int]] = []
-        preempted: set[int] = set()
-        decode_seqs: list[Sequence] = []  # the running sequences of decode_groups, in order, as appended
-        decode_groups = self._reserve_running(copies, swap_out, preempted, decode_seqs)
-        self._swap_in(decode_groups, copies, swap_in, preempted, decode_seqs)
-        prefill_groups = self._admit(preempted) if not self.swapped else []
-        batch = self._batch_for(prefill_groups, decode_groups, decode_seqs)
-        batch.blocks_to_copy, batch.blocks_to_swap_in, batch.blocks_to_swap_out = copies, swap_in, swap_out
+        """Slots for the running groups (preempting the latest arrivals when the pool is short), the swapped
+        groups back while they fit, then new prompts while nothing is swapped out: vLLM's order."""
+        plan = StepPlan()
+        self._reserve_running(plan)
+        self._swap_in(plan)
+        if not self.swapped:
+            self._admit(plan)
+        batch = self._batch_for(plan.prefill_groups, plan.decode_groups, plan.decode_seqs)
+        batch.blocks_to_copy, batch.blocks_to_swap_in, batch.blocks_to_swap_out = (
+            plan.copies, plan.swap_in, plan.swap_out)
         return batch
 
-    def _reserve_running(self, copies, swap_out, preempted, decode_seqs) -> list[SequenceGroup]:
+    def _reserve_running(self, plan: StepPlan) -> None:
         """A slot for every running sequence, preempting the latest arrivals when short."""
-        if self.blocks.gpu.num_free >= self.num_running_seqs:
+        if self.blocks.can_append(self.num_running_seqs):
             # each sequence needs at most one new block: nobody can fail can_append
-            self._append_slots(self.running, copies, decode_seqs)
-            return list(self.running)
+            plan.decode_groups = list(self.running)
+            self._append_slots(self.running, plan)
+            return
         queue = deque(self.running)
         kept: list[SequenceGroup] = []
-        can_append, append_slots = self.blocks.can_append, self.blocks.append_slots
         running = SeqStatus.RUNNING
         while queue:
             group = queue.popleft()
             seqs = [seq for seq in group.seqs if seq.status is running]  # a victim's preemption leaves them be
-            while not can_append(len(seqs)):
+            while not self.blocks.can_append(len(seqs)):
                 victim = queue.pop() if queue else group
-                self._preempt(victim, swap_out)
-                preempted.add(id(victim))
+                self._preempt(victim, plan)
                 if victim is group:
                     break
             else:
-                append_slots(seqs, copies)
-                decode_seqs.extend(seqs)
+                self.blocks.append_slots(seqs, plan.copies)
+                plan.decode_seqs.extend(seqs)
                 kept.append(group)
         self.running = kept
-        return list(kept)
+        plan.decode_groups = list(kept)
 
-    def _append_slots(self, groups, copies, decode_seqs: list[Sequence]) -> None:
+    def _append_slots(self, groups: Iterable[SequenceGroup], plan: StepPlan) -> None:
         running = SeqStatus.RUNNING
         seqs = [seq for group in groups for seq in group.seqs if seq.status is running]
-        self.blocks.append_slots(seqs, copies)
-        decode_seqs.extend(seqs)
+        self.blocks.append_slots(seqs, plan.copies)
+        plan.decode_seqs.extend(seqs)
 
-    def _swap_in(self, decode_groups, copies, swap_in, preempted, decode_seqs) -> None:
+    def _swap_in(self, plan: StepPlan) -> None:
         while self.swapped:
             group = self.swapped[0]
-            if id(group) in preempted or not self.blocks.can_swap_in(group):
+            if id(group) in plan.preempted or not self.blocks.can_swap_in(group):
                 break
             if self.num_running_seqs + len(group.live_seqs()) > self.system.max_num_seqs:
                 break
             self.swapped.popleft()
             mapping = self.blocks.swap_in(group)
-            swap_in.extend(mapping)
+            plan.swap_in.extend(mapping)
             self.num_swapped_in_blocks += len(mapping)
             self._start_running(group)
-            self._append_slots((group,), copies, decode_seqs)
+            self._append_slots((group,), plan)
             self._insert_running(group)
-            decode_groups.append(group)
+            plan.decode_groups.append(group)
 
-    def _admit(self, preempted) -> list[SequenceGroup]:
-        admitted = []
+    def _admit(self, plan: StepPlan) -> None:
         num_tokens = self.num_running_seqs  # one decode token per running sequence
         while self.waiting:
             group = self.waiting[0]
-            if id(group) in preempted:
+            if id(group) in plan.preempted:
                 break
             prompt_tokens = self._admission_tokens(group, num_tokens)
             if prompt_tokens is None:
@@ -179,8 +193,7 @@ class VLLMScheduler(QueueScheduler):
             self._start_running(group)
             self._insert_running(group)
             num_tokens += prompt_tokens
-            admitted.append(group)
-        return admitted
+            plan.prefill_groups.append(group)
 
     def _admission_tokens(self, group: SequenceGroup, num_tokens: int) -> int | None:
         """The prompt tokens the group would add to an iteration already holding num_tokens, or None when
@@ -196,64 +209,65 @@ class VLLMScheduler(QueueScheduler):
             return None
         return prompt_tokens
 
-    # --- decode stretches ----------------------------------------------------------------
-    def _stretch_limit(self, batch: Batch) -> int:
+    # --- decode stretches (docs/stretch.md) ----------------------------------------------
+    def _decode_stretch(self, batch: Batch) -> DecodeStretch:
         """Until the first sequence finishes, as long as: nothing is swapped out to come back, the oldest
         waiting request is refused now (free blocks only shrink while nobody finishes and the rest stays
-        put, so it stays refused), and no step's appends could preempt (_steps_the_pool_allows). No copy
+        put, so it stays refused), and no step's appends could preempt (_steps_without_preemption). No copy
         on write either: schedule() just gave every running sequence a last block of its own, and beams,
         whose forks share them again, do not get here."""
         if self.swapped or batch.num_swap_blocks:
-            return 1
+            return DecodeStretch(batch, 1)
         if self.waiting and self._admission_tokens(self.waiting[0], self.num_running_seqs) is not None:
-            return 1  # admitted next step: refused in this one's schedule() only as just preempted
+            # admitted next step: refused in this one's schedule() only as just preempted
+            return DecodeStretch(batch, 1)
+        growth = self._growth_by_slack()
+        if growth is None:
+            return DecodeStretch(batch, 1)
+        num_steps = self._steps_without_preemption(self._steps_to_first_finish(), growth)
+        return DecodeStretch(batch, num_steps, growth)
+
+    def _growth_by_slack(self) -> list[list[Sequence]] | None:
+        """The running sequences by the free slots left in their last block, in the order schedule() appends
+        (DecodeStretch.growth); None when schedule() left one a table more than a block long, or short."""
         bs, tables = self.block_size, self.blocks.block_tables
-        by_slack: list[list[Sequence]] = [[] for _ in range(bs)]  # by free slots left in the last block
-        remaining, running = self.max_seq_len, SeqStatus.RUNNING
-        for group in self.running:  # in the order schedule() appends
+        growth: list[list[Sequence]] = [[] for _ in range(bs)]
+        running = SeqStatus.RUNNING
+        for group in self.running:
             for seq in group.seqs:
                 if seq.status is running:
-                    length = seq.length
-                    slack = len(tables[seq.seq_id]) * bs - length
-                    if not 0 <= slack < bs:  # schedule() left it more than a block, or none: not ours to guess
-                        return 1
-                    by_slack[slack].append(seq)
-                    left = seq.prompt_len + seq.output_len - length
-                    if left < remaining:
-                        remaining = left
-        largest_group = (1 if self.num_running_seqs == len(self.running)
-                         else max(len(group.live_seqs()) for group in self.running))
-        self._stretch_growth = (batch, by_slack)
-        return self._steps_the_pool_allows(remaining, [len(seqs) for seqs in by_slack], largest_group)
+                    slack = len(tables[seq.seq_id]) * bs - seq.length
+                    if not 0 <= slack < bs:
+                        return None
+                    growth[slack].append(seq)
+        return growth
 
-    def _steps_the_pool_allows(self, num_steps: int, slack_counts: list[int], largest_group: int) -> int:
-        """Iteration j >= 2 of the stretch appends a block for every sequence whose slack was (j - 2) mod
-        block_size. Its schedule() preempts no one when the free blocks cover a block per running sequence
-        (the fast path) or, after its appends, still cover the largest group (each group's can_append then
-        holds in turn): both only fall as blocks go, so the first step failing both ends the stretch."""
+    def _steps_without_preemption(self, num_steps: int, growth: list[list[Sequence]]) -> int:
+        """The first iterations of num_steps whose schedule() preempts nobody. Iteration j >= 2 appends a block
+        for each of growth[(j - 2) % block_size]; schedule() then takes its fast path when the free blocks
+        before cover every running sequence, and otherwise preempts nobody when those left after the appends
+        still cover the largest group (each group's can_append then holds in turn). Free blocks only fall,
+        so the first iteration failing both ends the stretch."""
         bs, free, seqs = self.block_size, self.blocks.gpu.num_free, self.num_running_seqs
+        largest_group = (1 if seqs == len(self.running) else max(len(group.live_seqs()) for group in self.running))
         cycles, rest = divmod(num_steps - 1, bs)
-        if free - cycles * seqs - sum(slack_counts[:rest]) >= largest_group:
-            return num_steps  # even after the last step's appends
+        if appends_fit(largest_group, free - cycles * seqs - sum(map(len, growth[:rest]))):
+            return num_steps  # even after the last iteration's appends
         for j in range(2, num_steps + 1):
-            after = free - slack_counts[(j - 2) % bs]
-            if free < seqs and after < largest_group:
+            after = free - len(growth[(j - 2) % bs])
+            if not (appends_fit(seqs, free) or appends_fit(largest_group, after)):
                 return j - 1
             free = after
         return num_steps
 
-    def _stretch_usage(self, batch: Batch, num_steps: int, token_slots: range,
+    def _stretch_usage(self, stretch: DecodeStretch, num_steps: int, token_slots: range,
                        someone_waited: bool) -> UsageColumns:
-        planned, by_slack = self._stretch_growth
-        if planned is not batch:
-            raise ValueError("advance_decodes must follow decode_steps for the same batch")
-        bs, tables, allocate = self.block_size, self.blocks.block_tables, self.blocks.gpu.allocate
-        free, free_blocks = self.blocks.gpu.num_free, []
-        for step in range(2, num_steps + 1):
-            for seq in by_slack[(step - 2) % bs]:  # its last block is full: schedule() appends one, in this order
-                tables[seq.seq_id].append(allocate())
-                free -= 1
-            free_blocks.append(free)
+        bs, append_slots, growth = self.block_size, self.blocks.append_slots, stretch.growth
+        free_blocks: list[int] = []
+        no_copies: list[tuple[int, int]] = []  # a stretch's appends copy nothing (_decode_stretch)
+        for j in range(2, num_steps + 1):
+            append_slots(growth[(j - 2) % bs], no_copies, steps_ahead=j - 1)
+            free_blocks.append(self.blocks.gpu.num_free)
         return paged_usage_columns(self.blocks, token_slots, free_blocks, someone_waited)
 
     # --- preemption ----------------------------------------------------------------
@@ -280,7 +294,8 @@ class VLLMScheduler(QueueScheduler):
         blocks = sum(blocks_for(s.final_len, self.block_size) + 1 for s in live)
         return blocks + self.blocks.watermark_blocks <= self.num_gpu_blocks
 
-    def _preempt(self, group: SequenceGroup, swap_out: list[tuple[int, int]]) -> None:
+    def _preempt(self, group: SequenceGroup, plan: StepPlan) -> None:
+        plan.preempted.add(id(group))
         group.num_preemptions += 1
         self.num_preemptions += 1
         self.running = [g for g in self.running if g is not group]
@@ -302,7 +317,7 @@ class VLLMScheduler(QueueScheduler):
                     f"({self.blocks.cpu.num_free} free CPU blocks); raise swap_space_gib")
             self._stop_running(group, SeqStatus.SWAPPED)  # before the swap changes its prefix_blocks
             mapping = self.blocks.swap_out(group)
-            swap_out.extend(mapping)
+            plan.swap_out.extend(mapping)
             self.num_swapped_out_blocks += len(mapping)
             insert_fcfs(self.swapped, group)
 
