@@ -15,12 +15,14 @@ may also let a decode-only step repeat (`decode_stretch`) and end several iterat
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
+from operator import sub
 
 from engine.core.batch import Batch
 from engine.core.errors import Unschedulable
+from engine.core.kv_usage import UsageColumns, usage_values
 from engine.core.records import ServingRecords
 from engine.core.scheduler.base import DecodeStretch, KVUsage, Scheduler
 from engine.core.sequence import SequenceCounter, SequenceGroup, make_group
@@ -101,22 +103,22 @@ class ServingCore:
         """The step's batch and the next len(ends) - 1 iterations of its decode stretch (decode_stretch) ran,
         ending at `ends`: record each iteration, complete them, record the requests the last finished (only
         the last may). One end is end_step. Requests that arrived meanwhile arrived during the last."""
-        scheduler, records, count = self.scheduler, self.records, len(ends)
-        batch, start_s, waiting = step.batch, step.start_s, scheduler.num_waiting
+        scheduler, count = self.scheduler, len(ends)
+        batch, waiting, first = step.batch, scheduler.num_waiting, usage_values(step.usage)
         if count == 1:
-            records.add_iteration(batch, step.usage, start_s, ends[0] - start_s, waiting, self.replica)
+            usage: UsageColumns = tuple(zip(first))
+            waits: Iterable[int] = (waiting,)
         else:
             if step.stretch is None:
                 raise ValueError("end_steps: several iterations of a step whose decode_stretch was not asked")
-            usages = scheduler.advance_decodes(step.stretch, count, waiting - step.num_waiting)
-            starts = [start_s, *ends[:-1]]
-            durations = [end - start for start, end in zip(starts, ends)]
-            records.add_iteration(batch, step.usage, start_s, durations[0], step.num_waiting, self.replica)
-            waits = chain(repeat(step.num_waiting, count - 2), (waiting,))
-            records.add_decode_stretch(batch, usages, starts[1:], durations[1:], waits, self.replica)
+            later = scheduler.advance_decodes(step.stretch, count, waiting - step.num_waiting)
+            usage = tuple(chain((value,), column) for value, column in zip(first, later))
+            waits = chain(repeat(step.num_waiting, count - 1), (waiting,))
+        starts = [step.start_s, *ends[:-1]]
+        self.records.add_iterations(batch, usage, starts, map(sub, ends, starts), waits, self.replica)
         finished = scheduler.complete(batch, ends[-1], beam_parents)
         for group in finished:
-            records.add_request(group, self.replica)
+            self.records.add_request(group, self.replica)
         self.outstanding -= len(finished)
         return finished
 
