@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from itertools import chain, repeat
 from typing import TYPE_CHECKING
 
-from engine.core.kv_usage import KVUsage, UsageColumns, usage_values
+from engine.core.kv_usage import UsageColumns
 
 if TYPE_CHECKING:
     from engine.core.batch import Batch
@@ -95,12 +95,6 @@ class ServingRecords:
             repeat(num_decodes), contexts, repeat(batch.num_running_groups), num_waiting, swaps, copies, *usage))
         if len(self._rows) >= ROWS_PER_CHUNK:
             self._move_rows()
-
-    def add_iteration(self, batch: Batch, usage: KVUsage, start_s: float, duration_s: float,
-                      num_waiting: int, replica: int) -> None:
-        """add_iterations for one iteration, with the pool as one KVUsage."""
-        self.add_iterations(batch, tuple(zip(usage_values(usage))), (start_s,), (duration_s,), (num_waiting,),
-                            replica)
 
     def _move_rows(self) -> None:
         """Into a chunk of new columns (growing one set of large arrays instead would scatter the

@@ -30,9 +30,9 @@ from engine.core.sequence import SequenceCounter, SequenceGroup, make_group
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One request of a trace (recorded or generated): when it arrives, how long its prompt and output are, and how many
-    sequences it generates: n samples, or a beam search of beam_width beams (one or the other); the
-    first prefix_len tokens of its prompt are the workload's shared prefix (0: none)."""
+    """One request of a trace, recorded or generated: when it arrives, how long its prompt and output
+    are, and how many sequences it generates: n samples, or a beam search of beam_width beams (one or
+    the other); the first prefix_len tokens of its prompt are the workload's shared prefix (0: none)."""
 
     request_id: int
     arrival_s: float

@@ -42,14 +42,6 @@ class PreemptionMode(enum.Enum):
     RECOMPUTE = "recompute"
 
 
-def insert_fcfs(queue: deque[SequenceGroup], group: SequenceGroup) -> None:
-    """Put a preempted group back in arrival order. It is older than nearly everything
-    queued (admission is FCFS), so the scan from the front is short."""
-    key = (group.arrival_s, group.request_id)
-    index = next((i for i, g in enumerate(queue) if (g.arrival_s, g.request_id) > key), len(queue))
-    queue.insert(index, group)
-
-
 @dataclass(eq=False, slots=True)
 class StepPlan:
     """What one schedule() decides, as its parts add to it: the groups that decode (and their running
@@ -66,6 +58,10 @@ class StepPlan:
 
 
 class VLLMScheduler(QueueScheduler):
+    """Each step: a slot for every running sequence (preempting the latest arrivals when the pool is short),
+    swapped groups back in arrival order, then new prompts in arrival order while blocks, the token cap and
+    max_num_seqs allow. Blocks come from a BlockManager, one at a time as sequences grow."""
+
     def __init__(self, system: SystemSpec, max_seq_len: int, num_gpu_blocks: int, num_cpu_blocks: int):
         super().__init__(system, max_seq_len)
         self.num_gpu_blocks = num_gpu_blocks
@@ -79,47 +75,9 @@ class VLLMScheduler(QueueScheduler):
         # None: vLLM's own rule per group ("auto"); else the mode the user forced
         self.forced_preemption = None if system.preemption == "auto" else PreemptionMode(system.preemption)
 
-    def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running or self.swapped)
-
-    def groups_in_system(self) -> list[SequenceGroup]:
-        return [*self.waiting, *self.running, *self.swapped]
-
-    def block_table(self, seq_id: int) -> list[int]:
-        return self.blocks.block_tables[seq_id]
-
-    def _free_seq(self, seq: Sequence) -> None:
-        self.blocks.free(seq)
-
-    def _fork_beam(self, parent: Sequence, child: Sequence) -> None:
-        self.blocks.fork(parent, child)
-
-    def _blocks_needed_alone(self, group: SequenceGroup) -> int:
-        # admission keeps the watermark free; the samples share the prompt's full blocks and
-        # grow their own (a lower bound: a pool just above it may still stall, which the
-        # data planes report as Unschedulable)
-        bs, n = self.block_size, group.num_seqs
-        shared = group.prompt_len // bs
-        grow = shared + n * (blocks_for(group.prompt_len + group.output_len, bs) - shared)
-        admit = blocks_for(group.prompt_len, bs) + self.blocks.watermark_blocks
-        return max(admit, grow)
-
-    def _token_slots_of(self, group: SequenceGroup) -> int:
-        slots = shared_prompt_token_slots(group) if group.shares_prompt else unshared_token_slots(group)
-        if group.prefix_blocks:  # the cached prefix's slots are counted once, while it is cached (_admit)
-            tables = 1 if group.shares_prompt else group.num_seqs
-            slots -= tables * group.prefix_blocks * self.block_size
-        return slots
-
-    def release_cache(self) -> None:
-        if self.blocks.prefix_table:
-            self.token_slots.slots -= len(self.blocks.prefix_table) * self.block_size
-            self.blocks.release_prefix()
-
     # --- one step ----------------------------------------------------------------
     def schedule(self) -> Batch:
-        """Slots for the running groups (preempting the latest arrivals when the pool is short), the swapped
-        groups back while they fit, then new prompts while nothing is swapped out: vLLM's order."""
+        """The running groups' slots, the swapped groups back, then new prompts while nothing is swapped out."""
         plan = StepPlan()
         self._reserve_running(plan)
         self._swap_in(plan)
@@ -209,67 +167,6 @@ class VLLMScheduler(QueueScheduler):
             return None
         return prompt_tokens
 
-    # --- decode stretches (docs/stretch.md) ----------------------------------------------
-    def _decode_stretch(self, batch: Batch) -> DecodeStretch:
-        """Until the first sequence finishes, as long as: nothing is swapped out to come back, the oldest
-        waiting request is refused now (free blocks only shrink while nobody finishes and the rest stays
-        put, so it stays refused), and no step's appends could preempt (_steps_without_preemption). No copy
-        on write either: schedule() just gave every running sequence a last block of its own, and beams,
-        whose forks share them again, do not get here."""
-        if self.swapped or batch.num_swap_blocks:
-            return DecodeStretch(batch, 1)
-        if self.waiting and self._admission_tokens(self.waiting[0], self.num_running_seqs) is not None:
-            # admitted next step: refused in this one's schedule() only as just preempted
-            return DecodeStretch(batch, 1)
-        growth = self._growth_by_slack()
-        if growth is None:
-            return DecodeStretch(batch, 1)
-        num_steps = self._steps_without_preemption(self._steps_to_first_finish(), growth)
-        return DecodeStretch(batch, num_steps, growth)
-
-    def _growth_by_slack(self) -> list[list[Sequence]] | None:
-        """The running sequences by the free slots left in their last block, in the order schedule() appends
-        (DecodeStretch.growth); None when schedule() left one a table more than a block long, or short."""
-        bs, tables = self.block_size, self.blocks.block_tables
-        growth: list[list[Sequence]] = [[] for _ in range(bs)]
-        running = SeqStatus.RUNNING
-        for group in self.running:
-            for seq in group.seqs:
-                if seq.status is running:
-                    slack = len(tables[seq.seq_id]) * bs - seq.length
-                    if not 0 <= slack < bs:
-                        return None
-                    growth[slack].append(seq)
-        return growth
-
-    def _steps_without_preemption(self, num_steps: int, growth: list[list[Sequence]]) -> int:
-        """The first iterations of num_steps whose schedule() preempts nobody. Iteration j >= 2 appends a block
-        for each of growth[(j - 2) % block_size]; schedule() then takes its fast path when the free blocks
-        before cover every running sequence, and otherwise preempts nobody when those left after the appends
-        still cover the largest group (each group's can_append then holds in turn). Free blocks only fall,
-        so the first iteration failing both ends the stretch."""
-        bs, free, seqs = self.block_size, self.blocks.gpu.num_free, self.num_running_seqs
-        largest_group = (1 if seqs == len(self.running) else max(len(group.live_seqs()) for group in self.running))
-        cycles, rest = divmod(num_steps - 1, bs)
-        if appends_fit(largest_group, free - cycles * seqs - sum(map(len, growth[:rest]))):
-            return num_steps  # even after the last iteration's appends
-        for j in range(2, num_steps + 1):
-            after = free - len(growth[(j - 2) % bs])
-            if not (appends_fit(seqs, free) or appends_fit(largest_group, after)):
-                return j - 1
-            free = after
-        return num_steps
-
-    def _stretch_usage(self, stretch: DecodeStretch, num_steps: int, token_slots: range,
-                       someone_waited: bool) -> UsageColumns:
-        bs, append_slots, growth = self.block_size, self.blocks.append_slots, stretch.growth
-        free_blocks: list[int] = []
-        no_copies: list[tuple[int, int]] = []  # a stretch's appends copy nothing (_decode_stretch)
-        for j in range(2, num_steps + 1):
-            append_slots(growth[(j - 2) % bs], no_copies, steps_ahead=j - 1)
-            free_blocks.append(self.blocks.gpu.num_free)
-        return paged_usage_columns(self.blocks, token_slots, free_blocks, someone_waited)
-
     # --- preemption ----------------------------------------------------------------
     def preemption_mode(self, group: SequenceGroup) -> PreemptionMode:
         """vLLM's rule (auto): recompute a group of one running sequence (cheaper than
@@ -341,3 +238,110 @@ class VLLMScheduler(QueueScheduler):
                 if group.is_beam:
                     token_slots += self.blocks.held_token_slots(group) - shared_prompt_token_slots(group)
         return paged_usage(self.blocks, token_slots, bool(self.waiting))
+
+    # --- decode stretches (docs/stretch.md) ----------------------------------------------
+    def _decode_stretch(self, batch: Batch) -> DecodeStretch:
+        """Until the first sequence finishes, as long as: nothing is swapped out to come back, the oldest
+        waiting request is refused now (free blocks only shrink while nobody finishes and the rest stays
+        put, so it stays refused), and no step's appends could preempt (_steps_without_preemption). No copy
+        on write either: schedule() just gave every running sequence a last block of its own, and beams,
+        whose forks share them again, do not get here."""
+        if self.swapped or batch.num_swap_blocks:
+            return DecodeStretch(batch, 1)
+        if self.waiting and self._admission_tokens(self.waiting[0], self.num_running_seqs) is not None:
+            # admitted next step: refused in this one's schedule() only as just preempted
+            return DecodeStretch(batch, 1)
+        growth = self._growth_by_slack()
+        if growth is None:
+            return DecodeStretch(batch, 1)
+        num_steps = self._steps_without_preemption(self._steps_to_first_finish(), growth)
+        return DecodeStretch(batch, num_steps, growth)
+
+    def _growth_by_slack(self) -> list[list[Sequence]] | None:
+        """The running sequences by the free slots left in their last block, in the order schedule() appends
+        (DecodeStretch.growth); None when schedule() left one a table more than a block long, or short."""
+        bs, tables = self.block_size, self.blocks.block_tables
+        growth: list[list[Sequence]] = [[] for _ in range(bs)]
+        running = SeqStatus.RUNNING
+        for group in self.running:
+            for seq in group.seqs:
+                if seq.status is running:
+                    slack = len(tables[seq.seq_id]) * bs - seq.length
+                    if not 0 <= slack < bs:
+                        return None
+                    growth[slack].append(seq)
+        return growth
+
+    def _steps_without_preemption(self, num_steps: int, growth: list[list[Sequence]]) -> int:
+        """The first iterations of num_steps whose schedule() preempts nobody. Iteration j >= 2 appends a block
+        for each of growth[(j - 2) % block_size]; schedule() then takes its fast path when the free blocks
+        before cover every running sequence, and otherwise preempts nobody when those left after the appends
+        still cover the largest group (each group's can_append then holds in turn). Free blocks only fall,
+        so the first iteration failing both ends the stretch."""
+        bs, free, seqs = self.block_size, self.blocks.gpu.num_free, self.num_running_seqs
+        largest_group = (1 if seqs == len(self.running) else max(len(group.live_seqs()) for group in self.running))
+        cycles, rest = divmod(num_steps - 1, bs)
+        if appends_fit(largest_group, free - cycles * seqs - sum(map(len, growth[:rest]))):
+            return num_steps  # even after the last iteration's appends
+        for j in range(2, num_steps + 1):
+            after = free - len(growth[(j - 2) % bs])
+            if not (appends_fit(seqs, free) or appends_fit(largest_group, after)):
+                return j - 1
+            free = after
+        return num_steps
+
+    def _stretch_usage(self, stretch: DecodeStretch, num_steps: int, token_slots: range,
+                       someone_waited: bool) -> UsageColumns:
+        bs, append_slots, growth = self.block_size, self.blocks.append_slots, stretch.growth
+        free_blocks: list[int] = []
+        no_copies: list[tuple[int, int]] = []  # a stretch's appends copy nothing (_decode_stretch)
+        for j in range(2, num_steps + 1):
+            append_slots(growth[(j - 2) % bs], no_copies, steps_ahead=j - 1)
+            free_blocks.append(self.blocks.gpu.num_free)
+        return paged_usage_columns(self.blocks, token_slots, free_blocks, someone_waited)
+
+    # --- the rest of the contract ----------------------------------------------------
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped)
+
+    def groups_in_system(self) -> list[SequenceGroup]:
+        return [*self.waiting, *self.running, *self.swapped]
+
+    def block_table(self, seq_id: int) -> list[int]:
+        return self.blocks.block_tables[seq_id]
+
+    def _free_seq(self, seq: Sequence) -> None:
+        self.blocks.free(seq)
+
+    def _fork_beam(self, parent: Sequence, child: Sequence) -> None:
+        self.blocks.fork(parent, child)
+
+    def _blocks_needed_alone(self, group: SequenceGroup) -> int:
+        # admission keeps the watermark free; the samples share the prompt's full blocks and
+        # grow their own (a lower bound: a pool just above it may still stall, which the
+        # data planes report as Unschedulable)
+        bs, n = self.block_size, group.num_seqs
+        shared = group.prompt_len // bs
+        grow = shared + n * (blocks_for(group.prompt_len + group.output_len, bs) - shared)
+        admit = blocks_for(group.prompt_len, bs) + self.blocks.watermark_blocks
+        return max(admit, grow)
+
+    def _token_slots_of(self, group: SequenceGroup) -> int:
+        slots = shared_prompt_token_slots(group) if group.shares_prompt else unshared_token_slots(group)
+        if group.prefix_blocks:  # the cached prefix's slots are counted once, while it is cached (_admit)
+            tables = 1 if group.shares_prompt else group.num_seqs
+            slots -= tables * group.prefix_blocks * self.block_size
+        return slots
+
+    def release_cache(self) -> None:
+        if self.blocks.prefix_table:
+            self.token_slots.slots -= len(self.blocks.prefix_table) * self.block_size
+            self.blocks.release_prefix()
+
+
+def insert_fcfs(queue: deque[SequenceGroup], group: SequenceGroup) -> None:
+    """Put a preempted group back in arrival order. It is older than nearly everything
+    queued (admission is FCFS), so the scan from the front is short."""
+    key = (group.arrival_s, group.request_id)
+    index = next((i for i, g in enumerate(queue) if (g.arrival_s, g.request_id) > key), len(queue))
+    queue.insert(index, group)

@@ -19,6 +19,7 @@ import pytest
 from engine.core.factory import make_scheduler
 from engine.core.scheduler.vllm import VLLMScheduler
 from engine.core.sequence import SequenceCounter, make_group
+from engine.core.serving import Request, ServingCore
 from engine.core.system import PAPER_SYSTEMS
 from tests.engine.core.core_harness import StepInvariants, tiny_model
 
@@ -145,3 +146,40 @@ def test_vllm_stops_a_stretch_before_the_step_whose_appends_could_preempt():
     assert free == [3, 3, 3, 0]
     sched.complete(batch, 6.0)
     assert sched.schedule().decode_seq_ids == batch.decode_seq_ids[:2]  # and so it is: the latest is preempted
+
+
+@pytest.mark.parametrize("name", ["fastertransformer", "orca-max", "vllm", "vllm-swap"])
+def test_a_stretch_ended_at_once_records_what_its_steps_record_one_by_one(name):
+    """ServingCore.end_steps over k iterations of a decode stretch, against end_step k times: the same
+    records to the byte, the same requests finished, the same scheduler state."""
+    system = SYSTEMS[name]
+    gpu, cpu = POOLS[system.kind]
+    stepped, stretched = (ServingCore(make_scheduler(system, MODEL, gpu, cpu)) for _ in range(2))
+    for core in (stepped, stretched):
+        for request_id, (prompt, output, n) in enumerate([(10, 30, 1), (20, 12, 2), (5, 40, 1), (9, 25, 3)]):
+            core.admit(Request(request_id, 0.0, prompt, output, n))
+    now, stretches = 0.0, 0
+    while stepped.scheduler.has_unfinished():
+        step, ahead = stepped.start_step(now), stretched.start_step(now)
+        allowed = stretched.decode_stretch(ahead)
+        count = allowed - 1 if allowed > 2 and stretches % 2 else allowed  # every other one cut short
+        stretches += allowed > 1
+        ends = [now + 1.0 + i for i in range(count)]
+        done = []
+        for i, end in enumerate(ends):
+            step = step if i == 0 else stepped.start_step(now)
+            done += stepped.end_step(step, end)
+            now = end
+        assert [g.request_id for g in stretched.end_steps(ahead, ends)] == [g.request_id for g in done]
+        assert state(stepped.scheduler) == state(stretched.scheduler)
+    assert stretches > 2
+    assert stretched.records.iteration_values == stepped.records.iteration_values
+    assert stretched.records.request_values == stepped.records.request_values
+
+
+def test_several_ends_need_the_stretch_asked_first():
+    core = ServingCore(make_scheduler(SYSTEMS["vllm"], MODEL, 64, 160))
+    core.admit(Request(0, 0.0, 10, 30))
+    core.end_step(core.start_step(0.0), 1.0)
+    with pytest.raises(ValueError, match="decode_stretch was not asked"):
+        core.end_steps(core.start_step(1.0), [2.0, 3.0])

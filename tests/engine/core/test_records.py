@@ -10,7 +10,7 @@ import pytest
 
 import engine.core.records as records_module
 from engine.core.batch import Batch
-from engine.core.kv_usage import USAGE_FIELDS, KVUsage
+from engine.core.kv_usage import USAGE_FIELDS, KVUsage, usage_values
 from engine.core.records import ITERATION_COLUMNS, ServingRecords
 
 
@@ -22,7 +22,7 @@ def batch(num_decodes: int, context: int = 100, prefill: int = 0) -> Batch:
 
 def add_alone(records: ServingRecords, expected: list[tuple], start: float, num_decodes: int) -> None:
     b, usage = batch(num_decodes, prefill=7), KVUsage(token=50 + num_decodes, internal=3, idle=11, unshared_blocks=9)
-    records.add_iteration(b, usage, start, 0.5, 2, 1)
+    records.add_iterations(b, tuple(zip(usage_values(usage))), (start,), (0.5,), (2,), 1)
     expected.append((1, start, 0.5, 7, 1, num_decodes, b.sum_decode_context, b.num_running_groups, 2, 0, 0,
                      usage.token, 0, 3, 0, 11, 9, 0))
 
