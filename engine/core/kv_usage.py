@@ -75,7 +75,7 @@ def shared_prompt_token_slots(group: SequenceGroup) -> int:
 
 
 def paged_usage(blocks: BlockManager, token_slots: int, someone_waits: bool) -> KVUsage:
-    """vLLM's paged pool now: paged_usage_columns at one moment."""
+    """vLLM's paged pool now (paged_usage_columns at one moment)."""
     return KVUsage(*next(zip(*paged_usage_columns(blocks, (token_slots,), (blocks.gpu.num_free,), someone_waits))))
 
 
@@ -118,7 +118,7 @@ def paged_usage_columns(blocks: BlockManager, token_slots: Iterable[int], free_b
     internal fragmentation; nothing is reserved ahead. (Between complete() and the next schedule() the
     newest tokens have no slot yet: hence the min.)"""
     bs, num_blocks = blocks.block_size, blocks.gpu.num_blocks
-    sharing = blocks.gpu.num_shared_refs - len(blocks.prefix_table)
+    sharing = blocks.num_unshared_blocks - blocks.num_used_gpu_blocks  # fresh blocks leave it as it is
     used = [(num_blocks - free) * bs for free in free_blocks]
     token = list(map(min, token_slots, used))
     external, idle = free_parts([free * bs for free in free_blocks], repeat(0), someone_waits)
