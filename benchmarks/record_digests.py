@@ -10,19 +10,18 @@ its replicas simulated apart in two processes (`jobs2`, sim/apart.py). The three
     python benchmarks/record_digests.py            # every scenario
     python benchmarks/record_digests.py beam swap  # some
 
-Prints `<scenario> <way> <iterations> <requests> <sha256 of the iteration columns and request rows>`.
+Prints `<scenario> <way> <iterations> <requests> <sha256 of the iteration columns and request rows>`, for
+the code of the checkout this file is in (not an installed servesim elsewhere).
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
 import pickle
+import sys
 from pathlib import Path
 
 import numpy as np
-
-from sim.config import load_experiment
-from sim.run import make_cost_model, simulate_trace, trace_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,6 +42,9 @@ SCENARIOS = {
 
 
 def digests(name: str) -> list[tuple[str, int, int, str]]:
+    from sim.config import load_experiment
+    from sim.run import make_cost_model, simulate_trace, trace_for
+
     path, system_name, rate, duration_s, overrides = SCENARIOS[name]
     exp = load_experiment(ROOT / path, [*overrides, f"workload.duration_s={duration_s}", f"rates=[{rate}]",
                                         "warmup_s=0"])
@@ -65,6 +67,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("scenarios", nargs="*", help=f"any of {', '.join(SCENARIOS)} (default: all)")
     args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))  # the checkout this script is in, whichever servesim is installed
     unknown = sorted(set(args.scenarios) - set(SCENARIOS))
     if unknown:
         parser.error(f"unknown scenario {', '.join(unknown)}: choose from {', '.join(SCENARIOS)}")

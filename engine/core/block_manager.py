@@ -160,17 +160,17 @@ class BlockManager:
         self.append_slots((seq,), copies)
         return copies[0] if copies else None
 
-    def append_slots(self, seqs: Iterable[Sequence], copies: list[tuple[int, int]], steps_ahead: int = 0) -> None:
-        """Make room in each sequence's table, in turn, for the token at position length - 1 + steps_ahead,
-        adding the copies on write to `copies`: a block when its last one is full, else a copy of a shared
-        last block. schedule() calls it for the whole batch (one call: most sequences need nothing, and a
-        call per sequence cost more than that); a decode stretch's iteration j calls it, steps_ahead j - 1,
-        for the sequences whose last block fills then (docs/stretch.md)."""
+    def append_slots(self, seqs: Iterable[Sequence], copies: list[tuple[int, int]]) -> None:
+        """Make room in each sequence's table, in turn, for the token at position length - 1, adding the
+        copies on write to `copies`: a block when its last one is full, else a copy of a shared last block.
+        schedule() calls it for the whole batch (one call: most sequences need nothing, and a call per
+        sequence cost more than that); a decode stretch calls it once for the blocks its iterations take
+        (docs/stretch.md)."""
         tables, bs, gpu = self.block_tables, self.block_size, self.gpu
         ref_counts, allocate = gpu.ref_counts, gpu.allocate
         for seq in seqs:
             table = tables[seq.seq_id]
-            if len(table) * bs < seq.length + steps_ahead:
+            if len(table) * bs < seq.length:
                 table.append(allocate())
             elif ref_counts[table[-1]] != 1:
                 copies.append(self._copy_last_block(table))

@@ -22,7 +22,7 @@ from operator import sub
 
 from engine.core.batch import Batch
 from engine.core.errors import Unschedulable
-from engine.core.kv_usage import UsageColumns, usage_values
+from engine.core.kv_usage import usage_values
 from engine.core.records import ServingRecords
 from engine.core.scheduler.base import DecodeStretch, KVUsage, Scheduler
 from engine.core.sequence import SequenceCounter, SequenceGroup, make_group
@@ -106,15 +106,16 @@ class ServingCore:
         scheduler, count = self.scheduler, len(ends)
         batch, waiting, first = step.batch, scheduler.num_waiting, usage_values(step.usage)
         if count == 1:
-            usage: UsageColumns = tuple(zip(first))
+            starts: Sequence[float] = (step.start_s,)
+            usage: Iterable[Iterable[int]] = zip(first)
             waits: Iterable[int] = (waiting,)
         else:
             if step.stretch is None:
                 raise ValueError("end_steps: several iterations of a step whose decode_stretch was not asked")
             later = scheduler.advance_decodes(step.stretch, count, waiting - step.num_waiting)
-            usage = tuple(chain((value,), column) for value, column in zip(first, later))
+            starts = [step.start_s, *ends[:-1]]
+            usage = map(chain, zip(first), later)  # the step's own usage, then the stretch's
             waits = chain(repeat(step.num_waiting, count - 1), (waiting,))
-        starts = [step.start_s, *ends[:-1]]
         self.records.add_iterations(batch, usage, starts, map(sub, ends, starts), waits, self.replica)
         finished = scheduler.complete(batch, ends[-1], beam_parents)
         for group in finished:

@@ -72,13 +72,13 @@ class Scheduler(ABC):
         return DecodeStretch(batch, 1)
 
     def advance_decodes(self, stretch: DecodeStretch, num_steps: int, arrived: int = 0) -> UsageColumns:
-        """Complete the first num_steps - 1 iterations of `stretch` (2 <= num_steps <= stretch.num_steps),
-        and run the schedule() of each next one, without building their batches: the scheduler is left as
-        schedule() leaves it before iteration num_steps, whose batch is batch.decode_later(num_steps - 1)
-        and which complete(stretch.batch, ...) completes as it completes any. Returns the KV usage each of
-        iterations 2..num_steps found (kv_usage()'s fields, as columns). `arrived`: requests added since
-        schedule() returned `batch`, all during the last iteration (a request ends a stretch at the
-        iteration it arrives in), so after every schedule() the stretch ran."""
+        """Complete the first num_steps - 1 iterations of `stretch` (2 <= num_steps <= stretch.num_steps) and
+        run the schedule() of each next one, without building their batches: the scheduler is left as
+        schedule() leaves it before iteration num_steps, whose batch is stretch.batch.decode_later(num_steps - 1)
+        and which complete(stretch.batch, ...) completes as any. Returns the KV usage each of iterations
+        2..num_steps found (kv_usage()'s fields, as columns). `arrived`: requests added since schedule()
+        returned `batch`, all during the last iteration (a request ends a stretch at the iteration it
+        arrives in), so after every schedule() the stretch ran."""
         raise NotImplementedError(f"{type(self).__name__} promises no decode stretch")
 
 

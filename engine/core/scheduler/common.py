@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from engine.core.batch import Batch
 from engine.core.errors import Unservable
@@ -72,7 +72,7 @@ class QueueScheduler(Scheduler):
     def _sample(self, num_samples: int, num_steps: int, now_s: float) -> list[SequenceGroup]:
         """num_steps iterations of the scheduled batch, each sampling a token for num_samples sequences: every
         running sequence of its groups grows by num_steps and finishes at its final length, a group when none
-        of its sequences runs on. complete() takes one step; a decode stretch takes the steps before its last
+        of its sequences runs on. complete() takes one step; a decode stretch the steps before its last
         (advance_decodes), which by its construction finish nobody."""
         self.token_slots.sampled(num_steps * num_samples)
         finished = []
@@ -124,14 +124,15 @@ class QueueScheduler(Scheduler):
         """decode_stretch for a decode-only batch without beams. Reservations stay as they are while no
         request finishes, and the oldest waiting request, refused by this schedule(), stays refused: the
         stretch lasts until the first sequence finishes."""
-        return DecodeStretch(batch, self._steps_to_first_finish())
+        running = SeqStatus.RUNNING
+        return DecodeStretch(batch, self._steps_to_first_finish(
+            seq for group in self._decoded for seq in group.seqs if seq.status is running))
 
-    def _steps_to_first_finish(self) -> int:
+    @staticmethod
+    def _steps_to_first_finish(decoding: Iterable[Sequence]) -> int:
         """Completion k takes each decoding sequence to length + k: the first to reach its final length
         ends the stretch (with the completion that finishes it)."""
-        running = SeqStatus.RUNNING
-        return min(s.prompt_len + s.output_len - s.length
-                   for group in self._decoded for s in group.seqs if s.status is running)
+        return min([seq.prompt_len + seq.output_len - seq.length for seq in decoding])
 
     def advance_decodes(self, stretch: DecodeStretch, num_steps: int, arrived: int = 0) -> UsageColumns:
         if not 2 <= num_steps <= stretch.num_steps:
@@ -139,16 +140,16 @@ class QueueScheduler(Scheduler):
         num_decodes = len(stretch.batch.decode_seq_ids)
         first = self.token_slots.slots + num_decodes  # each completion samples a token per decode
         token_slots = range(first, first + (num_steps - 1) * num_decodes, num_decodes)
-        usage = self._stretch_usage(stretch, num_steps, token_slots, someone_waited=len(self.waiting) > arrived)
+        someone_waited = len(self.waiting) > arrived
         if self._sample(num_decodes, num_steps - 1, math.nan):
             raise RuntimeError("a decode stretch finished a request before its last step")
-        return usage
+        return self._stretch_usage(stretch, num_steps, token_slots, someone_waited)
 
     def _stretch_usage(self, stretch: DecodeStretch, num_steps: int, token_slots: range,
                        someone_waited: bool) -> UsageColumns:
         """Run the schedule() of the stretch's iterations 2..num_steps (the allocator's part of it) and return
         the KV usage each found, with token_slots filled and someone waiting or not as when the stretch was
-        scheduled. The lengths are still those of the first iteration."""
+        scheduled. The lengths are already those of iteration num_steps."""
         raise NotImplementedError
 
     # --- beam search -------------------------------------------------------------

@@ -11,7 +11,8 @@ import bisect
 import enum
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from itertools import accumulate, chain
+from operator import sub
 
 from engine.core.batch import Batch
 from engine.core.block_manager import BlockManager, appends_fit
@@ -42,19 +43,21 @@ class PreemptionMode(enum.Enum):
     RECOMPUTE = "recompute"
 
 
-@dataclass(eq=False, slots=True)
 class StepPlan:
     """What one schedule() decides, as its parts add to it: the groups that decode (and their running
     sequences, in order) and prefill, the blocks to copy and swap, and the groups preempted in this step
     (a group preempted now does not come back in the same step)."""
 
-    decode_groups: list[SequenceGroup] = field(default_factory=list)
-    decode_seqs: list[Sequence] = field(default_factory=list)
-    prefill_groups: list[SequenceGroup] = field(default_factory=list)
-    copies: list[tuple[int, int]] = field(default_factory=list)
-    swap_in: list[tuple[int, int]] = field(default_factory=list)
-    swap_out: list[tuple[int, int]] = field(default_factory=list)
-    preempted: set[int] = field(default_factory=set)
+    __slots__ = ("decode_groups", "decode_seqs", "prefill_groups", "copies", "swap_in", "swap_out", "preempted")
+
+    def __init__(self) -> None:  # plain lists: a dataclass's default factories cost a call each, every step
+        self.decode_groups: list[SequenceGroup] = []
+        self.decode_seqs: list[Sequence] = []
+        self.prefill_groups: list[SequenceGroup] = []
+        self.copies: list[tuple[int, int]] = []
+        self.swap_in: list[tuple[int, int]] = []
+        self.swap_out: list[tuple[int, int]] = []
+        self.preempted: set[int] = set()
 
 
 class VLLMScheduler(QueueScheduler):
@@ -90,7 +93,7 @@ class VLLMScheduler(QueueScheduler):
 
     def _reserve_running(self, plan: StepPlan) -> None:
         """A slot for every running sequence, preempting the latest arrivals when short."""
-        if self.blocks.can_append(self.num_running_seqs):
+        if appends_fit(self.num_running_seqs, self.blocks.gpu.num_free):
             # each sequence needs at most one new block: nobody can fail can_append
             plan.decode_groups = list(self.running)
             self._append_slots(self.running, plan)
@@ -254,7 +257,7 @@ class VLLMScheduler(QueueScheduler):
         growth = self._growth_by_slack()
         if growth is None:
             return DecodeStretch(batch, 1)
-        num_steps = self._steps_without_preemption(self._steps_to_first_finish(), growth)
+        num_steps = self._steps_without_preemption(self._steps_to_first_finish(chain.from_iterable(growth)), growth)
         return DecodeStretch(batch, num_steps, growth)
 
     def _growth_by_slack(self) -> list[list[Sequence]] | None:
@@ -292,12 +295,15 @@ class VLLMScheduler(QueueScheduler):
 
     def _stretch_usage(self, stretch: DecodeStretch, num_steps: int, token_slots: range,
                        someone_waited: bool) -> UsageColumns:
-        bs, append_slots, growth = self.block_size, self.blocks.append_slots, stretch.growth
-        free_blocks: list[int] = []
+        """The schedule() of iterations 2..num_steps appends a block for each of growth[(j - 2) % block_size]
+        and for nobody else: the same append_slots, in one call for them all (the lengths are already the
+        last iteration's), in the order the iterations would append (the same block ids), each sequence
+        listed once per block it takes. The free blocks each iteration found are counted down alongside."""
+        bs, growth = self.block_size, stretch.growth
+        grown = [growth[(j - 2) % bs] for j in range(2, num_steps + 1)]
+        free_blocks = list(accumulate(map(len, grown), sub, initial=self.blocks.gpu.num_free))[1:]
         no_copies: list[tuple[int, int]] = []  # a stretch's appends copy nothing (_decode_stretch)
-        for j in range(2, num_steps + 1):
-            append_slots(growth[(j - 2) % bs], no_copies, steps_ahead=j - 1)
-            free_blocks.append(self.blocks.gpu.num_free)
+        self.blocks.append_slots(chain.from_iterable(grown), no_copies)
         return paged_usage_columns(self.blocks, token_slots, free_blocks, someone_waited)
 
     # --- the rest of the contract ----------------------------------------------------

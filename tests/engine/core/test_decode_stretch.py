@@ -2,11 +2,11 @@
 
 Two schedulers get the same requests at the same steps. One runs every iteration; the other, at each
 batch that decode_stretch lets repeat k >= 2 times, advances a random number m <= k of them in one call
-and completes the m-th as any step. Whatever the first scheduled along the way must be what
-decode_stretch promised (the same decode batch, every context one longer per step, no prompt, copy,
-swap or finish), the usage columns
-advance_decodes returns must be the first's kv_usage() at each of those iterations, and afterwards
-both must hold the same state to the block id, so that everything after runs the same.
+(advance_decodes) and completes the m-th as any step. Whatever the first scheduled along the way must be
+what decode_stretch promised (the same decode batch, every context one longer per step, no prompt, copy,
+swap or finish), the usage columns advance_decodes returns must be the first's kv_usage() at each of
+those iterations, and afterwards both must hold the same state to the block id, so that everything after
+runs the same.
 """
 from __future__ import annotations
 
