@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from itertools import repeat
-from operator import attrgetter, mul, sub
+from operator import attrgetter, sub
 from typing import TypeVar
 
 from engine.core.block_manager import BlockManager
@@ -75,8 +75,15 @@ def shared_prompt_token_slots(group: SequenceGroup) -> int:
 
 
 def paged_usage(blocks: BlockManager, token_slots: int, someone_waits: bool) -> KVUsage:
-    """vLLM's paged pool now (paged_usage_columns at one moment)."""
-    return KVUsage(*next(zip(*paged_usage_columns(blocks, (token_slots,), (blocks.gpu.num_free,), someone_waits))))
+    """vLLM's paged pool now: an allocated block holds tokens, and the unfilled slots of a sequence's
+    last block are internal fragmentation; nothing is reserved ahead. (Between complete() and the next
+    schedule() the newest tokens have no slot yet: hence the min.) paged_usage_columns is the same at a
+    decode stretch's moments, column by column (a function call per moment would cost the stretch more
+    than the iterations it spares; tests/engine/core/test_decode_stretch.py holds the two equal)."""
+    used = blocks.num_used_gpu_blocks * blocks.block_size
+    token = min(token_slots, used)
+    external, idle = free_parts(blocks.gpu.num_free * blocks.block_size, 0, someone_waits)
+    return KVUsage(token, 0, used - token, external, idle, blocks.num_unshared_blocks, blocks.num_saved_blocks)
 
 
 def reserved_usage(allocator: ReservationAllocator, tokens: TokenSlots, someone_waits: bool) -> KVUsage:
@@ -112,19 +119,17 @@ def usage_columns(**columns: Iterable[int]) -> UsageColumns:
 
 def paged_usage_columns(blocks: BlockManager, token_slots: Iterable[int], free_blocks: Sequence[int],
                         someone_waits: bool) -> UsageColumns:
-    """vLLM's paged pool at moments when only the token slots and the free GPU blocks differ from now (a
-    decode stretch allocates fresh blocks and frees none, so references beyond a block's first stay as
-    they are): an allocated block holds tokens, and the unfilled slots of a sequence's last block are
-    internal fragmentation; nothing is reserved ahead. (Between complete() and the next schedule() the
-    newest tokens have no slot yet: hence the min.) Columns in KVUsage's order, as paged_usage reads
-    them; built by map, in C, as cheap for one moment as for a stretch's thousands."""
-    bs, num_blocks = repeat(blocks.block_size), blocks.gpu.num_blocks
+    """paged_usage at moments when only the token slots and the free GPU blocks differ from now (a decode
+    stretch allocates fresh blocks and frees none, so references beyond a block's first stay as they are),
+    as columns in KVUsage's order."""
+    bs, num_blocks = blocks.block_size, blocks.gpu.num_blocks
     sharing = blocks.num_unshared_blocks - blocks.num_used_gpu_blocks  # fresh blocks leave it as it is
-    used = list(map(mul, map(sub, repeat(num_blocks), free_blocks), bs))
+    used = [(num_blocks - free) * bs for free in free_blocks]
     token = list(map(min, token_slots, used))
-    external, idle = free_parts(list(map(mul, free_blocks, bs)), repeat(0), someone_waits)
-    return (token, repeat(0), list(map(sub, used, token)), external, idle,
-            list(map(sub, repeat(num_blocks + sharing), free_blocks)), repeat(blocks.num_saved_blocks))
+    nothing = repeat(0)
+    external, idle = free_parts([free * bs for free in free_blocks], nothing, someone_waits)
+    return (token, nothing, list(map(sub, used, token)), external, idle,
+            [num_blocks - free + sharing for free in free_blocks], repeat(blocks.num_saved_blocks))
 
 
 def reserved_usage_columns(allocator: ReservationAllocator, token_slots: range, someone_waits: bool) -> UsageColumns:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, fields
 from itertools import chain, repeat
 from typing import TYPE_CHECKING
 
+from engine.core.kv_usage import KVUsage, usage_values
+
 if TYPE_CHECKING:
     from engine.core.batch import Batch
     from engine.core.sequence import SequenceGroup
@@ -79,12 +81,24 @@ class ServingRecords:
             group.finish_s if finished else None, group.prompt_len, group.output_len,
             group.num_seqs, group.num_preemptions))
 
+    def add_iteration(self, batch: Batch, usage: KVUsage, start_s: float, duration_s: float, num_waiting: int,
+                      replica: int) -> None:
+        """One iteration's row: add_iterations for one, spelled out, since the step-by-step loop writes one per
+        iteration and the zip there costs several times this tuple (test_records holds the two alike)."""
+        rows = self._rows
+        rows.append((
+            replica, start_s, duration_s, batch.num_prefill_tokens, len(batch.prefill_lens), batch.num_decodes,
+            batch.sum_decode_context, batch.num_running_groups, num_waiting, batch.num_swap_blocks,
+            len(batch.blocks_to_copy), *usage_values(usage)))
+        if len(rows) >= ROWS_PER_CHUNK:
+            self._move_rows()
+
     def add_iterations(self, batch: Batch, usage: Iterable[Iterable[int]], starts: Sequence[float],
                        durations: Iterable[float], num_waiting: Iterable[int], replica: int) -> None:
         """A row per start: `batch`, then, in a decode stretch it began (Scheduler.decode_stretch), the
         iterations after it, the i-th (from 0) batch.decode_later(i): every context i longer and no blocks
         moved. `usage`: the pool as each found it (KVUsage's fields as columns: kv_usage.UsageColumns).
-        The one place a row's columns are put in IterationRecord's order; built by zip, in C."""
+        Rows in IterationRecord's order, built by zip, in C."""
         num_decodes, first = batch.num_decodes, batch.sum_decode_context
         contexts = range(first, first + len(starts) * num_decodes, num_decodes) if num_decodes else repeat(first)
         swaps, copies = chain((batch.num_swap_blocks,), repeat(0)), chain((len(batch.blocks_to_copy),), repeat(0))

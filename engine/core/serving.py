@@ -15,7 +15,7 @@ may also let a decode-only step repeat (`decode_stretch`) and end several iterat
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import sub
@@ -103,20 +103,19 @@ class ServingCore:
         """The step's batch and the next len(ends) - 1 iterations of its decode stretch (decode_stretch) ran,
         ending at `ends`: record each iteration, complete them, record the requests the last finished (only
         the last may). One end is end_step. Requests that arrived meanwhile arrived during the last."""
-        scheduler, count = self.scheduler, len(ends)
-        batch, waiting, first = step.batch, scheduler.num_waiting, usage_values(step.usage)
+        scheduler, count, batch = self.scheduler, len(ends), step.batch
+        waiting = scheduler.num_waiting
         if count == 1:
-            starts: Sequence[float] = (step.start_s,)
-            usage: Iterable[Iterable[int]] = zip(first)
-            waits: Iterable[int] = (waiting,)
+            self.records.add_iteration(batch, step.usage, step.start_s, ends[0] - step.start_s, waiting,
+                                       self.replica)
         else:
             if step.stretch is None:
                 raise ValueError("end_steps: several iterations of a step whose decode_stretch was not asked")
             later = scheduler.advance_decodes(step.stretch, count, waiting - step.num_waiting)
             starts = [step.start_s, *ends[:-1]]
-            usage = map(chain, zip(first), later)  # the step's own usage, then the stretch's
+            usage = map(chain, zip(usage_values(step.usage)), later)  # the step's own usage, then the stretch's
             waits = chain(repeat(step.num_waiting, count - 1), (waiting,))
-        self.records.add_iterations(batch, usage, starts, map(sub, ends, starts), waits, self.replica)
+            self.records.add_iterations(batch, usage, starts, map(sub, ends, starts), waits, self.replica)
         finished = scheduler.complete(batch, ends[-1], beam_parents)
         for group in finished:
             self.records.add_request(group, self.replica)

@@ -22,7 +22,10 @@ def batch(num_decodes: int, context: int = 100, prefill: int = 0) -> Batch:
 
 def add_alone(records: ServingRecords, expected: list[tuple], start: float, num_decodes: int) -> None:
     b, usage = batch(num_decodes, prefill=7), KVUsage(token=50 + num_decodes, internal=3, idle=11, unshared_blocks=9)
-    records.add_iterations(b, tuple(zip(usage_values(usage))), (start,), (0.5,), (2,), 1)
+    if num_decodes % 2:  # one row both ways: add_iteration spells out what add_iterations zips
+        records.add_iteration(b, usage, start, 0.5, 2, 1)
+    else:
+        records.add_iterations(b, tuple(zip(usage_values(usage))), (start,), (0.5,), (2,), 1)
     expected.append((1, start, 0.5, 7, 1, num_decodes, b.sum_decode_context, b.num_running_groups, 2, 0, 0,
                      usage.token, 0, 3, 0, 11, 9, 0))
 
