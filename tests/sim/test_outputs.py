@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from engine.core.records import ITERATION_COLUMNS
-from sim.cli import main
+from servesim.cli import main
 from sim.config import load_experiment
 from sim.output import ITERATION_FILES, check_iterations_format, read_iterations
 from sim.run import run_one
@@ -121,7 +121,7 @@ def _top(modules: set[str]) -> set[str]:
 
 
 def test_start_up_loads_no_table_plotting_or_cluster_library():
-    loaded = _top(_modules_after("import sim.cli; sim.cli.build_parser()"))
+    loaded = _top(_modules_after("import servesim.cli; servesim.cli.build_parser()"))
     assert not loaded & {"pandas", "matplotlib", "pyarrow", "distributed", "dask", "simpy", "torch"}, loaded
 
 
