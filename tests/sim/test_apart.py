@@ -9,7 +9,7 @@ import sim.apart
 import sim.simulate
 from sim.simulate import simulate
 from sim.workload.trace import Trace
-from tests.sim.test_fastforward import MODEL, ROOFLINE, SYSTEMS, GridCost, random_trace
+from tests.helpers.simulation import MODEL, ROOFLINE, SYSTEMS, GridCost, random_trace
 
 
 @pytest.fixture
@@ -149,7 +149,7 @@ def together_calls(monkeypatch):
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_an_error_apart_is_the_error_the_shared_simulation_meets_first(monkeypatch, together_calls, jobs):
     from engine.specs.errors import SpecError
-    from tests.sim.test_fastforward import NanAfter
+    from tests.helpers.simulation import NanAfter
 
     messages = []
     for together in (False, True):

@@ -18,10 +18,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from processes import TINY, all_exit, children, reap  # tests/sim/processes.py
 
 from engine.specs.errors import SpecError
 from servesim.cli import main
+from tests.helpers.configs import TINY
+from tests.helpers.processes import all_exit, children, reap
 
 REPO = Path(__file__).resolve().parents[2]
 needs_distributed = pytest.mark.skipif(importlib.util.find_spec("distributed") is None,

@@ -27,19 +27,12 @@ from sim.config import load_experiment
 from sim.metrics import summarize
 from sim.run import run_one, simulate_trace
 from sim.workload.trace import Trace
+from tests.helpers.configs import tiny
 
 REPO = Path(__file__).resolve().parents[2]
 
-TINY = """
-name: tiny
-model: opt-13b
-hardware: a100-40gb
-kv_cache_gib: 12
-workload: {dataset: sharegpt-standin, arrival: poisson, duration_s: 20}
-systems: [vllm]
-rates: [1]
-warmup_s: 2
-"""
+TINY = tiny(workload="{dataset: sharegpt-standin, arrival: poisson, duration_s: 20}", systems="[vllm]", rates="[1]",
+            warmup_s="2")
 NO_TORCH = "import sys; sys.modules['torch'] = None; from servesim.cli import main; sys.exit(main())"
 
 

@@ -18,22 +18,12 @@ from sim.config import load_experiment
 from sim.output import ITERATION_FILES, check_iterations_format, read_iterations
 from sim.run import run_one
 from sim.sweep import RunKey, execute, save
+from tests.helpers.configs import tiny
 
 pytest.importorskip("pyarrow")
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = """
-name: tiny
-model: opt-13b
-hardware: a100-40gb
-kv_cache_gib: 12
-workload:
-  dataset: sharegpt-standin
-  duration_s: 30
-systems: [vllm, orca-max]
-rates: [2]
-warmup_s: 5
-"""
+TINY = tiny(systems="[vllm, orca-max]", rates="[2]")
 RUN = "runs/vllm_rate2_seed0"
 
 

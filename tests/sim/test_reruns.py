@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from processes import TINY, all_exit, children, reap  # tests/sim/processes.py
 
 from engine.specs.errors import SpecError
 from servesim.cli import main
@@ -27,6 +26,8 @@ from sim.capacity import Target, max_rate, replicas_for
 from sim.config import load_experiment
 from sim.run import SUMMARY_COLUMNS, run_one
 from sim.sweep import sweep
+from tests.helpers.configs import TINY
+from tests.helpers.processes import all_exit, children, reap
 
 REPO = Path(__file__).resolve().parents[2]
 JOBS = pytest.mark.parametrize("jobs", ["1", "2"])

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from core_harness import HYPOTHESIS, StepInvariants, check_block_manager, hyp, scheduler_for
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,6 +17,7 @@ from engine.core.blocks import blocks_for
 from engine.core.sequence import SeqStatus, SequenceCounter, make_group
 from engine.core.serving import ReplayRequest, ServingCore
 from engine.core.system import SystemSpec
+from tests.helpers.core_harness import HYPOTHESIS, StepInvariants, check_block_manager, hyp, scheduler_for
 
 # --- the slots -------------------------------------------------------------------------------
 

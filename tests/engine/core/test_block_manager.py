@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import pytest
-from core_harness import check_block_manager, hyp
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from engine.core.block_manager import BlockAllocator, BlockManager
 from engine.core.blocks import blocks_for
 from engine.core.sequence import SeqStatus, Sequence, SequenceCounter, make_group
+from tests.helpers.core_harness import check_block_manager, hyp
 
 BS = 4
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from core_harness import Req, drive
 
 from engine.core.factory import make_scheduler
 from engine.core.sequence import SequenceCounter, make_group
 from engine.core.system import PAPER_SYSTEMS
 from engine.specs.loader import load_model_spec
+from tests.helpers.core_harness import Req, drive
 
 OPT13B_BLOCKS = 983  # 12 GiB / (16 x 800 KiB); derived in tests/calibrate
 

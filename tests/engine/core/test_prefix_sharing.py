@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from core_harness import Req, StepInvariants, check_block_manager, check_finished, drive, hyp, scheduler_for
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,6 +18,15 @@ from engine.core.blocks import blocks_for
 from engine.core.scheduler.vllm import VLLMScheduler
 from engine.core.sequence import SeqStatus, SequenceCounter, make_group
 from engine.core.system import PAPER_SYSTEMS
+from tests.helpers.core_harness import (
+    Req,
+    StepInvariants,
+    check_block_manager,
+    check_finished,
+    drive,
+    hyp,
+    scheduler_for,
+)
 
 BS = 4
 MAX_LEN = 64
