@@ -50,7 +50,7 @@ class FinalState:
 
     def check(self):
         sched = self.sched
-        assert not sched.has_unfinished() and sched.num_waiting == 0 and sched.num_running == 0
+        assert not sched.has_unfinished() and sched.num_waiting == 0 and len(sched.running) == 0
         usage = sched.kv_usage()
         assert usage.idle == sched.num_gpu_blocks * sched.block_size, f"memory left behind: {usage}"
         if isinstance(sched, VLLMScheduler):
