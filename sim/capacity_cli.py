@@ -7,7 +7,7 @@ from pathlib import Path
 from engine.specs.errors import SpecError
 
 
-def _parse_target(text: str):
+def parse_target(text: str):
     from sim.capacity import TARGET_METRICS, Target
 
     if "=" not in text:
@@ -42,7 +42,7 @@ def _cmd_capacity(args) -> int:
     _positive_option("--tolerance", args.tolerance)
     _positive_option("--rate", args.rate)
     exp = load_experiment(args.config, args.set)
-    target = _parse_target(args.target)
+    target = parse_target(args.target)
     executor = executor_spec(args, runs=len(exp.systems) * 8)  # a search probes ahead: room for more workers
     out_dir = prepare_out_dir(Path(args.out or Path("results") / exp.name))
     start = min(exp.rates)

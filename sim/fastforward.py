@@ -87,8 +87,7 @@ class FastForward:
         self.arrival_times = arrival_times
         self.by_replica = by_replica
         self.horizon_s = horizon_s
-        self.num_stretches = 0  # stretches run, and the iterations in them: what benchmarks/sim_speed.py reports
-        self.num_forwarded = 0
+        self.num_forwarded = 0  # iterations run inside stretches: what benchmarks/sim_speed.py reports
 
     def plan(self, replica: Replica, step: Step, seconds: float) -> Stretch | None:
         """The stretch starting with `step` (just scheduled, costing `seconds`), or None when it would
@@ -172,7 +171,6 @@ class FastForward:
 
     def _finish(self, replica: Replica, stretch: Stretch) -> None:
         core, step, count = replica.core, stretch.step, stretch.num_steps
-        self.num_stretches += 1
         self.num_forwarded += count
         if count == 1:  # cut in its first iteration: that iteration as the replica always runs it
             core.finish(step, replica.env.now)

@@ -9,7 +9,7 @@ import pytest
 from engine.core.errors import Unschedulable, Unservable
 from engine.core.scheduler.common import RequestTooLarge, RequestTooLong
 from engine.specs.errors import SpecError
-from sim.cli import USER_ERRORS
+from servesim.cli import USER_ERRORS
 
 EXAMPLES = [
     SpecError("traces/bad.csv", "row 3", "0.3 is earlier than the row before it"),

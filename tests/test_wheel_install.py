@@ -118,7 +118,8 @@ def test_installed_wheel_runs_an_experiment_from_an_empty_folder(wheel, tmp_path
     work = tmp_path / "empty"
     work.mkdir()
     (work / "q.yaml").write_text(CONFIG)
-    show = "import sim, engine, calibrate; print(sim.__file__, engine.__file__, calibrate.__file__)"
+    show = ("import servesim, sim, engine, calibrate; "
+            "print(servesim.__file__, sim.__file__, engine.__file__, calibrate.__file__)")
     where = _run([python, "-c", show],
                  cwd=work, env=clean).stdout.split()
     assert all(Path(f).resolve().is_relative_to(site.resolve()) for f in where), where

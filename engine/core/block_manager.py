@@ -148,15 +148,10 @@ class BlockManager:
         # conservative, as the paper-era code: one new block per running sequence
         return num_running_seqs <= self.gpu.num_free
 
-    def append_slot(self, seq: Sequence) -> tuple[int, int] | None:
-        """Make room for the token at position length-1; returns a (src, dst) copy if CoW."""
-        copies: list[tuple[int, int]] = []
-        self.append_slots((seq,), copies)
-        return copies[0] if copies else None
-
     def append_slots(self, seqs: Iterable[Sequence], copies: list[tuple[int, int]]) -> None:
-        """append_slot for each sequence in turn, adding its copies to `copies`: the step's hot path, one
-        call for the whole batch (most sequences need nothing, and a call per sequence cost more than that)."""
+        """Make room for each sequence's token at position length-1, adding a (src, dst) copy to `copies` where
+        its last block is shared (copy on write): the step's hot path, one call for the whole batch (most
+        sequences need nothing, and a call per sequence cost more than that)."""
         tables, bs, gpu = self.block_tables, self.block_size, self.gpu
         ref_counts, allocate = gpu.ref_counts, gpu.allocate
         for seq in seqs:
@@ -177,7 +172,7 @@ class BlockManager:
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """Beam search: the child drops its blocks and continues the parent's, shared by reference
         count (paper-era `fork`: the table is copied, every block gains a holder, nothing is
-        allocated). A shared last block is copied on the next append_slot."""
+        allocated). A shared last block is copied on the next append_slots."""
         table = self.block_tables[parent.seq_id]
         for block in table:
             self.gpu.incref(block)

@@ -180,7 +180,7 @@ def test_the_held_slots_of_beams_in_lockstep_are_those_counted_block_by_block(mo
     from dataclasses import replace
 
     from engine.core.block_manager import BlockManager
-    from tests.sim.test_fastforward import MODEL, ROOFLINE, SYSTEMS, random_trace
+    from tests.helpers.simulation import MODEL, ROOFLINE, SYSTEMS, random_trace
 
     checked, fell_back = [], []
     counted, by_block = BlockManager.held_token_slots, BlockManager._held_token_slots_by_block

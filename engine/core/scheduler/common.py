@@ -100,10 +100,6 @@ class QueueScheduler(Scheduler):
     def num_waiting(self) -> int:
         return len(self.waiting)
 
-    @property
-    def num_running(self) -> int:
-        return len(self.running)
-
     def sequence(self, seq_id: int) -> Sequence:
         return self._seqs[seq_id]
 

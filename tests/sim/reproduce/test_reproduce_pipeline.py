@@ -4,7 +4,7 @@ import re
 import pandas as pd
 import pytest
 
-from sim.cli import main
+from servesim.cli import main
 from sim.reproduce import scale
 from sim.reproduce.claims import CLAIMS
 from sim.reproduce.figures import FIG12, FIG13, FIG14, FIG15, FIG18, FIGURES, Source
