@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
 
 from engine.core.errors import Unservable
+from engine.specs.checks import option, positive
 from engine.specs.errors import SpecError
 
 # Errors a user can fix: a bad config or argument, a request the deployment can never serve, a file
@@ -32,6 +35,9 @@ def _cmd_run(args) -> int:
     from sim.report import summary_table, unmeasured_warnings
     from sim.sweep import sweep
 
+    # the plot is drawn last, after every run: its arguments are checked first, or a bad one would
+    # leave the runs done and summary.csv written, and then fail
+    option(positive, args.ylim, "--ylim")
     exp = load_experiment(args.config, args.set)
     runs = len(exp.systems) * len(exp.rates) * len(exp.seeds)
     executor = executor_spec(args, runs)
@@ -135,9 +141,22 @@ def _fail(args, message: str, status: int) -> int:
     return status
 
 
+def _interrupted(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _sigterm_as_interrupt():
+    """SIGTERM (kill, a job scheduler's stop) ends a command as Ctrl-C does: the same cleanup, the same
+    one line, the same exit status. The previous handler, to restore; None off the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _interrupted)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run a command; the user sees one line for any error, a traceback only with --debug."""
     args = None
+    previous = _sigterm_as_interrupt()
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
@@ -148,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # a bug: say so, and how to report it
         return _fail(args, f"internal error: {type(err).__name__}: {one_line(err)} "
                      "(rerun with --debug for the traceback, and report it)", EXIT_BUG)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
