@@ -248,19 +248,12 @@ def _chatbot_options(raw: dict, source: str, dataset: str | None) -> dict:
     return {key: number(raw[key], source, f"{SECTION}.{key}", low=0, high=1)}
 
 
-# keys that only a generated workload reads: a replay takes its requests and their times from the trace
-GENERATED_ONLY = ("dataset", "arrival", "duration_s", "cv")
-
-
 def _check_modes(raw: dict, source: str, values: dict) -> None:
-    """A key that only applies in one mode refuses to be set without it (the replay keys and
-    new_conversation_prob check their own), so a setting is never silently ignored."""
-    if values["trace"] is not None:
-        for key in GENERATED_ONLY:
-            if raw.get(key) is not None:
-                raise SpecError(source, f"{SECTION}.{key}", "applies only to a generated workload; a replay "
-                                "(workload.trace) takes its requests and arrival times from the trace")
-    elif raw.get("cv") is not None and values["arrival"] != "gamma":
+    """A key that only applies in one mode refuses to be set without it (the replay keys, prefix_tokens and
+    new_conversation_prob check their own), so a setting is never silently ignored. The one documented
+    exception: workload.trace replaces a generated workload, whose dataset, arrival, cv and duration_s
+    then stand aside (so `--set workload.trace=PATH` replays a trace through any config)."""
+    if values["trace"] is None and raw.get("cv") is not None and values["arrival"] != "gamma":
         raise SpecError(source, f"{SECTION}.cv", f"applies only to gamma arrivals (workload.arrival: gamma), "
                         f"not {values['arrival']}")
     # a replay's trace may carry its own beam_width column: the experiment checks it once read

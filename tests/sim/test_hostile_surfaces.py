@@ -192,11 +192,23 @@ def test_a_mode_only_key_without_its_mode_is_refused(here, capsys, overrides, wo
     refused(capsys, ["run", "tiny.yaml", *(a for o in overrides for a in ("--set", o)), "--out", "out"], words)
 
 
-@pytest.mark.parametrize("key, value", [("dataset", "sharegpt"), ("arrival", "gamma"), ("duration_s", "60"),
-                                        ("cv", "2"), ("beam_continue", "0.5"), ("prefix_tokens", "4")])
-def test_a_generated_workload_key_beside_a_replay_is_refused(here, capsys, key, value):
+@pytest.mark.parametrize("key, value, words", [
+    ("beam_continue", "0.5", "applies only to beam search, and no request of t.csv searches beams"),
+    ("prefix_tokens", "4", "applies only to a generated workload"),
+])
+def test_a_generated_workload_key_beside_a_replay_is_refused(here, capsys, key, value, words):
     trace("0,10,10\n1,20,20\n")
-    refused(capsys, ["run", "replay.yaml", "--set", f"workload.{key}={value}", "--out", "out"], f"workload.{key}: ")
+    refused(capsys, ["run", "replay.yaml", "--set", f"workload.{key}={value}", "--out", "out"],
+            f"workload.{key}: {words}")
+
+
+def test_a_trace_set_over_a_generated_config_replaces_it_as_documented(here):
+    """workload.trace replaces the generated workload: its dataset, arrival and cv stand aside."""
+    from sim.config import load_experiment
+
+    trace("0,10,10\n1,20,20\n")
+    exp = load_experiment("tiny.yaml", ["workload.arrival=gamma", "workload.cv=2", "workload.trace=t.csv"])
+    assert exp.workload.is_replay
 
 
 # --- 6: refusals that say what is really wrong --------------------------------------------------------
@@ -250,6 +262,14 @@ def test_300_beams_under_n_1_are_blamed_on_max_num_seqs(here, capsys, jobs):
 def test_command_arguments_are_checked_at_the_door(here, capsys, argv, words):
     refused(capsys, argv, words)
     assert not Path("t.csv").exists() and not Path("p.yaml").exists()
+
+
+@pytest.mark.parametrize("jobs", JOBS)
+def test_reproduce_refuses_a_file_as_its_output_folder(here, capsys, jobs):
+    Path("out.txt").write_text("mine")
+    refused(capsys, ["reproduce", "fig2", "--quick", "--out", "out.txt", "--jobs", jobs],
+            "--out: 'out.txt' is a file; give the folder")
+    assert Path("out.txt").read_text() == "mine"
 
 
 def test_a_folder_given_as_a_trace_is_a_folder_not_missing(here, capsys):
