@@ -18,6 +18,7 @@ def _cmd_profile(args) -> int:
     output_file(args.out, "--out")
 
     require_torch("servesim calibrate profile")
+    check_device(args.device)
     from calibrate.fit import NOT_SHAPES
     from calibrate.grid import default_grid
     from calibrate.profile import profile, save_raw
@@ -77,6 +78,16 @@ def _cmd_import(args) -> int:
     result.profile.save(args.out)
     print(f"wrote {args.out}: use it as cost_model: {{kind: transfer, path: {args.out}}}")
     return 0
+
+
+def check_device(device: str) -> None:
+    """The device the engine is profiled on exists here: torch's own error would read as a bug."""
+    import torch
+
+    if device.split(":")[0] not in ("cpu", "cuda"):
+        raise SpecError("--device", "", f"{device!r} is not one of ['cpu', 'cuda'] (or cuda:N)")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SpecError("--device", "", f"{device}, but torch finds no CUDA device on this machine; use --device cpu")
 
 
 # a fold needs rows to hold out and rows to fit on; past this many, cross-validation is a leave-one-out

@@ -157,6 +157,15 @@ def test_validate_of_a_cuda_config_without_cuda_names_the_key(here, capsys, monk
             "h200-opt-13b.yaml: validation.device: cuda, but torch finds no CUDA device on this machine")
 
 
+@pytest.mark.parametrize("device, words", [("cuda", "--device: cuda, but torch finds no CUDA device"),
+                                           ("tpu", "--device: 'tpu' is not one of ['cpu', 'cuda']")])
+def test_calibrate_profile_on_a_device_that_is_not_there_is_refused(here, capsys, monkeypatch, device, words):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    refused(capsys, ["calibrate", "profile", "--model", "opt-tiny", "--device", device, "--out", "out/raw.csv"],
+            words)
+
+
 @pytest.fixture
 def raw_csv(here) -> Path:
     from tests.calibrate.synthetic_profile import synthetic_raw
