@@ -90,8 +90,8 @@ def check_device(device: str) -> None:
         raise SpecError("--device", "", f"{device}, but torch finds no CUDA device on this machine; use --device cpu")
 
 
-# a fold needs rows to hold out and rows to fit on; past this many, cross-validation is a leave-one-out
-# that only repeats the fit (each fold fits every row but one)
+# each fold holds its shapes out and fits on the others: one fold would fit on nothing (and zero divides
+# nothing), so cross-validation needs two; at most one per shape, or a fold holds nothing out
 MIN_FOLDS = 2
 
 

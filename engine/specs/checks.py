@@ -118,4 +118,4 @@ def output_file(value: Any, source: str, key: str = "") -> Any:
 def option(check, value: Any, name: str, **bounds) -> Any:
     """A command-line option's value through a config checker: the message names the option
     (`--folds: must be an integer >= 2, got 1`), as a config's names its key."""
-    return check(value, name, "", **bounds) if bounds else check(value, name, "")
+    return check(value, name, "", **bounds)
