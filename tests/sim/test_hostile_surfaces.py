@@ -321,17 +321,29 @@ def test_trace_errors_read_as_every_command_does(here, capsys):
 # --- signals --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("jobs", JOBS)
 def test_sigterm_prints_the_line_sigint_does_and_exits_as_it_does(tmp_path, jobs):
+    """`kill PID` (SIGTERM, to the command alone) ends it as Ctrl-C does: one line, status 130, and no
+    worker left behind; it used to exit 143 with nothing on stderr."""
+    from tests.sim.processes import all_exit, children, reap
+
     config = tmp_path / "long.yaml"
-    config.write_text(textwrap.dedent(TINY).replace("duration_s: 20", "duration_s: 3000")
+    config.write_text(textwrap.dedent(TINY).replace("duration_s: 20", "duration_s: 1500")
                       .replace("rates: [1]", "rates: [1, 2, 3, 4]"))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-m", "sim.cli", "run", str(config), "--out", str(tmp_path / "out"),
                              "--jobs", jobs, "--iterations", "none"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().startswith("servesim: ")  # the runs have started
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    assert (proc.returncode, err) == (130, "servesim: interrupted\n")
+    workers: list[int] = []
+    try:
+        for line in proc.stdout:
+            if "normalized latency" in line:  # a run is done, others pending: seconds of work left
+                break
+        workers = children(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+        assert (proc.returncode, err) == (130, "servesim: interrupted\n")
+        assert all_exit(workers, within_s=15.0), "workers outlived their parent"
+    finally:
+        reap(proc, workers)
 
 
 def test_sigterm_handler_is_restored_after_main(here, capsys):
