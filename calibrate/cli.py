@@ -5,13 +5,20 @@ import shlex
 import sys
 from pathlib import Path
 
+from engine.specs.checks import existing_file, number, option, output_file, positive_int
 from engine.specs.errors import SpecError
 
 
 def _cmd_profile(args) -> int:
     from engine.runtime import require_torch
 
+    option(positive_int, args.repeats, "--repeats")
+    option(positive_int, args.block_size, "--block-size")
+    option(number, args.threads, "--threads", low=0, whole=True)
+    output_file(args.out, "--out")
+
     require_torch("servesim calibrate profile")
+    check_device(args.device)
     from calibrate.fit import NOT_SHAPES
     from calibrate.grid import default_grid
     from calibrate.profile import profile, save_raw
@@ -37,13 +44,11 @@ def _cmd_profile(args) -> int:
 
 
 def _cmd_fit(args) -> int:
-    import pandas as pd
+    from calibrate.fit import check_raw, fit_and_save
 
-    from calibrate.fit import fit_and_save
-
-    if not Path(args.raw).exists():
-        raise SpecError(args.raw, "", "no such profile CSV")
-    raw = pd.read_csv(args.raw)
+    fit_options(args)
+    raw = check_raw(read_raw(args.raw), args.raw)
+    check_folds(args.folds, raw, args.raw)
     command = "servesim calibrate fit " + " ".join(shlex.quote(a) for a in sys.argv[3:]) if len(sys.argv) > 3 \
         else f"servesim calibrate fit {args.raw} --out {args.out}"
     plot = Path(args.plot) if args.plot else Path(args.out).with_suffix(".png")
@@ -56,6 +61,14 @@ def _cmd_fit(args) -> int:
 def _cmd_import(args) -> int:
     from calibrate.op_import import import_profile, report
 
+    for table in args.tables:
+        existing_file(table, table, what="a per-operation table (Vidur's mlp.csv)")
+    for name, path in (("--all-reduce", args.all_reduce), ("--host", args.host)):
+        if path is not None:
+            existing_file(path, name)
+    option(positive_int, args.max_tokens, "--max-tokens")
+    output_file(args.out, "--out")
+
     command = "servesim calibrate import " + " ".join(shlex.quote(a) for a in sys.argv[3:]) if len(sys.argv) > 3 \
         else f"servesim calibrate import {' '.join(args.tables)} --model {args.model} --out {args.out}"
     provenance = {key: value for key, value in (("source", args.source), ("licence", args.licence)) if value}
@@ -65,6 +78,52 @@ def _cmd_import(args) -> int:
     result.profile.save(args.out)
     print(f"wrote {args.out}: use it as cost_model: {{kind: transfer, path: {args.out}}}")
     return 0
+
+
+def check_device(device: str) -> None:
+    """The device the engine is profiled on exists here: torch's own error would read as a bug."""
+    import torch
+
+    if device.split(":")[0] not in ("cpu", "cuda"):
+        raise SpecError("--device", "", f"{device!r} is not one of ['cpu', 'cuda'] (or cuda:N)")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SpecError("--device", "", f"{device}, but torch finds no CUDA device on this machine; use --device cpu")
+
+
+# each fold holds its shapes out and fits on the others: one fold would fit on nothing (and zero divides
+# nothing), so cross-validation needs two; at most one per shape, or a fold holds nothing out
+MIN_FOLDS = 2
+
+
+def fit_options(args) -> None:
+    """`calibrate fit`'s arguments, checked before the CSV is read."""
+    existing_file(args.raw, args.raw, what="a profile CSV (servesim calibrate profile --out)")
+    option(number, args.folds, "--folds", low=MIN_FOLDS, whole=True)
+    option(number, args.seed, "--seed", low=0, whole=True)
+    output_file(args.out, "--out")
+    if args.plot is not None:
+        output_file(args.plot, "--plot")
+
+
+def read_raw(path: str):
+    """A profile CSV as a DataFrame; an empty or unparsable file is a SpecError naming it."""
+    import pandas as pd
+
+    try:
+        return pd.read_csv(path)
+    except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise SpecError(path, "", f"not a profile CSV: {reason}") from None
+
+
+def check_folds(folds: int, raw, source: str) -> None:
+    """At most one fold per profiled shape: a fold with no shape to hold out measures nothing."""
+    from calibrate.fit import NOT_SHAPES
+
+    shapes = int((~raw["kind"].isin(NOT_SHAPES)).sum()) if "kind" in raw.columns else len(raw)
+    if folds > shapes:
+        raise SpecError("--folds", "", f"{folds} folds for the {shapes} profiled shapes of {source}; "
+                        f"give {MIN_FOLDS} to {max(shapes, MIN_FOLDS)}")
 
 
 def fit_report(profile) -> str:
@@ -151,6 +210,8 @@ def swap_line(profile) -> str:
 
 def _cmd_show(args) -> int:
     from calibrate.profile_file import load_profile
+
+    existing_file(args.profile, args.profile, what="a profile YAML")
 
     print(fit_report(load_profile(args.profile)))
     return 0

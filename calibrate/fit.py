@@ -83,23 +83,45 @@ def fit_rows(train: pd.DataFrame) -> Fit:
     return Fit(knots, [float(c) for c in coef[:len(knots)]], coef[len(knots):])
 
 
-def check_raw(raw: pd.DataFrame, source: str) -> None:
+def check_raw(raw: pd.DataFrame, source: str) -> pd.DataFrame:
+    """The CSV's columns checked as numbers before anything computes with them; returns the frame with
+    its number columns as numbers (a cell of text read by pandas would make the column text)."""
     missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
     if missing:
         raise SpecError(source, f"column {missing[0]}", f"missing; a profile CSV has {list(REQUIRED_COLUMNS)}")
+    raw = raw.assign(kind=raw["kind"].astype(str))
     shapes = int((~raw["kind"].isin(NOT_SHAPES)).sum())
     if shapes < 12:
         raise SpecError(source, "rows", f"only {shapes} profiled shapes; a fit needs at least 12")
-    bad = raw.index[~(raw["time_s"] > 0)]
+    raw = raw.assign(time_s=pd.to_numeric(raw["time_s"], errors="coerce"))
+    bad = raw.index[~(np.isfinite(raw["time_s"]) & (raw["time_s"] > 0))]
     if len(bad):
         raise SpecError(source, f"row {int(bad[0]) + 1}", "time_s must be a positive number of seconds")
+    is_shape = ~raw["kind"].isin(NOT_SHAPES)
+    for column, low in (*((c, 0) for c in FEATURE_COLUMNS), ("block_size", 1), ("tensor_parallel", 1)):
+        if column not in raw.columns:
+            continue
+        values = pd.to_numeric(raw[column], errors="coerce")
+        # counts: whole, in range, and small enough that their squares (sum_prefill_sq) stay exact
+        ok = np.isfinite(values) & (values >= low) & (values == np.floor(values)) & (values < 2.0**53)
+        bad = raw.index[is_shape & ~ok]
+        if len(bad):
+            cell = raw[column].iloc[int(bad[0])]
+            raise SpecError(source, f"row {int(bad[0]) + 1}",
+                            f"column {column}: {cell!r} is not a whole number >= {low}")
+        raw = raw.assign(**{column: values})
     # block_size may vary: a block-size sweep times decodes at several
     for column in ("model", "device", "dtype", "torch_threads"):
         if column not in raw.columns:
             continue
-        if raw[column].nunique() != 1:
+        if raw[column].nunique(dropna=False) != 1:
             raise SpecError(source, f"column {column}",
-                            f"one profile fits one {column}; found {sorted(raw[column].unique())}")
+                            f"one profile fits one {column}; found {sorted(map(str, raw[column].unique()))}")
+    first = raw.iloc[0]
+    if first["dtype"] not in DTYPE_BYTES:
+        raise SpecError(source, "column dtype", f"{first['dtype']!r} is not one of {list(DTYPE_BYTES)}")
+    load_model_spec(str(first["model"]))  # an unknown model: a SpecError listing the shipped ones
+    return raw
 
 
 def speed_reference(raw: pd.DataFrame, source: str) -> dict:
@@ -176,7 +198,7 @@ def fit_profile(raw: pd.DataFrame, source: str, command: str, folds: int = 5, se
     Every shape is predicted once by a fit that never saw it (its knots chosen without it
     too), so the reported error covers every kind of shape rather than one lucky split.
     """
-    check_raw(raw, source)
+    raw = check_raw(raw, source)
     swap_s_per_transfer, swap_s_per_byte = fit_swap(raw[raw["kind"] == "swap"], source)
     reference = speed_reference(raw, source)
     host_rows = raw[raw["kind"] == "host"]

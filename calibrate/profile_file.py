@@ -77,9 +77,13 @@ class Profile:
 def _check(raw: dict, source: str) -> None:
     version = raw.get("format", "servesim-profile/1" if "knee_tokens" in raw else FORMAT)
     if version not in READABLE_FORMATS:
+        if _format_number(version) > _format_number(FORMAT):  # re-fitting here would overwrite it with an older form
+            raise SpecError(source, "format", (
+                f"{version!r} was written by a newer servesim, which this one ({FORMAT!r}) cannot read; "
+                "upgrade servesim to use this profile (keep the file: it is not damaged)"))
         raise SpecError(source, "format", (
-            f"{version!r} is not {FORMAT!r}: re-fit it from its measurements "
-            f"(servesim calibrate fit RAW.csv --out {source})"))
+            f"{version!r} is not {FORMAT!r}: re-fit it from its measurements to a new file "
+            "(servesim calibrate fit RAW.csv --out NEW.yaml)"))
     legacy_swap = raw.pop("swap_s_per_block", None) if version != FORMAT else None
     known = {f.name for f in fields(Profile)}
     required = {f.name for f in fields(Profile) if f.default is MISSING and f.default_factory is MISSING}
@@ -209,6 +213,12 @@ def profile_from_dict(raw: dict, source: str) -> Profile:
         raise SpecError(source, "", "a profile must be a YAML mapping")
     _check(raw, source)
     return Profile(**raw)
+
+
+def _format_number(version: object) -> int:
+    """N of 'servesim-profile/N'; -1 for anything else."""
+    prefix, _, number = str(version).rpartition("/")
+    return int(number) if prefix == "servesim-profile" and number.isdigit() else -1
 
 
 def load_profile(path: str | Path) -> Profile:

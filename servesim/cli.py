@@ -7,7 +7,9 @@ Nothing below imports this package, so no room depends on another's commands.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 import traceback
 
 from calibrate.cli import register as register_calibrate
@@ -56,9 +58,22 @@ def _fail(args, message: str, status: int) -> int:
     return status
 
 
+def _interrupted(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _sigterm_as_interrupt():
+    """SIGTERM (kill, a job scheduler's stop) ends a command as Ctrl-C does: the same cleanup, the same
+    one line, the same exit status. The previous handler, to restore; None off the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _interrupted)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run a command; the user sees one line for any error, a traceback only with --debug."""
     args = None
+    previous = _sigterm_as_interrupt()
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
@@ -69,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # a bug: say so, and how to report it
         return _fail(args, f"internal error: {type(err).__name__}: {one_line(err)} "
                      "(rerun with --debug for the traceback, and report it)", EXIT_BUG)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

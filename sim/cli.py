@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from engine.specs.checks import option, positive
 from engine.specs.errors import SpecError
 
 
@@ -23,6 +24,9 @@ def _cmd_run(args) -> int:
     from sim.report import summary_table, unmeasured_warnings
     from sim.sweep import sweep
 
+    # the plot is drawn last, after every run: its arguments are checked first, or a bad one would
+    # leave the runs done and summary.csv written, and then fail
+    option(positive, args.ylim, "--ylim")
     exp = load_experiment(args.config, args.set)
     runs = len(exp.systems) * len(exp.rates) * len(exp.seeds)
     executor = executor_spec(args, runs)

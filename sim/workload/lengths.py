@@ -72,6 +72,28 @@ class LengthTable:
         return kept.prompt_len[order], kept.output_len[order]
 
 
+# a prefix must leave room for this share of a dataset's pairs, or drawing the fitting ones takes forever
+MIN_FITTING_SHARE = 0.01
+SHARE_DRAWS = 20_000
+
+
+def longest_prefix(lengths: LengthSource, max_seq_len: int) -> int:
+    """The longest shared prefix that leaves room (prompt + output < max_seq_len - prefix) for some pair
+    of a table, or for MIN_FITTING_SHARE of a stand-in's draws (fixed seed: the same answer every time)."""
+    if isinstance(lengths, LengthTable):
+        sums = lengths.prompt_len + lengths.output_len
+        shortest = int(sums.min()) if len(sums) else max_seq_len
+    else:
+        prompt, output = lengths.draw(SHARE_DRAWS, np.random.default_rng(0))
+        shortest = int(np.quantile(prompt + output, MIN_FITTING_SHARE, method="higher"))
+    return max_seq_len - shortest - 1
+
+
+def data_path(dataset: str | Path) -> str:
+    """Where a dataset's file really is (the shipped ShareGPT file's label names where it was first kept)."""
+    return str(SHAREGPT_CSV) if str(dataset) == "sharegpt" else str(dataset)
+
+
 def read_lengths_csv(path: str | Path) -> LengthTable:
     table = read_table(path)
     _, (p_col, o_col) = find_columns(table, LENGTH_FORMS)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+MAX_DRAWS_PER_PAIR = 1000  # a bound on the rejection sampler: no draw loops forever
 FIG11_MEANS = {"sharegpt": (161.31, 337.99), "alpaca": (19.31, 58.45)}
 
 
@@ -49,8 +50,11 @@ def sample_fitting(draw: Callable[[int, np.random.Generator], tuple[np.ndarray, 
                    max_seq_len: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """`count` (prompt, output) pairs from `draw` with prompt + output < max_seq_len: draw, drop the long
     ones, draw again (none for count 0: a low rate over a short duration can draw no arrival at all)."""
-    prompts, outputs, have = [], [], 0
+    prompts, outputs, have, drawn = [], [], 0, 0
     while have < count:
+        if drawn > MAX_DRAWS_PER_PAIR * count + 1_000_000:  # the load-time check keeps a share that fits
+            raise ValueError(f"fewer than 1 in {MAX_DRAWS_PER_PAIR} draws fits max_seq_len {max_seq_len}")
+        drawn += max(2 * (count - have), 64)
         prompt, output = draw(max(2 * (count - have), 64), rng)
         keep = prompt + output < max_seq_len
         prompts.append(prompt[keep])

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from engine.specs.errors import SpecError
+from servesim.cli import main
 from sim.workload.chatbot import ChatbotCuts, every_round
 from sim.workload.chatbot_build import build_chatbot_csv
-from sim.workload.cli import main
 from sim.workload.conversations import load_conversations, read_conversations_csv
 from sim.workload.paths import CHATBOT_CSV
 from tests.helpers.sharegpt_json import conversation, truncated_json, turn, words
