@@ -212,3 +212,18 @@ def test_a_simulation_charges_the_host_part_on_every_iteration(split_fit, tmp_pa
     latency = records.requests_frame()["finish_s"] - records.requests_frame()["arrival_s"]
     latency_alone = alone.requests_frame()["finish_s"] - alone.requests_frame()["arrival_s"]
     assert float(latency.iloc[0] - latency_alone.iloc[0]) == pytest.approx(per_iteration * iterations)
+
+
+def test_the_transfer_model_prices_its_host_work_apart_too():
+    from calibrate.hardware import load_hardware
+    from calibrate.profile_model import transferred_roofline
+    from engine.specs.loader import load_model_spec
+
+    path = ROOT / "calibrate" / "profiles" / "a100-80gb-linear.yaml"  # with host work measured on a CPU
+    cost = transferred_roofline(path, None, load_model_spec("opt-13b"), load_hardware("a100-40gb"), 1, 2, 16)
+    batch = Batch(decode_seq_ids=[0, 1], decode_context_lens=[100, 300])
+    host = load_profile(path).host
+    assert cost.host_time(batch) == pytest.approx(host["per_iteration_s"] + 2 * host["per_sequence_s"])
+    assert cost.device_time(batch) + cost.host_time(batch) == pytest.approx(cost.iteration_time(batch))
+    cost.charge_host = False
+    assert cost.host_time(batch) == 0.0
