@@ -99,9 +99,10 @@ def check_raw(raw: pd.DataFrame, source: str) -> None:
     bad = raw.index[~(raw["time_s"] > 0)]
     if len(bad):
         raise SpecError(source, f"row {int(bad[0]) + 1}", "time_s must be a positive number of seconds")
-    # empty where a row measured none (a probe, a swap; a shape the profiler could not time apart)
+    # empty where a row measured none (a probe, a swap; a shape the profiler could not time apart); host_s may
+    # dip below 0 where the device's clock and the host's disagree by a little (fit_host_part reads it as 0)
     for column, check, what in ((DEVICE_COLUMN, lambda v: v > 0, "a positive"),
-                                (HOST_COLUMN, lambda v: v >= 0, "a non-negative")):
+                                (HOST_COLUMN, np.isfinite, "a")):
         if column in raw.columns:
             values = pd.to_numeric(raw[column], errors="coerce")
             bad = raw.index[(values.isna() & raw[column].notna()) | (values.notna() & ~check(values))]
@@ -241,6 +242,11 @@ def fit_host_part(raw: pd.DataFrame, folds: int, seed: int) -> dict | None:
     rows = host_observations(raw, ~raw["kind"].isin(NOT_SHAPES))
     if len(rows) < MIN_ROWS:
         return None
+    below = rows["time_s"] < 0
+    if below.any():
+        warnings.warn(f"{int(below.sum())} rows measured host_s below 0 (down to {rows['time_s'].min() * 1e6:.1f} us: "
+                      f"the device's and the host's clocks disagree by that much); read as 0", stacklevel=3)
+        rows = rows.assign(time_s=rows["time_s"].clip(lower=0.0))
     replay = raw[raw["kind"] == "host"]
     replay_column = HOST_COLUMN if HOST_COLUMN in raw.columns and replay[HOST_COLUMN].notna().any() else "time_s"
     return fit_host(rows, folds, seed, replay_column)

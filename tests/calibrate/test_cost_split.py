@@ -95,7 +95,7 @@ def test_a_raw_csv_from_before_the_split_takes_its_host_part_from_the_replay():
 
 @pytest.mark.parametrize("column, value, message", [
     ("device_s", 0.0, "device_s must be a positive number of seconds or empty"),
-    ("host_s", -1e-3, "host_s must be a non-negative number of seconds or empty"),
+    ("host_s", "slow", "host_s must be a number of seconds or empty"),
     ("device_s", "fast", "device_s must be a positive"),
 ])
 def test_bad_device_or_host_times_are_refused_by_row(column, value, message):
@@ -104,6 +104,14 @@ def test_bad_device_or_host_times_are_refused_by_row(column, value, message):
     raw.loc[3, column] = value
     with pytest.raises(SpecError, match=f"row 4.*{message}"):
         fit_profile(raw, "split.csv", "test")
+
+
+def test_a_host_time_a_little_below_zero_is_read_as_zero_with_a_warning():
+    raw = split_raw(noise=0.0)
+    raw.loc[3, "host_s"] = -2e-6  # the device span outran the wall clock
+    with pytest.warns(UserWarning, match=r"1 rows measured host_s below 0 \(down to -2.0 us"):
+        profile = fit_profile(raw, "split.csv", "test").profile
+    assert profile.host["rows"] == profile.train_rows
 
 
 def test_a_shape_without_device_s_falls_back_to_its_forward_time_and_says_so():
@@ -227,3 +235,14 @@ def test_the_transfer_model_prices_its_host_work_apart_too():
     assert cost.device_time(batch) + cost.host_time(batch) == pytest.approx(cost.iteration_time(batch))
     cost.charge_host = False
     assert cost.host_time(batch) == 0.0
+
+
+def test_fit_prints_both_parts_and_writes_them(tmp_path, capsys):
+    raw, out = tmp_path / "split.csv", tmp_path / "split.yaml"
+    split_raw(noise=0.01).to_csv(raw, index=False)
+    assert main(["calibrate", "fit", str(raw), "--out", str(out)]) == 0
+    report = capsys.readouterr().out
+    assert "device part: held-out error: mean" in report and "  from device_s" in report
+    assert "host part (host work around the forward): held-out error: mean" in report
+    fitted = load_profile(out)
+    assert fitted.device_part["measured_from"].startswith("device_s") and "heldout_mape" in fitted.host
