@@ -50,10 +50,12 @@ class ProfileCostModel(CostModel):
 
     def _host_note(self) -> str:
         """A profile fitted in two parts names both errors (older profiles say what they said)."""
-        host = self.host or {}
-        if self.profile.device_part is None or "heldout_mape" not in host:
-            return "" if self.profile.device_part is None else " (device part; no host part)"
-        return f" (device part), host part {host['heldout_mape']:.1%}"
+        if self.profile.device_part is None:
+            return ""
+        if not self.host:
+            return " (device part; no host part)"
+        mape = self.host.get("heldout_mape")
+        return f" (device part), host part {mape:.1%}" if mape is not None else " (device part), host part measured"
 
     def _block_note(self) -> str:
         """Say so where a run's block size is one the profile cannot price apart (see features.TERMS_ADDED_IN_4)."""
