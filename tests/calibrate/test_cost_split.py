@@ -80,6 +80,9 @@ def test_a_raw_csv_from_before_the_split_fits_the_forward_as_the_device_part_and
     profile = fit_profile(raw, str(SHIPPED_RAW), "test").profile
     assert profile.device_part["measured_from"].startswith("time_s: the forward's wall time")
     assert profile.host is None
+    cost = ProfileCostModel(profile)
+    assert "(device part; no host part)" in cost.source and cost.host_time(Batch(decode_seq_ids=[0],
+                                                                                decode_context_lens=[9])) == 0.0
 
 
 def test_a_raw_csv_from_before_the_split_takes_its_host_part_from_the_replay():
