@@ -127,42 +127,16 @@ def check_folds(folds: int, raw, source: str) -> None:
 
 
 def fit_report(profile) -> str:
-    from calibrate.features import TERMS
-    from calibrate.host import HOST_TERMS
-
     lines = [f"profile: {profile.model} on {profile.device_name} ({profile.device}, {profile.dtype}), "
              f"block size {profile.block_size}, tp {profile.tensor_parallel}",
              block_sizes_line(profile),
              f"made {profile.created} by: {profile.command}",
-             f"shapes: {profile.grid}",
-             f"held-out error: mean {profile.heldout_mape:.1%}, p95 {profile.heldout_p95_ape:.1%} "
-             f"({profile.heldout_method or f'{profile.heldout_rows} shapes held out'})",
-             "token-cost table (tokens in the iteration: seconds; linear between, the last slope past the end):"]
-    pairs = [f"{k}: {c * 1e3:.2f} ms" for k, c in zip(profile.token_knots, profile.token_costs_s)]
-    lines += ["  " + ", ".join(pairs[i:i + 6]) for i in range(0, len(pairs), 6)]
-    if profile.linear:
-        lines += linear_report(profile)
-    lines.append("coefficients:")
-    for term, meaning in TERMS.items():
-        lines.append(f"  {term:<24} {profile.coefficients[term]:.4g}   ({meaning})")
+             f"shapes: {profile.grid}"]
+    lines += device_report(profile)
     if profile.torch_threads is not None:
         lines.append(f"measured with {profile.torch_threads} torch thread(s)")
+    lines += host_report(profile)
     lines.append(swap_line(profile))
-    if profile.host:
-        h = profile.host
-        lines.append(f"host work around the forward ({h['rows']} iterations of a replay; "
-                     f"mean {h['mean_s'] * 1e3:.2f} ms, held-out mean |error| "
-                     f"{h['heldout_mean_abs_error_s'] * 1e3:.2f} ms):")
-        lines += [f"  {term:<24} {h[term]:.4g}   ({meaning})" for term, meaning in HOST_TERMS.items()]
-    else:
-        lines.append("host work around the forward: not measured (the simulator charges the forward alone)")
-    if profile.serving:
-        v = profile.serving
-        lines.append(f"serving factor {v['factor']:.3f}: {v['iterations']} iterations of a replay took "
-                     f"{v['served_s']:.3f} s served and {v['alone_s']:.3f} s re-timed alone (the forward is charged "
-                     f"x{v['factor']:.3f})")
-    else:
-        lines.append("serving factor: not measured (the forward is charged as the shapes were timed alone)")
     ref = profile.speed_reference
     if ref:
         probes = ", ".join(f"{k.removesuffix('_s')} {v * 1e3:.2f} ms" for k, v in ref.items() if k.endswith("_s"))
@@ -171,6 +145,67 @@ def fit_report(profile) -> str:
         lines.append("speed reference: none (profiled before the speed probe; `servesim validate` cannot "
                      "correct this machine's drift against it)")
     return "\n".join(lines)
+
+
+def device_report(profile) -> list[str]:
+    """The device part: where it was measured, its held-out error, its token-cost table and coefficients, and
+    the serving factor it is charged at (docs/cost-model-split.md)."""
+    from calibrate.features import TERMS
+
+    if profile.linear:
+        source = "the imported per-operation timings"
+    elif profile.device_part:
+        source = profile.device_part["measured_from"]
+    else:
+        source = "time_s: the forward's wall time (fitted before device and host time were measured apart)"
+    method = profile.heldout_method or f"{profile.heldout_rows} shapes held out"
+    lines = [f"device part: held-out error: mean {profile.heldout_mape:.1%}, p95 {profile.heldout_p95_ape:.1%} "
+             f"({method})", f"  from {source}",
+             "  token-cost table (tokens in the iteration: seconds; linear between, the last slope past the end):"]
+    pairs = [f"{k}: {c * 1e3:.2f} ms" for k, c in zip(profile.token_knots, profile.token_costs_s)]
+    lines += ["    " + ", ".join(pairs[i:i + 6]) for i in range(0, len(pairs), 6)]
+    if profile.linear:
+        lines += linear_report(profile)
+    lines.append("  coefficients:")
+    for term, meaning in TERMS.items():
+        lines.append(f"    {term:<24} {profile.coefficients[term]:.4g}   ({meaning})")
+    if profile.serving:
+        v = profile.serving
+        lines.append(f"  serving factor {v['factor']:.3f}: {v['iterations']} iterations of a replay took "
+                     f"{v['served_s']:.3f} s served and {v['alone_s']:.3f} s re-timed alone (the device part is "
+                     f"charged x{v['factor']:.3f})")
+    else:
+        lines.append("  serving factor: not measured (the device part is charged as the shapes were timed alone)")
+    return lines
+
+
+def host_report(profile) -> list[str]:
+    """The host part: where it was measured, its held-out error (relative, where the profile has it, and in
+    seconds) and its terms; or that none was measured, and so none is charged."""
+    from calibrate.host import HOST_TERMS
+
+    h = profile.host
+    if not h:
+        why = ("the raw CSV has neither host_s nor a host replay" if profile.device_part
+               else "fitted before host work was measured")
+        return [f"host part (host work around the forward): not measured ({why}); the simulator charges "
+                f"the device part alone"]
+    source = h.get("measured_from") or h.get("source") or f"{h.get('rows', '?')} replayed iterations (time_s)"
+    seconds = f"mean |error| {h['heldout_mean_abs_error_s'] * 1e3:.3f} ms"
+    if "heldout_p95_abs_error_s" in h:
+        seconds += f", p95 {h['heldout_p95_abs_error_s'] * 1e3:.3f} ms"
+    if "heldout_mape" in h:
+        error = f"mean {h['heldout_mape']:.1%}, p95 {h['heldout_p95_ape']:.1%} ({seconds}"
+    else:
+        error = f"{seconds} (relative error not recorded: fitted before format /5"
+    mean = f"; mean host time {h['mean_s'] * 1e3:.3f} ms)" if "mean_s" in h else ")"
+    lines = [f"host part (host work around the forward): held-out error: {error}{mean}", f"  from {source}"]
+    if h.get("heldout_mape_by_source"):
+        lines.append("  held-out error by source: " + ", ".join(
+            f"{k} {v:.1%}" for k, v in h["heldout_mape_by_source"].items()))
+    lines += [f"    {term:<24} {h[term]:.4g}   ({meaning})" for term, meaning in HOST_TERMS.items()]
+    lines.append("  charged on top of the device part (unless a validation's clock is the forward alone)")
+    return lines
 
 
 def linear_report(profile) -> list[str]:
