@@ -18,6 +18,7 @@ from calibrate.hardware import HardwareSpec
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from calibrate.transfer import REGIMES, RegimeChoice, regime_of, same_chip
 from engine.core.spec import ModelSpec
+from engine.specs.errors import SpecError
 
 
 class RegimeCostModel(CostModel):
@@ -65,9 +66,13 @@ def _judged_choice(path: str, mtime: float, measured_on: str) -> RegimeChoice:
     from calibrate.profile_file import load_profile
     from calibrate.transfer_judge import choose, judge_profile
 
+    unjudged = RegimeChoice(frozenset(), {r: "no held-out GPU measured it" for r in REGIMES})
     if not measured_on.startswith("a100"):  # the shipped held-out GPU data judges A100 fits only
-        return RegimeChoice(frozenset(), {r: "no held-out GPU measured it" for r in REGIMES})
-    return choose(judge_profile(load_profile(path)))
+        return unjudged
+    try:
+        return choose(judge_profile(load_profile(path)))
+    except SpecError:  # the held-out GPU's rows are not installed, or not usable: nothing is judged
+        return unjudged
 
 
 def default_choice(path: str | Path, measured: HardwareSpec) -> RegimeChoice:
@@ -83,11 +88,14 @@ def by_regime(measured_model: RooflineCostModel, path: str | Path, measured: Har
     if same_chip(measured, hardware):
         return measured_model
     choice = choice or default_choice(path, measured)
-    roofline = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, RooflineParams(), host=host,
-                                 paged=paged)
+    # the all-reduce kind carries as measured: its latency fixed, its bandwidth-bound part at the target's links
+    table = measured_model.all_reduce_table
+    roofline = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, RooflineParams(), all_reduce=table,
+                                 host=host, paged=paged)
     if not choice.use_transfer:
-        roofline.source = (f"roofline({hardware.name}, tp={tp}){', host work in series' if host else ''}: "
-                           f"{Path(path).name} was measured on {measured.name} and "
-                           f"{choice.describe()}")
+        comm = (f", all-reduce measured on {tp} GPUs of {measured.name}, scaled to {hardware.name}'s NVLink"
+                if table is not None else "")
+        roofline.source = (f"roofline({hardware.name}, tp={tp}){comm}{', host work in series' if host else ''}: "
+                           f"{Path(path).name} was measured on {measured.name}; by regime: {choice.describe()}")
         return roofline
     return RegimeCostModel(measured_model, roofline, hardware, choice, dtype_bytes)

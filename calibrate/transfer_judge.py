@@ -28,6 +28,7 @@ import pandas as pd
 from calibrate.hardware import HardwareSpec, load_hardware
 from calibrate.linear_model import LinearFit
 from calibrate.nnls import nnls
+from calibrate.op_table import read_csv
 from calibrate.profile_file import Profile
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from calibrate.transfer import COMPUTE_BOUND, REGIMES, RegimeChoice, regime_of
@@ -76,7 +77,7 @@ def _linear_seconds(cost: RooflineCostModel, batch: Batch) -> float:
 
 def device_rows(path: str | Path) -> pd.DataFrame:
     """An engine profile's raw prefills that device work dominates."""
-    raw = pd.read_csv(path)
+    raw = read_csv(path, "raw engine profile")
     for column in ("kind", "num_prefills", "num_tokens", "sum_prefill_sq", "time_s", "model"):
         if column not in raw.columns:
             raise SpecError(str(path), f"column {column}", "missing; a raw engine profile has it")
@@ -206,3 +207,25 @@ def report_lines(errors: list[RegimeError]) -> list[str]:
             lines.append(f"  {regime}: no held-out GPU measured it (H200 decodes are host-bound)")
     lines.append("default on unmeasured hardware: " + choose(errors).describe())
     return lines
+
+
+def fit_lines(raw_path: str | Path) -> list[str]:
+    """What `calibrate fit` adds for an engine profile of a GPU: that GPU held out from the shipped A100 fit,
+    and its own compute share carried to the A100 (nothing for a CPU profile: no GPU to carry to)."""
+    from calibrate.profile_file import load_profile
+    from calibrate.profile_model import hardware_for_device
+
+    head = read_csv(raw_path, "raw engine profile").head(1)
+    if "device" not in head.columns or str(head["device"].iloc[0]) != "cuda":
+        return []
+    name = hardware_for_device(str(head["device_name"].iloc[0]))
+    if name is None or name.startswith("a100"):
+        return [f"on a GPU the fit never saw: not judged ({head['device_name'].iloc[0]} is not a held-out GPU "
+                "for the shipped A100 fit)"]
+    try:
+        a100 = load_profile(PROFILES / "a100-80gb-linear.yaml")
+        errors = [a100_to_h200(LinearFit.from_dict(a100.linear), [raw_path], target=name),
+                  h200_to_a100(a100, fit_compute_share([raw_path], name), measured_on=name)]
+    except SpecError as err:
+        return [f"on a GPU the fit never saw: not judged ({err})"]
+    return report_lines(errors)

@@ -179,3 +179,20 @@ def test_elementwise_terms_are_measured_kinds_only():
     assert set(terms) == {"gemm", *(f"elementwise.{op}" for op in ("input_layernorm", "attn_rope",
                                                                    "post_attention_layernorm", "mlp_act", "add"))}
     assert all(np.isfinite(t.total_s) and t.total_s > t.latency_s for t in terms.values())
+
+
+@pytest.mark.parametrize("measured_on", ["a100-80gb", "h100-sxm"])
+def test_import_reports_each_regime_and_the_gpu_the_fit_never_saw(tmp_path, measured_on):
+    from calibrate.op_import import import_profile, report
+
+    result = import_profile(write_tables(tmp_path), None, "llama-7b", measured_on, "test")
+    assert set(result.by_model.summary()["per_iteration_by_regime"]) == set(REGIMES)
+    printed = report(result)
+    assert all(f"  {regime}" in printed for regime in REGIMES)
+    if measured_on == "a100-80gb":
+        assert [e.direction for e in result.gpu] == ["a100-80gb -> h200", "h200 -> a100-80gb"]
+        assert "on a GPU the fit never saw" in printed and "default on unmeasured hardware" in printed
+        saved = result.profile.linear["heldout"]["gpu"]
+        assert saved[0]["regime"] == COMPUTE_BOUND and saved[0]["rows"] == 6
+    else:
+        assert result.gpu == [] and "not judged" in printed

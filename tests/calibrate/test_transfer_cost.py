@@ -95,3 +95,29 @@ warmup_s: 10
     assert main(["capacity", str(config), "--target", "ttft_p90_s=5", "--out", str(out), "--tolerance", "0.3"]) == 0
     table = pd.read_csv(out / "capacity.csv")
     assert table["max_rate_per_replica_rps"][0] > 0
+
+
+def test_calibrate_fit_of_a_gpu_profile_prints_the_held_out_gpu(tmp_path, capsys):
+    assert main(["calibrate", "fit", str(PROFILES / "h200-llama-7b.raw.csv"), "--out", str(tmp_path / "p.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "a100-80gb -> h200" in out and "h200 -> a100-80gb" in out
+    assert "default on unmeasured hardware: memory-bound decode: roofline" in out
+
+
+def test_calibrate_fit_of_a_cpu_profile_prints_no_gpu_judgement(tmp_path, capsys):
+    assert main(["calibrate", "fit", str(PROFILES / "cpu-opt-125m.raw.csv"), "--out", str(tmp_path / "p.yaml")]) == 0
+    assert "never saw" not in capsys.readouterr().out
+
+
+def test_without_the_held_out_gpu_rows_nothing_is_judged(tmp_path, monkeypatch):
+    import shutil
+
+    from calibrate import transfer_judge
+    from calibrate.transfer_cost import default_choice
+
+    profile = tmp_path / "a100.yaml"
+    shutil.copy(A100_PROFILE, profile)
+    monkeypatch.setattr(transfer_judge, "H200_RAW", (tmp_path / "gone.raw.csv",))
+    monkeypatch.setattr(transfer_judge.judge_profile, "__defaults__", ((tmp_path / "gone.raw.csv",),))
+    choice = default_choice(profile, load_hardware("a100-80gb"))
+    assert not choice.use_transfer and "no held-out GPU" in choice.reasons[COMPUTE_BOUND]
