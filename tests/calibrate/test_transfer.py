@@ -196,3 +196,30 @@ def test_import_reports_each_regime_and_the_gpu_the_fit_never_saw(tmp_path, meas
         assert saved[0]["regime"] == COMPUTE_BOUND and saved[0]["rows"] == 6
     else:
         assert result.gpu == [] and "not judged" in printed
+
+
+def test_the_roofline_cost_model_charges_what_the_regime_terms_add_up_to():
+    from calibrate.layer_ops import ITERATION_ELEMENTWISE
+    from calibrate.roofline import RooflineCostModel
+    from engine.core.batch import Batch
+    from engine.specs.loader import load_model_spec
+
+    spec = replace(load_model_spec("llama-7b"), vocab_size=0)
+    shape, transfer = LayerShape.of(spec), RegimeTransfer.from_linear_fit(TRUE_FIT, "true-gpu")
+    cost = RooflineCostModel(spec, OTHER_GPU, linear=TRUE_FIT)
+    for tokens in (1, 64, 300, 2048):
+        batch = Batch(decode_seq_ids=list(range(tokens)), decode_context_lens=[0] * tokens)
+        per_iteration = sum(TRUE_FIT.elementwise_time(op, tokens * shape.elementwise_bytes_per_token(1)[op],
+                                                      OTHER_GPU) for op in ITERATION_ELEMENTWISE)
+        want = (spec.num_layers * transfer.layer_time(shape, tokens, OTHER_GPU)
+                + TRUE_FIT.gemm_latency_s + per_iteration)  # + the LM head's launch, + the embedding
+        assert cost.iteration_time(batch) == pytest.approx(want, rel=1e-9)
+
+
+def test_device_time_measured_apart_is_judged_in_place_of_the_whole_forward(tmp_path):
+    from calibrate.transfer_judge import H200_RAW
+
+    raw = pd.read_csv(H200_RAW[0])
+    raw.assign(device_s=raw["time_s"] * 0.5).to_csv(tmp_path / "split.raw.csv", index=False)
+    whole, split = device_rows(H200_RAW[0]), device_rows(tmp_path / "split.raw.csv")
+    assert np.allclose(split["time_s"], whole["time_s"] * 0.5)
