@@ -121,3 +121,36 @@ def test_without_the_held_out_gpu_rows_nothing_is_judged(tmp_path, monkeypatch):
     monkeypatch.setattr(transfer_judge.judge_profile, "__defaults__", ((tmp_path / "gone.raw.csv",),))
     choice = default_choice(profile, load_hardware("a100-80gb"))
     assert not choice.use_transfer and "no held-out GPU" in choice.reasons[COMPUTE_BOUND]
+
+
+def test_the_cost_model_column_says_the_roofline_prices_the_regimes(tmp_path):
+    from sim.config import load_experiment
+    from sim.run import run_one
+
+    config = tmp_path / "exp.yaml"
+    config.write_text(f"""
+name: h100
+model: opt-13b
+hardware: h100-sxm
+kv_cache_gib: 8
+cost_model: {{kind: transfer, path: {Path(A100_PROFILE).as_posix()}}}
+workload: {{dataset: sharegpt-standin, arrival: poisson, duration_s: 30}}
+systems: [vllm]
+rates: [0.5]
+seeds: [0]
+warmup_s: 0
+""")
+    exp = load_experiment(config)
+    summary = run_one(exp, exp.systems[0], 0.5, 0).summary
+    assert summary["cost_model"].startswith("roofline(h100-sxm")
+    assert "by regime: memory-bound decode: roofline" in summary["cost_model"]
+
+
+def test_the_judge_tells_a_wrong_compute_share_from_a_right_one():
+    from calibrate.linear_model import LinearFit
+    from calibrate.transfer_judge import a100_to_h200
+
+    shipped = LinearFit.from_dict(load_profile(A100_PROFILE).linear)
+    wrong = LinearFit(0.3, shipped.bandwidth_efficiency, shipped.ridge_efficiency, shipped.gemm_latency_s,
+                      shipped.elementwise)
+    assert a100_to_h200(wrong).mean > 2 * a100_to_h200(shipped).mean
