@@ -54,6 +54,10 @@ def _cmd_fit(args) -> int:
     plot = Path(args.plot) if args.plot else Path(args.out).with_suffix(".png")
     result = fit_and_save(raw, args.raw, command, args.out, plot, folds=args.folds, seed=args.seed)
     print(fit_report(result.profile))
+    from calibrate.transfer_judge import fit_lines  # a GPU profile: the transfer judged with this GPU held out
+
+    for line in fit_lines(args.raw):
+        print(line)
     print(f"wrote {args.out} and {plot}")
     return 0
 

@@ -228,8 +228,11 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
             f"cannot tell which shipped hardware spec {profile.device_name!r} is; set cost_model.measured_on"))
     measured = load_hardware(name)
     if profile.linear is not None:
-        return _measured_linear_roofline(profile, Path(path).name, measured, model, hardware, tp, dtype_bytes,
+        from calibrate.transfer_cost import by_regime  # off the measured chip: the roofline where it is no worse
+
+        cost = _measured_linear_roofline(profile, Path(path).name, measured, model, hardware, tp, dtype_bytes,
                                          block_size, paged)
+        return by_regime(cost, path, measured, model, hardware, tp, dtype_bytes, block_size, paged, profile.host)
     params = implied_efficiency(profile, measured, dtype_bytes)
     cost = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, params, paged=paged)
     cost.source = (f"roofline({hardware.name}, tp={tp}) at efficiencies from {Path(path).name} "

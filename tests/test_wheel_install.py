@@ -26,6 +26,8 @@ SHIPPED = [
     "engine/specs/models/opt-175b.yaml",
     "calibrate/hardware_specs/a100-40gb.yaml",
     "calibrate/hardware_specs/h200.yaml",
+    "calibrate/hardware_specs/b200.yaml",
+    "calibrate/profiles/h200-llama-7b.raw.csv",  # the held-out GPU that judges a transfer
     "calibrate/profiles/cpu-opt-125m.yaml",
     "calibrate/profiles/a100-80gb-linear.yaml",
     "calibrate/profiles/LICENSE.vidur",  # the licence of the measurements that profile is derived from
