@@ -9,6 +9,8 @@ from engine.kernels.cache import copy_blocks, write_kv_cache
 from engine.kernels.cache_ops_ref import copy_blocks_ref, write_kv_cache_ref
 from engine.kernels.decode import paged_attention_decode
 from engine.kernels.paged_attention_ref import paged_attention_decode_ref
+from engine.kernels.prefill import prefill_attention
+from engine.kernels.varlen_prefill_ref import prefill_attention_ref
 from engine.kernels.swap import allocate_cpu_cache, swap_blocks
 
 __all__ = [
@@ -17,6 +19,8 @@ __all__ = [
     "copy_blocks_ref",
     "paged_attention_decode",
     "paged_attention_decode_ref",
+    "prefill_attention",
+    "prefill_attention_ref",
     "resolve_backend",
     "swap_blocks",
     "triton_available",
