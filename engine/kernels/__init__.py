@@ -10,8 +10,8 @@ from engine.kernels.cache_ops_ref import copy_blocks_ref, write_kv_cache_ref
 from engine.kernels.decode import paged_attention_decode
 from engine.kernels.paged_attention_ref import paged_attention_decode_ref
 from engine.kernels.prefill import prefill_attention
-from engine.kernels.varlen_prefill_ref import prefill_attention_ref
 from engine.kernels.swap import allocate_cpu_cache, swap_blocks
+from engine.kernels.varlen_prefill_ref import prefill_attention_ref
 
 __all__ = [
     "allocate_cpu_cache",
