@@ -230,3 +230,59 @@ def test_triton_offsets_past_int32():
     expected = paged_attention_decode_ref(*args)
     torch.testing.assert_close(paged_attention_decode(*args, backend="triton"), expected,
                                **TOLERANCE[torch.float16])
+
+
+# --- flash-decoding: contexts split across programs, then one reduce --------------------------
+
+# (context_lens, num_heads, num_kv_heads, head_dim, block_size, partition_size)
+SPLIT_CASES = {
+    "not_multiple_of_partition": ([37, 70, 5], 4, 2, 64, 8, 16),
+    "one_partition": ([12, 16], 2, 2, 32, 8, 16),
+    "partition_not_multiple_of_tile": ([45, 9], 2, 1, 32, 4, 24),
+    "gqa_8_over_1_many_parts": ([130, 1], 8, 1, 32, 16, 16),
+    "context_0_padding": ([0, 33], 2, 1, 32, 8, 16),
+}
+
+
+@needs_triton
+@pytest.mark.parametrize("case", SPLIT_CASES.values(), ids=list(SPLIT_CASES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_flash_decoding_matches_reference(case, dtype):
+    from engine.kernels.paged_attention import paged_attention_decode_triton
+
+    *shape, partition = case
+    paged = PagedCase(*shape, dtype=dtype, seed=6)
+    expected = paged_attention_decode_ref(*paged.args())
+    out = torch.full_like(paged.query, float("nan"))
+    # No max_context: partitions sized against the block table's width, as the runner calls it.
+    split = paged_attention_decode_triton(*paged.args(), out=out, partition_size=partition)
+    torch.testing.assert_close(split, expected, **TOLERANCE[dtype])
+    public = paged_attention_decode(*paged.args(), backend="triton", partition_size=partition)
+    torch.testing.assert_close(public, expected, **TOLERANCE[dtype])
+
+
+@needs_triton
+def test_flash_decoding_chosen_automatically_matches_reference():
+    from engine.kernels import paged_attention as kernel
+
+    # 2 sequences x 1 kv head are far fewer programs than a GPU's SMs: "auto" splits.
+    paged = PagedCase([150, 61], 4, 1, 32, 16, torch.float32, seed=7)
+    assert kernel.choose_partition(2, 1, 150, 64, 4 * kernel.streaming_multiprocessors(None)) is not None
+    expected = paged_attention_decode_ref(*paged.args())
+    torch.testing.assert_close(paged_attention_decode(*paged.args(), backend="triton"), expected,
+                               **TOLERANCE[torch.float32])
+
+
+@pytest.mark.parametrize("num_seqs, kv_heads, bound, tile, target, expected", [
+    (32, 40, 256, 64, 528, None),  # batch 32 x 40 heads fills the GPU: one pass
+    (8, 40, 256, 64, 528, 128),  # 320 programs: 2 partitions of 128 reach the target
+    (8, 40, 64, 64, 528, None),  # one tile of context: nothing to split
+    (1, 40, 2048, 64, 528, 256),  # 14 partitions wanted: 2048 / 14 -> 147 -> 256 tokens
+    (1, 1, 100_000, 64, 528, 2048),  # at most 64 partitions
+    (2, 1, 100, 64, 528, 64),  # never below one tile: 64 + 36 tokens
+])
+def test_partition_choice(num_seqs, kv_heads, bound, tile, target, expected):
+    pytest.importorskip("triton")
+    from engine.kernels.paged_attention import choose_partition
+
+    assert choose_partition(num_seqs, kv_heads, bound, tile, target) == expected
