@@ -56,7 +56,8 @@ def prefill_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache:
                       block_tables: torch.Tensor, cu_seqlens: torch.Tensor,
                       context_lens: torch.Tensor, scale: float, backend: str = "auto", *,
                       max_query_len: int | None = None, max_context: int | None = None,
-                      check_bounds: bool = True) -> torch.Tensor:
+                      check_bounds: bool = True,
+                      host_lens: tuple[list[int], list[int]] | None = None) -> torch.Tensor:
     """Causal attention for all of an iteration's prompts in one call, K/V read from the cache.
 
     query [num_tokens, num_heads, head_dim]: the prompts' new tokens back to back, prompt p's at
@@ -68,7 +69,9 @@ def prefill_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache:
     block_tables int32 [num_prompts, max_blocks]. Returns [num_tokens, num_heads, head_dim].
 
     `check_bounds` validates cu_seqlens, context_lens and the block ids (device syncs); a caller
-    that checked them on the host passes False with max_query_len (and max_context) it knows.
+    that checked them on the host passes False with max_query_len (and max_context) it knows,
+    and may pass host_lens (each prompt's query tokens and context as lists), which the torch
+    path loops over instead of reading the tensors back from the device.
     """
     check_prefill_shapes(query, key_cache, value_cache, block_tables, cu_seqlens, context_lens)
     scale = checks.require_scale(scale)
@@ -82,8 +85,7 @@ def prefill_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache:
         raise ValueError("prefill_attention with check_bounds=False needs max_query_len")
     if chosen == "torch":
         return prefill_attention_ref(query, key_cache, value_cache, block_tables, cu_seqlens,
-                                     context_lens, scale, max_query_len=max_query_len,
-                                     max_context=max_context)
+                                     context_lens, scale, host_lens=host_lens)
     from engine.kernels.varlen_prefill import prefill_attention_triton
 
     return prefill_attention_triton(query, key_cache, value_cache, block_tables, cu_seqlens,

@@ -1,10 +1,15 @@
 """Torch reference for variable-length prefill attention over the paged cache.
 
-All of an iteration's prompts in one call: their new tokens arrive concatenated (cu_seqlens
-marks where each prompt's run starts), and every prompt's keys and values, cached prefix and
-new tokens alike, are read from the paged cache through its block table. The prompts are padded
-to the longest into one batch and attended by one masked `scaled_dot_product_attention`, so the
-real engine on a CPU (where this is the kernel that runs) makes one call per layer too.
+Same contract as the Triton kernel: all of an iteration's prompts in one call, their new tokens
+concatenated (cu_seqlens marks each prompt's run), every key and value, cached prefix and new
+tokens alike, read from the paged cache through the prompt's block table.
+
+Inside the call it attends prompt by prompt: gather the prompt's context through its table, one
+`scaled_dot_product_attention` (causal, offset by the cached prefix). Padding all prompts to the
+longest would batch them, but would cost prompts x longest^2 where prompt by prompt costs the
+sum of each one's own; on a CPU, where this reference is the kernel the engine runs, the cost of
+an iteration then keeps the shape of its prompts, and a Python loop over a few prompts is cheap
+next to their attention.
 """
 from __future__ import annotations
 
@@ -14,58 +19,45 @@ import torch.nn.functional as F
 from engine.kernels.paged_attention_ref import gather_tokens, token_rows
 
 
-def query_rows(cu_seqlens: torch.Tensor, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(prompt, row within the prompt) of every concatenated query token; no device sync."""
-    starts = cu_seqlens[:-1].long()
-    query_lens = cu_seqlens[1:].long() - starts
-    prompt = torch.repeat_interleave(torch.arange(len(starts), device=cu_seqlens.device),
-                                     query_lens, output_size=num_tokens)
-    return prompt, torch.arange(num_tokens, device=cu_seqlens.device) - starts[prompt]
-
-
-def visible_keys(cu_seqlens: torch.Tensor, context_lens: torch.Tensor, max_query_len: int,
-                 max_context: int) -> torch.Tensor:
-    """[prompts, max_query_len, max_context] bool: query row i of a prompt sits at position
-    context - query_len + i (after its cached prefix) and sees every key at or before it.
-    Padding rows past a prompt's own queries see its whole context, so no row is all-masked."""
-    query_lens = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
-    first = context_lens.long() - query_lens  # position of each prompt's first new token
-    position = first[:, None] + torch.arange(max_query_len, device=cu_seqlens.device)[None, :]
-    key = torch.arange(max_context, device=cu_seqlens.device)
-    in_context = key[None, :] < context_lens.long()[:, None]
-    return (key[None, None, :] <= position[:, :, None]) & in_context[:, None, :]
+def prompt_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                     block_table: torch.Tensor, context_len: int, scale: float) -> torch.Tensor:
+    """One prompt: query [L, H, D] at positions context_len - L .. context_len - 1 attends causally
+    over its context's K/V gathered through block_table [max_blocks] -> [L, H, D]."""
+    length, num_heads, _ = query.shape
+    cached = context_len - length
+    context = torch.full((1,), context_len, dtype=torch.int32, device=query.device)
+    block_ids, rows, _ = token_rows(block_table[None, :], context, key_cache.shape[1], context_len)
+    keys = gather_tokens(key_cache, block_ids, rows)[0]  # [kv_heads, context, head_dim]
+    values = gather_tokens(value_cache, block_ids, rows)[0]
+    gqa = num_heads != keys.shape[0]
+    if cached == 0:  # square: the plain causal mask, which SDPA need not build
+        out = F.scaled_dot_product_attention(query.transpose(0, 1), keys, values, is_causal=True,
+                                             scale=scale, enable_gqa=gqa)
+        return out.transpose(0, 1)
+    key = torch.arange(context_len, device=query.device)
+    visible = key[None, :] <= key[cached:, None]  # [L, context]: causal, offset by the prefix
+    out = F.scaled_dot_product_attention(query.transpose(0, 1), keys, values, attn_mask=visible,
+                                         scale=scale, enable_gqa=gqa)
+    return out.transpose(0, 1)
 
 
 def prefill_attention_ref(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                           block_tables: torch.Tensor, cu_seqlens: torch.Tensor,
                           context_lens: torch.Tensor, scale: float, *,
-                          max_query_len: int | None = None,
-                          max_context: int | None = None) -> torch.Tensor:
+                          host_lens: tuple[list[int], list[int]] | None = None) -> torch.Tensor:
     """Same contract as `prefill_attention`; inputs are assumed already validated.
 
-    `max_query_len` and `max_context` (host-side maxima) may be passed to skip device syncs.
+    `host_lens` (each prompt's query tokens and context, as host lists) spares reading
+    cu_seqlens and context_lens back from the device.
     """
-    num_tokens, num_heads, head_dim = query.shape
-    num_prompts = context_lens.shape[0]
-    if num_tokens == 0 or num_prompts == 0:
-        return torch.zeros_like(query)
-    if max_query_len is None:
-        max_query_len = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
-    if max_context is None:
-        max_context = int(context_lens.max())
-    prompt, row = query_rows(cu_seqlens, num_tokens)
-    padded = query.new_zeros(num_prompts, max_query_len, num_heads, head_dim)
-    padded[prompt, row] = query
-
-    block_ids, rows, valid = token_rows(block_tables, context_lens, key_cache.shape[1], max_context)
-    keys = gather_tokens(key_cache, block_ids, rows)  # [prompts, kv_heads, tokens, head_dim]
-    values = gather_tokens(value_cache, block_ids, rows)
-    # Slots past a context may hold anything, NaN included, and a masked score times NaN is NaN.
-    padded_prompt, padded_token = (~valid).nonzero(as_tuple=True)
-    keys[padded_prompt, :, padded_token] = 0.0
-    values[padded_prompt, :, padded_token] = 0.0
-
-    mask = visible_keys(cu_seqlens, context_lens, max_query_len, max_context)[:, None]
-    out = F.scaled_dot_product_attention(padded.transpose(1, 2), keys, values, attn_mask=mask,
-                                         scale=scale, enable_gqa=num_heads != keys.shape[1])
-    return out.transpose(1, 2)[prompt, row]
+    if host_lens is None:
+        bounds = cu_seqlens.tolist()
+        host_lens = ([end - start for start, end in zip(bounds, bounds[1:])], context_lens.tolist())
+    out = torch.empty_like(query)
+    start = 0
+    for prompt, (length, context_len) in enumerate(zip(*host_lens)):
+        out[start:start + length] = prompt_attention(query[start:start + length], key_cache,
+                                                     value_cache, block_tables[prompt],
+                                                     context_len, scale)
+        start += length
+    return out

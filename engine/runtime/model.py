@@ -45,10 +45,10 @@ class AttentionMetadata:
     prefill_cu_seqlens: torch.Tensor | None = None  # int32 [num_prefills + 1]: 0, then each prefill's end
     prefill_context_lens: torch.Tensor | None = None  # int32 [num_prefills]: cached + new tokens
 
-    @property
-    def max_prefill_context(self) -> int:
+    def prefill_context_list(self) -> list[int]:
+        """Each prefill's whole context (cached + new tokens), on the host."""
         cached = self.prefill_cached_lens or [0] * len(self.prefill_lens)
-        return max((c + n for c, n in zip(cached, self.prefill_lens)), default=0)
+        return [c + n for c, n in zip(cached, self.prefill_lens)]
 
     @property
     def num_prefill_tokens(self) -> int:
@@ -152,10 +152,12 @@ def paged_attention(q, k, v, meta: AttentionMetadata, cache: LayerKVCache | None
     if num_prefill:
         if meta.prefill_block_tables is None or meta.prefill_cu_seqlens is None:
             raise ValueError("prefills over the cache need prefill_block_tables and prefill_cu_seqlens")
+        context_lens = meta.prefill_context_list()
         out[:num_prefill] = kernels.prefill_attention(
             q[:num_prefill], cache.key, cache.value, meta.prefill_block_tables, meta.prefill_cu_seqlens,
             meta.prefill_context_lens, scale, backend=meta.backend, check_bounds=False,
-            max_query_len=max(meta.prefill_lens), max_context=meta.max_prefill_context)
+            max_query_len=max(meta.prefill_lens), max_context=max(context_lens),
+            host_lens=(meta.prefill_lens, context_lens))
     if meta.num_decodes:
         out[num_prefill:] = kernels.paged_attention_decode(
             q[num_prefill:], cache.key, cache.value, meta.block_tables, meta.context_lens, scale,
