@@ -29,16 +29,17 @@ def prompt_attention(query: torch.Tensor, key_cache: torch.Tensor, value_cache: 
     block_ids, rows, _ = token_rows(block_table[None, :], context, key_cache.shape[1], context_len)
     keys = gather_tokens(key_cache, block_ids, rows)[0]  # [kv_heads, context, head_dim]
     values = gather_tokens(value_cache, block_ids, rows)[0]
-    gqa = num_heads != keys.shape[0]
+    # 4-d [1, heads, tokens, head_dim]: on a CPU, 3-d inputs fall back to SDPA's unfused math
+    # path, about twice as slow.
+    q, keys, values = query.transpose(0, 1)[None], keys[None], values[None]
+    gqa = num_heads != keys.shape[1]
     if cached == 0:  # square: the plain causal mask, which SDPA need not build
-        out = F.scaled_dot_product_attention(query.transpose(0, 1), keys, values, is_causal=True,
-                                             scale=scale, enable_gqa=gqa)
-        return out.transpose(0, 1)
-    key = torch.arange(context_len, device=query.device)
-    visible = key[None, :] <= key[cached:, None]  # [L, context]: causal, offset by the prefix
-    out = F.scaled_dot_product_attention(query.transpose(0, 1), keys, values, attn_mask=visible,
-                                         scale=scale, enable_gqa=gqa)
-    return out.transpose(0, 1)
+        out = F.scaled_dot_product_attention(q, keys, values, is_causal=True, scale=scale, enable_gqa=gqa)
+    else:
+        key = torch.arange(context_len, device=query.device)
+        visible = key[None, :] <= key[cached:, None]  # [L, context]: causal, offset by the prefix
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, scale=scale, enable_gqa=gqa)
+    return out[0].transpose(0, 1)
 
 
 def prefill_attention_ref(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
