@@ -17,7 +17,8 @@ import engine.kernels  # noqa: E402
 from engine.core.system import SystemSpec  # noqa: E402
 from engine.runtime.engine import Engine  # noqa: E402
 
-TRITON_RUNNABLE = torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TRITON_RUNNABLE = DEVICE == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
 BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.skipif(
     not TRITON_RUNNABLE, reason="needs CUDA or TRITON_INTERPRET=1"))]
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [42], list(range(100, 113))]
@@ -55,7 +56,7 @@ class PrefillCalls:
 
 def engine_for(spec, backend, **system):
     system = SystemSpec("vLLM", "vllm", block_size=4, **system)
-    return Engine(spec, system, "cpu", seed=0, num_gpu_blocks=64, num_cpu_blocks=16,
+    return Engine(spec, system, DEVICE, dtype=torch.float32, seed=0, num_gpu_blocks=64, num_cpu_blocks=16,
                   attention_backend=backend)
 
 
