@@ -22,7 +22,7 @@ def test_prefill_benchmark_matches_sdpa(prompts):
 def test_prefill_rows_compare_each_split_to_one_prompt(monkeypatch):
     monkeypatch.setattr(prefill_kernel, "CPU_TOTALS", (32,))
     monkeypatch.setattr(prefill_kernel, "measure", lambda total, k, *args, **kwargs: dict(
-        tokens=total, prompts=k, varlen_us=10.0 * (1 + k), sdpa_us=5.0, match=True))
+        tokens=total, prompts=k, varlen_us=10.0 * (1 + k), sdpa_us=5.0, per_prompt_us=1.0, match=True))
     rows, title = prefill_kernel.prefill_rows(False, quick=True, repeats=1)
     assert [(r["prompts"], r["vs_one"]) for r in rows] == [(1, 1.0), (4, 2.5)]
     assert "CPU path" in title
