@@ -42,6 +42,7 @@ GPU_CONTEXTS = (64, 128, 256, 512, 1024, 2048)
 CPU_BATCHES = (2, 4)
 CPU_CONTEXTS = (64, 128, 256)
 MISMATCH_ATOL = {torch.float16: 1e-2, torch.float32: 1e-4}
+SWEEP_PARTITIONS = (64, 128, 256, 512)  # flash-decoding partition sizes timed on a GPU
 DECODE_TARGET = 1.3  # the issue: paged decode within 1.3x of dense SDPA, batch 8-32, context 64-256
 
 
@@ -131,6 +132,11 @@ def measure(batch, context, cuda: bool, heads, head_dim, dtype) -> dict:
                                                                             partition_size=None))
         row["paged_us"] = time_gpu(paged_fn)
         row["split"] = auto_partition(paged, context) or 0
+        # Every forced partition size too, to tune the automatic choice from one session's data.
+        sweep = {size: time_gpu(lambda size=size: paged_attention_decode_triton(
+            *paged, max_context=context, partition_size=size)) for size in SWEEP_PARTITIONS if size < context}
+        row["best_split"] = min(sweep, key=sweep.get) if sweep else 0
+        row["best_us"] = sweep[row["best_split"]] if sweep else row["one_pass_us"]
         row["api_us"] = time_gpu(lambda: paged_attention_decode(*paged, backend="triton"))
         row["dense_us"] = time_gpu(lambda: dense_attention(*dense, scale))
     else:

@@ -31,6 +31,9 @@ _MAX_TILE = 64
 _PROGRAMS_PER_SM = 4
 _DEFAULT_SMS = 132
 _MAX_PARTITIONS = 64
+# ... and keep each program's walk within this many tokens (vLLM's partition size), since one
+# pass measured 2.3-3.0x dense SDPA at contexts 512-2048 on an H200 even at batch 128.
+_MAX_WALK = 512
 
 
 @triton.jit
@@ -125,12 +128,12 @@ def _paged_decode_kernel(
 @triton.jit
 def _paged_decode_partition_kernel(
     max_ptr, sum_ptr, acc_ptr, query_ptr, key_cache_ptr, value_cache_ptr, block_tables_ptr,
-    context_lens_ptr, scale_log2e,
+    context_lens_ptr, scale_log2e, max_parts,
     stride_qs, stride_qh, stride_qd,
     stride_kb, stride_kt, stride_kh, stride_kd,
     stride_vb, stride_vt, stride_vh, stride_vd,
     stride_bs, stride_bb,
-    NUM_HEADS: tl.constexpr, MAX_PARTS: tl.constexpr, PARTITION: tl.constexpr,
+    NUM_HEADS: tl.constexpr, PARTITION: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, GROUP_P2: tl.constexpr,
     HEAD_DIM: tl.constexpr, HEAD_P2: tl.constexpr, TILE: tl.constexpr,
 ):
@@ -154,7 +157,7 @@ def _paged_decode_partition_kernel(
     g = tl.arange(0, GROUP_P2)
     d = tl.arange(0, HEAD_P2)
     heads = kv_head * GROUP + g
-    slot = (seq * NUM_HEADS + heads) * MAX_PARTS + part  # [GROUP_P2]: partials are [seq, head, part]
+    slot = (seq * NUM_HEADS + heads) * max_parts + part  # [GROUP_P2]: partials are [seq, head, part]
     tl.store(max_ptr + slot, running_max, mask=g < GROUP)
     tl.store(sum_ptr + slot, running_sum, mask=g < GROUP)
     tl.store(acc_ptr + slot[:, None] * HEAD_DIM + d[None, :], acc,
@@ -163,9 +166,9 @@ def _paged_decode_partition_kernel(
 
 @triton.jit
 def _paged_decode_reduce_kernel(
-    out_ptr, max_ptr, sum_ptr, acc_ptr, context_lens_ptr,
+    out_ptr, max_ptr, sum_ptr, acc_ptr, context_lens_ptr, max_parts,
     stride_os, stride_oh, stride_od,
-    NUM_HEADS: tl.constexpr, MAX_PARTS: tl.constexpr, PARTS_P2: tl.constexpr,
+    NUM_HEADS: tl.constexpr, PARTS_P2: tl.constexpr,
     PARTITION: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_P2: tl.constexpr,
 ):
     """Flash-decoding, second half: one program per (sequence, head) rescales the partitions'
@@ -177,7 +180,7 @@ def _paged_decode_reduce_kernel(
     p = tl.arange(0, PARTS_P2)
     d = tl.arange(0, HEAD_P2)
     p_valid = p < num_parts
-    slot = (seq * NUM_HEADS + head) * MAX_PARTS + p
+    slot = (seq * NUM_HEADS + head) * max_parts + p
     maxes = tl.load(max_ptr + slot, mask=p_valid, other=float("-inf"))
     # Context 0 has no partition: a finite stand-in max keeps every weight at exp2(-inf) = 0.
     global_max = tl.maximum(tl.max(maxes, axis=0), -1e30)
@@ -212,16 +215,18 @@ def choose_partition(num_seqs: int, num_kv_heads: int, context_bound: int, tile:
     """Tokens per partition for flash-decoding, or None for one pass.
 
     One pass runs num_seqs x num_kv_heads programs, each walking its whole context. When that is
-    too few to fill the GPU (target_programs), each context is split into partitions of a
-    power-of-two multiple of the tile, enough to reach the target (at most _MAX_PARTITIONS), and
-    a second kernel merges the partitions' softmaxes. Sizing from `context_bound` (the longest
-    context, or the block table's width) keeps the choice free of a device sync.
+    too few to fill the GPU (target_programs), or a walk would pass _MAX_WALK tokens, each
+    context is split into partitions of a power-of-two multiple of the tile: enough of them to
+    reach the target, none longer than _MAX_WALK, at most _MAX_PARTITIONS. A second kernel
+    merges the partitions' softmaxes. Sizing from `context_bound` (the longest context, or the
+    block table's width) keeps the choice free of a device sync.
     """
     programs = num_seqs * num_kv_heads
-    if programs >= target_programs or context_bound <= tile:
+    if context_bound <= tile or (programs >= target_programs and context_bound <= _MAX_WALK):
         return None
-    wanted = min(_MAX_PARTITIONS, -(-target_programs // programs))
-    size = max(tile, triton.next_power_of_2(-(-context_bound // wanted)))
+    wanted = 1 if programs >= target_programs else -(-target_programs // programs)
+    size = triton.next_power_of_2(-(-context_bound // min(wanted, _MAX_PARTITIONS)))
+    size = max(tile, min(size, _MAX_WALK), triton.next_power_of_2(-(-context_bound // _MAX_PARTITIONS)))
     return size if size < context_bound else None
 
 
@@ -269,10 +274,10 @@ def paged_attention_decode_triton(query: torch.Tensor, key_cache: torch.Tensor,
     acc, maxes, sums = partials[:slots * head_dim], partials[-2 * slots:-slots], partials[-slots:]
     _paged_decode_partition_kernel[(num_seqs, num_kv_heads, max_parts)](
         maxes, sums, acc, query, key_cache, value_cache, block_tables, context_lens,
-        scale * math.log2(math.e), *query.stride(), *strides,
-        NUM_HEADS=num_heads, MAX_PARTS=max_parts, PARTITION=partition_size, **common)
+        scale * math.log2(math.e), max_parts, *query.stride(), *strides,
+        NUM_HEADS=num_heads, PARTITION=partition_size, **common)
     _paged_decode_reduce_kernel[(num_seqs, num_heads)](
-        out, maxes, sums, acc, context_lens, *out.stride(),
-        NUM_HEADS=num_heads, MAX_PARTS=max_parts, PARTS_P2=triton.next_power_of_2(max_parts),
+        out, maxes, sums, acc, context_lens, max_parts, *out.stride(),
+        NUM_HEADS=num_heads, PARTS_P2=triton.next_power_of_2(max_parts),
         PARTITION=partition_size, HEAD_DIM=head_dim, HEAD_P2=head_p2)
     return out

@@ -274,11 +274,13 @@ def test_flash_decoding_chosen_automatically_matches_reference():
 
 
 @pytest.mark.parametrize("num_seqs, kv_heads, bound, tile, target, expected", [
-    (32, 40, 256, 64, 528, None),  # batch 32 x 40 heads fills the GPU: one pass
+    (32, 40, 256, 64, 528, None),  # batch 32 x 40 heads fills the GPU, short walks: one pass
     (8, 40, 256, 64, 528, 128),  # 320 programs: 2 partitions of 128 reach the target
     (8, 40, 64, 64, 528, None),  # one tile of context: nothing to split
     (1, 40, 2048, 64, 528, 256),  # 14 partitions wanted: 2048 / 14 -> 147 -> 256 tokens
-    (1, 1, 100_000, 64, 528, 2048),  # at most 64 partitions
+    (128, 40, 2048, 64, 528, 512),  # the GPU is full, but walks stay within 512 tokens
+    (8, 40, 2048, 64, 528, 512),  # 2 partitions would fill it; 4 keep walks within 512
+    (1, 1, 100_000, 64, 528, 2048),  # at most 64 partitions, however long the walk
     (2, 1, 100, 64, 528, 64),  # never below one tile: 64 + 36 tokens
 ])
 def test_partition_choice(num_seqs, kv_heads, bound, tile, target, expected):
