@@ -36,6 +36,9 @@ PROMPTS_TARGET = 1.15  # k prompts of T tokens within 15% of one prompt of T
 GPU_TOTALS, GPU_PROMPTS = (512, 2048), (1, 2, 4, 8)
 CPU_TOTALS, CPU_PROMPTS = (128, 256), (1, 4)
 MISMATCH_ATOL = {torch.float16: 1e-2, torch.float32: 1e-4}
+# (BLOCK_M, BLOCK_N, num_warps) timed on a GPU beside the default: all build without spills for sm_90
+# (benchmarks/kernel_registers.py), so the session's numbers can pick the default.
+SWEEP_TILES = ((64, 64, 4), (128, 64, 8), (64, 32, 4), (128, 32, 4))
 
 
 def build_prefill(num_prompts, prompt_len, heads, head_dim, block_size, dtype, device, seed):
@@ -85,9 +88,11 @@ def measure(total, num_prompts, cuda, heads, head_dim, dtype, block_size=16, rep
     def dense_fn():
         return F.scaled_dot_product_attention(*dense, is_causal=True, scale=scale)
 
+    extra = {}
     with torch.inference_mode():
         if cuda:
             varlen_us, dense_us, per_prompt_us = time_gpu(varlen_fn), time_gpu(dense_fn), time_gpu(per_prompt_fn)
+            extra = best_tiles(varlen, prompt_len)
         else:
             for _ in range(3):  # glibc settles its mmap threshold for these buffers after a few calls
                 varlen_fn(), dense_fn()
@@ -97,7 +102,17 @@ def measure(total, num_prompts, cuda, heads, head_dim, dtype, block_size=16, rep
         difference = float((varlen_fn().float() - expected.float()).abs().max())
     return dict(tokens=total, prompts=num_prompts, varlen_us=varlen_us, sdpa_us=dense_us,
                 per_prompt_us=per_prompt_us, ratio=varlen_us / dense_us, vs_one=float("nan"), max_abs_diff=difference,
-                match=difference <= MISMATCH_ATOL[dtype])
+                match=difference <= MISMATCH_ATOL[dtype], **extra)
+
+
+def best_tiles(varlen, prompt_len: int) -> dict:
+    """The fastest of SWEEP_TILES for this shape, straight through the Triton launcher."""
+    from engine.kernels.varlen_prefill import prefill_attention_triton
+
+    times = {tiles: time_gpu(lambda tiles=tiles: prefill_attention_triton(
+        *varlen, prompt_len, prompt_len, tiles=tiles)) for tiles in SWEEP_TILES}
+    best = min(times, key=times.get)
+    return dict(best_tiles="x".join(map(str, best)), best_us=times[best])
 
 
 def prefill_rows(cuda: bool, quick: bool, repeats: int = 10) -> tuple[list[dict], str]:

@@ -92,23 +92,32 @@ def _prefill_kernel(
              mask=m_valid[:, None] & d_valid[None, :])
 
 
-def tile_sizes(head_p2: int, max_query_len: int, max_context: int) -> tuple[int, int]:
-    """(BLOCK_M, BLOCK_N): 64 x 64 at head_dim <= 128 (32 keys above, for registers), shrunk to
-    the longest prompt and context; tl.dot needs at least 16."""
-    block_n = _MAX_TILE if head_p2 <= 128 else _MAX_TILE // 2
-    block_m = min(_MAX_TILE, max(16, triton.next_power_of_2(max_query_len)))
-    return block_m, min(block_n, max(16, triton.next_power_of_2(max_context)))
+def tile_config(dtype: torch.dtype, head_p2: int, max_query_len: int, max_context: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps), shrunk to the longest prompt and context (tl.dot needs 16).
+
+    Sized so that an sm_90 build does not spill (ptxas -v, benchmarks/kernel_registers.py):
+    fp16/bf16 64 x 64 at head_dim <= 128 (64 x 32 above); fp32, whose exact dot runs without
+    tensor cores, 32 x 32 (16 x 16 above head_dim 128).
+    """
+    if dtype == torch.float32:
+        block_m = block_n = 32 if head_p2 <= 128 else 16
+    else:
+        block_m, block_n = _MAX_TILE, (_MAX_TILE if head_p2 <= 128 else _MAX_TILE // 2)
+    block_m = min(block_m, max(16, triton.next_power_of_2(max_query_len)))
+    return block_m, min(block_n, max(16, triton.next_power_of_2(max_context))), 4
 
 
 def prefill_attention_triton(query: torch.Tensor, key_cache: torch.Tensor,
                              value_cache: torch.Tensor, block_tables: torch.Tensor,
                              cu_seqlens: torch.Tensor, context_lens: torch.Tensor, scale: float,
                              max_query_len: int, max_context: int | None = None,
-                             out: torch.Tensor | None = None) -> torch.Tensor:
+                             out: torch.Tensor | None = None,
+                             tiles: tuple[int, int, int] | None = None) -> torch.Tensor:
     """Launcher; inputs are assumed validated (see `prefill.prefill_attention`).
 
     `max_query_len` sizes the grid (the host knows it: no sync). `max_context` only shrinks the
     key tile; without it the block table's width bounds it. `out` lets tests poison the output.
+    `tiles` = (BLOCK_M, BLOCK_N, num_warps) overrides `tile_config` (benchmarks sweep it).
     """
     num_tokens, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = key_cache.shape
@@ -118,7 +127,7 @@ def prefill_attention_triton(query: torch.Tensor, key_cache: torch.Tensor,
         return out
     head_p2 = max(16, triton.next_power_of_2(head_dim))
     bound = max_context if max_context is not None else block_tables.shape[1] * block_size
-    block_m, block_n = tile_sizes(head_p2, max_query_len, bound)
+    block_m, block_n, num_warps = tiles or tile_config(query.dtype, head_p2, max_query_len, bound)
     grid = (num_prompts, triton.cdiv(max_query_len, block_m), num_heads)
     _prefill_kernel[grid](
         out, query, key_cache, value_cache, block_tables, cu_seqlens, context_lens,
@@ -128,6 +137,6 @@ def prefill_attention_triton(query: torch.Tensor, key_cache: torch.Tensor,
         BLOCK_SIZE=block_size, GROUP=num_heads // num_kv_heads, HEAD_DIM=head_dim,
         HEAD_P2=head_p2, BLOCK_M=block_m, BLOCK_N=block_n,
         DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
-        num_warps=4,
+        num_warps=num_warps,
     )
     return out

@@ -31,3 +31,20 @@ def test_prefill_rows_compare_each_split_to_one_prompt(monkeypatch):
 def test_decode_check_matches_dense():
     row = gpu_check.measure(2, 40, False, heads=2, head_dim=16, dtype=torch.float32)
     assert row["match"], row
+
+
+def test_kernel_registers_builds_for_sm90_without_a_gpu():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    triton = pytest.importorskip("triton")
+    bin_dir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    if not any((bin_dir / name).exists() for name in ("ptxas-blackwell", "ptxas")):
+        pytest.skip("triton ships no ptxas here")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "benchmarks/kernel_registers.py", "--quick"], cwd=root,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line for line in done.stdout.splitlines() if " registers " in line and "bytes spill" in line]
+    assert len(rows) == 4 and all(" 0 bytes spill stores" in row for row in rows), done.stdout

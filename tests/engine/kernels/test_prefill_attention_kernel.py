@@ -195,3 +195,27 @@ def test_unchecked_call_needs_max_query_len():
     prefill = PrefillCase([(0, 3)], 2, 1, 16, 4, torch.float32)
     with pytest.raises(ValueError, match="needs max_query_len"):
         prefill_attention(*prefill.args(), check_bounds=False)
+
+
+@needs_triton
+@pytest.mark.parametrize("tiles", [(16, 16, 4), (32, 16, 4), (16, 32, 2)], ids=str)
+def test_triton_tile_overrides_match_reference(tiles):
+    # Benchmarks sweep (BLOCK_M, BLOCK_N, num_warps): every choice gives the same attention.
+    from engine.kernels.varlen_prefill import prefill_attention_triton
+
+    prefill = PrefillCase([(20, 30), (0, 9), (7, 1)], 2, 1, 16, 8, torch.float32, seed=8)
+    expected = prefill_attention_ref(*prefill.args())
+    out = prefill_attention_triton(*prefill.args(), 30, tiles=tiles)
+    torch.testing.assert_close(out, expected, **TOLERANCE[torch.float32])
+
+
+@pytest.mark.parametrize("dtype, head_p2, expected", [
+    (torch.float16, 128, (64, 64, 4)), (torch.bfloat16, 256, (64, 32, 4)),
+    (torch.float32, 128, (32, 32, 4)), (torch.float32, 256, (16, 16, 4)),
+])
+def test_tile_config_stays_within_what_builds_without_spills(dtype, head_p2, expected):
+    pytest.importorskip("triton")
+    from engine.kernels.varlen_prefill import tile_config
+
+    assert tile_config(dtype, head_p2, 4096, 4096) == expected
+    assert tile_config(dtype, head_p2, 5, 9)[:2] == (16, 16), "short prompts: the smallest dot tile"
