@@ -148,21 +148,22 @@ def paged_attention(q, k, v, meta: AttentionMetadata, cache: LayerKVCache | None
     # checking again in the kernels would cost a device sync per layer inside the timed step
     kernels.write_kv_cache(k, v, cache.key, cache.value, meta.slot_mapping, backend=meta.backend,
                            check_bounds=False)
-    out = torch.empty_like(q)
+    parts = []
     if num_prefill:
         if meta.prefill_block_tables is None or meta.prefill_cu_seqlens is None:
             raise ValueError("prefills over the cache need prefill_block_tables and prefill_cu_seqlens")
         context_lens = meta.prefill_context_list()
-        out[:num_prefill] = kernels.prefill_attention(
+        parts.append(kernels.prefill_attention(
             q[:num_prefill], cache.key, cache.value, meta.prefill_block_tables, meta.prefill_cu_seqlens,
             meta.prefill_context_lens, scale, backend=meta.backend, check_bounds=False,
             max_query_len=max(meta.prefill_lens), max_context=max(context_lens),
-            host_lens=(meta.prefill_lens, context_lens))
+            host_lens=(meta.prefill_lens, context_lens)))
     if meta.num_decodes:
-        out[num_prefill:] = kernels.paged_attention_decode(
+        parts.append(kernels.paged_attention_decode(
             q[num_prefill:], cache.key, cache.value, meta.block_tables, meta.context_lens, scale,
-            backend=meta.backend, check_bounds=False)
-    return out
+            backend=meta.backend, check_bounds=False))
+    # a prefill-only or decode-only iteration (the common ones) returns its kernel's output as is
+    return parts[0] if len(parts) == 1 else torch.cat(parts) if parts else torch.empty_like(q)
 
 
 # --- the decoder ------------------------------------------------------------------
