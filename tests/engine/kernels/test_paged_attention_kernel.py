@@ -288,3 +288,23 @@ def test_partition_choice(num_seqs, kv_heads, bound, tile, target, expected):
     from engine.kernels.paged_attention import choose_partition
 
     assert choose_partition(num_seqs, kv_heads, bound, tile, target) == expected
+
+
+@needs_triton
+@settings(max_examples=10, deadline=None, derandomize=True)
+@given(
+    context_lens=st.lists(st.integers(0, 80), min_size=1, max_size=3),
+    kv_heads=st.sampled_from([1, 2]),
+    group=st.sampled_from([1, 4]),
+    block_size=st.sampled_from([4, 8, 16]),
+    partition=st.sampled_from([8, 16, 24, 40]),
+)
+def test_flash_decoding_matches_reference_random_shapes(context_lens, kv_heads, group, block_size, partition):
+    from engine.kernels.paged_attention import paged_attention_decode_triton
+
+    paged = PagedCase(context_lens, kv_heads * group, kv_heads, 32, block_size, torch.float32,
+                      seed=len(context_lens))
+    expected = paged_attention_decode_ref(*paged.args())
+    out = torch.full_like(paged.query, float("nan"))
+    split = paged_attention_decode_triton(*paged.args(), out=out, partition_size=partition)
+    torch.testing.assert_close(split, expected, **TOLERANCE[torch.float32])
