@@ -4,7 +4,8 @@ On a CUDA machine:
   1. runs tests/engine/kernels (and the engine's Triton and varlen-prefill tests) with the kernels
      compiled (TRITON_INTERPRET unset, SERVESIM_COMPILED=1) and reports pass/fail;
   2. times paged decode attention (the Triton kernel one pass, with flash-decoding as chosen
-     automatically, and the public call with its bounds check) against dense torch
+     automatically, at every partition size, with tl.dot tiles, and the public call with its
+     bounds check) against dense torch
      scaled_dot_product_attention over the same K/V, OPT-13B shape (40 heads x head_dim 128,
      fp16, block 16), with triton.testing.do_bench;
   3. times varlen prefill attention, k prompts of T tokens in all, against SDPA over the same
@@ -137,6 +138,10 @@ def measure(batch, context, cuda: bool, heads, head_dim, dtype) -> dict:
             *paged, max_context=context, partition_size=size)) for size in SWEEP_PARTITIONS if size < context}
         row["best_split"] = min(sweep, key=sweep.get) if sweep else 0
         row["best_us"] = sweep[row["best_split"]] if sweep else row["one_pass_us"]
+        # Tiles through tl.dot (K/V loads software-pipelined), one pass and as chosen automatically.
+        row["dot_1pass_us"] = time_gpu(lambda: paged_attention_decode_triton(
+            *paged, max_context=context, partition_size=None, use_dot=True))
+        row["dot_us"] = time_gpu(lambda: paged_attention_decode_triton(*paged, max_context=context, use_dot=True))
         row["api_us"] = time_gpu(lambda: paged_attention_decode(*paged, backend="triton"))
         row["dense_us"] = time_gpu(lambda: dense_attention(*dense, scale))
     else:

@@ -85,8 +85,10 @@ def registers(fn, dtype: str, constants: dict, num_warps: int) -> str:
 
 
 def builds(quick: bool) -> list[tuple[str, object, str, dict, int]]:
-    decode = dict(BLOCK_SIZE=16, GROUP=1, GROUP_P2=1, HEAD_DIM=128, HEAD_P2=128, TILE=64)
+    decode = dict(BLOCK_SIZE=16, GROUP=1, GROUP_P2=1, HEAD_DIM=128, HEAD_P2=128, TILE=64, USE_DOT=False,
+                  DOT_PRECISION="tf32")
     gqa = dict(decode, GROUP=4, GROUP_P2=4, TILE=16)
+    dot = dict(decode, GROUP_P2=16, USE_DOT=True)
     rows = [
         ("prefill fp16 d128 64x64 w4", varlen_prefill._prefill_kernel, "fp16",
          dict(BLOCK_SIZE=16, GROUP=1, HEAD_DIM=128, HEAD_P2=128, BLOCK_M=64, BLOCK_N=64, DOT_PRECISION="tf32"), 4),
@@ -108,6 +110,9 @@ def builds(quick: bool) -> list[tuple[str, object, str, dict, int]]:
         ("prefill fp32 d128 32x32 w4", varlen_prefill._prefill_kernel, "fp32",
          dict(BLOCK_SIZE=16, GROUP=1, HEAD_DIM=128, HEAD_P2=128, BLOCK_M=32, BLOCK_N=32, DOT_PRECISION="ieee"), 4),
         ("decode one pass fp16 gqa4 t16 w4", paged_attention._paged_decode_kernel, "fp16", gqa, 4),
+        ("decode one pass dot fp16 d128 t64 w4", paged_attention._paged_decode_kernel, "fp16", dot, 4),
+        ("decode partition dot fp16 d128 t64 w4", paged_attention._paged_decode_partition_kernel, "fp16",
+         dict(dot, NUM_HEADS=40, PARTITION=256), 4),
         ("decode partition fp16 gqa4 t16 w4", paged_attention._paged_decode_partition_kernel, "fp16",
          dict(gqa, NUM_HEADS=32, PARTITION=256), 4),
     ]
@@ -121,9 +126,9 @@ def main() -> int:
         print("no ptxas in triton's nvidia backend: nothing to compile")
         return 1
     print(f"Triton {triton.__version__} kernels built for sm_90 ({Path(ptxas()).name}), registers per thread")
-    print(f"{'kernel':<36} {'registers':>14}  spills")
+    print(f"{'kernel':<38} {'registers':>14}  spills")
     for label, fn, dtype, constants, num_warps in builds(args.quick):
-        print(f"{label:<36} {registers(fn, dtype, constants, num_warps)}", flush=True)
+        print(f"{label:<38} {registers(fn, dtype, constants, num_warps)}", flush=True)
     return 0
 
 

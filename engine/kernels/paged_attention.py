@@ -34,18 +34,22 @@ _MAX_PARTITIONS = 64
 # ... and keep each program's walk within this many tokens (vLLM's partition size), since one
 # pass measured 2.3-3.0x dense SDPA at contexts 512-2048 on an H200 even at batch 128.
 _MAX_WALK = 512
+# Tiles through tl.dot (see paged_attention_decode_triton's use_dot): off until a GPU shows it faster.
+USE_DOT = False
 
 
 @triton.jit
 def _attend_range(
-    q, key_cache_ptr, value_cache_ptr, table_row, kv_head, start, end,
+    q, key_cache_ptr, value_cache_ptr, table_row, kv_head, start, end, scale_log2e,
     stride_kb, stride_kt, stride_kh, stride_kd,
     stride_vb, stride_vt, stride_vh, stride_vd, stride_bb,
     BLOCK_SIZE: tl.constexpr, GROUP_P2: tl.constexpr, HEAD_DIM: tl.constexpr,
-    HEAD_P2: tl.constexpr, TILE: tl.constexpr,
+    HEAD_P2: tl.constexpr, TILE: tl.constexpr, USE_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
-    """Online softmax of q (scaled by scale * log2(e)) over the tokens [start, end) of one
-    sequence: (running max, running sum, unnormalized output), in the exp2 domain."""
+    """Online softmax of q over the tokens [start, end) of one sequence: (running max, running
+    sum, unnormalized output), in the exp2 domain. Elementwise, q comes pre-scaled by
+    scale * log2(e) in fp32; with USE_DOT it comes in the cache's dtype, GROUP_P2 >= 16 rows
+    (padding rows are zeros), and scores and outputs are tl.dot products."""
     d = tl.arange(0, HEAD_P2)
     running_max = tl.full([GROUP_P2], float("-inf"), tl.float32)
     running_sum = tl.zeros([GROUP_P2], tl.float32)
@@ -61,9 +65,11 @@ def _attend_range(
         kv_mask = t_valid[:, None] & (d[None, :] < HEAD_DIM)
         k_offsets = (block_id[:, None] * stride_kb + row[:, None] * stride_kt
                      + kv_head * stride_kh + d[None, :] * stride_kd)
-        k = tl.load(key_cache_ptr + k_offsets, mask=kv_mask, other=0.0).to(tl.float32)
-
-        scores = tl.sum(q[:, None, :] * k[None, :, :], axis=2)  # [GROUP_P2, TILE]
+        k = tl.load(key_cache_ptr + k_offsets, mask=kv_mask, other=0.0)
+        if USE_DOT:
+            scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2e
+        else:
+            scores = tl.sum(q[:, None, :] * k.to(tl.float32)[None, :, :], axis=2)  # [GROUP_P2, TILE]
         scores = tl.where(t_valid[None, :], scores, float("-inf"))
         # The first token of every tile is valid, so new_max is finite: no -inf - -inf.
         new_max = tl.maximum(running_max, tl.max(scores, axis=1))
@@ -73,8 +79,11 @@ def _attend_range(
 
         v_offsets = (block_id[:, None] * stride_vb + row[:, None] * stride_vt
                      + kv_head * stride_vh + d[None, :] * stride_vd)
-        v = tl.load(value_cache_ptr + v_offsets, mask=kv_mask, other=0.0).to(tl.float32)
-        acc = acc * rescale[:, None] + tl.sum(probs[:, :, None] * v[None, :, :], axis=1)
+        v = tl.load(value_cache_ptr + v_offsets, mask=kv_mask, other=0.0)
+        if USE_DOT:
+            acc = acc * rescale[:, None] + tl.dot(probs.to(v.dtype), v, input_precision=DOT_PRECISION)
+        else:
+            acc = acc * rescale[:, None] + tl.sum(probs[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
         running_max = new_max
     return running_max, running_sum, acc
 
@@ -82,14 +91,18 @@ def _attend_range(
 @triton.jit
 def _load_group_query(query_ptr, seq, kv_head, scale_log2e, stride_qs, stride_qh, stride_qd,
                       GROUP: tl.constexpr, GROUP_P2: tl.constexpr, HEAD_DIM: tl.constexpr,
-                      HEAD_P2: tl.constexpr):
+                      HEAD_P2: tl.constexpr, USE_DOT: tl.constexpr):
     g = tl.arange(0, GROUP_P2)
     d = tl.arange(0, HEAD_P2)
     head_mask = (g[:, None] < GROUP) & (d[None, :] < HEAD_DIM)
     heads = kv_head * GROUP + g
     q_offsets = seq * stride_qs + heads[:, None] * stride_qh + d[None, :] * stride_qd
-    # Fold the softmax scale and log2(e) into q once, so the loop can use exp2.
-    return tl.load(query_ptr + q_offsets, mask=head_mask, other=0.0).to(tl.float32) * scale_log2e
+    q = tl.load(query_ptr + q_offsets, mask=head_mask, other=0.0)
+    # Fold the softmax scale and log2(e) into q once, so the loop can use exp2 (tl.dot takes q
+    # in its own dtype instead: the scale goes on its scores). One return: its type is static.
+    if not USE_DOT:
+        q = q.to(tl.float32) * scale_log2e
+    return q
 
 
 @triton.jit
@@ -103,17 +116,18 @@ def _paged_decode_kernel(
     stride_bs, stride_bb,
     BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, GROUP_P2: tl.constexpr,
     HEAD_DIM: tl.constexpr, HEAD_P2: tl.constexpr, TILE: tl.constexpr,
+    USE_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     """One pass: one program per (sequence, kv head) walks the whole context."""
     seq = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1).to(tl.int64)
     context_len = tl.load(context_lens_ptr + seq)
     q = _load_group_query(query_ptr, seq, kv_head, scale_log2e, stride_qs, stride_qh, stride_qd,
-                          GROUP, GROUP_P2, HEAD_DIM, HEAD_P2)
+                          GROUP, GROUP_P2, HEAD_DIM, HEAD_P2, USE_DOT)
     _, running_sum, acc = _attend_range(
-        q, key_cache_ptr, value_cache_ptr, block_tables_ptr + seq * stride_bs, kv_head, 0, context_len,
+        q, key_cache_ptr, value_cache_ptr, block_tables_ptr + seq * stride_bs, kv_head, 0, context_len, scale_log2e,
         stride_kb, stride_kt, stride_kh, stride_kd, stride_vb, stride_vt, stride_vh, stride_vd,
-        stride_bb, BLOCK_SIZE, GROUP_P2, HEAD_DIM, HEAD_P2, TILE)
+        stride_bb, BLOCK_SIZE, GROUP_P2, HEAD_DIM, HEAD_P2, TILE, USE_DOT, DOT_PRECISION)
 
     # Context 0 leaves the sum at 0: write zeros instead of 0/0.
     out = acc / tl.where(running_sum > 0, running_sum, 1.0)[:, None]
@@ -136,6 +150,7 @@ def _paged_decode_partition_kernel(
     NUM_HEADS: tl.constexpr, PARTITION: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, GROUP_P2: tl.constexpr,
     HEAD_DIM: tl.constexpr, HEAD_P2: tl.constexpr, TILE: tl.constexpr,
+    USE_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     """Flash-decoding, first half: one program per (sequence, kv head, partition of PARTITION
     tokens) writes its partial max, sum and unnormalized output for every head of the group."""
@@ -148,11 +163,11 @@ def _paged_decode_partition_kernel(
         return
     end = tl.minimum(start + PARTITION, context_len)
     q = _load_group_query(query_ptr, seq, kv_head, scale_log2e, stride_qs, stride_qh, stride_qd,
-                          GROUP, GROUP_P2, HEAD_DIM, HEAD_P2)
+                          GROUP, GROUP_P2, HEAD_DIM, HEAD_P2, USE_DOT)
     running_max, running_sum, acc = _attend_range(
-        q, key_cache_ptr, value_cache_ptr, block_tables_ptr + seq * stride_bs, kv_head, start, end,
+        q, key_cache_ptr, value_cache_ptr, block_tables_ptr + seq * stride_bs, kv_head, start, end, scale_log2e,
         stride_kb, stride_kt, stride_kh, stride_kd, stride_vb, stride_vt, stride_vh, stride_vd,
-        stride_bb, BLOCK_SIZE, GROUP_P2, HEAD_DIM, HEAD_P2, TILE)
+        stride_bb, BLOCK_SIZE, GROUP_P2, HEAD_DIM, HEAD_P2, TILE, USE_DOT, DOT_PRECISION)
 
     g = tl.arange(0, GROUP_P2)
     d = tl.arange(0, HEAD_P2)
@@ -235,12 +250,17 @@ def paged_attention_decode_triton(query: torch.Tensor, key_cache: torch.Tensor,
                                   context_lens: torch.Tensor, scale: float,
                                   max_context: int | None = None,
                                   out: torch.Tensor | None = None,
-                                  partition_size: int | str | None = "auto") -> torch.Tensor:
+                                  partition_size: int | str | None = "auto",
+                                  use_dot: bool | None = None) -> torch.Tensor:
     """Launcher; inputs are assumed validated (see `decode.paged_attention_decode`).
 
     `out` (shaped and typed like query) lets a caller reuse a buffer, and lets tests poison it.
     `partition_size`: "auto" picks one pass or flash-decoding (`choose_partition`); None forces
     one pass; a number of tokens forces flash-decoding with partitions of that size.
+    `use_dot` (None: USE_DOT) computes each tile with tl.dot, the query group padded to 16 rows:
+    wasted multiply-adds, but Triton software-pipelines the K/V loads that feed a dot, which a
+    memory-bound kernel may want more (the one-pass kernel read K/V at a third of dense SDPA's
+    rate on the H200). benchmarks/gpu_check.py times both.
     """
     num_seqs, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = key_cache.shape
@@ -248,17 +268,22 @@ def paged_attention_decode_triton(query: torch.Tensor, key_cache: torch.Tensor,
     out = torch.empty_like(query) if out is None else out
     if num_seqs == 0:
         return out
+    use_dot = USE_DOT if use_dot is None else use_dot
     group_p2 = triton.next_power_of_2(group)
     head_p2 = triton.next_power_of_2(head_dim)
     tile = _tile_tokens(group_p2, head_p2, max_context)
+    if use_dot:  # tl.dot needs 16 rows and columns; its tile is sized for the dot, not the product
+        group_p2, head_p2 = max(16, group_p2), max(16, head_p2)
+        tile = _MAX_TILE if max_context is None else min(_MAX_TILE, max(16, triton.next_power_of_2(max_context)))
     context_bound = max_context if max_context is not None else block_tables.shape[1] * block_size
     if partition_size == "auto":
         sms = streaming_multiprocessors(query.device.index if query.device.type == "cuda" else None)
         partition_size = choose_partition(num_seqs, num_kv_heads, context_bound, tile,
                                           _PROGRAMS_PER_SM * sms)
     common = dict(BLOCK_SIZE=block_size, GROUP=group, GROUP_P2=group_p2, HEAD_DIM=head_dim,
-                  HEAD_P2=head_p2, TILE=tile,
-                  num_warps=8 if group_p2 * tile * head_p2 >= _TILE_ELEMENTS else 4)
+                  HEAD_P2=head_p2, TILE=tile, USE_DOT=use_dot,
+                  DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
+                  num_warps=4 if use_dot or group_p2 * tile * head_p2 < _TILE_ELEMENTS else 8)
     strides = (*key_cache.stride(), *value_cache.stride(), *block_tables.stride())
     if partition_size is None:
         _paged_decode_kernel[(num_seqs, num_kv_heads)](

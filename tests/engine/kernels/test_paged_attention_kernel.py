@@ -308,3 +308,19 @@ def test_flash_decoding_matches_reference_random_shapes(context_lens, kv_heads, 
     out = torch.full_like(paged.query, float("nan"))
     split = paged_attention_decode_triton(*paged.args(), out=out, partition_size=partition)
     torch.testing.assert_close(split, expected, **TOLERANCE[torch.float32])
+
+
+@needs_triton
+@pytest.mark.parametrize("case", [CASES["ragged"], CASES["gqa_8_over_1"], CASES["context_0_padding"],
+                                  CASES["head_dim_80"]], ids=["ragged", "gqa", "context_0", "head_dim_80"])
+@pytest.mark.parametrize("partition_size", [None, 16], ids=["one_pass", "split"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_dot_tiles_match_reference(case, partition_size, dtype):
+    # The tl.dot variant pads the query group to 16 rows; bf16 is left to compiled runs.
+    from engine.kernels.paged_attention import paged_attention_decode_triton
+
+    paged = PagedCase(*case, dtype=dtype, seed=9)
+    expected = paged_attention_decode_ref(*paged.args())
+    out = torch.full_like(paged.query, float("nan"))
+    got = paged_attention_decode_triton(*paged.args(), out=out, partition_size=partition_size, use_dot=True)
+    torch.testing.assert_close(got, expected, **TOLERANCE[dtype])
