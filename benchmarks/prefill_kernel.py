@@ -76,7 +76,7 @@ def measure(total, num_prompts, cuda, heads, head_dim, dtype, block_size=16, rep
                                  max_context=prompt_len, host_lens=host_lens)
 
     query, key_cache, value_cache, tables, _, lens, _ = varlen
-    one_prompt = torch.tensor([0, prompt_len], dtype=torch.int32, device=device)
+    one_prompt = torch.tensor([0, prompt_len], dtype=torch.int32, device=query.device)
 
     def per_prompt_fn():  # the engine before one call per iteration: a call per prompt
         for p in range(num_prompts):
