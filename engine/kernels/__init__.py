@@ -1,5 +1,8 @@
 """Paged KV-cache kernels (Triton) and the torch references they are tested against.
 
+Cache writes and block copies; paged decode attention (one pass, or flash-decoding); varlen
+prefill attention (all of an iteration's prompts in one call). See docs/kernels.md.
+
 Triton is optional: the Triton modules are imported on first use, so this package imports on a
 machine with torch alone, where backend="auto" runs the torch references.
 backend="auto" runs Triton for CUDA tensors, or for any tensors when TRITON_INTERPRET=1.
