@@ -5,6 +5,7 @@ a wrong length or block id in a Triton kernel does not fail, it corrupts someone
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -36,7 +37,7 @@ class HostInputs:
     slot_mapping: list[int] = field(default_factory=list)
     prefill_lens: list[int] = field(default_factory=list)  # tokens each prefill computes
     prefill_cached_lens: list[int] = field(default_factory=list)  # tokens before them already cached
-    prefill_block_tables: list[list[int]] = field(default_factory=list)  # prefills over cached tokens only
+    prefill_block_tables: list[list[int]] = field(default_factory=list)  # one per prefill
     block_tables: list[list[int]] = field(default_factory=list)  # decodes only
     context_lens: list[int] = field(default_factory=list)
     # row r of the logits belongs to these sequences (a prefill samples for all its forks)
@@ -55,7 +56,12 @@ class HostInputs:
             backend=backend,
             prefill_cached_lens=self.prefill_cached_lens if any(self.prefill_cached_lens) else None,
             prefill_block_tables=(_padded_tables(self.prefill_block_tables, device)
-                                  if self.prefill_block_tables else None))
+                                  if self.prefill_block_tables else None),
+            prefill_cu_seqlens=torch.tensor([0, *itertools.accumulate(self.prefill_lens)],
+                                            dtype=torch.int32, device=device),
+            prefill_context_lens=torch.tensor(
+                [c + n for c, n in zip(self.prefill_cached_lens, self.prefill_lens)],
+                dtype=torch.int32, device=device))
         return (torch.tensor(self.input_ids, **ints), torch.tensor(self.positions, **ints), meta,
                 torch.tensor(self.logit_rows, **ints))
 
@@ -150,8 +156,7 @@ def _add_prefill(out: HostInputs, seq_id, length, cached, sample_ids, tokens, bl
     out.slot_mapping.extend(_slots(table, total, limits.block_size, start=cached))
     out.prefill_lens.append(length)
     out.prefill_cached_lens.append(cached)
-    if cached:
-        out.prefill_block_tables.append(list(table[:blocks_for(total, limits.block_size)]))
+    out.prefill_block_tables.append(list(table[:blocks_for(total, limits.block_size)]))
     out.sample_ids.append(sample_ids)
     out.logit_rows.append(start + length - 1)
 
