@@ -174,3 +174,18 @@ def test_engine_options_parse_and_name_the_bad_key():
     assert [parse_cuda_graphs(t) for t in ("on", "off", "auto")] == [True, False, None]
     with pytest.raises(ValueError, match="--cuda-graphs must be one of"):
         parse_cuda_graphs("yes")
+
+
+def test_a_validation_file_takes_engine_options(tmp_path):
+    from fidelity.config import load_validation
+
+    text = (
+        "experiment:\n  model: opt-tiny\n  hardware: a100-40gb\n  dtype_bytes: 4\n  kv_cache_gib: 0.01\n"
+        "  cost_model: {kind: roofline}\n  workload: {dataset: sharegpt, arrival: poisson, duration_s: 1}\n"
+        "  systems: [vllm]\n  rates: [1]\n  seeds: [0]\nvalidation: {calibrate: true}\nengine:\n  cuda_graphs: false\n")
+    path = tmp_path / "v.yaml"
+    path.write_text(text)
+    assert load_validation(path).engine.cuda_graphs is False
+    assert load_validation(path, ["engine.cuda_graphs=true"]).engine.cuda_graphs is True
+    with pytest.raises(SpecError, match="engine.cuda_graphs: must be true, false or null"):
+        load_validation(path, ["engine.cuda_graphs=2"])
