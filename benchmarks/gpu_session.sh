@@ -37,8 +37,10 @@ if (( DRY )); then
   CAL_ARGS=(--grid tiny --repeats 1)
   # the GPU validation on the CPU: the same config, a tiny model in fp32, 1-s traces
   DRY_SET=(--set experiment.model="$MODEL_A" --set validation.device=cpu --set validation.dtype=float32
-           --set experiment.dtype_bytes=4 --set experiment.workload.duration_s=1 --set validation.speed_probe_every_s=0.5)
+           --set experiment.dtype_bytes=4 --set experiment.workload.duration_s=0.5 --set validation.speed_probe_every_s=2)
+  export OMP_NUM_THREADS=1  # a shared CPU: more threads only spin against each other
   NOTE="CPU DRY RUN on $(hostname): tiny models on a CPU; the numbers say the script works, not how fast a GPU is"
+  LIMIT_PROFILE=60 LIMIT_VALIDATE=110
 else
   BUDGET=${GPU_SESSION_BUDGET_S:-530}
   RES=${GPU_SESSION_RESULTS:-/tmp/gpu_session}
@@ -46,6 +48,7 @@ else
   CAL_ARGS=()
   DRY_SET=()
   NOTE="GPU session on $(hostname)"
+  LIMIT_PROFILE=75 LIMIT_VALIDATE=150
 fi
 VALIDATION_CONFIG=${VALIDATION_CONFIG:-configs/validation/h200-opt-13b.yaml}
 OUT=${OUT:-results/gpu_session_out}
@@ -128,10 +131,10 @@ then
 fi
 stage graphs 90 env SERVESIM_COMPILED=$(( 1 - DRY )) python3 -m pytest -q -rs -p no:cacheprovider \
   tests/engine/runtime/test_runtime_cuda.py tests/engine/runtime/test_runtime_graphs.py
-profile_stage profile-a-graphs "$MODEL_A" on 75
-validate_stage graphs 150
-profile_stage profile-a-eager "$MODEL_A" off 75
-validate_stage eager 170
+profile_stage profile-a-graphs "$MODEL_A" on "$LIMIT_PROFILE"
+validate_stage graphs "$LIMIT_VALIDATE"
+profile_stage profile-a-eager "$MODEL_A" off "$LIMIT_PROFILE"
+validate_stage eager $(( LIMIT_VALIDATE + 20 ))  # eager decodes take longer
 if (( DRY )); then
   stage fig18a 40 python3 benchmarks/fig18a_kernel.py --device cpu --repeats 3
 else

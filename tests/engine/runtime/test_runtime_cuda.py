@@ -61,10 +61,11 @@ def test_graph_decode_equals_eager(opt_tiny):
     assert graphs.cuda_graphs and not eager.cuda_graphs
     torch.testing.assert_close(prefill_then_decode(graphs), prefill_then_decode(eager), atol=2e-3, rtol=0)
     assert list(graphs.graphs.graphs) == [4], "three decodes replay bucket 4's graph"
-    # the replay runs exactly the eager forward's kernels over the same padded buffers: the same bits
+    # the replay runs the eager forward's kernels over the same padded buffers (cuBLAS may pick another
+    # algorithm under capture, so within rounding rather than bit for bit)
     with torch.inference_mode():
         eager_padded = graphs.graphs.forward(4).clone()
-        assert torch.equal(graphs.graphs.replay(4), eager_padded)
+        torch.testing.assert_close(graphs.graphs.replay(4).clone(), eager_padded, atol=1e-3, rtol=1e-3)
 
 
 def test_capture_at_engine_start_covers_the_systems_batches(opt_tiny):
@@ -75,8 +76,9 @@ def test_capture_at_engine_start_covers_the_systems_batches(opt_tiny):
 
 @pytest.mark.parametrize("graphs", [True, False])
 def test_an_iteration_syncs_once(opt_tiny, graphs):
-    runner = ModelRunner(opt_tiny, "cuda", num_gpu_blocks=32, block_size=16, cuda_graphs=graphs)
-    prefill_then_decode(runner)  # warm: compiles, captures
+    runner = ModelRunner(opt_tiny, "cuda", num_gpu_blocks=32, block_size=16, cuda_graphs=graphs, max_graph_batch=8)
+    runner.capture_graphs()  # as an engine does at start: no capture inside the iterations counted
+    prefill_then_decode(runner)  # warm: Triton compiles
     runner.logits_hook = None
     tokens = {s: [(3 * s + j) % 100 for j in range(n)] for s, n in enumerate((6, 4))}
     tables = {0: [20], 1: [21]}
