@@ -69,6 +69,8 @@ def upload(values, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     host = torch.tensor(values, dtype=dtype)
     if torch.device(device).type != "cuda":
         return host
+    if host.numel() == 0:  # nothing to copy
+        return torch.empty(host.shape, dtype=dtype, device=device)
     return host.pin_memory().to(device, non_blocking=True)
 
 
