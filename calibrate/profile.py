@@ -53,8 +53,9 @@ def _blas(torch) -> str:
 class Progress:
     """One line on stderr: shapes done, share, and time left at the pace so far."""
 
-    def __init__(self, total: int, stream=sys.stderr):
-        self.total, self.stream, self.started = total, stream, time.perf_counter()
+    def __init__(self, total: int, stream=None):
+        # sys.stderr when it runs, not when this module was imported (a test's captured stream closes)
+        self.total, self.stream, self.started = total, stream or sys.stderr, time.perf_counter()
 
     def update(self, done: int) -> None:
         elapsed = time.perf_counter() - self.started
