@@ -5,8 +5,10 @@
 # At most GPU_SESSION_BUDGET_S seconds (530 on a GPU: 9 minutes less the packing; 470 for the dry run); every
 # stage runs under its own time limit and is skipped when less than half of it is left. Stages, in priority order:
 #   env            nvidia-smi, torch / triton / simpy versions
-#   kernels        the kernel tests compiled for the GPU, then the kernel timings (benchmarks/gpu_check.py:
-#                  paged decode vs dense SDPA, and whatever timings it carries)
+#   kernel-tests   the kernel tests compiled for the GPU (benchmarks/gpu_check.py --tests-only; on the CPU dry run
+#                  one stage, `kernels`, runs both)
+#   kernel-timings paged decode vs dense SDPA (one pass, split, tl.dot tiles) and varlen prefill vs SDPA
+#                  (benchmarks/gpu_check.py --skip-tests --quick)
 #   smoke          one Triton paged decode against its torch reference; on failure the later stages use the
 #                  torch reference kernels (and eager decodes: graphs need Triton) and say so
 #   graphs         graph-vs-eager equality and the one-sync check (tests/engine/runtime/test_runtime_cuda.py)
@@ -89,7 +91,7 @@ validate_stage() {  # validate_stage MODE LIMIT_S
   [ "$mode" = eager ] && flag=false
   profile=$(ls "$RES"/profiles/*-"$MODEL_A"-"$mode".yaml 2>/dev/null | head -n 1)
   if [ -z "$profile" ]; then log "skip validate-$mode: no $MODEL_A $mode profile"; return 1; fi
-  stage "validate-$mode" "$2" python3 -m sim.cli validate "$VALIDATION_CONFIG" --out "$RES/validation-$mode" \
+  stage "validate-$mode" "$2" python3 -m servesim validate "$VALIDATION_CONFIG" --out "$RES/validation-$mode" \
     --set "experiment.cost_model=$profile" --set "validation.attention_backend=$BACKEND" \
     --set "engine.cuda_graphs=$flag" --set 'experiment.rates=[4,8]' --set validation.repeats=2 "${DRY_SET[@]}"
 }
@@ -106,7 +108,9 @@ if (( DRY )); then
   SMOKE_DEVICE=cpu
 else
   stage env 20 bash -c 'nvidia-smi; python3 -c "import torch, triton; print(\"torch\", torch.__version__, \"triton\", triton.__version__, torch.cuda.get_device_name())"; python3 -c "import simpy; print(\"simpy\", simpy.__version__)"'
-  stage kernels 120 env OUT="$RES/kernels" python3 benchmarks/gpu_check.py --workers 8 --test-timeout 100
+  # the compiled tests and the timings apart: each sweep (partition sizes, tiles, tl.dot) needs its own budget
+  stage kernel-tests 100 env OUT="$RES/kernels" python3 benchmarks/gpu_check.py --tests-only --workers 8 --test-timeout 90
+  stage kernel-timings 90 env OUT="$RES/kernels" python3 benchmarks/gpu_check.py --skip-tests --quick
   SMOKE_DEVICE=cuda
 fi
 # on a CPU the Triton kernel runs in the interpreter, at a small shape
