@@ -1,7 +1,8 @@
 """The `workload:` section of an experiment YAML, validated, and the Trace it builds.
 
     workload:
-      dataset: sharegpt      # sharegpt | sharegpt-standin | alpaca-standin | lengths CSV | alpaca_data.json
+      dataset: sharegpt      # sharegpt | sharegpt-fig11-standin | sharegpt-standin | alpaca-standin | lengths CSV
+                             # | alpaca_data.json
                              # | chatbot | a conversation CSV (rounds of conversations: chatbot.py)
       arrival: poisson       # poisson (10 ms quanta) | exponential | gamma | constant
       cv: 1.0                # gamma only: coefficient of variation of the gaps

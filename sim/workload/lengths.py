@@ -1,6 +1,7 @@
 """Where (prompt_len, output_len) pairs come from, and how a trace draws from them.
 
-A dataset is a name (`sharegpt`, `sharegpt-standin`, `alpaca-standin`, `wmt16-en-de-standin`) or a file: a CSV of
+A dataset is a name (`sharegpt`, `sharegpt-fig11-standin`, `sharegpt-standin`, `alpaca-standin`,
+`wmt16-en-de-standin`) or a file: a CSV of
 `prompt_len,output_len` (leading `#` lines allowed; a trace CSV's length columns also work) or an
 Alpaca `alpaca_data.json`. Drawing follows the authors' generator (paper-facts A,
 benchmark/trace.py): keep pairs with prompt + output < max_seq_len, repeat the kept list
@@ -17,7 +18,7 @@ import numpy as np
 from engine.specs.errors import SpecError
 
 from .paths import SHAREGPT_CSV
-from .standin import STAND_INS, StandIn
+from .standin import SHAREGPT_FIG11_SCALE, SHAREGPT_FIG11_STANDIN, STAND_INS, StandIn, scale_pairs
 from .table import find_columns, numeric_column, read_table
 from .trace import STAND_IN
 from .translation import TRANSLATION_STAND_INS, TranslationStandIn
@@ -27,7 +28,7 @@ LENGTH_FORMS = {
     "trace": ("num_prefill_tokens", "num_decode_tokens"),
     "azure": ("ContextTokens", "GeneratedTokens"),
 }
-DATASET_NAMES = ("sharegpt", *STAND_INS, *TRANSLATION_STAND_INS)
+DATASET_NAMES = ("sharegpt", SHAREGPT_FIG11_STANDIN, *STAND_INS, *TRANSLATION_STAND_INS)
 
 
 class LengthSource(Protocol):
@@ -123,13 +124,23 @@ def load_lengths(dataset: str | Path) -> LengthTable | StandIn | TranslationStan
     if str(dataset) in TRANSLATION_STAND_INS:
         return TRANSLATION_STAND_INS[str(dataset)]
     if str(dataset) == "sharegpt":
-        if not SHAREGPT_CSV.is_file():
-            raise SpecError("workload", "dataset", f"{SHAREGPT_CSV} is missing; rebuild it with "
-                            "`servesim trace build sharegpt`, or use dataset: sharegpt-standin")
-        table = _read_cached(SHAREGPT_CSV)
+        table = _shipped_sharegpt()
         # The label names the file as first shipped; results (results/reference) carry it, so it stays.
         return LengthTable(table.prompt_len, table.output_len, "sharegpt (traces/sharegpt_opt.csv)")
+    if str(dataset) == SHAREGPT_FIG11_STANDIN:
+        table = _shipped_sharegpt()
+        prompt, output = scale_pairs(table.prompt_len, table.output_len)
+        scale = " and outputs x".join(f"{factor:g}" for factor in SHAREGPT_FIG11_SCALE)
+        return LengthTable(prompt, output, f"{SHAREGPT_FIG11_STANDIN} (stand-in: the real ShareGPT pairs with "
+                           f"prompts x{scale}, matched to Fig. 11 means)")
     return _read_cached(Path(dataset))
+
+
+def _shipped_sharegpt() -> LengthTable:
+    if not SHAREGPT_CSV.is_file():
+        raise SpecError("workload", "dataset", f"{SHAREGPT_CSV} is missing; rebuild it with "
+                        "`servesim trace build sharegpt`, or use dataset: sharegpt-standin")
+    return _read_cached(SHAREGPT_CSV)
 
 
 def _read_cached(path: Path) -> LengthTable:

@@ -11,7 +11,8 @@ from sim.reproduce.figures import FIG12, FIG13, FIG14, FIG15, FIG18, FIGURES, So
 from sim.reproduce.runner import footer, reproduce
 from sim.reproduce.scale import PAPER, PREDICTED, QUICK, Scale
 
-TINY = Scale("test", "test: 20-s traces, the lowest rate of each curve", duration_s=20, warmup_s=5, max_rates=1)
+TINY = Scale("test", "test: 20-s traces, the lowest rate of each curve", duration_s=20, warmup_s=5, max_rates=1,
+             max_extra_probes=0)  # the crossing search has tests of its own (test_reproduce_crossing.py)
 
 
 @pytest.fixture(scope="module")
