@@ -4,8 +4,11 @@ Runs on the device machine (torch, triton, numpy, pandas, pyyaml; no simpy neede
     PYTHONPATH=. python benchmarks/gpu_calibrate.py --models opt-13b llama-13b
 Writes under $OUT (or ./results/gpu_calibrate): <device>-<model>.raw.csv, <device>-<model>.yaml
 (the profile, held-out error inside), <device>-<model>.png (predicted vs measured), and
-summary.txt with the fit error table. Without CUDA it runs the same path on the CPU with a
-tiny model and grid, so the script is known to work before a GPU is at hand.
+summary.txt with the fit error table. With --cuda-graphs on or off the engine profiled decodes through
+CUDA graphs or eagerly, and the files are named <device>-<model>-graphs.* or -eager.*; the raw CSV
+carries time_s, device_s and host_s for every shape. Without CUDA it runs the same path on the CPU with
+a tiny model and grid, so the script is known to work before a GPU is at hand (on a CPU the engine is
+eager whatever --cuda-graphs says, and the files are named as asked).
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from calibrate.cli import fit_report, parse_block_sizes  # noqa: E402
 from calibrate.fit import fit_and_save  # noqa: E402
 from calibrate.profile import profile, save_raw  # noqa: E402
 from engine.atomic import write_text_atomic  # noqa: E402
+from engine.runtime.options import parse_cuda_graphs  # noqa: E402
 from engine.specs.loader import load_model_spec  # noqa: E402
 
 
@@ -32,19 +36,24 @@ def device_tag(raw) -> str:
     return str(raw["device"].iloc[0])
 
 
+MODE_SUFFIX = {True: "-graphs", False: "-eager", None: ""}
+
+
 def calibrate_one(model: str, device: str, grid: str, repeats: int, out: Path, backend: str = "auto",
-                  block_sizes: tuple[int, ...] = ()) -> str:
+                  block_sizes: tuple[int, ...] = (), cuda_graphs: str = "auto") -> str:
     started = time.perf_counter()
+    graphs = parse_cuda_graphs(cuda_graphs)
     raw = profile(load_model_spec(model), device=device, grid=grid, repeats=repeats, attention_backend=backend,
-                  block_sizes=block_sizes)
-    stem = f"{device_tag(raw)}-{model}"
+                  block_sizes=block_sizes, cuda_graphs=graphs)
+    stem = f"{device_tag(raw)}-{model}{MODE_SUFFIX[graphs]}"
     save_raw(raw, out / f"{stem}.raw.csv")
     sweep = f" --block-sizes {','.join(map(str, block_sizes))}" if block_sizes else ""
     command = (f"PYTHONPATH=. python benchmarks/gpu_calibrate.py --models {model} --grid {grid} --repeats {repeats}"
-               f" --backend {backend}{sweep}")
+               f" --backend {backend} --cuda-graphs {cuda_graphs}{sweep}")
     result = fit_and_save(raw, f"{stem}.raw.csv", command, out / f"{stem}.yaml")
     by_kind = result.predictions.groupby("kind")["ape"].agg(["mean", "max", "count"])
-    report = (f"{fit_report(result.profile)}\nheld-out error by kind:\n{by_kind.to_string()}\n"
+    mode = "CUDA graphs" if bool(raw["cuda_graphs"].iloc[0]) else "eager"
+    report = (f"{stem}: engine {mode}\n{fit_report(result.profile)}\nheld-out error by kind:\n{by_kind.to_string()}\n"
               f"profile + fit took {time.perf_counter() - started:.0f} s\n")
     print(report, flush=True)
     return report
@@ -60,6 +69,8 @@ def main() -> None:
     parser.add_argument("--block-sizes", type=parse_block_sizes, default=(),
                         help="also time decodes and swaps at these block sizes, e.g. 1,4,16,64,256 (fits the cost "
                              "per KV block and per swap transfer)")
+    parser.add_argument("--cuda-graphs", default="auto", choices=("auto", "on", "off"),
+                        help="decodes through CUDA graphs (on), eagerly (off), or as the device allows (auto)")
     args = parser.parse_args()
     import torch
 
@@ -70,9 +81,11 @@ def main() -> None:
     out = Path(os.environ.get("OUT") or "results/gpu_calibrate")
     print(f"device {device}: {torch.cuda.get_device_name() if cuda else 'cpu'}; models {models}; grid {grid}",
           flush=True)
-    reports = [calibrate_one(model, device, grid, args.repeats, out, args.backend, args.block_sizes)
+    reports = [calibrate_one(model, device, grid, args.repeats, out, args.backend, args.block_sizes, args.cuda_graphs)
                for model in models]
-    write_text_atomic(out / "summary.txt", "\n".join(reports))
+    summary = out / "summary.txt"  # several calls (a model and mode each) share the folder: append
+    earlier = summary.read_text() if summary.exists() else ""
+    write_text_atomic(summary, earlier + "\n".join(reports))
 
 
 if __name__ == "__main__":

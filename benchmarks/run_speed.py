@@ -44,7 +44,7 @@ def timed_process(command: list[str], cwd: Path, env: dict, log) -> tuple[float,
 
 def servesim_run(out: Path, overrides: list[str], fmt: str) -> tuple[float, float]:
     """(wall seconds, peak RSS in MB) of one `servesim run` process."""
-    command = [sys.executable, "-m", "sim.cli", "run", str(ROOT / "configs" / "quickstart.yaml"), "--out", str(out),
+    command = [sys.executable, "-m", "servesim", "run", str(ROOT / "configs" / "quickstart.yaml"), "--out", str(out),
                "--jobs", "1", "--iterations", fmt, *[arg for s in run_sets(overrides) for arg in ("--set", s)]]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with tempfile.TemporaryFile() as log:

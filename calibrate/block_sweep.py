@@ -50,13 +50,15 @@ class BlockSweep:
             runner = make_runner(block_size, pool, swaps)
             for shape in self.shapes:  # one-off costs, untimed
                 runner.time_batch([], list(shape.decode_context_lens), 0, warmup=self.warmup)
-            times: list[list[float]] = [[] for _ in self.shapes]
+            timings: list[list] = [[] for _ in self.shapes]
             for _ in range(self.repeats):
                 for i in order.permutation(len(self.shapes)):
-                    times[i] += runner.time_batch([], list(self.shapes[i].decode_context_lens), 1, warmup=0)
+                    timings[i] += runner.time_batch_split([], list(self.shapes[i].decode_context_lens), 1,
+                                                          warmup=0)
                     done += 1
                     progress(done)
-            rows += [shape_row(shape, t, block_size) for shape, t in zip(self.shapes, times)]
+            rows += [shape_row(shape, [t.seconds for t in runs], block_size, runs)
+                     for shape, runs in zip(self.shapes, timings)]
             if swaps:
                 rows += swap_rows(runner, self.repeats, self.warmup, swaps)
             del runner

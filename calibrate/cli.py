@@ -5,13 +5,20 @@ import shlex
 import sys
 from pathlib import Path
 
+from engine.specs.checks import existing_file, number, option, output_file, positive_int
 from engine.specs.errors import SpecError
 
 
 def _cmd_profile(args) -> int:
     from engine.runtime import require_torch
 
+    option(positive_int, args.repeats, "--repeats")
+    option(positive_int, args.block_size, "--block-size")
+    option(number, args.threads, "--threads", low=0, whole=True)
+    output_file(args.out, "--out")
+
     require_torch("servesim calibrate profile")
+    check_device(args.device)
     from calibrate.fit import NOT_SHAPES
     from calibrate.grid import default_grid
     from calibrate.profile import profile, save_raw
@@ -37,24 +44,34 @@ def _cmd_profile(args) -> int:
 
 
 def _cmd_fit(args) -> int:
-    import pandas as pd
+    from calibrate.fit import check_raw, fit_and_save
 
-    from calibrate.fit import fit_and_save
-
-    if not Path(args.raw).exists():
-        raise SpecError(args.raw, "", "no such profile CSV")
-    raw = pd.read_csv(args.raw)
+    fit_options(args)
+    raw = check_raw(read_raw(args.raw), args.raw)
+    check_folds(args.folds, raw, args.raw)
     command = "servesim calibrate fit " + " ".join(shlex.quote(a) for a in sys.argv[3:]) if len(sys.argv) > 3 \
         else f"servesim calibrate fit {args.raw} --out {args.out}"
     plot = Path(args.plot) if args.plot else Path(args.out).with_suffix(".png")
     result = fit_and_save(raw, args.raw, command, args.out, plot, folds=args.folds, seed=args.seed)
     print(fit_report(result.profile))
+    from calibrate.transfer_judge import fit_lines  # a GPU profile: the transfer judged with this GPU held out
+
+    for line in fit_lines(args.raw):
+        print(line)
     print(f"wrote {args.out} and {plot}")
     return 0
 
 
 def _cmd_import(args) -> int:
     from calibrate.op_import import import_profile, report
+
+    for table in args.tables:
+        existing_file(table, table, what="a per-operation table (Vidur's mlp.csv)")
+    for name, path in (("--all-reduce", args.all_reduce), ("--host", args.host)):
+        if path is not None:
+            existing_file(path, name)
+    option(positive_int, args.max_tokens, "--max-tokens")
+    output_file(args.out, "--out")
 
     command = "servesim calibrate import " + " ".join(shlex.quote(a) for a in sys.argv[3:]) if len(sys.argv) > 3 \
         else f"servesim calibrate import {' '.join(args.tables)} --model {args.model} --out {args.out}"
@@ -67,43 +84,63 @@ def _cmd_import(args) -> int:
     return 0
 
 
-def fit_report(profile) -> str:
-    from calibrate.features import TERMS
-    from calibrate.host import HOST_TERMS
+def check_device(device: str) -> None:
+    """The device the engine is profiled on exists here: torch's own error would read as a bug."""
+    import torch
 
+    if device.split(":")[0] not in ("cpu", "cuda"):
+        raise SpecError("--device", "", f"{device!r} is not one of ['cpu', 'cuda'] (or cuda:N)")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SpecError("--device", "", f"{device}, but torch finds no CUDA device on this machine; use --device cpu")
+
+
+# each fold holds its shapes out and fits on the others: one fold would fit on nothing (and zero divides
+# nothing), so cross-validation needs two; at most one per shape, or a fold holds nothing out
+MIN_FOLDS = 2
+
+
+def fit_options(args) -> None:
+    """`calibrate fit`'s arguments, checked before the CSV is read."""
+    existing_file(args.raw, args.raw, what="a profile CSV (servesim calibrate profile --out)")
+    option(number, args.folds, "--folds", low=MIN_FOLDS, whole=True)
+    option(number, args.seed, "--seed", low=0, whole=True)
+    output_file(args.out, "--out")
+    if args.plot is not None:
+        output_file(args.plot, "--plot")
+
+
+def read_raw(path: str):
+    """A profile CSV as a DataFrame; an empty or unparsable file is a SpecError naming it."""
+    import pandas as pd
+
+    try:
+        return pd.read_csv(path)
+    except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise SpecError(path, "", f"not a profile CSV: {reason}") from None
+
+
+def check_folds(folds: int, raw, source: str) -> None:
+    """At most one fold per profiled shape: a fold with no shape to hold out measures nothing."""
+    from calibrate.fit import NOT_SHAPES
+
+    shapes = int((~raw["kind"].isin(NOT_SHAPES)).sum()) if "kind" in raw.columns else len(raw)
+    if folds > shapes:
+        raise SpecError("--folds", "", f"{folds} folds for the {shapes} profiled shapes of {source}; "
+                        f"give {MIN_FOLDS} to {max(shapes, MIN_FOLDS)}")
+
+
+def fit_report(profile) -> str:
     lines = [f"profile: {profile.model} on {profile.device_name} ({profile.device}, {profile.dtype}), "
              f"block size {profile.block_size}, tp {profile.tensor_parallel}",
              block_sizes_line(profile),
              f"made {profile.created} by: {profile.command}",
-             f"shapes: {profile.grid}",
-             f"held-out error: mean {profile.heldout_mape:.1%}, p95 {profile.heldout_p95_ape:.1%} "
-             f"({profile.heldout_method or f'{profile.heldout_rows} shapes held out'})",
-             "token-cost table (tokens in the iteration: seconds; linear between, the last slope past the end):"]
-    pairs = [f"{k}: {c * 1e3:.2f} ms" for k, c in zip(profile.token_knots, profile.token_costs_s)]
-    lines += ["  " + ", ".join(pairs[i:i + 6]) for i in range(0, len(pairs), 6)]
-    if profile.linear:
-        lines += linear_report(profile)
-    lines.append("coefficients:")
-    for term, meaning in TERMS.items():
-        lines.append(f"  {term:<24} {profile.coefficients[term]:.4g}   ({meaning})")
+             f"shapes: {profile.grid}"]
+    lines += device_report(profile)
     if profile.torch_threads is not None:
         lines.append(f"measured with {profile.torch_threads} torch thread(s)")
+    lines += host_report(profile)
     lines.append(swap_line(profile))
-    if profile.host:
-        h = profile.host
-        lines.append(f"host work around the forward ({h['rows']} iterations of a replay; "
-                     f"mean {h['mean_s'] * 1e3:.2f} ms, held-out mean |error| "
-                     f"{h['heldout_mean_abs_error_s'] * 1e3:.2f} ms):")
-        lines += [f"  {term:<24} {h[term]:.4g}   ({meaning})" for term, meaning in HOST_TERMS.items()]
-    else:
-        lines.append("host work around the forward: not measured (the simulator charges the forward alone)")
-    if profile.serving:
-        v = profile.serving
-        lines.append(f"serving factor {v['factor']:.3f}: {v['iterations']} iterations of a replay took "
-                     f"{v['served_s']:.3f} s served and {v['alone_s']:.3f} s re-timed alone (the forward is charged "
-                     f"x{v['factor']:.3f})")
-    else:
-        lines.append("serving factor: not measured (the forward is charged as the shapes were timed alone)")
     ref = profile.speed_reference
     if ref:
         probes = ", ".join(f"{k.removesuffix('_s')} {v * 1e3:.2f} ms" for k, v in ref.items() if k.endswith("_s"))
@@ -112,6 +149,67 @@ def fit_report(profile) -> str:
         lines.append("speed reference: none (profiled before the speed probe; `servesim validate` cannot "
                      "correct this machine's drift against it)")
     return "\n".join(lines)
+
+
+def device_report(profile) -> list[str]:
+    """The device part: where it was measured, its held-out error, its token-cost table and coefficients, and
+    the serving factor it is charged at (docs/cost-model-split.md)."""
+    from calibrate.features import TERMS
+
+    if profile.linear:
+        source = "the imported per-operation timings"
+    elif profile.device_part:
+        source = profile.device_part["measured_from"]
+    else:
+        source = "time_s: the forward's wall time (fitted before device and host time were measured apart)"
+    method = profile.heldout_method or f"{profile.heldout_rows} shapes held out"
+    lines = [f"device part: held-out error: mean {profile.heldout_mape:.1%}, p95 {profile.heldout_p95_ape:.1%} "
+             f"({method})", f"  from {source}",
+             "  token-cost table (tokens in the iteration: seconds; linear between, the last slope past the end):"]
+    pairs = [f"{k}: {c * 1e3:.2f} ms" for k, c in zip(profile.token_knots, profile.token_costs_s)]
+    lines += ["    " + ", ".join(pairs[i:i + 6]) for i in range(0, len(pairs), 6)]
+    if profile.linear:
+        lines += linear_report(profile)
+    lines.append("  coefficients:")
+    for term, meaning in TERMS.items():
+        lines.append(f"    {term:<24} {profile.coefficients[term]:.4g}   ({meaning})")
+    if profile.serving:
+        v = profile.serving
+        lines.append(f"  serving factor {v['factor']:.3f}: {v['iterations']} iterations of a replay took "
+                     f"{v['served_s']:.3f} s served and {v['alone_s']:.3f} s re-timed alone (the device part is "
+                     f"charged x{v['factor']:.3f})")
+    else:
+        lines.append("  serving factor: not measured (the device part is charged as the shapes were timed alone)")
+    return lines
+
+
+def host_report(profile) -> list[str]:
+    """The host part: where it was measured, its held-out error (relative, where the profile has it, and in
+    seconds) and its terms; or that none was measured, and so none is charged."""
+    from calibrate.host import HOST_TERMS
+
+    h = profile.host
+    if not h:
+        why = ("the raw CSV has neither host_s nor a host replay" if profile.device_part
+               else "fitted before host work was measured")
+        return [f"host part (host work around the forward): not measured ({why}); the simulator charges "
+                f"the device part alone"]
+    source = h.get("measured_from") or h.get("source") or f"{h.get('rows', '?')} replayed iterations (time_s)"
+    seconds = f"mean |error| {h['heldout_mean_abs_error_s'] * 1e3:.3f} ms"
+    if "heldout_p95_abs_error_s" in h:
+        seconds += f", p95 {h['heldout_p95_abs_error_s'] * 1e3:.3f} ms"
+    if "heldout_mape" in h:
+        error = f"mean {h['heldout_mape']:.1%}, p95 {h['heldout_p95_ape']:.1%} ({seconds}"
+    else:
+        error = f"{seconds} (relative error not recorded: fitted before format /5"
+    mean = f"; mean host time {h['mean_s'] * 1e3:.3f} ms)" if "mean_s" in h else ")"
+    lines = [f"host part (host work around the forward): held-out error: {error}{mean}", f"  from {source}"]
+    if h.get("heldout_mape_by_source"):
+        lines.append("  held-out error by source: " + ", ".join(
+            f"{k} {v:.1%}" for k, v in h["heldout_mape_by_source"].items()))
+    lines += [f"    {term:<24} {h[term]:.4g}   ({meaning})" for term, meaning in HOST_TERMS.items()]
+    lines.append("  charged on top of the device part (unless a validation's clock is the forward alone)")
+    return lines
 
 
 def linear_report(profile) -> list[str]:
@@ -151,6 +249,8 @@ def swap_line(profile) -> str:
 
 def _cmd_show(args) -> int:
     from calibrate.profile_file import load_profile
+
+    existing_file(args.profile, args.profile, what="a profile YAML")
 
     print(fit_report(load_profile(args.profile)))
     return 0

@@ -30,6 +30,16 @@ class CostModel(ABC):
     @abstractmethod
     def swap_time(self, num_blocks: int) -> float: ...
 
+    # --- the two parts of iteration_time (docs/cost-model-split.md): a model that prices them apart overrides
+    # both; by default all of an iteration is the device's
+    def device_time(self, batch: BatchLike) -> float:
+        """The device part of iteration_time: the forward's kernels."""
+        return self.iteration_time(batch) - self.host_time(batch)
+
+    def host_time(self, batch: BatchLike) -> float:
+        """The host part of iteration_time: the engine's work around and inside the forward on the host."""
+        return 0.0
+
     def step_time(self, batch: BatchLike) -> float:
         """The whole iteration as the simulator charges it: swaps, then the forward."""
         swaps = batch.num_swap_blocks
@@ -101,6 +111,12 @@ class ScaledCostModel(CostModel):
 
     def decode_iteration_times(self, batch: BatchLike, num_steps: int) -> np.ndarray:
         return self.base.decode_iteration_times(batch, num_steps) * self.factor
+
+    def device_time(self, batch: BatchLike) -> float:
+        return self.base.device_time(batch) * self.factor
+
+    def host_time(self, batch: BatchLike) -> float:
+        return self.base.host_time(batch) * self.factor
 
     def swap_time(self, num_blocks: int) -> float:
         return self.base.swap_time(num_blocks) * self.factor

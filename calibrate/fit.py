@@ -1,5 +1,10 @@
 """Fit a cost model to profiled iteration times, and say how wrong it is on shapes it never saw.
 
+The model has two parts (docs/cost-model-split.md). The device part, fitted here, is the forward's device
+time: `device_s` where the raw CSV has it (the CUDA-event span of the forward's kernels; on a CPU the
+forward's wall time), else `time_s` (a CSV from before the split, whose forward time holds the host work
+inside the forward too). The host part (calibrate/host_fit.py) is the rest of the iteration's wall time.
+
 Least squares on relative error (each row divided by its time, so a 2 ms decode counts as
 much as a 2 s prefill), with non-negative coefficients: every term is a physical cost, and
 so is every value of the token-cost table (calibrate/features.py). The table's knots are
@@ -25,7 +30,7 @@ from calibrate.features import (
     term_matrix,
     token_costs,
 )
-from calibrate.host import HOST_TERMS
+from calibrate.host_fit import HOST_COLUMN, MIN_ROWS, fit_host, host_observations
 from calibrate.nnls import nnls
 from calibrate.profile_file import DTYPE_BYTES, Profile
 from calibrate.serving import PLAUSIBLE, serving_factor
@@ -37,6 +42,7 @@ from engine.specs.loader import load_model_spec
 # host rows the work around the forward; serving rows a replay's iterations beside the same shapes alone
 NOT_SHAPES = ("swap", "probe", "host", "serving")
 REQUIRED_COLUMNS = ("kind", *FEATURE_COLUMNS, "time_s", "model", "device", "device_name", "dtype", "block_size")
+DEVICE_COLUMN = "device_s"  # a profiled shape's device seconds (raw CSVs from before the split lack it)
 
 
 @dataclass
@@ -83,23 +89,55 @@ def fit_rows(train: pd.DataFrame) -> Fit:
     return Fit(knots, [float(c) for c in coef[:len(knots)]], coef[len(knots):])
 
 
-def check_raw(raw: pd.DataFrame, source: str) -> None:
+def check_raw(raw: pd.DataFrame, source: str) -> pd.DataFrame:
+    """The CSV's columns checked as numbers before anything computes with them; returns the frame with
+    its number columns as numbers (a cell of text read by pandas would make the column text)."""
     missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
     if missing:
         raise SpecError(source, f"column {missing[0]}", f"missing; a profile CSV has {list(REQUIRED_COLUMNS)}")
+    raw = raw.assign(kind=raw["kind"].astype(str))
     shapes = int((~raw["kind"].isin(NOT_SHAPES)).sum())
     if shapes < 12:
         raise SpecError(source, "rows", f"only {shapes} profiled shapes; a fit needs at least 12")
-    bad = raw.index[~(raw["time_s"] > 0)]
+    raw = raw.assign(time_s=pd.to_numeric(raw["time_s"], errors="coerce"))
+    bad = raw.index[~(np.isfinite(raw["time_s"]) & (raw["time_s"] > 0))]
     if len(bad):
         raise SpecError(source, f"row {int(bad[0]) + 1}", "time_s must be a positive number of seconds")
+    is_shape = ~raw["kind"].isin(NOT_SHAPES)
+    for column, low in (*((c, 0) for c in FEATURE_COLUMNS), ("block_size", 1), ("tensor_parallel", 1)):
+        if column not in raw.columns:
+            continue
+        values = pd.to_numeric(raw[column], errors="coerce")
+        # counts: whole, in range, and small enough that their squares (sum_prefill_sq) stay exact
+        ok = np.isfinite(values) & (values >= low) & (values == np.floor(values)) & (values < 2.0**53)
+        bad = raw.index[is_shape & ~ok]
+        if len(bad):
+            cell = raw[column].iloc[int(bad[0])]
+            raise SpecError(source, f"row {int(bad[0]) + 1}",
+                            f"column {column}: {cell!r} is not a whole number >= {low}")
+        raw = raw.assign(**{column: values})
+    # empty where a row measured none (a probe, a swap; a shape the profiler could not time apart); host_s may
+    # dip below 0 where the device's clock and the host's disagree by a little (fit_host_part reads it as 0)
+    for column, check, what in ((DEVICE_COLUMN, lambda v: v > 0, "a positive"),
+                                (HOST_COLUMN, np.isfinite, "a")):
+        if column in raw.columns:
+            values = pd.to_numeric(raw[column], errors="coerce")
+            bad = raw.index[(values.isna() & raw[column].notna()) | (values.notna() & ~check(values))]
+            if len(bad):
+                raise SpecError(source, f"row {int(bad[0]) + 1}",
+                                f"{column} must be {what} number of seconds or empty, got {raw[column][bad[0]]!r}")
     # block_size may vary: a block-size sweep times decodes at several
     for column in ("model", "device", "dtype", "torch_threads"):
         if column not in raw.columns:
             continue
-        if raw[column].nunique() != 1:
+        if raw[column].nunique(dropna=False) != 1:
             raise SpecError(source, f"column {column}",
-                            f"one profile fits one {column}; found {sorted(raw[column].unique())}")
+                            f"one profile fits one {column}; found {sorted(map(str, raw[column].unique()))}")
+    first = raw.iloc[0]
+    if first["dtype"] not in DTYPE_BYTES:
+        raise SpecError(source, "column dtype", f"{first['dtype']!r} is not one of {list(DTYPE_BYTES)}")
+    load_model_spec(str(first["model"]))  # an unknown model: a SpecError listing the shipped ones
+    return raw
 
 
 def speed_reference(raw: pd.DataFrame, source: str) -> dict:
@@ -150,37 +188,16 @@ def grid_block_size(shapes: pd.DataFrame) -> int:
     return int(counts[counts == counts.max()].index.min())
 
 
-def host_matrix(rows: pd.DataFrame) -> np.ndarray:
-    return np.column_stack([np.ones(len(rows)), rows["num_seqs"].to_numpy(float),
-                            rows["num_prefill_tokens"].to_numpy(float)])
-
-
-def fit_host(rows: pd.DataFrame, folds: int = 5, seed: int = 0) -> dict:
-    """calibrate/host.py's HOST_TERMS fitted non-negative, on absolute seconds (host times are small and a
-    relative fit would chase the smallest), with the k-fold held-out error of the per-iteration prediction."""
-    x, y = host_matrix(rows), rows["time_s"].to_numpy(float)
-    fold = assign_folds(rows.assign(kind="host"), folds, seed)
-    predicted = np.zeros(len(rows))
-    for k in range(folds):
-        test = fold == k
-        predicted[test] = x[test] @ nnls(x[~test], y[~test])
-    coef = nnls(x, y)
-    return {**{term: float(c) for term, c in zip(HOST_TERMS, coef)},
-            "heldout_mean_abs_error_s": float(np.mean(np.abs(predicted - y))),
-            "mean_s": float(y.mean()), "rows": int(len(rows))}
-
-
 def fit_profile(raw: pd.DataFrame, source: str, command: str, folds: int = 5, seed: int = 0) -> FitResult:
     """Coefficients from all shapes; the error from k-fold cross-validation.
 
     Every shape is predicted once by a fit that never saw it (its knots chosen without it
     too), so the reported error covers every kind of shape rather than one lucky split.
     """
-    check_raw(raw, source)
+    raw = check_raw(raw, source)
     swap_s_per_transfer, swap_s_per_byte = fit_swap(raw[raw["kind"] == "swap"], source)
     reference = speed_reference(raw, source)
-    host_rows = raw[raw["kind"] == "host"]
-    host = fit_host(host_rows) if len(host_rows) >= 10 else None
+    host = fit_host_part(raw, folds, seed)
     serving_rows = raw[raw["kind"] == "serving"]
     serving = serving_factor(serving_rows["time_s"], serving_rows["alone_s"]) if len(serving_rows) >= 10 else None
     if serving is not None and not PLAUSIBLE[0] <= serving["factor"] <= PLAUSIBLE[1]:
@@ -189,6 +206,8 @@ def fit_profile(raw: pd.DataFrame, source: str, command: str, folds: int = 5, se
                       f"timed alone (re-profile on a quieter machine to measure it)", stacklevel=2)
         serving = None
     raw = raw[~raw["kind"].isin(NOT_SHAPES)].reset_index(drop=True)
+    device_s, device_from = device_times(raw)
+    raw = raw.assign(wall_s=raw["time_s"], time_s=device_s)  # the device part is fitted to device time
     fold = assign_folds(raw, folds, seed)
     heldout_predicted = np.zeros(len(raw))
     for k in range(folds):
@@ -216,10 +235,43 @@ def fit_profile(raw: pd.DataFrame, source: str, command: str, folds: int = 5, se
         speed_reference=reference,
         host=host,
         serving=serving,
+        device_part={"measured_from": device_from, "shapes": int(len(raw))},
     )
     predictions = raw.assign(predicted_s=final.predict(raw), heldout_predicted_s=heldout_predicted,
                              ape=heldout_ape, fold=fold)
     return FitResult(profile, predictions)
+
+
+def device_times(shapes: pd.DataFrame) -> tuple[np.ndarray, str]:
+    """Each profiled shape's device seconds, and where they came from in words: device_s where measured,
+    else the forward's wall time (time_s), which on a GPU also holds the host work inside the forward."""
+    wall = shapes["time_s"].to_numpy(dtype=float)
+    if DEVICE_COLUMN not in shapes.columns or shapes[DEVICE_COLUMN].isna().all():
+        return wall, ("time_s: the forward's wall time (the raw CSV predates device_s: the host work inside "
+                      "the forward is in the device part)")
+    device = pd.to_numeric(shapes[DEVICE_COLUMN]).to_numpy(dtype=float)
+    missing = np.isnan(device)
+    what = "device_s: the forward's device time (the span of its kernels; on a CPU its wall time)"
+    if not missing.any():
+        return device, what
+    return np.where(missing, wall, device), (f"{what}, on {int((~missing).sum())} shapes; time_s (the forward's "
+                                             f"wall time) on {int(missing.sum())} that lack it")
+
+
+def fit_host_part(raw: pd.DataFrame, folds: int, seed: int) -> dict | None:
+    """The host part (calibrate/host_fit.py) from every row that measured host time; None with fewer than
+    MIN_ROWS of them (the simulator then charges the device part alone)."""
+    rows = host_observations(raw, ~raw["kind"].isin(NOT_SHAPES))
+    if len(rows) < MIN_ROWS:
+        return None
+    below = rows["time_s"] < 0
+    if below.any():
+        warnings.warn(f"{int(below.sum())} rows measured host_s below 0 (down to {rows['time_s'].min() * 1e6:.1f} us: "
+                      f"the device's and the host's clocks disagree by that much); read as 0", stacklevel=3)
+        rows = rows.assign(time_s=rows["time_s"].clip(lower=0.0))
+    replay = raw[raw["kind"] == "host"]
+    replay_column = HOST_COLUMN if HOST_COLUMN in raw.columns and replay[HOST_COLUMN].notna().any() else "time_s"
+    return fit_host(rows, folds, seed, replay_column)
 
 
 def fit_and_save(raw: pd.DataFrame, source: str, command: str, profile_path: str | Path,
@@ -248,7 +300,7 @@ def fit_plot(predictions: pd.DataFrame, path, title: str = ""):
     ax.plot([lo, hi], [lo, hi], color="gray", linewidth=0.8)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("measured iteration time (ms)")
+    ax.set_xlabel("measured device part of the iteration (ms)")
     ax.set_ylabel("predicted when held out (ms)")
     ax.legend(frameon=False, fontsize=8)
     if title:

@@ -50,7 +50,8 @@ def calibration_replay(runner, block_size: int, num_blocks: int = 256):
 
     system = replace(PAPER_SYSTEMS["vllm"], block_size=block_size)
     engine = Engine(runner.spec, system, runner.device, runner.dtype, num_gpu_blocks=num_blocks, num_cpu_blocks=0,
-                    attention_backend=runner.attention_backend, model=runner.model, clock="step")
+                    attention_backend=runner.attention_backend, model=runner.model, clock="step",
+                    cuda_graphs=runner.cuda_graphs)
     shapes, forwards = [], []
     execute = engine.runner.execute
 
@@ -66,11 +67,15 @@ def calibration_replay(runner, block_size: int, num_blocks: int = 256):
 
 
 def host_rows(result) -> list[dict]:
-    """One row per iteration of a calibration replay: its shape and host seconds (kind "host")."""
+    """One row per iteration of a calibration replay (kind "host"): its shape, its host seconds outside the
+    timed step (time_s, as always), and its whole step split: device_s, the span of its device work, and
+    host_s, the rest of the step's wall time (its duration on the step clock less device_s)."""
     rows = []
-    for it, host in zip(result.iterations, result.host_s):
+    device = result.device_s or [float("nan")] * len(result.iterations)
+    for it, host, device_s in zip(result.iterations, result.host_s, device):
         rows.append({"kind": "host", "num_prefills": it.num_prefills, "num_prefill_tokens": it.num_prefill_tokens,
-                     "num_decodes": it.num_decodes, "num_seqs": it.num_prefills + it.num_decodes, "time_s": host})
+                     "num_decodes": it.num_decodes, "num_seqs": it.num_prefills + it.num_decodes, "time_s": host,
+                     "device_s": device_s, "host_s": max(it.duration_s - device_s, 0.0)})
     return rows[1:]  # the first step pays one-off costs no later one does
 
 

@@ -10,7 +10,7 @@ others; today's roofline, which fits nothing, beside it on every row.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +24,8 @@ from calibrate.linear_model import LinearFit
 from calibrate.op_fit import fit_linear, today_roofline
 from calibrate.op_table import OpTable, read_op_table
 from calibrate.profile_file import Profile, load_profile
+from calibrate.transfer import REGIMES, regimes_of
+from calibrate.transfer_judge import RegimeError, judge_profile, report_lines
 from engine.specs.errors import SpecError
 from engine.specs.loader import load_model_spec
 
@@ -40,19 +42,26 @@ class Errors:
 
     def summary(self) -> dict:
         ape = self.layers["ape"]
+        by_regime = ({regime: float(ape[self.layers["regime"] == regime].mean()) for regime in REGIMES
+                      if (self.layers["regime"] == regime).any()} if "regime" in self.layers else {})
         signed = (self.layers["predicted_s"] - self.layers["time_s"]) / self.layers["time_s"]
         return {"per_iteration": {"mape": float(ape.mean()), "p95_ape": float(np.quantile(ape, 0.95)),
                                   "signed_mean": float(signed.mean())},
                 "per_iteration_by_tokens": {f"{lo}-{hi}": float(ape[self.layers["tokens"].between(lo, hi)].mean())
                                             for lo, hi in TOKEN_BANDS if self.layers["tokens"].between(lo, hi).any()},
+                **({"per_iteration_by_regime": by_regime} if by_regime else {}),
                 "per_op": {op: float(rows["ape"].mean()) for op, rows in self.ops.groupby("op", sort=False)},
                 "per_op_all": {"mape": float(self.ops["ape"].mean()),
                                "matmuls_mape": float(self.ops[self.ops["op"].isin(GEMMS)]["ape"].mean())}}
 
 
-def with_errors(ops: pd.DataFrame, layers: pd.DataFrame, predicted_ops: np.ndarray) -> Errors:
+def with_errors(ops: pd.DataFrame, layers: pd.DataFrame, predicted_ops: np.ndarray,
+                hw: HardwareSpec | None = None) -> Errors:
+    """`hw`: the measured GPU, whose own ridge sets each iteration's regime (calibrate/transfer.py)."""
     ops = ops.assign(predicted_s=predicted_ops, ape=np.abs(predicted_ops - ops["time_s"]) / ops["time_s"])
     layers = layers.assign(ape=np.abs(layers["predicted_s"] - layers["time_s"]) / layers["time_s"])
+    if hw is not None:
+        layers = layers.assign(regime=regimes_of(layers["tokens"], hw))
     return Errors(ops, layers)
 
 
@@ -64,11 +73,11 @@ def heldout(ops: pd.DataFrame, hw: HardwareSpec, by: str) -> Errors:
         fit = fit_linear(ops[~test], hw)
         predicted[test] = fit.predict_ops(ops[test], hw)
         layers.append(fit.predict_layers(ops[test], hw))
-    return with_errors(ops, pd.concat(layers, ignore_index=True), predicted)
+    return with_errors(ops, pd.concat(layers, ignore_index=True), predicted, hw)
 
 
 def in_sample(fit: LinearFit, ops: pd.DataFrame, hw: HardwareSpec) -> Errors:
-    return with_errors(ops, fit.predict_layers(ops, hw), fit.predict_ops(ops, hw))
+    return with_errors(ops, fit.predict_layers(ops, hw), fit.predict_ops(ops, hw), hw)
 
 
 @dataclass
@@ -78,6 +87,7 @@ class ImportResult:
     by_model: Errors
     by_tp: Errors | None  # None where every table has one tensor-parallel degree
     roofline: Errors  # today's roofline: nothing fitted, so every row is held out
+    gpu: list[RegimeError] = field(default_factory=list)  # on a GPU the fit never saw (calibrate/transfer_judge.py)
 
 
 def load_tables(paths, max_tokens: int) -> list[OpTable]:
@@ -148,7 +158,10 @@ def import_profile(table_paths, all_reduce_path, model: str, measured_on: str, c
         provenance={**(provenance or {}), "tables": [Path(p).name for p in table_paths],
                     **({"all_reduce_table": Path(all_reduce_path).name} if all_reduce_path else {})},
     )
-    return ImportResult(profile, fit, by_model, by_tp, roofline)
+    # the shipped held-out GPU (the engine's H200 prefills) judges fits made on A100s
+    gpu = judge_profile(profile) if measured_on.startswith("a100") else []
+    profile.linear["heldout"]["gpu"] = [asdict(e) for e in gpu]
+    return ImportResult(profile, fit, by_model, by_tp, roofline, gpu)
 
 
 def _host_terms(path: str | None) -> dict | None:
@@ -184,6 +197,9 @@ def report(result: ImportResult) -> str:
 
     lines.append(row("per iteration", [f"{s['per_iteration']['mape']:.1%} ({s['per_iteration']['p95_ape']:.1%})"
                                         for s in summaries]))
+    for regime in summaries[0].get("per_iteration_by_regime", {}):
+        lines.append(row(f"  {regime}", [f"{s.get('per_iteration_by_regime', {}).get(regime, float('nan')):.1%}"
+                                         for s in summaries]))
     for band in summaries[0]["per_iteration_by_tokens"]:
         lines.append(row(f"  {band} tokens", [f"{s['per_iteration_by_tokens'].get(band, float('nan')):.1%}"
                                               for s in summaries]))
@@ -197,4 +213,9 @@ def report(result: ImportResult) -> str:
     if result.by_tp is not None:
         per_tp = result.by_tp.layers.groupby("tp")["ape"].mean()
         lines.append("per iteration, each tp held out: " + ", ".join(f"tp {t} {v:.1%}" for t, v in per_tp.items()))
+    if result.gpu:
+        lines += report_lines(result.gpu)
+    else:
+        lines.append("on a GPU the fit never saw: not judged (the shipped held-out GPU data judges A100 fits); "
+                     "on other hardware the default is the roofline in every regime")
     return "\n".join(lines)

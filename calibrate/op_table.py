@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from calibrate.layer_ops import GEMMS, OPS, LayerShape, gemm_work
+from engine.specs.checks import existing_file
 from engine.specs.errors import SpecError
 
 ARCH_COLUMNS = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "use_gated_mlp")
@@ -39,8 +40,7 @@ def table_label(path: str | Path) -> str:
 
 def read_csv(path: str | Path, what: str) -> pd.DataFrame:
     source = str(path)
-    if not Path(path).is_file():
-        raise SpecError(source, "", f"no such {what}")
+    existing_file(path, source, "", what=f"a {what}")
     try:
         return pd.read_csv(path)
     except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:

@@ -53,8 +53,9 @@ def _blas(torch) -> str:
 class Progress:
     """One line on stderr: shapes done, share, and time left at the pace so far."""
 
-    def __init__(self, total: int, stream=sys.stderr):
-        self.total, self.stream, self.started = total, stream, time.perf_counter()
+    def __init__(self, total: int, stream=None):
+        # sys.stderr as it is now, not as it was when this module was imported (a test's capture, since closed)
+        self.total, self.stream, self.started = total, stream or sys.stderr, time.perf_counter()
 
     def update(self, done: int) -> None:
         elapsed = time.perf_counter() - self.started
@@ -69,7 +70,8 @@ class Progress:
 def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid: Grid | str = "default",
             repeats: int = 3, warmup: int = 1, block_size: int = 16, seed: int = 0,
             swap_blocks: int = 64, probe_every_s: float = 1.0, attention_backend: str = "auto", host: bool = True,
-            block_sizes: tuple[int, ...] = (), on_progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+            block_sizes: tuple[int, ...] = (), on_progress: Callable[[int], None] | None = None,
+            cuda_graphs: bool | None = None) -> pd.DataFrame:
     """One row per shape: its features, the median time over `repeats`, and the device; then the
     swap rows, the host work, and the speed probe's samples (kind "probe"), whose medians become the
     profile's speed reference. With `block_sizes`, the grid's block-sweep decodes and the swaps are
@@ -78,8 +80,13 @@ def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid
 
     The grid is timed in `repeats` passes, each in a fresh shuffled order (seeded), so that a slow
     minute on a shared machine adds noise to many shapes rather than bias to one family of them. An
-    untimed pass first pays every shape's one-off allocation costs (`warmup` runs each), so that every
-    timed run follows some other shape, as a serving iteration does.
+    untimed pass first pays every shape's one-off allocation costs (`warmup` runs each, and each decode
+    bucket's CUDA graph capture), so that every timed run follows some other shape, as a serving iteration does.
+
+    Every shape's row keeps time_s (the median timed step, as always) and adds device_s and host_s: the
+    medians of each run's device span (CUDA events around its kernels; on a CPU their wall time) and of
+    the rest of its wall time (engine/runtime/timing.py). `cuda_graphs` (None: on where they run) picks the
+    engine profiled: decodes replayed from CUDA graphs, or eager; the raw CSV says which (column cuda_graphs).
     """
     from engine.runtime.runner import ModelRunner
 
@@ -94,14 +101,15 @@ def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid
     runner = ModelRunner(spec, device=device, dtype=dtype, seed=seed,
                          num_gpu_blocks=max(pool_blocks, swap_blocks, probe_blocks(block_size)),
                          num_cpu_blocks=swap_blocks, block_size=block_size,
-                         attention_backend=attention_backend)
+                         attention_backend=attention_backend, cuda_graphs=cuda_graphs)
     total = len(shapes) * repeats + 1 + sweep.timed_runs
     progress = on_progress or Progress(total).update
     rows = _grid_rows(runner, shapes, repeats, warmup, seed, probe_every_s, host, progress, quiet=bool(on_progress))
     rows += swap_rows(runner, repeats, warmup, swap_blocks)
     meta = {"model": spec.name, "device": runner.device.type, "device_name": device_name(str(runner.device)),
             "dtype": str(runner.dtype).removeprefix("torch."), "tensor_parallel": 1,
-            "torch_threads": _threads(), "attention_backend": attention_backend, **_versions()}
+            "torch_threads": _threads(), "attention_backend": attention_backend,
+            "cuda_graphs": runner.cuda_graphs, **_versions()}
     if sweep.block_sizes:
         model = runner.model
         del runner  # its pool: the sweep's own pools need the memory on a GPU
@@ -109,7 +117,8 @@ def profile(spec: ModelSpec, device: str = "cpu", dtype: str | None = None, grid
             sys.stderr.write(f"profiling: decodes and swaps at block sizes {sweep.block_sizes}\n")
         rows += sweep.rows(lambda bs, gpu, cpu: ModelRunner(
             spec, device=device, dtype=dtype, seed=seed, num_gpu_blocks=gpu, num_cpu_blocks=cpu, block_size=bs,
-            attention_backend=attention_backend, model=model), block_size, len(shapes) * repeats + 1, progress)
+            attention_backend=attention_backend, model=model, cuda_graphs=cuda_graphs), block_size,
+            len(shapes) * repeats + 1, progress)
     frame = pd.DataFrame(rows)
     frame["block_size"] = frame["block_size"].fillna(block_size).astype(int)  # host, serving and probe rows
     return frame.assign(**meta)
@@ -124,15 +133,17 @@ def _grid_rows(runner, shapes: list[Shape], repeats: int, warmup: int, seed: int
     for shape in shapes:
         runner.time_batch(list(shape.prefill_lens), list(shape.decode_context_lens), 0, warmup=warmup)
     # the pace, and so the time left, from the timed passes alone: the warm-up pays one-off costs
-    times: list[list[float]] = [[] for _ in shapes]
+    timings: list[list] = [[] for _ in shapes]
     order = np.random.default_rng(seed)
     for p in range(repeats):
         for done, i in enumerate(order.permutation(len(shapes)), start=p * len(shapes) + 1):
             probe.maybe_sample()
             shape = shapes[i]
-            times[i] += runner.time_batch(list(shape.prefill_lens), list(shape.decode_context_lens), 1, warmup=0)
+            timings[i] += runner.time_batch_split(list(shape.prefill_lens), list(shape.decode_context_lens), 1,
+                                                  warmup=0)
             progress(done)
-    rows = [shape_row(shape, t, runner.block_size) for shape, t in zip(shapes, times)]
+    rows = [shape_row(shape, [t.seconds for t in runs], runner.block_size, runs)
+            for shape, runs in zip(shapes, timings)]
     if host:
         if not quiet:
             sys.stderr.write("profiling: the host work around the forward (a short replay on the engine)\n")

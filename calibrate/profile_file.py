@@ -17,12 +17,16 @@ from engine.specs.errors import SpecError
 from engine.specs.loader import available_models, load_model_spec, read_yaml
 
 # /3 added per_prefill_s and mixed_s; /4 decode_block_s, block_sizes, and the swap's cost per transfer and
-# per byte in place of one cost per block
-FORMAT = "servesim-profile/4"
+# per byte in place of one cost per block; /5 the device part's source (device_part) and the host part's
+# relative held-out errors and source (docs/cost-model-split.md)
+FORMAT_PREFIX = "servesim-profile/"
+FORMAT = f"{FORMAT_PREFIX}5"
 # /1 had a knee and power-of-two steps instead of the token table; /2 and /3 read with the added terms at 0
-READABLE_FORMATS = ("servesim-profile/2", "servesim-profile/3", FORMAT)
+READABLE_FORMATS = ("servesim-profile/2", "servesim-profile/3", "servesim-profile/4", FORMAT)
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 IMPORTED_ONLY = ("linear", "all_reduce", "provenance")  # fields only an imported per-operation profile has
+FITTED_SINCE_5 = ("device_part",)  # absent from a profile loaded from an older format, as it was written
+HOST_ERRORS = ("heldout_mean_abs_error_s", "heldout_p95_abs_error_s", "heldout_mape", "heldout_p95_ape")
 
 
 @dataclass
@@ -55,7 +59,8 @@ class Profile:
     versions: dict = field(default_factory=dict)
     grid: dict = field(default_factory=dict)
     # the engine's host work around the forward (calibrate/host.py): HOST_TERMS and their held-out error;
-    # None where it was not measured (the simulator then charges the forward alone)
+    # None where it was not measured (the simulator then charges the forward alone). From /5 also its
+    # held-out error relative to each row's host time (heldout_mape, heldout_p95_ape) and measured_from
     host: dict | None = None
     # a replay's iterations served against the same shapes timed alone (calibrate/serving.py): the
     # forward is charged x factor; None where not measured (x1)
@@ -68,19 +73,39 @@ class Profile:
     linear: dict | None = None
     all_reduce: dict | None = None
     provenance: dict = field(default_factory=dict)
+    # the device part (the token-cost table and coefficients, held-out error heldout_mape and heldout_p95_ape):
+    # measured_from (device_s, or time_s in a raw CSV from before the split) and the shapes it was fitted on;
+    # None in a profile from before /5, whose forward time was fitted on time_s
+    device_part: dict | None = None
     format: str = FORMAT
 
     def save(self, path: str | Path) -> Path:
         return write_text_atomic(path, dump_profile(self))
 
 
+def _check_format(version, source: str) -> None:
+    """Refuse what this servesim cannot read: an older format with the command that re-fits it, a newer one
+    with what reads it (re-fitting would overwrite it), anything else as not a profile."""
+    if version in READABLE_FORMATS:
+        return
+    number_text = version.removeprefix(FORMAT_PREFIX) if isinstance(version, str) else ""
+    readable = f"{READABLE_FORMATS[0]} to {FORMAT}"
+    if not number_text.isdigit():
+        raise SpecError(source, "format", f"{version!r} is not a servesim profile format; this servesim reads "
+                                          f"{readable}")
+    if int(number_text) > int(FORMAT.removeprefix(FORMAT_PREFIX)):
+        raise SpecError(source, "format", (
+            f"{version!r} was written by a newer servesim; this one reads {readable}: read it with the "
+            f"servesim that wrote it (its command is in the file's header), or upgrade servesim"))
+    raise SpecError(source, "format", (
+        f"{version!r} is older than this servesim reads ({readable}): re-fit it from its measurements "
+        f"(servesim calibrate fit RAW.csv --out {source})"))
+
+
 def _check(raw: dict, source: str) -> None:
     version = raw.get("format", "servesim-profile/1" if "knee_tokens" in raw else FORMAT)
-    if version not in READABLE_FORMATS:
-        raise SpecError(source, "format", (
-            f"{version!r} is not {FORMAT!r}: re-fit it from its measurements "
-            f"(servesim calibrate fit RAW.csv --out {source})"))
-    legacy_swap = raw.pop("swap_s_per_block", None) if version != FORMAT else None
+    _check_format(version, source)
+    legacy_swap = raw.pop("swap_s_per_block", None) if version in READABLE_FORMATS[:2] else None
     known = {f.name for f in fields(Profile)}
     required = {f.name for f in fields(Profile) if f.default is MISSING and f.default_factory is MISSING}
     for key in raw:
@@ -94,7 +119,7 @@ def _check(raw: dict, source: str) -> None:
     coefficients = raw["coefficients"]
     if not isinstance(coefficients, dict):
         raise SpecError(source, "coefficients", f"must map each of {list(TERMS)} to seconds")
-    if version != FORMAT:  # fitted without these terms: they cost nothing
+    if version in READABLE_FORMATS[:2]:  # fitted without these terms: they cost nothing
         for term in (*(TERMS_ADDED_IN_3 if version == "servesim-profile/2" else ()), *TERMS_ADDED_IN_4):
             coefficients.setdefault(term, 0.0)
     for term in TERMS:
@@ -117,6 +142,7 @@ def _check(raw: dict, source: str) -> None:
     _check_table(raw["token_knots"], raw["token_costs_s"], source)
     _check_speed_reference(raw.get("speed_reference", {}), source)
     _check_host(raw.get("host"), source)
+    _check_device_part(raw.get("device_part"), source)
     _check_serving(raw.get("serving"), source)
     _check_linear(raw.get("linear"), source)
     if raw.get("all_reduce") is not None:
@@ -172,6 +198,18 @@ def _check_host(host, source: str) -> None:
         raise SpecError(source, "host", f"must map {list(HOST_TERMS)} to seconds")
     for term in HOST_TERMS:
         non_negative(host.get(term), source, f"host.{term}")  # seconds
+    for key in HOST_ERRORS:  # fractions and seconds; a profile from before /5 has only the absolute mean
+        optional(non_negative, host.get(key), source, f"host.{key}")
+    if not isinstance(host.get("measured_from", ""), str):
+        raise SpecError(source, "host.measured_from", "must say in words which rows the host part was fitted on")
+
+
+def _check_device_part(part, source: str) -> None:
+    if part is None:
+        return
+    if not isinstance(part, dict) or not isinstance(part.get("measured_from"), str):
+        raise SpecError(source, "device_part", "must map measured_from (in words: device_s or time_s) and shapes")
+    positive_int(part.get("shapes"), source, "device_part.shapes")
 
 
 def _check_serving(serving, source: str) -> None:
@@ -217,11 +255,15 @@ def load_profile(path: str | Path) -> Profile:
 
 def dump_profile(profile: Profile) -> str:
     data = asdict(profile)
-    for key in IMPORTED_ONLY:  # absent from a profile of the engine, as before they existed
+    for key in (*IMPORTED_ONLY, *FITTED_SINCE_5):  # absent from a profile without them, as before they existed
         if not data[key]:
             del data[key]
-    scope = " of the linear part, on held-out models" if profile.linear else ""
+    scope = (" of the linear part, on held-out models" if profile.linear
+             else " of the device part" if profile.device_part else "")
+    host = profile.host or {}
+    host_line = (f"# held-out error of the host part: mean {host['heldout_mape']:.1%}, "
+                 f"p95 {host['heldout_p95_ape']:.1%}\n" if "heldout_mape" in host else "")
     header = (f"# servesim cost-model profile: {profile.model} on {profile.device_name} ({profile.dtype})\n"
               f"# held-out error{scope}: mean {profile.heldout_mape:.1%}, p95 {profile.heldout_p95_ape:.1%}\n"
-              f"# made by: {profile.command}\n")
+              f"{host_line}# made by: {profile.command}\n")
     return header + yaml.safe_dump(data, sort_keys=False)

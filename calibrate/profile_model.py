@@ -8,7 +8,7 @@ import numpy as np
 
 from calibrate.costmodel import CostModel, per_step, stretch_block_sums, stretch_context_sums
 from calibrate.hardware import HardwareSpec
-from calibrate.host import host_time
+from calibrate.host import host_time as host_seconds
 from calibrate.profile_file import DTYPE_BYTES, Profile, load_profile
 from calibrate.roofline import RooflineParams, swap_block_seconds, swap_transfers_per_block
 from engine.core.batch import ShapeMetrics
@@ -45,7 +45,17 @@ class ProfileCostModel(CostModel):
                      if hardware is not None and hardware_for_device(profile.device_name) != hardware.name
                      else "")
         self.source = (f"profile({Path(path).name or profile.model}: {profile.model} on {profile.device_name}, "
-                       f"{profile.dtype}, held-out MAPE {profile.heldout_mape:.1%}{elsewhere}{self._block_note()})")
+                       f"{profile.dtype}, held-out MAPE {profile.heldout_mape:.1%}{self._host_note()}{elsewhere}"
+                       f"{self._block_note()})")
+
+    def _host_note(self) -> str:
+        """A profile fitted in two parts names both errors (older profiles say what they said)."""
+        if self.profile.device_part is None:
+            return ""
+        if not self.host:
+            return " (device part; no host part)"
+        mape = self.host.get("heldout_mape")
+        return f" (device part), host part {mape:.1%}" if mape is not None else " (device part), host part measured"
 
     def _block_note(self) -> str:
         """Say so where a run's block size is one the profile cannot price apart (see features.TERMS_ADDED_IN_4)."""
@@ -89,9 +99,24 @@ class ProfileCostModel(CostModel):
         return per_step(self._time(batch, stretch_context_sums(batch, num_steps),
                                    np.arange(longest, longest + num_steps, dtype=np.int64), blocks), num_steps)
 
+    def device_time(self, batch: ShapeMetrics) -> float:
+        """The device part of iteration_time: the forward's fitted device time, x the serving factor."""
+        blocks = batch.decode_blocks(self.block_size) if self._per_block and batch.decode_context_lens else 0
+        return self._device(batch, batch.sum_decode_context, batch.max_decode_context, blocks)
+
+    def host_time(self, batch: ShapeMetrics) -> float:
+        """The host part of iteration_time: the fitted host work, where measured and charge_host asks for it."""
+        return host_seconds(self.host, batch.num_seqs, batch.num_prefill_tokens) if self.charge_host else 0.0
+
     def _time(self, batch: ShapeMetrics, sum_decode_context, max_decode_context, decode_blocks):
-        """iteration_time, for one iteration's decode contexts (their sum, maximum, and the KV blocks they
-        span when the profile prices blocks) or arrays of them."""
+        """iteration_time (device part + host part), for one iteration's decode contexts (their sum, maximum,
+        and the KV blocks they span when the profile prices blocks) or arrays of them."""
+        t = self._device(batch, sum_decode_context, max_decode_context, decode_blocks)
+        if self.charge_host:
+            t += host_seconds(self.host, batch.num_seqs, batch.num_prefill_tokens)
+        return t
+
+    def _device(self, batch: ShapeMetrics, sum_decode_context, max_decode_context, decode_blocks):
         t = self.token_cost(batch.num_tokens) + self._per_seq * batch.num_seqs
         if batch.decode_context_lens:
             t += (self._context * sum_decode_context
@@ -105,10 +130,7 @@ class ProfileCostModel(CostModel):
                 t += self._mixed
         if self._per_block and batch.decode_context_lens:
             t += self._per_block * decode_blocks
-        t *= self.serving_factor
-        if self.charge_host:
-            t += host_time(self.host, batch.num_seqs, batch.num_prefill_tokens)
-        return t
+        return t * self.serving_factor
 
     def token_cost(self, tokens: int) -> float:
         """The token-cost table at `tokens` (calibrate/features.token_costs, one value at a time)."""
@@ -206,8 +228,11 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
             f"cannot tell which shipped hardware spec {profile.device_name!r} is; set cost_model.measured_on"))
     measured = load_hardware(name)
     if profile.linear is not None:
-        return _measured_linear_roofline(profile, Path(path).name, measured, model, hardware, tp, dtype_bytes,
+        from calibrate.transfer_cost import by_regime  # off the measured chip: the roofline where it is no worse
+
+        cost = _measured_linear_roofline(profile, Path(path).name, measured, model, hardware, tp, dtype_bytes,
                                          block_size, paged)
+        return by_regime(cost, path, measured, model, hardware, tp, dtype_bytes, block_size, paged, profile.host)
     params = implied_efficiency(profile, measured, dtype_bytes)
     cost = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, params, paged=paged)
     cost.source = (f"roofline({hardware.name}, tp={tp}) at efficiencies from {Path(path).name} "

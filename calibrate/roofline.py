@@ -208,6 +208,15 @@ class RooflineCostModel(CostModel):
             t += host_time(self.host, batch.num_seqs, batch.num_prefill_tokens)
         return t
 
+    def host_time(self, batch) -> float:
+        """The host part of iteration_time (CostModel.device_time is the rest): the host work in series."""
+        return host_time(self.host, batch.num_seqs, batch.num_prefill_tokens) if self.charge_host else 0.0
+
+    @property
+    def all_reduce_table(self) -> AllReduceTable | None:
+        """The measured all-reduce times this model prices its tensor-parallel degree with; None: the ring formula."""
+        return self._all_reduce
+
     def _comm_time(self, tokens: int) -> float:
         if self._all_reduce is None:
             return tokens * self._s_per_token_comm + self._s_comm_fixed

@@ -28,7 +28,8 @@ def calibrate_here(cfg: ValidationConfig, out_dir: Path, log: Callable[[str], No
         f"{opts.calibrate_repeats} passes (validation.calibrate) -> {folder}/{stem}.yaml")
     with torch_threads(opts.torch_threads):
         raw = profile(exp.model, device=opts.device, dtype=opts.resolved_dtype, grid=grid,
-                      repeats=opts.calibrate_repeats, attention_backend=opts.attention_backend)
+                      repeats=opts.calibrate_repeats, attention_backend=opts.attention_backend,
+                      cuda_graphs=cfg.engine.cuda_graphs)
     raw_path, path = folder / f"{stem}.raw.csv", folder / f"{stem}.yaml"
     save_raw(raw, raw_path)
     command = "servesim " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "validate --calibrate"

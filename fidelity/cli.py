@@ -18,6 +18,7 @@ def _cmd_validate(args) -> int:
     if args.calibrate is not None:
         overrides.append(f"validation.calibrate={'true' if args.calibrate else 'false'}")
     cfg = load_validation(args.config, overrides)
+    check_device(cfg.options.device, args.config)
     out_dir = Path(args.out) if args.out else default_out_dir(cfg)
     exp, opts = cfg.experiment, cfg.options
     mode = "exact replay (engine times fed back to the simulator)" if args.exact else \
@@ -43,6 +44,18 @@ def _cmd_validate(args) -> int:
     print(f"wrote {out_dir}/summary.csv, sustainable.csv, fidelity.csv, requests.csv, iterations.csv, speed.csv, "
           f"exact.csv, normalized_latency.png, request_scatter.png in {elapsed:.0f} s")
     return 0 if result.all_exact else 1
+
+
+def check_device(device: str, source: str) -> None:
+    """The real engine runs where the config says: a GPU that is not there is the config's to change."""
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            from engine.specs.errors import SpecError
+
+            raise SpecError(source, "validation.device", "cuda, but torch finds no CUDA device on this machine; "
+                            "run it on a GPU machine, or set validation.device: cpu (with a CPU profile)")
 
 
 def register(sub) -> None:

@@ -27,6 +27,8 @@
       calibrate: false            # true: profile and fit this device first (experiment.cost_model is not read)
       calibrate_grid: null        # the profiler's grid (null: cpu on a CPU, default on a GPU)
       calibrate_repeats: 3        # timed passes over the grid when calibrating
+    engine:                       # options of the real engine (engine/runtime/options.py)
+      cuda_graphs: null           # true | false | null: decodes replay CUDA graphs (null: on for CUDA)
 """
 from __future__ import annotations
 
@@ -34,13 +36,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.runtime.options import EngineOptions, engine_options_from_dict
 from engine.specs.checks import choice, number, optional, positive
 from engine.specs.errors import SpecError
 from sim.config import Experiment, experiment_from_dict, read_config
 
 TOP_LEVEL_KEYS = {"name": "label for outputs (default: the file's stem)",
                   "experiment": "the experiment mapping (same schema as configs/*.yaml)",
-                  "validation": "options of the real-vs-simulated comparison"}
+                  "validation": "options of the real-vs-simulated comparison",
+                  "engine": "options of the real engine (cuda_graphs)"}
 DEVICES = ("cpu", "cuda")
 DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
                "bfloat16": "bfloat16", "bf16": "bfloat16"}
@@ -109,6 +113,7 @@ class ValidationConfig:
     experiment: Experiment
     options: ValidationOptions
     raw: dict
+    engine: EngineOptions = EngineOptions()
 
 
 def _count(value: Any, source: str, key: str, minimum: int = 1, nullable: bool = True) -> int | None:
@@ -215,7 +220,7 @@ def validation_from_dict(raw: Any, source: str, base_dir: Path) -> ValidationCon
     block_sizes = {s.block_size for s in exp.systems}
     if options.num_gpu_blocks is None and len(block_sizes) > 1:
         raise SpecError(source, "validation.num_gpu_blocks", "systems differ in block_size: give the pool in blocks")
-    return ValidationConfig(name, source, exp, options, raw)
+    return ValidationConfig(name, source, exp, options, raw, engine_options_from_dict(raw.get("engine"), source))
 
 
 def load_validation(path: str | Path, overrides: list[str] | None = None) -> ValidationConfig:

@@ -69,7 +69,8 @@ class RealSide:
         opts = self.cfg.options
         # weights are random and seeded: the same for every system, so they are built once
         engine = Engine(self.spec, system, opts.device, opts.resolved_dtype, self.seed, pool.num_gpu_blocks,
-                        pool.num_cpu_blocks, attention_backend=opts.attention_backend, model=self._decoder)
+                        pool.num_cpu_blocks, attention_backend=opts.attention_backend, model=self._decoder,
+                        cuda_graphs=self.cfg.engine.cuda_graphs)
         self._decoder = engine.runner.model
         warm_up(engine.runner, pool)
         if self.speed_reference and self.probe is None:
@@ -83,7 +84,8 @@ class RealSide:
         opts = self.cfg.options
         runner = ModelRunner(self.spec, opts.device, opts.resolved_dtype, self.seed,
                              num_gpu_blocks=probe_blocks(block_size), num_cpu_blocks=0, block_size=block_size,
-                             attention_backend=opts.attention_backend, model=self._decoder)
+                             attention_backend=opts.attention_backend, model=self._decoder,
+                             cuda_graphs=self.cfg.engine.cuda_graphs)
         return SpeedProbe(runner, every_s=opts.speed_probe_every_s)
 
     def clock_for(self, engine) -> MeasuredClock:

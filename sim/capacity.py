@@ -11,18 +11,28 @@ the same probes and the same answer.
 from __future__ import annotations
 
 import dataclasses
+import math
+import sys
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from pathlib import Path
 
 from engine.core.system import SystemSpec
+from engine.specs.errors import SpecError
 from sim.capacity_parallel import Job, run_searches
-from sim.config import Experiment
+from sim.config import MAX_REQUESTS, Experiment
 from sim.pool import Workers
 from sim.run import run_one
 
 TARGET_METRICS = ("normalized_latency", "normalized_latency_p90", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
                   "tpot_mean_s", "tpot_p90_s", "tpot_p99_s", "latency_mean_s")
 MAX_REPLICAS = 256
+# The search's bounds. Four float steps are the finest relative tolerance at which low < mid < high stay
+# apart (float64 resolves about 2.2e-16 relative); a bisection to it takes about 50 probes.
+MIN_REL_TOL = 4 * sys.float_info.epsilon
+MAX_DOUBLINGS = 64  # 2**64 x the first rate: past any deployment, where no ceiling stops it first
+WALK_DOWN = 4  # down to the first rate / 256
+MAX_PROBES = MAX_DOUBLINGS + WALK_DOWN + 64  # a rate search never takes more (tests/sim/test_capacity_limits.py)
 
 Point = tuple[float, int]  # (total rate in req/s, replicas)
 
@@ -33,8 +43,14 @@ class Target:
     limit: float
 
     def holds(self, summary: dict) -> bool:
+        return self.verdict(summary) is True
+
+    def verdict(self, summary: dict) -> bool | None:
+        """True: held; False: over (or saturated); None: no information (no request measured)."""
+        if summary["saturated"]:
+            return False
         value = summary[self.metric]
-        return not summary["saturated"] and value == value and value <= self.limit
+        return None if value != value else bool(value <= self.limit)
 
 
 @dataclass
@@ -42,36 +58,60 @@ class Probe:
     rate: float
     replicas: int
     value: float
-    holds: bool
+    holds: bool | None  # None: nothing measured at this point, so it says neither held nor over
 
 
 def probe(exp: Experiment, system: SystemSpec, rate: float, replicas: int, seed: int, target: Target) -> Probe:
     """One run at a point; what a worker computes and sends back (a few numbers, not the run's records)."""
     summary = run_one(dataclasses.replace(exp, replicas=replicas), system, rate, seed).summary
-    return Probe(rate, replicas, summary[target.metric], target.holds(summary))
+    return Probe(rate, replicas, summary[target.metric], target.verdict(summary))
 
 
-def rate_search(start: float, rel_tol: float, replicas: int) -> Generator[Point, bool, float]:
-    """Highest rate found to hold, to rel_tol; 0.0 if none does."""
-    if not rel_tol > 0:
-        raise ValueError(f"rel_tol must be positive, got {rel_tol}: the bisection would never end")
+def rate_search(start: float, rel_tol: float, replicas: int, ceiling: float = math.inf
+                ) -> Generator[Point, bool | None, float]:
+    """Highest rate found to hold, to rel_tol, at most `ceiling`; 0.0 if none does.
+
+    It ends by construction: at most MAX_DOUBLINGS doublings (or up to the ceiling), WALK_DOWN quarterings,
+    and a bisection of at most log2(1 / rel_tol) steps, since rel_tol is at least MIN_REL_TOL (and a step
+    whose midpoint a float cannot tell from its ends stops it). A probe with no information (None: no
+    request measured, a rate too low for the duration) sends the search up, never down.
+    """
+    if not rel_tol >= MIN_REL_TOL:
+        raise ValueError(f"rel_tol must be at least {MIN_REL_TOL:.2g}, got {rel_tol}: a float resolves no finer")
     low, high = 0.0, None
-    rate = start
-    while high is None:
-        if (yield rate, replicas):
-            low, rate = rate, rate * 2
-        else:
+    rate = min(start, ceiling)
+    for _ in range(MAX_DOUBLINGS):
+        held = yield rate, replicas
+        if held is False:
             high = rate
-            if low == 0.0:
-                rate /= 4
-                while rate > start / 1024 and not (yield rate, replicas):
-                    high, rate = rate, rate / 4
-                if rate <= start / 1024:
-                    return 0.0
+            break
+        if held:
+            low = rate
+        if rate >= ceiling:
+            return low  # held (or said nothing) at the most one run simulates
+        rate = min(rate * 2, ceiling)
+    if high is None:
+        return low
+    if low == 0.0:  # the first measured answer was "over": walk down to one that holds
+        for _ in range(WALK_DOWN):
+            rate /= 4
+            held = yield rate, replicas
+            if held is None:  # lower rates measure even less
+                return 0.0
+            if held:
                 low = rate
+                break
+            high = rate
+        else:
+            return 0.0
     while (high - low) / high > rel_tol:
         mid = (low + high) / 2
-        if (yield mid, replicas):
+        if not low < mid < high:  # the float between them is one of them: as fine as it gets
+            break
+        held = yield mid, replicas
+        if held is None:
+            break
+        if held:
             low = mid
         else:
             high = mid
@@ -97,15 +137,30 @@ def replica_search(rate: float, per_replica_rate: float, max_replicas: int = MAX
     return None
 
 
-def capacity_search(start: float, rel_tol: float, rate: float | None = None, max_replicas: int = MAX_REPLICAS
-                    ) -> Generator[Point, bool, tuple[float, int | None]]:
+def capacity_search(start: float, rel_tol: float, rate: float | None = None, max_replicas: int = MAX_REPLICAS,
+                    ceiling: float = math.inf) -> Generator[Point, bool | None, tuple[float, int | None]]:
     """`servesim capacity` for one system: the rate one replica holds, then (given a total `rate`, and
     if any rate held) the replicas that rate needs."""
-    per_replica = yield from rate_search(start, rel_tol, 1)
+    per_replica = yield from rate_search(start, rel_tol, 1, ceiling)
     needed = None
     if rate is not None and per_replica > 0:
         needed = yield from replica_search(rate, per_replica, max_replicas)
     return per_replica, needed
+
+
+def rate_ceiling(exp: Experiment) -> float:
+    """The highest total rate one run simulates: run's request limit over a generated workload's duration
+    (a replay's requests are its trace's, whatever the rate)."""
+    return math.inf if exp.workload.is_replay else MAX_REQUESTS / exp.workload.duration_s
+
+
+def check_searchable(exp: Experiment) -> None:
+    """The rate must change the workload, or a search over it learns nothing and doubles without end."""
+    if exp.workload.is_replay and exp.workload.time_scale is not None:
+        raise SpecError(exp.source, "workload.time_scale", (
+            f"replays {Path(exp.workload.trace).name} at {exp.workload.time_scale:g}x its recorded rate whatever "
+            "the request rate, so a capacity search has nothing to vary; remove workload.time_scale (each rate "
+            "then rescales the trace)"))
 
 
 def job(exp: Experiment, system: SystemSpec, target: Target, seed: int, start: Callable[[], Generator]) -> Job:
@@ -128,7 +183,8 @@ def max_rate(exp: Experiment, system: SystemSpec, target: Target, seed: int = 0,
              rel_tol: float = 0.05, replicas: int | None = None, on_probe: Callable[[Probe], None] = lambda p: None,
              workers: Workers | None = None) -> tuple[float, list[Probe]]:
     """Highest rate (req/s) found to hold the target, to rel_tol; 0.0 if none does."""
-    one = job(exp, system, target, seed, lambda: rate_search(start, rel_tol, replicas or exp.replicas))
+    one = job(exp, system, target, seed,
+              lambda: rate_search(start, rel_tol, replicas or exp.replicas, rate_ceiling(exp)))
     [rate] = run_jobs([one], workers, lambda i, p: on_probe(p))
     return rate, _probes_of(one)
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from engine.specs.checks import number, option, positive
 from engine.specs.errors import SpecError
 
 
-def _parse_target(text: str):
+def parse_target(text: str):
     from sim.capacity import TARGET_METRICS, Target
 
     if "=" not in text:
@@ -25,28 +26,54 @@ def _parse_target(text: str):
     return Target(metric, value)
 
 
-def _positive_option(option: str, value: float | None) -> None:
-    # 0 or a negative tolerance would bisect forever; NaN compares false with everything
-    if value is not None and not (value > 0 and math.isfinite(value)):
-        raise SpecError(option, "", f"must be a positive number, got {value}")
+def _check_options(args) -> None:
+    """The search's own numbers, with the checkers a config's keys use: a tolerance finer than a float
+    resolves would bisect one rate forever; NaN compares false with everything."""
+    from sim.capacity import MIN_REL_TOL
+
+    option(positive, args.tolerance, "--tolerance")
+    if args.tolerance < MIN_REL_TOL:
+        raise SpecError("--tolerance", "", (
+            f"{args.tolerance:g} is finer than a float resolves between two rates (about {MIN_REL_TOL:.2g} "
+            f"relative); give at least {MIN_REL_TOL:.2g}"))
+    if args.tolerance >= 1:  # (high - low) / high is below 1 from the start: the search would not bisect at all
+        raise SpecError("--tolerance", "", f"must be below 1 (a relative precision, e.g. 0.05), got {args.tolerance:g}")
+    if args.rate is not None:
+        option(positive, args.rate, "--rate")
+    option(number, args.seed, "--seed", low=0, whole=True)
+
+
+def _check_rate(exp, rate: float | None) -> None:
+    """--rate is simulated as one run's total rate: run's request limit applies to it too."""
+    from sim.capacity import rate_ceiling
+    from sim.config import MAX_REQUESTS
+
+    if rate is not None and rate > rate_ceiling(exp):
+        raise SpecError("--rate", "", (
+            f"{rate:g} req/s for {exp.workload.duration_s:g} s (workload.duration_s) is about "
+            f"{rate * exp.workload.duration_s:.3g} requests, more than one run simulates ({MAX_REQUESTS:,}); "
+            f"give at most {rate_ceiling(exp):.4g}, or a shorter workload.duration_s"))
 
 
 def _cmd_capacity(args) -> int:
     import pandas as pd
 
-    from sim.capacity import capacity_search, job, run_jobs
+    from sim.capacity import capacity_search, check_searchable, job, rate_ceiling, run_jobs
     from sim.cli import executor_spec
     from sim.config import load_experiment
     from sim.output import prepare_out_dir, write_csv
 
-    _positive_option("--tolerance", args.tolerance)
-    _positive_option("--rate", args.rate)
+    _check_options(args)
+    target = parse_target(args.target)
     exp = load_experiment(args.config, args.set)
-    target = _parse_target(args.target)
+    check_searchable(exp)
+    _check_rate(exp, args.rate)
     executor = executor_spec(args, runs=len(exp.systems) * 8)  # a search probes ahead: room for more workers
     out_dir = prepare_out_dir(Path(args.out or Path("results") / exp.name))
-    start = min(exp.rates)
-    jobs = [job(exp, system, target, args.seed, lambda: capacity_search(start, args.tolerance, args.rate))
+    ceiling = rate_ceiling(exp)
+    start = min(min(exp.rates), ceiling)
+    jobs = [job(exp, system, target, args.seed,
+                lambda: capacity_search(start, args.tolerance, args.rate, ceiling=ceiling))
             for system in exp.systems]
     probes: list[list[dict]] = [[] for _ in exp.systems]
 
@@ -54,13 +81,13 @@ def _cmd_capacity(args) -> int:
         system = exp.systems[i]
         probes[i].append({"system": system.name, "rate": p.rate, "replicas": p.replicas,
                           target.metric: p.value, "holds": p.holds})
-        unmeasured = "  (no request arrived after the warm-up)" if p.value != p.value else ""
+        verdict = {True: "ok", False: "over", None: "no information (no request arrived after the warm-up)"}
         print(f"  {system.name:<18} {p.replicas} replica(s) at {p.rate:8.3f} req/s: "
-              f"{target.metric} {p.value:.4f} {'ok' if p.holds else 'over'}{unmeasured}")
+              f"{target.metric} {p.value:.4f} {verdict[p.holds]}")
 
     with executor.open() as workers:
         results = run_jobs(jobs, workers, note)
-    rows = [_row(system, target, args.rate, result, tried)
+    rows = [_row(system, target, args.rate, result, tried, ceiling)
             for system, result, tried in zip(exp.systems, results, probes)]
     table = pd.DataFrame(rows)
     write_csv(table, out_dir / "capacity.csv")
@@ -70,14 +97,21 @@ def _cmd_capacity(args) -> int:
     return 0
 
 
-def _row(system, target, total_rate: float | None, result: tuple, tried: list[dict]) -> dict:
+def _row(system, target, total_rate: float | None, result: tuple, tried: list[dict], ceiling: float) -> dict:
     rate, needed = result
     row = {"system": system.name, "metric": target.metric, "limit": target.limit,
            "max_rate_per_replica_rps": rate}
-    if rate == 0.0:
+    measured = [p for p in tried if p["holds"] is not None]
+    if not measured:
+        print(f"  {system.name:<18} no probe measured a request after the warm-up (up to "
+              f"{max(p['rate'] for p in tried):.4g} req/s): lower warmup_s or raise workload.duration_s")
+    elif rate == 0.0:
         # no replica count can be derived from a rate that never held; searching would only fail
-        print(f"  {system.name:<18} no rate meets the target (the lowest probed was "
-              f"{min(p['rate'] for p in tried):.4g} req/s)")
+        print(f"  {system.name:<18} no rate meets the target (the lowest measured was "
+              f"{min(p['rate'] for p in measured):.4g} req/s)")
+    elif rate >= ceiling:
+        print(f"  {system.name:<18} holds even at {rate:.4g} req/s, the most one run simulates over "
+              "workload.duration_s: the capacity is at least that")
     if total_rate is not None:
         row["target_rate_rps"] = total_rate
         row["replicas_needed"] = needed

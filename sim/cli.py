@@ -1,22 +1,14 @@
-"""The `servesim` command."""
+"""The simulator's commands (`servesim run`, `capacity`, `reproduce`, `trace`); the front door is servesim/cli.py."""
 from __future__ import annotations
 
 import argparse
 import os
 import sys
 import time
-import traceback
 from pathlib import Path
 
-from engine.core.errors import Unservable
+from engine.specs.checks import option, positive
 from engine.specs.errors import SpecError
-
-# Errors a user can fix: a bad config or argument, a request the deployment can never serve, a file
-# system that refuses (no permission, disk full). They are reported in one line with this status.
-USER_ERRORS = (SpecError, Unservable, OSError)
-EXIT_USER_ERROR = 2
-EXIT_BUG = 1
-EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT: 128 + 2
 
 
 def workload_label(workload) -> str:
@@ -32,6 +24,9 @@ def _cmd_run(args) -> int:
     from sim.report import summary_table, unmeasured_warnings
     from sim.sweep import sweep
 
+    # the plot is drawn last, after every run: its arguments are checked first, or a bad one would
+    # leave the runs done and summary.csv written, and then fail
+    option(positive, args.ylim, "--ylim")
     exp = load_experiment(args.config, args.set)
     runs = len(exp.systems) * len(exp.rates) * len(exp.seeds)
     executor = executor_spec(args, runs)
@@ -83,10 +78,8 @@ def executor_spec(args, runs: int):
     return ExecutorSpec(kind, jobs, args.scheduler)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="servesim", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def register(sub) -> None:
+    """The simulator's commands: run, capacity, reproduce and trace (the front door, servesim/cli.py, calls this)."""
     run = sub.add_parser("run", help="simulate every system x rate x seed of an experiment")
     run.add_argument("config", help="experiment YAML, e.g. configs/quickstart.yaml")
     run.add_argument("--out", help="output directory (default results/<name>)")
@@ -99,27 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--ylim", type=float, default=1.0, help="y-axis top of the plot, s/token (paper: 1.0)")
     run.set_defaults(func=_cmd_run)
 
-    # each room adds its own commands; imports stay light (no simpy or torch until a command runs)
-    from calibrate.cli import register as register_calibrate
-    from fidelity.cli import register as register_validate
+    # imports stay light (no simpy or torch until a command runs)
     from sim.capacity_cli import register as register_capacity
     from sim.reproduce.cli import register as register_reproduce
     from sim.workload.cli import register as register_trace
 
-    for register in (register_capacity, register_reproduce, register_trace, register_calibrate, register_validate):
-        register(sub)
-    _add_debug_flag(parser)
-    return parser
-
-
-def _add_debug_flag(parser: argparse.ArgumentParser) -> None:
-    """--debug anywhere on the command line: every command's and subcommand's parser knows it."""
-    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                        help="on an error, print the traceback too (for bug reports)")
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for command in dict.fromkeys(action.choices.values()):  # an alias maps to its command's parser
-                _add_debug_flag(command)
+    for register_room in (register_capacity, register_reproduce, register_trace):
+        register_room(sub)
 
 
 def one_line(err: BaseException) -> str:
@@ -128,27 +107,9 @@ def one_line(err: BaseException) -> str:
     return "; ".join(lines) or type(err).__name__
 
 
-def _fail(args, message: str, status: int) -> int:
-    if getattr(args, "debug", False):
-        traceback.print_exc()
-    print(f"servesim: {message}", file=sys.stderr)
-    return status
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run a command; the user sees one line for any error, a traceback only with --debug."""
-    args = None
-    try:
-        args = build_parser().parse_args(argv)
-        return args.func(args)
-    except KeyboardInterrupt:
-        return _fail(args, "interrupted", EXIT_INTERRUPTED)
-    except USER_ERRORS as err:
-        return _fail(args, f"error: {one_line(err)}", EXIT_USER_ERROR)
-    except Exception as err:  # a bug: say so, and how to report it
-        return _fail(args, f"internal error: {type(err).__name__}: {one_line(err)} "
-                     "(rerun with --debug for the traceback, and report it)", EXIT_BUG)
-
-
 if __name__ == "__main__":
+    # `python -m sim.cli ...` (older scripts, benchmarks/gpu_session.sh) is the program, not an import: it
+    # hands the command line to the front door, which knows every room's commands
+    from servesim.cli import main
+
     sys.exit(main())

@@ -16,6 +16,7 @@ from engine.specs.checks import choice, non_negative, number, optional, positive
 from engine.specs.errors import SpecError
 from engine.specs.loader import load_model_spec, parse_yaml, read_yaml, system_from_dict
 from sim.workload.config import WorkloadConfig, recorded, replayed
+from sim.workload.lengths import data_path, load_lengths, longest_prefix
 from sim.workload.paths import resolve_data_path
 
 TOP_LEVEL_KEYS = {
@@ -319,11 +320,13 @@ def check_workload(exp: Experiment, check_warmup: bool = True) -> None:
     workload, max_rate = exp.workload, max(exp.rates)
     # the shortest request is the prefix, one input token and one output token, under max_seq_len
     # (the generator's strict rule: prompt + output < max_seq_len)
-    longest_prefix = exp.model.max_seq_len - 3
-    if workload.prefix_tokens > longest_prefix:
+    longest = exp.model.max_seq_len - 3
+    if workload.prefix_tokens > longest:
         raise SpecError(exp.source, "workload.prefix_tokens", (
             f"a prefix of {workload.prefix_tokens} tokens leaves no room for an input and an output within "
-            f"{exp.model.name}'s max_seq_len of {exp.model.max_seq_len}; must be at most {longest_prefix}"))
+            f"{exp.model.name}'s max_seq_len of {exp.model.max_seq_len}; must be at most {longest}"))
+    if workload.prefix_tokens:
+        check_prefix_room(workload, exp.model.max_seq_len, exp.source, "workload.prefix_tokens")
     if not workload.is_replay:
         if max_rate * workload.duration_s > MAX_REQUESTS:
             raise SpecError(exp.source, "rates", (
@@ -341,7 +344,14 @@ def check_workload(exp: Experiment, check_warmup: bool = True) -> None:
         raise SpecError(exp.source, "workload.trace", (
             f"a request of {Path(workload.trace).name} has {int(trace.n.max())} samples, more than {name} ever "
             f"batches ({caps[name]} sequences); set workload.n or raise max_num_seqs"))
-    if workload.beam_width is None and workload.n is None and int(trace.beam_width.max()) > min(caps.values()):
+    raw = exp.raw.get("workload") if isinstance(exp.raw.get("workload"), dict) else {}
+    if raw.get("beam_continue") is not None and workload.beam_width is None \
+            and ((workload.n or 1) > 1 or not trace.has_beams):
+        raise SpecError(exp.source, "workload.beam_continue", (
+            f"applies only to beam search, and no request of {Path(workload.trace).name} searches beams as "
+            "replayed; set workload.beam_width above 1, or drop beam_continue"))
+    # n: 1 leaves the trace's beams as they are (only n > 1 replaces them): the beams meet max_num_seqs
+    if workload.beam_width is None and (workload.n or 1) == 1 and int(trace.beam_width.max()) > min(caps.values()):
         name = min(caps, key=caps.get)
         raise SpecError(exp.source, "workload.trace", (
             f"a request of {Path(workload.trace).name} has {int(trace.beam_width.max())} beams, more than {name} "
@@ -352,6 +362,18 @@ def check_workload(exp: Experiment, check_warmup: bool = True) -> None:
             raise SpecError(exp.source, "warmup_s", (
                 f"{exp.warmup_s:g} s of warm-up leaves nothing to measure: replayed at {rate:g} req/s, the last "
                 f"request of {Path(workload.trace).name} arrives at {last_s:.4g} s; must be at most that"))
+
+
+def check_prefix_room(workload: WorkloadConfig, max_seq_len: int, source: str, key: str) -> None:
+    """A shared prefix leaves max_seq_len - prefix tokens for each drawn prompt and output: some of the
+    dataset's pairs must fit there (a conversation dataset has no prefix: WorkloadConfig refuses it)."""
+    lengths = load_lengths(workload.dataset)
+    longest = longest_prefix(lengths, max_seq_len)
+    if workload.prefix_tokens > longest:
+        raise SpecError(source, key, (
+            f"a prefix of {workload.prefix_tokens} tokens leaves {max_seq_len - workload.prefix_tokens} of "
+            f"max_seq_len {max_seq_len} for a prompt and an output, and (almost) no pair of {workload.dataset} "
+            f"({data_path(workload.dataset)}) is that short; must be at most {max(longest, 0)}"))
 
 
 def read_config(path: str | Path, overrides: list[str] | None = None) -> object:

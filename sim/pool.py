@@ -157,6 +157,7 @@ def _exit_when_orphaned(parent_pid: int) -> None:
 
 def _start_worker(parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler (sim/cli.py): terminate() ends it
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), name="exit-with-parent", daemon=True).start()
 
 

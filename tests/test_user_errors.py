@@ -6,10 +6,10 @@ import pickle
 
 import pytest
 
-from engine.core.errors import Unschedulable, Unservable
+from engine.core.errors import SwapSpaceExhausted, Unschedulable, Unservable
 from engine.core.scheduler.common import RequestTooLarge, RequestTooLong
 from engine.specs.errors import SpecError
-from sim.cli import USER_ERRORS
+from servesim.cli import USER_ERRORS
 
 EXAMPLES = [
     SpecError("traces/bad.csv", "row 3", "0.3 is earlier than the row before it"),
@@ -18,6 +18,7 @@ EXAMPLES = [
     Unschedulable("2 requests wait that no batch can hold"),
     RequestTooLong("request 3: prompt 2000 + output 100 > 2048"),
     RequestTooLarge("request 4 needs 300 blocks, the pool has 200"),
+    SwapSpaceExhausted("request 26: its 6 sequences must be swapped out; raise swap_space_gib"),
 ]
 
 

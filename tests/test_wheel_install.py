@@ -26,6 +26,8 @@ SHIPPED = [
     "engine/specs/models/opt-175b.yaml",
     "calibrate/hardware_specs/a100-40gb.yaml",
     "calibrate/hardware_specs/h200.yaml",
+    "calibrate/hardware_specs/b200.yaml",
+    "calibrate/profiles/h200-llama-7b.raw.csv",  # the held-out GPU that judges a transfer
     "calibrate/profiles/cpu-opt-125m.yaml",
     "calibrate/profiles/a100-80gb-linear.yaml",
     "calibrate/profiles/LICENSE.vidur",  # the licence of the measurements that profile is derived from
@@ -118,7 +120,8 @@ def test_installed_wheel_runs_an_experiment_from_an_empty_folder(wheel, tmp_path
     work = tmp_path / "empty"
     work.mkdir()
     (work / "q.yaml").write_text(CONFIG)
-    show = "import sim, engine, calibrate; print(sim.__file__, engine.__file__, calibrate.__file__)"
+    show = ("import servesim, sim, engine, calibrate; "
+            "print(servesim.__file__, sim.__file__, engine.__file__, calibrate.__file__)")
     where = _run([python, "-c", show],
                  cwd=work, env=clean).stdout.split()
     assert all(Path(f).resolve().is_relative_to(site.resolve()) for f in where), where

@@ -154,12 +154,6 @@ class BlockManager:
         """Whether a group of that many running sequences may take its next slots."""
         return appends_fit(num_running_seqs, self.gpu.num_free)
 
-    def append_slot(self, seq: Sequence) -> tuple[int, int] | None:
-        """Make room for the token at position length-1; returns a (src, dst) copy if CoW."""
-        copies: list[tuple[int, int]] = []
-        self.append_slots((seq,), copies)
-        return copies[0] if copies else None
-
     def append_slots(self, seqs: Iterable[Sequence], copies: list[tuple[int, int]]) -> None:
         """Make room in each sequence's table, in turn, for the token at position length - 1, adding the
         copies on write to `copies`: a block when its last one is full, else a copy of a shared last block.
@@ -186,7 +180,7 @@ class BlockManager:
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """Beam search: the child drops its blocks and continues the parent's, shared by reference
         count (paper-era `fork`: the table is copied, every block gains a holder, nothing is
-        allocated). A shared last block is copied on the next append_slot."""
+        allocated). A shared last block is copied on the next append_slots."""
         table = self.block_tables[parent.seq_id]
         for block in table:
             self.gpu.incref(block)

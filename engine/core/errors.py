@@ -8,3 +8,8 @@ class Unservable(ValueError):
 
 class Unschedulable(Unservable):
     """Requests wait that the scheduler can never run: found by a data plane once arrivals end."""
+
+
+class SwapSpaceExhausted(Unservable):
+    """A multi-sequence group must be preempted by swapping (its samples share blocks), and the CPU swap
+    space cannot hold it: the deployment's swap space is too small for its workload (swap_space_gib)."""

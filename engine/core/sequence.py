@@ -76,10 +76,6 @@ class SequenceGroup:
     def live_seqs(self) -> list[Sequence]:
         return [s for s in self.seqs if s.status is not SeqStatus.FINISHED]
 
-    @property
-    def is_finished(self) -> bool:
-        return all(s.status is SeqStatus.FINISHED for s in self.seqs)
-
     def set_status(self, status: SeqStatus) -> None:
         for s in self.seqs:
             if s.status is not SeqStatus.FINISHED:

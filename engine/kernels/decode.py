@@ -57,7 +57,8 @@ def check_decode_bounds(key_cache, block_tables, context_lens) -> int:
 def paged_attention_decode(query: torch.Tensor, key_cache: torch.Tensor,
                            value_cache: torch.Tensor, block_tables: torch.Tensor,
                            context_lens: torch.Tensor, scale: float,
-                           backend: str = "auto", *, check_bounds: bool = True) -> torch.Tensor:
+                           backend: str = "auto", *, check_bounds: bool = True,
+                           partition_size: int | str | None = "auto") -> torch.Tensor:
     """Attention of one new query token per sequence over its paged K/V.
 
     query [num_seqs, num_heads, head_dim]; key_cache / value_cache [num_blocks, block_size,
@@ -68,6 +69,9 @@ def paged_attention_decode(query: torch.Tensor, key_cache: torch.Tensor,
     `check_bounds` range-checks context_lens and the block ids they reach, which costs one
     device sync per call. A caller that checked its metadata on the host before building these
     tensors (the runner, once per step rather than once per layer) may pass False.
+    `partition_size` (Triton only): "auto" splits long contexts across programs (flash-decoding)
+    when one pass would leave the GPU underfilled; None forces one pass; an int forces
+    partitions of that many tokens. The torch reference has one path.
     """
     check_decode_shapes(query, key_cache, value_cache, block_tables, context_lens)
     scale = checks.require_scale(scale)
@@ -82,4 +86,5 @@ def paged_attention_decode(query: torch.Tensor, key_cache: torch.Tensor,
     from engine.kernels.paged_attention import paged_attention_decode_triton
 
     return paged_attention_decode_triton(query, key_cache, value_cache, block_tables,
-                                         context_lens, scale, max_context)
+                                         context_lens, scale, max_context,
+                                         partition_size=partition_size)

@@ -7,6 +7,8 @@ import torch
 
 from engine import kernels
 from engine.core.spec import ModelSpec
+from engine.kernels.cache_ops_ref import copy_blocks_ref
+from engine.runtime.inputs import upload
 from engine.runtime.model import LayerKVCache
 
 GIB = 1 << 30
@@ -117,12 +119,19 @@ class PagedKVCache:
         self._swap(mapping, self.cpu_layers, self.layers)
 
     def copy(self, mapping: list[tuple[int, int]]) -> None:
-        """(src, dst) device block pairs: copy-on-write of shared blocks."""
+        """(src, dst) device block pairs: copy-on-write of shared blocks. Checked on the host
+        (check_block_plans), uploaded without a sync and copied by the launchers directly: the public
+        kernels.copy_blocks reads the mapping back to check it, a sync per iteration that forks."""
         if not mapping:
             return
-        block_mapping = torch.tensor(mapping, dtype=torch.int64, device=self.device)
-        kernels.copy_blocks([c.key for c in self.layers], [c.value for c in self.layers], block_mapping,
-                            backend=self.backend)
+        block_mapping = upload(mapping, torch.int64, self.device).view(len(mapping), 2)
+        keys, values = [c.key for c in self.layers], [c.value for c in self.layers]
+        if kernels.resolve_backend(self.backend, self.device) == "torch":
+            copy_blocks_ref(keys, values, block_mapping)
+            return
+        from engine.kernels.cache_ops import copy_blocks_triton
+
+        copy_blocks_triton(keys, values, block_mapping)
 
     def _swap(self, mapping, src_layers, dst_layers) -> None:
         if not mapping:
@@ -142,3 +151,7 @@ class PagedKVCache:
                 if not (0 <= src < num_src and 0 <= dst < num_dst):
                     raise ValueError(f"{name} has pair ({src}, {dst}) outside the pools "
                                      f"(source has {num_src} blocks, destination {num_dst})")
+        sources, targets = {src for src, _ in copies}, [dst for _, dst in copies]
+        # the copy kernel moves every pair at once: a block written twice, or read and written, races
+        if len(set(targets)) != len(targets) or sources & set(targets):
+            raise ValueError(f"blocks_to_copy {copies} writes a block twice or copies from a block it writes")

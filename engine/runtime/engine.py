@@ -23,6 +23,7 @@ from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
 from engine.runtime.beam import BeamSearch
 from engine.runtime.cache import GIB, kv_block_bytes
+from engine.runtime.graphs import MAX_GRAPH_BATCH
 from engine.runtime.records import ReplayResult, check_request, replay_requests
 from engine.runtime.runner import ModelRunner, resolve_dtype
 from engine.runtime.sampler import SamplingParams
@@ -47,6 +48,7 @@ class ServingRun:
     # per iteration, the wall seconds of its step outside the timed forward: scheduling, building the
     # inputs, completing and recording (on the clock only with clock="step"; see ReplayResult.host_s)
     host_s: list[float] = field(default_factory=list)
+    device_s: list[float] = field(default_factory=list)  # per iteration, the span of its device work (timing.py)
     carried_host_s: float = 0.0  # the last completion's host work, charged to the next iteration
 
 
@@ -61,13 +63,16 @@ class Engine:
     plans, inputs to the device, the model, sampling); "step" adds the host work around it (admission,
     scheduling, building inputs, completion, records), as a server's users wait for it. A time_fn, when
     given, decides instead.
+
+    cuda_graphs (engine.cuda_graphs in a config): decode batches replay CUDA graphs, captured here for
+    every bucket up to the system's largest batch; None: on where they can run (CUDA, Triton kernels).
     """
 
     def __init__(self, spec: ModelSpec, system: SystemSpec, device: torch.device | str = "cpu",
                  dtype: torch.dtype | str | None = None, seed: int = 0, num_gpu_blocks: int | None = None,
                  num_cpu_blocks: int | None = None, *, attention_backend: str = "auto",
                  time_fn: TimeFn | None = None, run_model: bool = True, cpu_budget_bytes: int | None = None,
-                 model=None, clock: str = "forward"):
+                 model=None, clock: str = "forward", cuda_graphs: bool | None = None):
         system.validate("Engine", "system")
         if clock not in CLOCKS:
             raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
@@ -80,7 +85,9 @@ class Engine:
         if run_model:
             self.runner = ModelRunner(spec, device, dtype, seed, num_gpu_blocks, num_cpu_blocks, system.block_size,
                                       attention_backend=attention_backend, cpu_budget_bytes=cpu_budget_bytes,
-                                      model=model)
+                                      model=model, cuda_graphs=cuda_graphs,
+                                      max_graph_batch=min(system.max_seqs_per_batch, MAX_GRAPH_BATCH))
+            self.runner.capture_graphs()  # at start-up, as a server does: no replay pays for a capture
             num_gpu_blocks = self.runner.num_gpu_blocks
         elif time_fn is None or num_gpu_blocks is None:
             raise ValueError("run_model=False needs a time_fn and an explicit num_gpu_blocks")
@@ -163,7 +170,7 @@ class Engine:
         while self._step(run, sampling, time_fn):
             pass
         run.core.close()
-        self.records = ReplayResult.of(run.core.records, run.host_s)
+        self.records = ReplayResult.of(run.core.records, run.host_s, run.device_s)
         return run
 
     def _step(self, run: ServingRun, sampling: SamplingParams, time_fn) -> bool:
@@ -197,6 +204,7 @@ class Engine:
         for group in run.core.end_step(step, run.clock, forks):
             self._finish(run, group)
         run.host_s.append(self.last_host_s)
+        run.device_s.append(self.runner.last_timing.device_s if self.runner is not None else 0.0)
         run.carried_host_s = time.perf_counter() - answered
         return True
 

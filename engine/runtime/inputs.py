@@ -5,6 +5,7 @@ a wrong length or block id in a Triton kernel does not fail, it corrupts someone
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -36,7 +37,7 @@ class HostInputs:
     slot_mapping: list[int] = field(default_factory=list)
     prefill_lens: list[int] = field(default_factory=list)  # tokens each prefill computes
     prefill_cached_lens: list[int] = field(default_factory=list)  # tokens before them already cached
-    prefill_block_tables: list[list[int]] = field(default_factory=list)  # prefills over cached tokens only
+    prefill_block_tables: list[list[int]] = field(default_factory=list)  # one per prefill
     block_tables: list[list[int]] = field(default_factory=list)  # decodes only
     context_lens: list[int] = field(default_factory=list)
     # row r of the logits belongs to these sequences (a prefill samples for all its forks)
@@ -45,25 +46,42 @@ class HostInputs:
 
     def to_device(self, device: torch.device, backend: str
                   ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor]:
-        """input_ids, positions, attention metadata, and the token index of each logits row."""
-        ints = dict(dtype=torch.int64, device=device)
+        """input_ids, positions, attention metadata, and the token index of each logits row.
+        Every tensor is uploaded without a sync (see `upload`)."""
+        ints, ints32 = dict(dtype=torch.int64, device=device), dict(dtype=torch.int32, device=device)
         meta = AttentionMetadata(
             prefill_lens=self.prefill_lens,
-            slot_mapping=torch.tensor(self.slot_mapping, **ints),
+            slot_mapping=upload(self.slot_mapping, **ints),
             block_tables=_padded_tables(self.block_tables, device),
-            context_lens=torch.tensor(self.context_lens, dtype=torch.int32, device=device),
+            context_lens=upload(self.context_lens, dtype=torch.int32, device=device),
             backend=backend,
             prefill_cached_lens=self.prefill_cached_lens if any(self.prefill_cached_lens) else None,
             prefill_block_tables=(_padded_tables(self.prefill_block_tables, device)
-                                  if self.prefill_block_tables else None))
-        return (torch.tensor(self.input_ids, **ints), torch.tensor(self.positions, **ints), meta,
-                torch.tensor(self.logit_rows, **ints))
+                                  if self.prefill_block_tables else None),
+            prefill_cu_seqlens=upload([0, *itertools.accumulate(self.prefill_lens)], **ints32),
+            prefill_context_lens=upload([c + n for c, n in zip(self.prefill_cached_lens, self.prefill_lens)],
+                                        **ints32))
+        return (upload(self.input_ids, **ints), upload(self.positions, **ints), meta,
+                upload(self.logit_rows, **ints))
+
+
+def upload(values, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A host list as a tensor on `device`, with no host-device sync: on CUDA through page-locked memory
+    and a non-blocking copy, ordered on the stream before the kernels that read it. (torch.tensor(...,
+    device="cuda") copies from pageable memory, which waits for the stream: one sync per tensor.)
+    The page-locked block comes from torch's caching host allocator, which keeps it until the copy is done."""
+    host = torch.tensor(values, dtype=dtype)
+    if torch.device(device).type != "cuda":
+        return host
+    if host.numel() == 0:  # nothing to copy
+        return torch.empty(host.shape, dtype=dtype, device=device)
+    return host.pin_memory().to(device, non_blocking=True)
 
 
 def _padded_tables(tables: list[list[int]], device: torch.device) -> torch.Tensor:
     width = max((len(t) for t in tables), default=0)
     padded = [t + [-1] * (width - len(t)) for t in tables]  # -1: never read
-    return torch.tensor(padded, dtype=torch.int32, device=device).view(len(padded), width)
+    return upload(padded, dtype=torch.int32, device=device).view(len(padded), width)
 
 
 def _slots(table: list[int], num_tokens: int, block_size: int, start: int = 0) -> list[int]:
@@ -150,8 +168,7 @@ def _add_prefill(out: HostInputs, seq_id, length, cached, sample_ids, tokens, bl
     out.slot_mapping.extend(_slots(table, total, limits.block_size, start=cached))
     out.prefill_lens.append(length)
     out.prefill_cached_lens.append(cached)
-    if cached:
-        out.prefill_block_tables.append(list(table[:blocks_for(total, limits.block_size)]))
+    out.prefill_block_tables.append(list(table[:blocks_for(total, limits.block_size)]))
     out.sample_ids.append(sample_ids)
     out.logit_rows.append(start + length - 1)
 

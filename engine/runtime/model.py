@@ -16,7 +16,6 @@ from torch import nn
 
 from engine import kernels
 from engine.core.spec import ModelSpec
-from engine.kernels.paged_attention_ref import gather_tokens, token_rows
 
 OPT_POSITION_OFFSET = 2  # OPT's learned position table starts at index 2 (a fairseq legacy)
 ROPE_THETA = 10000.0
@@ -30,9 +29,10 @@ class AttentionMetadata:
     Tokens [0, sum(prefill_lens)) are the prefills, one after another; the remaining
     `num_decodes` tokens are decodes. slot_mapping[t] is the cache slot token t's K/V goes
     to (< 0: not written). block_tables / context_lens describe the decodes only.
-    A prefill i with prefill_cached_lens[i] > 0 tokens already in the cache (a shared prefix)
-    attends over them too, through its row of prefill_block_tables (one row per such prefill,
-    in order); None means no prefill has cached tokens.
+    A prefill i computes its last prefill_lens[i] tokens after prefill_cached_lens[i] tokens already
+    in the cache (a shared prefix; None: none cached). With a cache, all prefills attend in one
+    variable-length call: prefill_cu_seqlens marks each one's run of tokens, prefill_context_lens
+    is its whole context (cached + new), prefill_block_tables holds one row per prefill.
     """
 
     prefill_lens: list[int]
@@ -41,7 +41,14 @@ class AttentionMetadata:
     context_lens: torch.Tensor | None = None  # int32 [num_decodes]
     backend: str = "auto"  # kernel backend: auto | torch | triton
     prefill_cached_lens: list[int] | None = None
-    prefill_block_tables: torch.Tensor | None = None  # int32 [prefills with cached tokens, max_blocks]
+    prefill_block_tables: torch.Tensor | None = None  # int32 [num_prefills, max_blocks]
+    prefill_cu_seqlens: torch.Tensor | None = None  # int32 [num_prefills + 1]: 0, then each prefill's end
+    prefill_context_lens: torch.Tensor | None = None  # int32 [num_prefills]: cached + new tokens
+
+    def prefill_context_list(self) -> list[int]:
+        """Each prefill's whole context (cached + new tokens), on the host."""
+        cached = self.prefill_cached_lens or [0] * len(self.prefill_lens)
+        return [c + n for c, n in zip(cached, self.prefill_lens)]
 
     @property
     def num_prefill_tokens(self) -> int:
@@ -117,55 +124,46 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     return out.transpose(0, 1)
 
 
-def cached_prefill_attention(q: torch.Tensor, cache: LayerKVCache, block_table: torch.Tensor, num_cached: int,
-                             scale: float) -> torch.Tensor:
-    """A prefill of q's tokens after `num_cached` tokens already in the cache: q [L, H, D] at positions
-    num_cached .. num_cached + L - 1 attends causally over the sequence's K/V gathered through its
-    block table (the cached tokens, and its own, written there just before) -> [L, H, D]."""
-    total = num_cached + q.shape[0]
-    context = torch.full((1,), total, dtype=torch.int32, device=q.device)
-    block_ids, rows, _ = token_rows(block_table[None, :], context, cache.key.shape[1], total)
-    k = gather_tokens(cache.key, block_ids, rows)[0]  # [KVH, total, D]
-    v = gather_tokens(cache.value, block_ids, rows)[0]
-    group = q.shape[1] // k.shape[0]
-    if group > 1:  # query head h reads KV head h // group
-        k = k.repeat_interleave(group, dim=0)
-        v = v.repeat_interleave(group, dim=0)
-    positions = torch.arange(total, device=q.device)
-    visible = positions[None, :] <= positions[num_cached:, None]  # [L, total]: causal, offset by the cache
-    out = F.scaled_dot_product_attention(q.transpose(0, 1), k, v, attn_mask=visible, scale=scale)
-    return out.transpose(0, 1)
+def dense_prefill_attention(q, k, v, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    """No cache: each prompt attends causally to its own tokens (the dense reference forward)."""
+    if any(meta.prefill_cached_lens or []):
+        raise ValueError("a prefill over cached tokens needs the KV cache and its block table")
+    out, start = torch.empty_like(q), 0
+    for length in meta.prefill_lens:
+        out[start:start + length] = causal_attention(q[start:start + length], k[start:start + length],
+                                                     v[start:start + length], scale)
+        start += length
+    return out
 
 
 def paged_attention(q, k, v, meta: AttentionMetadata, cache: LayerKVCache | None, scale: float):
-    """Write this iteration's K/V into the cache, then attend: prefills densely (or over their cached
-    tokens through the cache), decodes paged."""
+    """Write this iteration's K/V into the cache, then attend: all prefills in one variable-length
+    call over the cache (cached prefix tokens and their own, just written), decodes paged."""
+    num_prefill = meta.num_prefill_tokens
+    if cache is None:
+        if meta.num_decodes:
+            raise ValueError("decode tokens need a KV cache to attend to")
+        return dense_prefill_attention(q, k, v, meta, scale)
     # bounds were checked on the host when the inputs were built (engine/runtime/inputs.py);
     # checking again in the kernels would cost a device sync per layer inside the timed step
-    if cache is not None:
-        kernels.write_kv_cache(k, v, cache.key, cache.value, meta.slot_mapping, backend=meta.backend,
-                               check_bounds=False)
-    out = torch.empty_like(q)
-    start, cached_row = 0, 0
-    cached_lens = meta.prefill_cached_lens or [0] * len(meta.prefill_lens)
-    for length, cached in zip(meta.prefill_lens, cached_lens):
-        end = start + length
-        if cached:
-            if cache is None or meta.prefill_block_tables is None:
-                raise ValueError("a prefill over cached tokens needs the KV cache and its block table")
-            table = meta.prefill_block_tables[cached_row]
-            out[start:end] = cached_prefill_attention(q[start:end], cache, table, cached, scale)
-            cached_row += 1
-        else:
-            out[start:end] = causal_attention(q[start:end], k[start:end], v[start:end], scale)
-        start = end
+    kernels.write_kv_cache(k, v, cache.key, cache.value, meta.slot_mapping, backend=meta.backend,
+                           check_bounds=False)
+    parts = []
+    if num_prefill:
+        if meta.prefill_block_tables is None or meta.prefill_cu_seqlens is None:
+            raise ValueError("prefills over the cache need prefill_block_tables and prefill_cu_seqlens")
+        context_lens = meta.prefill_context_list()
+        parts.append(kernels.prefill_attention(
+            q[:num_prefill], cache.key, cache.value, meta.prefill_block_tables, meta.prefill_cu_seqlens,
+            meta.prefill_context_lens, scale, backend=meta.backend, check_bounds=False,
+            max_query_len=max(meta.prefill_lens), max_context=max(context_lens),
+            host_lens=(meta.prefill_lens, context_lens)))
     if meta.num_decodes:
-        if cache is None:
-            raise ValueError("decode tokens need a KV cache to attend to")
-        out[start:] = kernels.paged_attention_decode(
-            q[start:], cache.key, cache.value, meta.block_tables, meta.context_lens, scale,
-            backend=meta.backend, check_bounds=False)
-    return out
+        parts.append(kernels.paged_attention_decode(
+            q[num_prefill:], cache.key, cache.value, meta.block_tables, meta.context_lens, scale,
+            backend=meta.backend, check_bounds=False))
+    # a prefill-only or decode-only iteration (the common ones) returns its kernel's output as is
+    return parts[0] if len(parts) == 1 else torch.cat(parts) if parts else torch.empty_like(q)
 
 
 # --- the decoder ------------------------------------------------------------------

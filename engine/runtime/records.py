@@ -27,10 +27,15 @@ class ReplayResult:
     # per iteration, the host's wall seconds outside the timed forward (scheduler, inputs, sampling's
     # host side, completion, records): measured, not charged to the replay's clock
     host_s: list[float] = field(default_factory=list, compare=False)
+    # per iteration, the span of its device work (engine/runtime/timing.py: CUDA events from its first
+    # block plan to its last sampling kernel; on a CPU that span's wall time); its host time is the rest of
+    # its step: duration + host_s - device_s on the forward clock. Measured, not in the shared records.
+    device_s: list[float] = field(default_factory=list, compare=False)
 
     @classmethod
-    def of(cls, records: ServingRecords, host_s: list[float] | None = None) -> ReplayResult:
-        return cls(records.request_rows(), records.iteration_rows(), list(host_s or []))
+    def of(cls, records: ServingRecords, host_s: list[float] | None = None,
+           device_s: list[float] | None = None) -> ReplayResult:
+        return cls(records.request_rows(), records.iteration_rows(), list(host_s or []), list(device_s or []))
 
     def request_columns(self) -> dict[str, list]:
         return {name: [getattr(r, name) for r in self.requests] for name in REQUEST_COLUMNS}

@@ -1,7 +1,16 @@
-"""Executes one Batch against the paged KV cache, samples, and times it."""
+"""Executes one Batch against the paged KV cache, samples, and times it.
+
+An iteration reads the device once: its inputs go up without a sync (engine/runtime/inputs.py upload),
+the forward (a CUDA graph's replay for a batch of decodes, engine/runtime/graphs.py; eager otherwise),
+the sampling and the beam scores run on the device, and every chosen token id (and beam score) comes
+back in one copy. Its time is kept three ways (engine/runtime/timing.py): the timed step, the span of
+its device work, and its wall time; `last_timing` holds the last iteration's.
+"""
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -9,16 +18,17 @@ from engine.core.batch import Batch
 from engine.core.blocks import blocks_for
 from engine.core.spec import ModelSpec
 from engine.kernels.backend import BACKENDS, resolve_backend
-from engine.runtime.beam import BeamSearch
+from engine.runtime.beam import BeamBatch, BeamSearch
 from engine.runtime.cache import (
     DEFAULT_MEMORY_FRACTION,
     PagedKVCache,
     kv_pool_blocks_that_fit,
 )
-from engine.runtime.inputs import BlockTableFn, HostInputs, PoolLimits, build_inputs
+from engine.runtime.graphs import MAX_GRAPH_BATCH, DecodeGraphs, resolve_cuda_graphs
+from engine.runtime.inputs import BlockTableFn, HostInputs, PoolLimits, build_inputs, upload
 from engine.runtime.model import Decoder, build_decoder
 from engine.runtime.sampler import Sampler, SamplingParams
-from engine.runtime.timing import IterationTimer
+from engine.runtime.timing import DeviceSpan, IterationTimer, IterationTiming
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
           "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
@@ -58,26 +68,55 @@ def check_model_placement(model: Decoder, spec: ModelSpec, device: torch.device,
         raise ValueError(f"mismatched devices: model weights on {model.device}, runner device is {device}")
 
 
+@dataclass
+class SamplePlan:
+    """Who is sampled how in one iteration, planned on the host before the forward."""
+
+    ids: list[int]  # sequences chosen by the sampling parameters, in order
+    rows: list[int]  # the logits row of each
+    beams: list[BeamBatch]  # the beam searches' groups
+    beam_rows: list[int]
+    beam_scores: list[float]
+
+
+@dataclass
+class StagedStep:
+    """An iteration's inputs on the device (uploaded without a sync) and the forward that reads them."""
+
+    forward: Callable[[], torch.Tensor]  # -> logits of every sampled row
+    rows: torch.Tensor
+    beam_rows: torch.Tensor
+    beam_scores: torch.Tensor
+
+
 class ModelRunner:
     """A decoder, its paged KV cache and a sampler on one device.
 
     Block ids in batches and block tables are the scheduler's; the cache has exactly
     num_gpu_blocks device blocks and num_cpu_blocks host blocks. num_gpu_blocks=None sizes
     the pool to the free device memory left after the weights are loaded.
+
+    cuda_graphs: decode batches of up to max_graph_batch sequences replay a CUDA graph captured per
+    batch-size bucket (on first use, or all at once with capture_graphs); None: on where it can run
+    (CUDA with the Triton kernels). `cuda_graphs_note` says which mode runs and why.
     """
 
     def __init__(self, spec: ModelSpec, device: torch.device | str = "cpu",
                  dtype: torch.dtype | str | None = None, seed: int = 0,
                  num_gpu_blocks: int | None = None, num_cpu_blocks: int = 0, block_size: int = 16, *,
                  attention_backend: str = "auto", cpu_budget_bytes: int | None = None,
-                 memory_fraction: float = DEFAULT_MEMORY_FRACTION, model: Decoder | None = None):
+                 memory_fraction: float = DEFAULT_MEMORY_FRACTION, model: Decoder | None = None,
+                 cuda_graphs: bool | None = None, max_graph_batch: int = MAX_GRAPH_BATCH):
         self.spec = spec
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
         if attention_backend not in BACKENDS:
             raise ValueError(f"attention_backend must be one of {BACKENDS}, got {attention_backend!r}")
-        resolve_backend(attention_backend, self.device)  # fails now if Triton cannot run here
+        kernels = resolve_backend(attention_backend, self.device)  # fails now if Triton cannot run here
         self.attention_backend = attention_backend
+        if not isinstance(max_graph_batch, int) or max_graph_batch < 1:
+            raise ValueError(f"max_graph_batch must be a positive integer, got {max_graph_batch!r}")
+        graphs_on, self.cuda_graphs_note = resolve_cuda_graphs(cuda_graphs, self.device, kernels)
         if model is None:
             model = build_decoder(spec, self.device, self.dtype, seed)
         check_model_placement(model, spec, self.device, self.dtype)
@@ -91,6 +130,21 @@ class ModelRunner:
         self.sampler = Sampler(self.device, seed)
         self.limits = PoolLimits(spec.vocab_size, spec.max_seq_len, block_size, num_gpu_blocks)
         self.logits_hook: LogitsHook | None = None  # sees (sample_ids, logits) before sampling
+        self.graphs: DecodeGraphs | None = None
+        if graphs_on:
+            width = blocks_for(spec.max_seq_len, block_size)
+            self.graphs = DecodeGraphs(self.model, self.cache.layers, max_graph_batch, width, attention_backend)
+        self.last_timing = IterationTiming(0.0, 0.0, 0.0)
+
+    @property
+    def cuda_graphs(self) -> bool:
+        """Whether batches of decodes replay CUDA graphs here."""
+        return self.graphs is not None
+
+    def capture_graphs(self) -> None:
+        """Capture every bucket's decode graph now (a server does it at start-up), not on first use."""
+        if self.graphs is not None:
+            self.graphs.capture_all()
 
     def reset_sampler(self, seed: int) -> None:
         """Restart the random-sampling stream: a run that starts here draws the same tokens."""
@@ -116,19 +170,30 @@ class ModelRunner:
 
         tokens[seq_id] is the sequence's whole token list (prompt + generated), as long as
         the batch says. Everything is validated before any block plan or cache write runs.
-        Timed: input transfer, block plans, forward and sampling (not the host-side checks).
+        Timed: input transfer, block plans, forward and sampling (not the host-side checks); the
+        iteration's device span and wall time are kept in `last_timing`.
         The batch's beam searches (batch.beam_groups) choose their tokens in `beam`, which then
         holds their forks; `sampling` does not apply to them (beam search is temperature 0).
         """
+        started = time.perf_counter()
         if isinstance(sampling, str):
             sampling = SamplingParams(sampling)
         if batch.beam_groups and beam is None:
             raise ValueError("the batch holds beam searches (beam_groups): pass the run's BeamSearch")
         host = build_inputs(batch, tokens, block_table_fn, self.limits)
         self.cache.check_block_plans(batch.blocks_to_swap_out, batch.blocks_to_swap_in, batch.blocks_to_copy)
+        plan = self._plan(host, batch.beam_groups, beam)
+        span = DeviceSpan(self.device)
         with IterationTimer(self.device) as timer:
-            self._apply_block_plans(batch)
-            sampled = self._forward_and_sample(host, sampling, batch.beam_groups, beam) if host.sample_ids else {}
+            with torch.inference_mode():
+                staged = self._stage(host, plan) if host.sample_ids else None
+                span.start()
+                self._apply_block_plans(batch)
+                chosen = self._forward_and_choose(host, staged, plan, sampling, beam) if staged else None
+                span.stop()
+            values = chosen.tolist() if chosen is not None else []  # the iteration's one read of the device
+        sampled = self._sampled(plan, values, beam)
+        self.last_timing = IterationTiming(timer.seconds, span.seconds, time.perf_counter() - started)
         return sampled, timer.seconds
 
     def _apply_block_plans(self, batch: Batch) -> None:
@@ -137,20 +202,53 @@ class ModelRunner:
         self.cache.swap_in(batch.blocks_to_swap_in)
         self.cache.copy(batch.blocks_to_copy)
 
-    @torch.inference_mode()
-    def _forward_and_sample(self, host: HostInputs, sampling: SamplingParams,
-                            beam_groups: list[tuple[int, ...]], beam: BeamSearch | None) -> dict[int, int]:
-        input_ids, positions, meta, logit_rows = host.to_device(self.device, self.attention_backend)
-        hidden = self.model(input_ids, positions, meta, self.cache.layers)
-        logits = self.model.logits(hidden[logit_rows])
-        if self.logits_hook is not None:
-            self.logits_hook(host.sample_ids, logits)
-        if not beam_groups or beam is None:
-            return self.sampler.sample(logits, host.sample_ids, sampling)
-        beams = {seq_id for ids in beam_groups for seq_id in ids}
-        rows = [r for r, ids in enumerate(host.sample_ids) if ids[0] not in beams]
-        sampled = self.sampler.sample(logits[rows], [host.sample_ids[r] for r in rows], sampling) if rows else {}
-        sampled.update(beam.step(logits, host.sample_ids, beam_groups))
+    def _plan(self, host: HostInputs, beam_groups: list[tuple[int, ...]], beam: BeamSearch | None) -> SamplePlan:
+        in_beams = {seq_id for ids in beam_groups for seq_id in ids} if beam is not None else set()
+        ids, rows = [], []
+        for r, group in enumerate(host.sample_ids):
+            for seq_id in group:
+                if seq_id not in in_beams:
+                    ids.append(seq_id)
+                    rows.append(r)
+        beams, beam_rows, beam_scores = beam.plan(host.sample_ids, beam_groups) if in_beams else ([], [], [])
+        return SamplePlan(ids, rows, beams, beam_rows, beam_scores)
+
+    def _stage(self, host: HostInputs, plan: SamplePlan) -> StagedStep:
+        """Host work and uploads, before the device span starts: the inputs, and the forward that reads them."""
+        device = self.device
+        if self.graphs is not None and self.graphs.serves(host):
+            bucket = self.graphs.prepare(host)
+            num = len(host.context_lens)
+
+            def forward() -> torch.Tensor:
+                return self.graphs.replay(bucket)[:num]
+        else:
+            input_ids, positions, meta, logit_rows = host.to_device(device, self.attention_backend)
+
+            def forward() -> torch.Tensor:
+                hidden = self.model(input_ids, positions, meta, self.cache.layers)
+                return self.model.logits(hidden[logit_rows])
+        return StagedStep(forward, upload(plan.rows, torch.int64, device), upload(plan.beam_rows, torch.int64, device),
+                          upload(plan.beam_scores, torch.float64, device))
+
+    def _forward_and_choose(self, host: HostInputs, staged: StagedStep, plan: SamplePlan,
+                            sampling: SamplingParams, beam: BeamSearch | None) -> torch.Tensor:
+        """Device work only: the forward, then every token (and beam score) chosen, in one tensor."""
+        logits = staged.forward()
+        if self.logits_hook is not None:  # a copy: a graph's logits are its static output, rewritten next replay
+            self.logits_hook(host.sample_ids, logits.clone())
+        # no draw at all when only beams are sampled: the random stream stays where it was
+        chosen = (self.sampler.choose(logits, staged.rows, sampling) if plan.ids
+                  else torch.zeros(0, dtype=torch.int64, device=logits.device))
+        if not plan.beams or beam is None:
+            return chosen
+        # token ids are exact in float64 (< 2**53): one tensor, one copy back
+        return torch.cat([chosen.double(), beam.launch(logits, plan.beams, staged.beam_rows, staged.beam_scores)])
+
+    def _sampled(self, plan: SamplePlan, values: list, beam: BeamSearch | None) -> dict[int, int]:
+        sampled = {seq_id: int(v) for seq_id, v in zip(plan.ids, values)}
+        if plan.beams and beam is not None:
+            sampled.update(beam.finish(values[len(plan.ids):]))
         return sampled
 
     # --- synthetic batches, for the profiler --------------------------------------
@@ -162,14 +260,22 @@ class ModelRunner:
         neighbours (one copy per layer's K and V), or with `scattered_swaps` in reversed order, so that
         every block is a copy of its own, as a swap of blocks scattered over the pools is.
         """
+        return [t.seconds for t in self.time_batch_split(prefill_lens, decode_context_lens, repeats, warmup=warmup,
+                                                         num_swap_blocks=num_swap_blocks,
+                                                         scattered_swaps=scattered_swaps)]
+
+    def time_batch_split(self, prefill_lens: list[int], decode_context_lens: list[int], repeats: int = 3, *,
+                         warmup: int = 1, num_swap_blocks: int = 0,
+                         scattered_swaps: bool = False) -> list[IterationTiming]:
+        """time_batch, each run's time kept three ways: the timed step, its device span and its wall time."""
         batch, tokens, tables = self.synthetic_batch(prefill_lens, decode_context_lens, num_swap_blocks,
                                                      scattered_swaps)
-        times = []
+        timings = []
         for i in range(warmup + repeats):
-            _, seconds = self.execute(batch, tokens, tables.__getitem__)
+            self.execute(batch, tokens, tables.__getitem__)
             if i >= warmup:
-                times.append(seconds)
-        return times
+                timings.append(self.last_timing)
+        return timings
 
     def synthetic_batch(self, prefill_lens: list[int], decode_context_lens: list[int],
                         num_swap_blocks: int = 0, scattered_swaps: bool = False

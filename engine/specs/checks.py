@@ -90,3 +90,32 @@ def choice(value: Any, source: str, key: str, choices) -> Any:
     if not ok:
         raise SpecError(source, key, f"{value!r} is not one of {list(choices)}")
     return value
+
+
+def existing_file(value: Any, source: str, key: str = "", what: str = "a file") -> Any:
+    """A path that must name a file: a missing one is "not found", a folder "is a folder" (a folder
+    opened as a file fails later with an error that names neither)."""
+    from pathlib import Path
+
+    path = Path(value).expanduser()
+    if path.is_dir():
+        raise SpecError(source, key, f"{str(value)!r} is a folder; give the path of {what}")
+    if not path.is_file():
+        raise SpecError(source, key, f"{str(value)!r}: file not found")
+    return value
+
+
+def output_file(value: Any, source: str, key: str = "") -> Any:
+    """A path a command writes a file to: an existing folder there is refused now, not after the work
+    (where the atomic write's rename would fail naming its temporary file)."""
+    from pathlib import Path
+
+    if Path(value).expanduser().is_dir():
+        raise SpecError(source, key, f"{str(value)!r} is a folder; give the path of the file to write")
+    return value
+
+
+def option(check, value: Any, name: str, **bounds) -> Any:
+    """A command-line option's value through a config checker: the message names the option
+    (`--folds: must be an integer >= 2, got 1`), as a config's names its key."""
+    return check(value, name, "", **bounds)

@@ -16,6 +16,8 @@ def _cmd_reproduce(args) -> int:
     select(args.figures)  # an unknown name stops here, before anything loads
     if args.jobs < 0:
         raise SpecError("--jobs", str(args.jobs), "must be at least 1, or 0 for one per core")
+    if Path(args.out).exists() and not Path(args.out).is_dir():  # found now, not after the first figure's runs
+        raise SpecError("--out", "", f"{args.out!r} is a file; give the folder to write the figures in")
     table = reproduce(args.figures, Path(args.out), scale.QUICK if args.quick else scale.PAPER,
                       jobs=args.jobs or os.cpu_count() or 1)
     print(tally(table))

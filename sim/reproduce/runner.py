@@ -13,7 +13,7 @@ OUT/
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -23,7 +23,8 @@ from sim.config import Experiment, apply_overrides, experiment_from_dict, load_e
 from sim.output import DEFAULT_ITERATIONS, prepare_out_dir, write_csv
 from sim.pool import ExecutorSpec
 from sim.progress import Eta, duration_text
-from sim.reproduce.figures import Figure, Panel, Source, paper_config, select
+from sim.reproduce.crossing import MAX_EXTRA_PROBES, Probe, crossing_notes, probes_for
+from sim.reproduce.figures import SYSTEM_ORDER, Figure, Panel, Source, paper_config, select
 from sim.reproduce.panels import PANEL_KINDS
 from sim.reproduce.readings import THRESHOLD_S_PER_TOKEN
 from sim.reproduce.results import Results
@@ -35,11 +36,21 @@ from sim.sweep import PendingRun, plan, run_cost, run_keys, run_pending, summary
 ARRIVALS = re.compile(r"; \w+( cv=\S+)? arrivals at \S+ req/s for \S+ s")
 
 
-@dataclass(frozen=True)
+@dataclass
 class Sweep:
     panel: Panel
     source: Source
     experiment: Experiment
+    # the runs past the configured rates, one system and rate each, that found the curves' crossings (crossing.py)
+    probes: list[Experiment] = field(default_factory=list)
+
+    @property
+    def experiments(self) -> list[Experiment]:
+        return [self.experiment, *self.probes]
+
+    def probe(self, probe: Probe) -> Experiment:
+        system = next(spec for spec in self.experiment.systems if spec.name == probe.system)
+        return replace(self.experiment, systems=(system,), rates=(probe.rate,))
 
 
 def load_sweeps(figure: Figure, scale: Scale) -> list[Sweep]:
@@ -76,9 +87,12 @@ def reproduce(names: list[str], out_dir: Path, scale: Scale = PAPER, jobs: int =
     executor = ExecutorSpec("process", jobs)
     run_every_pending([(sweeps_dir / s.source.runs_dir, s.experiment) for sweeps in plans.values() for s in sweeps],
                       executor, eta, progress)
+    probe_crossings([s for sweeps in plans.values() for s in sweeps], sweeps_dir, executor, eta, progress,
+                    scale.max_extra_probes)
     for figure in figures:
         rows = [_summary(s, figure, sweeps_dir, scale) for s in plans[figure.name]] + predicted[figure.name]
-        paths = write_figure(figure, pd.concat(rows, ignore_index=True), out_dir / figure.name, scale)
+        notes = [note for s in plans[figure.name] for note in _crossing_notes(s, sweeps_dir)]
+        paths = write_figure(figure, pd.concat(rows, ignore_index=True), out_dir / figure.name, scale, notes)
         progress(f"{figure.name}: wrote {', '.join(p.name for p in paths)} in {out_dir / figure.name}")
     table = write_table(out_dir, Results.load(out_dir))
     progress(f"wrote {out_dir / 'paper_vs_sim.md'} and .csv after {duration_text(eta.elapsed)}")
@@ -109,14 +123,63 @@ def run_every_pending(sweeps: list[tuple[Path, Experiment]], executor: ExecutorS
             pass
 
 
+def probe_crossings(sweeps: list[Sweep], sweeps_dir: Path, executor: ExecutorSpec, eta: Eta, progress,
+                    max_extra: int = MAX_EXTRA_PROBES) -> None:
+    """Rounds of runs past each latency curve's configured rates, until every curve crosses the threshold
+    (or has spent its probes): all the curves' next probes of a round in one pool."""
+    curves = [s for s in sweeps if s.panel.kind == "latency"]
+    for _ in range(max_extra):
+        asks = [(s, s.probe(probe)) for s in curves
+                for probe in probes_for(_curve_points(_rows(s, sweeps_dir)), s.experiment.rates, max_extra)]
+        if not asks:
+            return
+        progress(f"probing past the configured rates for a crossing of {THRESHOLD_S_PER_TOKEN:g} s/token: "
+                 + ", ".join(f"{exp.name} {exp.systems[0].name} at {exp.rates[0]:g} req/s" for _, exp in asks))
+        run_every_pending([(sweeps_dir / s.source.runs_dir, exp) for s, exp in asks], executor, eta, progress)
+        for s, exp in asks:
+            s.probes.append(exp)
+
+
+def _curve_points(rows: pd.DataFrame) -> dict[str, dict[float, float]]:
+    """Each system's normalized latency by rate (mean over seeds)."""
+    means = rows.groupby(["system", "rate"], sort=False)["normalized_latency"].mean()
+    curves: dict[str, dict[float, float]] = {}
+    for (system, rate), latency in means.items():
+        curves.setdefault(system, {})[float(rate)] = float(latency)
+    return curves
+
+
+def _crossing_notes(s: Sweep, sweeps_dir: Path) -> list[str]:
+    if s.panel.kind != "latency" or not s.probes:
+        return []
+    prefix = f"({s.panel.id}) " if s.panel.id else ""
+    notes = crossing_notes(_curve_points(_rows(s, sweeps_dir)), s.experiment.rates, s.panel.xlim)
+    return [prefix + note for note in notes]
+
+
+def _rows(s: Sweep, sweeps_dir: Path) -> pd.DataFrame:
+    """The summary rows of the sweep's runs and of its probes past the configured rates, in legend order,
+    then by rate."""
+    folder = sweeps_dir / s.source.runs_dir
+    rows = []
+    for exp in s.experiments:
+        summaries, pending = plan(exp, folder)
+        if pending:
+            raise RuntimeError(f"{len(pending)} runs of {exp.name} in {folder} went missing "
+                               "after they were simulated; run again to redo them")
+        rows += [summaries[key] for key in run_keys(exp)]
+    summary = summary_frame(rows)
+    if s.probes:
+        order = {name: i for i, name in enumerate(SYSTEM_ORDER)}
+        summary = summary.sort_values(["system", "rate", "seed"], kind="stable",
+                                      key=lambda c: c.map(order) if c.name == "system" else c).reset_index(drop=True)
+    return summary
+
+
 def _summary(s: Sweep, figure: Figure, sweeps_dir: Path, scale: Scale) -> pd.DataFrame:
     """The sweep's summary rows (run_every_pending simulated them), tagged for the figure."""
     exp = s.experiment
-    summaries, pending = plan(exp, sweeps_dir / s.source.runs_dir)
-    if pending:
-        raise RuntimeError(f"{len(pending)} runs of {exp.name} in {sweeps_dir / s.source.runs_dir} went missing "
-                           "after they were simulated; run again to redo them")
-    summary = summary_frame([summaries[key] for key in run_keys(exp)])
+    summary = _rows(s, sweeps_dir)
     systems = {system.name: system for system in exp.systems}
     return summary.assign(
         figure=figure.name, panel=s.panel.id, series=s.source.label, scale=scale.description,
@@ -126,7 +189,7 @@ def _summary(s: Sweep, figure: Figure, sweeps_dir: Path, scale: Scale) -> pd.Dat
     )
 
 
-def write_figure(figure: Figure, rows: pd.DataFrame, folder: Path, scale: Scale) -> list[Path]:
+def write_figure(figure: Figure, rows: pd.DataFrame, folder: Path, scale: Scale, notes: list[str] = ()) -> list[Path]:
     from sim.reproduce.paper_plots import draw_figure, save_figure  # matplotlib: only when drawing
 
     remove_stale_temporaries(folder)
@@ -141,7 +204,8 @@ def write_figure(figure: Figure, rows: pd.DataFrame, folder: Path, scale: Scale)
     if latency_panels:
         paths.append(write_csv(sustainable_rates(rows, latency_panels).assign(scale=scale.description),
                                folder / "sustainable_rates.csv"))
-    return paths + save_figure(draw_figure(figure, points, footer(figure, rows, scale)), folder / figure.name)
+    return paths + save_figure(draw_figure(figure, points, footer(figure, rows, scale) + list(notes)),
+                               folder / figure.name)
 
 
 def footer(figure: Figure, rows: pd.DataFrame, scale: Scale) -> list[str]:

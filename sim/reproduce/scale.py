@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.reproduce.crossing import MAX_EXTRA_PROBES
+
 
 @dataclass(frozen=True)
 class Scale:
@@ -18,6 +20,7 @@ class Scale:
     duration_s: float | None = None  # longest trace; None: the config's (the paper's)
     warmup_s: float | None = None  # None: the config's (the paper's 60 s)
     max_rates: int | None = None  # most rates per curve, spread over the config's; None: all
+    max_extra_probes: int = MAX_EXTRA_PROBES  # rates a curve may be probed at past its own, to find its crossing
 
     @property
     def is_paper(self) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.specs.checks import existing_file, number, option, output_file, positive, positive_int
 from engine.specs.errors import SpecError
 
 from .arrivals import ARRIVALS
@@ -51,7 +52,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     sample = commands.add_parser("sample", help="generate a trace CSV from a dataset and an arrival process")
     sample.add_argument("--dataset", default="sharegpt", help=f"{list(DATASET_NAMES)} or a file (default sharegpt)")
     sample.add_argument("--arrival", default="poisson", choices=sorted(ARRIVALS))
-    sample.add_argument("--cv", type=float, default=1.0, help="gamma only: coefficient of variation of gaps")
+    sample.add_argument("--cv", type=float, default=None,
+                        help="gamma only: coefficient of variation of gaps (default 1)")
     sample.add_argument("--rate", type=float, required=True, help="requests per second")
     sample.add_argument("--duration-s", type=float, default=3600.0)
     sample.add_argument("--n", type=int, default=1, help="parallel samples per request")
@@ -67,14 +69,14 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def cmd_build(args) -> int:
+    if args.json is not None:
+        existing_file(args.json, "--json", what="a ShareGPT-format JSON")
     out = args.out or BUILDS[args.name]
+    output_file(out, "--out")
     if args.name == "chatbot":
         return _build_chatbot(out, args.json)
     from .sharegpt import build_sharegpt_csv
-    try:
-        build = build_sharegpt_csv(out, args.json)
-    except SpecError as e:
-        return _fail(e)
+    build = build_sharegpt_csv(out, args.json)
     print(f"wrote {build.path}: {len(build.prompt_len)} pairs kept of {build.num_pairs} first exchanges "
           f"in {build.walk.num_items} conversations")
     print(lengths_report(build.prompt_len, build.output_len, "sharegpt (this build)"))
@@ -83,10 +85,7 @@ def cmd_build(args) -> int:
 
 def _build_chatbot(out: Path, json_path: Path | None) -> int:
     from .chatbot_build import build_chatbot_csv
-    try:
-        build = build_chatbot_csv(out, json_path)
-    except SpecError as e:
-        return _fail(e)
+    build = build_chatbot_csv(out, json_path)
     print(f"wrote {build.path}: {build.num_conversations} conversations, {len(build.round)} rounds, "
           f"from {build.walk.num_items} conversations in the JSON")
     print(conversations_report(load_conversations(build.path)))
@@ -94,34 +93,58 @@ def _build_chatbot(out: Path, json_path: Path | None) -> int:
 
 
 def cmd_stats(args) -> int:
-    try:
-        prompt, output, label = _describe(args.file, args.max_seq_len)
-        if args.plot is not None:
-            print(f"wrote {plot_lengths(prompt, output, label, args.plot)}")
-    except SpecError as e:
-        return _fail(e)
+    if args.file not in (*DATASET_NAMES, "chatbot"):
+        existing_file(args.file, args.file, what="a lengths, trace or conversation CSV, or alpaca_data.json")
+    if args.max_seq_len is not None:
+        option(positive_int, args.max_seq_len, "--max-seq-len")
+    if args.plot is not None:
+        output_file(args.plot, "--plot")
+    prompt, output, label = _describe(args.file, args.max_seq_len)
+    if args.plot is not None:
+        print(f"wrote {plot_lengths(prompt, output, label, args.plot)}")
     return 0
+
+
+# `trace sample`'s options, by the workload key each one sets: an error names the option the user typed
+SAMPLE_OPTIONS = ("dataset", "arrival", "cv", "duration_s", "n", "new_conversation_prob", "prefix_tokens",
+                  "beam_width")
 
 
 def cmd_sample(args) -> int:
-    raw = dict(dataset=args.dataset, arrival=args.arrival, cv=args.cv, duration_s=args.duration_s, n=args.n,
-               new_conversation_prob=args.new_conversation_prob, prefix_tokens=args.prefix_tokens,
-               beam_width=args.beam_width)
+    from sim.config import MAX_REQUESTS, check_prefix_room
+
+    # the same checkers as a config's keys, at the door: nothing is drawn or written before they pass
+    option(positive, args.rate, "--rate")
+    option(number, args.seed, "--seed", low=0, whole=True)
+    max_seq_len = option(number, args.max_seq_len, "--max-seq-len", low=3, whole=True)  # 1 + 1 tokens fit
+    output_file(args.out, "--out")
+    raw = {key: getattr(args, key) for key in SAMPLE_OPTIONS if getattr(args, key) is not None}
     try:
         cfg = WorkloadConfig.from_dict(raw, source="command line", base_dir=Path.cwd())
-        if cfg.prefix_tokens > args.max_seq_len - 3:
-            raise SpecError("command line", "--prefix-tokens", (
+        if cfg.prefix_tokens > max_seq_len - 3:
+            raise SpecError("command line", "workload.prefix_tokens", (
                 f"a prefix of {cfg.prefix_tokens} tokens leaves no room for an input and an output within "
-                f"--max-seq-len {args.max_seq_len}; must be at most {args.max_seq_len - 3}"))
-        trace = build_trace(cfg, args.rate, args.max_seq_len, np.random.default_rng(args.seed))
-        write_trace_csv(trace, args.out)
-    except SpecError as e:
-        return _fail(e)
-    except ValueError as e:  # a non-positive rate or cv from the command line
-        return _fail(SpecError("command line", "", str(e)))
+                f"--max-seq-len {max_seq_len}; must be at most {max_seq_len - 3}"))
+        if cfg.prefix_tokens:
+            check_prefix_room(cfg, max_seq_len, "command line", "workload.prefix_tokens")
+    except SpecError as err:
+        raise as_option(err) from None
+    if args.rate * cfg.duration_s > MAX_REQUESTS:
+        raise SpecError("--rate", "", f"{args.rate:g} req/s for {cfg.duration_s:g} s (--duration-s) is about "
+                        f"{args.rate * cfg.duration_s:.3g} requests, more than one trace holds ({MAX_REQUESTS:,})")
+    trace = build_trace(cfg, args.rate, max_seq_len, np.random.default_rng(args.seed))
+    write_trace_csv(trace, args.out)
     print(f"wrote {args.out}: {len(trace)} requests over {trace.duration_s:g} s "
           f"(mean rate {trace.mean_rate:.4g} req/s) from {trace.source}")
     return 0
+
+
+def as_option(err: SpecError) -> SpecError:
+    """A workload key's error, naming the `trace sample` option that set it."""
+    key = err.key.removeprefix("workload.")
+    if err.source != "command line" or key not in SAMPLE_OPTIONS:
+        return err
+    return SpecError(f"--{key.replace('_', '-')}", "", err.message)
 
 
 def _describe(name: str, max_seq_len: int | None) -> tuple[np.ndarray, np.ndarray, str]:
@@ -151,18 +174,8 @@ def _is_trace_csv(path: str) -> bool:
     return any(form[0].lower() in header for form in FORMS.values())
 
 
-def _fail(error: SpecError) -> int:
-    print(f"error: {error}", file=sys.stderr)
-    return 2
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m sim.workload.cli trace ...`, until the top-level servesim CLI wires `register` in."""
-    parser = argparse.ArgumentParser(prog="servesim")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
-
-
 if __name__ == "__main__":
+    # `python -m sim.workload.cli trace ...` is the servesim command, so errors read as its do
+    from servesim.cli import main
+
     sys.exit(main())

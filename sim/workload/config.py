@@ -1,7 +1,8 @@
 """The `workload:` section of an experiment YAML, validated, and the Trace it builds.
 
     workload:
-      dataset: sharegpt      # sharegpt | sharegpt-standin | alpaca-standin | lengths CSV | alpaca_data.json
+      dataset: sharegpt      # sharegpt | sharegpt-fig11-standin | sharegpt-standin | alpaca-standin | lengths CSV
+                             # | alpaca_data.json
                              # | chatbot | a conversation CSV (rounds of conversations: chatbot.py)
       arrival: poisson       # poisson (10 ms quanta) | exponential | gamma | constant
       cv: 1.0                # gamma only: coefficient of variation of the gaps
@@ -100,6 +101,7 @@ class WorkloadConfig:
                 "sequences or searches beam_width beams, not both; set one of them to 1"))
         values["beam_continue"] = number(raw.get("beam_continue", cls.beam_continue), source,
                                          f"{SECTION}.beam_continue", low=0, high=1)
+        _check_modes(raw, source, values)
         if values["trace"] is None:
             values["dataset"] = _dataset(raw.get("dataset", cls.dataset), source, base_dir)
         values.update(_chatbot_options(raw, source, values.get("dataset")))
@@ -245,6 +247,21 @@ def _chatbot_options(raw: dict, source: str, dataset: str | None) -> dict:
         raise SpecError(source, f"{SECTION}.{key}", "applies only to a conversation dataset (dataset: chatbot, "
                         "or a conversation,round,query_len,response_len CSV)")
     return {key: number(raw[key], source, f"{SECTION}.{key}", low=0, high=1)}
+
+
+def _check_modes(raw: dict, source: str, values: dict) -> None:
+    """A key that only applies in one mode refuses to be set without it (the replay keys, prefix_tokens and
+    new_conversation_prob check their own), so a setting is never silently ignored. The one documented
+    exception: workload.trace replaces a generated workload, whose dataset, arrival, cv and duration_s
+    then stand aside (so `--set workload.trace=PATH` replays a trace through any config)."""
+    if values["trace"] is None and raw.get("cv") is not None and values["arrival"] != "gamma":
+        raise SpecError(source, f"{SECTION}.cv", f"applies only to gamma arrivals (workload.arrival: gamma), "
+                        f"not {values['arrival']}")
+    # a replay's trace may carry its own beam_width column: the experiment checks it once read
+    if raw.get("beam_continue") is not None and (values["beam_width"] or 1) == 1 \
+            and (values["trace"] is None or values["beam_width"] == 1):
+        raise SpecError(source, f"{SECTION}.beam_continue", "applies only to beam search; set workload.beam_width "
+                        "above 1 (or replay a trace with a beam_width column)")
 
 
 def _replay_options(raw: dict, source: str, replay: bool) -> dict:

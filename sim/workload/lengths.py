@@ -1,6 +1,7 @@
 """Where (prompt_len, output_len) pairs come from, and how a trace draws from them.
 
-A dataset is a name (`sharegpt`, `sharegpt-standin`, `alpaca-standin`, `wmt16-en-de-standin`) or a file: a CSV of
+A dataset is a name (`sharegpt`, `sharegpt-fig11-standin`, `sharegpt-standin`, `alpaca-standin`,
+`wmt16-en-de-standin`) or a file: a CSV of
 `prompt_len,output_len` (leading `#` lines allowed; a trace CSV's length columns also work) or an
 Alpaca `alpaca_data.json`. Drawing follows the authors' generator (paper-facts A,
 benchmark/trace.py): keep pairs with prompt + output < max_seq_len, repeat the kept list
@@ -17,7 +18,7 @@ import numpy as np
 from engine.specs.errors import SpecError
 
 from .paths import SHAREGPT_CSV
-from .standin import STAND_INS, StandIn
+from .standin import SHAREGPT_FIG11_SCALE, SHAREGPT_FIG11_STANDIN, STAND_INS, StandIn, scale_pairs
 from .table import find_columns, numeric_column, read_table
 from .trace import STAND_IN
 from .translation import TRANSLATION_STAND_INS, TranslationStandIn
@@ -27,7 +28,7 @@ LENGTH_FORMS = {
     "trace": ("num_prefill_tokens", "num_decode_tokens"),
     "azure": ("ContextTokens", "GeneratedTokens"),
 }
-DATASET_NAMES = ("sharegpt", *STAND_INS, *TRANSLATION_STAND_INS)
+DATASET_NAMES = ("sharegpt", SHAREGPT_FIG11_STANDIN, *STAND_INS, *TRANSLATION_STAND_INS)
 
 
 class LengthSource(Protocol):
@@ -72,6 +73,28 @@ class LengthTable:
         return kept.prompt_len[order], kept.output_len[order]
 
 
+# a prefix must leave room for this share of a dataset's pairs, or drawing the fitting ones takes forever
+MIN_FITTING_SHARE = 0.01
+SHARE_DRAWS = 20_000
+
+
+def longest_prefix(lengths: LengthSource, max_seq_len: int) -> int:
+    """The longest shared prefix that leaves room (prompt + output < max_seq_len - prefix) for some pair
+    of a table, or for MIN_FITTING_SHARE of a stand-in's draws (fixed seed: the same answer every time)."""
+    if isinstance(lengths, LengthTable):
+        sums = lengths.prompt_len + lengths.output_len
+        shortest = int(sums.min()) if len(sums) else max_seq_len
+    else:
+        prompt, output = lengths.draw(SHARE_DRAWS, np.random.default_rng(0))
+        shortest = int(np.quantile(prompt + output, MIN_FITTING_SHARE, method="higher"))
+    return max_seq_len - shortest - 1
+
+
+def data_path(dataset: str | Path) -> str:
+    """Where a dataset's file really is (the shipped ShareGPT file's label names where it was first kept)."""
+    return str(SHAREGPT_CSV) if str(dataset) == "sharegpt" else str(dataset)
+
+
 def read_lengths_csv(path: str | Path) -> LengthTable:
     table = read_table(path)
     _, (p_col, o_col) = find_columns(table, LENGTH_FORMS)
@@ -101,13 +124,23 @@ def load_lengths(dataset: str | Path) -> LengthTable | StandIn | TranslationStan
     if str(dataset) in TRANSLATION_STAND_INS:
         return TRANSLATION_STAND_INS[str(dataset)]
     if str(dataset) == "sharegpt":
-        if not SHAREGPT_CSV.is_file():
-            raise SpecError("workload", "dataset", f"{SHAREGPT_CSV} is missing; rebuild it with "
-                            "`servesim trace build sharegpt`, or use dataset: sharegpt-standin")
-        table = _read_cached(SHAREGPT_CSV)
+        table = _shipped_sharegpt()
         # The label names the file as first shipped; results (results/reference) carry it, so it stays.
         return LengthTable(table.prompt_len, table.output_len, "sharegpt (traces/sharegpt_opt.csv)")
+    if str(dataset) == SHAREGPT_FIG11_STANDIN:
+        table = _shipped_sharegpt()
+        prompt, output = scale_pairs(table.prompt_len, table.output_len)
+        scale = " and outputs x".join(f"{factor:g}" for factor in SHAREGPT_FIG11_SCALE)
+        return LengthTable(prompt, output, f"{SHAREGPT_FIG11_STANDIN} (stand-in: the real ShareGPT pairs with "
+                           f"prompts x{scale}, matched to Fig. 11 means)")
     return _read_cached(Path(dataset))
+
+
+def _shipped_sharegpt() -> LengthTable:
+    if not SHAREGPT_CSV.is_file():
+        raise SpecError("workload", "dataset", f"{SHAREGPT_CSV} is missing; rebuild it with "
+                        "`servesim trace build sharegpt`, or use dataset: sharegpt-standin")
+    return _read_cached(SHAREGPT_CSV)
 
 
 def _read_cached(path: Path) -> LengthTable:

@@ -25,5 +25,8 @@ def resolve_data_path(value: str | Path, base_dir: str | Path | None, source: st
     for candidate in candidates:
         if candidate.is_file():
             return candidate.resolve()
+    folder = next((c for c in candidates if c.is_dir()), None)
+    if folder is not None:  # "not found" would send the user looking for a file that is there
+        raise SpecError(source, key, f"{str(value)!r} is a folder ({folder.resolve()}); give the path of a file")
     tried = ", ".join(str(c.resolve()) for c in candidates)
     raise SpecError(source, key, f"file {str(value)!r} not found (tried {tried})")

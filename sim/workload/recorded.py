@@ -8,6 +8,7 @@ Two forms are accepted, so users can point at a trace as they downloaded it:
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,8 @@ from .table import (
 )
 from .trace import Trace
 
+# a time's UTC offset: 2023-11-16T18:15:46+01:00, ...46Z, ...46.5-0500
+UTC_OFFSET = re.compile(r"\d\d:\d\d(:\d\d(\.\d+)?)?\s*(Z|[+-]\d\d(:?\d\d)?)$")
 FORMS = {
     "seconds": ("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
     "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
@@ -103,7 +106,9 @@ def _arrival_seconds(table: Table, index: int) -> np.ndarray:
     if _is_number(cells[0]):
         return numeric_column(table, index, integer=False)
     import pandas as pd  # only date-time columns need pandas' ISO-8601 parser
-    stamps = pd.to_datetime(pd.Series(cells), format="ISO8601", errors="coerce")
+    _check_offsets(table, index, cells)
+    # to UTC: a log whose UTC offset changes (daylight saving) still counts real seconds between rows
+    stamps = pd.to_datetime(pd.Series(cells), format="ISO8601", errors="coerce", utc=True)
     bad = np.flatnonzero(stamps.isna().to_numpy())
     if bad.size:
         i = int(bad[0])
@@ -111,6 +116,18 @@ def _arrival_seconds(table: Table, index: int) -> np.ndarray:
                         f"(line {table.line_of(i)}) column {table.header[index]}: {cells[i]!r} is neither "
                         "seconds nor a date-time like 2023-11-16 18:15:46.6805900")
     return ((stamps - stamps.iloc[0]) / pd.Timedelta(seconds=1)).to_numpy(np.float64)
+
+
+def _check_offsets(table: Table, index: int, cells: list[str]) -> None:
+    """Every date-time with a UTC offset, or none: a local time beside one with an offset has no one
+    meaning (which zone is the local one?)."""
+    with_offset = [bool(UTC_OFFSET.search(cell)) for cell in cells]
+    differs = next((i for i, has in enumerate(with_offset) if has != with_offset[0]), None)
+    if differs is not None:
+        has, lacks = ("has", "lacks") if with_offset[differs] else ("lacks", "has")
+        raise SpecError(table.source, table.where(differs), (
+            f"(line {table.line_of(differs)}) column {table.header[index]}: {cells[differs]!r} {has} a UTC offset "
+            f"and row 1 {lacks} one; give every date-time an offset (or Z), or none"))
 
 
 def _is_number(cell: str) -> bool:

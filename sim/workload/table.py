@@ -14,6 +14,9 @@ import numpy as np
 
 from engine.specs.errors import SpecError
 
+# the largest whole numbers a float64 holds exactly: 2**53 (the CSV's numbers are parsed as floats)
+MAX_COUNT = 2**53
+
 
 @dataclass(frozen=True)
 class Table:
@@ -50,6 +53,8 @@ def _read_text(path: str | Path, source: str) -> str:
         return Path(path).read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise SpecError(source, "", "file not found") from None
+    except IsADirectoryError:
+        raise SpecError(source, "", "is a folder; give the path of a CSV file") from None
     except UnicodeDecodeError as e:
         raise SpecError(source, "", f"not a UTF-8 text file ({e.reason} at byte {e.start})") from None
 
@@ -119,6 +124,13 @@ def numeric_column(table: Table, index: int, *, integer: bool) -> np.ndarray:
         if fractional.size:
             i = fractional[0]
             raise row_error(table, i, name, f"{cells[i]} is not a whole number of tokens")
+        # checked as a number before it is an integer: a float past this cast to int64 wraps around,
+        # and two counts this size still add up inside int64 (prompt + output against max_seq_len)
+        huge = np.flatnonzero(values >= MAX_COUNT)
+        if huge.size:
+            i = huge[0]
+            raise row_error(table, i, name, f"{cells[i]} is more than a count is read as (at most "
+                            f"{MAX_COUNT - 1:,}, far past any model's max_seq_len)")
         return values.astype(np.int64)
     return values
 

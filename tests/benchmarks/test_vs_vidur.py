@@ -22,7 +22,7 @@ from benchmarks.vidur_run import VidurRun, trained_models, vidur_command, vidur_
 from benchmarks.vidur_trace import COLUMNS as TRACE_COLUMNS
 from benchmarks.vidur_trace import DATE, servesim_trace, vidur_trace_frame, write_vidur_trace
 from engine.core.batch import BatchShape
-from sim.cli import main as servesim
+from servesim.cli import main as servesim
 from sim.config import load_experiment
 from sim.run import make_cost_model
 from sim.workload.trace import Trace

@@ -4,7 +4,7 @@ import pytest
 
 from calibrate.fit import NOT_SHAPES
 from calibrate.profile_file import load_profile
-from sim.cli import main
+from servesim.cli import main
 
 EXPERIMENT = """
 model: opt-tiny

@@ -18,7 +18,7 @@ from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from engine.core.batch import Batch
 from engine.specs.loader import load_model_spec
-from tests.engine.core.core_harness import hyp
+from tests.helpers.core_harness import hyp
 
 PROFILES = Path(__file__).resolve().parents[2] / "calibrate" / "profiles"
 OPT13B, A100 = load_model_spec("opt-13b"), load_hardware("a100-40gb")

@@ -4,12 +4,12 @@ import dataclasses
 import numpy as np
 import pandas as pd
 import pytest
-from synthetic_profile import TRUE, gpu_like_token_cost, synthetic_raw  # noqa: E402
 
 from calibrate.features import TERMS
 from calibrate.fit import assign_folds, fit_profile
 from calibrate.grid import GRIDS
 from engine.specs.errors import SpecError
+from tests.helpers.synthetic_profile import TRUE, gpu_like_token_cost, synthetic_raw  # noqa: E402
 
 
 def test_recovers_known_coefficients_from_noisy_timings():

@@ -19,7 +19,7 @@ from calibrate.roofline import RooflineCostModel
 from engine.core.batch import Batch
 from engine.specs.errors import SpecError
 from engine.specs.loader import load_model_spec
-from sim.cli import main
+from servesim.cli import main
 
 CPU_PROFILE = Path(__file__).resolve().parents[2] / "calibrate" / "profiles" / "cpu-opt-125m.yaml"
 

@@ -6,7 +6,7 @@ import yaml
 
 from calibrate.features import TERMS
 from calibrate.hardware import load_hardware
-from calibrate.profile_file import Profile, load_profile
+from calibrate.profile_file import FORMAT, Profile, load_profile
 from calibrate.profile_model import (
     ProfileCostModel,
     implied_efficiency,
@@ -138,7 +138,7 @@ def test_a_format_3_profile_is_read_and_charges_what_it_did(tmp_path):
     per byte, so at its block size it prices every iteration and swap as before; it says so elsewhere."""
     path = old_format(make_profile().save(tmp_path / "p.yaml"), "servesim-profile/3")
     profile = load_profile(path)
-    assert profile.format == "servesim-profile/4" and profile.coefficients["decode_block_s"] == 0.0
+    assert profile.format == FORMAT and profile.coefficients["decode_block_s"] == 0.0
     assert profile.swap_s_per_transfer == 0.0
     assert profile.swap_s_per_byte == pytest.approx(2e-4 / (16 * 819_200))
     opt13b = load_model_spec("opt-13b")
@@ -153,7 +153,23 @@ def test_a_format_3_profile_is_read_and_charges_what_it_did(tmp_path):
     assert at_64.swap_time(10) == pytest.approx(4 * 10 * 2e-4)  # four times the bytes a block
     assert "block size 16 only, run at 64" in at_64.source and "only" not in at_16.source
     resaved = load_profile(profile.save(tmp_path / "resaved.yaml"))
-    assert resaved == profile  # written back as /4
+    assert resaved == profile  # written back in the current format
+
+
+def test_a_format_4_profile_is_read_as_it_was_and_charges_what_it_did(tmp_path):
+    """/4 had neither the device part's source nor the host part's relative errors: read, it has none, and
+    its host work and forward cost what they did."""
+    host = {"per_iteration_s": 1e-3, "per_sequence_s": 2e-5, "per_prefill_token_s": 1e-7,
+            "heldout_mean_abs_error_s": 1e-5, "mean_s": 2e-3, "rows": 40}
+    path = make_profile(host=host).save(tmp_path / "p.yaml")
+    path.write_text(path.read_text().replace(f"format: {FORMAT}", "format: servesim-profile/4"))
+    profile = load_profile(path)
+    assert profile.device_part is None and profile.host == host and profile == make_profile(host=host)
+    cost = ProfileCostModel(profile)
+    batch = Batch(prefill_seq_ids=[0], prefill_lens=[10], decode_seq_ids=[1], decode_context_lens=[30])
+    assert cost.host_time(batch) == pytest.approx(1e-3 + 2 * 2e-5 + 10 * 1e-7)
+    assert cost.iteration_time(batch) == cost.device_time(batch) + cost.host_time(batch)
+    assert "host part" not in cost.source and "held-out MAPE 4.0%" in cost.source
 
 
 def test_a_format_3_profile_without_a_swap_measurement_prices_swaps_by_the_roofline(tmp_path):

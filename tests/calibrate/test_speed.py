@@ -5,7 +5,6 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from synthetic_profile import synthetic_raw
 
 from calibrate.costmodel import ScaledCostModel
 from calibrate.fit import fit_profile
@@ -21,6 +20,7 @@ from calibrate.speed import (
 from engine.core.batch import Batch
 from engine.core.blocks import blocks_for
 from engine.specs.errors import SpecError
+from tests.helpers.synthetic_profile import synthetic_raw
 
 
 class FakeRunner:

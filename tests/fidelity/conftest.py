@@ -1,20 +1,16 @@
-"""Fixtures of the validation tests (the config and profile texts live in validate_tiny.py)."""
+"""Fixtures of the validation tests (the config and profile texts live in tests/helpers/validate_tiny.py)."""
 import pytest
 
 pytest.importorskip("torch")
 
-from validate_tiny import TINY_LENGTHS, TINY_VALIDATION, profile_text  # noqa: E402
+from tests.helpers.validate_tiny import TINY_VALIDATION, write_tiny_validation  # noqa: E402
 
 
 @pytest.fixture
 def tiny_validation(tmp_path):
     """Write the tiny config, its lengths and its profile into tmp_path; returns a writer for variants."""
-    def write(config: str = TINY_VALIDATION, profile: str | None = None, lengths: str = TINY_LENGTHS):
-        (tmp_path / "lengths.csv").write_text(lengths)
-        (tmp_path / "profile.yaml").write_text(profile or profile_text())
-        path = tmp_path / "tiny.yaml"
-        path.write_text(config)
-        return path
+    def write(config: str = TINY_VALIDATION, **files):
+        return write_tiny_validation(tmp_path, config, **files)
 
     return write
 

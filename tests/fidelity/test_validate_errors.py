@@ -1,12 +1,12 @@
 """Bad input stops before anything runs, with a message that names the file, the key or row, and both sides."""
 import pytest
-from validate_tiny import TINY_VALIDATION, profile_text
 
 from calibrate.device import device_name as this_device
 from engine.specs.errors import SpecError
 from fidelity.config import load_validation
 from fidelity.validate import RealSide, validate
-from sim.cli import main
+from servesim.cli import main
+from tests.helpers.validate_tiny import TINY_VALIDATION, profile_text
 
 
 @pytest.fixture

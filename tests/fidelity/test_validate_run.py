@@ -4,7 +4,7 @@ import json
 import pandas as pd
 import pytest
 
-from sim.cli import main
+from servesim.cli import main
 
 SUMMARY = ["system", "rate", "real_normalized_latency", "sim_normalized_latency", "normalized_latency_error",
            "real_repeat_spread", "p90_request_error", "real_mean_batched_requests", "sim_mean_batched_requests",
@@ -92,7 +92,7 @@ def test_without_correction_the_simulator_runs_as_calibrated(tiny_validation, tm
 
 
 def test_a_profile_without_a_speed_reference_is_simulated_as_calibrated(tiny_validation, tmp_path, capsys):
-    from validate_tiny import profile_text
+    from tests.helpers.validate_tiny import profile_text
 
     out = tmp_path / "old"
     args = ["validate", str(tiny_validation(profile=profile_text(speed_reference=False))), "--out", str(out),
@@ -144,7 +144,7 @@ def test_without_speed_correction_the_noise_band_is_the_raw_spread():
 
 
 def test_validate_calibrate_profiles_this_device_first_and_uses_that_profile(tiny_validation, tmp_path, capsys):
-    from validate_tiny import profile_text
+    from tests.helpers.validate_tiny import profile_text
 
     config = tiny_validation(profile=profile_text(device_name="Some Other CPU @ 2.0GHz"))
     out = tmp_path / "out"

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import sim.apart
 import sim.simulate
 from sim.simulate import simulate
 from sim.workload.trace import Trace
-from tests.sim.test_fastforward import MODEL, ROOFLINE, SYSTEMS, GridCost, random_trace
+from tests.helpers.simulation import MODEL, ROOFLINE, SYSTEMS, GridCost, random_trace
 
 
 @pytest.fixture
@@ -131,10 +132,24 @@ def test_a_sweep_gives_its_idle_processes_to_a_fleets_replicas(write_config, sma
         assert one.read_bytes() == two.read_bytes()
 
 
+@pytest.fixture
+def together_calls(monkeypatch):
+    """Each time the fleet was simulated together."""
+    calls = []
+    serve_together = sim.simulate.serve_together
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return serve_together(*args, **kwargs)
+
+    monkeypatch.setattr(sim.simulate, "serve_together", spy)
+    return calls
+
+
 @pytest.mark.parametrize("jobs", [1, 2])
-def test_an_error_apart_is_the_error_the_shared_simulation_meets_first(monkeypatch, apart_calls, jobs):
+def test_an_error_apart_is_the_error_the_shared_simulation_meets_first(monkeypatch, together_calls, jobs):
     from engine.specs.errors import SpecError
-    from tests.sim.test_fastforward import NanAfter
+    from tests.helpers.simulation import NanAfter
 
     messages = []
     for together in (False, True):
@@ -145,5 +160,17 @@ def test_an_error_apart_is_the_error_the_shared_simulation_meets_first(monkeypat
                 simulate(random_trace(1, count=60, rate=10.0), MODEL, SYSTEMS["vllm"], NanAfter(), 96, 256,
                          replicas=3, jobs=jobs)
         messages.append(str(err.value))
+        # apart raised it without simulating the fleet again; together is the one simulation
+        assert len(together_calls) == int(together)
     assert messages[0] == messages[1] and "nan" in messages[0]
-    assert apart_calls == [None]
+
+
+def test_a_broken_apart_path_fails_instead_of_falling_back(monkeypatch, together_calls):
+    def broken_arrivals(env, *args):
+        yield env.timeout(0.5)
+        raise RuntimeError("a bug only the apart path runs")
+
+    monkeypatch.setattr(sim.apart, "replica_arrivals", broken_arrivals)
+    with pytest.raises(RuntimeError, match="a bug only the apart path runs"):
+        simulate(random_trace(1, count=60, rate=10.0), MODEL, SYSTEMS["vllm"], ROOFLINE, 96, 256, replicas=3)
+    assert together_calls == []

@@ -180,7 +180,7 @@ def test_the_held_slots_of_beams_are_those_counted_block_by_block(monkeypatch, b
     from dataclasses import replace
 
     from engine.core.block_manager import BlockManager
-    from tests.sim.test_fastforward import MODEL, ROOFLINE, SYSTEMS, random_trace
+    from tests.helpers.simulation import MODEL, ROOFLINE, SYSTEMS, random_trace
 
     checked = []
     counted = BlockManager.held_token_slots

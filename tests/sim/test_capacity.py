@@ -2,8 +2,8 @@
 import pandas as pd
 import pytest
 
+from servesim.cli import main
 from sim.capacity import Target, max_rate, replicas_for
-from sim.cli import main
 from sim.config import load_experiment
 from sim.run import run_one
 

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from servesim.cli import main
 from sim.capacity import Probe, capacity_search, rate_search
 from sim.capacity_parallel import Job, run_searches
-from sim.cli import main
 from sim.pool import Workers
 
 

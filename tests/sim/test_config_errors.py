@@ -2,7 +2,7 @@
 import pytest
 
 from engine.specs.errors import SpecError
-from sim.cli import main
+from servesim.cli import main
 from sim.config import load_experiment
 
 

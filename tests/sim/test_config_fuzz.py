@@ -30,7 +30,7 @@ VALID = {
     "kv_cache_gib": 0.5, "swap_space_gib": 1,
     "cost_model": {"kind": "roofline", "compute_efficiency": 0.68, "bandwidth_efficiency": 0.76,
                    "pcie_efficiency": 0.8, "overhead_s": 0.0},
-    "workload": {"dataset": "sharegpt", "arrival": "poisson", "cv": 1.0, "duration_s": 4, "n": 1},
+    "workload": {"dataset": "sharegpt", "arrival": "gamma", "cv": 1.0, "duration_s": 4, "n": 1},  # cv: gamma only
     "systems": [{"preset": "vllm", "block_size": 16, "max_num_batched_tokens": 2560, "max_num_seqs": 256,
                  "watermark": 0.01, "preemption": "swap"}],
     "rates": [2.0], "seeds": [0], "warmup_s": 0.5, "max_time_factor": 2.0, "replicas": 1, "router": "round_robin",

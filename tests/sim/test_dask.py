@@ -18,10 +18,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from processes import TINY, all_exit, children, reap  # tests/sim/processes.py
 
 from engine.specs.errors import SpecError
-from sim.cli import main
+from servesim.cli import main
+from tests.helpers.configs import TINY
+from tests.helpers.processes import all_exit, children, reap
 
 REPO = Path(__file__).resolve().parents[2]
 needs_distributed = pytest.mark.skipif(importlib.util.find_spec("distributed") is None,
@@ -43,7 +44,7 @@ def _env(**extra: str) -> dict:
 
 
 def servesim(*args: str, timeout: float = 180, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sim.cli", *args], cwd=REPO, env=_env(**env), capture_output=True,
+    return subprocess.run([sys.executable, "-m", "servesim", *args], cwd=REPO, env=_env(**env), capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -230,7 +231,7 @@ def _as_from_a_terminal() -> None:
 @pytest.mark.parametrize("how", ["ctrl-c", "sigkill"])
 def test_an_interrupted_dask_sweep_leaves_no_worker_and_resumes(config, reference, tmp_path, how):
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "sim.cli", "run", str(config), "--out", str(out), "--executor",
+    proc = subprocess.Popen([sys.executable, "-m", "servesim", "run", str(config), "--out", str(out), "--executor",
                              "dask", "--jobs", "2"], cwd=REPO, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_as_from_a_terminal)
     workers: list[int] = []

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,28 +15,16 @@ import pytest
 
 import sim.simulate
 from calibrate.costmodel import CostModel
-from calibrate.hardware import load_hardware
-from calibrate.roofline import RooflineCostModel
-from engine.core.system import PAPER_SYSTEMS
 from engine.specs.errors import SpecError
-from engine.specs.loader import load_model_spec
 from sim.config import load_experiment
 from sim.fastforward import FastForward
 from sim.metrics import summarize
 from sim.run import make_cost_model, trace_for
 from sim.simulate import simulate
 from sim.workload.trace import Trace
+from tests.helpers.simulation import MODEL, ROOFLINE, SYSTEMS, GridCost, NanAfter, random_trace
 
 ROOT = Path(__file__).resolve().parents[2]
-MODEL = replace(load_model_spec("opt-13b"), max_seq_len=512)  # short requests: small pools queue and preempt
-ROOFLINE = RooflineCostModel(MODEL, load_hardware("a100-40gb"))
-SYSTEMS = {
-    **PAPER_SYSTEMS,
-    "vllm-recompute": replace(PAPER_SYSTEMS["vllm"], name="vLLM recompute", preemption="recompute"),
-    "vllm-swap": replace(PAPER_SYSTEMS["vllm"], name="vLLM swap", preemption="swap"),
-    "vllm-block8": replace(PAPER_SYSTEMS["vllm"], name="vLLM 8", block_size=8, watermark=0.0),
-    "fastertransformer-b4": replace(PAPER_SYSTEMS["fastertransformer"], name="FT B=4", max_batch_size=4),
-}
 
 
 class Stretches(FastForward):
@@ -76,22 +63,6 @@ def both_ways(trace: Trace, system, cost: CostModel = ROOFLINE, gpu_blocks: int 
     assert forward is not None and forward.num_forwarded >= min_forwarded * step.num_iterations, (
         f"only {forward.num_forwarded if forward else 0} of {step.num_iterations} iterations fast-forwarded")
     return fast
-
-
-def random_trace(seed: int, count: int = 120, *, rate: float = 8.0, n: int = 1, beams: int = 1, prefix: int = 0,
-                 arrivals: str = "poisson") -> Trace:
-    rng = np.random.default_rng(seed)
-    if arrivals == "poisson":  # in 10 ms quanta, as the workloads draw them: several requests share a time
-        arrival = np.floor(np.cumsum(rng.exponential(1 / rate, count)) * 100) / 100
-    elif arrivals == "burst":
-        arrival = np.sort(rng.choice([0.0, 0.5, 3.0, 3.0001], count))
-    else:
-        arrival = np.cumsum(rng.gamma(0.0625, 16 / rate, count))  # CV 4
-    prompt = rng.integers(prefix + 1, 260, count)
-    output = rng.integers(1, 240, count)
-    width = rng.choice([1, beams], count) if beams > 1 else 1  # beam searches among plain requests
-    samples = rng.integers(1, n + 1, count) if n > 1 else 1
-    return Trace(arrival, prompt, output, samples, source="test", prefix_len=prefix, beam_width=width)
 
 
 # --- every system, seeded random traces -------------------------------------------------------------------
@@ -173,21 +144,6 @@ def test_paper_workloads_on_every_system(workload):
 
 
 # --- the clock's corner cases -----------------------------------------------------------------------------
-class GridCost(CostModel):
-    """Times on a binary grid: iterations end exactly when requests arrive, as often as possible."""
-
-    source = "grid(test)"
-
-    def __init__(self, decode_s: float = 0.125):
-        self.decode_s = decode_s
-
-    def iteration_time(self, batch) -> float:
-        return 0.25 if batch.num_prefills else self.decode_s
-
-    def swap_time(self, num_blocks: int) -> float:
-        return 0.0
-
-
 @pytest.mark.parametrize("router", ["round_robin", "least_outstanding"])
 def test_an_arrival_at_the_very_end_of_an_iteration_is_ordered_as_step_by_step(router):
     rng = np.random.default_rng(8)
@@ -202,18 +158,6 @@ def test_iterations_that_take_no_time():
     trace = Trace(np.sort(rng.integers(0, 40, 60)) * 0.25, rng.integers(5, 100, 60), rng.integers(2, 60, 60),
                   source="zero")
     both_ways(trace, SYSTEMS["vllm"], GridCost(decode_s=0.0), min_forwarded=0.0)
-
-
-class NanAfter(CostModel):
-    """A cost model that breaks on long contexts: the run must stop with the same error either way."""
-
-    source = "nan-after(test)"
-
-    def iteration_time(self, batch) -> float:
-        return math.nan if batch.sum_decode_context > 450 else 0.01 + 1e-5 * batch.sum_decode_context
-
-    def swap_time(self, num_blocks: int) -> float:
-        return 0.0
 
 
 def test_a_bad_step_time_inside_a_stretch_is_the_same_error():

@@ -1,12 +1,11 @@
 """Issue 11's bad inputs, each kept as a regression test: a one-line SpecError before anything runs.
 
-The cases the issue found from the command line run `python -m sim.cli` in subprocesses (started
+The cases the issue found from the command line run `python -m servesim` in subprocesses (started
 together, so they cost about one start-up) and check the exit status 2, one line on stderr and
 nothing written; the rest load in-process and check the message.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import subprocess
@@ -20,48 +19,28 @@ import pytest
 
 from calibrate.costmodel import CostModel
 from calibrate.features import TERMS
-from calibrate.profile_file import Profile
 from engine.specs.errors import SpecError
-from sim.cli import main
+from servesim.cli import main
 from sim.config import load_experiment
 from sim.metrics import summarize
 from sim.run import run_one, simulate_trace
 from sim.workload.trace import Trace
+from tests.helpers.hostile import TINY, profile
 
 REPO = Path(__file__).resolve().parents[2]
 
-TINY = """
-name: tiny
-model: opt-13b
-hardware: a100-40gb
-kv_cache_gib: 12
-workload: {dataset: sharegpt-standin, arrival: poisson, duration_s: 20}
-systems: [vllm]
-rates: [1]
-warmup_s: 2
-"""
-NO_TORCH = "import sys; sys.modules['torch'] = None; from sim.cli import main; sys.exit(main())"
-
-
-def profile(**changes) -> Profile:
-    """A valid GPU profile of OPT-13B, as the calibrator writes one."""
-    base = Profile(model="opt-13b", device="cuda", device_name="NVIDIA H200", dtype="float16",
-                   tensor_parallel=1, block_size=16, token_knots=[1, 512, 1024], token_costs_s=[0.01, 0.03, 0.05],
-                   coefficients={**{t: 0.0 for t in TERMS}, "decode_context_s": 4e-7, "per_sequence_s": 5e-5},
-                   heldout_mape=0.04, heldout_p95_ape=0.09, train_rows=80, heldout_rows=20, created="2026-11-29",
-                   command="test", swap_s_per_transfer=5e-6, swap_s_per_byte=4e-11)
-    return dataclasses.replace(base, **changes)
+NO_TORCH = "import sys; sys.modules['torch'] = None; from servesim.cli import main; sys.exit(main())"
 
 
 # --- from the command line ------------------------------------------------------------------
 CLI_CASES = {  # name: (command after `python`, what stderr must say)
-    "binary config": (["-m", "sim.cli", "run", "binary.yaml"], "binary.yaml: not a text file: byte 0x80"),
-    "non-UTF-8 config": (["-m", "sim.cli", "run", "latin1.yaml"], "latin1.yaml: not a text file: byte 0xe9"),
-    "folder as config": (["-m", "sim.cli", "run", "folder"], "folder: is a folder; give the path of a config"),
-    "unparsable --set": (["-m", "sim.cli", "run", "tiny.yaml", "--set", "rates=[1,2"],
+    "binary config": (["-m", "servesim", "run", "binary.yaml"], "binary.yaml: not a text file: byte 0x80"),
+    "non-UTF-8 config": (["-m", "servesim", "run", "latin1.yaml"], "latin1.yaml: not a text file: byte 0xe9"),
+    "folder as config": (["-m", "servesim", "run", "folder"], "folder: is a folder; give the path of a config"),
+    "unparsable --set": (["-m", "servesim", "run", "tiny.yaml", "--set", "rates=[1,2"],
                          "tiny.yaml: rates: --set 'rates=[1,2': not valid YAML: expected ',' or ']'"),
     # both read as numbers (YAML 1.1 would read them as text): 2000 s of warm-up in 1000 s of arrivals
-    "1e3 is a number": (["-m", "sim.cli", "run", "tiny.yaml", "--set", "workload.duration_s=1e3", "--set",
+    "1e3 is a number": (["-m", "servesim", "run", "tiny.yaml", "--set", "workload.duration_s=1e3", "--set",
                          "warmup_s=2e3"], "warmup_s: 2000 s of warm-up leaves nothing to measure in 1000 s"),
     "validate without torch": (["-c", NO_TORCH, "validate", "tiny.yaml"],
                                "servesim validate: needs the real engine, and torch is not installed: install "

@@ -97,7 +97,7 @@ def test_a_prefix_longer_than_the_model_allows(write_config, value):
 def test_a_run_saved_before_the_column_existed_is_simulated_again(write_config, tmp_path):
     import json
 
-    from sim.cli import main
+    from servesim.cli import main
     path, out = write_config(), tmp_path / "out"
     assert main(["run", str(path), "--out", str(out), "--set", "systems=[vllm]"]) == 0
     marker = out / "runs" / "vllm_rate0.5_seed0" / "summary.json"

@@ -13,27 +13,17 @@ import pandas as pd
 import pytest
 
 from engine.core.records import ITERATION_COLUMNS
-from sim.cli import main
+from servesim.cli import main
 from sim.config import load_experiment
 from sim.output import ITERATION_FILES, check_iterations_format, read_iterations
 from sim.run import run_one
 from sim.sweep import RunKey, execute, save
+from tests.helpers.configs import tiny
 
 pytest.importorskip("pyarrow")
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = """
-name: tiny
-model: opt-13b
-hardware: a100-40gb
-kv_cache_gib: 12
-workload:
-  dataset: sharegpt-standin
-  duration_s: 30
-systems: [vllm, orca-max]
-rates: [2]
-warmup_s: 5
-"""
+TINY = tiny(systems="[vllm, orca-max]", rates="[2]")
 RUN = "runs/vllm_rate2_seed0"
 
 
@@ -121,7 +111,7 @@ def _top(modules: set[str]) -> set[str]:
 
 
 def test_start_up_loads_no_table_plotting_or_cluster_library():
-    loaded = _top(_modules_after("import sim.cli; sim.cli.build_parser()"))
+    loaded = _top(_modules_after("import servesim.cli; servesim.cli.build_parser()"))
     assert not loaded & {"pandas", "matplotlib", "pyarrow", "distributed", "dask", "simpy", "torch"}, loaded
 
 

@@ -19,14 +19,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from processes import TINY, all_exit, children, reap  # tests/sim/processes.py
 
 from engine.specs.errors import SpecError
+from servesim.cli import main
 from sim.capacity import Target, max_rate, replicas_for
-from sim.cli import main
 from sim.config import load_experiment
 from sim.run import SUMMARY_COLUMNS, run_one
 from sim.sweep import sweep
+from tests.helpers.configs import TINY
+from tests.helpers.processes import all_exit, children, reap
 
 REPO = Path(__file__).resolve().parents[2]
 JOBS = pytest.mark.parametrize("jobs", ["1", "2"])
@@ -36,7 +37,7 @@ SLOW = TINY.replace("duration_s: 30", "duration_s: 120").replace("rates: [1, 2]"
 
 
 def servesim(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sim.cli", *args], cwd=REPO, env=_env(), capture_output=True,
+    return subprocess.run([sys.executable, "-m", "servesim", *args], cwd=REPO, env=_env(), capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -130,7 +131,8 @@ def test_capacity_says_when_no_rate_meets_the_target(tiny, tmp_path):
     result = servesim("capacity", str(tiny), "--target", "normalized_latency=0.001", "--rate", "50",
                       "--set", "systems=[vllm]", "--out", str(out))
     assert result.returncode == 0, result.stderr
-    assert "vLLM               no rate meets the target (the lowest probed was 0.003906 req/s)" in result.stdout
+    # the walk down stops where no request is measured any more: lower rates would say even less
+    assert "vLLM               no rate meets the target (the lowest measured was 0.0625 req/s)" in result.stdout
     table = pd.read_csv(out / "capacity.csv")
     assert table["max_rate_per_replica_rps"][0] == 0 and table["replicas_needed"].isna().all()
     assert set(pd.read_csv(out / "capacity_probes.csv")["replicas"]) == {1}  # no replica search
@@ -281,7 +283,7 @@ def _as_from_a_terminal() -> None:
 
 def _start(config: Path, out: Path, jobs: str) -> subprocess.Popen:
     # its own session, so that a signal to the group reaches the workers too, as Ctrl-C does
-    return subprocess.Popen([sys.executable, "-m", "sim.cli", "run", str(config), "--out", str(out), "--jobs", jobs],
+    return subprocess.Popen([sys.executable, "-m", "servesim", "run", str(config), "--out", str(out), "--jobs", jobs],
                             cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, preexec_fn=_as_from_a_terminal)
 

@@ -1,7 +1,7 @@
 """The simulator: deterministic, exact at low load, and ordered as the paper found."""
 import pandas as pd
 
-from sim.cli import main
+from servesim.cli import main
 from sim.config import load_experiment
 from sim.run import make_cost_model, run_one, simulate_trace
 from sim.workload.trace import Trace

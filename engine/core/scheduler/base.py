@@ -50,10 +50,6 @@ class Scheduler(ABC):
     @abstractmethod
     def num_waiting(self) -> int: ...
 
-    @property
-    @abstractmethod
-    def num_running(self) -> int: ...
-
     @abstractmethod
     def release_cache(self) -> None:
         """The run is over: free what the scheduler keeps cached across requests (vLLM: the shared

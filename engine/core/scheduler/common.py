@@ -50,10 +50,11 @@ class QueueScheduler(Scheduler):
                 f"{final_len} tokens exceeds the model's max_seq_len {self.max_seq_len}")
         needed = self._blocks_needed_alone(group)
         if needed > self.num_gpu_blocks:
+            fewer = " or fewer sequences per request (a smaller beam_width or n)" if group.num_seqs > 1 else ""
             raise RequestTooLarge(
-                f"request {group.request_id}: {group.num_seqs} x ({group.prompt_len} + {group.output_len}) tokens "
-                f"need {needed} KV blocks under {self.system.name} even alone, but the pool has "
-                f"{self.num_gpu_blocks}; give the KV cache more memory")
+                f"request {group.request_id}: {group.num_seqs} x ({group.prompt_len} + {group.output_len}) tokens"
+                f"{self._reservation_note(group)} need {needed} KV blocks under {self.system.name} even alone, but "
+                f"the pool has {self.num_gpu_blocks}; give the KV cache more memory{fewer}")
         for seq in group.seqs:
             self._seqs[seq.seq_id] = seq
         self.waiting.append(group)
@@ -106,10 +107,6 @@ class QueueScheduler(Scheduler):
     @property
     def num_waiting(self) -> int:
         return len(self.waiting)
-
-    @property
-    def num_running(self) -> int:
-        return len(self.running)
 
     def sequence(self, seq_id: int) -> Sequence:
         return self._seqs[seq_id]
@@ -191,6 +188,10 @@ class QueueScheduler(Scheduler):
     def _blocks_needed_alone(self, group: SequenceGroup) -> int:
         """Blocks the request needs with the pool to itself; subclasses know their allocators."""
         raise NotImplementedError
+
+    def _reservation_note(self, group: SequenceGroup) -> str:
+        """What the pool must hold for a request beyond its tokens, in words ('' where it holds just them)."""
+        return ""
 
     def _token_slots_of(self, group: SequenceGroup) -> int:
         """K/V slots a group's tokens fill; a paged pool whose samples share the prompt overrides."""

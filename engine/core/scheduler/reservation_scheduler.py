@@ -45,6 +45,13 @@ class ReservationScheduler(QueueScheduler):
             return 0
         return sum(self.allocator.buddy.chunk_size(n) for n in sizes)
 
+    def _reservation_note(self, group: SequenceGroup) -> str:
+        seq = group.seqs[0]
+        rule = {"oracle": "the true length", "pow2": "the output's next power of two",
+                "max": "up to max_seq_len"}.get(self.allocator.reservation, self.allocator.reservation)
+        return (f", each sequence reserving {self.allocator.estimate_len(seq)} tokens ({rule}) in a chunk of "
+                f"{self.allocator.buddy.chunk_size(self.allocator.reserved_blocks(seq))} blocks,")
+
     def _fork_prompt_copies(self, groups: list[SequenceGroup]) -> None:
         """Nothing is shared: every sample gets the prompt's blocks copied into its own chunk."""
         for group in groups:

@@ -17,6 +17,7 @@ from operator import sub
 from engine.core.batch import Batch
 from engine.core.block_manager import BlockManager, appends_fit
 from engine.core.blocks import blocks_for
+from engine.core.errors import SwapSpaceExhausted
 from engine.core.kv_usage import (
     KVUsage,
     UsageColumns,
@@ -212,9 +213,10 @@ class VLLMScheduler(QueueScheduler):
             if not self.blocks.can_swap_out(group):
                 why = (" (its samples could not be recomputed apart in this pool or token cap)"
                        if self.forced_preemption is PreemptionMode.RECOMPUTE else "")
-                raise RuntimeError(
-                    f"request {group.request_id}: not enough CPU swap space to preempt it{why} "
-                    f"({self.blocks.cpu.num_free} free CPU blocks); raise swap_space_gib")
+                raise SwapSpaceExhausted(
+                    f"request {group.request_id}: its {len(group.live_seqs())} sequences must be swapped out to "
+                    f"preempt it{why}, and the CPU swap space has {self.blocks.cpu.num_free} free blocks; "
+                    "raise swap_space_gib (or lower workload.n / workload.beam_width)")
             self._stop_running(group, SeqStatus.SWAPPED)  # before the swap changes its prefix_blocks
             mapping = self.blocks.swap_out(group)
             plan.swap_out.extend(mapping)

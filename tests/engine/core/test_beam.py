@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from core_harness import HYPOTHESIS, StepInvariants, check_block_manager, hyp, scheduler_for
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,6 +17,7 @@ from engine.core.blocks import blocks_for
 from engine.core.sequence import SeqStatus, SequenceCounter, make_group
 from engine.core.serving import Request, ServingCore
 from engine.core.system import SystemSpec
+from tests.helpers.core_harness import HYPOTHESIS, StepInvariants, append_one, check_block_manager, hyp, scheduler_for
 
 # --- the slots -------------------------------------------------------------------------------
 
@@ -93,7 +93,7 @@ def test_block_manager_books_hold_after_every_beam_step(run):
             table = bm.block_tables[seq.seq_id]
             needs_block = len(table) * bs < seq.length
             last, shared = table[-1], bm.gpu.ref_counts[table[-1]] > 1
-            copy = bm.append_slot(seq)
+            copy = append_one(bm, seq)
             if copy is not None:
                 assert not needs_block and shared, "copy-on-write only of a shared last block"
                 assert copy[0] == last and bm.block_tables[seq.seq_id][-1] == copy[1]
@@ -118,7 +118,7 @@ def test_fork_shares_the_parent_blocks_and_allocates_nothing():
     a, b = group.seqs
     for seq in group.seqs:
         seq.length += 1
-        bm.append_slot(seq)  # 7 tokens: the shared second block is copied for b
+        append_one(bm, seq)  # 7 tokens: the shared second block is copied for b
     free = bm.gpu.num_free
     bm.fork(a, b)
     assert bm.block_tables[b.seq_id] == bm.block_tables[a.seq_id]
@@ -126,7 +126,7 @@ def test_fork_shares_the_parent_blocks_and_allocates_nothing():
     assert [bm.gpu.ref_counts[x] for x in bm.block_tables[a.seq_id]] == [2, 2]
     b.length += 1
     a.length += 1
-    assert bm.append_slot(a) is not None, "the shared last block is copied on the next write"
+    assert append_one(bm, a) is not None, "the shared last block is copied on the next write"
 
 
 # --- the schedulers under random beam steps ----------------------------------------------------

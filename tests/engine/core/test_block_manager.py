@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import pytest
-from core_harness import check_block_manager, hyp
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from engine.core.block_manager import BlockAllocator, BlockManager
 from engine.core.blocks import blocks_for
 from engine.core.sequence import SeqStatus, Sequence, SequenceCounter, make_group
+from tests.helpers.core_harness import append_one, check_block_manager, hyp
 
 BS = 4
 
@@ -78,7 +78,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
         seq.length += 1  # the token sampled last step is fed back: it needs a slot
         needs_new_block = blocks(seq.length) > len(table_before)
         free_before = self.bm.gpu.num_free
-        copy = self.bm.append_slot(seq)
+        copy = append_one(self.bm, seq)
         table = self.bm.block_tables[seq.seq_id]
         if needs_new_block:
             assert copy is None, "a fresh block needs no copy"
@@ -212,7 +212,7 @@ def test_parallel_samples_share_the_prompt_and_copy_on_write_the_partial_last_bl
     copies = []
     for seq in group.seqs:  # the first sampled token lands in the shared half block
         seq.length += 1
-        copies.append(bm.append_slot(seq))
+        copies.append(append_one(bm, seq))
     # the first two samples copy the shared block; the last one then owns it alone
     assert copies[0] is not None and copies[1] is not None and copies[2] is None
     assert all(src == half for src, _ in copies[:2])
@@ -228,7 +228,7 @@ def test_prompt_ending_on_a_block_boundary_needs_no_copy():
     group.set_status(SeqStatus.RUNNING)
     for seq in group.seqs:
         seq.length += 1
-        assert bm.append_slot(seq) is None
+        assert append_one(bm, seq) is None
     assert bm.num_used_gpu_blocks == 4  # 2 shared prompt blocks + one fresh block each
 
 
@@ -247,7 +247,7 @@ def test_swap_round_trip_keeps_sharing_and_frees_the_source_pool():
     group.set_status(SeqStatus.RUNNING)
     for seq in group.seqs:
         seq.length += 1
-        bm.append_slot(seq)
+        append_one(bm, seq)
     assert bm.can_swap_out(group)
     out = bm.swap_out(group)
     group.set_status(SeqStatus.SWAPPED)

@@ -4,11 +4,11 @@ from __future__ import annotations
 import copy
 
 import pytest
-from core_harness import hyp
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from engine.core.buddy import BuddyAllocator, next_pow2
+from tests.helpers.core_harness import hyp
 
 
 def greedy_roots(num_blocks: int, max_chunk: int) -> list[tuple[int, int]]:

@@ -21,7 +21,7 @@ from engine.core.scheduler.vllm import VLLMScheduler
 from engine.core.sequence import SequenceCounter, make_group
 from engine.core.serving import Request, ServingCore
 from engine.core.system import PAPER_SYSTEMS
-from tests.engine.core.core_harness import StepInvariants, tiny_model
+from tests.helpers.core_harness import StepInvariants, tiny_model
 
 MODEL = tiny_model(max_seq_len=128)
 SYSTEMS = {name: replace(system, block_size=4) for name, system in {

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from core_harness import (
+from engine.core.sequence import SeqStatus
+from engine.core.system import PAPER_SYSTEMS
+from tests.helpers.core_harness import (
     Checker,
     Req,
     StepInvariants,
@@ -13,9 +15,6 @@ from core_harness import (
     scheduler_for,
     seeded_requests,
 )
-
-from engine.core.sequence import SeqStatus
-from engine.core.system import PAPER_SYSTEMS
 
 
 class RequestLevel(Checker):

@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from core_harness import (
+
+from engine.core.factory import make_scheduler
+from engine.core.sequence import SequenceCounter, make_group
+from engine.core.system import PAPER_SYSTEMS
+from engine.specs.loader import load_model_spec
+from tests.helpers.core_harness import (
     Checker,
     StepInvariants,
     check_finished,
@@ -13,11 +18,6 @@ from core_harness import (
     scheduler_for,
     seeded_requests,
 )
-
-from engine.core.factory import make_scheduler
-from engine.core.sequence import SequenceCounter, make_group
-from engine.core.system import PAPER_SYSTEMS
-from engine.specs.loader import load_model_spec
 
 ORCAS = ["orca-oracle", "orca-pow2", "orca-max"]
 

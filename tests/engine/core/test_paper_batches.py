@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from core_harness import Req, drive
 
 from engine.core.factory import make_scheduler
 from engine.core.sequence import SequenceCounter, make_group
 from engine.core.system import PAPER_SYSTEMS
 from engine.specs.loader import load_model_spec
+from tests.helpers.core_harness import Req, drive
 
 OPT13B_BLOCKS = 983  # 12 GiB / (16 x 800 KiB); derived in tests/calibrate
 
@@ -29,7 +29,7 @@ def test_orca_max_admits_exactly_seven_and_strands_87_blocks(opt13b):
     many_requests(sched)
     batch = sched.schedule()
     assert len(batch.prefill_seq_ids) == 7 and batch.num_running_groups == 7
-    assert sched.num_running == 7 and sched.num_waiting == 33
+    assert len(sched.running) == 7 and sched.num_waiting == 33
     assert sched.allocator.num_free_blocks == 87  # 8.85% of the pool, Fig. 2's 8.9%
     assert max(size for size, starts in sched.allocator.buddy._free.items() if starts) == 64 < 128
     usage = sched.kv_usage()

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from core_harness import Req, StepInvariants, check_block_manager, check_finished, drive, hyp, scheduler_for
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,6 +18,16 @@ from engine.core.blocks import blocks_for
 from engine.core.scheduler.vllm import VLLMScheduler
 from engine.core.sequence import SeqStatus, SequenceCounter, make_group
 from engine.core.system import PAPER_SYSTEMS
+from tests.helpers.core_harness import (
+    Req,
+    StepInvariants,
+    append_one,
+    check_block_manager,
+    check_finished,
+    drive,
+    hyp,
+    scheduler_for,
+)
 
 BS = 4
 MAX_LEN = 64
@@ -43,13 +52,13 @@ def test_n_samples_of_one_prompt_save_the_prompt_blocks_until_copy_on_write():
     assert (bm.num_unshared_blocks, bm.num_saved_blocks) == (9, 6)
     for seq in group.seqs:  # the first sampled token goes into the shared, partly filled last block
         seq.length += 1
-        bm.append_slot(seq)
+        append_one(bm, seq)
     # two samples copied the last block on write, the third kept it: blocks 0-1 still shared by 3
     assert (bm.num_unshared_blocks, bm.num_saved_blocks) == (9, 4)
     assert bm.num_used_gpu_blocks == 5
     for seq in group.seqs:
         seq.length += 1  # length 12: fits the last block, no new block
-        bm.append_slot(seq)
+        append_one(bm, seq)
     assert (bm.num_unshared_blocks, bm.num_saved_blocks) == (9, 4)
     bm.free(group.seqs[0])
     assert (bm.num_unshared_blocks, bm.num_saved_blocks) == (6, 2)

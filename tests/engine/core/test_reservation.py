@@ -4,12 +4,12 @@ from __future__ import annotations
 import math
 
 import pytest
-from core_harness import hyp
 from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.core.reservation import ReservationAllocator, estimated_output
 from engine.core.sequence import SequenceCounter, make_group
+from tests.helpers.core_harness import hyp
 
 MAX_LEN, BS = 2048, 16
 

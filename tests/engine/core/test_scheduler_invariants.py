@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from core_harness import Req, StepInvariants, check_finished, drive, hyp, scheduler_for
 from hypothesis import given
 from hypothesis import strategies as st
-from test_vllm_scheduler import VLLMPolicy
 
 from engine.core.blocks import blocks_for
 from engine.core.scheduler.common import RequestTooLong
@@ -17,6 +15,8 @@ from engine.core.scheduler.orca import OrcaScheduler
 from engine.core.scheduler.vllm import VLLMScheduler
 from engine.core.sequence import SequenceCounter, make_group
 from engine.core.system import PAPER_SYSTEMS
+from tests.helpers.core_harness import Req, StepInvariants, check_finished, drive, hyp, scheduler_for
+from tests.helpers.vllm_policy import VLLMPolicy
 
 MAX_LEN = 64  # tiny model: Max reserves 64 tokens
 
@@ -50,7 +50,7 @@ class FinalState:
 
     def check(self):
         sched = self.sched
-        assert not sched.has_unfinished() and sched.num_waiting == 0 and sched.num_running == 0
+        assert not sched.has_unfinished() and sched.num_waiting == 0 and len(sched.running) == 0
         usage = sched.kv_usage()
         assert usage.idle == sched.num_gpu_blocks * sched.block_size, f"memory left behind: {usage}"
         if isinstance(sched, VLLMScheduler):

@@ -230,3 +230,97 @@ def test_triton_offsets_past_int32():
     expected = paged_attention_decode_ref(*args)
     torch.testing.assert_close(paged_attention_decode(*args, backend="triton"), expected,
                                **TOLERANCE[torch.float16])
+
+
+# --- flash-decoding: contexts split across programs, then one reduce --------------------------
+
+# (context_lens, num_heads, num_kv_heads, head_dim, block_size, partition_size)
+SPLIT_CASES = {
+    "not_multiple_of_partition": ([37, 70, 5], 4, 2, 64, 8, 16),
+    "one_partition": ([12, 16], 2, 2, 32, 8, 16),
+    "partition_not_multiple_of_tile": ([45, 9], 2, 1, 32, 4, 24),
+    "gqa_8_over_1_many_parts": ([130, 1], 8, 1, 32, 16, 16),
+    "context_0_padding": ([0, 33], 2, 1, 32, 8, 16),
+}
+
+
+@needs_triton
+@pytest.mark.parametrize("case", SPLIT_CASES.values(), ids=list(SPLIT_CASES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_flash_decoding_matches_reference(case, dtype):
+    from engine.kernels.paged_attention import paged_attention_decode_triton
+
+    *shape, partition = case
+    paged = PagedCase(*shape, dtype=dtype, seed=6)
+    expected = paged_attention_decode_ref(*paged.args())
+    out = torch.full_like(paged.query, float("nan"))
+    # No max_context: partitions sized against the block table's width, as the runner calls it.
+    split = paged_attention_decode_triton(*paged.args(), out=out, partition_size=partition)
+    torch.testing.assert_close(split, expected, **TOLERANCE[dtype])
+    public = paged_attention_decode(*paged.args(), backend="triton", partition_size=partition)
+    torch.testing.assert_close(public, expected, **TOLERANCE[dtype])
+
+
+@needs_triton
+def test_flash_decoding_chosen_automatically_matches_reference():
+    from engine.kernels import paged_attention as kernel
+
+    # 2 sequences x 1 kv head are far fewer programs than a GPU's SMs: "auto" splits.
+    paged = PagedCase([150, 61], 4, 1, 32, 16, torch.float32, seed=7)
+    assert kernel.choose_partition(2, 1, 150, 64, 4 * kernel.streaming_multiprocessors(None)) is not None
+    expected = paged_attention_decode_ref(*paged.args())
+    torch.testing.assert_close(paged_attention_decode(*paged.args(), backend="triton"), expected,
+                               **TOLERANCE[torch.float32])
+
+
+@pytest.mark.parametrize("num_seqs, kv_heads, bound, tile, target, expected", [
+    (32, 40, 256, 64, 528, None),  # batch 32 x 40 heads fills the GPU, short walks: one pass
+    (8, 40, 256, 64, 528, 128),  # 320 programs: 2 partitions of 128 reach the target
+    (8, 40, 64, 64, 528, None),  # one tile of context: nothing to split
+    (1, 40, 2048, 64, 528, 256),  # 14 partitions wanted: 2048 / 14 -> 147 -> 256 tokens
+    (128, 40, 2048, 64, 528, 512),  # the GPU is full, but walks stay within 512 tokens
+    (8, 40, 2048, 64, 528, 512),  # 2 partitions would fill it; 4 keep walks within 512
+    (1, 1, 100_000, 64, 528, 2048),  # at most 64 partitions, however long the walk
+    (2, 1, 100, 64, 528, 64),  # never below one tile: 64 + 36 tokens
+])
+def test_partition_choice(num_seqs, kv_heads, bound, tile, target, expected):
+    pytest.importorskip("triton")
+    from engine.kernels.paged_attention import choose_partition
+
+    assert choose_partition(num_seqs, kv_heads, bound, tile, target) == expected
+
+
+@needs_triton
+@settings(max_examples=10, deadline=None, derandomize=True)
+@given(
+    context_lens=st.lists(st.integers(0, 80), min_size=1, max_size=3),
+    kv_heads=st.sampled_from([1, 2]),
+    group=st.sampled_from([1, 4]),
+    block_size=st.sampled_from([4, 8, 16]),
+    partition=st.sampled_from([8, 16, 24, 40]),
+)
+def test_flash_decoding_matches_reference_random_shapes(context_lens, kv_heads, group, block_size, partition):
+    from engine.kernels.paged_attention import paged_attention_decode_triton
+
+    paged = PagedCase(context_lens, kv_heads * group, kv_heads, 32, block_size, torch.float32,
+                      seed=len(context_lens))
+    expected = paged_attention_decode_ref(*paged.args())
+    out = torch.full_like(paged.query, float("nan"))
+    split = paged_attention_decode_triton(*paged.args(), out=out, partition_size=partition)
+    torch.testing.assert_close(split, expected, **TOLERANCE[torch.float32])
+
+
+@needs_triton
+@pytest.mark.parametrize("case", [CASES["ragged"], CASES["gqa_8_over_1"], CASES["context_0_padding"],
+                                  CASES["head_dim_80"]], ids=["ragged", "gqa", "context_0", "head_dim_80"])
+@pytest.mark.parametrize("partition_size", [None, 16], ids=["one_pass", "split"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_dot_tiles_match_reference(case, partition_size, dtype):
+    # The tl.dot variant pads the query group to 16 rows; bf16 is left to compiled runs.
+    from engine.kernels.paged_attention import paged_attention_decode_triton
+
+    paged = PagedCase(*case, dtype=dtype, seed=9)
+    expected = paged_attention_decode_ref(*paged.args())
+    out = torch.full_like(paged.query, float("nan"))
+    got = paged_attention_decode_triton(*paged.args(), out=out, partition_size=partition_size, use_dot=True)
+    torch.testing.assert_close(got, expected, **TOLERANCE[dtype])

@@ -4,14 +4,15 @@ import re
 import pandas as pd
 import pytest
 
-from sim.cli import main
+from servesim.cli import main
 from sim.reproduce import scale
 from sim.reproduce.claims import CLAIMS
 from sim.reproduce.figures import FIG12, FIG13, FIG14, FIG15, FIG18, FIGURES, Source
 from sim.reproduce.runner import footer, reproduce
 from sim.reproduce.scale import PAPER, PREDICTED, QUICK, Scale
 
-TINY = Scale("test", "test: 20-s traces, the lowest rate of each curve", duration_s=20, warmup_s=5, max_rates=1)
+TINY = Scale("test", "test: 20-s traces, the lowest rate of each curve", duration_s=20, warmup_s=5, max_rates=1,
+             max_extra_probes=0)  # the crossing search has tests of its own (test_reproduce_crossing.py)
 
 
 @pytest.fixture(scope="module")

@@ -125,7 +125,7 @@ def test_a_run_reads_the_shipped_conversations_for_its_fingerprint():
 
 
 def test_fig17_runs_end_to_end(tmp_path, capsys):
-    from sim.cli import main
+    from servesim.cli import main
     out = tmp_path / "fig17"
     args = ["run", str(ROOT / "configs" / "paper" / "fig17_chatbot.yaml"), "--out", str(out), "--jobs", "1",
             "--set", "workload.duration_s=180", "--set", "rates=[0.4]", "--set", "warmup_s=20"]
@@ -138,7 +138,7 @@ def test_fig17_runs_end_to_end(tmp_path, capsys):
 
 
 def test_trace_sample_writes_a_chatbot_trace(tmp_path):
-    from sim.workload.cli import main
+    from servesim.cli import main
     from sim.workload.recorded import read_recorded_trace
     out = tmp_path / "chat.csv"
     assert main(["trace", "sample", "--dataset", "chatbot", "--new-conversation-prob", "0.3", "--rate", "0.5",

@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 
 from engine.specs.errors import SpecError
+from servesim.cli import main
 from sim.workload.chatbot import ChatbotCuts, every_round
 from sim.workload.chatbot_build import build_chatbot_csv
-from sim.workload.cli import main
 from sim.workload.conversations import load_conversations, read_conversations_csv
 from sim.workload.paths import CHATBOT_CSV
-from tests.sim.workload.sharegpt_json import conversation, truncated_json, turn, words
+from tests.helpers.sharegpt_json import conversation, truncated_json, turn, words
 
 CONVERSATIONS = [
     conversation(1, turn("human", 5), turn("gpt", 4), turn("human", 6), turn("gpt", 7)),   # two rounds

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from sim.workload.cli import main
+from servesim.cli import main
 from sim.workload.recorded import read_recorded_trace
 
 

@@ -97,7 +97,8 @@ def test_shipped_sharegpt_lengths_are_package_data():
 
 @pytest.mark.parametrize("arrival", ["poisson", "exponential", "gamma", "constant"])
 def test_generated_trace_is_seeded(tmp_path, arrival):
-    cfg = parse({"dataset": "sharegpt-standin", "arrival": arrival, "cv": 2.0, "duration_s": 200, "n": 2})
+    shape = {"cv": 2.0} if arrival == "gamma" else {}  # cv only applies to gamma arrivals
+    cfg = parse({"dataset": "sharegpt-standin", "arrival": arrival, **shape, "duration_s": 200, "n": 2})
     first = build_trace(cfg, 3.0, 2048, np.random.default_rng(5))
     again = build_trace(cfg, 3.0, 2048, np.random.default_rng(5))
     written = [write_trace_csv(t, tmp_path / f"{i}.csv").read_bytes() for i, t in enumerate((first, again))]

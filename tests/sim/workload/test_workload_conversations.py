@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from engine.specs.errors import SpecError
-from sim.workload.cli import main
+from servesim.cli import main
 from sim.workload.conversations import is_conversation_dataset, load_conversations, read_conversations_csv
 
 HEADER = "conversation,round,query_len,response_len\n"

@@ -7,7 +7,7 @@ import pytest
 from engine.specs.errors import SpecError
 from sim.workload.alpaca import alpaca_lengths
 from sim.workload.lengths import LengthTable, load_lengths, read_lengths_csv
-from sim.workload.standin import FIG11_MEANS, STAND_INS
+from sim.workload.standin import FIG11_MEANS, SHAREGPT_FIG11_SCALE, STAND_INS, scale_pairs
 
 
 def words(texts):
@@ -100,3 +100,36 @@ def test_load_lengths_by_name_and_path(tmp_path):
     assert load_lengths(path).prompt_len.tolist() == [1]
     path.write_text("prompt_len,output_len\n1,2\n3,4\n")     # an edited file is read again
     assert load_lengths(path).prompt_len.tolist() == [1, 3]
+
+
+def _shape(prompt, output):
+    prompt, output = prompt.astype(float), output.astype(float)
+    return prompt.std() / prompt.mean(), output.std() / output.mean(), float(np.corrcoef(prompt, output)[0, 1])
+
+
+def test_sharegpt_fig11_standin_means_and_shape():
+    """Fig. 11's means within 1% after the < 2048 filter; the real pairs' CVs within 10% and their
+    correlation within 0.1 (it is near zero, where a relative bound says nothing)."""
+    real = load_lengths("sharegpt").fitting(2048)
+    standin = load_lengths("sharegpt-fig11-standin")
+    assert standin.is_stand_in and "stand-in" in standin.source
+    kept = standin.fitting(2048)
+    want_prompt, want_output = FIG11_MEANS["sharegpt"]
+    assert kept.prompt_len.mean() == pytest.approx(want_prompt, rel=0.01)
+    assert kept.output_len.mean() == pytest.approx(want_output, rel=0.01)
+    real_cv_p, real_cv_o, real_corr = _shape(real.prompt_len, real.output_len)
+    cv_p, cv_o, corr = _shape(kept.prompt_len, kept.output_len)
+    assert cv_p == pytest.approx(real_cv_p, rel=0.10)
+    assert cv_o == pytest.approx(real_cv_o, rel=0.10)
+    assert abs(corr - real_corr) <= 0.1
+
+
+def test_sharegpt_fig11_standin_is_the_real_pairs_scaled():
+    real = load_lengths("sharegpt")
+    standin = load_lengths("sharegpt-fig11-standin")
+    assert len(standin) == len(real)
+    # pair i of the stand-in is pair i of the real table, each axis scaled by its own constant
+    prompt, output = scale_pairs(real.prompt_len, real.output_len, SHAREGPT_FIG11_SCALE)
+    assert np.array_equal(standin.prompt_len, prompt) and np.array_equal(standin.output_len, output)
+    assert np.array_equal(scale_pairs(np.array([1, 10]), np.array([3, 1]), (2.0, 0.1))[0], [2, 20])
+    assert np.array_equal(scale_pairs(np.array([1, 10]), np.array([3, 1]), (2.0, 0.1))[1], [1, 1])  # at least 1

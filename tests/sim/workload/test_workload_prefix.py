@@ -107,7 +107,7 @@ def test_a_trace_refuses_prompts_no_longer_than_its_prefix():
 
 
 def test_trace_sample_writes_a_prefix_a_replay_reads_back(tmp_path, capsys):
-    from sim.cli import main
+    from servesim.cli import main
     out = tmp_path / "t.csv"
     args = ["trace", "sample", "--dataset", "wmt16-en-de-standin", "--rate", "2", "--duration-s", "30",
             "--prefix-tokens", "80", "--out", str(out)]

@@ -5,7 +5,7 @@ import pytest
 
 from engine.specs.errors import SpecError
 from sim.workload.sharegpt import build_sharegpt_csv
-from tests.sim.workload.sharegpt_json import conversation, truncated_json, turn, words
+from tests.helpers.sharegpt_json import conversation, truncated_json, turn, words
 
 CONVERSATIONS = [
     conversation(1, turn("human", 5), turn("gpt", 4), turn("human", 99), turn("gpt", 99)),   # kept (5, 4)

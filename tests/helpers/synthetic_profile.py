@@ -31,3 +31,19 @@ def synthetic_raw(noise: float, seed: int = 0, grid: Grid | None = None, token_c
     frame["time_s"] = exact * (1 + rng.normal(0, noise, len(frame)))
     return frame.assign(model="opt-13b", device="cuda", device_name="synthetic", dtype="float16",
                         tensor_parallel=1)
+
+
+HOST_TRUE = {"per_iteration_s": 2e-3, "per_sequence_s": 5e-5, "per_prefill_token_s": 2e-6}
+LAUNCH_S = 3e-3  # host work inside the forward: in its wall time (time_s), not in its device time (device_s)
+
+
+def split_raw(noise: float, seed: int = 0) -> pd.DataFrame:
+    """synthetic_raw as a profiler that measures device and host time apart writes it: device_s is the
+    known device cost (TRUE and the token table), host_s the known host cost (HOST_TRUE), each with its own
+    noise, and time_s the forward's wall time, the device time plus launches."""
+    frame = synthetic_raw(noise, seed)
+    rng = np.random.default_rng(seed + 1)
+    host = (HOST_TRUE["per_iteration_s"] + HOST_TRUE["per_sequence_s"] * frame["num_seqs"]
+            + HOST_TRUE["per_prefill_token_s"] * frame["num_prefill_tokens"])
+    return frame.assign(device_s=frame["time_s"], time_s=frame["time_s"] + LAUNCH_S,
+                        host_s=host * (1 + rng.normal(0, noise, len(frame))))

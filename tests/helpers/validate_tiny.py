@@ -74,3 +74,13 @@ def profile_text(model: str = "opt-tiny", device: str = "cpu", dtype: str = "flo
         swap_s_per_byte: 1.0e-11
         {reference}
         """)
+
+
+def write_tiny_validation(folder, config: str = TINY_VALIDATION, profile: str | None = None,
+                          lengths: str = TINY_LENGTHS):
+    """The tiny config, its lengths and its profile written into `folder`; returns the config's path."""
+    (folder / "lengths.csv").write_text(lengths)
+    (folder / "profile.yaml").write_text(profile or profile_text())
+    path = folder / "tiny.yaml"
+    path.write_text(config)
+    return path

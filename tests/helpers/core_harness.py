@@ -71,7 +71,7 @@ def drive(sched, reqs: list[Req], checkers: tuple[Checker, ...] = (), max_steps:
     step = 0
     while pending or sched.has_unfinished():
         assert step < max_steps, (f"no end after {max_steps} steps: {sched.num_waiting} waiting, "
-                                  f"{sched.num_running} running")
+                                  f"{len(sched.running)} running")
         while pending and pending[0][1].arrival <= step:
             rid, r = pending.popleft()
             group = make_group(rid, float(r.arrival), r.prompt, r.output, r.n, counter, r.prefix)
@@ -224,3 +224,10 @@ def seeded_requests(seed: int, count: int, max_arrival: int, max_prompt: int, ma
     return [Req(int(rng.integers(0, max_arrival + 1)), int(rng.integers(1, max_prompt + 1)),
                 int(rng.integers(1, max_output + 1)), int(rng.integers(1, max_n + 1)))
             for _ in range(count)]
+
+
+def append_one(bm: BlockManager, seq) -> tuple[int, int] | None:
+    """BlockManager.append_slots for one sequence: the (src, dst) copy it asked for, if its last block was shared."""
+    copies: list[tuple[int, int]] = []
+    bm.append_slots((seq,), copies)
+    return copies[0] if copies else None

@@ -1,5 +1,5 @@
-"""What the sweep-process tests share: a tiny sweep, and a command's child processes read from /proc (do a
-command's workers end with it?)."""
+"""What the sweep-process tests share: a command's child processes read from /proc (do a command's workers
+end with it?). The tiny sweep they run is tests/helpers/configs.TINY."""
 from __future__ import annotations
 
 import os
@@ -7,20 +7,6 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-
-# a sweep of four short runs: two systems at two rates
-TINY = """
-name: tiny
-model: opt-13b
-hardware: a100-40gb
-kv_cache_gib: 12
-workload:
-  dataset: sharegpt-standin
-  duration_s: 30
-systems: [vllm, orca-oracle]
-rates: [1, 2]
-warmup_s: 5
-"""
 
 
 def children(pid: int) -> list[int]:

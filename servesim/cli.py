@@ -1,0 +1,93 @@
+"""The `servesim` command: the front door, where every room registers its commands.
+
+Each room owns its commands and adds them here through its `register(subparsers)`: the simulator
+(`run`, `capacity`, `reproduce`, `trace`), calibration (`calibrate`) and validation (`validate`).
+Nothing below imports this package, so no room depends on another's commands.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import traceback
+
+from calibrate.cli import register as register_calibrate
+from engine.core.errors import Unservable
+from engine.specs.errors import SpecError
+from fidelity.cli import register as register_validate
+from sim.cli import one_line
+from sim.cli import register as register_sim
+
+# every room's commands, in the order `servesim --help` lists them; imports stay light (no simpy or
+# torch until a command runs)
+ROOMS = (register_sim, register_calibrate, register_validate)
+
+# Errors a user can fix: a bad config or argument, a request the deployment can never serve, a file
+# system that refuses (no permission, disk full). They are reported in one line with this status.
+USER_ERRORS = (SpecError, Unservable, OSError)
+EXIT_USER_ERROR = 2
+EXIT_BUG = 1
+EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT: 128 + 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="servesim", description="servesim: a discrete-event simulator of LLM "
+                                     "serving, clocked by cost models calibrated on a real paged-attention engine")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for register in ROOMS:
+        register(sub)
+    _add_debug_flag(parser)
+    return parser
+
+
+def _add_debug_flag(parser: argparse.ArgumentParser) -> None:
+    """--debug anywhere on the command line: every command's and subcommand's parser knows it."""
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="on an error, print the traceback too (for bug reports)")
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in dict.fromkeys(action.choices.values()):  # an alias maps to its command's parser
+                _add_debug_flag(command)
+
+
+def _fail(args, message: str, status: int) -> int:
+    if getattr(args, "debug", False):
+        traceback.print_exc()
+    print(f"servesim: {message}", file=sys.stderr)
+    return status
+
+
+def _interrupted(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _sigterm_as_interrupt():
+    """SIGTERM (kill, a job scheduler's stop) ends a command as Ctrl-C does: the same cleanup, the same
+    one line, the same exit status. The previous handler, to restore; None off the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _interrupted)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a command; the user sees one line for any error, a traceback only with --debug."""
+    args = None
+    previous = _sigterm_as_interrupt()
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except KeyboardInterrupt:
+        return _fail(args, "interrupted", EXIT_INTERRUPTED)
+    except USER_ERRORS as err:
+        return _fail(args, f"error: {one_line(err)}", EXIT_USER_ERROR)
+    except Exception as err:  # a bug: say so, and how to report it
+        return _fail(args, f"internal error: {type(err).__name__}: {one_line(err)} "
+                     "(rerun with --debug for the traceback, and report it)", EXIT_BUG)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""The transfer cost model off its measured chip: the roofline in each regime the transfer did not beat, and says so."""
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from calibrate.hardware import load_hardware
+from calibrate.profile_file import load_profile
+from calibrate.profile_model import transferred_roofline
+from calibrate.roofline import RooflineCostModel
+from calibrate.transfer import COMPUTE_BOUND, MEMORY_BOUND, RegimeChoice
+from calibrate.transfer_cost import RegimeCostModel, by_regime
+from calibrate.transfer_judge import PROFILES, choose, judge_profile
+from engine.core.batch import Batch
+from engine.specs.loader import load_model_spec
+from servesim.cli import main
+
+A100_PROFILE = PROFILES / "a100-80gb-linear.yaml"
+NEW_GPUS = ("h100-sxm", "h100-pcie", "h200", "l40s", "a10g", "b200")
+
+
+def decode(n: int, context: int = 256) -> Batch:
+    return Batch(decode_seq_ids=list(range(n)), decode_context_lens=[context] * n)
+
+
+def prefill(tokens: int) -> Batch:
+    return Batch(prefill_seq_ids=[0], prefill_lens=[tokens], prefill_sample_ids=[(0,)])
+
+
+def test_on_the_measured_chip_the_transfer_is_unchanged():
+    spec, a40 = load_model_spec("opt-13b"), load_hardware("a100-40gb")
+    cost = transferred_roofline(A100_PROFILE, None, spec, a40, 1, 2, 16)
+    assert isinstance(cost, RooflineCostModel) and cost.linear is not None
+    assert "linear part measured" in cost.source
+
+
+@pytest.mark.parametrize("name", NEW_GPUS)
+def test_every_new_gpu_prices_a_batch_by_default_and_with_the_transfer(name):
+    spec, hw = load_model_spec("llama-7b"), load_hardware(name)
+    plain = RooflineCostModel(spec, hw)
+    carried = transferred_roofline(A100_PROFILE, None, spec, hw, 1, 2, 16)
+    for batch in (decode(8), prefill(1024)):
+        assert 0 < plain.iteration_time(batch) < 1.0
+        assert carried.iteration_time(batch) >= plain.iteration_time(batch)  # + the measured host work
+    # no regime beat the roofline on a held-out GPU, so the device part is the roofline's, and it says so
+    assert "roofline" in carried.source and "memory-bound decode: roofline" in carried.source
+    carried.charge_host = False
+    assert carried.iteration_time(decode(8)) == plain.iteration_time(decode(8))
+
+
+def test_by_regime_prices_each_regime_with_its_chosen_model():
+    spec, h100, a100 = load_model_spec("llama-7b"), load_hardware("h100-sxm"), load_hardware("a100-80gb")
+    from calibrate.linear_model import LinearFit
+
+    fit = LinearFit.from_dict(load_profile(A100_PROFILE).linear)
+    measured = RooflineCostModel(spec, h100, linear=fit)
+    roofline = RooflineCostModel(spec, h100)
+    choice = RegimeChoice(frozenset({MEMORY_BOUND}), {MEMORY_BOUND: "synthetic"})
+    cost = by_regime(measured, A100_PROFILE, a100, spec, h100, 1, 2, 16, True, None, choice)
+    assert isinstance(cost, RegimeCostModel) and "memory-bound decode: transfer (synthetic)" in cost.source
+    assert cost.iteration_time(decode(8)) == measured.iteration_time(decode(8))
+    assert cost.iteration_time(prefill(2048)) == roofline.iteration_time(prefill(2048))
+    assert measured.iteration_time(decode(8)) != roofline.iteration_time(decode(8))
+    stretch = cost.decode_iteration_times(decode(8), 4)
+    assert list(stretch) == [cost.iteration_time(decode(8, 256 + i)) for i in range(4)]
+    cost.charge_host = True
+    assert cost.transfer.charge_host and cost.roofline.charge_host
+
+
+def test_the_shipped_judgement_keeps_the_roofline_where_the_transfer_does_not_win():
+    errors = judge_profile(load_profile(A100_PROFILE))
+    forward = next(e for e in errors if e.direction == "a100-80gb -> h200")
+    assert forward.regime == COMPUTE_BOUND and forward.rows == 6
+    assert forward.mean < 0.08 and forward.roofline_mean < 0.08
+    choice = choose(errors)
+    assert choice.uses_transfer(COMPUTE_BOUND) == all(e.beats_roofline for e in errors)
+    assert not choice.uses_transfer(MEMORY_BOUND)  # no held-out GPU measured it
+
+
+def test_capacity_on_a_new_gpu_works_out_of_the_box(tmp_path):
+    config = tmp_path / "exp.yaml"
+    config.write_text(f"""
+name: l40s-capacity
+model: opt-13b
+hardware: l40s
+kv_cache_gib: 8
+cost_model: {{kind: transfer, path: {Path(A100_PROFILE).as_posix()}}}
+workload: {{dataset: sharegpt-standin, arrival: poisson, duration_s: 120}}
+systems: [vllm]
+rates: [0.5]
+seeds: [0]
+warmup_s: 10
+""")
+    out = tmp_path / "cap"
+    assert main(["capacity", str(config), "--target", "ttft_p90_s=5", "--out", str(out), "--tolerance", "0.3"]) == 0
+    table = pd.read_csv(out / "capacity.csv")
+    assert table["max_rate_per_replica_rps"][0] > 0
+
+
+def test_calibrate_fit_of_a_gpu_profile_prints_the_held_out_gpu(tmp_path, capsys):
+    assert main(["calibrate", "fit", str(PROFILES / "h200-llama-7b.raw.csv"), "--out", str(tmp_path / "p.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "a100-80gb -> h200" in out and "h200 -> a100-80gb" in out
+    assert "default on unmeasured hardware: memory-bound decode: roofline" in out
+
+
+def test_calibrate_fit_of_a_cpu_profile_prints_no_gpu_judgement(tmp_path, capsys):
+    assert main(["calibrate", "fit", str(PROFILES / "cpu-opt-125m.raw.csv"), "--out", str(tmp_path / "p.yaml")]) == 0
+    assert "never saw" not in capsys.readouterr().out
+
+
+def test_without_the_held_out_gpu_rows_nothing_is_judged(tmp_path, monkeypatch):
+    import shutil
+
+    from calibrate import transfer_judge
+    from calibrate.transfer_cost import default_choice
+
+    profile = tmp_path / "a100.yaml"
+    shutil.copy(A100_PROFILE, profile)
+    monkeypatch.setattr(transfer_judge, "H200_RAW", (tmp_path / "gone.raw.csv",))
+    monkeypatch.setattr(transfer_judge.judge_profile, "__defaults__", ((tmp_path / "gone.raw.csv",),))
+    choice = default_choice(profile, load_hardware("a100-80gb"))
+    assert not choice.use_transfer and "no held-out GPU" in choice.reasons[COMPUTE_BOUND]
+
+
+def test_the_cost_model_column_says_the_roofline_prices_the_regimes(tmp_path):
+    from sim.config import load_experiment
+    from sim.run import run_one
+
+    config = tmp_path / "exp.yaml"
+    config.write_text(f"""
+name: h100
+model: opt-13b
+hardware: h100-sxm
+kv_cache_gib: 8
+cost_model: {{kind: transfer, path: {Path(A100_PROFILE).as_posix()}}}
+workload: {{dataset: sharegpt-standin, arrival: poisson, duration_s: 30}}
+systems: [vllm]
+rates: [0.5]
+seeds: [0]
+warmup_s: 0
+""")
+    exp = load_experiment(config)
+    summary = run_one(exp, exp.systems[0], 0.5, 0).summary
+    assert summary["cost_model"].startswith("roofline(h100-sxm")
+    assert "by regime: memory-bound decode: roofline" in summary["cost_model"]
+
+
+def test_the_judge_tells_a_wrong_compute_share_from_a_right_one():
+    from calibrate.linear_model import LinearFit
+    from calibrate.transfer_judge import a100_to_h200
+
+    shipped = LinearFit.from_dict(load_profile(A100_PROFILE).linear)
+    wrong = LinearFit(0.3, shipped.bandwidth_efficiency, shipped.ridge_efficiency, shipped.gemm_latency_s,
+                      shipped.elementwise)
+    assert a100_to_h200(wrong).mean > 2 * a100_to_h200(shipped).mean
