@@ -55,7 +55,7 @@ def beam_saving(width: int, dataset: str, beam_continue: float, duration_s: floa
     replica = Replica(env, 0, scheduler, make_cost_model(exp, system), Records(), float("inf"),
                       BeamParentModel(beam_continue, rng))
     saved = [0.0, 0.0]  # duration x saved blocks, duration x blocks without sharing
-    finish = replica.core.finish
+    finish = replica.core.end_step
 
     def probed_finish(step, now_s, beam_parents=None):
         # the pool as the iteration ran: after its schedule, before its completion
@@ -67,7 +67,7 @@ def beam_saving(width: int, dataset: str, beam_continue: float, duration_s: floa
             saved[1] += (now_s - step.start_s) * (used + shared)
         return finish(step, now_s, beam_parents)
 
-    replica.core.finish = probed_finish
+    replica.core.end_step = probed_finish
     env.process(arrivals(env, trace, [replica], "round_robin"))
     env.run()
     return saved[0] / saved[1]

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 import simpy
 
 from engine.core.records import ITERATION_TYPECODES
-from engine.core.serving import ReplayRequest
 from sim.fastforward import Alarm
 from sim.pool import stop_pool, worker_pool
 from sim.records import Records
 from sim.replica import Replica, run_to_end
+from sim.router import trace_requests
 from sim.workload.trace import Trace
 
 if TYPE_CHECKING:
@@ -94,10 +94,10 @@ def serve_replicas(trace: Trace, wakes: list[float], fleet: FleetSetup, indices:
                    ) -> list[ReplicaRun | ReplicaFailure] | None:
     """These replicas of the fleet, one at a time, each on its own clock; None at an arrival tie. A replica
     that raises is a ReplicaFailure, and the others are still served: one of theirs may come first."""
-    forward, runs = fleet.forward(wakes), []
+    fast_forward, runs = fleet.stretches(wakes), []
     for index in indices:
         env = simpy.Environment()
-        replica = fleet.replica(env, index, forward)
+        replica = fleet.replica(env, index, fast_forward)
         own_wakes = wakes[index::fleet.replicas]
         env.process(replica_arrivals(env, trace, replica, range(index, len(trace), fleet.replicas), own_wakes))
         failure = None
@@ -143,11 +143,8 @@ def replica_arrivals(env: simpy.Environment, trace: Trace, replica: Replica, req
                      wakes: list[float]):
     """A SimPy process: the router of sim.router.arrivals as one replica sees it, handing it each of its
     requests at the time the shared router would (an absolute time: now + (wake - now) need not be wake)."""
-    times, prompts, outputs = trace.arrival_s.tolist(), trace.prompt_len.tolist(), trace.output_len.tolist()
-    ns, widths = trace.n.tolist(), trace.beam_width.tolist()
-    for request_id, wake in zip(request_ids, wakes):
+    for request, wake in zip(trace_requests(trace, request_ids), wakes):
         if wake > env.now:
             yield Alarm(env, wake, lambda _: None)
-        replica.submit(ReplayRequest(request_id, times[request_id], prompts[request_id], outputs[request_id],
-                                     ns[request_id], prefix_len=trace.prefix_len, beam_width=widths[request_id]))
+        replica.submit(request)
     replica.close()

@@ -3,12 +3,12 @@
 Between the events that can change a scheduling decision (a request arriving, a sequence finishing,
 a block running short, a preemption, a swap-in or an admission becoming possible, a beam's parent
 being drawn) a decode-only batch repeats with every context one longer per step. The scheduler says
-how many iterations nothing in it can change (Scheduler.decode_steps, which falls back to 1 wherever
+how many iterations nothing in it can change (Scheduler.decode_stretch, which falls back to 1 wherever
 that is not provable); the cost model prices them all at once (CostModel.decode_step_times, the same
 floats as one call each); the replica sleeps until the last of them ends, or until a request reaching
-it cuts the stretch at the iteration in flight, and then writes one record per iteration and moves
-the scheduler on in one call (Scheduler.advance_decodes). The last iteration is completed by the
-control plane's own ServingCore.finish, so finishing requests are recorded as they always are.
+it cuts the stretch at the iteration in flight, and then hands the iterations' ends to the control
+plane's ServingCore.end_steps, which records them and completes them as it completes one step
+(docs/stretch.md).
 
 Exact, not approximate: the clock is accumulated one iteration at a time as SimPy does (np.cumsum adds
 in order), each record holds what the step-by-step loop would have recorded, and a stretch never ends
@@ -23,7 +23,6 @@ import math
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from heapq import heappush
-from itertools import chain, repeat
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -72,8 +71,6 @@ class Stretch:
     step: Step
     ends: list[float]
     num_steps: int  # the iterations it runs: fewer when a request reaching the replica cuts it
-    allowed: int  # the iterations the scheduler allowed (decode_steps): fewer finish no request at the last
-    num_waiting: int  # waiting requests through every iteration but the last
     resume: Event
     alarm: Alarm | None = field(default=None)
 
@@ -87,18 +84,18 @@ class FastForward:
         self.arrival_times = arrival_times
         self.by_replica = by_replica
         self.horizon_s = horizon_s
-        self.num_forwarded = 0  # iterations run inside stretches: what benchmarks/sim_speed.py reports
+        self.num_forwarded = 0  # iterations run in stretches: what benchmarks/sim_speed.py reports
 
     def plan(self, replica: Replica, step: Step, seconds: float) -> Stretch | None:
         """The stretch starting with `step` (just scheduled, costing `seconds`), or None when it would
         not reach a second iteration: the replica then runs the step as it always does."""
         batch = step.batch
-        if batch.prefill_seq_ids:  # the next batch differs (Scheduler.decode_steps): the common case, checked first
+        if batch.prefill_seq_ids:  # the next batch differs (Scheduler.decode_stretch): the common case, checked first
             return None
         next_arrival = self._next_arrival(replica, step.start_s)
         if next_arrival < step.start_s + MIN_STRETCH * seconds:
             return None  # the request reaching the replica would cut it short
-        allowed = replica.core.scheduler.decode_steps(batch)
+        allowed = replica.core.decode_stretch(step)
         if allowed < MIN_STRETCH:
             return None
         num_steps = min(allowed, MAX_STRETCH)
@@ -119,8 +116,7 @@ class FastForward:
         num_steps = self._before_any_arrival_tie(ends, num_steps, step.start_s)
         if num_steps < 2:
             return None
-        return Stretch(step, ends[:num_steps], num_steps, allowed, replica.core.scheduler.num_waiting,
-                       replica.env.event())
+        return Stretch(step, ends[:num_steps], num_steps, replica.env.event())
 
     def _next_arrival(self, replica: Replica, now_s: float) -> float:
         """When the next request reaches the replica, where the router's choice is known ahead; else inf
@@ -170,21 +166,7 @@ class FastForward:
         stretch.alarm = Alarm(replica.env, stretch.ends[stretch.num_steps - 1], ring)
 
     def _finish(self, replica: Replica, stretch: Stretch) -> None:
-        core, step, count = replica.core, stretch.step, stretch.num_steps
-        self.num_forwarded += count
-        if count == 1:  # cut in its first iteration: that iteration as the replica always runs it
-            core.finish(step, replica.env.now)
-            replica.iteration_ends.append(replica.env.now)
-            return
-        batch, ends, scheduler, records = step.batch, stretch.ends[:count], core.scheduler, core.records
-        waiting = scheduler.num_waiting  # the last iteration's record counts who arrived during it
-        finishes = count == stretch.allowed  # else the last completion finishes no request: advance it too
-        usages = scheduler.advance_decodes(batch, count, waiting - stretch.num_waiting, complete_last=not finishes)
-        starts = [step.start_s, *ends[:-1]]
-        durations = [end - start for start, end in zip(starts, ends)]  # as ServingCore.finish takes them
-        records.add_iteration(batch, step.usage, step.start_s, durations[0], stretch.num_waiting, core.replica)
-        waits = chain(repeat(stretch.num_waiting, count - 2), (waiting,))
-        records.add_decode_stretch(batch, usages, starts[1:], durations[1:], waits, core.replica)
-        if finishes:  # the last iteration's batch is `batch` with longer contexts, which completing it does not read
-            core.complete(batch, replica.env.now)
+        ends = stretch.ends[:stretch.num_steps]
+        self.num_forwarded += len(ends)
+        replica.core.end_steps(stretch.step, ends)
         replica.iteration_ends.extend(ends)

@@ -14,7 +14,7 @@ import simpy
 from calibrate.costmodel import CostModel
 from engine.core.records import ServingRecords
 from engine.core.scheduler.base import Scheduler
-from engine.core.serving import ReplayRequest, ServingCore
+from engine.core.serving import Request, ServingCore
 from engine.specs.errors import SpecError
 from sim.beams import BeamParentModel
 from sim.fastforward import FastForward, Stretch
@@ -31,7 +31,7 @@ class ClockFault(Exception):
 class Replica:
     def __init__(self, env: simpy.Environment, index: int, scheduler: Scheduler, cost_model: CostModel,
                  records: ServingRecords, horizon_s: float, beams: BeamParentModel | None = None,
-                 forward: FastForward | None = None):
+                 fast_forward: FastForward | None = None):
         self.env = env
         self.index = index
         self.core = ServingCore(scheduler, records, replica=index)
@@ -39,7 +39,7 @@ class Replica:
         self.beams = beams  # chooses the beam searches' parents; None: the trace has none
         self.horizon_s = horizon_s
         self.arrivals_done = False
-        self.forward = forward  # runs decode stretches in one event (sim/fastforward.py); None: step by step
+        self.fast_forward = fast_forward  # runs decode stretches in one event (sim/fastforward.py); None: step by step
         self.stretch: Stretch | None = None  # the one running now
         self.iteration_ends: list[float] = []  # when each recorded iteration ended, to merge a fleet's records
         self._wake = env.event()
@@ -51,10 +51,10 @@ class Replica:
         return self.core.outstanding
 
     # --- called by the router ----------------------------------------------------------
-    def submit(self, request: ReplayRequest) -> None:
+    def submit(self, request: Request) -> None:
         self.core.admit(request)
         if self.stretch is not None:
-            self.forward.cut(self, self.env.now)
+            self.fast_forward.cut(self, self.env.now)
         self._notify()
 
     def close(self) -> None:
@@ -70,7 +70,7 @@ class Replica:
     def serve(self):
         core, env = self.core, self.env
         while env.now < self.horizon_s:
-            step = core.start(env.now)
+            step = core.start_step(env.now)
             if step is None:
                 if self.arrivals_done:
                     core.check_schedulable()
@@ -81,12 +81,12 @@ class Replica:
             seconds = self.cost_model.step_time(step.batch)
             if not 0.0 <= seconds < math.inf:  # NaN fails both comparisons
                 raise ClockFault(self._bad_step_time(seconds, step.batch))
-            stretch = self.forward.plan(self, step, seconds) if self.forward is not None else None
+            stretch = self.fast_forward.plan(self, step, seconds) if self.fast_forward is not None else None
             if stretch is not None:
-                yield from self.forward.run(self, stretch)
+                yield from self.fast_forward.run(self, stretch)
                 continue
             yield env.timeout(seconds)
-            core.finish(step, env.now, self._beam_parents(step.batch))
+            core.end_step(step, env.now, self._beam_parents(step.batch))
             self.iteration_ends.append(env.now)
 
     def _beam_parents(self, batch) -> dict[int, int] | None:

@@ -1,7 +1,9 @@
 """Arrivals, and the router that spreads them over replicas."""
 from __future__ import annotations
 
-from engine.core.serving import ReplayRequest
+from collections.abc import Iterable, Iterator
+
+from engine.core.serving import Request
 from sim.replica import Replica
 from sim.workload.trace import Trace
 
@@ -13,18 +15,20 @@ def pick_replica(replicas: list[Replica], policy: str, request_id: int) -> Repli
     return min(replicas, key=lambda r: (r.outstanding, r.index))
 
 
+def trace_requests(trace: Trace, request_ids: Iterable[int]) -> Iterator[Request]:
+    """The trace's requests of these ids, in that order, as a replica takes them."""
+    times, prompts, outputs = trace.arrival_s.tolist(), trace.prompt_len.tolist(), trace.output_len.tolist()
+    ns, widths, prefix_len = trace.n.tolist(), trace.beam_width.tolist(), trace.prefix_len
+    for i in request_ids:
+        yield Request(i, times[i], prompts[i], outputs[i], ns[i], prefix_len=prefix_len, beam_width=widths[i])
+
+
 def arrivals(env, trace: Trace, replicas: list[Replica], policy: str):
     """A SimPy process: each request reaches the router at its arrival time."""
-    times = trace.arrival_s.tolist()
-    prompts, outputs, ns = trace.prompt_len.tolist(), trace.output_len.tolist(), trace.n.tolist()
-    prefix_len = trace.prefix_len
-    widths = trace.beam_width.tolist()
-    for request_id, arrival_s in enumerate(times):
-        delay = arrival_s - env.now
+    for request in trace_requests(trace, range(len(trace))):
+        delay = request.arrival_s - env.now
         if delay > 0:
             yield env.timeout(delay)
-        replica = pick_replica(replicas, policy, request_id)
-        replica.submit(ReplayRequest(request_id, arrival_s, prompts[request_id], outputs[request_id], ns[request_id],
-                                     prefix_len=prefix_len, beam_width=widths[request_id]))
+        pick_replica(replicas, policy, request.request_id).submit(request)
     for replica in replicas:
         replica.close()

@@ -79,16 +79,17 @@ class FleetSetup:
     fast_forward: bool  # decode stretches on one event each (the cost model can price them ahead)
     known_ahead: bool  # which replica each request goes to (round robin, or one replica)
 
-    def forward(self, wakes: list[float]) -> FastForward | None:
+    def stretches(self, wakes: list[float]) -> FastForward | None:
+        """What runs the replicas' decode stretches, or None where they go step by step."""
         if not self.fast_forward:
             return None
         n = self.replicas
         return FastForward(wakes, self.horizon_s, [wakes[i::n] for i in range(n)] if self.known_ahead else None)
 
-    def replica(self, env: simpy.Environment, index: int, forward: FastForward | None,
+    def replica(self, env: simpy.Environment, index: int, fast_forward: FastForward | None,
                 beams: BeamParentModel | None = None) -> Replica:
         scheduler = make_scheduler(self.system, self.spec, self.num_gpu_blocks, self.num_cpu_blocks)
-        return Replica(env, index, scheduler, self.cost_model, Records(), self.horizon_s, beams, forward)
+        return Replica(env, index, scheduler, self.cost_model, Records(), self.horizon_s, beams, fast_forward)
 
 
 @contextmanager
@@ -109,8 +110,8 @@ def older_objects_frozen():
 def serve_together(trace: Trace, wakes: list[float], fleet: FleetSetup, router: str,
                    beams: BeamParentModel | None) -> list[ReplicaRun]:
     """The fleet on one SimPy clock, behind the router's process."""
-    env, forward = simpy.Environment(), fleet.forward(wakes)
-    replicas = [fleet.replica(env, i, forward, beams) for i in range(fleet.replicas)]
+    env, fast_forward = simpy.Environment(), fleet.stretches(wakes)
+    replicas = [fleet.replica(env, i, fast_forward, beams) for i in range(fleet.replicas)]
     env.process(arrivals(env, trace, replicas, router))
     run_to_end(env, replicas)
     return [ReplicaRun(r.index, r.core.records, r.iteration_ends) for r in replicas]

@@ -1,1 +1,7 @@
-"""The control plane: pure Python, no torch. Both the real engine and the simulator run it."""
+"""The control plane: pure Python, no torch. Both the real engine and the simulator run it.
+
+Read it in the order a step runs: serving.py (ServingCore: start_step, end_step), scheduler/base.py
+(the contract every scheduler keeps), scheduler/common.py (queues and completion), scheduler/vllm.py
+(schedule() and preemption), block_manager.py (paged blocks), kv_usage.py and records.py (what a step
+leaves). A simulator's decode stretch is k steps through the same functions: docs/stretch.md.
+"""

@@ -7,6 +7,13 @@ from engine.core.blocks import blocks_for
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 
 
+def appends_fit(num_seqs: int, num_free: int) -> bool:
+    """vLLM's paper-era rule for letting sequences take their next slots: a free block for each, whether it
+    needs one or not (conservative). schedule() preempts until it holds; a decode stretch ends before it
+    would fail."""
+    return num_seqs <= num_free
+
+
 class BlockAllocator:
     """A free list of physical blocks with reference counts.
 
@@ -145,13 +152,14 @@ class BlockManager:
     # --- growth ----------------------------------------------------------------
     def can_append(self, num_running_seqs: int) -> bool:
         """Whether a group of that many running sequences may take its next slots."""
-        # conservative, as the paper-era code: one new block per running sequence
-        return num_running_seqs <= self.gpu.num_free
+        return appends_fit(num_running_seqs, self.gpu.num_free)
 
     def append_slots(self, seqs: Iterable[Sequence], copies: list[tuple[int, int]]) -> None:
-        """Make room for each sequence's token at position length-1, adding a (src, dst) copy to `copies` where
-        its last block is shared (copy on write): the step's hot path, one call for the whole batch (most
-        sequences need nothing, and a call per sequence cost more than that)."""
+        """Make room in each sequence's table, in turn, for the token at position length - 1, adding the
+        copies on write to `copies`: a block when its last one is full, else a copy of a shared last block.
+        schedule() calls it for the whole batch (one call: most sequences need nothing, and a call per
+        sequence cost more than that); a decode stretch calls it once for the blocks its iterations take
+        (docs/stretch.md)."""
         tables, bs, gpu = self.block_tables, self.block_size, self.gpu
         ref_counts, allocate = gpu.ref_counts, gpu.allocate
         for seq in seqs:
@@ -182,28 +190,21 @@ class BlockManager:
 
     def held_token_slots(self, group: SequenceGroup) -> int:
         """Slots of the group's GPU blocks holding a token's K/V, each block once however many beams
-        hold it (a token sampled but not yet given a slot is not counted)."""
-        seqs = group.live_seqs()
-        tables = [self.block_tables[seq.seq_id] for seq in seqs]
-        bs, length, n = self.block_size, seqs[0].length, len(tables[0])
-        if (n >= 2 and (n - 2) * bs <= length and all(seq.length == length for seq in seqs)
-                and all(len(table) == n for table in tables)):
-            # beams in lockstep: tables of one length whose i-th blocks fill alike, a block at the same index
-            # in every table holding it (forks copy tables, copy-on-write replaces the last), and only the
-            # last two indices less than full. Counting distinct blocks in C spared a Python pass per block.
-            last, before = {table[-1] for table in tables}, {table[-2] for table in tables}
-            full = len(set().union(*tables)) - len(last) - len(before)
-            return (full * bs + len(before) * min(bs, length - (n - 2) * bs)
-                    + len(last) * min(bs, length - (n - 1) * bs))
-        return self._held_token_slots_by_block(group)
-
-    def _held_token_slots_by_block(self, group: SequenceGroup) -> int:
-        bs, seen, slots = self.block_size, set(), 0
+        hold it, filled as its first holder's table fills it (a token sampled but not yet given a slot
+        is not counted)."""
+        bs, slots = self.block_size, 0
+        seen: set[int] = set()
         for seq in group.live_seqs():
-            for i, block in enumerate(self.block_tables[seq.seq_id]):
+            table, length = self.block_tables[seq.seq_id], seq.length
+            full = min(length // bs, len(table))
+            known = len(seen)
+            seen.update(table[:full])  # the full blocks in one call: beams share most of theirs
+            slots += (len(seen) - known) * bs
+            for i in range(full, len(table)):  # the last one or two, partly filled
+                block = table[i]
                 if block not in seen:
                     seen.add(block)
-                    slots += min(bs, seq.length - i * bs)
+                    slots += min(bs, length - i * bs)
         return slots
 
     def free(self, seq: Sequence) -> None:

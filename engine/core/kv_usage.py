@@ -6,14 +6,17 @@ TokenSlots, of the slots the running requests' tokens fill.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, fields
 from itertools import repeat
-from operator import sub
+from operator import attrgetter, sub
+from typing import TypeVar
 
 from engine.core.block_manager import BlockManager
 from engine.core.reservation import ReservationAllocator
 from engine.core.sequence import SequenceGroup
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -72,14 +75,15 @@ def shared_prompt_token_slots(group: SequenceGroup) -> int:
 
 
 def paged_usage(blocks: BlockManager, token_slots: int, someone_waits: bool) -> KVUsage:
-    """vLLM's paged pool: an allocated block holds tokens, and the unfilled slots of a
-    sequence's last block are internal fragmentation; nothing is reserved ahead. (Between
-    complete() and the next schedule() the newest tokens have no slot yet: hence the min.)"""
+    """vLLM's paged pool now: an allocated block holds tokens, and the unfilled slots of a sequence's
+    last block are internal fragmentation; nothing is reserved ahead. (Between complete() and the next
+    schedule() the newest tokens have no slot yet: hence the min.) paged_usage_columns is the same at a
+    decode stretch's moments, column by column (a function call per moment would cost the stretch more
+    than the iterations it spares; tests/engine/core/test_decode_stretch.py holds the two equal)."""
     used = blocks.num_used_gpu_blocks * blocks.block_size
     token = min(token_slots, used)
-    usage = KVUsage(token=token, internal=used - token, unshared_blocks=blocks.num_unshared_blocks,
-                    saved_blocks=blocks.num_saved_blocks)
-    return _place_free(usage, blocks.gpu.num_free * blocks.block_size, someone_waits)
+    external, idle = free_parts(blocks.gpu.num_free * blocks.block_size, 0, someone_waits)
+    return KVUsage(token, 0, used - token, external, idle, blocks.num_unshared_blocks, blocks.num_saved_blocks)
 
 
 def reserved_usage(allocator: ReservationAllocator, tokens: TokenSlots, someone_waits: bool) -> KVUsage:
@@ -87,47 +91,50 @@ def reserved_usage(allocator: ReservationAllocator, tokens: TokenSlots, someone_
     slots its remaining output will fill (reserved), the slots its estimate overshoots the final
     length (internal), and the buddy rounding of the estimate up to a chunk (external)."""
     bs = allocator.block_size
-    usage = KVUsage(token=tokens.slots,
-                    reserved=allocator.num_needed_tokens - tokens.slots,
-                    internal=allocator.num_estimated_tokens - allocator.num_needed_tokens,
-                    external=allocator.num_reserved_blocks * bs - allocator.num_estimated_tokens,
-                    unshared_blocks=allocator.num_reserved_blocks)  # nothing is shared: nothing saved
-    return _place_free(usage, allocator.num_free_blocks * bs, someone_waits)
+    external, idle = free_parts(allocator.num_free_blocks * bs, 0, someone_waits)
+    return KVUsage(token=tokens.slots,
+                   reserved=allocator.num_needed_tokens - tokens.slots,
+                   internal=allocator.num_estimated_tokens - allocator.num_needed_tokens,
+                   external=allocator.num_reserved_blocks * bs - allocator.num_estimated_tokens + external,
+                   idle=idle,
+                   unshared_blocks=allocator.num_reserved_blocks)  # nothing is shared: nothing saved
+
+
+def free_parts(free_slots: T, nothing: T, someone_waits: bool) -> tuple[T, T]:
+    """(external, idle): free space is fragmentation while someone waits for it, idle otherwise."""
+    return (free_slots, nothing) if someone_waits else (nothing, free_slots)
 
 
 # --- the same at every iteration of a decode stretch (Scheduler.advance_decodes), as columns -------------
-# KVUsage's fields in order, one value per iteration: lists, ranges, or itertools.repeat for what stays put
-UsageColumns = tuple[Iterable[int], Iterable[int], Iterable[int], Iterable[int], Iterable[int], Iterable[int],
-                     Iterable[int]]
+USAGE_FIELDS = tuple(f.name for f in fields(KVUsage))
+usage_values = attrgetter(*USAGE_FIELDS)  # a KVUsage's values in field order: a row of UsageColumns
+# a column per field of KVUsage, in that order, a value per iteration: lists, ranges, or repeat for what stays put
+UsageColumns = tuple[Iterable[int], ...]
 
 
-def paged_usage_columns(blocks: BlockManager, token_slots: range, free_blocks: list[int],
+def usage_columns(**columns: Iterable[int]) -> UsageColumns:
+    """KVUsage's fields as columns, in its order (the records' order of the kv columns)."""
+    return tuple(columns[name] for name in USAGE_FIELDS)
+
+
+def paged_usage_columns(blocks: BlockManager, token_slots: Iterable[int], free_blocks: Sequence[int],
                         someone_waits: bool) -> UsageColumns:
     """paged_usage at moments when only the token slots and the free GPU blocks differ from now (a decode
-    stretch allocates fresh blocks and frees none, so references beyond a block's first stay as they are)."""
+    stretch allocates fresh blocks and frees none, so references beyond a block's first stay as they are),
+    as columns in KVUsage's order."""
     bs, num_blocks = blocks.block_size, blocks.gpu.num_blocks
-    sharing = blocks.gpu.num_shared_refs - len(blocks.prefix_table)
+    sharing = blocks.num_unshared_blocks - blocks.num_used_gpu_blocks  # fresh blocks leave it as it is
     used = [(num_blocks - free) * bs for free in free_blocks]
     token = list(map(min, token_slots, used))
-    free_slots = [free * bs for free in free_blocks]
     nothing = repeat(0)
-    return (token, nothing, list(map(sub, used, token)), free_slots if someone_waits else nothing,
-            nothing if someone_waits else free_slots, [num_blocks - free + sharing for free in free_blocks],
-            repeat(blocks.num_saved_blocks))
+    external, idle = free_parts([free * bs for free in free_blocks], nothing, someone_waits)
+    return (token, nothing, list(map(sub, used, token)), external, idle,
+            [num_blocks - free + sharing for free in free_blocks], repeat(blocks.num_saved_blocks))
 
 
 def reserved_usage_columns(allocator: ReservationAllocator, token_slots: range, someone_waits: bool) -> UsageColumns:
     """reserved_usage at moments when only the token slots differ from now (no reservation comes or goes)."""
     usage = reserved_usage(allocator, TokenSlots(lambda group: 0), someone_waits)  # with no token slot
     reserved = range(usage.reserved - token_slots.start, usage.reserved - token_slots.stop, -token_slots.step)
-    return (token_slots, reserved, repeat(usage.internal), repeat(usage.external), repeat(usage.idle),
-            repeat(usage.unshared_blocks), repeat(usage.saved_blocks))
-
-
-def _place_free(usage: KVUsage, free_slots: int, someone_waits: bool) -> KVUsage:
-    # free space is fragmentation while someone waits for it, idle otherwise
-    if someone_waits:
-        usage.external += free_slots
-    else:
-        usage.idle += free_slots
-    return usage
+    fixed = {name: repeat(value) for name, value in zip(USAGE_FIELDS, usage_values(usage))}
+    return usage_columns(**{**fixed, "token": token_slots, "reserved": reserved})

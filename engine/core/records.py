@@ -12,13 +12,13 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
-from itertools import repeat
+from itertools import chain, repeat
 from typing import TYPE_CHECKING
+
+from engine.core.kv_usage import KVUsage, usage_values
 
 if TYPE_CHECKING:
     from engine.core.batch import Batch
-    from engine.core.kv_usage import UsageColumns
-    from engine.core.scheduler.base import KVUsage
     from engine.core.sequence import SequenceGroup
 
 
@@ -67,8 +67,8 @@ ROWS_PER_CHUNK = 4096  # iterations kept as tuples before they move into the col
 
 class ServingRecords:
     """Requests and iterations in the order of the record types' fields: an iteration arrives as a plain
-    tuple (one append on the simulator's hot path; a decode stretch's rows are built by zip, in C), and
-    every ROWS_PER_CHUNK of them, or whenever they are read, the tuples move into typed columns."""
+    tuple (a decode stretch's rows are built by zip, in C), and every ROWS_PER_CHUNK of them, or whenever
+    they are read, the tuples move into typed columns."""
 
     def __init__(self) -> None:
         self.request_values: list[tuple] = []
@@ -81,30 +81,30 @@ class ServingRecords:
             group.finish_s if finished else None, group.prompt_len, group.output_len,
             group.num_seqs, group.num_preemptions))
 
-    def add_iteration(self, batch: Batch, usage: KVUsage, start_s: float, duration_s: float,
-                      num_waiting: int, replica: int) -> None:
+    def add_iteration(self, batch: Batch, usage: KVUsage, start_s: float, duration_s: float, num_waiting: int,
+                      replica: int) -> None:
+        """One iteration's row: add_iterations for one, spelled out, since the step-by-step loop writes one per
+        iteration and the zip there costs several times this tuple (test_records holds the two alike)."""
         rows = self._rows
         rows.append((
-            replica, start_s, duration_s, batch.num_prefill_tokens, len(batch.prefill_lens),
-            batch.num_decodes, batch.sum_decode_context, batch.num_running_groups, num_waiting,
-            batch.num_swap_blocks, len(batch.blocks_to_copy), usage.token, usage.reserved,
-            usage.internal, usage.external, usage.idle, usage.unshared_blocks, usage.saved_blocks))
+            replica, start_s, duration_s, batch.num_prefill_tokens, len(batch.prefill_lens), batch.num_decodes,
+            batch.sum_decode_context, batch.num_running_groups, num_waiting, batch.num_swap_blocks,
+            len(batch.blocks_to_copy), *usage_values(usage)))
         if len(rows) >= ROWS_PER_CHUNK:
             self._move_rows()
 
-    def add_decode_stretch(self, batch: Batch, usage: UsageColumns, starts: list[float], durations: list[float],
-                           num_waiting: Iterable[int], replica: int) -> None:
-        """Rows for iterations 2, 3, ... of a decode stretch that `batch` began (Scheduler.decode_steps): the
-        i-th (from 0) is batch.decode_later(i + 1), every context that much longer and no blocks moved,
-        with the pool as usage (KVUsage's fields as columns) found it. The rows add_iteration would
-        append for those batches, without building them."""
-        num_decodes = batch.num_decodes
-        first = batch.sum_decode_context + num_decodes
+    def add_iterations(self, batch: Batch, usage: Iterable[Iterable[int]], starts: Sequence[float],
+                       durations: Iterable[float], num_waiting: Iterable[int], replica: int) -> None:
+        """A row per start: `batch`, then, in a decode stretch it began (Scheduler.decode_stretch), the
+        iterations after it, the i-th (from 0) batch.decode_later(i): every context i longer and no blocks
+        moved. `usage`: the pool as each found it (KVUsage's fields as columns: kv_usage.UsageColumns).
+        Rows in IterationRecord's order, built by zip, in C."""
+        num_decodes, first = batch.num_decodes, batch.sum_decode_context
         contexts = range(first, first + len(starts) * num_decodes, num_decodes) if num_decodes else repeat(first)
-        zero = repeat(0)
+        swaps, copies = chain((batch.num_swap_blocks,), repeat(0)), chain((len(batch.blocks_to_copy),), repeat(0))
         self._rows.extend(zip(
-            repeat(replica), starts, durations, zero, zero, repeat(num_decodes), contexts,
-            repeat(batch.num_running_groups), num_waiting, zero, zero, *usage))
+            repeat(replica), starts, durations, repeat(batch.num_prefill_tokens), repeat(len(batch.prefill_lens)),
+            repeat(num_decodes), contexts, repeat(batch.num_running_groups), num_waiting, swaps, copies, *usage))
         if len(self._rows) >= ROWS_PER_CHUNK:
             self._move_rows()
 

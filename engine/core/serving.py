@@ -5,29 +5,34 @@ plane execute the batch (the real engine runs and times the forward; the simulat
 waits the cost model's time on the SimPy clock), then complete it and record what happened.
 Only the middle differs between the planes, so `ServingCore` does the rest:
 
-    step = core.start(now)          # None: nothing to run now
+    step = core.start_step(now)          # None: nothing to run now
     ... the data plane spends the batch's seconds ...
-    core.finish(step, now, beam_parents)   # completions (and the data plane's beam forks), records
+    core.end_step(step, now, beam_parents)   # records, completions (and the data plane's beam forks)
 
-so a real run and a simulated run of one trace take the same decisions by construction.
+so a real run and a simulated run of one trace take the same decisions by construction. A simulator
+may also let a decode-only step repeat (`decode_stretch`) and end several iterations at once
+(`end_steps`); one step is that stretch's one-iteration case (docs/stretch.md).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain, repeat
+from operator import sub
 
 from engine.core.batch import Batch
 from engine.core.errors import Unschedulable
+from engine.core.kv_usage import usage_values
 from engine.core.records import ServingRecords
-from engine.core.scheduler.base import KVUsage, Scheduler
+from engine.core.scheduler.base import DecodeStretch, KVUsage, Scheduler
 from engine.core.sequence import SequenceCounter, SequenceGroup, make_group
 
 
 @dataclass(frozen=True, slots=True)
-class ReplayRequest:
-    """One request of a trace: when it arrives, how long its prompt and output are, and how many
-    sequences it generates: n samples, or a beam search of beam_width beams (one or the other); the
-    first prefix_len tokens of its prompt are the workload's shared prefix (0: none)."""
+class Request:
+    """One request of a trace, recorded or generated: when it arrives, how long its prompt and output
+    are, and how many sequences it generates: n samples, or a beam search of beam_width beams (one or
+    the other); the first prefix_len tokens of its prompt are the workload's shared prefix (0: none)."""
 
     request_id: int
     arrival_s: float
@@ -40,11 +45,13 @@ class ReplayRequest:
 
 @dataclass(slots=True)
 class Step:
-    """A scheduled iteration between start() and finish()."""
+    """A scheduled iteration between start_step() and end_step()."""
 
     batch: Batch
     usage: KVUsage  # the pool as the batch found it
     start_s: float
+    num_waiting: int  # requests waiting once it was scheduled
+    stretch: DecodeStretch | None = None  # the iterations it may repeat for (decode_stretch)
 
 
 class ServingCore:
@@ -60,7 +67,7 @@ class ServingCore:
         # which the real engine applies and the simulator charges nothing for
         self.idle_batch: Batch | None = None
 
-    def admit(self, request: ReplayRequest) -> SequenceGroup:
+    def admit(self, request: Request) -> SequenceGroup:
         group = make_group(request.request_id, request.arrival_s, request.prompt_len, request.output_len,
                            request.n, self.next_seq_id, prefix_len=request.prefix_len,
                            beam_width=request.beam_width)
@@ -68,30 +75,48 @@ class ServingCore:
         self.outstanding += 1
         return group
 
-    def start(self, now_s: float) -> Step | None:
+    def start_step(self, now_s: float) -> Step | None:
         """Schedule the next iteration; None when nothing can run now."""
         batch = self.scheduler.schedule()
         if batch.is_empty:
             self.idle_batch = batch
             return None
-        return Step(batch, self.scheduler.kv_usage(), now_s)
+        return Step(batch, self.scheduler.kv_usage(), now_s, self.scheduler.num_waiting)
 
-    def finish(self, step: Step, now_s: float, beam_parents: Mapping[int, int] | None = None
-               ) -> list[SequenceGroup]:
-        """The batch ran until now_s: record the iteration, apply it, record the requests it finished.
+    def end_step(self, step: Step, now_s: float, beam_parents: Mapping[int, int] | None = None
+                 ) -> list[SequenceGroup]:
+        """The batch ran until now_s: record the iteration, complete it, record the requests it finished.
 
         beam_parents: the data plane's choice for the batch's beam searches (step.batch.beam_groups)
         after a decode step, as forks {child seq id: parent seq id} (engine.core.beam.beam_parents);
         a beam left out continues itself."""
-        self.records.add_iteration(step.batch, step.usage, step.start_s, now_s - step.start_s,
-                                   self.scheduler.num_waiting, self.replica)
-        return self.complete(step.batch, now_s, beam_parents)
+        return self.end_steps(step, (now_s,), beam_parents)
 
-    def complete(self, batch: Batch, now_s: float, beam_parents: Mapping[int, int] | None = None
-                 ) -> list[SequenceGroup]:
-        """finish() less the iteration's record, for a data plane that writes it another way (the
-        simulator's decode stretches): apply the batch, record the requests it finished."""
-        finished = self.scheduler.complete(batch, now_s, beam_parents)
+    def decode_stretch(self, step: Step) -> int:
+        """How many iterations the step's decode-only batch may repeat, nothing decided differently
+        (Scheduler.decode_stretch), kept with the step for end_steps."""
+        step.stretch = self.scheduler.decode_stretch(step.batch)
+        return step.stretch.num_steps
+
+    def end_steps(self, step: Step, ends: Sequence[float], beam_parents: Mapping[int, int] | None = None
+                  ) -> list[SequenceGroup]:
+        """The step's batch and the next len(ends) - 1 iterations of its decode stretch (decode_stretch) ran,
+        ending at `ends`: record each iteration, complete them, record the requests the last finished (only
+        the last may). One end is end_step. Requests that arrived meanwhile arrived during the last."""
+        scheduler, count, batch = self.scheduler, len(ends), step.batch
+        waiting = scheduler.num_waiting
+        if count == 1:
+            self.records.add_iteration(batch, step.usage, step.start_s, ends[0] - step.start_s, waiting,
+                                       self.replica)
+        else:
+            if step.stretch is None:
+                raise ValueError("end_steps: several iterations of a step whose decode_stretch was not asked")
+            later = scheduler.advance_decodes(step.stretch, count, waiting - step.num_waiting)
+            starts = [step.start_s, *ends[:-1]]
+            usage = map(chain, zip(usage_values(step.usage)), later)  # the step's own usage, then the stretch's
+            waits = chain(repeat(step.num_waiting, count - 1), (waiting,))
+            self.records.add_iterations(batch, usage, starts, map(sub, ends, starts), waits, self.replica)
+        finished = scheduler.complete(batch, ends[-1], beam_parents)
         for group in finished:
             self.records.add_request(group, self.replica)
         self.outstanding -= len(finished)

@@ -18,7 +18,7 @@ import torch
 from engine.core.batch import Batch
 from engine.core.factory import make_scheduler
 from engine.core.sequence import SequenceGroup
-from engine.core.serving import ReplayRequest, ServingCore
+from engine.core.serving import Request, ServingCore
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
 from engine.runtime.beam import BeamSearch
@@ -38,7 +38,7 @@ class ServingRun:
     """State of one generate() or replay(): a fresh control plane over the engine's KV pool."""
 
     core: ServingCore
-    pending: deque[ReplayRequest]
+    pending: deque[Request]
     prompts: dict[int, list[int]]  # request_id -> prompt token ids
     tokens: dict[int, list[int]] = field(default_factory=dict)  # seq_id -> prompt + generated
     outputs: dict[int, list[list[int]]] = field(default_factory=dict)  # request_id -> generated, per sample
@@ -102,7 +102,7 @@ class Engine:
         if self.runner is None:
             raise ValueError("generate needs the model: build the Engine with run_model=True")
         sampling = SamplingParams(sampling) if isinstance(sampling, str) else sampling
-        requests = [ReplayRequest(i, 0.0, len(p), max_new_tokens, n) for i, p in enumerate(prompts)]
+        requests = [Request(i, 0.0, len(p), max_new_tokens, n) for i, p in enumerate(prompts)]
         run = self._run(requests, self._given_prompts(prompts), sampling, self.time_fn)
         return [out for i in range(len(prompts)) for out in run.outputs[i]]
 
@@ -113,7 +113,7 @@ class Engine:
         best first. All requests arrive at time 0 and are served together, as generate() serves them."""
         if self.runner is None:
             raise ValueError("beam_search needs the model: build the Engine with run_model=True")
-        requests = [ReplayRequest(i, 0.0, len(p), max_new_tokens, beam_width=beam_width)
+        requests = [Request(i, 0.0, len(p), max_new_tokens, beam_width=beam_width)
                     for i, p in enumerate(prompts)]
         run = self._run(requests, self._given_prompts(prompts), SamplingParams(), self.time_fn)
         results = []
@@ -143,7 +143,7 @@ class Engine:
                 raise ValueError(f"prompt {i} holds a token id outside the vocabulary 0..{vocab - 1}")
         return {i: [int(t) for t in p] for i, p in enumerate(prompts)}
 
-    def _random_prompts(self, rows: list[ReplayRequest]) -> dict[int, list[int]]:
+    def _random_prompts(self, rows: list[Request]) -> dict[int, list[int]]:
         """Random token ids from the engine's seed; a request with a shared prefix starts with the same
         prefix_len tokens as every other one (drawn from their own stream, so a trace without a prefix
         gets the prompts it always got)."""
@@ -157,7 +157,7 @@ class Engine:
                 for r in rows}
 
     # --- the serving loop: the control plane's step, timed by the runner ------------------
-    def _run(self, requests: list[ReplayRequest], prompts, sampling, time_fn) -> ServingRun:
+    def _run(self, requests: list[Request], prompts, sampling, time_fn) -> ServingRun:
         for request in requests:
             check_request(request, self.spec.max_seq_len, self.system)
         if len({r.request_id for r in requests}) != len(requests):
@@ -177,7 +177,7 @@ class Engine:
         """One iteration; False when every request is done."""
         started = time.perf_counter()
         self._admit_arrivals(run)
-        step = run.core.start(run.clock)
+        step = run.core.start_step(run.clock)
         if step is None:
             self._apply_plans_only(run, run.core.idle_batch)
             if run.pending:  # idle: jump to the next arrival (the last completion's host work fits in the gap)
@@ -201,7 +201,7 @@ class Engine:
             run.tokens.update({child: list(run.tokens[parent]) for child, parent in forks.items()})
         for seq_id, token in sampled.items():
             run.tokens[seq_id].append(token)
-        for group in run.core.finish(step, run.clock, forks):
+        for group in run.core.end_step(step, run.clock, forks):
             self._finish(run, group)
         run.host_s.append(self.last_host_s)
         run.device_s.append(self.runner.last_timing.device_s if self.runner is not None else 0.0)

@@ -14,7 +14,7 @@ from engine.core.records import (
     RequestRecord,
     ServingRecords,
 )
-from engine.core.serving import ReplayRequest
+from engine.core.serving import Request
 from engine.core.system import SystemSpec
 
 
@@ -62,11 +62,11 @@ def _per_row(trace, name: str, count: int) -> list[int]:
     return [int(values)] * count
 
 
-def replay_requests(requests) -> list[ReplayRequest]:
-    """Rows (ReplayRequest, mappings or objects with the fields), or a columnar trace whose
+def replay_requests(requests) -> list[Request]:
+    """Rows (Request, mappings or objects with the fields), or a columnar trace whose
     arrival_s / prompt_len / output_len / n / beam_width are arrays and whose prefix_len (if any) is one
     number for every request (sim's Trace). Ids default to the row index."""
-    if hasattr(requests, "arrival_s") and not isinstance(requests, ReplayRequest):
+    if hasattr(requests, "arrival_s") and not isinstance(requests, Request):
         prefix_len = int(getattr(requests, "prefix_len", 0))
         count = len(requests.arrival_s)
         requests = [dict(arrival_s=a, prompt_len=p, output_len=o, n=k, beam_width=w, prefix_len=prefix_len)
@@ -76,14 +76,14 @@ def replay_requests(requests) -> list[ReplayRequest]:
     for i, row in enumerate(requests):
         if isinstance(row, (tuple, list)):
             row = dict(zip(("arrival_s", "prompt_len", "output_len", "n", "beam_width"), row))
-        rows.append(ReplayRequest(int(_row_value(row, "request_id", i, i)), float(_row_value(row, "arrival_s", i)),
+        rows.append(Request(int(_row_value(row, "request_id", i, i)), float(_row_value(row, "arrival_s", i)),
                                   int(_row_value(row, "prompt_len", i)), int(_row_value(row, "output_len", i)),
                                   int(_row_value(row, "n", i, 1)), prefix_len=int(_row_value(row, "prefix_len", i, 0)),
                                   beam_width=int(_row_value(row, "beam_width", i, 1))))
     return rows
 
 
-def check_request(request: ReplayRequest, max_seq_len: int, system: SystemSpec | None = None) -> None:
+def check_request(request: Request, max_seq_len: int, system: SystemSpec | None = None) -> None:
     where = f"request {request.request_id}"
     if request.arrival_s < 0 or request.arrival_s != request.arrival_s:
         raise ValueError(f"{where}: arrival_s must be >= 0, got {request.arrival_s}")

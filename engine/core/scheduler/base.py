@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from engine.core.batch import Batch
 from engine.core.kv_usage import KVUsage, UsageColumns
-from engine.core.sequence import SequenceGroup
+from engine.core.sequence import Sequence, SequenceGroup
 
-__all__ = ["KVUsage", "Scheduler"]
+__all__ = ["DecodeStretch", "KVUsage", "Scheduler"]
 
 
 class Scheduler(ABC):
@@ -58,22 +59,33 @@ class Scheduler(ABC):
     def groups_in_system(self) -> list[SequenceGroup]:
         """Every request admitted and not finished: waiting first (oldest first), then running, then swapped."""
 
-    # --- decode stretches: what a simulator may advance in one go (sim/fastforward.py) ---------------
-    def decode_steps(self, batch: Batch) -> int:
+    # --- decode stretches: what a simulator may advance in one go (docs/stretch.md) ---------------
+    def decode_stretch(self, batch: Batch) -> DecodeStretch:
         """Right after schedule() returned `batch`: how many iterations, `batch` first, repeat it with
         every decode context one longer per step, with nothing decided differently (no admission,
         preemption, swap, copy or fork, and no request finishing before the last of them completes),
-        provided no request arrives meanwhile. 1 where nothing more can be promised."""
-        return 1
+        provided no request arrives meanwhile. One where nothing more can be promised."""
+        return DecodeStretch(batch, 1)
 
-    def advance_decodes(self, batch: Batch, num_steps: int, arrived: int = 0,
-                        complete_last: bool = False) -> UsageColumns:
-        """Apply the first num_steps - 1 iterations of a stretch that decode_steps(batch) just allowed, and
-        the schedule() of each next one, without building their batches: the scheduler is left as
-        schedule() leaves it before iteration num_steps, whose batch is batch.decode_later(num_steps - 1).
-        Returns the KV usage each of iterations 2..num_steps found (kv_usage()'s fields, as columns).
-        `arrived`: requests added since schedule() returned `batch`, all during the last iteration (a
-        request ends a stretch at the iteration it arrives in), so after every schedule() the stretch
-        ran. complete_last: complete iteration num_steps too, as complete() would, which only
-        num_steps < decode_steps(batch) allows (it then finishes no request)."""
+    def advance_decodes(self, stretch: DecodeStretch, num_steps: int, arrived: int = 0) -> UsageColumns:
+        """Complete the first num_steps - 1 iterations of `stretch` (2 <= num_steps <= stretch.num_steps) and
+        run the schedule() of each next one, without building their batches: the scheduler is left as
+        schedule() leaves it before iteration num_steps, whose batch is stretch.batch.decode_later(num_steps - 1)
+        and which complete(stretch.batch, ...) completes as any. Returns the KV usage each of iterations
+        2..num_steps found (kv_usage()'s fields, as columns). `arrived`: requests added since schedule()
+        returned `batch`, all during the last iteration (a request ends a stretch at the iteration it
+        arrives in), so after every schedule() the stretch ran."""
         raise NotImplementedError(f"{type(self).__name__} promises no decode stretch")
+
+
+@dataclass(eq=False, slots=True)
+class DecodeStretch:
+    """What Scheduler.decode_stretch promised for the batch schedule() just returned: num_steps iterations
+    that repeat it, every decode context one longer per step. `growth` is how the paged pool's block tables
+    grow meanwhile: growth[s] holds the running sequences with s free slots in their last block, in the
+    order schedule() appends, so iteration j >= 2 appends a block for each of growth[(j - 2) % block_size]
+    (empty for a reservation, which never grows)."""
+
+    batch: Batch
+    num_steps: int
+    growth: list[list[Sequence]] = field(default_factory=list)

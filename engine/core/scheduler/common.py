@@ -1,13 +1,14 @@
 """Bookkeeping every iteration-level scheduler shares: queues, lengths, finishing."""
 from __future__ import annotations
 
+import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from engine.core.batch import Batch
 from engine.core.errors import Unservable
 from engine.core.kv_usage import TokenSlots, UsageColumns, unshared_token_slots
-from engine.core.scheduler.base import Scheduler
+from engine.core.scheduler.base import DecodeStretch, Scheduler
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
 
@@ -62,20 +63,27 @@ class QueueScheduler(Scheduler):
                  beam_parents: Mapping[int, int] | None = None) -> list[SequenceGroup]:
         if beam_parents:  # before the lengths advance: a child takes the parent's KV as the batch left it
             self._apply_beam_parents(beam_parents)
-        # every sequence the batch samples for gets one token (the prefill's samples and each decode)
-        self.token_slots.sampled(len(batch.decode_seq_ids) + sum(map(len, batch.prefill_sample_ids)))
-        finished = []
         for group in self._prefilled:
             if group.first_token_s is None:
                 group.first_token_s = now_s
+        finished = self._sample(len(batch.decode_seq_ids) + sum(map(len, batch.prefill_sample_ids)), 1, now_s)
+        self._prefilled, self._decoded = [], []
+        return finished
+
+    def _sample(self, num_samples: int, num_steps: int, now_s: float) -> list[SequenceGroup]:
+        """num_steps iterations of the scheduled batch, each sampling a token for num_samples sequences: every
+        running sequence of its groups grows by num_steps and finishes at its final length, a group when none
+        of its sequences runs on. complete() takes one step; a decode stretch the steps before its last
+        (advance_decodes), which by its construction finish nobody."""
+        self.token_slots.sampled(num_steps * num_samples)
+        finished = []
         running = SeqStatus.RUNNING
         for groups in (self._prefilled, self._decoded):
             for group in groups:
-                # one sampled token per running sequence; the group is done when none runs on
                 done = True
                 for seq in group.seqs:
                     if seq.status is running:
-                        seq.length += 1
+                        seq.length += num_steps
                         if seq.length >= seq.prompt_len + seq.output_len:
                             self._finish_seq(seq)
                         else:
@@ -85,7 +93,6 @@ class QueueScheduler(Scheduler):
                     finished.append(group)
         for group in finished:
             self.running.remove(group)  # by identity (eq=False): C speed, where a rebuilt list was not
-        self._prefilled, self._decoded = [], []
         return finished
 
     def has_unfinished(self) -> bool:
@@ -104,42 +111,42 @@ class QueueScheduler(Scheduler):
     def sequence(self, seq_id: int) -> Sequence:
         return self._seqs[seq_id]
 
-    # --- decode stretches (sim/fastforward.py) ------------------------------------------
-    def decode_steps(self, batch: Batch) -> int:
+    # --- decode stretches (docs/stretch.md) ---------------------------------------------
+    def decode_stretch(self, batch: Batch) -> DecodeStretch:
         if batch.prefill_seq_ids or not batch.decode_seq_ids or self.num_running_beam_groups:
-            return 1  # a prompt changes the next batch; beams fork as the data plane draws them
-        return self._stretch_limit(batch)
+            return DecodeStretch(batch, 1)  # a prompt changes the next batch; beams fork as the data plane draws
+        return self._decode_stretch(batch)
 
-    def _stretch_limit(self, batch: Batch) -> int:
-        """decode_steps for a decode-only batch without beams. Reservations stay as they are while no
+    def _decode_stretch(self, batch: Batch) -> DecodeStretch:
+        """decode_stretch for a decode-only batch without beams. Reservations stay as they are while no
         request finishes, and the oldest waiting request, refused by this schedule(), stays refused: the
         stretch lasts until the first sequence finishes."""
         running = SeqStatus.RUNNING
-        # completion k takes each sequence to length + k: the first to reach its final length ends the stretch
-        return min(s.prompt_len + s.output_len - s.length
-                   for group in self._decoded for s in group.seqs if s.status is running)
+        return DecodeStretch(batch, self._steps_to_first_finish(
+            seq for group in self._decoded for seq in group.seqs if seq.status is running))
 
-    def advance_decodes(self, batch: Batch, num_steps: int, arrived: int = 0,
-                        complete_last: bool = False) -> UsageColumns:
-        num_decodes = len(batch.decode_seq_ids)
-        first = self.token_slots.slots + num_decodes  # each complete() samples a token per decode
+    @staticmethod
+    def _steps_to_first_finish(decoding: Iterable[Sequence]) -> int:
+        """Completion k takes each decoding sequence to length + k: the first to reach its final length
+        ends the stretch (with the completion that finishes it)."""
+        return min([seq.prompt_len + seq.output_len - seq.length for seq in decoding])
+
+    def advance_decodes(self, stretch: DecodeStretch, num_steps: int, arrived: int = 0) -> UsageColumns:
+        if not 2 <= num_steps <= stretch.num_steps:
+            raise ValueError(f"advance_decodes: {num_steps} steps of a stretch of {stretch.num_steps}")
+        num_decodes = len(stretch.batch.decode_seq_ids)
+        first = self.token_slots.slots + num_decodes  # each completion samples a token per decode
         token_slots = range(first, first + (num_steps - 1) * num_decodes, num_decodes)
-        usage = self._stretch_usage(batch, num_steps, token_slots, len(self.waiting) > arrived)
-        steps = num_steps if complete_last else num_steps - 1
-        self.token_slots.sampled(steps * num_decodes)
-        running = SeqStatus.RUNNING
-        for group in self._decoded:
-            for seq in group.seqs:
-                if seq.status is running:
-                    seq.length += steps
-        if complete_last:  # as complete() leaves it when it finishes nobody
-            self._prefilled, self._decoded = [], []
-        return usage
+        someone_waited = len(self.waiting) > arrived
+        if self._sample(num_decodes, num_steps - 1, math.nan):
+            raise RuntimeError("a decode stretch finished a request before its last step")
+        return self._stretch_usage(stretch, num_steps, token_slots, someone_waited)
 
-    def _stretch_usage(self, batch: Batch, num_steps: int, token_slots: range,
+    def _stretch_usage(self, stretch: DecodeStretch, num_steps: int, token_slots: range,
                        someone_waited: bool) -> UsageColumns:
-        """Take the stretch's iterations 2..num_steps through their schedule(), returning the KV usage each
-        found (with token_slots filled, and someone waiting or not as when the stretch was scheduled)."""
+        """Run the schedule() of the stretch's iterations 2..num_steps (the allocator's part of it) and return
+        the KV usage each found, with token_slots filled and someone waiting or not as when the stretch was
+        scheduled. The lengths are already those of iteration num_steps."""
         raise NotImplementedError
 
     # --- beam search -------------------------------------------------------------

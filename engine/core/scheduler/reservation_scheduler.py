@@ -7,11 +7,11 @@ The policies (who is admitted when) are the subclasses': orca.py and fastertrans
 """
 from __future__ import annotations
 
-from engine.core.batch import Batch
 from engine.core.blocks import blocks_for
 from engine.core.buddy import BuddyAllocator
 from engine.core.kv_usage import KVUsage, UsageColumns, reserved_usage, reserved_usage_columns
 from engine.core.reservation import ReservationAllocator
+from engine.core.scheduler.base import DecodeStretch
 from engine.core.scheduler.common import QueueScheduler
 from engine.core.sequence import Sequence, SequenceGroup
 from engine.core.system import SystemSpec
@@ -70,6 +70,6 @@ class ReservationScheduler(QueueScheduler):
     def kv_usage(self) -> KVUsage:
         return reserved_usage(self.allocator, self.token_slots, bool(self.waiting))
 
-    def _stretch_usage(self, batch: Batch, num_steps: int, token_slots: range,
+    def _stretch_usage(self, stretch: DecodeStretch, num_steps: int, token_slots: range,
                        someone_waited: bool) -> UsageColumns:
         return reserved_usage_columns(self.allocator, token_slots, someone_waited)  # reservations stay as they are

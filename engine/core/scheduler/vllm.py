@@ -10,9 +10,12 @@ from __future__ import annotations
 import bisect
 import enum
 from collections import deque
+from collections.abc import Iterable
+from itertools import accumulate, chain
+from operator import sub
 
 from engine.core.batch import Batch
-from engine.core.block_manager import BlockManager
+from engine.core.block_manager import BlockManager, appends_fit
 from engine.core.blocks import blocks_for
 from engine.core.errors import SwapSpaceExhausted
 from engine.core.kv_usage import (
@@ -23,6 +26,7 @@ from engine.core.kv_usage import (
     shared_prompt_token_slots,
     unshared_token_slots,
 )
+from engine.core.scheduler.base import DecodeStretch
 from engine.core.scheduler.common import QueueScheduler
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
@@ -40,15 +44,28 @@ class PreemptionMode(enum.Enum):
     RECOMPUTE = "recompute"
 
 
-def insert_fcfs(queue: deque[SequenceGroup], group: SequenceGroup) -> None:
-    """Put a preempted group back in arrival order. It is older than nearly everything
-    queued (admission is FCFS), so the scan from the front is short."""
-    key = (group.arrival_s, group.request_id)
-    index = next((i for i, g in enumerate(queue) if (g.arrival_s, g.request_id) > key), len(queue))
-    queue.insert(index, group)
+class StepPlan:
+    """What one schedule() decides, as its parts add to it: the groups that decode (and their running
+    sequences, in order) and prefill, the blocks to copy and swap, and the groups preempted in this step
+    (a group preempted now does not come back in the same step)."""
+
+    __slots__ = ("decode_groups", "decode_seqs", "prefill_groups", "copies", "swap_in", "swap_out", "preempted")
+
+    def __init__(self) -> None:  # plain lists: a dataclass's default factories cost a call each, every step
+        self.decode_groups: list[SequenceGroup] = []
+        self.decode_seqs: list[Sequence] = []
+        self.prefill_groups: list[SequenceGroup] = []
+        self.copies: list[tuple[int, int]] = []
+        self.swap_in: list[tuple[int, int]] = []
+        self.swap_out: list[tuple[int, int]] = []
+        self.preempted: set[int] = set()
 
 
 class VLLMScheduler(QueueScheduler):
+    """Each step: a slot for every running sequence (preempting the latest arrivals when the pool is short),
+    swapped groups back in arrival order, then new prompts in arrival order while blocks, the token cap and
+    max_num_seqs allow. Blocks come from a BlockManager, one at a time as sequences grow."""
+
     def __init__(self, system: SystemSpec, max_seq_len: int, num_gpu_blocks: int, num_cpu_blocks: int):
         super().__init__(system, max_seq_len)
         self.num_gpu_blocks = num_gpu_blocks
@@ -61,9 +78,237 @@ class VLLMScheduler(QueueScheduler):
         self.token_cap = token_cap if token_cap is not None else float("inf")
         # None: vLLM's own rule per group ("auto"); else the mode the user forced
         self.forced_preemption = None if system.preemption == "auto" else PreemptionMode(system.preemption)
-        # the decode stretch decode_steps last allowed, and its sequences by the free slots in their last block
-        self._stretch_growth: tuple[Batch | None, list[list[Sequence]]] = (None, [])
 
+    # --- one step ----------------------------------------------------------------
+    def schedule(self) -> Batch:
+        """The running groups' slots, the swapped groups back, then new prompts while nothing is swapped out."""
+        plan = StepPlan()
+        self._reserve_running(plan)
+        self._swap_in(plan)
+        if not self.swapped:
+            self._admit(plan)
+        batch = self._batch_for(plan.prefill_groups, plan.decode_groups, plan.decode_seqs)
+        batch.blocks_to_copy, batch.blocks_to_swap_in, batch.blocks_to_swap_out = (
+            plan.copies, plan.swap_in, plan.swap_out)
+        return batch
+
+    def _reserve_running(self, plan: StepPlan) -> None:
+        """A slot for every running sequence, preempting the latest arrivals when short."""
+        if appends_fit(self.num_running_seqs, self.blocks.gpu.num_free):
+            # each sequence needs at most one new block: nobody can fail can_append
+            plan.decode_groups = list(self.running)
+            self._append_slots(self.running, plan)
+            return
+        queue = deque(self.running)
+        kept: list[SequenceGroup] = []
+        running = SeqStatus.RUNNING
+        while queue:
+            group = queue.popleft()
+            seqs = [seq for seq in group.seqs if seq.status is running]  # a victim's preemption leaves them be
+            while not self.blocks.can_append(len(seqs)):
+                victim = queue.pop() if queue else group
+                self._preempt(victim, plan)
+                if victim is group:
+                    break
+            else:
+                self.blocks.append_slots(seqs, plan.copies)
+                plan.decode_seqs.extend(seqs)
+                kept.append(group)
+        self.running = kept
+        plan.decode_groups = list(kept)
+
+    def _append_slots(self, groups: Iterable[SequenceGroup], plan: StepPlan) -> None:
+        running = SeqStatus.RUNNING
+        seqs = [seq for group in groups for seq in group.seqs if seq.status is running]
+        self.blocks.append_slots(seqs, plan.copies)
+        plan.decode_seqs.extend(seqs)
+
+    def _swap_in(self, plan: StepPlan) -> None:
+        while self.swapped:
+            group = self.swapped[0]
+            if id(group) in plan.preempted or not self.blocks.can_swap_in(group):
+                break
+            if self.num_running_seqs + len(group.live_seqs()) > self.system.max_num_seqs:
+                break
+            self.swapped.popleft()
+            mapping = self.blocks.swap_in(group)
+            plan.swap_in.extend(mapping)
+            self.num_swapped_in_blocks += len(mapping)
+            self._start_running(group)
+            self._append_slots((group,), plan)
+            self._insert_running(group)
+            plan.decode_groups.append(group)
+
+    def _admit(self, plan: StepPlan) -> None:
+        num_tokens = self.num_running_seqs  # one decode token per running sequence
+        while self.waiting:
+            group = self.waiting[0]
+            if id(group) in plan.preempted:
+                break
+            prompt_tokens = self._admission_tokens(group, num_tokens)
+            if prompt_tokens is None:
+                break
+            self.waiting.popleft()
+            self.blocks.allocate(group)
+            if group.prefix_blocks and not group.num_cached_tokens:  # it just cached the prefix
+                self.token_slots.slots += group.prefix_blocks * self.block_size
+            self._start_running(group)
+            self._insert_running(group)
+            num_tokens += prompt_tokens
+            plan.prefill_groups.append(group)
+
+    def _admission_tokens(self, group: SequenceGroup, num_tokens: int) -> int | None:
+        """The prompt tokens the group would add to an iteration already holding num_tokens, or None when
+        it cannot be admitted now: too few free blocks above the watermark, the token cap, max_num_seqs."""
+        if not self.blocks.can_allocate(group):
+            return None
+        live = group.live_seqs()
+        cached = self.blocks.cached_tokens(group)  # a cached prefix is attended over, not computed
+        prompt_tokens = live[0].length - cached if group.shares_prompt else sum(s.length - cached for s in live)
+        if num_tokens + prompt_tokens > self.token_cap:
+            return None
+        if self.num_running_seqs + len(live) > self.system.max_num_seqs:
+            return None
+        return prompt_tokens
+
+    # --- preemption ----------------------------------------------------------------
+    def preemption_mode(self, group: SequenceGroup) -> PreemptionMode:
+        """vLLM's rule (auto): recompute a group of one running sequence (cheaper than
+        swapping), swap a group of several. Forced swap swaps every group. Forced recompute
+        recomputes every group, except a group of several samples that could not be served
+        apart (see _can_serve_apart) and a beam search (its beams are chosen together from one
+        step's scores, which a re-prefill apart would not give back): they swap."""
+        live = group.live_seqs()
+        forced = self.forced_preemption
+        if forced is PreemptionMode.SWAP or (forced is None and len(live) > 1) or group.is_beam:
+            return PreemptionMode.SWAP
+        if len(live) > 1 and not self._can_serve_apart(live):
+            return PreemptionMode.SWAP
+        return PreemptionMode.RECOMPUTE
+
+    def _can_serve_apart(self, live: list[Sequence]) -> bool:
+        """Whether samples recomputed apart can run again: their re-prefills fit one iteration's
+        token cap, and alone in the pool each can grow to its final length in its own blocks
+        (plus the one spare block per sequence that the conservative can_append asks for)."""
+        if sum(s.length for s in live) > self.token_cap:
+            return False
+        blocks = sum(blocks_for(s.final_len, self.block_size) + 1 for s in live)
+        return blocks + self.blocks.watermark_blocks <= self.num_gpu_blocks
+
+    def _preempt(self, group: SequenceGroup, plan: StepPlan) -> None:
+        plan.preempted.add(id(group))
+        group.num_preemptions += 1
+        self.num_preemptions += 1
+        self.running = [g for g in self.running if g is not group]
+        if self.preemption_mode(group) is PreemptionMode.RECOMPUTE:
+            live = group.live_seqs()
+            self._stop_running(group, SeqStatus.WAITING)
+            for seq in live:
+                self.blocks.free(seq)
+            if len(live) > 1:
+                # the samples have diverged: each will re-prefill its own history in its own blocks
+                group.shares_prompt = False
+            self._insert_waiting(group)
+        else:
+            if not self.blocks.can_swap_out(group):
+                why = (" (its samples could not be recomputed apart in this pool or token cap)"
+                       if self.forced_preemption is PreemptionMode.RECOMPUTE else "")
+                raise SwapSpaceExhausted(
+                    f"request {group.request_id}: its {len(group.live_seqs())} sequences must be swapped out to "
+                    f"preempt it{why}, and the CPU swap space has {self.blocks.cpu.num_free} free blocks; "
+                    "raise swap_space_gib (or lower workload.n / workload.beam_width)")
+            self._stop_running(group, SeqStatus.SWAPPED)  # before the swap changes its prefix_blocks
+            mapping = self.blocks.swap_out(group)
+            plan.swap_out.extend(mapping)
+            self.num_swapped_out_blocks += len(mapping)
+            insert_fcfs(self.swapped, group)
+
+    def _insert_waiting(self, group: SequenceGroup) -> None:
+        insert_fcfs(self.waiting, group)
+
+    def _insert_running(self, group: SequenceGroup) -> None:
+        if not self.running or (self.running[-1].arrival_s, self.running[-1].request_id) <= (
+                group.arrival_s, group.request_id):
+            self.running.append(group)
+            return
+        keys = [(g.arrival_s, g.request_id) for g in self.running]
+        self.running.insert(bisect.bisect(keys, (group.arrival_s, group.request_id)), group)
+
+    # --- accounting ------------------------------------------------------------------
+    def kv_usage(self) -> KVUsage:
+        token_slots = self.token_slots.slots
+        if self.num_running_beam_groups:
+            # beams share generated blocks too, not only the prompt's: count the slots their blocks hold
+            for group in self.running:
+                if group.is_beam:
+                    token_slots += self.blocks.held_token_slots(group) - shared_prompt_token_slots(group)
+        return paged_usage(self.blocks, token_slots, bool(self.waiting))
+
+    # --- decode stretches (docs/stretch.md) ----------------------------------------------
+    def _decode_stretch(self, batch: Batch) -> DecodeStretch:
+        """Until the first sequence finishes, as long as: nothing is swapped out to come back, the oldest
+        waiting request is refused now (free blocks only shrink while nobody finishes and the rest stays
+        put, so it stays refused), and no step's appends could preempt (_steps_without_preemption). No copy
+        on write either: schedule() just gave every running sequence a last block of its own, and beams,
+        whose forks share them again, do not get here."""
+        if self.swapped or batch.num_swap_blocks:
+            return DecodeStretch(batch, 1)
+        if self.waiting and self._admission_tokens(self.waiting[0], self.num_running_seqs) is not None:
+            # admitted next step: refused in this one's schedule() only as just preempted
+            return DecodeStretch(batch, 1)
+        growth = self._growth_by_slack()
+        if growth is None:
+            return DecodeStretch(batch, 1)
+        num_steps = self._steps_without_preemption(self._steps_to_first_finish(chain.from_iterable(growth)), growth)
+        return DecodeStretch(batch, num_steps, growth)
+
+    def _growth_by_slack(self) -> list[list[Sequence]] | None:
+        """The running sequences by the free slots left in their last block, in the order schedule() appends
+        (DecodeStretch.growth); None when schedule() left one a table more than a block long, or short."""
+        bs, tables = self.block_size, self.blocks.block_tables
+        growth: list[list[Sequence]] = [[] for _ in range(bs)]
+        running = SeqStatus.RUNNING
+        for group in self.running:
+            for seq in group.seqs:
+                if seq.status is running:
+                    slack = len(tables[seq.seq_id]) * bs - seq.length
+                    if not 0 <= slack < bs:
+                        return None
+                    growth[slack].append(seq)
+        return growth
+
+    def _steps_without_preemption(self, num_steps: int, growth: list[list[Sequence]]) -> int:
+        """The first iterations of num_steps whose schedule() preempts nobody. Iteration j >= 2 appends a block
+        for each of growth[(j - 2) % block_size]; schedule() then takes its fast path when the free blocks
+        before cover every running sequence, and otherwise preempts nobody when those left after the appends
+        still cover the largest group (each group's can_append then holds in turn). Free blocks only fall,
+        so the first iteration failing both ends the stretch."""
+        bs, free, seqs = self.block_size, self.blocks.gpu.num_free, self.num_running_seqs
+        largest_group = (1 if seqs == len(self.running) else max(len(group.live_seqs()) for group in self.running))
+        cycles, rest = divmod(num_steps - 1, bs)
+        if appends_fit(largest_group, free - cycles * seqs - sum(map(len, growth[:rest]))):
+            return num_steps  # even after the last iteration's appends
+        for j in range(2, num_steps + 1):
+            after = free - len(growth[(j - 2) % bs])
+            if not (appends_fit(seqs, free) or appends_fit(largest_group, after)):
+                return j - 1
+            free = after
+        return num_steps
+
+    def _stretch_usage(self, stretch: DecodeStretch, num_steps: int, token_slots: range,
+                       someone_waited: bool) -> UsageColumns:
+        """The schedule() of iterations 2..num_steps appends a block for each of growth[(j - 2) % block_size]
+        and for nobody else: the same append_slots, in one call for them all (the lengths are already the
+        last iteration's), in the order the iterations would append (the same block ids), each sequence
+        listed once per block it takes. The free blocks each iteration found are counted down alongside."""
+        bs, growth = self.block_size, stretch.growth
+        grown = [growth[(j - 2) % bs] for j in range(2, num_steps + 1)]
+        free_blocks = list(accumulate(map(len, grown), sub, initial=self.blocks.gpu.num_free))[1:]
+        no_copies: list[tuple[int, int]] = []  # a stretch's appends copy nothing (_decode_stretch)
+        self.blocks.append_slots(chain.from_iterable(grown), no_copies)
+        return paged_usage_columns(self.blocks, token_slots, free_blocks, someone_waited)
+
+    # --- the rest of the contract ----------------------------------------------------
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running or self.swapped)
 
@@ -101,230 +346,10 @@ class VLLMScheduler(QueueScheduler):
             self.token_slots.slots -= len(self.blocks.prefix_table) * self.block_size
             self.blocks.release_prefix()
 
-    # --- one step ----------------------------------------------------------------
-    def schedule(self) -> Batch:
-        copies: list[tuple[int, int]] = []
-        swap_out: list[tuple[int, int]] = []
-        swap_in: list[tuple[int, int]] = []
-        preempted: set[int] = set()
-        decode_seqs: list[Sequence] = []  # the running sequences of decode_groups, in order, as appended
-        decode_groups = self._reserve_running(copies, swap_out, preempted, decode_seqs)
-        self._swap_in(decode_groups, copies, swap_in, preempted, decode_seqs)
-        prefill_groups = self._admit(preempted) if not self.swapped else []
-        batch = self._batch_for(prefill_groups, decode_groups, decode_seqs)
-        batch.blocks_to_copy, batch.blocks_to_swap_in, batch.blocks_to_swap_out = copies, swap_in, swap_out
-        return batch
 
-    def _reserve_running(self, copies, swap_out, preempted, decode_seqs) -> list[SequenceGroup]:
-        """A slot for every running sequence, preempting the latest arrivals when short."""
-        if self.blocks.gpu.num_free >= self.num_running_seqs:
-            # each sequence needs at most one new block: nobody can fail can_append
-            self._append_slots(self.running, copies, decode_seqs)
-            return list(self.running)
-        queue = deque(self.running)
-        kept: list[SequenceGroup] = []
-        can_append, append_slots = self.blocks.can_append, self.blocks.append_slots
-        running = SeqStatus.RUNNING
-        while queue:
-            group = queue.popleft()
-            seqs = [seq for seq in group.seqs if seq.status is running]  # a victim's preemption leaves them be
-            while not can_append(len(seqs)):
-                victim = queue.pop() if queue else group
-                self._preempt(victim, swap_out)
-                preempted.add(id(victim))
-                if victim is group:
-                    break
-            else:
-                append_slots(seqs, copies)
-                decode_seqs.extend(seqs)
-                kept.append(group)
-        self.running = kept
-        return list(kept)
-
-    def _append_slots(self, groups, copies, decode_seqs: list[Sequence]) -> None:
-        running = SeqStatus.RUNNING
-        seqs = [seq for group in groups for seq in group.seqs if seq.status is running]
-        self.blocks.append_slots(seqs, copies)
-        decode_seqs.extend(seqs)
-
-    def _swap_in(self, decode_groups, copies, swap_in, preempted, decode_seqs) -> None:
-        while self.swapped:
-            group = self.swapped[0]
-            if id(group) in preempted or not self.blocks.can_swap_in(group):
-                break
-            if self.num_running_seqs + len(group.live_seqs()) > self.system.max_num_seqs:
-                break
-            self.swapped.popleft()
-            mapping = self.blocks.swap_in(group)
-            swap_in.extend(mapping)
-            self.num_swapped_in_blocks += len(mapping)
-            self._start_running(group)
-            self._append_slots((group,), copies, decode_seqs)
-            self._insert_running(group)
-            decode_groups.append(group)
-
-    def _admit(self, preempted) -> list[SequenceGroup]:
-        admitted = []
-        num_tokens = self.num_running_seqs  # one decode token per running sequence
-        while self.waiting:
-            group = self.waiting[0]
-            if id(group) in preempted:
-                break
-            prompt_tokens = self._admission_tokens(group, num_tokens)
-            if prompt_tokens is None:
-                break
-            self.waiting.popleft()
-            self.blocks.allocate(group)
-            if group.prefix_blocks and not group.num_cached_tokens:  # it just cached the prefix
-                self.token_slots.slots += group.prefix_blocks * self.block_size
-            self._start_running(group)
-            self._insert_running(group)
-            num_tokens += prompt_tokens
-            admitted.append(group)
-        return admitted
-
-    def _admission_tokens(self, group: SequenceGroup, num_tokens: int) -> int | None:
-        """The prompt tokens the group would add to an iteration already holding num_tokens, or None when
-        it cannot be admitted now: too few free blocks above the watermark, the token cap, max_num_seqs."""
-        if not self.blocks.can_allocate(group):
-            return None
-        live = group.live_seqs()
-        cached = self.blocks.cached_tokens(group)  # a cached prefix is attended over, not computed
-        prompt_tokens = live[0].length - cached if group.shares_prompt else sum(s.length - cached for s in live)
-        if num_tokens + prompt_tokens > self.token_cap:
-            return None
-        if self.num_running_seqs + len(live) > self.system.max_num_seqs:
-            return None
-        return prompt_tokens
-
-    # --- decode stretches ----------------------------------------------------------------
-    def _stretch_limit(self, batch: Batch) -> int:
-        """Until the first sequence finishes, as long as: nothing is swapped out to come back, the oldest
-        waiting request is refused now (free blocks only shrink while nobody finishes and the rest stays
-        put, so it stays refused), and no step's appends could preempt (_steps_the_pool_allows). No copy
-        on write either: schedule() just gave every running sequence a last block of its own, and beams,
-        whose forks share them again, do not get here."""
-        if self.swapped or batch.num_swap_blocks:
-            return 1
-        if self.waiting and self._admission_tokens(self.waiting[0], self.num_running_seqs) is not None:
-            return 1  # admitted next step: refused in this one's schedule() only as just preempted
-        bs, tables = self.block_size, self.blocks.block_tables
-        by_slack: list[list[Sequence]] = [[] for _ in range(bs)]  # by free slots left in the last block
-        remaining, running = self.max_seq_len, SeqStatus.RUNNING
-        for group in self.running:  # in the order schedule() appends
-            for seq in group.seqs:
-                if seq.status is running:
-                    length = seq.length
-                    slack = len(tables[seq.seq_id]) * bs - length
-                    if not 0 <= slack < bs:  # schedule() left it more than a block, or none: not ours to guess
-                        return 1
-                    by_slack[slack].append(seq)
-                    left = seq.prompt_len + seq.output_len - length
-                    if left < remaining:
-                        remaining = left
-        largest_group = (1 if self.num_running_seqs == len(self.running)
-                         else max(len(group.live_seqs()) for group in self.running))
-        self._stretch_growth = (batch, by_slack)
-        return self._steps_the_pool_allows(remaining, [len(seqs) for seqs in by_slack], largest_group)
-
-    def _steps_the_pool_allows(self, num_steps: int, slack_counts: list[int], largest_group: int) -> int:
-        """Iteration j >= 2 of the stretch appends a block for every sequence whose slack was (j - 2) mod
-        block_size. Its schedule() preempts no one when the free blocks cover a block per running sequence
-        (the fast path) or, after its appends, still cover the largest group (each group's can_append then
-        holds in turn): both only fall as blocks go, so the first step failing both ends the stretch."""
-        bs, free, seqs = self.block_size, self.blocks.gpu.num_free, self.num_running_seqs
-        cycles, rest = divmod(num_steps - 1, bs)
-        if free - cycles * seqs - sum(slack_counts[:rest]) >= largest_group:
-            return num_steps  # even after the last step's appends
-        for j in range(2, num_steps + 1):
-            after = free - slack_counts[(j - 2) % bs]
-            if free < seqs and after < largest_group:
-                return j - 1
-            free = after
-        return num_steps
-
-    def _stretch_usage(self, batch: Batch, num_steps: int, token_slots: range,
-                       someone_waited: bool) -> UsageColumns:
-        planned, by_slack = self._stretch_growth
-        if planned is not batch:
-            raise ValueError("advance_decodes must follow decode_steps for the same batch")
-        bs, tables, allocate = self.block_size, self.blocks.block_tables, self.blocks.gpu.allocate
-        free, free_blocks = self.blocks.gpu.num_free, []
-        for step in range(2, num_steps + 1):
-            for seq in by_slack[(step - 2) % bs]:  # its last block is full: schedule() appends one, in this order
-                tables[seq.seq_id].append(allocate())
-                free -= 1
-            free_blocks.append(free)
-        return paged_usage_columns(self.blocks, token_slots, free_blocks, someone_waited)
-
-    # --- preemption ----------------------------------------------------------------
-    def preemption_mode(self, group: SequenceGroup) -> PreemptionMode:
-        """vLLM's rule (auto): recompute a group of one running sequence (cheaper than
-        swapping), swap a group of several. Forced swap swaps every group. Forced recompute
-        recomputes every group, except a group of several samples that could not be served
-        apart (see _can_serve_apart) and a beam search (its beams are chosen together from one
-        step's scores, which a re-prefill apart would not give back): they swap."""
-        live = group.live_seqs()
-        forced = self.forced_preemption
-        if forced is PreemptionMode.SWAP or (forced is None and len(live) > 1) or group.is_beam:
-            return PreemptionMode.SWAP
-        if len(live) > 1 and not self._can_serve_apart(live):
-            return PreemptionMode.SWAP
-        return PreemptionMode.RECOMPUTE
-
-    def _can_serve_apart(self, live: list[Sequence]) -> bool:
-        """Whether samples recomputed apart can run again: their re-prefills fit one iteration's
-        token cap, and alone in the pool each can grow to its final length in its own blocks
-        (plus the one spare block per sequence that the conservative can_append asks for)."""
-        if sum(s.length for s in live) > self.token_cap:
-            return False
-        blocks = sum(blocks_for(s.final_len, self.block_size) + 1 for s in live)
-        return blocks + self.blocks.watermark_blocks <= self.num_gpu_blocks
-
-    def _preempt(self, group: SequenceGroup, swap_out: list[tuple[int, int]]) -> None:
-        group.num_preemptions += 1
-        self.num_preemptions += 1
-        self.running = [g for g in self.running if g is not group]
-        if self.preemption_mode(group) is PreemptionMode.RECOMPUTE:
-            live = group.live_seqs()
-            self._stop_running(group, SeqStatus.WAITING)
-            for seq in live:
-                self.blocks.free(seq)
-            if len(live) > 1:
-                # the samples have diverged: each will re-prefill its own history in its own blocks
-                group.shares_prompt = False
-            self._insert_waiting(group)
-        else:
-            if not self.blocks.can_swap_out(group):
-                why = (" (its samples could not be recomputed apart in this pool or token cap)"
-                       if self.forced_preemption is PreemptionMode.RECOMPUTE else "")
-                raise SwapSpaceExhausted(
-                    f"request {group.request_id}: its {len(group.live_seqs())} sequences must be swapped out to "
-                    f"preempt it{why}, and the CPU swap space has {self.blocks.cpu.num_free} free blocks; "
-                    "raise swap_space_gib (or lower workload.n / workload.beam_width)")
-            self._stop_running(group, SeqStatus.SWAPPED)  # before the swap changes its prefix_blocks
-            mapping = self.blocks.swap_out(group)
-            swap_out.extend(mapping)
-            self.num_swapped_out_blocks += len(mapping)
-            insert_fcfs(self.swapped, group)
-
-    def _insert_waiting(self, group: SequenceGroup) -> None:
-        insert_fcfs(self.waiting, group)
-
-    def _insert_running(self, group: SequenceGroup) -> None:
-        if not self.running or (self.running[-1].arrival_s, self.running[-1].request_id) <= (
-                group.arrival_s, group.request_id):
-            self.running.append(group)
-            return
-        keys = [(g.arrival_s, g.request_id) for g in self.running]
-        self.running.insert(bisect.bisect(keys, (group.arrival_s, group.request_id)), group)
-
-    # --- accounting ------------------------------------------------------------------
-    def kv_usage(self) -> KVUsage:
-        token_slots = self.token_slots.slots
-        if self.num_running_beam_groups:
-            # beams share generated blocks too, not only the prompt's: count the slots their blocks hold
-            for group in self.running:
-                if group.is_beam:
-                    token_slots += self.blocks.held_token_slots(group) - shared_prompt_token_slots(group)
-        return paged_usage(self.blocks, token_slots, bool(self.waiting))
+def insert_fcfs(queue: deque[SequenceGroup], group: SequenceGroup) -> None:
+    """Put a preempted group back in arrival order. It is older than nearly everything
+    queued (admission is FCFS), so the scan from the front is short."""
+    key = (group.arrival_s, group.request_id)
+    index = next((i for i, g in enumerate(queue) if (g.arrival_s, g.request_id) > key), len(queue))
+    queue.insert(index, group)

@@ -15,7 +15,7 @@ from engine.core.beam import beam_parents, continue_beams
 from engine.core.block_manager import BlockManager
 from engine.core.blocks import blocks_for
 from engine.core.sequence import SeqStatus, SequenceCounter, make_group
-from engine.core.serving import ReplayRequest, ServingCore
+from engine.core.serving import Request, ServingCore
 from engine.core.system import SystemSpec
 from tests.helpers.core_harness import HYPOTHESIS, StepInvariants, append_one, check_block_manager, hyp, scheduler_for
 
@@ -149,7 +149,7 @@ class RandomParents:
         return forks
 
 
-def drive_beams(sched, requests: list[ReplayRequest], choose, max_steps: int = 5000) -> ServingCore:
+def drive_beams(sched, requests: list[Request], choose, max_steps: int = 5000) -> ServingCore:
     """All requests arrive at once; every step is checked, and the parents come from `choose`."""
     core = ServingCore(sched)
     for request in requests:
@@ -157,12 +157,12 @@ def drive_beams(sched, requests: list[ReplayRequest], choose, max_steps: int = 5
     invariants, now = StepInvariants(), 0.0
     for step in range(max_steps):
         invariants.before(sched, step)
-        served = core.start(now)
+        served = core.start_step(now)
         if served is None:
             break
         invariants.after(sched, served.batch, step)
         now += 1.0
-        core.finish(served, now, choose(sched, served.batch))
+        core.end_step(served, now, choose(sched, served.batch))
     assert not sched.has_unfinished(), "every beam search finishes"
     return core
 
@@ -170,7 +170,7 @@ def drive_beams(sched, requests: list[ReplayRequest], choose, max_steps: int = 5
 @st.composite
 def beam_workloads(draw):
     block_size = draw(st.sampled_from([1, 2, 4, 8, 16, 32]))
-    requests = [ReplayRequest(i, 0.0, draw(st.integers(1, 20)), draw(st.integers(1, 20)),
+    requests = [Request(i, 0.0, draw(st.integers(1, 20)), draw(st.integers(1, 20)),
                               beam_width=draw(st.integers(1, 8))) for i in range(draw(st.integers(1, 4)))]
     return block_size, requests
 
@@ -195,20 +195,20 @@ def test_vllm_beam_searches_keep_the_books_through_swaps(workload, pool, data):
 def test_orca_gives_every_beam_its_own_reservation_and_copies_on_fork(reservation):
     sched = scheduler_for(SystemSpec("Orca", "orca", reservation=reservation, block_size=4), 256, max_seq_len=64)
     core = ServingCore(sched)
-    group = core.admit(ReplayRequest(0, 0.0, 6, 10, beam_width=3))
-    prefill = core.start(0.0)
+    group = core.admit(Request(0, 0.0, 6, 10, beam_width=3))
+    prefill = core.start_step(0.0)
     reservations = [sched.allocator.reservations[s.seq_id] for s in group.seqs]
     assert len({r.start for r in reservations}) == 3, "one reservation per beam"
     assert {r.chunk_blocks for r in reservations} == {sched.allocator.buddy.chunk_size(
         sched.allocator.reserved_blocks(group.seqs[0]))}, "each of the group's size"
     assert prefill.batch.beam_groups == [tuple(s.seq_id for s in group.seqs)]
-    core.finish(prefill, 1.0)
-    decode = core.start(1.0)
+    core.end_step(prefill, 1.0)
+    decode = core.start_step(1.0)
     assert len(decode.batch.blocks_to_copy) == 2 * blocks_for(6, 4), "the prompt copied into two beams"
     a, b, c = group.seqs
     parent_table = sched.block_table(a.seq_id)  # 7 tokens: 2 blocks, as the decode left them
-    core.finish(decode, 2.0, {c.seq_id: a.seq_id})
-    after = core.start(2.0)
+    core.end_step(decode, 2.0, {c.seq_id: a.seq_id})
+    after = core.start_step(2.0)
     assert after.batch.blocks_to_copy == list(zip(parent_table, sched.allocator.block_table(c)[:2])), \
         "the fork copies every block of the parent into the child's own reservation"
     assert sched.allocator.reservations[c.seq_id].start == reservations[2].start, "the child keeps its region"
@@ -216,7 +216,7 @@ def test_orca_gives_every_beam_its_own_reservation_and_copies_on_fork(reservatio
 
 def test_fastertransformer_beams_fork_by_copy_like_orca():
     sched = scheduler_for(SystemSpec("FT", "fastertransformer", block_size=4), 256, max_seq_len=64)
-    core = drive_beams(sched, [ReplayRequest(0, 0.0, 5, 6, beam_width=2)],
+    core = drive_beams(sched, [Request(0, 0.0, 5, 6, beam_width=2)],
                        lambda sched, batch: {ids[1]: ids[0] for ids in batch.beam_groups
                                              if ids not in set(batch.prefill_sample_ids)})
     copies = [r.num_copy_blocks for r in core.records.iteration_rows()]
@@ -228,18 +228,18 @@ def test_fastertransformer_beams_fork_by_copy_like_orca():
 def test_forks_after_a_prefill_or_across_groups_are_refused():
     sched = scheduler_for(SystemSpec("vLLM", "vllm", block_size=4), 64, max_seq_len=64)
     core = ServingCore(sched)
-    one = core.admit(ReplayRequest(0, 0.0, 5, 6, beam_width=2))
-    two = core.admit(ReplayRequest(1, 0.0, 5, 6, beam_width=2))
-    prefill = core.start(0.0)
+    one = core.admit(Request(0, 0.0, 5, 6, beam_width=2))
+    two = core.admit(Request(1, 0.0, 5, 6, beam_width=2))
+    prefill = core.start_step(0.0)
     with pytest.raises(ValueError, match="decoded in this batch"):
-        core.finish(prefill, 1.0, {one.seqs[1].seq_id: one.seqs[0].seq_id})
+        core.end_step(prefill, 1.0, {one.seqs[1].seq_id: one.seqs[0].seq_id})
     sched = scheduler_for(SystemSpec("vLLM", "vllm", block_size=4), 64, max_seq_len=64)
     core = ServingCore(sched)
-    one, two = (core.admit(ReplayRequest(i, 0.0, 5, 6, beam_width=2)) for i in range(2))
-    core.finish(core.start(0.0), 1.0)
-    decode = core.start(1.0)
+    one, two = (core.admit(Request(i, 0.0, 5, 6, beam_width=2)) for i in range(2))
+    core.end_step(core.start_step(0.0), 1.0)
+    decode = core.start_step(1.0)
     with pytest.raises(ValueError, match="one beam search"):
-        core.finish(decode, 2.0, {one.seqs[1].seq_id: two.seqs[0].seq_id})
+        core.end_step(decode, 2.0, {one.seqs[1].seq_id: two.seqs[0].seq_id})
 
 
 def test_a_request_with_samples_and_beams_is_refused():
@@ -256,14 +256,14 @@ def test_vllm_preempts_a_beam_search_by_swapping_even_when_told_to_recompute():
 def test_beam_token_slots_count_shared_blocks_once():
     sched = scheduler_for(SystemSpec("vLLM", "vllm", block_size=4, watermark=0.0), 64, max_seq_len=64)
     core = ServingCore(sched)
-    group = core.admit(ReplayRequest(0, 0.0, 4, 8, beam_width=2))
+    group = core.admit(Request(0, 0.0, 4, 8, beam_width=2))
     a, b = group.seqs
     for t in range(4):  # the prefill, then decodes at contexts 5, 6, 7
-        core.finish(core.start(float(t)), t + 1.0)
-    step = core.start(4.0)  # decode at context 8: each beam's second block is full
+        core.end_step(core.start_step(float(t)), t + 1.0)
+    step = core.start_step(4.0)  # decode at context 8: each beam's second block is full
     assert step.usage.token == 4 + 2 * 4
-    core.finish(step, 5.0, {b.seq_id: a.seq_id})  # b continues a: they share a's full second block
-    step = core.start(5.0)  # each beam's ninth token in a block of its own
+    core.end_step(step, 5.0, {b.seq_id: a.seq_id})  # b continues a: they share a's full second block
+    step = core.start_step(5.0)  # each beam's ninth token in a block of its own
     assert sched.blocks.held_token_slots(group) == step.usage.token == 4 + 4 + 2 * 1
 
 
@@ -279,7 +279,7 @@ def test_a_tight_pool_swaps_beam_searches_out_and_back_with_their_sharing():
                 forks.update(beam_parents(ids, [ids[j] for j in rng.integers(0, len(ids), len(ids))]))
         return forks
 
-    requests = [ReplayRequest(i, 0.0, 9, 30, beam_width=4) for i in range(3)]
+    requests = [Request(i, 0.0, 9, 30, beam_width=4) for i in range(3)]
     sched = scheduler_for(SystemSpec("vLLM", "vllm", block_size=4, watermark=0.0), 40, num_cpu_blocks=200,
                           max_seq_len=64)
     core = drive_beams(sched, requests, seeded)

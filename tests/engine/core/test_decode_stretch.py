@@ -1,11 +1,12 @@
-"""Decode stretches in the control plane (Scheduler.decode_steps / advance_decodes).
+"""Decode stretches in the control plane (Scheduler.decode_stretch / advance_decodes, docs/stretch.md).
 
 Two schedulers get the same requests at the same steps. One runs every iteration; the other, at each
-batch that decode_steps lets repeat k >= 2 times, advances a random number m <= k of them in one call.
-Whatever the first scheduled along the way must be what decode_steps promised (the same decode
-batch, every context one longer per step, no prompt, copy, swap or finish), the usage columns
-advance_decodes returns must be the first's kv_usage() at each of those iterations, and afterwards
-both must hold the same state to the block id, so that everything after runs the same.
+batch that decode_stretch lets repeat k >= 2 times, advances a random number m <= k of them in one call
+(advance_decodes) and completes the m-th as any step. Whatever the first scheduled along the way must be
+what decode_stretch promised (the same decode batch, every context one longer per step, no prompt, copy,
+swap or finish), the usage columns advance_decodes returns must be the first's kv_usage() at each of
+those iterations, and afterwards both must hold the same state to the block id, so that everything after
+runs the same.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 from engine.core.factory import make_scheduler
 from engine.core.scheduler.vllm import VLLMScheduler
 from engine.core.sequence import SequenceCounter, make_group
+from engine.core.serving import Request, ServingCore
 from engine.core.system import PAPER_SYSTEMS
 from tests.helpers.core_harness import StepInvariants, tiny_model
 
@@ -81,8 +83,9 @@ def run_both(name: str, seed: int) -> int:
         batch, ahead = stepped.schedule(), forwarded.schedule()
         assert (batch.prefill_seq_ids, batch.decode_seq_ids) == (ahead.prefill_seq_ids, ahead.decode_seq_ids)
         assert state(stepped) == state(forwarded)
-        allowed = forwarded.decode_steps(ahead)
-        assert allowed == stepped.decode_steps(batch)
+        stretch = forwarded.decode_stretch(ahead)
+        allowed = stretch.num_steps
+        assert allowed == stepped.decode_stretch(batch).num_steps
         # a request arriving ends a stretch at the iteration it arrives in (sim/fastforward.py)
         room = pending[0][1][0] - step if pending else allowed
         steps = min(int(rng.integers(2, allowed + 1)), room) if allowed >= 2 else 1
@@ -95,19 +98,15 @@ def run_both(name: str, seed: int) -> int:
                 same_batch(later, ahead.decode_later(i))
                 usages.append(astuple(stepped.kv_usage()))
                 batch = later
-            complete_last = steps < allowed and bool(rng.integers(2))
-            columns = forwarded.advance_decodes(ahead, steps, complete_last=complete_last)
+            columns = forwarded.advance_decodes(stretch, steps)
             assert list(zip(*columns)) == usages
             skipped += steps - 1
             step += steps - 1
-            if complete_last:  # completing it finishes nobody
-                assert stepped.complete(batch, float(step + 1)) == []
-                assert state(stepped) == state(forwarded)
-                step += 1
-                continue
             assert state(stepped) == state(forwarded)
         done = [g.request_id for g in stepped.complete(batch, float(step + 1))]
         assert done == [g.request_id for g in forwarded.complete(ahead, float(step + 1))]
+        assert steps == allowed or not done  # a stretch's last step finishes requests only where it ends
+        assert state(stepped) == state(forwarded)
         step += 1
     assert not forwarded.has_unfinished()
     return skipped
@@ -125,9 +124,9 @@ def test_no_stretch_while_beams_run_or_a_prompt_is_in_the_batch():
     sched.add_request(make_group(0, 0.0, 10, 30, 1, counter))
     sched.add_request(make_group(1, 0.0, 10, 30, 1, counter, beam_width=2))
     prefill = sched.schedule()
-    assert sched.decode_steps(prefill) == 1
+    assert sched.decode_stretch(prefill).num_steps == 1
     sched.complete(prefill, 1.0)
-    assert sched.decode_steps(sched.schedule()) == 1  # decodes, but the beams fork as the data plane draws
+    assert sched.decode_stretch(sched.schedule()).num_steps == 1  # decodes, but the beams fork as the data plane draws
 
 
 def test_vllm_stops_a_stretch_before_the_step_whose_appends_could_preempt():
@@ -137,12 +136,50 @@ def test_vllm_stops_a_stretch_before_the_step_whose_appends_could_preempt():
         sched.add_request(make_group(rid, 0.0, 8, 40, 1, counter))  # two blocks each to start
     sched.complete(sched.schedule(), 1.0)
     batch = sched.schedule()  # 3 decodes at context 9: a third block each, 3 of 12 left
-    steps = sched.decode_steps(batch)
+    stretch = sched.decode_stretch(batch)
+    steps = stretch.num_steps
     # every 4 steps each takes a block: step 5 takes the last 3; step 6 needs none, but its schedule() finds
     # fewer free blocks than running sequences and vLLM's can_append (a block each, needed or not) preempts
     assert steps == 5
-    columns = sched.advance_decodes(batch, steps)
+    columns = sched.advance_decodes(stretch, steps)
     free = [row[4] // 4 for row in zip(*columns)]  # idle slots: nobody waits
     assert free == [3, 3, 3, 0]
     sched.complete(batch, 6.0)
     assert sched.schedule().decode_seq_ids == batch.decode_seq_ids[:2]  # and so it is: the latest is preempted
+
+
+@pytest.mark.parametrize("name", ["fastertransformer", "orca-max", "vllm", "vllm-swap"])
+def test_a_stretch_ended_at_once_records_what_its_steps_record_one_by_one(name):
+    """ServingCore.end_steps over k iterations of a decode stretch, against end_step k times: the same
+    records to the byte, the same requests finished, the same scheduler state."""
+    system = SYSTEMS[name]
+    gpu, cpu = POOLS[system.kind]
+    stepped, stretched = (ServingCore(make_scheduler(system, MODEL, gpu, cpu)) for _ in range(2))
+    for core in (stepped, stretched):
+        for request_id, (prompt, output, n) in enumerate([(10, 30, 1), (20, 12, 2), (5, 40, 1), (9, 25, 3)]):
+            core.admit(Request(request_id, 0.0, prompt, output, n))
+    now, stretches = 0.0, 0
+    while stepped.scheduler.has_unfinished():
+        step, ahead = stepped.start_step(now), stretched.start_step(now)
+        allowed = stretched.decode_stretch(ahead)
+        count = allowed - 1 if allowed > 2 and stretches % 2 else allowed  # every other one cut short
+        stretches += allowed > 1
+        ends = [now + 1.0 + i for i in range(count)]
+        done = []
+        for i, end in enumerate(ends):
+            step = step if i == 0 else stepped.start_step(now)
+            done += stepped.end_step(step, end)
+            now = end
+        assert [g.request_id for g in stretched.end_steps(ahead, ends)] == [g.request_id for g in done]
+        assert state(stepped.scheduler) == state(stretched.scheduler)
+    assert stretches > 2
+    assert stretched.records.iteration_values == stepped.records.iteration_values
+    assert stretched.records.request_values == stepped.records.request_values
+
+
+def test_several_ends_need_the_stretch_asked_first():
+    core = ServingCore(make_scheduler(SYSTEMS["vllm"], MODEL, 64, 160))
+    core.admit(Request(0, 0.0, 10, 30))
+    core.end_step(core.start_step(0.0), 1.0)
+    with pytest.raises(ValueError, match="decode_stretch was not asked"):
+        core.end_steps(core.start_step(1.0), [2.0, 3.0])

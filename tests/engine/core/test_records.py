@@ -10,7 +10,7 @@ import pytest
 
 import engine.core.records as records_module
 from engine.core.batch import Batch
-from engine.core.kv_usage import KVUsage
+from engine.core.kv_usage import USAGE_FIELDS, KVUsage, usage_values
 from engine.core.records import ITERATION_COLUMNS, ServingRecords
 
 
@@ -22,23 +22,33 @@ def batch(num_decodes: int, context: int = 100, prefill: int = 0) -> Batch:
 
 def add_alone(records: ServingRecords, expected: list[tuple], start: float, num_decodes: int) -> None:
     b, usage = batch(num_decodes, prefill=7), KVUsage(token=50 + num_decodes, internal=3, idle=11, unshared_blocks=9)
-    records.add_iteration(b, usage, start, 0.5, 2, 1)
+    if num_decodes % 2:  # one row both ways: add_iteration spells out what add_iterations zips
+        records.add_iteration(b, usage, start, 0.5, 2, 1)
+    else:
+        records.add_iterations(b, tuple(zip(usage_values(usage))), (start,), (0.5,), (2,), 1)
     expected.append((1, start, 0.5, 7, 1, num_decodes, b.sum_decode_context, b.num_running_groups, 2, 0, 0,
                      usage.token, 0, 3, 0, 11, 9, 0))
 
 
 def add_stretch(records: ServingRecords, expected: list[tuple], start: float, count: int, num_decodes: int) -> None:
     b = batch(num_decodes)
+    b.blocks_to_copy = [(1, 2)]  # the first iteration's alone
     starts = [start + 0.25 * i for i in range(count)]
     durations = [0.25] * count
     tokens = list(range(300, 300 + count * num_decodes, num_decodes)) if num_decodes else [300] * count
     usage = (tokens, repeat(0), [5] * count, repeat(2), repeat(0), list(range(20, 20 + count)), repeat(1))
     waits = chain(repeat(4, count - 1), (6,))
-    records.add_decode_stretch(b, usage, starts, durations, waits, 0)
+    records.add_iterations(b, usage, starts, durations, waits, 0)
     for i in range(count):
-        context = b.sum_decode_context + (i + 1) * num_decodes
+        context = b.sum_decode_context + i * num_decodes
         expected.append((0, starts[i], 0.25, 0, 0, num_decodes, context, num_decodes, 4 if i < count - 1 else 6,
-                         0, 0, tokens[i], 0, 5, 2, 0, 20 + i, 1))
+                         0, 0 if i else 1, tokens[i], 0, 5, 2, 0, 20 + i, 1))
+
+
+def test_the_kv_columns_are_the_pools_fields_in_order():
+    """add_iterations puts a UsageColumns (KVUsage's fields, in order) last in the row."""
+    kv = [name.removeprefix("kv_") for name in ITERATION_COLUMNS[-len(USAGE_FIELDS):]]
+    assert kv == list(USAGE_FIELDS)
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 7, 4096])
