@@ -1,4 +1,4 @@
-"""Beam search's memory saving under vLLM (paper Fig. 15), and the fit of sim/beams.py's one parameter.
+"""Beam search's memory saving under vLLM (paper Fig. 15), and the fit of sim/core/beams.py's one parameter.
 
 saving = sum over iterations after the warm-up of duration x (blocks saved by sharing), divided by
 the same sum of (blocks the same sequences would hold without sharing): a block held by r block
@@ -24,12 +24,12 @@ import numpy as np
 import simpy
 
 from engine.core.factory import make_scheduler
-from sim.beams import DEFAULT_BEAM_CONTINUE, BeamParentModel
-from sim.config import load_experiment
-from sim.records import Records
-from sim.replica import Replica
-from sim.router import arrivals
-from sim.run import make_cost_model, trace_for
+from sim.core.beams import DEFAULT_BEAM_CONTINUE, BeamParentModel
+from sim.core.replica import Replica
+from sim.core.router import arrivals
+from sim.experiment.config import load_experiment
+from sim.experiment.records import Records
+from sim.experiment.run import make_cost_model, trace_for
 
 ROOT = Path(__file__).resolve().parents[1]
 WIDTHS = (2, 4, 6)

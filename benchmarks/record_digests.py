@@ -5,7 +5,7 @@ after, and compare the lines. Each scenario is small (seconds on one core) and c
 the control plane: real ShareGPT lengths, Alpaca, a fleet behind the round-robin router, parallel
 sampling (n = 6), beam search (width 4), a shared 5-shot prefix, Orca (Max) reservations and forced
 swapping. Every scenario runs step by step (`step`) and fast-forwarded (`fast`); the fleet also with
-its replicas simulated apart in two processes (`jobs2`, sim/apart.py). The three must agree too.
+its replicas simulated apart in two processes (`jobs2`, sim/core/independent_replicas.py). The three must agree too.
 
     python benchmarks/record_digests.py            # every scenario
     python benchmarks/record_digests.py beam swap  # some
@@ -42,8 +42,8 @@ SCENARIOS = {
 
 
 def digests(name: str) -> list[tuple[str, int, int, str]]:
-    from sim.config import load_experiment
-    from sim.run import make_cost_model, simulate_trace, trace_for
+    from sim.experiment.config import load_experiment
+    from sim.experiment.run import make_cost_model, simulate_trace, trace_for
 
     path, system_name, rate, duration_s, overrides = SCENARIOS[name]
     exp = load_experiment(ROOT / path, [*overrides, f"workload.duration_s={duration_s}", f"rates=[{rate}]",

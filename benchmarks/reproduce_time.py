@@ -18,11 +18,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim.config import Experiment, apply_overrides, experiment_from_dict
+from sim.experiment.config import Experiment, apply_overrides, experiment_from_dict
+from sim.experiment.sweep import RunKey, execute, run_keys
 from sim.reproduce.figures import FIGURES, paper_config
 from sim.reproduce.runner import load_sweeps
 from sim.reproduce.scale import PAPER
-from sim.sweep import RunKey, execute, run_keys
 
 
 @dataclass(eq=False)  # by identity: a run is chosen at most once

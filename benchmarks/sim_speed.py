@@ -1,4 +1,4 @@
-"""Simulator speed, step by step against fast-forward (sim/fastforward.py), measured in the same run.
+"""Simulator speed, step by step against fast-forward (sim/core/fast_forward.py), measured in the same run.
 
 Three of issue 14's targets, each simulated both ways on one core (vLLM, seed 0):
   sharegpt  one hour of OPT-13B / A100-40GB / real ShareGPT lengths at 2 req/s (configs/quickstart.yaml, with
@@ -6,7 +6,7 @@ Three of issue 14's targets, each simulated both ways on one core (vLLM, seed 0)
   alpaca    one hour of configs/paper/fig12d_alpaca_opt13b.yaml at 30 req/s          target <= 3 s
   fleet     64 replicas behind the round-robin router at 128 req/s, the quickstart setup, a slice of an
             hour (--fleet-duration-s, default 600 s) scaled to the hour              target <= 60 s an hour
-The fleet is also timed with its replicas served in --jobs processes (sim/apart.py; default 2).
+The fleet is also timed with its replicas served in --jobs processes (sim/core/independent_replicas.py; default 2).
 Prints, per scenario, both wall times (the simulation alone: trace built before, outputs not written), their
 ratio, the share of iterations run inside fast-forwarded stretches, and checks that both ways recorded the
 same iterations and requests. Ends with one line per scenario: name=<s> step_s=<f> fast_s=<f> ratio=<f>.
@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-import sim.simulate
-from sim.config import load_experiment
-from sim.fastforward import FastForward
-from sim.run import make_cost_model, simulate_trace, trace_for
+import sim.core.simulate
+from sim.core.fast_forward import FastForward
+from sim.experiment.config import load_experiment
+from sim.experiment.run import make_cost_model, simulate_trace, trace_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,7 +58,7 @@ def measure(name: str, fleet_duration_s: float, jobs: int = 1) -> dict:
     cost_model = make_cost_model(exp, system)
     walls, digests, counts = {}, {}, {}
     ways = {False: {"fast_forward": False}, True: {"fast_forward": True}}
-    if exp.replicas > 1 and jobs > 1:  # the fleet's replicas in `jobs` processes too (sim/apart.py)
+    if exp.replicas > 1 and jobs > 1:  # the fleet's replicas in `jobs` processes too (sim/core/independent_replicas.py)
         ways["jobs"] = {"jobs": jobs}
     for way, kwargs in ways.items():
         gc.collect()  # neither run pays for the other's garbage
@@ -90,7 +90,7 @@ def main() -> None:
     unknown = sorted(set(args.scenarios) - set(SCENARIOS))
     if unknown:
         parser.error(f"unknown scenario {', '.join(unknown)}: choose from {', '.join(SCENARIOS)}")
-    sim.simulate.FastForward = Counted  # type: ignore[misc]  # to count what it ran
+    sim.core.simulate.FastForward = Counted  # type: ignore[misc]  # to count what it ran
     results = [measure(name, args.fleet_duration_s, args.jobs) for name in args.scenarios or SCENARIOS]
     print(f"{'scenario':9s} {'requests':>9s} {'iterations':>11s} {'step_s':>8s} {'fast_s':>8s} {'ratio':>6s} "
           f"{'forwarded':>9s} {'fast_s/h':>8s} {'target':>7s}  same records")

@@ -4,7 +4,7 @@ Vidur's `trace_replay` generator (vidur/request_generator/trace_replay_request_g
 with one row per request: `Date` (it keeps the rows of one date), `Time` (arrival, seconds from the
 trace start, multiplied by time_scale_factor), `PromptTokenCount` and `CompletionTokenCount` (output
 tokens, the first of which the prefill produces, as in servesim). The trace here is the one servesim's
-run draws: the same config, overrides, rate and seed through sim.run.trace_for.
+run draws: the same config, overrides, rate and seed through sim.experiment.run.trace_for.
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from engine.atomic import replace_atomic
-from sim.config import load_experiment
-from sim.run import trace_for
+from sim.experiment.config import load_experiment
+from sim.experiment.run import trace_for
 from sim.workload.trace import Trace
 
 COLUMNS = ("Date", "Time", "PromptTokenCount", "CompletionTokenCount")

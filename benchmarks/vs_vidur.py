@@ -52,9 +52,9 @@ from benchmarks.vidur_run import (
     vidur_version,
 )
 from benchmarks.vidur_trace import servesim_trace, write_vidur_trace
-from sim.config import Experiment, load_experiment
-from sim.progress import duration_text
-from sim.run import make_cost_model
+from sim.experiment.config import Experiment, load_experiment
+from sim.experiment.progress import duration_text
+from sim.experiment.run import make_cost_model
 
 CONFIG = ROOT / "configs" / "quickstart.yaml"
 TRACE = "llama-7b"

@@ -20,7 +20,7 @@ class CostModel(ABC):
     #: measured it can, and a validation whose real clock is the forward alone turns it off
     charge_host: bool = False
     #: whether a step's time is a function of its batch alone, so that the simulator may price the
-    #: iterations of a decode stretch before it runs them (sim/fastforward.py); False for a cost model
+    #: iterations of a decode stretch before it runs them (sim/core/fast_forward.py); False for a cost model
     #: that hands out times in call order (fidelity's replayed engine times)
     prices_ahead: bool = True
 

@@ -94,7 +94,7 @@ def check_trace(trace: Trace, spec: ModelSpec, source: str, what: str = "trace")
         row = int(trace.beam_width.argmax())
         raise SpecError(source, f"{what} row {row}", (
             f"beam_width {int(trace.beam_width[row])}: a beam search cannot be validated (the engine forks its "
-            "beams from its scores, the simulator from sim/beams.py's model); replay a trace without beams"))
+            "beams from its scores, the simulator from sim/core/beams.py's model); replay a trace without beams"))
     total = trace.prompt_len + trace.output_len
     bad = [int(i) for i in (total > spec.max_seq_len).nonzero()[0]]
     if not bad:

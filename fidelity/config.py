@@ -39,7 +39,7 @@ from typing import Any
 from engine.runtime.options import EngineOptions, engine_options_from_dict
 from engine.specs.checks import choice, number, optional, positive
 from engine.specs.errors import SpecError
-from sim.config import Experiment, experiment_from_dict, read_config
+from sim.experiment.config import Experiment, experiment_from_dict, read_config
 
 TOP_LEVEL_KEYS = {"name": "label for outputs (default: the file's stem)",
                   "experiment": "the experiment mapping (same schema as configs/*.yaml)",
@@ -213,7 +213,7 @@ def validation_from_dict(raw: Any, source: str, base_dir: Path) -> ValidationCon
     if (exp.workload.beam_width or 1) > 1:
         raise SpecError(source, "experiment.workload.beam_width", (
             "validation compares schedules, and a beam search's forks are each plane's own choice (the engine's "
-            "from its scores, the simulator's from sim/beams.py's model), so they differ by design; set 1"))
+            "from its scores, the simulator's from sim/core/beams.py's model), so they differ by design; set 1"))
     if len(exp.seeds) != 1:
         raise SpecError(source, "experiment.seeds", f"validation replays one trace per rate; give one seed, "
                         f"got {list(exp.seeds)}")

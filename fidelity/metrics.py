@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from sim.metrics import latency_columns, summarize
+from sim.experiment.metrics import latency_columns, summarize
 
 REQUEST_JOIN_COLUMNS = (
     "system", "rate", "request_id", "arrival_s", "prompt_len", "output_len", "n", "measured",

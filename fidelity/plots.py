@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from sim.plots import MARKERS, save_figure  # noqa: E402
+from sim.experiment.plots import MARKERS, save_figure  # noqa: E402
 
 
 def _colors(systems) -> dict:

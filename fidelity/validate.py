@@ -49,9 +49,9 @@ from fidelity.replay import (
     compare_schedules,
 )
 from fidelity.report import breakdown_text, fidelity_table, fidelity_text
-from sim.output import write_csv, write_json, write_text
-from sim.run import make_cost_model, trace_for
-from sim.simulate import simulate
+from sim.core.simulate import simulate
+from sim.experiment.output import write_csv, write_json, write_text
+from sim.experiment.run import make_cost_model, trace_for
 from sim.workload.trace import Trace
 
 SPEED_COLUMNS = ("system", "rate", "repeat", "decode_probe_s", "prefill_probe_s", "probe_samples",

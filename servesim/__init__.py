@@ -19,8 +19,8 @@ if TYPE_CHECKING:  # names for the annotations only: nothing heavy loads with th
     import pandas as pd
 
     from fidelity.validate import ValidationResult
-    from sim.config import Experiment
-    from sim.run import RunResult
+    from sim.experiment.config import Experiment
+    from sim.experiment.run import RunResult
 
 __all__ = ["load_experiment", "run", "simulate", "capacity", "reproduce", "validate"]
 
@@ -36,7 +36,7 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = ()) -> Experime
         exp = servesim.load_experiment("configs/quickstart.yaml", ["rates=[1,2]"])
         print(exp.model.name, [s.name for s in exp.systems], exp.rates)
     """
-    from sim.config import load_experiment as load
+    from sim.experiment.config import load_experiment as load
 
     return load(path, list(overrides))
 
@@ -64,9 +64,9 @@ def run(config: str | Path | Experiment, out_dir: str | Path, *, overrides: Sequ
         summary = servesim.run("configs/quickstart.yaml", "results/qs", overrides=["rates=[1]"])
         print(summary[["system", "rate", "normalized_latency"]])
     """
-    from sim.output import write_csv
-    from sim.pool import ExecutorSpec
-    from sim.sweep import sweep
+    from sim.executors.pool import ExecutorSpec
+    from sim.experiment.output import write_csv
+    from sim.experiment.sweep import sweep
 
     exp = _experiment(config, overrides)
     summary = sweep(exp, Path(out_dir), ExecutorSpec("process", max(1, jobs)), progress=progress,
@@ -97,7 +97,7 @@ def simulate(config: str | Path | Experiment, *, system: str | None = None, rate
         one = servesim.simulate("configs/quickstart.yaml", system="vllm", rate=2.0)
         print(one.summary["normalized_latency"], len(one.iterations))
     """
-    from sim.run import run_one
+    from sim.experiment.run import run_one
 
     exp = _experiment(config, overrides)
     chosen = _one(exp.systems, system, "system", lambda s: s.name)
@@ -109,7 +109,7 @@ def capacity(config: str | Path | Experiment, target: str, *, rate: float | None
     """The highest rate per replica that meets a latency target, per system (`servesim capacity`).
 
     `target` is `METRIC=LIMIT`, e.g. `"normalized_latency=0.1"` (the metrics are
-    `sim.capacity.TARGET_METRICS`). With a total `rate` (req/s) it also finds the replicas that
+    `sim.capacity.search.TARGET_METRICS`). With a total `rate` (req/s) it also finds the replicas that
     rate needs. Returns a frame in `capacity.csv`'s columns, one row per system; a rate of 0
     means no probed rate met the target. Nothing is written.
 
@@ -120,8 +120,8 @@ def capacity(config: str | Path | Experiment, target: str, *, rate: float | None
     """
     import pandas as pd
 
-    from sim.capacity import capacity_search, job, run_jobs
-    from sim.capacity_cli import parse_target
+    from sim.capacity.cli import parse_target
+    from sim.capacity.search import capacity_search, job, run_jobs
 
     if not tolerance > 0:
         raise ValueError(f"tolerance must be positive, got {tolerance}")

@@ -19,10 +19,10 @@ def workload_label(workload) -> str:
 
 
 def _cmd_run(args) -> int:
-    from sim.config import load_experiment
-    from sim.output import check_iterations_format, prepare_out_dir, write_csv, write_text
-    from sim.report import summary_table, unmeasured_warnings
-    from sim.sweep import sweep
+    from sim.experiment.config import load_experiment
+    from sim.experiment.output import check_iterations_format, prepare_out_dir, write_csv, write_text
+    from sim.experiment.report import summary_table, unmeasured_warnings
+    from sim.experiment.sweep import sweep
 
     # the plot is drawn last, after every run: its arguments are checked first, or a bad one would
     # leave the runs done and summary.csv written, and then fail
@@ -39,7 +39,10 @@ def _cmd_run(args) -> int:
     for line in unmeasured_warnings(summary, exp.warmup_s):
         print(f"servesim: warning: {line}", file=sys.stderr)
     write_csv(summary, out_dir / "summary.csv")
-    from sim.plots import kv_usage_plot, normalized_latency_plot  # matplotlib: only once there is something to plot
+    from sim.experiment.plots import (  # matplotlib: only once there is something to plot
+        kv_usage_plot,
+        normalized_latency_plot,
+    )
 
     title = f"{exp.model.name}, {exp.tensor_parallel}x {exp.hardware.name}, {workload_label(exp.workload)}"
     normalized_latency_plot(summary, out_dir / "normalized_latency.png", title=title, ylim=args.ylim)
@@ -55,7 +58,7 @@ def _cmd_run(args) -> int:
 
 
 def add_executor_options(parser: argparse.ArgumentParser, what: str) -> None:
-    """--jobs, --executor and --scheduler: where a command's runs go (sim/pool.py)."""
+    """--jobs, --executor and --scheduler: where a command's runs go (sim/executors/pool.py)."""
     parser.add_argument("--jobs", type=int, default=0,
                         help=f"{what} in parallel: processes, or a local Dask cluster's workers; default one per core")
     parser.add_argument("--executor", choices=("process", "dask"), default=None,
@@ -67,7 +70,7 @@ def add_executor_options(parser: argparse.ArgumentParser, what: str) -> None:
 
 def executor_spec(args, runs: int):
     """The executor the options ask for; --jobs 0 is one worker per core, at most one per run."""
-    from sim.pool import ExecutorSpec
+    from sim.executors.pool import ExecutorSpec
 
     kind = args.executor or ("dask" if args.scheduler else "process")
     if args.jobs < 0:
@@ -93,7 +96,7 @@ def register(sub) -> None:
     run.set_defaults(func=_cmd_run)
 
     # imports stay light (no simpy or torch until a command runs)
-    from sim.capacity_cli import register as register_capacity
+    from sim.capacity.cli import register as register_capacity
     from sim.reproduce.cli import register as register_reproduce
     from sim.workload.cli import register as register_trace
 

@@ -85,11 +85,11 @@ def violations(folder: Path, banned: set[str]) -> list[str]:
 def test_the_scan_sees_every_kind_of_import():
     source = ("import os\n"
               "from typing import TYPE_CHECKING\n"
-              "if TYPE_CHECKING:\n    from sim.config import Experiment\n"
+              "if TYPE_CHECKING:\n    from sim.experiment.config import Experiment\n"
               "def f():\n    import torch.nn as nn\n    from numpy import zeros\n"
               "class C:\n    def g(self):\n        from .. import errors\n")
     names = imported_modules(source, "engine.core.scheduler.vllm")
-    assert {"sim.config", "torch.nn", "numpy", "engine.core.errors"} <= names
+    assert {"sim.experiment.config", "torch.nn", "numpy", "engine.core.errors"} <= names
 
 
 def test_the_scan_leaves_out_only_a_top_level_main_block():

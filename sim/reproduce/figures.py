@@ -36,7 +36,7 @@ class Source:
     def runs_dir(self) -> str:
         """Sweeps that differ only in which runs they pick (rates, systems) share one folder, so a run is
         simulated once for every figure that reads it (Fig. 13 reads Fig. 12's runs at 2 req/s)."""
-        from sim.fingerprint import SWEEP_KEYS  # pandas and the configs: not on the CLI's start-up path
+        from sim.experiment.fingerprint import SWEEP_KEYS  # pandas and the configs: not on the CLI's start-up path
 
         changes = sorted(o for o in self.overrides if o.split("=", 1)[0] not in SWEEP_KEYS)
         suffix = re.sub(r"[^A-Za-z0-9.]+", "-", "_".join(changes)).strip("-")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from sim.config import Experiment
+from sim.experiment.config import Experiment
 from sim.reproduce.figures import SYSTEM_ORDER, Panel
 from sim.reproduce.predictions import kernel_rows, preemption_cost_rows
 

@@ -18,8 +18,8 @@ from calibrate.ablations import FIG18A_BATCHES, FIG18A_CONTEXTS, fig19a_frame
 from calibrate.costmodel import CostModel
 from engine.core.batch import BatchShape
 from engine.core.system import PAPER_SYSTEMS
-from sim.config import Experiment
-from sim.run import make_cost_model
+from sim.experiment.config import Experiment
+from sim.experiment.run import make_cost_model
 
 PAGED_BLOCK_SIZE = 16  # the paper's default, at which it timed Fig. 18a
 

@@ -19,10 +19,11 @@ from pathlib import Path
 import pandas as pd
 
 from engine.atomic import remove_stale_temporaries
-from sim.config import Experiment, apply_overrides, experiment_from_dict, load_experiment, read_config
-from sim.output import DEFAULT_ITERATIONS, prepare_out_dir, write_csv
-from sim.pool import ExecutorSpec
-from sim.progress import Eta, duration_text
+from sim.executors.pool import ExecutorSpec
+from sim.experiment.config import Experiment, apply_overrides, experiment_from_dict, load_experiment, read_config
+from sim.experiment.output import DEFAULT_ITERATIONS, prepare_out_dir, write_csv
+from sim.experiment.progress import Eta, duration_text
+from sim.experiment.sweep import PendingRun, plan, run_cost, run_keys, run_pending, summary_frame
 from sim.reproduce.crossing import MAX_EXTRA_PROBES, Probe, crossing_notes, probes_for
 from sim.reproduce.figures import SYSTEM_ORDER, Figure, Panel, Source, paper_config, select
 from sim.reproduce.panels import PANEL_KINDS
@@ -30,7 +31,6 @@ from sim.reproduce.readings import THRESHOLD_S_PER_TOKEN
 from sim.reproduce.results import Results
 from sim.reproduce.scale import PAPER, PREDICTED, Scale
 from sim.reproduce.table import write_table
-from sim.sweep import PendingRun, plan, run_cost, run_keys, run_pending, summary_frame
 
 # a workload label's arrival process and rate (sim/workload/config.py), which differ between the runs of a figure
 ARRIVALS = re.compile(r"; \w+( cv=\S+)? arrivals at \S+ req/s for \S+ s")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from engine.atomic import write_text_atomic
-from sim.output import write_csv
+from sim.experiment.output import write_csv
 from sim.reproduce.claims import CLAIMS, Claim
 from sim.reproduce.readings import COMPARABLE, NEAR_BEST, POINT_TOLERANCE, THRESHOLD_S_PER_TOKEN
 from sim.reproduce.results import NotRun, Results

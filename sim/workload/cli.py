@@ -111,7 +111,7 @@ SAMPLE_OPTIONS = ("dataset", "arrival", "cv", "duration_s", "n", "new_conversati
 
 
 def cmd_sample(args) -> int:
-    from sim.config import MAX_REQUESTS, check_prefix_room
+    from sim.experiment.config import MAX_REQUESTS, check_prefix_room
 
     # the same checkers as a config's keys, at the door: nothing is drawn or written before they pass
     option(positive, args.rate, "--rate")

@@ -11,7 +11,7 @@
       new_conversation_prob: 0.1   # chatbot only: an arrival starts a new conversation with this probability
       prefix_tokens: 0       # a shared prefix (few-shot examples) at the start of every prompt
       beam_width: 1          # beams per request (1: no beam search); a request has n > 1 or beam_width > 1
-      beam_continue: 0.93    # simulated beam search: P(a surviving candidate continues its own beam), sim/beams.py
+      beam_continue: 0.93    # simulated beam search: P(a surviving candidate continues its own beam), sim/core/beams.py
       trace: null            # recorded trace to replay (dataset and arrival are then ignored)
       time_scale: null       # replay only: k x the recorded rate; null + a rate: scale to that mean rate
       window_s: null         # replay only: [start, end) on the recorded clock
@@ -29,7 +29,7 @@ import numpy as np
 
 from engine.specs.checks import choice, is_number, number, positive, positive_int
 from engine.specs.errors import SpecError
-from sim.beams import DEFAULT_BEAM_CONTINUE
+from sim.core.beams import DEFAULT_BEAM_CONTINUE
 
 from .arrivals import ARRIVALS
 from .chatbot import DEFAULT_NEW_CONVERSATION_PROB, chatbot_label, chatbot_requests

@@ -23,8 +23,8 @@ from benchmarks.vidur_trace import COLUMNS as TRACE_COLUMNS
 from benchmarks.vidur_trace import DATE, servesim_trace, vidur_trace_frame, write_vidur_trace
 from engine.core.batch import BatchShape
 from servesim.cli import main as servesim
-from sim.config import load_experiment
-from sim.run import make_cost_model
+from sim.experiment.config import load_experiment
+from sim.experiment.run import make_cost_model
 from sim.workload.trace import Trace
 
 CONFIG = ROOT / "configs" / "quickstart.yaml"

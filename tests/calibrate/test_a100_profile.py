@@ -13,8 +13,8 @@ from calibrate.roofline import RooflineCostModel
 from engine.core.batch import Batch
 from engine.specs.errors import SpecError
 from engine.specs.loader import load_model_spec
-from sim.config import load_experiment
-from sim.run import simulate_trace, trace_for
+from sim.experiment.config import load_experiment
+from sim.experiment.run import simulate_trace, trace_for
 
 ROOT = Path(__file__).resolve().parents[2]
 A100 = ROOT / "calibrate" / "profiles" / "a100-80gb-linear.yaml"

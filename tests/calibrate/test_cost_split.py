@@ -202,8 +202,8 @@ warmup_s: 0
 
 
 def test_a_simulation_charges_the_host_part_on_every_iteration(split_fit, tmp_path):
-    from sim.config import load_experiment
-    from sim.run import simulate_trace
+    from sim.experiment.config import load_experiment
+    from sim.experiment.run import simulate_trace
     from sim.workload.trace import Trace
 
     config = tmp_path / "exp.yaml"

@@ -1,6 +1,6 @@
 """CostModel.decode_step_times: the times of a decode stretch at once, the same floats as one call each.
 
-The simulator's fast-forward (sim/fastforward.py) adds these to its clock in place of one step_time call
+The simulator's fast-forward (sim/core/fast_forward.py) adds these to its clock in place of one step_time call
 per iteration, so they must match to the bit, for every cost model a config can name and for the
 default that loops.
 """

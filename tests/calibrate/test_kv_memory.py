@@ -39,7 +39,7 @@ def test_swap_space_in_blocks(opt13b):
 
 def test_table1_opt175b_264_gib_over_8_gpus():
     # 264 GiB / 4.5 MiB = 60,074 slots = 3,754 blocks of 16 (Table 1: 60.1K). kv_cache_gib is
-    # per GPU (as sim.config documents it): 33 GiB on each of 8 tensor-parallel GPUs, each
+    # per GPU (as sim.experiment.config documents it): 33 GiB on each of 8 tensor-parallel GPUs, each
     # holding 1/8 of every block, gives the same 3,754 blocks
     opt175b = load_model_spec("opt-175b")
     assert opt175b.kv_bytes_per_token(2) == 4.5 * MIB

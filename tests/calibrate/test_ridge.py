@@ -10,8 +10,8 @@ from calibrate.roofline import RooflineCostModel, RooflineParams
 from engine.core.batch import Batch
 from engine.specs.errors import SpecError
 from engine.specs.loader import load_model_spec
-from sim.config import load_experiment
-from sim.run import make_cost_model
+from sim.experiment.config import load_experiment
+from sim.experiment.run import make_cost_model
 
 
 def test_the_exponent_from_the_ridge_efficiency():

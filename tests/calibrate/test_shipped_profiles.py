@@ -6,8 +6,8 @@ import pytest
 
 from calibrate.profile_file import load_profile
 from fidelity.replay import ReplayedTimes
-from sim.config import load_experiment
-from sim.run import simulate_trace, trace_for
+from sim.experiment.config import load_experiment
+from sim.experiment.run import simulate_trace, trace_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = sorted((ROOT / "calibrate" / "profiles").glob("*.yaml"))

@@ -143,7 +143,7 @@ def test_the_simulator_on_a_machine_twice_as_slow_takes_twice_as_long():
     from calibrate.hardware import load_hardware
     from engine.core.system import PAPER_SYSTEMS
     from engine.specs.loader import load_model_spec
-    from sim.simulate import simulate
+    from sim.core.simulate import simulate
     from sim.workload.trace import Trace
 
     spec = load_model_spec("opt-13b")

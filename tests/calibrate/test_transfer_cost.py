@@ -124,8 +124,8 @@ def test_without_the_held_out_gpu_rows_nothing_is_judged(tmp_path, monkeypatch):
 
 
 def test_the_cost_model_column_says_the_roofline_prices_the_regimes(tmp_path):
-    from sim.config import load_experiment
-    from sim.run import run_one
+    from sim.experiment.config import load_experiment
+    from sim.experiment.run import run_one
 
     config = tmp_path / "exp.yaml"
     config.write_text(f"""

@@ -17,7 +17,7 @@ from fidelity.replay import (
     ScheduleDiverged,
     compare_schedules,
 )
-from sim.simulate import simulate
+from sim.core.simulate import simulate
 from sim.workload.trace import Trace
 
 # (device blocks, host blocks) of 4 tokens: vLLM preempts (and swaps its 2-sample groups); the

@@ -21,9 +21,9 @@ from calibrate.costmodel import CostModel
 from calibrate.features import TERMS
 from engine.specs.errors import SpecError
 from servesim.cli import main
-from sim.config import load_experiment
-from sim.metrics import summarize
-from sim.run import run_one, simulate_trace
+from sim.experiment.config import load_experiment
+from sim.experiment.metrics import summarize
+from sim.experiment.run import run_one, simulate_trace
 from sim.workload.trace import Trace
 from tests.helpers.hostile import TINY, profile
 

@@ -213,7 +213,7 @@ def test_a_generated_workload_key_beside_a_replay_is_refused(here, capsys, key, 
 
 def test_a_trace_set_over_a_generated_config_replaces_it_as_documented(here):
     """workload.trace replaces the generated workload: its dataset, arrival and cv stand aside."""
-    from sim.config import load_experiment
+    from sim.experiment.config import load_experiment
 
     trace("0,10,10\n1,20,20\n")
     exp = load_experiment("tiny.yaml", ["workload.arrival=gamma", "workload.cv=2", "workload.trace=t.csv"])
@@ -233,8 +233,8 @@ def test_prefix_at_the_documented_maximum_is_refused_at_load_naming_the_key_and_
 
 def test_the_largest_prefix_the_refusal_offers_runs(here):
     from engine.specs.errors import SpecError
-    from sim.config import load_experiment
-    from sim.run import run_one
+    from sim.experiment.config import load_experiment
+    from sim.experiment.run import run_one
 
     with pytest.raises(SpecError) as err:
         load_experiment("tiny.yaml", ["workload.prefix_tokens=2045"])

@@ -20,12 +20,12 @@ from hypothesis import strategies as st
 from engine.core.errors import Unservable
 from engine.specs.errors import SpecError
 from servesim.cli import main
-from sim.capacity import MAX_PROBES, MIN_REL_TOL, Probe, rate_search
-from sim.capacity_parallel import Job, run_searches
-from sim.config import MAX_REQUESTS, load_experiment
-from sim.metrics import SUMMARY_METRICS
-from sim.pool import Workers
-from sim.run import run_one
+from sim.capacity.parallel import Job, run_searches
+from sim.capacity.search import MAX_PROBES, MIN_REL_TOL, Probe, rate_search
+from sim.executors.pool import Workers
+from sim.experiment.config import MAX_REQUESTS, load_experiment
+from sim.experiment.metrics import SUMMARY_METRICS
+from sim.experiment.run import run_one
 from tests.helpers.hostile import TINY
 
 FUZZ = settings(deadline=None, derandomize=True, database=None,
@@ -125,9 +125,9 @@ def tiny(tmp_path, monkeypatch) -> Path:
        seed=st.sampled_from(["0", "7", "0", "-1"]))
 def test_capacity_arguments_are_refused_in_one_line_or_searched(tiny, capsys, monkeypatch, tolerance, rate, limit,
                                                                seed):
-    import sim.capacity
+    import sim.capacity.search
 
-    monkeypatch.setattr(sim.capacity, "run_jobs", lambda *a, **k: (_ for _ in ()).throw(Reached()))
+    monkeypatch.setattr(sim.capacity.search, "run_jobs", lambda *a, **k: (_ for _ in ()).throw(Reached()))
     capsys.readouterr()  # the examples share the fixture: only this one's output
     # --opt=VALUE, as a shell user passes -inf (argparse would read `--rate -inf` as an option named -inf)
     argv = ["capacity", "tiny.yaml", f"--target=normalized_latency={limit}", f"--tolerance={tolerance}",
@@ -272,9 +272,9 @@ def test_trace_sample_flags_are_refused_in_one_line_or_sane(tiny, capsys, monkey
 @given(ylim=st.sampled_from(["1", "0.5", "0", "-1", "nan", "inf", "1e-300", "1e308"]),
        jobs=st.sampled_from(["1", "2", "0", "-1"]))
 def test_run_flags_are_refused_before_any_run_or_pass(tiny, capsys, monkeypatch, ylim, jobs):
-    import sim.sweep
+    import sim.experiment.sweep
 
-    monkeypatch.setattr(sim.sweep, "sweep", lambda *a, **k: (_ for _ in ()).throw(Reached()))
+    monkeypatch.setattr(sim.experiment.sweep, "sweep", lambda *a, **k: (_ for _ in ()).throw(Reached()))
     capsys.readouterr()
     valid = 0 < float(ylim) < math.inf and int(jobs) >= 0
     try:

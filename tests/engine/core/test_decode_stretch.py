@@ -86,7 +86,7 @@ def run_both(name: str, seed: int) -> int:
         stretch = forwarded.decode_stretch(ahead)
         allowed = stretch.num_steps
         assert allowed == stepped.decode_stretch(batch).num_steps
-        # a request arriving ends a stretch at the iteration it arrives in (sim/fastforward.py)
+        # a request arriving ends a stretch at the iteration it arrives in (sim/core/fast_forward.py)
         room = pending[0][1][0] - step if pending else allowed
         steps = min(int(rng.integers(2, allowed + 1)), room) if allowed >= 2 else 1
         if steps >= 2:

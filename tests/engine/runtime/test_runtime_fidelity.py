@@ -15,7 +15,7 @@ from runtime_reference import BACKEND  # noqa: E402
 from calibrate.costmodel import CostModel  # noqa: E402
 from engine.core.system import PAPER_SYSTEMS  # noqa: E402
 from engine.runtime.engine import Engine  # noqa: E402
-from sim.simulate import simulate as simulate_trace  # noqa: E402
+from sim.core.simulate import simulate as simulate_trace  # noqa: E402
 from sim.workload.trace import Trace  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """Figs. 18a and 19a as the paper configs' cost model predicts them (no simulation: milliseconds)."""
 import pytest
 
-from sim.config import load_experiment
+from sim.experiment.config import load_experiment
 from sim.reproduce.figures import FIGURES, paper_config
 from sim.reproduce.predictions import kernel_rows, preemption_cost_rows
 

@@ -117,8 +117,8 @@ def test_new_conversation_prob_is_a_probability_of_a_conversation_dataset(tmp_pa
 
 
 def test_a_run_reads_the_shipped_conversations_for_its_fingerprint():
-    from sim.config import load_experiment
-    from sim.fingerprint import data_files
+    from sim.experiment.config import load_experiment
+    from sim.experiment.fingerprint import data_files
     from sim.workload.paths import CHATBOT_CSV
     exp = load_experiment(ROOT / "configs" / "paper" / "fig17_chatbot.yaml")
     assert exp.workload.is_chatbot and data_files(exp)["workload.dataset"] == CHATBOT_CSV

@@ -1,0 +1,199 @@
+"""Capacity planning: the highest rate that meets a latency target, and replicas for a rate.
+
+A rate "holds" when the chosen metric (normalized latency by default) stays at or under
+the target and the run drained every request before its horizon. The search brackets
+the knee by doubling, then bisects to a relative tolerance; each probe is one run.
+
+Each search is written as a generator of the (rate, replicas) points it probes, so that one
+driver (sim/capacity/parallel.py) runs it one probe at a time or many ahead on any workers, with
+the same probes and the same answer.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.core.system import SystemSpec
+from engine.specs.errors import SpecError
+from sim.capacity.parallel import Job, run_searches
+from sim.executors.pool import Workers
+from sim.experiment.config import MAX_REQUESTS, Experiment
+from sim.experiment.run import run_one
+
+TARGET_METRICS = ("normalized_latency", "normalized_latency_p90", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
+                  "tpot_mean_s", "tpot_p90_s", "tpot_p99_s", "latency_mean_s")
+MAX_REPLICAS = 256
+# The search's bounds. Four float steps are the finest relative tolerance at which low < mid < high stay
+# apart (float64 resolves about 2.2e-16 relative); a bisection to it takes about 50 probes.
+MIN_REL_TOL = 4 * sys.float_info.epsilon
+MAX_DOUBLINGS = 64  # 2**64 x the first rate: past any deployment, where no ceiling stops it first
+WALK_DOWN = 4  # down to the first rate / 256
+MAX_PROBES = MAX_DOUBLINGS + WALK_DOWN + 64  # a rate search never takes more (tests/sim/test_capacity_limits.py)
+
+Point = tuple[float, int]  # (total rate in req/s, replicas)
+
+
+@dataclass(frozen=True)
+class Target:
+    metric: str
+    limit: float
+
+    def holds(self, summary: dict) -> bool:
+        return self.verdict(summary) is True
+
+    def verdict(self, summary: dict) -> bool | None:
+        """True: held; False: over (or saturated); None: no information (no request measured)."""
+        if summary["saturated"]:
+            return False
+        value = summary[self.metric]
+        return None if value != value else bool(value <= self.limit)
+
+
+@dataclass
+class Probe:
+    rate: float
+    replicas: int
+    value: float
+    holds: bool | None  # None: nothing measured at this point, so it says neither held nor over
+
+
+def probe(exp: Experiment, system: SystemSpec, rate: float, replicas: int, seed: int, target: Target) -> Probe:
+    """One run at a point; what a worker computes and sends back (a few numbers, not the run's records)."""
+    summary = run_one(dataclasses.replace(exp, replicas=replicas), system, rate, seed).summary
+    return Probe(rate, replicas, summary[target.metric], target.verdict(summary))
+
+
+def rate_search(start: float, rel_tol: float, replicas: int, ceiling: float = math.inf
+                ) -> Generator[Point, bool | None, float]:
+    """Highest rate found to hold, to rel_tol, at most `ceiling`; 0.0 if none does.
+
+    It ends by construction: at most MAX_DOUBLINGS doublings (or up to the ceiling), WALK_DOWN quarterings,
+    and a bisection of at most log2(1 / rel_tol) steps, since rel_tol is at least MIN_REL_TOL (and a step
+    whose midpoint a float cannot tell from its ends stops it). A probe with no information (None: no
+    request measured, a rate too low for the duration) sends the search up, never down.
+    """
+    if not rel_tol >= MIN_REL_TOL:
+        raise ValueError(f"rel_tol must be at least {MIN_REL_TOL:.2g}, got {rel_tol}: a float resolves no finer")
+    low, high = 0.0, None
+    rate = min(start, ceiling)
+    for _ in range(MAX_DOUBLINGS):
+        held = yield rate, replicas
+        if held is False:
+            high = rate
+            break
+        if held:
+            low = rate
+        if rate >= ceiling:
+            return low  # held (or said nothing) at the most one run simulates
+        rate = min(rate * 2, ceiling)
+    if high is None:
+        return low
+    if low == 0.0:  # the first measured answer was "over": walk down to one that holds
+        for _ in range(WALK_DOWN):
+            rate /= 4
+            held = yield rate, replicas
+            if held is None:  # lower rates measure even less
+                return 0.0
+            if held:
+                low = rate
+                break
+            high = rate
+        else:
+            return 0.0
+    while (high - low) / high > rel_tol:
+        mid = (low + high) / 2
+        if not low < mid < high:  # the float between them is one of them: as fine as it gets
+            break
+        held = yield mid, replicas
+        if held is None:
+            break
+        if held:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def replica_search(rate: float, per_replica_rate: float, max_replicas: int = MAX_REPLICAS
+                   ) -> Generator[Point, bool, int | None]:
+    """Fewest replicas that hold `rate`, starting from rate / per-replica capacity; None if even
+    max_replicas do not."""
+    guess = max(1, int(-(-rate // per_replica_rate))) if per_replica_rate > 0 else 1
+    k = min(guess, max_replicas)
+    if (yield rate, k):  # walk down while fewer still hold
+        while k > 1:
+            if not (yield rate, k - 1):
+                break
+            k -= 1
+        return k
+    while k < max_replicas:  # walk up until one holds
+        k += 1
+        if (yield rate, k):
+            return k
+    return None
+
+
+def capacity_search(start: float, rel_tol: float, rate: float | None = None, max_replicas: int = MAX_REPLICAS,
+                    ceiling: float = math.inf) -> Generator[Point, bool | None, tuple[float, int | None]]:
+    """`servesim capacity` for one system: the rate one replica holds, then (given a total `rate`, and
+    if any rate held) the replicas that rate needs."""
+    per_replica = yield from rate_search(start, rel_tol, 1, ceiling)
+    needed = None
+    if rate is not None and per_replica > 0:
+        needed = yield from replica_search(rate, per_replica, max_replicas)
+    return per_replica, needed
+
+
+def rate_ceiling(exp: Experiment) -> float:
+    """The highest total rate one run simulates: run's request limit over a generated workload's duration
+    (a replay's requests are its trace's, whatever the rate)."""
+    return math.inf if exp.workload.is_replay else MAX_REQUESTS / exp.workload.duration_s
+
+
+def check_searchable(exp: Experiment) -> None:
+    """The rate must change the workload, or a search over it learns nothing and doubles without end."""
+    if exp.workload.is_replay and exp.workload.time_scale is not None:
+        raise SpecError(exp.source, "workload.time_scale", (
+            f"replays {Path(exp.workload.trace).name} at {exp.workload.time_scale:g}x its recorded rate whatever "
+            "the request rate, so a capacity search has nothing to vary; remove workload.time_scale (each rate "
+            "then rescales the trace)"))
+
+
+def job(exp: Experiment, system: SystemSpec, target: Target, seed: int, start: Callable[[], Generator]) -> Job:
+    """A search of one system, ready for run_searches with `probe`."""
+    return Job(start, lambda point: (exp, system, point[0], point[1], seed, target))
+
+
+def run_jobs(jobs: list[Job], workers: Workers | None = None,
+             on_probe: Callable[[int, Probe], None] = lambda i, p: None) -> list:
+    """Every job's result; its probes go to on_probe(job index, probe) in the order its search took them."""
+    run_searches(jobs, probe, workers or Workers(), on_probe)
+    return [j.result for j in jobs]
+
+
+def _probes_of(one: Job) -> list[Probe]:
+    return [one.known[point] for point in one.path]
+
+
+def max_rate(exp: Experiment, system: SystemSpec, target: Target, seed: int = 0, start: float = 1.0,
+             rel_tol: float = 0.05, replicas: int | None = None, on_probe: Callable[[Probe], None] = lambda p: None,
+             workers: Workers | None = None) -> tuple[float, list[Probe]]:
+    """Highest rate (req/s) found to hold the target, to rel_tol; 0.0 if none does."""
+    one = job(exp, system, target, seed,
+              lambda: rate_search(start, rel_tol, replicas or exp.replicas, rate_ceiling(exp)))
+    [rate] = run_jobs([one], workers, lambda i, p: on_probe(p))
+    return rate, _probes_of(one)
+
+
+def replicas_for(exp: Experiment, system: SystemSpec, target: Target, rate: float, per_replica_rate: float,
+                 seed: int = 0, max_replicas: int = MAX_REPLICAS, on_probe: Callable[[Probe], None] = lambda p: None,
+                 workers: Workers | None = None) -> tuple[int | None, list[Probe]]:
+    """Fewest replicas that hold the target at `rate`, starting from rate / per-replica capacity;
+    None if even max_replicas do not."""
+    one = job(exp, system, target, seed, lambda: replica_search(rate, per_replica_rate, max_replicas))
+    [needed] = run_jobs([one], workers, lambda i, p: on_probe(p))
+    return needed, _probes_of(one)

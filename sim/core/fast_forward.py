@@ -1,0 +1,172 @@
+"""Fast-forward: a replica runs a decode stretch on one SimPy event instead of one per iteration.
+
+Between the events that can change a scheduling decision (a request arriving, a sequence finishing,
+a block running short, a preemption, a swap-in or an admission becoming possible, a beam's parent
+being drawn) a decode-only batch repeats with every context one longer per step. The scheduler says
+how many iterations nothing in it can change (Scheduler.decode_stretch, which falls back to 1 wherever
+that is not provable); the cost model prices them all at once (CostModel.decode_step_times, the same
+floats as one call each); the replica sleeps until the last of them ends, or until a request reaching
+it cuts the stretch at the iteration in flight, and then hands the iterations' ends to the control
+plane's ServingCore.end_steps, which records them and completes them as it completes one step
+(docs/stretch.md).
+
+Exact, not approximate: the clock is accumulated one iteration at a time as SimPy does (np.cumsum adds
+in order), each record holds what the step-by-step loop would have recorded, and a stretch never ends
+at a time an arrival is processed at (it stops one iteration short instead), so that an arrival and an
+iteration's end are never ordered differently than step by step. tests/sim/core/test_fast_forward.py compares
+the two loops on randomized traces of every system and workload.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from heapq import heappush
+from typing import TYPE_CHECKING
+
+import numpy as np
+import simpy
+from simpy.events import NORMAL, Event
+
+from engine.core.serving import Step
+
+if TYPE_CHECKING:
+    from sim.core.replica import Replica
+
+MAX_STRETCH = 4096  # iterations priced at once; a longer run of decodes continues as the next stretch
+# a stretch shorter than this costs more to plan than the iterations it spares: run them one by one
+MIN_STRETCH = 3
+
+
+def arrival_event_times(arrival_s: list[float]) -> list[float]:
+    """When the router's process (sim.core.router.arrivals) hands each request over, to the bit: it sleeps
+    `arrival - now` and SimPy adds that back to now, which need not give the arrival time exactly; a
+    request arriving at the time it woke at comes in the same wake."""
+    now, times = 0.0, []
+    for arrival in arrival_s:
+        delay = arrival - now
+        if delay > 0:
+            now = now + delay
+        times.append(now)
+    return times
+
+
+class Alarm(Event):
+    """An event at an absolute time. SimPy's timeouts take a delay from now, and now + (t - now) need not
+    be t; the stretch's end must be exactly where the step-by-step clock would have put it."""
+
+    def __init__(self, env: simpy.Environment, at_s: float, callback):
+        self.env = env
+        self.callbacks = [callback]
+        self._value = None
+        self._ok = True
+        heappush(env._queue, (at_s, NORMAL, next(env._eid), self))  # Environment.schedule, at at_s not now + delay
+
+
+@dataclass(eq=False, slots=True)
+class Stretch:
+    """A decode stretch a replica is running: its first iteration as scheduled, and when each would end."""
+
+    step: Step
+    ends: list[float]
+    num_steps: int  # the iterations it runs: fewer when a request reaching the replica cuts it
+    resume: Event
+    alarm: Alarm | None = field(default=None)
+
+
+class FastForward:
+    """Plans and runs the decode stretches of one simulation's replicas."""
+
+    def __init__(self, arrival_times: list[float], horizon_s: float, by_replica: list[list[float]] | None = None):
+        """arrival_times: when each request reaches the router (arrival_event_times); by_replica: the same
+        for the requests each replica will get, where the router's choice is known ahead (round robin)."""
+        self.arrival_times = arrival_times
+        self.by_replica = by_replica
+        self.horizon_s = horizon_s
+        self.num_forwarded = 0  # iterations run in stretches: what benchmarks/sim_speed.py reports
+
+    def plan(self, replica: Replica, step: Step, seconds: float) -> Stretch | None:
+        """The stretch starting with `step` (just scheduled, costing `seconds`), or None when it would
+        not reach a second iteration: the replica then runs the step as it always does."""
+        batch = step.batch
+        if batch.prefill_seq_ids:  # the next batch differs (Scheduler.decode_stretch): the common case, checked first
+            return None
+        next_arrival = self._next_arrival(replica, step.start_s)
+        if next_arrival < step.start_s + MIN_STRETCH * seconds:
+            return None  # the request reaching the replica would cut it short
+        allowed = replica.core.decode_stretch(step)
+        if allowed < MIN_STRETCH:
+            return None
+        num_steps = min(allowed, MAX_STRETCH)
+        # the stretch's iterations, none moving blocks (only the first may, and it costs `seconds`)
+        moves = batch.blocks_to_copy or batch.blocks_to_swap_in or batch.blocks_to_swap_out
+        times = replica.cost_model.decode_step_times(batch.decode_later(0) if moves else batch, num_steps)
+        times[0] = step.start_s + seconds  # the first ends as SimPy adds its delay to now
+        if not times.min() >= 0.0:  # a negative or NaN step time: stop before it, it runs alone and is refused
+            num_steps = int((~(times >= 0.0)).argmax())
+        ends = np.cumsum(times[:num_steps])  # and each next as SimPy would: in order
+        if not ends[-1] < math.inf:  # likewise an infinite one
+            num_steps = int((ends == math.inf).argmax())
+        ends = ends[:num_steps].tolist()
+        if num_steps < 2:
+            return None
+        if ends[-1] >= self.horizon_s:  # the replica's loop stops after the first to end at the horizon
+            num_steps = bisect.bisect_left(ends, self.horizon_s) + 1
+        num_steps = self._before_any_arrival_tie(ends, num_steps, step.start_s)
+        if num_steps < 2:
+            return None
+        return Stretch(step, ends[:num_steps], num_steps, replica.env.event())
+
+    def _next_arrival(self, replica: Replica, now_s: float) -> float:
+        """When the next request reaches the replica, where the router's choice is known ahead; else inf
+        (any request might, and the one that does cuts the stretch)."""
+        if self.by_replica is None:
+            return math.inf
+        times = self.by_replica[replica.index]
+        at = bisect.bisect_left(times, now_s)
+        return times[at] if at < len(times) else math.inf
+
+    def _before_any_arrival_tie(self, ends: list[float], num_steps: int, start_s: float) -> int:
+        """Stop before the first iteration that would end exactly when the router's process wakes: which of
+        the two SimPy processes runs first then depends on event ids the stretch does not reproduce."""
+        times = self.arrival_times
+        lo = bisect.bisect_left(times, start_s)
+        hi = bisect.bisect_right(times, ends[num_steps - 1], lo)
+        for wake in times[lo:hi]:
+            at = bisect.bisect_left(ends, wake, 0, num_steps)
+            if at < num_steps and ends[at] == wake:
+                return at
+        return num_steps
+
+    def run(self, replica: Replica, stretch: Stretch) -> Generator[Event, None, None]:
+        """The replica's process through the stretch: sleep until its last iteration ends (a request reaching
+        the replica may bring that forward, cut()), then record the iterations and complete the last."""
+        replica.stretch = stretch
+        self._arm(replica, stretch)
+        yield stretch.resume
+        replica.stretch = None
+        self._finish(replica, stretch)
+
+    def cut(self, replica: Replica, now_s: float) -> None:
+        """A request reached the replica at now_s: the iteration then in flight (the first to end after
+        now_s; none ends at it, see plan) is the stretch's last, and the scheduler sees the request next."""
+        stretch = replica.stretch
+        assert stretch is not None
+        in_flight = bisect.bisect_right(stretch.ends, now_s, 0, stretch.num_steps) + 1
+        if in_flight < stretch.num_steps:
+            stretch.num_steps = in_flight
+            self._arm(replica, stretch)
+
+    def _arm(self, replica: Replica, stretch: Stretch) -> None:
+        def ring(alarm: Event) -> None:
+            if alarm is stretch.alarm:  # an alarm a cut replaced rings for nobody
+                stretch.resume.succeed()
+
+        stretch.alarm = Alarm(replica.env, stretch.ends[stretch.num_steps - 1], ring)
+
+    def _finish(self, replica: Replica, stretch: Stretch) -> None:
+        ends = stretch.ends[:stretch.num_steps]
+        self.num_forwarded += len(ends)
+        replica.core.end_steps(stretch.step, ends)
+        replica.iteration_ends.extend(ends)

@@ -1,0 +1,117 @@
+"""One serving replica as a SimPy process: the control plane's step, timed by a cost model.
+
+The step is engine.core's `ServingCore`, the same one the real engine runs; only the clock
+differs: here an iteration lasts CostModel.step_time(batch) on the SimPy clock instead of a
+measured forward. A run of decode-only iterations that nothing can change may pass on one SimPy
+event (sim/core/fast_forward.py), with the same records.
+"""
+from __future__ import annotations
+
+import math
+
+import simpy
+
+from calibrate.costmodel import CostModel
+from engine.core.records import ServingRecords
+from engine.core.scheduler.base import Scheduler
+from engine.core.serving import Request, ServingCore
+from engine.specs.errors import SpecError
+from sim.core.beams import BeamParentModel
+from sim.core.fast_forward import FastForward, Stretch
+
+
+class ClockFault(Exception):
+    """Carries a SpecError out of the SimPy process to `run_to_end`, which raises the SpecError itself.
+
+    SimPy re-raises a failed process's exception as `type(e)(*e.args)`; a SpecError, built from a
+    file, a key and a message, does not survive that, a one-argument wrapper does.
+    """
+
+
+class Replica:
+    def __init__(self, env: simpy.Environment, index: int, scheduler: Scheduler, cost_model: CostModel,
+                 records: ServingRecords, horizon_s: float, beams: BeamParentModel | None = None,
+                 fast_forward: FastForward | None = None):
+        self.env = env
+        self.index = index
+        self.core = ServingCore(scheduler, records, replica=index)
+        self.cost_model = cost_model
+        self.beams = beams  # chooses the beam searches' parents; None: the trace has none
+        self.horizon_s = horizon_s
+        self.arrivals_done = False
+        self.fast_forward = fast_forward  # decode stretches in one event (fast_forward.py); None: step by step
+        self.stretch: Stretch | None = None  # the one running now
+        self.iteration_ends: list[float] = []  # when each recorded iteration ended, to merge a fleet's records
+        self._wake = env.event()
+        self.process = env.process(self.serve())
+
+    @property
+    def outstanding(self) -> int:
+        """Admitted to this replica, not yet finished (the router reads it)."""
+        return self.core.outstanding
+
+    # --- called by the router ----------------------------------------------------------
+    def submit(self, request: Request) -> None:
+        self.core.admit(request)
+        if self.stretch is not None:
+            self.fast_forward.cut(self, self.env.now)
+        self._notify()
+
+    def close(self) -> None:
+        """No more arrivals will come."""
+        self.arrivals_done = True
+        self._notify()
+
+    def _notify(self) -> None:
+        if not self._wake.triggered:
+            self._wake.succeed()
+
+    # --- the process ----------------------------------------------------------------------
+    def serve(self):
+        core, env = self.core, self.env
+        while env.now < self.horizon_s:
+            step = core.start_step(env.now)
+            if step is None:
+                if self.arrivals_done:
+                    core.check_schedulable()
+                    return
+                self._wake = env.event()  # idle until the router brings a request
+                yield self._wake
+                continue
+            seconds = self.cost_model.step_time(step.batch)
+            if not 0.0 <= seconds < math.inf:  # NaN fails both comparisons
+                raise ClockFault(self._bad_step_time(seconds, step.batch))
+            stretch = self.fast_forward.plan(self, step, seconds) if self.fast_forward is not None else None
+            if stretch is not None:
+                yield from self.fast_forward.run(self, stretch)
+                continue
+            yield env.timeout(seconds)
+            core.end_step(step, env.now, self._beam_parents(step.batch))
+            self.iteration_ends.append(env.now)
+
+    def _beam_parents(self, batch) -> dict[int, int] | None:
+        if not batch.beam_groups:
+            return None
+        if self.beams is None:
+            raise ValueError("the trace has beam searches but the replica has no BeamParentModel to choose parents")
+        return self.beams.parents(batch)
+
+    def _bad_step_time(self, seconds: float, batch) -> SpecError:
+        """A cost model's garbage would reach SimPy as "Negative delay" or freeze the clock at NaN: name
+        the cost model (where the numbers came from) and the batch it was asked about instead."""
+        swaps = f", {batch.num_swap_blocks} blocks to swap" if batch.num_swap_blocks else ""
+        return SpecError(self.cost_model.source, "", (
+            f"step time {seconds!r} s for a batch of {batch.num_prefills} prefills ({batch.num_prefill_tokens} "
+            f"tokens) and {batch.num_decodes} decodes{swaps}, at {self.env.now:.6g} s on replica {self.index}; "
+            f"every step must take a finite, non-negative number of seconds"))
+
+
+def run_to_end(env: simpy.Environment, fleet: list[Replica]) -> None:
+    """Run the simulation until nothing is left to happen, then record what the horizon left unfinished."""
+    try:
+        env.run()
+    except ClockFault as fault:
+        raise fault.args[0] from None
+    for replica in fleet:
+        replica.core.record_unfinished()
+        replica.core.close()

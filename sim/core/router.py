@@ -1,0 +1,34 @@
+"""Arrivals, and the router that spreads them over replicas."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from engine.core.serving import Request
+from sim.core.replica import Replica
+from sim.workload.trace import Trace
+
+
+def pick_replica(replicas: list[Replica], policy: str, request_id: int) -> Replica:
+    if policy == "round_robin" or len(replicas) == 1:
+        return replicas[request_id % len(replicas)]
+    # least_outstanding: fewest admitted-but-unfinished requests, lowest index on ties
+    return min(replicas, key=lambda r: (r.outstanding, r.index))
+
+
+def trace_requests(trace: Trace, request_ids: Iterable[int]) -> Iterator[Request]:
+    """The trace's requests of these ids, in that order, as a replica takes them."""
+    times, prompts, outputs = trace.arrival_s.tolist(), trace.prompt_len.tolist(), trace.output_len.tolist()
+    ns, widths, prefix_len = trace.n.tolist(), trace.beam_width.tolist(), trace.prefix_len
+    for i in request_ids:
+        yield Request(i, times[i], prompts[i], outputs[i], ns[i], prefix_len=prefix_len, beam_width=widths[i])
+
+
+def arrivals(env, trace: Trace, replicas: list[Replica], policy: str):
+    """A SimPy process: each request reaches the router at its arrival time."""
+    for request in trace_requests(trace, range(len(trace))):
+        delay = request.arrival_s - env.now
+        if delay > 0:
+            yield env.timeout(delay)
+        pick_replica(replicas, policy, request.request_id).submit(request)
+    for replica in replicas:
+        replica.close()

@@ -1,0 +1,1 @@
+"""The experiment: config, one run, a sweep, fingerprints, outputs, metrics, plots, the printed table."""

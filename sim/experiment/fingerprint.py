@@ -1,0 +1,82 @@
+"""What one run's result depends on, as a digest: a resumed sweep reuses a run only if it matches.
+
+The config text alone is not enough: it names files (a lengths CSV, a trace, a profile) and
+specs (model, hardware) whose content can change under the same name. So the digest covers the
+config less the sweep lists, the run's own system, rate and seed, the content hash of every data
+file the run reads, and the model and hardware specs as loaded (every value they hold).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict
+from pathlib import Path
+
+import yaml
+
+from engine.core.system import SystemSpec
+from sim.experiment.config import Experiment
+from sim.workload.paths import CHATBOT_CSV, SHAREGPT_CSV
+
+# keys that choose which runs a sweep has, not what any one run computes
+SWEEP_KEYS = ("name", "systems", "rates", "seeds")
+
+
+def data_files(exp: Experiment) -> dict[str, Path]:
+    """The files a run reads besides the config and the specs, by the config key that names them."""
+    files = {}
+    workload = exp.workload
+    if workload.is_replay:
+        files["workload.trace"] = Path(workload.trace)
+    elif workload.dataset == "sharegpt":
+        files["workload.dataset"] = SHAREGPT_CSV
+    elif workload.dataset == "chatbot":
+        files["workload.dataset"] = CHATBOT_CSV
+    elif Path(workload.dataset).is_file():  # a stand-in is drawn in code and reads no file
+        files["workload.dataset"] = Path(workload.dataset)
+    if exp.cost_model.profile_path is not None:
+        files["cost_model.path"] = Path(exp.cost_model.profile_path)
+    return files
+
+
+def file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def spec_values(exp: Experiment) -> dict[str, dict]:
+    """The specs a run loads, as values: an edit to a spec file that changes what it says changes these."""
+    specs = {"model": asdict(exp.model), "hardware": asdict(exp.hardware)}
+    if exp.cost_model.kind == "transfer":
+        specs.update(_transfer_specs(exp))
+    return specs
+
+
+def _transfer_specs(exp: Experiment) -> dict[str, dict]:
+    """A transferred roofline also reads the profiled model's spec and the hardware it was measured on."""
+    from calibrate.hardware import load_hardware
+    from calibrate.profile_file import load_profile
+    from calibrate.profile_model import hardware_for_device
+    from engine.specs.loader import load_model_spec
+
+    profile = load_profile(exp.cost_model.profile_path)
+    specs = {"profile.model": asdict(load_model_spec(profile.model))}
+    measured_on = exp.cost_model.measured_on or hardware_for_device(profile.device_name)
+    if measured_on is not None:  # else the run itself stops with the error that says so
+        specs["cost_model.measured_on"] = asdict(load_hardware(measured_on))
+    return specs
+
+
+def input_digest(exp: Experiment) -> dict:
+    """Everything the runs of a sweep read besides the config text; computed once per sweep."""
+    return {"files": {key: file_hash(path) for key, path in data_files(exp).items()}, "specs": spec_values(exp)}
+
+
+def config_digest(exp: Experiment, system: SystemSpec, rate: float, seed: int, inputs: dict) -> str:
+    """One run's fingerprint: the config less the sweep lists, its own key, and what it reads."""
+    shared = {k: v for k, v in exp.raw.items() if k not in SWEEP_KEYS}
+    text = yaml.safe_dump({"experiment": shared, "system": system.__dict__, "rate": rate, "seed": seed,
+                           "inputs": inputs}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

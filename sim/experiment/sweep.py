@@ -1,0 +1,206 @@
+"""Many runs: every system x rate x seed of an experiment, over any Workers (sim/executors/pool.py), resumable.
+
+Each finished run leaves DIR/runs/<key>/ (summary.json, requests.csv.gz, and its per-iteration
+records in the chosen format: iterations.parquet, iterations.csv.gz or none), written atomically;
+a rerun skips the keys already there for the same configuration and inputs (sim/experiment/fingerprint.py)
+whose iterations file is the one asked for, so an interrupted sweep resumes where it stopped, and
+a changed config, spec or data file is simulated again.
+
+A worker that sees this machine's files (this process, a process pool, a local Dask cluster) writes
+its run's folder itself; a worker of an existing Dask cluster, which may be on another machine,
+sends the run's files back and this process writes them, so only this machine needs the folder.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from engine.core.system import SystemSpec
+from sim.executors.pool import ExecutorSpec, Workers
+from sim.experiment.config import Experiment
+from sim.experiment.fingerprint import config_digest, input_digest
+from sim.experiment.output import (
+    DEFAULT_ITERATIONS,
+    ITERATION_FILES,
+    check_iterations_format,
+    csv_gz_bytes,
+    iterations_bytes,
+    prepare_out_dir,
+    write_bytes,
+    write_json,
+)
+from sim.experiment.progress import Eta
+from sim.experiment.run import SUMMARY_COLUMNS, run_one
+
+
+@dataclass(frozen=True)
+class RunKey:
+    system: SystemSpec
+    rate: float
+    seed: int
+
+    @property
+    def slug(self) -> str:
+        name = "".join(c if c.isalnum() else "-" for c in self.system.name.lower()).strip("-")
+        while "--" in name:
+            name = name.replace("--", "-")
+        return f"{name}_rate{self.rate:g}_seed{self.seed}"
+
+
+def run_keys(exp: Experiment) -> list[RunKey]:
+    return [RunKey(s, r, seed) for s in exp.systems for r in exp.rates for seed in exp.seeds]
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """One finished run as its folder will hold it: the summary row, and each file's bytes."""
+    summary: dict
+    files: dict[str, bytes]
+
+
+def _done(run_dir: Path, digest: str, iterations_file: str | None) -> dict | None:
+    path = run_dir / "summary.json"
+    if not path.exists() or (iterations_file is not None and not (run_dir / iterations_file).exists()):
+        return None
+    summary = json.loads(path.read_text())
+    if summary.get("config_digest") != digest or not set(SUMMARY_COLUMNS) <= set(summary):
+        return None  # another configuration, or written before a column was added: simulate it again
+    return summary
+
+
+def execute(exp: Experiment, key: RunKey, digest: str, iterations: str = DEFAULT_ITERATIONS,
+            replica_jobs: int = 1) -> RunFiles:
+    """One run, simulated and encoded; it writes nothing, so it can run on any machine. replica_jobs:
+    processes for a fleet's replicas (sim.experiment.run.run_one)."""
+    result = run_one(exp, key.system, key.rate, key.seed, replica_jobs)
+    files = {"requests.csv.gz": csv_gz_bytes(result.requests)}
+    if ITERATION_FILES[iterations] is not None:
+        files[ITERATION_FILES[iterations]] = iterations_bytes(result.iterations, iterations)
+    return RunFiles({**result.summary, "config_digest": digest}, files)
+
+
+def execute_into(exp: Experiment, key: RunKey, digest: str, iterations: str, run_dir: Path,
+                 replica_jobs: int = 1) -> dict:
+    """One run, written into its folder by the worker that simulated it (one that sees this machine's
+    files); only its summary goes back."""
+    return save(execute(exp, key, digest, iterations, replica_jobs), run_dir)
+
+
+def save(run: RunFiles, run_dir: Path) -> dict:
+    """A run's files, each atomically; summary.json last, so that it marks the run complete. An
+    iterations file in another format, from an earlier run of another config, is removed."""
+    for name, data in run.files.items():
+        write_bytes(data, run_dir / name)
+    for name in ITERATION_FILES.values():
+        if name is not None and name not in run.files:
+            (run_dir / name).unlink(missing_ok=True)
+    write_json(run.summary, run_dir / "summary.json")
+    return run.summary
+
+
+def _progress_line(key: RunKey, summary: dict, eta: str, experiment: str = "") -> str:
+    where = f"{experiment}: " if experiment else ""
+    return (f"  {eta:<19} {where}{key.system.name:<18} rate {key.rate:<6g} seed {key.seed}: "
+            f"normalized latency {summary['normalized_latency']:.3f} s/token"
+            f"{'  (saturated)' if summary['saturated'] else ''}")
+
+
+def run_work(exp: Experiment) -> float:
+    """How much one run of the experiment simulates, for the progress line's time left."""
+    return exp.workload.duration_s
+
+
+def sweep(exp: Experiment, out_dir: Path, executor: ExecutorSpec | None = None, jobs: int = 1,
+          progress=print, iterations: str = DEFAULT_ITERATIONS, eta: Eta | None = None) -> pd.DataFrame:
+    """Every run of the experiment, resumed from out_dir/runs, on `executor` (default: `jobs` local
+    processes); an error in any run (on any worker) stops the sweep with that error, the runs
+    finished before it kept. The workers start only if some run is left to do. Each finished run
+    prints a line with the time left: of this sweep, or of all the work `eta` was told to expect."""
+    executor = executor or ExecutorSpec("process", jobs)
+    check_iterations_format(iterations)
+    out_dir = prepare_out_dir(Path(out_dir))
+    keys = run_keys(exp)
+    if eta is None:
+        eta = Eta()
+        eta.expect(len(keys), run_work(exp))
+    summaries, pending = plan(exp, out_dir, iterations)
+    eta.skip(len(summaries), run_work(exp))
+    if len(summaries):
+        progress(f"resuming: {len(summaries)} of {len(keys)} runs already done in {out_dir / 'runs'}")
+    if pending:
+        with executor.open() as workers:
+            for run, summary in run_pending(pending, workers, iterations, progress, eta):
+                summaries[run.key] = summary
+    return summary_frame([summaries[key] for key in keys])
+
+
+def summary_frame(rows: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))  # drops config_digest; fixes the column order
+
+
+@dataclass(frozen=True)
+class PendingRun:
+    """A run not done yet in its sweep's folder."""
+
+    exp: Experiment
+    key: RunKey
+    digest: str  # of its configuration and inputs (sim/experiment/fingerprint.py)
+    run_dir: Path
+
+    @property
+    def work(self) -> float:
+        return run_work(self.exp)
+
+
+def plan(exp: Experiment, out_dir: Path, iterations: str = DEFAULT_ITERATIONS
+         ) -> tuple[dict[RunKey, dict], list[PendingRun]]:
+    """The summaries of the experiment's runs already done in out_dir (same config, inputs and iterations
+    format), and the runs left to do."""
+    iterations_file = check_iterations_format(iterations)
+    inputs = input_digest(exp)
+    summaries: dict[RunKey, dict] = {}
+    pending = []
+    for key in run_keys(exp):
+        digest = config_digest(exp, key.system, key.rate, key.seed, inputs)
+        run_dir = Path(out_dir) / "runs" / key.slug
+        done = _done(run_dir, digest, iterations_file)
+        if done is not None:
+            summaries[key] = done
+        else:
+            pending.append(PendingRun(exp, key, digest, run_dir))
+    return summaries, pending
+
+
+def replica_jobs(workers: Workers, num_runs: int, replicas: int) -> int:
+    """Processes each run may use for its fleet's replicas: those the runs leave idle, shared out (none when
+    there are as many runs as processes, or the workers cannot start processes of their own)."""
+    if replicas < 2 or not workers.nests_processes:
+        return 1
+    return max(1, workers.width // max(1, num_runs))
+
+
+def run_pending(pending: list[PendingRun], workers: Workers, iterations: str, progress, eta: Eta
+                ) -> Iterator[tuple[PendingRun, dict]]:
+    """Simulate and save the runs (of one experiment or several) on the workers; yields each with its summary
+    as it finishes, after printing its progress line."""
+    if workers.same_machine:
+        done = workers.run_all(execute_into, [(r.exp, r.key, r.digest, iterations, r.run_dir,
+                                               replica_jobs(workers, len(pending), r.exp.replicas)) for r in pending])
+    else:  # the workers send each run's files, and this process writes them
+        sent = workers.run_all(execute, [(r.exp, r.key, r.digest, iterations) for r in pending])
+        done = ((i, save(run, pending[i].run_dir)) for i, run in sent)
+    several = len({id(run.exp) for run in pending}) > 1
+    for i, summary in done:  # each run saved as it finishes, whatever the order
+        run = pending[i]
+        progress(_progress_line(run.key, summary, eta.finished(run.work), run.exp.name if several else ""))
+        yield run, summary
+
+
+def run_cost(run: PendingRun) -> float:
+    """A run's relative cost, to start the costliest first: requests simulated, times their sequences."""
+    workload = run.exp.workload
+    return workload.duration_s * run.key.rate * max(workload.n or 1, workload.beam_width or 1)

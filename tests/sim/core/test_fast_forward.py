@@ -1,0 +1,200 @@
+"""Fast-forward (sim/core/fast_forward.py) against the step-by-step loop: the same records, to the last bit.
+
+Every comparison runs one trace both ways and asserts requests.csv and iterations.csv byte-identical
+and the summary identical in every digit; each also asserts that the fast path did skip iterations,
+so a test cannot pass by never taking it.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import sim.core.simulate
+from calibrate.costmodel import CostModel
+from engine.specs.errors import SpecError
+from sim.core.fast_forward import FastForward
+from sim.core.simulate import simulate
+from sim.experiment.config import load_experiment
+from sim.experiment.metrics import summarize
+from sim.experiment.run import make_cost_model, trace_for
+from sim.workload.trace import Trace
+from tests.helpers.simulation import MODEL, ROOFLINE, SYSTEMS, GridCost, NanAfter, random_trace
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+class Stretches(FastForward):
+    """FastForward that remembers its last instance, to check the fast path was taken."""
+
+    last: FastForward | None = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        Stretches.last = self
+
+
+@pytest.fixture(autouse=True)
+def counted(monkeypatch):
+    monkeypatch.setattr(sim.core.simulate, "FastForward", Stretches)
+    Stretches.last = None
+
+
+def both_ways(trace: Trace, system, cost: CostModel = ROOFLINE, gpu_blocks: int = 96, cpu_blocks: int = 256, *,
+              spec=MODEL, seed: int = 0, min_forwarded: float = 0.1, **kwargs):
+    """Simulate the trace step by step and fast-forwarded; assert the same bytes; return the records."""
+    runs = {}
+    for fast in (False, True):
+        runs[fast] = simulate(trace, spec, system, cost, gpu_blocks, cpu_blocks, rng=np.random.default_rng(seed),
+                              fast_forward=fast, **kwargs)
+    step, fast = runs[False], runs[True]
+    assert fast.requests_frame().to_csv(index=False) == step.requests_frame().to_csv(index=False)
+    assert fast.iterations_frame().to_csv(index=False) == step.iterations_frame().to_csv(index=False)
+    horizon = kwargs.get("horizon_s", math.inf)
+    horizon = horizon if horizon < math.inf else 1e9
+    summaries = [json.dumps(summarize(r.requests_frame(), r.iterations_frame(), pool_slots=gpu_blocks * 16,
+                                      warmup_s=float(trace.arrival_s[len(trace) // 10]), horizon_s=horizon))
+                 for r in (step, fast)]
+    assert summaries[0] == summaries[1]
+    forward = Stretches.last
+    assert forward is not None and forward.num_forwarded >= min_forwarded * step.num_iterations, (
+        f"only {forward.num_forwarded if forward else 0} of {step.num_iterations} iterations fast-forwarded")
+    return fast
+
+
+# --- every system, seeded random traces -------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(SYSTEMS))
+@pytest.mark.parametrize("seed", range(3))
+def test_random_traces_give_the_same_records(name, seed):
+    arrivals = ("poisson", "burst", "gamma")[seed]
+    both_ways(random_trace(seed, arrivals=arrivals), SYSTEMS[name])
+
+
+@pytest.mark.parametrize("name", ["vllm", "vllm-recompute", "vllm-swap", "orca-oracle", "fastertransformer"])
+@pytest.mark.parametrize("seed", range(2))
+def test_parallel_samples(name, seed):
+    both_ways(random_trace(seed, n=3), SYSTEMS[name], gpu_blocks=160)
+
+
+@pytest.mark.parametrize("name", ["vllm", "vllm-recompute", "orca-pow2", "fastertransformer"])
+def test_beam_searches_among_plain_requests(name):
+    # beams are drawn per step, so their batches go step by step; the plain requests between them do not
+    both_ways(random_trace(4, beams=3), SYSTEMS[name], gpu_blocks=160, min_forwarded=0.01)
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_outstanding"])
+def test_beam_searches_in_a_fleet_draw_their_parents_in_the_same_order(router):
+    # one Generator draws every replica's beam parents, in the order their iterations end
+    both_ways(random_trace(10, count=160, rate=20.0, beams=2), SYSTEMS["vllm"], gpu_blocks=160, replicas=3,
+              router=router, min_forwarded=0.01)
+
+
+@pytest.mark.parametrize("name", ["vllm", "vllm-swap", "orca-max"])
+def test_a_shared_prefix(name):
+    both_ways(random_trace(5, prefix=40), SYSTEMS[name], gpu_blocks=128)
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_outstanding"])
+@pytest.mark.parametrize("name", ["vllm", "orca-oracle", "fastertransformer"])
+def test_fleets_behind_either_router(router, name):
+    both_ways(random_trace(6, count=200, rate=30.0), SYSTEMS[name], replicas=3, router=router)
+
+
+@pytest.mark.parametrize("name", ["vllm", "orca-oracle", "fastertransformer"])
+def test_a_horizon_cuts_both_at_the_same_iteration(name):
+    records = both_ways(random_trace(7, rate=20.0), SYSTEMS[name], gpu_blocks=64, horizon_s=9.0)
+    assert records.requests_frame()["finish_s"].isna().any()  # the run was cut with requests in it
+
+
+# --- the paper's workloads, through their configs ---------------------------------------------------------
+WORKLOADS = {
+    "sharegpt": ("configs/quickstart.yaml", ["workload.duration_s=60"], 3.0),
+    "n4": ("configs/paper/fig14_parallel_n4.yaml", ["workload.duration_s=30"], 3.0),
+    "beam4": ("configs/paper/fig14_beam_w4.yaml", ["workload.duration_s=20"], 2.0),
+    "prefix": ("configs/paper/fig16b_prefix_5shot.yaml", ["workload.duration_s=20"], 15.0),
+    "chatbot": ("configs/paper/fig17_chatbot.yaml", ["workload.duration_s=60"], 1.5),
+    "replay": ("configs/examples/replay.yaml", ["workload.window_s=[0, 150]"], 3.0),
+    "alpaca": ("configs/paper/fig12d_alpaca_opt13b.yaml", ["workload.duration_s=20"], 20.0),
+    "block sizes": ("configs/paper/fig18b_block_size.yaml", ["workload.duration_s=60"], 6.0),
+    "preemption modes": ("configs/paper/fig19b_recompute_vs_swap.yaml", ["workload.duration_s=60"], 7.0),
+}
+
+
+@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+def test_paper_workloads_on_every_system(workload):
+    path, overrides, rate = WORKLOADS[workload]
+    exp = load_experiment(ROOT / path, [*overrides, "warmup_s=5"])
+    for system in exp.systems:
+        rng = np.random.default_rng(0)
+        trace = trace_for(exp, rate, 0, rng)
+        pool = exp.kv_pool(system)
+        runs = {}
+        for fast in (False, True):
+            runs[fast] = simulate(trace, exp.model, system, make_cost_model(exp, system), pool.num_gpu_blocks,
+                                  pool.num_cpu_blocks, rng=np.random.default_rng(1), fast_forward=fast,
+                                  beam_continue=exp.workload.beam_continue, horizon_s=400.0)
+        for frame in ("requests_frame", "iterations_frame"):
+            step_csv = getattr(runs[False], frame)().to_csv(index=False)
+            assert getattr(runs[True], frame)().to_csv(index=False) == step_csv, (workload, system.name, frame)
+        forwarded = Stretches.last.num_forwarded if Stretches.last is not None else 0
+        assert forwarded > 0 or workload == "beam4", (workload, system.name)  # every request a beam search: none
+
+
+# --- the clock's corner cases -----------------------------------------------------------------------------
+@pytest.mark.parametrize("router", ["round_robin", "least_outstanding"])
+def test_an_arrival_at_the_very_end_of_an_iteration_is_ordered_as_step_by_step(router):
+    rng = np.random.default_rng(8)
+    arrival = np.sort(rng.integers(0, 400, 150)) * 0.125  # on the iterations' grid
+    trace = Trace(arrival, rng.integers(5, 200, 150), rng.integers(2, 200, 150), source="grid")
+    for name in ("vllm", "orca-oracle", "fastertransformer"):
+        both_ways(trace, SYSTEMS[name], GridCost(), replicas=2, router=router)
+
+
+def test_iterations_that_take_no_time():
+    rng = np.random.default_rng(9)
+    trace = Trace(np.sort(rng.integers(0, 40, 60)) * 0.25, rng.integers(5, 100, 60), rng.integers(2, 60, 60),
+                  source="zero")
+    both_ways(trace, SYSTEMS["vllm"], GridCost(decode_s=0.0), min_forwarded=0.0)
+
+
+def test_a_bad_step_time_inside_a_stretch_is_the_same_error():
+    trace = Trace([0.0, 0.1], [100, 300], [400, 50], source="test")
+    messages = []
+    for fast in (False, True):
+        with pytest.raises(SpecError) as err:
+            simulate(trace, MODEL, SYSTEMS["vllm"], NanAfter(), 96, 0, fast_forward=fast)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1] and "nan" in messages[0]
+
+
+def test_the_environment_switch_turns_it_off(monkeypatch):
+    monkeypatch.setenv("SERVESIM_FAST_FORWARD", "0")
+    simulate(random_trace(0), MODEL, SYSTEMS["vllm"], ROOFLINE, 96, 0)
+    assert Stretches.last is None
+    monkeypatch.setenv("SERVESIM_FAST_FORWARD", "1")
+    simulate(random_trace(0), MODEL, SYSTEMS["vllm"], ROOFLINE, 96, 0)
+    assert Stretches.last is not None and Stretches.last.num_forwarded > 0
+
+
+def test_a_cost_model_that_cannot_price_ahead_runs_step_by_step():
+    class InOrder(GridCost):
+        prices_ahead = False
+
+    simulate(random_trace(0), MODEL, SYSTEMS["vllm"], InOrder(), 96, 0, fast_forward=True)
+    assert Stretches.last is None
+
+
+@pytest.mark.parametrize("chunk", [1, 5])
+def test_records_moved_into_columns_in_small_chunks_are_the_same(monkeypatch, chunk):
+    import engine.core.records
+
+    trace = random_trace(3, count=80)
+    whole = simulate(trace, MODEL, SYSTEMS["vllm"], ROOFLINE, 96, 256)
+    monkeypatch.setattr(engine.core.records, "ROWS_PER_CHUNK", chunk)
+    for replicas in (1, 2):
+        chunked = both_ways(trace, SYSTEMS["vllm"], replicas=replicas)
+        if replicas == 1:
+            assert chunked.iterations_frame().equals(whole.iterations_frame())

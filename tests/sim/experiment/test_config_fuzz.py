@@ -1,0 +1,144 @@
+"""Hostile configs at random: every mutation of a valid config either runs, with finite and non-negative
+metrics, or is refused with a one-line user error (a SpecError, or an Unservable found while serving:
+the two the CLI prints as one line with exit status 2). Never a traceback, a hang or garbage.
+
+Mutations change types and signs, set NaN, inf and huge values, remove keys and add unknown ones.
+Bounded for CI: a fixed sequence of examples (derandomized), a run of a few simulated seconds each.
+"""
+from __future__ import annotations
+
+import copy
+import math
+
+import yaml
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from calibrate.features import TERMS
+from calibrate.host import HOST_TERMS
+from calibrate.profile_file import load_profile
+from calibrate.profile_model import ProfileCostModel
+from engine.core.batch import BatchShape
+from engine.core.errors import Unservable
+from engine.specs.errors import SpecError
+from sim.experiment.config import load_experiment
+from sim.experiment.metrics import SUMMARY_METRICS
+from sim.experiment.run import run_one
+
+VALID = {
+    "name": "fuzz", "model": "opt-125m", "hardware": "a100-40gb", "tensor_parallel": 1, "dtype_bytes": 2,
+    "kv_cache_gib": 0.5, "swap_space_gib": 1,
+    "cost_model": {"kind": "roofline", "compute_efficiency": 0.68, "bandwidth_efficiency": 0.76,
+                   "pcie_efficiency": 0.8, "overhead_s": 0.0},
+    "workload": {"dataset": "sharegpt", "arrival": "gamma", "cv": 1.0, "duration_s": 4, "n": 1},  # cv: gamma only
+    "systems": [{"preset": "vllm", "block_size": 16, "max_num_batched_tokens": 2560, "max_num_seqs": 256,
+                 "watermark": 0.01, "preemption": "swap"}],
+    "rates": [2.0], "seeds": [0], "warmup_s": 0.5, "max_time_factor": 2.0, "replicas": 1, "router": "round_robin",
+}
+HOSTILE = [math.nan, math.inf, -math.inf, 0, -1, -0.5, 1e-300, 1e308, 10**18, 2**63, 0.5, 1.5, 3, 7,
+           "text", "", True, False, None, [], {}, [1, 2], {"a": 1}]
+
+
+def _paths(node, prefix=()) -> list[tuple]:
+    """Every key path in a config, mappings and the first list entry included."""
+    paths = []
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else []
+    for key, value in items:
+        paths.append(prefix + (key,))
+        paths.extend(_paths(value, prefix + (key,)))
+    return paths
+
+
+PATHS = _paths(VALID)
+
+
+def _parent(config: dict, path: tuple):
+    node = config
+    for key in path[:-1]:
+        node = node[key]
+    return node
+
+
+def _mutate(config: dict, mutation: tuple) -> None:
+    kind, path, value = mutation
+    try:
+        if kind == "extra":  # an unknown key beside the real ones
+            target = _parent(config, path + ("bogus_key",))
+            if isinstance(target, dict):
+                target["bogus_key"] = value
+        elif kind == "set":
+            _parent(config, path)[path[-1]] = value
+        else:
+            del _parent(config, path)[path[-1]]
+    except (KeyError, IndexError, TypeError):
+        pass  # an earlier mutation replaced the mapping this one walks through: nothing to change
+
+
+mutations = st.one_of(
+    st.tuples(st.just("set"), st.sampled_from(PATHS), st.sampled_from(HOSTILE)),
+    st.tuples(st.just("set"), st.sampled_from(PATHS), st.floats(allow_nan=True, allow_infinity=True)),
+    st.tuples(st.just("delete"), st.sampled_from(PATHS), st.none()),
+    st.tuples(st.just("extra"), st.sampled_from([(), ("workload",), ("cost_model",), ("systems", 0)]),
+              st.sampled_from(HOSTILE)),
+)
+
+
+def _is_user_error(err: Exception) -> bool:
+    return isinstance(err, (SpecError, Unservable)) and "\n" not in str(err) and str(err) != ""
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.lists(mutations, min_size=1, max_size=3))
+def test_a_mutated_config_runs_or_is_refused_in_one_line(tmp_path, changes):
+    config = copy.deepcopy(VALID)
+    for change in changes:
+        _mutate(config, change)
+    path = tmp_path / "fuzz.yaml"
+    path.write_text(yaml.safe_dump(config))
+    try:
+        exp = load_experiment(path)
+    except Exception as err:  # noqa: BLE001 -- the assertion is the point: which errors escape
+        assert _is_user_error(err), f"{changes} -> {type(err).__name__}: {err}"
+        return
+    assume(max(exp.rates) * exp.workload.duration_s <= 50)  # valid but long (workload: {} is an hour of traffic)
+    try:
+        summary = run_one(exp, exp.systems[0], exp.rates[0], exp.seeds[0]).summary
+    except Exception as err:  # noqa: BLE001
+        assert _is_user_error(err), f"{changes} -> {type(err).__name__}: {err}"
+        return
+    for metric in SUMMARY_METRICS:
+        value = float(summary[metric])
+        # NaN is a metric with nothing to measure (no decode to time, nothing after the warm-up)
+        assert math.isnan(value) or (math.isfinite(value) and value >= 0), f"{changes} -> {metric} = {value}"
+
+
+PROFILE_NUMBERS = [("coefficients", term) for term in TERMS] + [("host", term) for term in HOST_TERMS] + [
+    ("token_costs_s", 0), ("token_costs_s", 1), ("swap_s_per_transfer",), ("swap_s_per_byte",), ("heldout_mape",),
+    ("tensor_parallel",), ("block_size",), ("token_knots", 0)]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(PROFILE_NUMBERS), st.sampled_from(HOSTILE)), min_size=1, max_size=2))
+def test_a_mutated_profile_loads_with_sane_step_times_or_is_refused(tmp_path, changes):
+    raw = {"model": "opt-125m", "device": "cuda", "device_name": "test", "dtype": "float16", "tensor_parallel": 1,
+           "block_size": 16, "token_knots": [1, 512], "token_costs_s": [0.001, 0.004],
+           "coefficients": {term: 1e-7 for term in TERMS}, "heldout_mape": 0.05, "heldout_p95_ape": 0.1,
+           "train_rows": 10, "heldout_rows": 2, "created": "2026-01-01", "command": "fuzz",
+           "swap_s_per_transfer": 1e-6, "swap_s_per_byte": 1e-11,
+           "host": {term: 1e-5 for term in HOST_TERMS}}
+    for path, value in changes:
+        _parent(raw, path)[path[-1]] = value
+    file = tmp_path / "p.yaml"
+    file.write_text(yaml.safe_dump(raw))
+    try:
+        model = ProfileCostModel(load_profile(file))
+    except SpecError as err:
+        assert "\n" not in str(err)
+        return
+    for shape in (BatchShape((100,), (), 0), BatchShape((), (50, 700), 4), BatchShape((2000,), (10,) * 200, 0)):
+        seconds = model.step_time(shape)
+        # never NaN or negative; inf (huge coefficients times a big batch) the simulator's clock refuses,
+        # naming the cost model (tests/sim/test_hostile_inputs.py)
+        assert seconds >= 0, f"{changes} -> {seconds}"
