@@ -100,6 +100,8 @@ def existing_file(value: Any, source: str, key: str = "", what: str = "a file") 
     path = Path(value).expanduser()
     if path.is_dir():
         raise SpecError(source, key, f"{str(value)!r} is a folder; give the path of {what}")
+    if path.exists() and not path.is_file():  # a device, a pipe: nothing a command can read as a table
+        raise SpecError(source, key, f"{str(value)!r} is not a regular file; give the path of {what}")
     if not path.is_file():
         raise SpecError(source, key, f"{str(value)!r}: file not found")
     return value

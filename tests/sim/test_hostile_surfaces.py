@@ -267,6 +267,7 @@ def test_300_beams_under_n_1_are_blamed_on_max_num_seqs(here, capsys, jobs):
     (["calibrate", "import", "folder", "--model", "opt-13b", "--out", "p.yaml"], "'folder' is a folder"),
     (["calibrate", "show", "folder"], "'folder' is a folder"),
     (["calibrate", "fit", "folder", "--out", "p.yaml"], "'folder' is a folder"),
+    (["calibrate", "fit", "/dev/null", "--out", "p.yaml"], "'/dev/null' is not a regular file"),
 ])
 def test_command_arguments_are_checked_at_the_door(here, capsys, argv, words):
     refused(capsys, argv, words)
