@@ -23,6 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.online_softmax import load_value_tile, softmax_tile
+
 # Bound on the [group, tile, head_dim] product one program holds in registers: at twice this,
 # sm_90 builds spill (ptxas resource usage); at this size, with 8 warps, they do not.
 _TILE_ELEMENTS = 8192
@@ -71,15 +73,10 @@ def _attend_range(
         else:
             scores = tl.sum(q[:, None, :] * k.to(tl.float32)[None, :, :], axis=2)  # [GROUP_P2, TILE]
         scores = tl.where(t_valid[None, :], scores, float("-inf"))
-        # The first token of every tile is valid, so new_max is finite: no -inf - -inf.
-        new_max = tl.maximum(running_max, tl.max(scores, axis=1))
-        rescale = tl.exp2(running_max - new_max)
-        probs = tl.exp2(scores - new_max[:, None])
-        running_sum = running_sum * rescale + tl.sum(probs, axis=1)
-
-        v_offsets = (block_id[:, None] * stride_vb + row[:, None] * stride_vt
-                     + kv_head * stride_vh + d[None, :] * stride_vd)
-        v = tl.load(value_cache_ptr + v_offsets, mask=kv_mask, other=0.0)
+        # The first token of every tile is valid, so the new running max is finite.
+        probs, rescale, new_max, running_sum = softmax_tile(scores, running_max, running_sum)
+        v = load_value_tile(value_cache_ptr, block_id, row, kv_head, d, kv_mask,
+                            stride_vb, stride_vt, stride_vh, stride_vd)
         if USE_DOT:
             acc = acc * rescale[:, None] + tl.dot(probs.to(v.dtype), v, input_precision=DOT_PRECISION)
         else:

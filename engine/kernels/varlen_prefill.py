@@ -18,6 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.online_softmax import load_value_tile, softmax_tile
+
 _MAX_TILE = 64
 
 
@@ -74,15 +76,10 @@ def _prefill_kernel(
         visible = (t[None, :] <= q_pos[:, None]) & t_valid[None, :]
         scores = tl.where(visible, scores, float("-inf"))
         # Key 0 is visible to every row (padding rows included), so after the first tile every
-        # running max is finite: no -inf - -inf.
-        new_max = tl.maximum(running_max, tl.max(scores, axis=1))
-        rescale = tl.exp2(running_max - new_max)
-        probs = tl.exp2(scores - new_max[:, None])
-        running_sum = running_sum * rescale + tl.sum(probs, axis=1)
-
-        v_offsets = (block_id[:, None] * stride_vb + row[:, None] * stride_vt
-                     + kv_head * stride_vh + d[None, :] * stride_vd)
-        v = tl.load(value_cache_ptr + v_offsets, mask=t_valid[:, None] & d_valid[None, :], other=0.0)
+        # running max is finite.
+        probs, rescale, new_max, running_sum = softmax_tile(scores, running_max, running_sum)
+        v = load_value_tile(value_cache_ptr, block_id, row, kv_head, d, t_valid[:, None] & d_valid[None, :],
+                            stride_vb, stride_vt, stride_vh, stride_vd)
         acc = acc * rescale[:, None] + tl.dot(probs.to(v.dtype), v, input_precision=DOT_PRECISION)
         running_max = new_max
 

@@ -1,6 +1,5 @@
 """Cache writes, block copies and swaps: Triton against the torch reference, and both against
 what the slots should hold."""
-import os
 
 import pytest
 
@@ -15,10 +14,8 @@ from engine.kernels import (  # noqa: E402
     write_kv_cache_ref,
 )
 from engine.kernels.swap import contiguous_runs  # noqa: E402
+from tests.helpers.kernel_checks import DEVICE, needs_triton  # noqa: E402
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-TRITON_RUNNABLE = DEVICE == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
-needs_triton = pytest.mark.skipif(not TRITON_RUNNABLE, reason="needs CUDA or TRITON_INTERPRET=1")
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 

@@ -1,7 +1,6 @@
 """Paged decode attention: the Triton kernel against the torch reference, and the reference
 against plain dense attention over contiguous K/V."""
 import math
-import os
 
 import pytest
 
@@ -11,17 +10,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st
 
 from engine.kernels import paged_attention_decode, paged_attention_decode_ref  # noqa: E402
-
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-TRITON_RUNNABLE = DEVICE == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
-needs_triton = pytest.mark.skipif(not TRITON_RUNNABLE, reason="needs CUDA or TRITON_INTERPRET=1")
-
-# fp16/bf16 outputs are rounded from fp32 accumulators: a unit or so in the last place apart.
-TOLERANCE = {
-    torch.float32: dict(atol=2e-5, rtol=1e-4),
-    torch.float16: dict(atol=2e-3, rtol=2e-3),
-    torch.bfloat16: dict(atol=2e-2, rtol=2e-2),
-}
+from tests.helpers.kernel_checks import DEVICE, TOLERANCE, TRITON_RUNNABLE, needs_triton  # noqa: E402
 
 
 class PagedCase:

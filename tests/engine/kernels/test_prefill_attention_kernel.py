@@ -6,7 +6,6 @@ sits in a NaN-poisoned paged pool in shuffled block order, so only slots inside 
 numbers. Sizes are tiny: the Triton interpreter is slow.
 """
 import math
-import os
 
 import pytest
 
@@ -16,16 +15,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st
 
 from engine.kernels import prefill_attention, prefill_attention_ref  # noqa: E402
-
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-TRITON_RUNNABLE = DEVICE == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
-needs_triton = pytest.mark.skipif(not TRITON_RUNNABLE, reason="needs CUDA or TRITON_INTERPRET=1")
-
-TOLERANCE = {
-    torch.float32: dict(atol=2e-5, rtol=1e-4),
-    torch.float16: dict(atol=2e-3, rtol=2e-3),
-    torch.bfloat16: dict(atol=2e-2, rtol=2e-2),
-}
+from tests.helpers.kernel_checks import DEVICE, TOLERANCE, needs_triton  # noqa: E402
 
 
 class PrefillCase:

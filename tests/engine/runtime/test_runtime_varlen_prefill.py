@@ -4,7 +4,6 @@ Mixed prompt lengths, parallel samples, beams and cached prefixes go through tha
 the torch reference and on the Triton kernel (interpreted on a CPU), and every sampled token's
 logits equal a dense no-cache forward over the sequence's own tokens (the per-prompt reference).
 """
-import os
 
 import pytest
 
@@ -16,9 +15,8 @@ from runtime_reference import StepRecorder  # noqa: E402
 import engine.kernels  # noqa: E402
 from engine.core.system import SystemSpec  # noqa: E402
 from engine.runtime.engine import Engine  # noqa: E402
+from tests.helpers.kernel_checks import DEVICE, TRITON_RUNNABLE  # noqa: E402
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-TRITON_RUNNABLE = DEVICE == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
 BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.skipif(
     not TRITON_RUNNABLE, reason="needs CUDA or TRITON_INTERPRET=1"))]
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [42], list(range(100, 113))]
