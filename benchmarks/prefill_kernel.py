@@ -25,11 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from benchmarks.gpu_check import format_table, time_cpu, time_gpu  # noqa: E402
-from engine.core.blocks import blocks_for  # noqa: E402
+from benchmarks.gpu_check import dense_kv, format_table, shuffled_pool, time_cpu, time_gpu  # noqa: E402
 from engine.kernels import prefill_attention  # noqa: E402
 from engine.kernels.backend import resolve_backend  # noqa: E402
-from engine.kernels.paged_attention_ref import gather_tokens, token_rows  # noqa: E402
 
 RATIO_TARGET = 1.3  # the issue's kernel-against-dense target (stated for paged decode)
 PROMPTS_TARGET = 1.15  # k prompts of T tokens within 15% of one prompt of T
@@ -45,18 +43,11 @@ def build_prefill(num_prompts, prompt_len, heads, head_dim, block_size, dtype, d
     """A paged pool holding every prompt's K/V in shuffled block order, the concatenated queries,
     and the same K/V laid out densely for SDPA."""
     gen = torch.Generator(device=device).manual_seed(seed)
-    blocks_per_prompt = blocks_for(prompt_len, block_size)
-    shape = (num_prompts * blocks_per_prompt, block_size, heads, head_dim)
-    key_cache = torch.randn(shape, generator=gen, device=device, dtype=dtype)
-    value_cache = torch.randn(shape, generator=gen, device=device, dtype=dtype)
-    order = torch.randperm(shape[0], generator=gen, device=device)
-    block_tables = order.to(torch.int32).reshape(num_prompts, blocks_per_prompt)
-    context_lens = torch.full((num_prompts,), prompt_len, dtype=torch.int32, device=device)
+    key_cache, value_cache, block_tables, context_lens = shuffled_pool(
+        num_prompts, prompt_len, heads, head_dim, block_size, dtype, device, gen)
     cu_seqlens = torch.arange(0, num_prompts + 1, dtype=torch.int32, device=device) * prompt_len
     query = torch.randn(num_prompts * prompt_len, heads, head_dim, generator=gen, device=device, dtype=dtype)
-    block_ids, rows, _ = token_rows(block_tables, context_lens, block_size, prompt_len)
-    dense_k = gather_tokens(key_cache, block_ids, rows)  # [prompts, heads, tokens, dim]
-    dense_v = gather_tokens(value_cache, block_ids, rows)
+    dense_k, dense_v = dense_kv(key_cache, value_cache, block_tables, context_lens, block_size, prompt_len)
     dense_q = query.view(num_prompts, prompt_len, heads, head_dim).transpose(1, 2)
     varlen = (query, key_cache, value_cache, block_tables, cu_seqlens, context_lens, head_dim ** -0.5)
     return varlen, (dense_q, dense_k, dense_v)
