@@ -39,22 +39,30 @@ def _cmd_run(args) -> int:
     for line in unmeasured_warnings(summary, exp.warmup_s):
         print(f"servesim: warning: {line}", file=sys.stderr)
     write_csv(summary, out_dir / "summary.csv")
+    table = summary_table(summary)
+    write_text(table + "\n", out_dir / "summary.txt")
+    print(table)
+    for source, systems in summary.groupby("cost_model", sort=False)["system"].unique().items():
+        print(f"cost model: {source}" + (f" ({', '.join(systems)})" if summary["cost_model"].nunique() > 1 else ""))
+    # the plots come last: the summary is on disk whatever drawing costs (matplotlib's import alone is
+    # a third of a second), and --no-plots never imports matplotlib at all
+    plots = [] if args.no_plots else _draw_plots(exp, summary, out_dir, args.ylim)
+    print(f"wrote {out_dir}/" + ", ".join(["summary.csv", "summary.txt", *plots, "runs/"])
+          + f" in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+def _draw_plots(exp, summary, out_dir: Path, ylim: float) -> list[str]:
+    """The run's two figures; the names of the files written."""
     from sim.experiment.plots import (  # matplotlib: only once there is something to plot
         kv_usage_plot,
         normalized_latency_plot,
     )
 
     title = f"{exp.model.name}, {exp.tensor_parallel}x {exp.hardware.name}, {workload_label(exp.workload)}"
-    normalized_latency_plot(summary, out_dir / "normalized_latency.png", title=title, ylim=args.ylim)
-    kv_usage_plot(summary, out_dir / "kv_usage.png", rate=max(exp.rates))
-    table = summary_table(summary)
-    write_text(table + "\n", out_dir / "summary.txt")
-    print(table)
-    for source, systems in summary.groupby("cost_model", sort=False)["system"].unique().items():
-        print(f"cost model: {source}" + (f" ({', '.join(systems)})" if summary["cost_model"].nunique() > 1 else ""))
-    print(f"wrote {out_dir}/summary.csv, normalized_latency.png, kv_usage.png, runs/ "
-          f"in {time.perf_counter() - started:.1f} s")
-    return 0
+    written = [normalized_latency_plot(summary, out_dir / "normalized_latency.png", title=title, ylim=ylim),
+               kv_usage_plot(summary, out_dir / "kv_usage.png", rate=max(exp.rates))]
+    return [path.name for path in written]
 
 
 def add_executor_options(parser: argparse.ArgumentParser, what: str) -> None:
@@ -93,6 +101,9 @@ def register(sub) -> None:
                      help="each run's per-iteration records: iterations.parquet (default), iterations.csv.gz, "
                      "or not kept")
     run.add_argument("--ylim", type=float, default=1.0, help="y-axis top of the plot, s/token (paper: 1.0)")
+    run.add_argument("--no-plots", action="store_true",
+                     help="skip normalized_latency.png and kv_usage.png (and matplotlib's import); "
+                     "summary.csv and summary.txt are written as always")
     run.set_defaults(func=_cmd_run)
 
     # imports stay light (no simpy or torch until a command runs)

@@ -79,6 +79,27 @@ class BlockManager:
         self.watermark_blocks = int(watermark * num_gpu_blocks)
         self.block_tables: dict[int, list[int]] = {}
         self.prefix_table: list[int] = []  # the cached shared prefix's GPU blocks
+        # the sequences whose block tables changed (made, grown, copied on write, forked, moved, freed) since
+        # the owner last took them (take_changed_tables); kept only once track_table_changes() is called
+        self._changed_tables: set[int] | None = None
+
+    def track_table_changes(self, on: bool) -> None:
+        """Whether to note which sequences' tables change (a scheduler turns it on while beam searches run)."""
+        if not on:
+            self._changed_tables = None
+        elif self._changed_tables is None:
+            self._changed_tables = set()
+
+    def take_changed_tables(self) -> set[int]:
+        """The sequences whose tables changed since the last call (tracking must be on); forgets them."""
+        changed = self._changed_tables
+        assert changed is not None, "track_table_changes(True) first"
+        self._changed_tables = set()
+        return changed
+
+    def _table_changed(self, seq_id: int) -> None:
+        if self._changed_tables is not None:
+            self._changed_tables.add(seq_id)
 
     # --- the shared prefix -------------------------------------------------------
     def prefix_blocks_of(self, group: SequenceGroup) -> int:
@@ -142,12 +163,14 @@ class BlockManager:
             for seq in seqs:
                 num_blocks = blocks_for(seq.length, self.block_size) - prefix_blocks
                 self.block_tables[seq.seq_id] = prefix + [self.gpu.allocate() for _ in range(num_blocks)]
+                self._table_changed(seq.seq_id)
             return
         own = [self.gpu.allocate() for _ in range(blocks_for(seqs[0].length, self.block_size) - prefix_blocks)]
         for block in own:
             self.gpu.incref(block, len(seqs) - 1)
         for seq in seqs:
             self.block_tables[seq.seq_id] = prefix + own
+            self._table_changed(seq.seq_id)
 
     # --- growth ----------------------------------------------------------------
     def can_append(self, num_running_seqs: int) -> bool:
@@ -166,8 +189,10 @@ class BlockManager:
             table = tables[seq.seq_id]
             if len(table) * bs < seq.length:
                 table.append(allocate())
+                self._table_changed(seq.seq_id)
             elif ref_counts[table[-1]] != 1:
                 copies.append(self._copy_last_block(table))
+                self._table_changed(seq.seq_id)
 
     def _copy_last_block(self, table: list[int]) -> tuple[int, int]:
         """Copy on write: the table's shared last block is replaced by a fresh one the data plane fills."""
@@ -187,6 +212,7 @@ class BlockManager:
         for block in self.block_tables[child.seq_id]:
             self.gpu.free(block)
         self.block_tables[child.seq_id] = list(table)
+        self._table_changed(child.seq_id)
 
     def held_token_slots(self, group: SequenceGroup) -> int:
         """Slots of the group's GPU blocks holding a token's K/V, each block once however many beams
@@ -211,6 +237,7 @@ class BlockManager:
         table = self.block_tables.pop(seq.seq_id, None)
         if table is None:
             return
+        self._table_changed(seq.seq_id)
         allocator = self.cpu if seq.status is SeqStatus.SWAPPED else self.gpu
         for block in table:
             allocator.free(block)
@@ -247,6 +274,7 @@ class BlockManager:
                     mapping[block] = dst.allocate()
                 src.free(block)
                 table[i] = mapping[block]
+            self._table_changed(seq.seq_id)
         return list(mapping.items())
 
     # --- accounting ------------------------------------------------------------

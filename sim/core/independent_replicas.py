@@ -16,11 +16,17 @@ is raised too, not hidden behind a second simulation.
 """
 from __future__ import annotations
 
+import pickle
+import shutil
+import tempfile
+import weakref
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import simpy
 
 from engine.core.records import ITERATION_TYPECODES
@@ -38,11 +44,30 @@ if TYPE_CHECKING:
 @dataclass
 class ReplicaRun:
     """What one replica's simulation leaves: its records, and when each of its iterations ended (to merge a
-    fleet's records in time order)."""
+    fleet's records in time order). A replica served in a worker process left its iteration columns in a file
+    (`stored`; `records` then holds its request rows alone), read column by column as the fleet's records are
+    merged; `keep` holds the file's folder, removed when the last run holding it is let go of."""
 
     index: int
     records: Records
     iteration_ends: Sequence[float]
+    stored: StoredRun | None = None
+    keep: object = None
+
+    @property
+    def num_iterations(self) -> int:
+        return len(self.iteration_ends)
+
+    def column_into(self, i: int, out: np.ndarray) -> None:
+        """Iteration column i (ITERATION_TYPECODES' order) copied into `out`, of num_iterations values."""
+        if self.stored is None:
+            column = self.records.iteration_columns[i]
+            out[:] = np.frombuffer(column, dtype=column.typecode)
+            return
+        with open(self.stored.path, "rb") as source:
+            source.seek(_column_offset(i, self.stored.num_iterations))
+            if source.readinto(memoryview(out).cast("B")) != out.nbytes:
+                raise OSError(f"{self.stored.path}: replica {self.index}'s records end early")
 
 
 @dataclass
@@ -65,22 +90,36 @@ def serve_apart(trace: Trace, wakes: list[float], fleet: FleetSetup, jobs: int =
         if served is None:
             return None
         return _raise_first_failure(served)
+    # the workers' files: removed with the last run that holds this (or at once, on an error or a tie)
+    folder = WorkerFiles()
     pool = worker_pool(jobs)  # as a sweep's: workers that leave with their parent, Ctrl-C left to it
     try:
-        parts = list(pool.map(_serve_packed, *zip(*[(trace, wakes, fleet, range(j, fleet.replicas, jobs))
-                                                     for j in range(jobs)])))
+        parts = list(pool.map(_serve_to_files, *zip(*[(trace, wakes, fleet, range(j, fleet.replicas, jobs),
+                                                        folder.path) for j in range(jobs)])))
     except BaseException:
         stop_pool(pool)
+        folder.remove()
         raise
     pool.shutdown()
     if any(part is None for part in parts):
+        folder.remove()
         return None
-    _raise_first_failure([item for part in parts for item in part if isinstance(item, ReplicaFailure)])
-    runs = []
-    for part in parts:  # each replica's bytes let go of as soon as its columns hold them
-        while part:
-            runs.append(_unpacked(part.pop()))
+    try:
+        _raise_first_failure([item for part in parts for item in part if isinstance(item, ReplicaFailure)])
+        runs = [_read_run(item, folder) for part in parts for item in part if isinstance(item, StoredRun)]
+    except BaseException:
+        folder.remove()
+        raise
     return sorted(runs, key=lambda run: run.index)
+
+
+class WorkerFiles:
+    """A folder for the workers' records, removed by remove(), or when the last run holding this is let go of
+    (or at exit)."""
+
+    def __init__(self) -> None:
+        self.path = tempfile.mkdtemp(prefix="servesim-replicas-")
+        self.remove = weakref.finalize(self, shutil.rmtree, self.path, ignore_errors=True)
 
 
 def _raise_first_failure(served: list) -> list[ReplicaRun]:
@@ -111,32 +150,52 @@ def serve_replicas(trace: Trace, wakes: list[float], fleet: FleetSetup, indices:
     return runs
 
 
-# a ReplicaRun between processes: its index, request rows, iteration columns and ends as bytes
-PackedRun = tuple[int, list[tuple], list[bytes], bytes]
+@dataclass(frozen=True)
+class StoredRun:
+    """A ReplicaRun a worker wrote to a file for its parent (_write_run): what the parent needs to read it."""
+
+    index: int
+    path: str
+    num_iterations: int
 
 
-def _serve_packed(trace: Trace, wakes: list[float], fleet: FleetSetup, indices: Sequence[int]
-                  ) -> list[PackedRun | ReplicaFailure] | None:
+def _serve_to_files(trace: Trace, wakes: list[float], fleet: FleetSetup, indices: Sequence[int], folder: str
+                    ) -> list[StoredRun | ReplicaFailure] | None:
+    """serve_replicas in a worker: each replica's records go to a file in `folder`, not back through the pool's
+    pipe (a pickled result is a second copy of the records in the worker and a third in the parent)."""
     runs = serve_replicas(trace, wakes, fleet, indices)
     if runs is None:
         return None
-    return [run if isinstance(run, ReplicaFailure) else
-            (run.index, run.records.request_values, [bytes(column) for column in run.records.iteration_columns],
-             array("d", run.iteration_ends).tobytes()) for run in runs]
+    return [run if isinstance(run, ReplicaFailure) else _write_run(run, Path(folder)) for run in runs]
 
 
-def _unpacked(packed: PackedRun) -> ReplicaRun:
-    index, request_values, columns, ends = packed
+def _write_run(run: ReplicaRun, folder: Path) -> StoredRun:
+    """The iteration columns (ITERATION_TYPECODES' order), the iteration ends, then the request rows pickled."""
+    path = folder / f"replica-{run.index}.bin"
+    columns = run.records.iteration_columns
+    with open(path, "wb") as out:
+        for column in columns:
+            column.tofile(out)
+        array("d", run.iteration_ends).tofile(out)
+        pickle.dump(run.records.request_values, out, protocol=pickle.HIGHEST_PROTOCOL)
+    return StoredRun(run.index, str(path), len(columns[0]))
+
+
+def _column_offset(i: int, num_iterations: int) -> int:
+    """Where iteration column i starts in a replica's file (the ends follow the last column)."""
+    return num_iterations * sum(array(code).itemsize for code in ITERATION_TYPECODES[:i])
+
+
+def _read_run(stored: StoredRun, keep: object) -> ReplicaRun:
+    """A replica's request rows and iteration ends; its columns stay in the file until the merge reads them."""
     records = Records()
-    records.request_values = request_values
-    records.set_iteration_columns([_array(code, data) for code, data in zip(ITERATION_TYPECODES, columns)])
-    return ReplicaRun(index, records, _array("d", ends))
-
-
-def _array(typecode: str, data: bytes) -> array:
-    values = array(typecode)
-    values.frombytes(data)
-    return values
+    with open(stored.path, "rb") as source:
+        source.seek(_column_offset(len(ITERATION_TYPECODES), stored.num_iterations))
+        ends = array("d")
+        if stored.num_iterations:
+            ends.fromfile(source, stored.num_iterations)
+        records.request_values = pickle.load(source)
+    return ReplicaRun(stored.index, records, ends, stored, keep)
 
 
 def replica_arrivals(env: simpy.Environment, trace: Trace, replica: Replica, request_ids: range,

@@ -13,6 +13,7 @@ import simpy
 
 from calibrate.costmodel import CostModel
 from engine.core.factory import make_scheduler
+from engine.core.records import ITERATION_TYPECODES
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
 from sim.core.beams import DEFAULT_BEAM_CONTINUE, BeamParentModel
@@ -119,22 +120,30 @@ def serve_together(trace: Trace, wakes: list[float], fleet: FleetSetup, router: 
 
 def merged_records(runs: list[ReplicaRun]) -> Records:
     """One replica's records as they are; a fleet's in the order its iterations ended, simultaneous ends by
-    replica (each replica keeps its own records, since a stretch writes its iterations when it ends)."""
-    if len(runs) == 1:
+    replica (each replica keeps its own records, since a stretch writes its iterations when it ends).
+
+    Column by column: a replica served in a worker hands its column over from its file, so the fleet's
+    records are held once (and one column twice, while it is ordered), not once per replica and again merged."""
+    if len(runs) == 1 and runs[0].stored is None:
         return runs[0].records
     records = Records()
     for run in runs:
         records.request_values.extend(run.records.request_values)
-    ends = np.concatenate([np.asarray(run.iteration_ends, dtype=float) for run in runs])
-    order = np.argsort(ends, kind="stable")
-    records.set_iteration_columns([merged_column(parts, order)
-                                   for parts in zip(*(run.records.iteration_columns for run in runs))])
+    order = np.argsort(np.concatenate([np.asarray(run.iteration_ends, dtype=float) for run in runs]), kind="stable")
+    records.set_iteration_columns([merged_column(runs, i, typecode, order)
+                                   for i, typecode in enumerate(ITERATION_TYPECODES)])
     return records
 
 
-def merged_column(parts: tuple[array, ...], order: np.ndarray) -> array:
-    """One iteration column of every replica, end to end, then taken in `order`."""
-    merged = array(parts[0].typecode)
-    taken = np.concatenate([np.frombuffer(part, dtype=part.typecode) for part in parts])[order]
-    merged.frombytes(memoryview(taken).cast("B"))  # the taken values' own bytes, not a copy of them first
+def merged_column(runs: list[ReplicaRun], i: int, typecode: str, order: np.ndarray) -> array:
+    """Iteration column i of every replica, end to end, then taken in `order` into the merged array's own
+    memory (no copy of the taken values first)."""
+    joined = np.empty(len(order), dtype=typecode)
+    start = 0
+    for run in runs:
+        run.column_into(i, joined[start:start + run.num_iterations])
+        start += run.num_iterations
+    merged = array(typecode, [0]) * len(order)
+    if len(order):
+        np.take(joined, order, out=np.frombuffer(merged, dtype=typecode))
     return merged

@@ -78,6 +78,13 @@ class VLLMScheduler(QueueScheduler):
         self.token_cap = token_cap if token_cap is not None else float("inf")
         # None: vLLM's own rule per group ("auto"); else the mode the user forced
         self.forced_preemption = None if system.preemption == "auto" else PreemptionMode(system.preemption)
+        # beams share generated blocks too, not only the prompt's (forks): per running beam search, the slots
+        # its blocks hold less those TokenSlots counts for it, their sum, its groups by sequence, and the
+        # groups to count again at the next kv_usage() (started, or a table changed: _beam_token_slots)
+        self._beam_sharing: dict[int, int] = {}
+        self.beam_sharing_slots = 0
+        self._beam_group_of: dict[int, SequenceGroup] = {}
+        self._beams_to_count: dict[int, SequenceGroup] = {}
 
     # --- one step ----------------------------------------------------------------
     def schedule(self) -> Batch:
@@ -238,11 +245,45 @@ class VLLMScheduler(QueueScheduler):
     def kv_usage(self) -> KVUsage:
         token_slots = self.token_slots.slots
         if self.num_running_beam_groups:
-            # beams share generated blocks too, not only the prompt's: count the slots their blocks hold
-            for group in self.running:
-                if group.is_beam:
-                    token_slots += self.blocks.held_token_slots(group) - shared_prompt_token_slots(group)
+            token_slots += self._beam_token_slots()
         return paged_usage(self.blocks, token_slots, bool(self.waiting))
+
+    def _beam_token_slots(self) -> int:
+        """Slots the running beam searches' blocks hold, less those TokenSlots counts for them (<= 0: forked
+        beams share blocks). A group is counted block by block (held_token_slots) when it starts running and
+        again only after one of its tables changed: while they stay as they are, schedule() has given each
+        beam a last block of its own that holds its newest token (a shared one is copied on write, a full
+        one followed by a fresh one), so the held slots grow as TokenSlots does, a slot per sampled token.
+        Counting every group at every step instead cost a quarter of a beam run."""
+        for seq_id in self.blocks.take_changed_tables():
+            group = self._beam_group_of.get(seq_id)
+            if group is not None:
+                self._beams_to_count[group.request_id] = group
+        for request_id, group in self._beams_to_count.items():
+            sharing = self.blocks.held_token_slots(group) - shared_prompt_token_slots(group)
+            self.beam_sharing_slots += sharing - self._beam_sharing[request_id]
+            self._beam_sharing[request_id] = sharing
+        self._beams_to_count.clear()
+        return self.beam_sharing_slots
+
+    def _start_running(self, group: SequenceGroup) -> None:
+        super()._start_running(group)
+        if group.is_beam:
+            self.blocks.track_table_changes(True)
+            self._beam_sharing[group.request_id] = 0
+            self._beams_to_count[group.request_id] = group
+            for seq in group.live_seqs():
+                self._beam_group_of[seq.seq_id] = group
+
+    def _stop_running(self, group: SequenceGroup, status: SeqStatus) -> None:
+        if group.is_beam:
+            self.beam_sharing_slots -= self._beam_sharing.pop(group.request_id)
+            self._beams_to_count.pop(group.request_id, None)
+            for seq in group.seqs:
+                self._beam_group_of.pop(seq.seq_id, None)
+        super()._stop_running(group, status)
+        if group.is_beam and not self.num_running_beam_groups:
+            self.blocks.track_table_changes(False)  # nothing to count until a beam search runs again
 
     # --- decode stretches (docs/stretch.md) ----------------------------------------------
     def _decode_stretch(self, batch: Batch) -> DecodeStretch:

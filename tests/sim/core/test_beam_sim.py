@@ -176,14 +176,20 @@ def test_a_replayed_beam_trace_states_its_parent_model_once(write_config, tmp_pa
 
 @pytest.mark.parametrize("block_size", [1, 4, 16])
 @pytest.mark.parametrize("prefix", [0, 40])
-def test_the_held_slots_of_beams_are_those_counted_block_by_block(monkeypatch, block_size, prefix):
+@pytest.mark.parametrize("pool_tokens", [4096, 2400])  # roomy, and tight enough to swap beam searches out
+def test_the_held_slots_of_beams_are_those_counted_block_by_block(monkeypatch, block_size, prefix, pool_tokens):
+    """held_token_slots, and the scheduler's running sum of what beams share (kept per group, and counted
+    again only when one of its tables changes), against every distinct block counted at every step."""
     from dataclasses import replace
 
     from engine.core.block_manager import BlockManager
+    from engine.core.kv_usage import shared_prompt_token_slots
+    from engine.core.scheduler.vllm import VLLMScheduler
     from tests.helpers.simulation import MODEL, ROOFLINE, SYSTEMS, random_trace
 
-    checked = []
+    checked, summed, swaps = [], [], []
     counted = BlockManager.held_token_slots
+    kv_usage = VLLMScheduler.kv_usage
 
     def by_block(self, group):  # every distinct block once, as its first holder's table fills it
         fills: dict[int, int] = {}
@@ -198,9 +204,23 @@ def test_the_held_slots_of_beams_are_those_counted_block_by_block(monkeypatch, b
         checked.append(slots)
         return slots
 
+    def kv_usage_summed(self):
+        usage = kv_usage(self)
+        beams = [group for group in self.running if group.is_beam]
+        expected = sum(by_block(self.blocks, group) - shared_prompt_token_slots(group) for group in beams)
+        assert (self.beam_sharing_slots if beams else 0) == expected, [g.request_id for g in beams]
+        summed.append(expected)
+        swaps.append(self.num_swapped_out_blocks)
+        return usage
+
     monkeypatch.setattr(BlockManager, "held_token_slots", both)
+    monkeypatch.setattr(VLLMScheduler, "kv_usage", kv_usage_summed)
     system = replace(SYSTEMS["vllm"], block_size=block_size, watermark=0.0)
     for beam_continue in (0.3, 0.93):  # many forks and copies on write, and few
         simulate(random_trace(12, count=60, rate=6.0, beams=4, prefix=prefix), MODEL, system, ROOFLINE,
-                 4096 // block_size, 1024, rng=np.random.default_rng(3), beam_continue=beam_continue)
+                 pool_tokens // block_size, 4096 // block_size, rng=np.random.default_rng(3),
+                 beam_continue=beam_continue)
     assert len(checked) > 100
+    assert len(summed) > 100 and min(summed) < 0  # checked at every step, with forks sharing blocks
+    if pool_tokens < 4096:
+        assert max(swaps) > 0

@@ -103,6 +103,32 @@ def test_replicas_served_in_other_processes_give_the_same_records(monkeypatch, a
     assert apart_calls and apart_calls[0] is not None and [run.index for run in apart_calls[0]] == [0, 1, 2, 3]
 
 
+def test_replicas_in_other_processes_hand_their_records_over_in_files_removed_after(monkeypatch, tmp_path):
+    """Workers write each replica's records to a file; the merge reads the columns from there, and the files go
+    once the runs are let go of (on an error or a tie at once)."""
+    import gc
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    seen = []
+    merged_records = sim.core.simulate.merged_records
+
+    def spy(runs):
+        seen.append([(run.stored is not None, len(run.records.iteration_columns[0]), run.num_iterations)
+                     for run in runs])
+        assert list(tmp_path.glob("servesim-replicas-*/replica-*.bin"))
+        return merged_records(runs)
+
+    monkeypatch.setattr(sim.core.simulate, "merged_records", spy)
+    records = simulate(random_trace(4, count=120, rate=30.0), MODEL, SYSTEMS["vllm"], ROOFLINE, 96, 256,
+                       rng=np.random.default_rng(0), replicas=3, jobs=2)
+    # every replica's columns came from its file, not the pool's pipe
+    assert len(seen[0]) == 3 and all(stored and held == 0 and count > 0 for stored, held, count in seen[0])
+    assert len(records.iteration_columns[0]) == sum(count for _, _, count in seen[0])
+    gc.collect()
+    assert not list(tmp_path.iterdir())
+
+
 def test_an_arrival_tie_in_another_process_falls_back_to_together(monkeypatch, apart_calls):
     rng = np.random.default_rng(8)
     trace = Trace(np.sort(rng.integers(0, 400, 150)) * 0.125, rng.integers(5, 200, 150),
