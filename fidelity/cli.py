@@ -13,7 +13,7 @@ def _cmd_validate(args) -> int:
     from fidelity.config import load_validation
     from fidelity.report import breakdown_text, fidelity_text
     from fidelity.validate import default_out_dir, validate
-    from fidelity.verdict import headline_text
+    from fidelity.verdict import correction_text, headline_text
 
     overrides = list(args.set) + ([f"validation.repeats={args.repeats}"] if args.repeats is not None else [])
     if args.calibrate is not None:
@@ -42,6 +42,7 @@ def _cmd_validate(args) -> int:
     print(fidelity_text(result.fidelity, result.sustainable))
     print(breakdown_text(result.iterations))
     print(headline_text(result.headline, "normalized-latency error over every point:"))
+    print(correction_text(result.loo))
     print(f"engine and simulator schedules identical when fed the measured times: "
           f"{'yes' if result.all_exact else 'NO (see exact.csv)'}")
     print(f"wrote {out_dir}/summary.csv, sustainable.csv, fidelity.csv, requests.csv, iterations.csv, speed.csv, "

@@ -50,7 +50,15 @@ from fidelity.replay import (
     compare_schedules,
 )
 from fidelity.report import breakdown_text, fidelity_table, fidelity_text
-from fidelity.verdict import FIGURES, VERDICT, VERDICT_COLUMNS, VERDICT_WHY, headline_text, headlines
+from fidelity.verdict import (
+    FIGURES,
+    VERDICT,
+    VERDICT_COLUMNS,
+    VERDICT_WHY,
+    correction_text,
+    headline_text,
+    headlines,
+)
 from sim.output import write_csv, write_json, write_text
 from sim.run import make_cost_model, trace_for
 from sim.simulate import simulate
@@ -366,7 +374,8 @@ def write_outputs(result: ValidationResult, cfg: ValidationConfig, exact_only: b
     request_scatter(result.requests, out / "request_scatter.png", title=f"{exp.model.name}: per-request latency")
     text = fidelity_text(result.fidelity, result.sustainable)
     write_text(f"{cfg.name}: {result.meta['warmup_rule']}\n{text}\n{breakdown_text(result.iterations)}\n"
-               f"{headline_text(result.headline, 'normalized-latency error over every point:')}\n",
+               f"{headline_text(result.headline, 'normalized-latency error over every point:')}\n"
+               f"{correction_text(result.loo)}\n",
                out / "summary.txt")
     # last: a repeat of the whole validation counts as done once its headline is written (fidelity/repeat.py)
     write_json(result.headline, out / "headline.json")

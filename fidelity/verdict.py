@@ -93,6 +93,26 @@ def grid_correction_by_rate(iterations: pd.DataFrame, speed: pd.DataFrame) -> di
     return out
 
 
+def correction_text(loo: pd.DataFrame) -> str:
+    """Where each speed correction was applied, and the training errors that decided it."""
+    if not len(loo):
+        return "speed correction: no leave-one-trace-out fit (a validation of one rate has no other trace to fit)"
+    n = len(loo)
+
+    def pct(v) -> str:
+        return "n/a" if v != v else f"{v:.1%}"
+
+    loo_line = (f"speed correction, leave-one-trace-out: applied for {int(loo['speed_corrected'].sum())} of {n} "
+                f"held-out rates (mean |error| per training iteration plain / at speed: "
+                + ", ".join(f"{r['held_out_rate']:g} req/s {pct(r['train_error'])} / {pct(r['train_error_at_speed'])}"
+                            for _, r in loo.iterrows()) + ")")
+    grid_line = (f"speed correction, grid profile: applied for {int(loo['grid_speed_corrected'].sum())} of {n} rates "
+                 f"(mean |error| per iteration of the other rates as calibrated / at speed: "
+                 + ", ".join(f"{r['held_out_rate']:g} req/s {pct(r['grid_other_error'])} / "
+                             f"{pct(r['grid_other_error_at_speed'])}" for _, r in loo.iterrows()) + ")")
+    return f"{loo_line}\n{grid_line}\n(each is applied only where it fits iterations of the other traces better)"
+
+
 def headline_text(figures: dict, title: str = "") -> str:
     """The headline figures, the verdict first, one line each."""
     lines = [title] if title else []

@@ -95,6 +95,7 @@ def test_validate_writes_every_output(tiny_validation, tmp_path, capsys):
         summary["uncorrected_normalized_latency_error"].abs().mean())
     assert meta["verdict"]["column"] == "loo_normalized_latency_error"
     assert "VERDICT verdict" in printed and "within noise" in printed
+    assert "speed correction, leave-one-trace-out: applied for" in printed
 
 
 def test_repeat_runs_the_whole_validation_again_and_reports_the_spread(tiny_validation, tmp_path, capsys):
