@@ -17,14 +17,14 @@ import pandas as pd
 from calibrate.costmodel import ScaledCostModel
 from calibrate.profile_model import ProfileCostModel
 from fidelity.metrics import normalized_latency, relative_error
-from fidelity.served import as_profile, fit_error, fit_without, served_rows
+from fidelity.served import as_profile, fit_error, fit_without, replay_error, served_rows
 from fidelity.verdict import grid_correction_by_rate, within_noise
 from sim.simulate import simulate
 
 LOO_COLUMNS = ("held_out_rate", "train_iterations", "train_error", "train_error_at_speed", "speed_corrected",
-               "heldout_iterations", "heldout_iteration_error", "heldout_iteration_error_plain",
-               "heldout_iteration_error_at_speed", "grid_speed_corrected", "grid_other_error",
-               "grid_other_error_at_speed")
+               "heldout_iterations", "heldout_iteration_error", "heldout_replay_error", "heldout_replay_error_plain",
+               "heldout_replay_error_at_speed", "heldout_replay_error_relative", "grid_speed_corrected",
+               "grid_other_error", "grid_other_error_at_speed")
 
 
 def all_served_rows(reals_by: dict) -> pd.DataFrame:
@@ -49,8 +49,9 @@ def simulated_error(cfg, p, system, trace, profile, scale: float, warmup_s: floa
 
 
 def verdict_columns(cfg, p, systems, reals_by: dict, rows: list[dict], iterations: pd.DataFrame,
-                    speed: pd.DataFrame, warmups: dict, log=print) -> pd.DataFrame:
-    """Fill VERDICT_COLUMNS into each summary row (in place); returns loo.csv's frame. A rate whose other
+                    speed: pd.DataFrame, warmups: dict, log=print) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Fill VERDICT_COLUMNS into each summary row (in place); returns loo.csv's frame and served.csv's (every
+    served iteration the fits read). A rate whose other
     rates served too few iterations to fit (a one-rate validation) has no leave-one-trace-out figures (nan)."""
     served = all_served_rows(reals_by)
     probed = bool(len(speed)) and bool(np.isfinite(speed["speed_factor"].to_numpy(float)).all())
@@ -71,6 +72,7 @@ def verdict_columns(cfg, p, systems, reals_by: dict, rows: list[dict], iteration
         held = served[served["rate"] == rate]
         loo.append(loo_row(left, held, grid_choice))
         plain = as_profile(p.profile, left.plain, left.train_rows, left.train_error, "served, leave-one-trace-out")
+        relative = as_profile(p.profile, left.relative, left.train_rows, math.nan, "served, relative fit")
         at_speed = (None if left.at_speed is None else
                     as_profile(p.profile, left.at_speed, left.train_rows, left.train_error_at_speed,
                                "served at speed, leave-one-trace-out"))
@@ -80,15 +82,16 @@ def verdict_columns(cfg, p, systems, reals_by: dict, rows: list[dict], iteration
             sim_plain, err_plain = simulated_error(cfg, p, system, trace, plain, 1.0, warmups[rate], real)
             sim_speed, err_speed = (math.nan, math.nan) if at_speed is None else simulated_error(
                 cfg, p, system, trace, at_speed, geometric_speed(reals_by[(system.name, rate)]), warmups[rate], real)
+            _, err_relative = simulated_error(cfg, p, system, trace, relative, 1.0, warmups[rate], real)
             chosen_sim, chosen = (sim_speed, err_speed) if left.corrected else (sim_plain, err_plain)
             row.update({
                 "loo_sim_normalized_latency": chosen_sim, "loo_normalized_latency_error": chosen,
                 "loo_plain_normalized_latency_error": err_plain, "loo_at_speed_normalized_latency_error": err_speed,
-                "loo_speed_corrected": left.corrected,
+                "loo_relative_normalized_latency_error": err_relative, "loo_speed_corrected": left.corrected,
                 "loo_heldout_iteration_error": loo[-1]["heldout_iteration_error"],
                 "within_noise": bool(within_noise(chosen, row["real_low_error"], row["real_high_error"])),
             })
-    return pd.DataFrame(loo, columns=list(LOO_COLUMNS))
+    return pd.DataFrame(loo, columns=list(LOO_COLUMNS)), served
 
 
 def grid_columns(row: dict, correction_helps: bool) -> None:
@@ -99,18 +102,25 @@ def grid_columns(row: dict, correction_helps: bool) -> None:
                 "grid_within_noise": bool(within_noise(error, row["real_low_error"], row["real_high_error"])),
                 "loo_sim_normalized_latency": math.nan, "loo_normalized_latency_error": math.nan,
                 "loo_plain_normalized_latency_error": math.nan, "loo_at_speed_normalized_latency_error": math.nan,
+                "loo_relative_normalized_latency_error": math.nan,
                 "loo_speed_corrected": False, "loo_heldout_iteration_error": math.nan, "within_noise": False})
 
 
 def loo_row(left, held: pd.DataFrame, grid_choice) -> dict:
-    """loo.csv: what one held-out rate's fits saw, how well they fitted, how well they predict its iterations."""
-    plain_err = fit_error(left.plain, held) if len(held) else math.nan
-    speed_err = (fit_error(left.at_speed, held, held["speed_factor"].to_numpy(float))
-                 if left.at_speed is not None and len(held) else math.nan)
+    """loo.csv: what one held-out rate's fits saw, how well they fitted (each training replay's summed time),
+    how well they predict the held-out replays' summed times, and the chosen fit's error per held-out iteration."""
+    if not len(held):
+        return {"held_out_rate": left.held_out_rate, "train_iterations": left.train_rows, "heldout_iterations": 0}
+    factor = held["speed_factor"].to_numpy(float)
+    chosen, chosen_factor = (left.at_speed, factor) if left.corrected else (left.plain, 1.0)
+    speed_err = replay_error(left.at_speed, held, factor) if left.at_speed is not None else math.nan
     return {"held_out_rate": left.held_out_rate, "train_iterations": left.train_rows,
             "train_error": left.train_error, "train_error_at_speed": left.train_error_at_speed,
             "speed_corrected": left.corrected, "heldout_iterations": len(held),
-            "heldout_iteration_error": speed_err if left.corrected else plain_err,
-            "heldout_iteration_error_plain": plain_err, "heldout_iteration_error_at_speed": speed_err,
+            "heldout_iteration_error": fit_error(chosen, held, chosen_factor),
+            "heldout_replay_error": replay_error(chosen, held, chosen_factor),
+            "heldout_replay_error_plain": replay_error(left.plain, held),
+            "heldout_replay_error_at_speed": speed_err,
+            "heldout_replay_error_relative": replay_error(left.relative, held),
             "grid_speed_corrected": grid_choice[0], "grid_other_error": grid_choice[1],
             "grid_other_error_at_speed": grid_choice[2]}

@@ -50,6 +50,7 @@ from fidelity.replay import (
     compare_schedules,
 )
 from fidelity.report import breakdown_text, fidelity_table, fidelity_text
+from fidelity.served import SERVED_COLUMNS
 from fidelity.verdict import (
     FIGURES,
     VERDICT,
@@ -83,6 +84,7 @@ class ValidationResult:
     meta: dict = field(default_factory=dict)
     speed: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(SPEED_COLUMNS)))
     loo: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(LOO_COLUMNS)))
+    served: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(SERVED_COLUMNS)))
     headline: dict = field(default_factory=dict)  # verdict.headlines: the figures a repeat is compared on
 
     @property
@@ -288,11 +290,11 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, exact_only: bool = F
     iterations = (pd.concat(iteration_frames, ignore_index=True) if iteration_frames
                   else pd.DataFrame(columns=list(ITERATION_COLUMNS)))
     speed = pd.DataFrame(speed_rows, columns=list(SPEED_COLUMNS))
-    loo = pd.DataFrame(columns=list(LOO_COLUMNS))
+    loo, served = pd.DataFrame(columns=list(LOO_COLUMNS)), pd.DataFrame(columns=list(SERVED_COLUMNS))
     if summary_rows:
         log("fitting the served iterations leave-one-trace-out and simulating each held-out trace")
         warmups = {rate: warmup_for(cfg, trace)[0] for rate, trace in p.traces.items()}
-        loo = verdict_columns(cfg, p, systems, reals_by, summary_rows, iterations, speed, warmups, log)
+        loo, served = verdict_columns(cfg, p, systems, reals_by, summary_rows, iterations, speed, warmups, log)
     del reals_by
     summary = pd.DataFrame(summary_rows, columns=list(SUMMARY_COLUMNS) + list(VERDICT_COLUMNS))
     exact_frame = pd.DataFrame(exact_rows, columns=list(EXACT_COLUMNS))
@@ -305,7 +307,7 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, exact_only: bool = F
         meta["verdict"] = {"column": VERDICT, "why": VERDICT_WHY,
                            "figures": {name: what for name, (_, what) in FIGURES.items()}}
     result = ValidationResult(Path(out_dir), summary, sustainable, fidelity, requests, iterations, exact_frame, meta,
-                              speed, loo, figures)
+                              speed, loo=loo, headline=figures, served=served)
     write_outputs(result, cfg, exact_only)
     return result
 
@@ -366,6 +368,7 @@ def write_outputs(result: ValidationResult, cfg: ValidationConfig, exact_only: b
     write_csv(result.iterations, out / "iterations.csv")
     write_csv(result.speed, out / "speed.csv")
     write_csv(result.loo, out / "loo.csv")
+    write_csv(result.served, out / "served.csv")
     exp = cfg.experiment
     title = (f"{exp.model.name} on {result.meta['device_name']} ({cfg.options.device}, {cfg.options.resolved_dtype}): "
              f"real (solid), sim at measured speed (dashed), as calibrated (dotted)")

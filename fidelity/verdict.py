@@ -28,7 +28,8 @@ VERDICT_WHY = (
 VERDICT_COLUMNS = (
     "grid_speed_corrected", "grid_normalized_latency_error",
     "loo_sim_normalized_latency", "loo_normalized_latency_error", "loo_plain_normalized_latency_error",
-    "loo_at_speed_normalized_latency_error", "loo_speed_corrected", "loo_heldout_iteration_error",
+    "loo_at_speed_normalized_latency_error", "loo_relative_normalized_latency_error", "loo_speed_corrected",
+    "loo_heldout_iteration_error",
     "within_noise", "grid_within_noise",
 )
 # the error columns a headline is given for: name -> (column, what it is)
@@ -36,6 +37,8 @@ FIGURES = {
     "verdict": (VERDICT, "leave-one-trace-out served fit, speed correction where it helped the training traces"),
     "loo_plain": ("loo_plain_normalized_latency_error", "leave-one-trace-out served fit, no speed correction"),
     "loo_at_speed": ("loo_at_speed_normalized_latency_error", "leave-one-trace-out served fit, speed-corrected"),
+    "loo_relative": ("loo_relative_normalized_latency_error",
+                     "leave-one-trace-out relative-error fit, not sum-matched, no speed correction"),
     "grid": ("grid_normalized_latency_error", "grid profile, speed correction where it helped the other traces"),
     "grid_at_speed": ("normalized_latency_error", "grid profile at the speed probe's factor"),
     "grid_as_calibrated": ("uncorrected_normalized_latency_error", "grid profile as calibrated"),
@@ -71,7 +74,8 @@ def headlines(summary: pd.DataFrame) -> dict:
 
 
 def correction_helps(measured, predicted, factor) -> tuple[float, float]:
-    """Mean |error| per iteration of a cost model's predictions as they are and times the speed factor."""
+    """Mean |error| of a cost model's predictions (of iterations, or of replays' summed times) as they are,
+    and times the speed factor."""
     measured, predicted, factor = (np.asarray(v, dtype=float) for v in (measured, predicted, factor))
     if not len(measured) or not np.isfinite(factor).all():
         return math.nan, math.nan
@@ -80,14 +84,15 @@ def correction_helps(measured, predicted, factor) -> tuple[float, float]:
 
 
 def grid_correction_by_rate(iterations: pd.DataFrame, speed: pd.DataFrame) -> dict[float, tuple[bool, float, float]]:
-    """For each rate: whether the grid profile's speed correction fits the *other* rates' served iterations
-    better than the profile as calibrated, with both errors. iterations: metrics.ITERATION_COLUMNS (predicted_s
-    as calibrated); speed: each replay's speed_factor."""
-    factors = speed.set_index(["system", "rate", "repeat"])["speed_factor"]
-    keyed = iterations.join(factors.rename("probe_factor"), on=["system", "rate", "repeat"])
+    """For each rate: whether the grid profile's speed correction fits the *other* rates' replays better than
+    the profile as calibrated (each replay's summed iteration time, which is what latency sums), with both
+    errors. iterations: metrics.ITERATION_COLUMNS (predicted_s as calibrated); speed: each replay's speed_factor."""
+    keys = ["system", "rate", "repeat"]
+    sums = iterations.groupby(keys)[["measured_s", "predicted_s"]].sum()
+    sums = sums.join(speed.set_index(keys)["speed_factor"].rename("probe_factor")).reset_index()
     out = {}
     for rate in sorted(iterations["rate"].unique()):
-        other = keyed[keyed["rate"] != rate]
+        other = sums[sums["rate"] != rate]
         plain, at_speed = correction_helps(other["measured_s"], other["predicted_s"], other["probe_factor"])
         out[float(rate)] = (bool(at_speed < plain), plain, at_speed)
     return out
@@ -103,14 +108,14 @@ def correction_text(loo: pd.DataFrame) -> str:
         return "n/a" if v != v else f"{v:.1%}"
 
     loo_line = (f"speed correction, leave-one-trace-out: applied for {int(loo['speed_corrected'].sum())} of {n} "
-                f"held-out rates (mean |error| per training iteration plain / at speed: "
+                f"held-out rates (mean |error| of each training replay's summed time, plain / at speed: "
                 + ", ".join(f"{r['held_out_rate']:g} req/s {pct(r['train_error'])} / {pct(r['train_error_at_speed'])}"
                             for _, r in loo.iterrows()) + ")")
     grid_line = (f"speed correction, grid profile: applied for {int(loo['grid_speed_corrected'].sum())} of {n} rates "
-                 f"(mean |error| per iteration of the other rates as calibrated / at speed: "
+                 f"(mean |error| of the other rates' replays' summed times as calibrated / at speed: "
                  + ", ".join(f"{r['held_out_rate']:g} req/s {pct(r['grid_other_error'])} / "
                              f"{pct(r['grid_other_error_at_speed'])}" for _, r in loo.iterrows()) + ")")
-    return f"{loo_line}\n{grid_line}\n(each is applied only where it fits iterations of the other traces better)"
+    return f"{loo_line}\n{grid_line}\n(each is applied only where it fits the other traces better)"
 
 
 def headline_text(figures: dict, title: str = "") -> str:

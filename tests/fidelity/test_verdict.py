@@ -9,7 +9,7 @@ import pytest
 from engine.core.batch import BatchShape
 from fidelity.heldout import grid_columns
 from fidelity.repeat import run_repeats, spread
-from fidelity.served import fit_error, fit_without, served_rows
+from fidelity.served import fit_error, fit_without, replay_error, served_rows
 from fidelity.verdict import correction_helps, grid_correction_by_rate, headline, within_noise
 
 
@@ -60,6 +60,18 @@ def test_leave_one_trace_out_recovers_a_known_cost_without_the_held_out_iteratio
     assert left.train_rows == int((rows["rate"] != held_out).sum())
     assert fit_error(left.plain, held) < 0.01  # the true (unpoisoned) held-out times, predicted within 1%
     assert fit_error(left.plain, poisoned[poisoned["rate"] != held_out]) < 0.01
+
+
+def test_sum_matching_removes_a_relative_fits_bias_below_the_mean_of_noisy_times():
+    rows = synthetic_served()
+    # contention makes some iterations much slower, never faster: right-skewed noise around the known cost
+    noise = np.random.default_rng(3).lognormal(0.0, 0.4, size=len(rows))
+    noisy = rows.assign(time_s=rows["time_s"] * noise)
+    left = fit_without(noisy, 1.0)
+    held = noisy[noisy["rate"] == 1.0]
+    assert replay_error(left.relative, held) > 0.15  # the relative fit predicts well below the summed times
+    # sum-matched on the other traces, it lands on them within what 60 noisy iterations a replay allow
+    assert replay_error(left.plain, held) < 0.06
 
 
 def test_leave_one_trace_out_needs_other_traces():
