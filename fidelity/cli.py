@@ -15,6 +15,12 @@ def _cmd_validate(args) -> int:
     from fidelity.validate import default_out_dir, validate
     from fidelity.verdict import correction_text, headline_text
 
+    if args.repeat < 1 or (args.repeat > 1 and args.exact):
+        from engine.specs.errors import SpecError
+
+        raise SpecError("command line", "--repeat", (
+            f"must be a whole number >= 1, got {args.repeat}" if args.repeat < 1 else
+            "repeats the whole validation; --exact only checks the schedules once: give one of them"))
     overrides = list(args.set) + ([f"validation.repeats={args.repeats}"] if args.repeats is not None else [])
     if args.calibrate is not None:
         overrides.append(f"validation.calibrate={'true' if args.calibrate else 'false'}")
@@ -26,7 +32,7 @@ def _cmd_validate(args) -> int:
     print(f"servesim validate: {cfg.name}: {exp.model.name} on {opts.device} ({opts.resolved_dtype}), "
           f"{len(exp.systems)} systems x {len(exp.rates)} rates, {mode} -> {out_dir}")
     started = time.perf_counter()
-    if args.repeat > 1 and not args.exact:
+    if args.repeat > 1:
         return _repeat(cfg, out_dir, args.repeat, started)
     result = validate(cfg, out_dir, exact_only=args.exact)
     elapsed = time.perf_counter() - started

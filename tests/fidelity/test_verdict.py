@@ -185,3 +185,13 @@ def test_repeat_reports_the_spread_and_resumes_after_an_interruption(tmp_path):
     again: list = []
     run_repeats(3, tmp_path, fake_validation(values, again), log=lambda _: None)
     assert again == []  # everything finished: nothing runs again
+
+
+@pytest.mark.parametrize("flags, says", [(["--repeat", "0"], "must be a whole number >= 1, got 0"),
+                                         (["--repeat", "2", "--exact"], "give one of them")])
+def test_a_bad_repeat_is_refused_naming_the_flag(tmp_path, capsys, flags, says):
+    from sim.cli import main
+
+    assert main(["validate", str(tmp_path / "never-read.yaml"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert "--repeat" in err and says in err
