@@ -84,7 +84,8 @@ def spread_text(frame: pd.DataFrame) -> str:
         return "no repeat finished"
     n = frame["repeat"].nunique()
     lines = [f"{n} repeat(s) of the whole validation; per figure, each repeat's value, then max - min:"]
-    for name, rows_ in frame.groupby("figure", sort=False):
+    order = {name: i for i, name in enumerate(FIGURES)}  # the verdict first, as headline_text lists them
+    for name, rows_ in sorted(frame.groupby("figure", sort=False), key=lambda g: order.get(g[0], len(order))):
         what = FIGURES.get(name, ("", ""))[1]
         points = int(rows_["points"].max())
         lines.append(f"{'VERDICT ' if name == 'verdict' else ''}{name} ({what}):")
@@ -94,6 +95,6 @@ def spread_text(frame: pd.DataFrame) -> str:
                 shown = ", ".join(f"{int(v)}/{points}" for v in values)
                 lines.append(f"  {key:<18} {shown}  (spread {max(values) - min(values):.0f} points)")
             else:
-                shown = ", ".join(f"{v:+.1%}" for v in values)
+                shown = ", ".join(f"{v:.1%}" if key == "mean_abs_error" else f"{v:+.1%}" for v in values)
                 lines.append(f"  {key:<18} {shown}  (spread {100 * (max(values) - min(values)):.1f} points)")
     return "\n".join(lines)

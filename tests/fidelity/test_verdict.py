@@ -180,7 +180,7 @@ def test_repeat_reports_the_spread_and_resumes_after_an_interruption(tmp_path):
     assert rows.loc["within_noise", "min"] == 11 and rows.loc["within_noise", "max"] == 12
     assert pd.read_csv(tmp_path / "repeats.csv")["repeat"].tolist() == [1, 2, 3]
     text = (tmp_path / "repeats.txt").read_text()
-    assert "3 repeat(s)" in text and "+3.0%, +3.0%, +5.0%" in text and "(spread 2.0 points)" in text
+    assert "3 repeat(s)" in text and "3.0%, 3.0%, 5.0%" in text and "(spread 2.0 points)" in text
 
     again: list = []
     run_repeats(3, tmp_path, fake_validation(values, again), log=lambda _: None)
