@@ -9,8 +9,13 @@ machine-speed correction). Targets: <= 5%, <= 10%, within 5%. It prints numbers;
 fails on them (exit 0 unless the run itself fails).
 
     python benchmarks/fidelity.py [CONFIG] [--out DIR] [--set KEY=VALUE ...] [--from DIR]
+                                  [--other-profile PROFILE]
 
---from DIR re-prints the table of an earlier run without replaying anything.
+--from DIR re-prints the table of an earlier run without replaying anything, with its headline figures
+(the verdict first: leave-one-trace-out on the run's own served iterations; docs/fidelity.md).
+--other-profile PROFILE (with --from) re-simulates that run's traces with a profile measured elsewhere
+(e.g. the shipped calibrate/profiles/cpu-opt-125m.yaml, from another VM of the same CPU model), as
+calibrated, and gives its headline against the run's real replays: no real replay runs again.
 Ends with: max_norm_err=<float> max_p90_err=<float> max_sust_err=<float> max_spread=<float>
            max_uncorrected_norm_err=<float> wall_s=<float>
 """
@@ -82,18 +87,52 @@ def report(fidelity: pd.DataFrame, sustainable: pd.DataFrame, iterations: pd.Dat
     return "\n".join(lines)
 
 
+def other_profile_headline(config: str, sets: list[str], run_dir: Path, profile: str) -> dict:
+    """A profile from elsewhere on an earlier run's traces: each system x rate simulated as calibrated, its
+    normalized latency against the run's real mean (summary.csv), as verdict.headline reads it."""
+    from calibrate.profile_file import load_profile
+    from fidelity.calibration import with_profile
+    from fidelity.config import load_validation
+    from fidelity.heldout import simulated_error
+    from fidelity.validate import plan, warmup_for
+    from fidelity.verdict import headline
+
+    cfg = with_profile(load_validation(config, sets), Path(profile).resolve())
+    p = plan(cfg, exact_only=False)
+    summary = pd.read_csv(run_dir / "summary.csv")
+    systems = {s.name: s for s in cfg.experiment.systems}
+    errors = []
+    for _, row in summary.iterrows():
+        rate = float(row["rate"])
+        trace = p.traces[rate]
+        _, err = simulated_error(cfg, p, systems[row["system"]], trace, load_profile(profile), 1.0,
+                                 warmup_for(cfg, trace)[0], float(row["real_normalized_latency"]))
+        errors.append(err)
+    return headline(summary.assign(other_profile_error=errors), "other_profile_error")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", nargs="?", default=str(DEFAULT_CONFIG))
     parser.add_argument("--out", help="output directory (default results/validation/<name>)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--from", dest="from_dir", help="print the table of an earlier run's directory")
+    parser.add_argument("--other-profile", help="with --from: that run's traces simulated with this profile")
     args = parser.parse_args(argv)
     if args.from_dir:
         out = Path(args.from_dir)
         fidelity, sustainable = pd.read_csv(out / "fidelity.csv"), pd.read_csv(out / "sustainable.csv")
         iterations = pd.read_csv(out / "iterations.csv")
         print(report(fidelity, sustainable, iterations, json.loads((out / "validation.json").read_text())))
+        if (out / "headline.json").exists():
+            from fidelity.verdict import headline_text
+
+            print(headline_text(json.loads((out / "headline.json").read_text()), "headline figures:"))
+        if args.other_profile:
+            h = other_profile_headline(args.config, args.set, out, args.other_profile)
+            print(f"{args.other_profile} (as calibrated) on this run's traces: mean |err| {h['mean_abs_error']:.1%}, "
+                  f"signed {h['signed_mean_error']:+.1%}, worst {h['worst_error']:+.1%}, within noise "
+                  f"{h['within_noise']}/{h['points']}, within 10% {h['within_10pct']}/{h['points']}")
         return 0
 
     from fidelity.config import load_validation
@@ -106,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     result.meta["wall_s"] = round(time.perf_counter() - started, 1)
     print()
     print(report(result.fidelity, result.sustainable, result.iterations, result.meta))
+    from fidelity.verdict import headline_text
+
+    print(headline_text(result.headline, "headline figures:"))
     print(f"outputs: {out}")
     return 0
 

@@ -13,7 +13,14 @@ def _cmd_validate(args) -> int:
     from fidelity.config import load_validation
     from fidelity.report import breakdown_text, fidelity_text
     from fidelity.validate import default_out_dir, validate
+    from fidelity.verdict import correction_text, headline_text
 
+    if args.repeat < 1 or (args.repeat > 1 and args.exact):
+        from engine.specs.errors import SpecError
+
+        raise SpecError("command line", "--repeat", (
+            f"must be a whole number >= 1, got {args.repeat}" if args.repeat < 1 else
+            "repeats the whole validation; --exact only checks the schedules once: give one of them"))
     overrides = list(args.set) + ([f"validation.repeats={args.repeats}"] if args.repeats is not None else [])
     if args.calibrate is not None:
         overrides.append(f"validation.calibrate={'true' if args.calibrate else 'false'}")
@@ -26,6 +33,8 @@ def _cmd_validate(args) -> int:
     print(f"servesim validate: {cfg.name}: {exp.model.name} on {opts.device} ({opts.resolved_dtype}), "
           f"{len(exp.systems)} systems x {len(exp.rates)} rates, {mode} -> {out_dir}")
     started = time.perf_counter()
+    if args.repeat > 1:
+        return _repeat(cfg, out_dir, args.repeat, started)
     result = validate(cfg, out_dir, exact_only=args.exact)
     elapsed = time.perf_counter() - started
     if args.exact:
@@ -39,6 +48,8 @@ def _cmd_validate(args) -> int:
     print(f"warm-up: {result.meta['warmup_rule']}")
     print(fidelity_text(result.fidelity, result.sustainable))
     print(breakdown_text(result.iterations))
+    print(headline_text(result.headline, "normalized-latency error over every point:"))
+    print(correction_text(result.loo))
     print(f"engine and simulator schedules identical when fed the measured times: "
           f"{'yes' if result.all_exact else 'NO (see exact.csv)'}")
     print(f"wrote {out_dir}/summary.csv, sustainable.csv, fidelity.csv, requests.csv, iterations.csv, speed.csv, "
@@ -58,6 +69,20 @@ def check_device(device: str, source: str) -> None:
                             "run it on a GPU machine, or set validation.device: cpu (with a CPU profile)")
 
 
+def _repeat(cfg, out_dir: Path, n: int, started: float) -> int:
+    """The whole validation n times, each into <out>/repeat-k (finished ones kept); the headline's spread."""
+    from fidelity.repeat import run_repeats, spread_text
+    from fidelity.validate import validate
+
+    def once(folder: Path) -> dict:
+        return validate(cfg, folder, log=lambda line: print(line, flush=True)).headline
+
+    frame = run_repeats(n, out_dir, once, log=lambda line: print(line, flush=True))
+    print(spread_text(frame))
+    print(f"wrote {out_dir}/repeat-1..{n}, repeats.csv, repeats.txt in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("validate", help="replay traces on the real engine and in the simulator; measure the gap")
     p.add_argument("config", help="validation YAML, e.g. configs/validation/cpu-opt-125m.yaml")
@@ -68,6 +93,9 @@ def register(sub) -> None:
     p.add_argument("--calibrate", action=argparse.BooleanOptionalAction, default=None,
                    help="profile and fit the engine on this device first and validate against that profile "
                         "(written under the output folder); overrides validation.calibrate")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run the whole validation N times (calibration included), each into <out>/repeat-k, and "
+                        "report the spread of its headline figures; finished repeats are kept when rerun")
     p.add_argument("--exact", action="store_true",
                    help="only prove the control planes agree: feed the simulator the engine's measured "
                         "iteration times and require the identical schedule (one real replay per trace)")

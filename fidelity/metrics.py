@@ -23,6 +23,7 @@ REQUEST_JOIN_COLUMNS = (
 SUMMARY_COLUMNS = (
     "system", "rate", "seed", "num_requests", "num_measured", "warmup_s",
     "real_normalized_latency", "sim_normalized_latency", "normalized_latency_error", "real_repeat_spread",
+    "real_low_error", "real_high_error",
     "speed_factor", "speed_corrected", "sim_speed_factor", "real_speed_spread", "real_repeat_spread_at_speed",
     "sim_uncorrected_normalized_latency", "uncorrected_normalized_latency_error",
     "mean_request_error", "p50_request_error", "p90_request_error", "real_request_spread_p90",
@@ -98,6 +99,11 @@ def _summaries(requests: list[pd.DataFrame], iterations: list[pd.DataFrame], poo
     return out
 
 
+def normalized_latency(requests: pd.DataFrame, iterations: pd.DataFrame, pool_slots: int, warmup_s: float) -> float:
+    """One run's mean normalized latency, measured as summary_row measures every run."""
+    return float(_summaries([requests], [iterations], pool_slots, warmup_s)[0]["normalized_latency"])
+
+
 def summary_row(*, system: str, rate: float, seed: int, join: pd.DataFrame, real_requests: list[pd.DataFrame],
                 real_iterations: list[pd.DataFrame], sim_requests: pd.DataFrame, sim_iterations: pd.DataFrame,
                 iteration_errors: pd.DataFrame, pool_slots: int, warmup_s: float, threshold: float,
@@ -129,6 +135,9 @@ def summary_row(*, system: str, rate: float, seed: int, join: pd.DataFrame, real
         "sim_normalized_latency": sim["normalized_latency"],
         "normalized_latency_error": float(relative_error(sim["normalized_latency"], real_norm.mean())),
         "real_repeat_spread": float(spread(real_norm)),
+        # the real replays' own range, as errors against their mean: a simulated point inside it is within noise
+        "real_low_error": float(real_norm.min() / real_norm.mean() - 1.0),
+        "real_high_error": float(real_norm.max() / real_norm.mean() - 1.0),
         "speed_factor": float(np.exp(np.log(factors).mean())) if probed else float("nan"),
         "speed_corrected": speed_corrected,
         "sim_speed_factor": sim_speed_factor,

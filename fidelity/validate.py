@@ -13,7 +13,9 @@ at that speed (validation.speed_correction), with the as-calibrated error report
 Writes results/validation/<name>/: summary.csv, sustainable.csv, fidelity.csv, requests.csv (the
 per-request join), iterations.csv (every real iteration beside the cost model's prediction),
 speed.csv (each real replay's probe medians and speed factor), exact.csv, validation.json,
-summary.txt, normalized_latency.png, request_scatter.png.
+summary.txt, normalized_latency.png, request_scatter.png; and the verdict's (fidelity/heldout.py,
+docs/fidelity.md): loo.csv (each held-out rate's fits), served.csv (every served iteration they read)
+and headline.json (the headline figures, written last).
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from engine.core.system import SystemSpec
 from fidelity.calibration import calibrate_here, with_profile
 from fidelity.checks import Pool, check_profile, check_trace, pool_for, serving_spec
 from fidelity.config import ValidationConfig
+from fidelity.heldout import LOO_COLUMNS, verdict_columns
 from fidelity.metrics import (
     ITERATION_COLUMNS,
     REQUEST_JOIN_COLUMNS,
@@ -49,6 +52,16 @@ from fidelity.replay import (
     compare_schedules,
 )
 from fidelity.report import breakdown_text, fidelity_table, fidelity_text
+from fidelity.served import SERVED_COLUMNS
+from fidelity.verdict import (
+    FIGURES,
+    VERDICT,
+    VERDICT_COLUMNS,
+    VERDICT_WHY,
+    correction_text,
+    headline_text,
+    headlines,
+)
 from sim.core.simulate import simulate
 from sim.experiment.output import write_csv, write_json, write_text
 from sim.experiment.run import make_cost_model, trace_for
@@ -72,6 +85,9 @@ class ValidationResult:
     exact: pd.DataFrame
     meta: dict = field(default_factory=dict)
     speed: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(SPEED_COLUMNS)))
+    loo: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(LOO_COLUMNS)))
+    served: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(SERVED_COLUMNS)))
+    headline: dict = field(default_factory=dict)  # verdict.headlines: the figures a repeat is compared on
 
     @property
     def all_exact(self) -> bool:
@@ -240,7 +256,7 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, exact_only: bool = F
             f"probe): replays are simulated as calibrated; re-profile to correct for this machine's drift")
     real_side = RealSide(cfg, p.spec, p.seed, reference)
     systems = list(cfg.experiment.systems)
-    compared, exact_rows, speed_rows = [], [], []
+    compared, exact_rows, speed_rows, reals_by = [], [], [], {}
     with torch_threads(cfg.options.torch_threads) as threads:
         engines = {s.name: real_side.engine(s, p.pools[s.name]) for s in systems}
         clocks = {name: real_side.clock_for(engine) for name, engine in engines.items()}
@@ -262,6 +278,7 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, exact_only: bool = F
                         f"iterations: "
                         f"{'identical schedule' if exact else 'DIFFERENT: ' + rows[-1]['first_mismatch']}")
                     continue
+                reals_by[(system.name, rate)] = reals  # for the leave-one-trace-out fits once all have run
                 compared.append(((systems.index(system), rate), *compare_one(cfg, p, system, rate, reals, exact)))
                 log(f"{progress.step()}{_row_line(compared[-1][1])}")
         del engines, clocks
@@ -272,16 +289,27 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, exact_only: bool = F
     rank = {s.name: i for i, s in enumerate(systems)}
     exact_rows.sort(key=lambda r: (rank[r["system"]], r["rate"], r["repeat"]))
     speed_rows.sort(key=lambda r: (rank[r["system"]], r["rate"], r["repeat"]))
-    summary = pd.DataFrame(summary_rows, columns=list(SUMMARY_COLUMNS))
+    iterations = (pd.concat(iteration_frames, ignore_index=True) if iteration_frames
+                  else pd.DataFrame(columns=list(ITERATION_COLUMNS)))
+    speed = pd.DataFrame(speed_rows, columns=list(SPEED_COLUMNS))
+    loo, served = pd.DataFrame(columns=list(LOO_COLUMNS)), pd.DataFrame(columns=list(SERVED_COLUMNS))
+    if summary_rows:
+        log("fitting the served iterations leave-one-trace-out and simulating each held-out trace")
+        warmups = {rate: warmup_for(cfg, trace)[0] for rate, trace in p.traces.items()}
+        loo, served = verdict_columns(cfg, p, systems, reals_by, summary_rows, iterations, speed, warmups, log)
+    del reals_by
+    summary = pd.DataFrame(summary_rows, columns=list(SUMMARY_COLUMNS) + list(VERDICT_COLUMNS))
     exact_frame = pd.DataFrame(exact_rows, columns=list(EXACT_COLUMNS))
     sustainable = sustainable_rates(summary, cfg.options.latency_threshold) if len(summary) else pd.DataFrame()
     fidelity = fidelity_table(summary, sustainable, exact_frame) if len(summary) else pd.DataFrame()
     requests = pd.concat(joins, ignore_index=True) if joins else pd.DataFrame(columns=list(REQUEST_JOIN_COLUMNS))
-    iterations = (pd.concat(iteration_frames, ignore_index=True) if iteration_frames
-                  else pd.DataFrame(columns=list(ITERATION_COLUMNS)))
     meta = run_meta(cfg, p, threads, exact_only, load_before, started)
+    figures = headlines(summary) if len(summary) else {}
+    if figures:
+        meta["verdict"] = {"column": VERDICT, "why": VERDICT_WHY,
+                           "figures": {name: what for name, (_, what) in FIGURES.items()}}
     result = ValidationResult(Path(out_dir), summary, sustainable, fidelity, requests, iterations, exact_frame, meta,
-                              pd.DataFrame(speed_rows, columns=list(SPEED_COLUMNS)))
+                              speed, loo=loo, headline=figures, served=served)
     write_outputs(result, cfg, exact_only)
     return result
 
@@ -342,6 +370,8 @@ def write_outputs(result: ValidationResult, cfg: ValidationConfig, exact_only: b
     write_csv(result.requests, out / "requests.csv")
     write_csv(result.iterations, out / "iterations.csv")
     write_csv(result.speed, out / "speed.csv")
+    write_csv(result.loo, out / "loo.csv")
+    write_csv(result.served, out / "served.csv")
     exp = cfg.experiment
     title = (f"{exp.model.name} on {result.meta['device_name']} ({cfg.options.device}, {cfg.options.resolved_dtype}): "
              f"real (solid), sim at measured speed (dashed), as calibrated (dotted)")
@@ -349,8 +379,12 @@ def write_outputs(result: ValidationResult, cfg: ValidationConfig, exact_only: b
                   threshold=cfg.options.latency_threshold)
     request_scatter(result.requests, out / "request_scatter.png", title=f"{exp.model.name}: per-request latency")
     text = fidelity_text(result.fidelity, result.sustainable)
-    write_text(f"{cfg.name}: {result.meta['warmup_rule']}\n{text}\n{breakdown_text(result.iterations)}\n",
+    write_text(f"{cfg.name}: {result.meta['warmup_rule']}\n{text}\n{breakdown_text(result.iterations)}\n"
+               f"{headline_text(result.headline, 'normalized-latency error over every point:')}\n"
+               f"{correction_text(result.loo)}\n",
                out / "summary.txt")
+    # last: a repeat of the whole validation counts as done once its headline is written (fidelity/repeat.py)
+    write_json(result.headline, out / "headline.json")
 
 
 def _loadavg() -> list[float] | None:

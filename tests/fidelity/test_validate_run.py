@@ -23,6 +23,10 @@ FIDELITY = ["system", "max_normalized_latency_error", "max_p90_request_error", "
 ITERATIONS = ["system", "rate", "repeat", "kind", "measured_s", "predicted_s", "speed_factor", "error"]
 SPEED = ["system", "rate", "repeat", "decode_probe_s", "prefill_probe_s", "probe_samples", "decode_speed_factor",
          "prefill_speed_factor", "speed_factor"]
+VERDICT = ["real_low_error", "real_high_error", "grid_speed_corrected", "grid_normalized_latency_error",
+           "loo_sim_normalized_latency", "loo_normalized_latency_error", "loo_plain_normalized_latency_error",
+           "loo_at_speed_normalized_latency_error", "loo_speed_corrected", "loo_heldout_iteration_error",
+           "within_noise", "grid_within_noise"]
 EXACT = ["system", "rate", "repeat", "same_batches", "same_preemptions", "max_time_diff_s", "identical"]
 
 
@@ -77,6 +81,34 @@ def test_validate_writes_every_output(tiny_validation, tmp_path, capsys):
     assert meta["speed_correction"] and meta["profile"]["speed_reference"]["decode_s"] == 0.002
     assert (out / "summary.txt").exists()
     assert not list(out.glob(".*.tmp"))  # atomic writes leave no temporary files
+    # the verdict: every point predicted leave-one-trace-out, with its place in the real replays' own range
+    summary = has_columns(out / "summary.csv", VERDICT)
+    assert summary["loo_normalized_latency_error"].notna().all()
+    assert (summary["real_low_error"] <= 0).all() and (summary["real_high_error"] >= 0).all()
+    loo = has_columns(out / "loo.csv", ["held_out_rate", "train_iterations", "heldout_iteration_error",
+                                        "speed_corrected", "train_error", "train_error_at_speed"])
+    assert sorted(loo["held_out_rate"]) == [4, 12] and (loo["train_iterations"] >= 12).all()
+    headline = json.loads((out / "headline.json").read_text())
+    assert headline["verdict"]["points"] == 10
+    assert headline["verdict"]["within_noise"] == int(summary["within_noise"].sum())
+    assert headline["grid_as_calibrated"]["mean_abs_error"] == pytest.approx(
+        summary["uncorrected_normalized_latency_error"].abs().mean())
+    assert meta["verdict"]["column"] == "loo_normalized_latency_error"
+    assert "VERDICT verdict" in printed and "within noise" in printed
+    assert "speed correction, leave-one-trace-out: applied for" in printed
+
+
+def test_repeat_runs_the_whole_validation_again_and_reports_the_spread(tiny_validation, tmp_path, capsys):
+    out = tmp_path / "out"
+    args = ["validate", str(tiny_validation()), "--out", str(out), "--set", "experiment.rates=[4,12]",
+            "--set", "experiment.systems=[vllm]", "--repeats", "2", "--repeat", "2"]
+    assert main(args) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["repeat-1", "repeat-2", "repeats.csv", "repeats.txt"]
+    repeats = pd.read_csv(out / "repeats.csv")
+    assert sorted(set(repeats["repeat"])) == [1, 2] and "verdict" in set(repeats["figure"])
+    assert "2 repeat(s)" in capsys.readouterr().out
+    assert main(args) == 0  # run again: both repeats finished, so nothing replays
+    assert "already finished" in capsys.readouterr().out
 
 
 def test_without_correction_the_simulator_runs_as_calibrated(tiny_validation, tmp_path, capsys):
