@@ -122,8 +122,7 @@ def one_line(err: BaseException) -> str:
 
 
 if __name__ == "__main__":
-    # `python -m sim.cli ...` (older scripts, benchmarks/gpu_session.sh) is the program, not an import: it
-    # hands the command line to the front door, which knows every room's commands
-    from servesim.cli import main
-
-    sys.exit(main())
+    # The command is the front door's (servesim/cli.py), which knows every room's commands; this module
+    # only registers the simulator's, and imports nothing above it.
+    print("servesim: run `servesim ...` or `python -m servesim ...`; sim.cli holds only the simulator's commands", file=sys.stderr)
+    sys.exit(2)

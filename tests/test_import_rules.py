@@ -7,8 +7,7 @@ planes. The front door, `servesim`, sits above them all and registers every room
 imports it. Checked twice: by reading every import statement in the source (anywhere in a file: top
 level, inside functions, under `if TYPE_CHECKING:`), and by importing the modules in a fresh
 interpreter and looking at what came along. A module's `if __name__ == "__main__":` block is the
-program, not the module (it never runs on an import), so the scan leaves it out: `python -m sim.cli`
-hands its command line to the front door there.
+program, not the module (it never runs on an import), so the scan leaves it out.
 """
 from __future__ import annotations
 

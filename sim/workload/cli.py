@@ -175,7 +175,5 @@ def _is_trace_csv(path: str) -> bool:
 
 
 if __name__ == "__main__":
-    # `python -m sim.workload.cli trace ...` is the servesim command, so errors read as its do
-    from servesim.cli import main
-
-    sys.exit(main())
+    print("servesim: run `servesim trace ...` or `python -m servesim trace ...`", file=sys.stderr)
+    sys.exit(2)
