@@ -124,5 +124,6 @@ def one_line(err: BaseException) -> str:
 if __name__ == "__main__":
     # The command is the front door's (servesim/cli.py), which knows every room's commands; this module
     # only registers the simulator's, and imports nothing above it.
-    print("servesim: run `servesim ...` or `python -m servesim ...`; sim.cli holds only the simulator's commands", file=sys.stderr)
+    print("servesim: run `servesim ...` or `python -m servesim ...`; sim.cli holds only the simulator's "
+          "commands", file=sys.stderr)
     sys.exit(2)
