@@ -10,7 +10,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st
 
 from engine.kernels import paged_attention_decode, paged_attention_decode_ref  # noqa: E402
-from tests.helpers.kernel_checks import DEVICE, TOLERANCE, TRITON_RUNNABLE, needs_triton  # noqa: E402
+from tests.helpers.kernel_checks import DEVICE, TOLERANCE, TRITON_RUNNABLE, needs_triton, poisoned_pool  # noqa: E402
 
 
 class PagedCase:
@@ -33,20 +33,8 @@ class PagedCase:
         self.query = randn(num_seqs, num_heads, head_dim)
         self.keys = [randn(c, num_kv_heads, head_dim) for c in context_lens]
         self.values = [randn(c, num_kv_heads, head_dim) for c in context_lens]
-        shape = (num_blocks, block_size, num_kv_heads, head_dim)
-        self.key_cache = torch.full(shape, float("nan"), dtype=dtype)
-        self.value_cache = torch.full(shape, float("nan"), dtype=dtype)
-        # Padding past a sequence's blocks is an id no cache holds: reading it would fail.
-        self.block_tables = torch.full((num_seqs, max_blocks), 10**6, dtype=torch.int32)
-        physical = torch.randperm(num_blocks, generator=gen).tolist()
-        for seq, context_len in enumerate(context_lens):
-            for logical in range(blocks_per_seq[seq]):
-                block = physical.pop()
-                self.block_tables[seq, logical] = block
-                rows = slice(logical * block_size, min((logical + 1) * block_size, context_len))
-                filled = rows.stop - rows.start
-                self.key_cache[block, :filled] = self.keys[seq][rows]
-                self.value_cache[block, :filled] = self.values[seq][rows]
+        self.key_cache, self.value_cache, self.block_tables = poisoned_pool(
+            self.keys, self.values, block_size, num_blocks, max_blocks, dtype, gen)
         self.context_lens = torch.tensor(context_lens, dtype=torch.int32)
         self.scale = 1.0 / math.sqrt(head_dim)
         self.to(DEVICE)

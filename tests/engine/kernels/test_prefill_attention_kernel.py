@@ -15,7 +15,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st
 
 from engine.kernels import prefill_attention, prefill_attention_ref  # noqa: E402
-from tests.helpers.kernel_checks import DEVICE, TOLERANCE, needs_triton  # noqa: E402
+from tests.helpers.kernel_checks import DEVICE, TOLERANCE, needs_triton, poisoned_pool  # noqa: E402
 
 
 class PrefillCase:
@@ -33,19 +33,8 @@ class PrefillCase:
         self.query = randn(sum(n for _, n in prompts), num_heads, head_dim)
         self.keys = [randn(c, num_kv_heads, head_dim) for c in contexts]
         self.values = [randn(c, num_kv_heads, head_dim) for c in contexts]
-        shape = (num_blocks, block_size, num_kv_heads, head_dim)
-        self.key_cache = torch.full(shape, float("nan"), dtype=dtype)
-        self.value_cache = torch.full(shape, float("nan"), dtype=dtype)
-        # Padding past a prompt's blocks is an id no cache holds: reading it would fail.
-        self.block_tables = torch.full((len(prompts), max_blocks), 10**6, dtype=torch.int32)
-        physical = torch.randperm(num_blocks, generator=gen).tolist()
-        for p, context in enumerate(contexts):
-            for logical in range(blocks_per_prompt[p]):
-                block = physical.pop()
-                self.block_tables[p, logical] = block
-                rows = slice(logical * block_size, min((logical + 1) * block_size, context))
-                self.key_cache[block, :rows.stop - rows.start] = self.keys[p][rows]
-                self.value_cache[block, :rows.stop - rows.start] = self.values[p][rows]
+        self.key_cache, self.value_cache, self.block_tables = poisoned_pool(
+            self.keys, self.values, block_size, num_blocks, max_blocks, dtype, gen)
         ends = [0]
         for _, n in prompts:
             ends.append(ends[-1] + n)
