@@ -77,6 +77,7 @@ class ServingCore:
 
     def start_step(self, now_s: float) -> Step | None:
         """Schedule the next iteration; None when nothing can run now."""
+        self.scheduler.now_s = now_s
         batch = self.scheduler.schedule()
         ignored = self.scheduler.take_ignored()
         if ignored:

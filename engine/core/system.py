@@ -60,6 +60,9 @@ class SystemSpec:
     max_batch_size: int | None = None  # fastertransformer B; None = as many as memory allows
     prefill_policy: str = "mixed"  # vllm: mixed | separate | chunked, see PREFILL_POLICIES above
     max_paddings: int = DEFAULT_MAX_PADDINGS  # vllm separate: padding slots a prompt-only batch may hold
+    # vllm separate (v0.3's delay_factor): new prompts wait until the oldest waiting one has waited this many
+    # times the last prompt run's latency, or nothing runs; 0: no delay
+    delay_factor: float = 0.0
 
     @property
     def max_seqs_per_batch(self) -> int:
@@ -96,6 +99,12 @@ class SystemSpec:
             raise bad("max_paddings", f"must be a non-negative integer, got {self.max_paddings!r}")
         if self.prefill_policy == "chunked":
             self._validate_chunked(bad)
+        if isinstance(self.delay_factor, bool) or not isinstance(self.delay_factor, (int, float)) \
+                or not 0 <= self.delay_factor < float("inf"):
+            raise bad("delay_factor", f"must be a finite number >= 0, got {self.delay_factor!r}")
+        if self.delay_factor and self.prefill_policy != "separate":
+            raise bad("delay_factor", f"is vLLM v0.3's, with prefill_policy 'separate'; this system's is "
+                                      f"{self.prefill_policy!r} (give 0, or prefill_policy: separate)")
         if self.max_batch_size is not None and not _positive_int(self.max_batch_size):
             raise bad("max_batch_size", f"must be a positive integer or null (as many as memory allows), "
                                         f"got {self.max_batch_size!r}")

@@ -24,13 +24,17 @@ from sim.workload.trace import Trace
 # (device blocks, host blocks) of 4 tokens: vLLM preempts (and swaps its 2-sample groups); the
 # reservation systems queue behind Max / Pow2 / Oracle reservations (Max: 64 blocks a sequence)
 POOLS = {"vllm": (24, 64), "orca-oracle": (40, 0), "orca-pow2": (48, 0), "orca-max": (160, 0),
-         "fastertransformer": (160, 0), "vllm-separate": (24, 64), "vllm-chunked": (24, 64)}
+         "fastertransformer": (160, 0), "vllm-separate": (24, 64), "vllm-chunked": (24, 64),
+         "vllm-separate-delay": (24, 64)}
 # vLLM's later prefill policies; chunked with a budget of 16 tokens, so that prompts of up to 30 come in chunks.
 # Each trace of theirs holds a request too long for the model, which both planes ignore when it is scheduled.
 SYSTEMS = {**PAPER_SYSTEMS,
            "vllm-separate": dataclasses.replace(PAPER_SYSTEMS["vllm"], prefill_policy="separate"),
            "vllm-chunked": dataclasses.replace(PAPER_SYSTEMS["vllm"], prefill_policy="chunked",
-                                               max_num_batched_tokens=16, max_num_seqs=16)}
+                                               max_num_batched_tokens=16, max_num_seqs=16),
+           # v0.3's delay_factor reads the step's clock: the engine's measured one, replayed in the simulator
+           "vllm-separate-delay": dataclasses.replace(PAPER_SYSTEMS["vllm"], prefill_policy="separate",
+                                                      delay_factor=0.5)}
 
 
 def a_trace(num_requests=12, seed=3, mean_gap_s=0.005, too_long=False):

@@ -24,6 +24,9 @@ class Scheduler(ABC):
     block_size: int
     num_gpu_blocks: int
     num_cpu_blocks: int
+    # the clock at the schedule() about to run, set by ServingCore.start_step (a policy that reads the time,
+    # vLLM v0.3's delay_factor, reads it here; the others ignore it)
+    now_s: float
 
     @abstractmethod
     def add_request(self, group: SequenceGroup) -> None: ...

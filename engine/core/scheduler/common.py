@@ -40,6 +40,7 @@ class QueueScheduler(Scheduler):
         # a policy that ignores an unservable request at schedule time (vLLM >= v0.2's ignored_seq_groups)
         # instead of refusing it at admission sets ignores_unservable; `unservable` holds why, by request id,
         # and `ignored` the groups ignored since the data plane last took them (take_ignored)
+        self.now_s = 0.0  # Scheduler.now_s
         self.ignores_unservable = False
         self.unservable: dict[int, str] = {}
         self.ignored: list[SequenceGroup] = []

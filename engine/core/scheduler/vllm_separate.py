@@ -13,6 +13,11 @@ Two differences from vLLM, both where servesim's step must run something: a step
 requests goes on to decode (vLLM returned an empty prompt run and decoded at the next call), and a request
 whose prompt fits but whose fixed output would pass max_seq_len is ignored too (vLLM stopped it at the
 limit; servesim's requests have their output length given).
+
+delay_factor (vLLM v0.3.x, `Scheduler._passed_delay`): with it above 0, new prompts wait until the oldest
+waiting one has waited delay_factor times the last prompt run's latency (the time from the schedule() that
+made it to the next), or nothing runs, so that more prompts batch into one run. The clock is the step's
+(ServingCore sets Scheduler.now_s), the same on both data planes.
 """
 from __future__ import annotations
 
@@ -32,11 +37,18 @@ class VLLMSeparateScheduler(VLLMScheduler):
         # vLLM v0.2's prompt_limit: min(max_model_len, max_num_batched_tokens)
         cap = system.max_num_batched_tokens
         self.prompt_limit = max_seq_len if cap is None else min(max_seq_len, cap)
+        # v0.3's delay_factor: the last prompt run's latency, measured from schedule() to schedule()
+        self.delay_factor = system.delay_factor
+        self.last_prompt_latency = 0.0
+        self.prev_time_s = 0.0
+        self.prev_prompt = False
 
     def schedule(self) -> Batch:
         plan = StepPlan()
         if not self.swapped:
             self._admit_prompts(plan)
+            if plan.prefill_groups or self.ignored:  # v0.3: a prompt run (even of ignored ones only) is timed
+                self.prev_prompt = True
             if plan.prefill_groups:  # a prompt run: nothing decodes beside it
                 return self._batch_for(plan.prefill_groups, [])
         self._reserve_running(plan)
@@ -59,7 +71,7 @@ class VLLMSeparateScheduler(VLLMScheduler):
         allow; a prompt that can never run is ignored on the way."""
         num_seqs, lens = self.num_running_seqs, 0
         longest, count = 0, 0
-        while self.waiting:
+        while self._passed_delay() and self.waiting:  # v0.3 calls it first, whatever waits
             group = self.waiting[0]
             if self._must_ignore(group):
                 self._ignore(self.waiting.popleft())
@@ -81,6 +93,18 @@ class VLLMSeparateScheduler(VLLMScheduler):
             self._start_prompt(self.waiting.popleft())
             plan.prefill_groups.append(group)
 
+    def _passed_delay(self) -> bool:
+        """vLLM v0.3's Scheduler._passed_delay, called before each waiting prompt as there: new prompts wait
+        until the oldest of them has waited delay_factor x the last prompt run's latency, or nothing runs."""
+        now = self.now_s
+        if self.prev_prompt:
+            self.last_prompt_latency = now - self.prev_time_s
+        self.prev_time_s, self.prev_prompt = now, False
+        if not self.delay_factor or not self.waiting:
+            return True
+        earliest = min(group.arrival_s for group in self.waiting)
+        return now - earliest > self.delay_factor * self.last_prompt_latency or not self.running
+
     def _must_ignore(self, group: SequenceGroup) -> bool:
         if group.request_id in self.unservable:
             return True
@@ -91,6 +115,7 @@ class VLLMSeparateScheduler(VLLMScheduler):
         cannot while a decode-only step repeats): its tokens, or None while it is refused."""
         if self._must_ignore(group):
             return 0  # ignored at the next schedule(), which then changes
+        # (a delay_factor that holds it back now may pass during a stretch: admissible counts as a change)
         if not self.blocks.can_allocate(group) or self.num_running_seqs + len(group.live_seqs()) > \
                 self.system.max_num_seqs:
             return None

@@ -13,6 +13,7 @@ from engine.core.scheduler.vllm_separate import VLLMSeparateScheduler
 from engine.core.sequence import SeqStatus, SequenceCounter, SequenceGroup, make_group
 from engine.core.serving import Request, ServingCore
 from engine.core.system import SystemSpec
+from engine.specs.errors import SpecError
 from tests.helpers.core_harness import Checker, Req, StepInvariants, check_finished, drive, hyp, scheduler_for
 
 
@@ -187,3 +188,28 @@ def test_random_workloads_keep_the_prompt_only_rules_and_finish_exactly(reqs, ca
     run = drive(sched, reqs, checkers=(StepInvariants(), PromptOnly()))
     check_finished(run, reqs)
     assert sched.blocks.gpu.num_free == sched.num_gpu_blocks and not sched.blocks.block_tables
+
+
+def test_delay_factor_holds_new_prompts_for_a_share_of_the_last_prompt_run():  # vLLM v0.3: test_scheduler_delay_factor
+    system = SystemSpec("vLLM v0.3", "vllm", block_size=4, prefill_policy="separate", delay_factor=0.5)
+    core = ServingCore(scheduler_for(system, 32, max_seq_len=32))
+    core.admit(Request(0, 0.0, 4, 8))
+    first = core.start_step(0.0)  # nothing runs: no delay
+    assert first is not None and first.batch.prefill_seq_ids == [0]
+    core.end_step(first, 1.0)  # a prompt run of 1 s
+    core.admit(Request(1, 1.0, 4, 8))
+    held = core.start_step(1.0)  # the last prompt run took 1 s: request 1 waits until it has waited 0.5 s
+    assert held is not None and held.batch.decode_seq_ids == [0] and not held.batch.prefill_seq_ids
+    core.end_step(held, 1.25)
+    still = core.start_step(1.25)  # waited 0.25 s
+    assert still is not None and still.batch.decode_seq_ids == [0] and not still.batch.prefill_seq_ids
+    core.end_step(still, 1.51)
+    admitted = core.start_step(1.51)
+    assert admitted is not None and admitted.batch.prefill_seq_ids == [1], "waited 0.51 s > 0.5 x 1 s"
+
+
+def test_delay_factor_belongs_to_separate():
+    with pytest.raises(SpecError, match=r"systems\[0\].delay_factor: is vLLM v0.3's"):
+        SystemSpec("v", "vllm", delay_factor=1.0).validate("exp.yaml", "systems[0]")
+    with pytest.raises(SpecError, match=r"systems\[0\].delay_factor: must be a finite number >= 0, got -1"):
+        SystemSpec("v", "vllm", prefill_policy="separate", delay_factor=-1).validate("exp.yaml", "systems[0]")

@@ -32,6 +32,9 @@ QUICKSTART = ROOT / "configs/quickstart.yaml"
      "chunked prefill needs a token budget"),
     ("{preset: vllm, prefill_policy: separate, max_num_batched_tokens: 1024}", "systems[0].max_num_batched_tokens",
      "cannot prefill a 2048-token prompt"),
+    ("{preset: vllm, delay_factor: 1}", "systems[0].delay_factor", "is vLLM v0.3's, with prefill_policy 'separate'"),
+    ("{preset: vllm, prefill_policy: separate, delay_factor: .nan}", "systems[0].delay_factor",
+     "must be a finite number >= 0, got nan"),
 ])
 def test_bad_policy_keys_name_the_key_and_the_valid_values(system, key, message):
     with pytest.raises(SpecError) as caught:
