@@ -69,3 +69,13 @@ def test_a_chunk_that_samples_nothing_must_be_a_chunk(opt_tiny):
     first = Batch(prefill_seq_ids=[0], prefill_lens=[8], prefill_sample_ids=[()], prefill_cached_lens=[0])
     sampled, _ = runner.execute(first, tokens, tables.__getitem__)
     assert sampled == {}, "a chunk that is not the prompt's last samples nobody"
+
+
+def test_a_beam_search_whose_prompt_comes_in_chunks_finds_the_same_beams(opt_tiny):
+    prompts = [list(range(3, 24)), list(range(40, 47))]  # 21 tokens: three chunks of the 8-token budget
+    chunked = engine_for(opt_tiny, "chunked").beam_search(prompts, 5, beam_width=3)
+    one_shot = engine_for(opt_tiny, "mixed").beam_search(prompts, 5, beam_width=3)
+    assert [[tokens for tokens, _ in beams] for beams in chunked] == [[tokens for tokens, _ in beams]
+                                                                      for beams in one_shot]
+    for got, want in zip(chunked, one_shot):
+        assert [score for _, score in got] == pytest.approx([score for _, score in want], abs=1e-4)
