@@ -4,6 +4,8 @@ max_num_seqs, preemption then abort, and the too-long request that is ignored wh
 the same rules on random workloads, every step (hypothesis), and abort and ignore through ServingCore."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -180,11 +182,12 @@ class PromptOnly(Checker):
 @given(reqs=st.lists(st.builds(Req, arrival=st.integers(0, 6), prompt=st.integers(1, 30),
                                output=st.integers(1, 20), n=st.integers(1, 3)), min_size=1, max_size=20),
        cap=st.sampled_from([64, 100]), max_paddings=st.sampled_from([0, 8, 256]),
-       max_num_seqs=st.sampled_from([3, 8, 256]), extra=st.integers(0, 20))
+       max_num_seqs=st.sampled_from([3, 8, 256]), extra=st.integers(0, 20),
+       preemption=st.sampled_from(["auto", "recompute", "swap"]))
 def test_random_workloads_keep_the_prompt_only_rules_and_finish_exactly(reqs, cap, max_paddings, max_num_seqs,
-                                                                        extra):
-    sched = scheduler_for(separate(cap, max_num_seqs, max_paddings), 3 * 16 + 3 + extra, num_cpu_blocks=1000,
-                          max_seq_len=64)
+                                                                        extra, preemption):
+    system = replace(separate(cap, max_num_seqs, max_paddings), preemption=preemption)
+    sched = scheduler_for(system, 3 * 16 + 3 + extra, num_cpu_blocks=1000, max_seq_len=64)
     run = drive(sched, reqs, checkers=(StepInvariants(), PromptOnly()))
     check_finished(run, reqs)
     assert sched.blocks.gpu.num_free == sched.num_gpu_blocks and not sched.blocks.block_tables
