@@ -58,14 +58,14 @@ class ReplicaRun:
     def num_iterations(self) -> int:
         return len(self.iteration_ends)
 
-    def column_into(self, i: int, out: np.ndarray) -> None:
-        """Iteration column i (ITERATION_TYPECODES' order) copied into `out`, of num_iterations values."""
+    def column_into(self, i: int, out: np.ndarray, start: int = 0) -> None:
+        """Iteration column i (ITERATION_TYPECODES' order) copied into `out`: its len(out) values from `start`."""
         if self.stored is None:
             column = self.records.iteration_columns[i]
-            out[:] = np.frombuffer(column, dtype=column.typecode)
+            out[:] = np.frombuffer(column, dtype=column.typecode)[start:start + len(out)]
             return
         with open(self.stored.path, "rb") as source:
-            source.seek(_column_offset(i, self.stored.num_iterations))
+            source.seek(_column_offset(i, self.stored.num_iterations) + start * out.itemsize)
             if source.readinto(memoryview(out).cast("B")) != out.nbytes:
                 raise OSError(f"{self.stored.path}: replica {self.index}'s records end early")
 
