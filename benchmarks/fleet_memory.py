@@ -5,12 +5,14 @@ round-robin router at 128 req/s, vLLM, seed 0, its replicas served apart in --jo
 (sim/core/independent_replicas.py). Each repeat runs in a fresh interpreter, so that its peaks are its own:
 
   simulate  `simulate_trace(..., jobs=N)` alone (the trace built before the timing), as sim_speed times it
-  run       the whole `servesim run --no-plots --jobs N` process (simulation, summary, requests.csv.gz and
-            iterations.parquet), as a user waits for it
+  run       one whole run as a sweep's worker does it (sim.experiment.sweep.execute_into: the simulation with its
+            replicas in N processes, the summary, requests.csv.gz and iterations.parquet written), the
+            fresh interpreter being the run's process
 
 Peak RSS from getrusage: the parent's own (RUSAGE_SELF) and the largest worker's (RUSAGE_CHILDREN, which is
-the largest of the waited-for children, not their sum). Ends with one line per repeat:
-mode=<m> duration_s=<f> wall_s=<f> parent_peak_mb=<f> worker_peak_mb=<f> [iterations=<n>]
+the largest of the waited-for children, not their sum); before_mb is the parent's peak before the timed part
+(imports, config, trace). Ends with one line per repeat:
+mode=<m> duration_s=<f> wall_s=<f> parent_peak_mb=<f> worker_peak_mb=<f> iterations=<n> before_mb=<f>
 
     python benchmarks/fleet_memory.py --duration-s 300 [--mode simulate|run] [--jobs 2] [--repeats 1]
 """
@@ -54,29 +56,32 @@ print(json.dumps({{"wall_s": wall_s, "iterations": records.num_iterations, "befo
                   "worker_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}}))
 """
 
-# the whole command in a fresh interpreter, its own peak and its workers'
+# one run of a sweep, as a sweep's worker does it (sim.experiment.sweep.execute_into: simulate, summarize, write
+# requests.csv.gz, iterations.parquet and summary.json), in this interpreter: its peak is the run's process's
 RUN = """
 import json, resource, sys, time
+from pathlib import Path
 sys.path.insert(0, {root!r})
-from servesim.cli import main
+from sim.experiment.config import load_experiment
+from sim.experiment.fingerprint import config_digest, input_digest
+from sim.experiment.sweep import RunKey, execute_into
+exp = load_experiment({config!r}, {overrides!r})
+key = RunKey(exp.systems[0], {rate!r}, 0)
+digest = config_digest(exp, key.system, key.rate, key.seed, input_digest(exp))
+before_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 started = time.perf_counter()
-status = main({argv!r})
+summary = execute_into(exp, key, digest, "parquet", Path({out!r}) / "run", replica_jobs={jobs})
 wall_s = time.perf_counter() - started
-assert not status, status
-print(json.dumps({{"wall_s": wall_s, "parent_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+print(json.dumps({{"wall_s": wall_s, "iterations": summary["num_iterations"], "before_mb": before_mb,
+                  "parent_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "worker_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}}))
 """
 
 
 def measure(mode: str, duration_s: float, jobs: int) -> dict:
     with tempfile.TemporaryDirectory() as out:
-        if mode == "simulate":
-            code = SIMULATE.format(root=str(ROOT), config=str(CONFIG), overrides=overrides(duration_s), rate=RATE,
-                                   jobs=jobs)
-        else:
-            argv = ["run", str(CONFIG), "--out", out, "--jobs", str(jobs), "--no-plots",
-                    *[arg for s in overrides(duration_s) for arg in ("--set", s)]]
-            code = RUN.format(root=str(ROOT), argv=argv)
+        code = (SIMULATE if mode == "simulate" else RUN).format(
+            root=str(ROOT), config=str(CONFIG), overrides=overrides(duration_s), rate=RATE, jobs=jobs, out=out)
         done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                               env={**os.environ, "PYTHONPATH": str(ROOT)})
         if done.returncode:
@@ -95,10 +100,9 @@ def main() -> None:
           f"{args.jobs} processes; {args.repeats} fresh interpreter(s)", flush=True)
     for _ in range(args.repeats):
         result = measure(args.mode, args.duration_s, args.jobs)
-        extra = (f" iterations={result['iterations']} before_mb={result['before_mb']:.0f}"
-                 if "iterations" in result else "")
         print(f"mode={args.mode} duration_s={args.duration_s:g} wall_s={result['wall_s']:.2f} "
-              f"parent_peak_mb={result['parent_peak_mb']:.0f} worker_peak_mb={result['worker_peak_mb']:.0f}{extra}",
+              f"parent_peak_mb={result['parent_peak_mb']:.0f} worker_peak_mb={result['worker_peak_mb']:.0f} "
+              f"iterations={result['iterations']} before_mb={result['before_mb']:.0f}",
               flush=True)
 
 
