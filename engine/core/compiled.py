@@ -123,3 +123,8 @@ BUILD = _install()  # once per process: engine/core/__init__.py imports this bef
 
 def is_compiled() -> bool:
     return BUILD == COMPILED
+
+
+def control_plane_build() -> str:
+    """What `servesim --version` and `servesim run` print: "compiled (mypyc)", or "pure Python" and why."""
+    return BUILD
