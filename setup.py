@@ -47,7 +47,7 @@ def pure(reason: str) -> list:
 
 def compiler_missing() -> str | None:
     """Why no C compiler can build an extension here (None: one seems to be there; a failure is caught later)."""
-    compiler = (sysconfig.get_config_var("CC") or "").split()
+    compiler = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "").split()  # CC: as distutils reads it
     if compiler and shutil.which(compiler[0]) is None:
         return f"no C compiler: {compiler[0]} not found"
     if not Path(sysconfig.get_paths()["include"], "Python.h").is_file():
