@@ -85,7 +85,7 @@ class BuildExt(build_ext):
             super().run()
         except Exception as err:  # the compiler's or the linker's error: keep nothing of this build
             self.remove_outputs()
-            pure(f"compiling failed: {err}")
+            pure(f"compiling failed, {type(err).__name__}: the compiler's errors are above")
             return
         if not self.extensions:
             return
