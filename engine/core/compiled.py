@@ -18,17 +18,14 @@ modules from their sources instead:
 """
 from __future__ import annotations
 
-import hashlib
-import importlib.abc
 import importlib.machinery
-import importlib.util
-import json
 import os
 import sys
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+
+# json, hashlib and warnings are imported where a compiled build is found: `servesim run` starts without them
 
 PURE_ENV = "SERVESIM_PURE_PYTHON"
 MANIFEST = "_compiled.json"
@@ -43,6 +40,7 @@ _ROOT = _HERE.parents[1]  # the folder holding engine/ and sim/: the checkout, o
 
 
 def source_digest(path: Path) -> str:
+    import hashlib
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -67,6 +65,7 @@ def stale_reason(root: Path = _ROOT) -> str | None:
         extensions = _extensions(root)
         return None if not extensions else (f"{extensions[0].relative_to(root)} and {len(extensions) - 1} more "
                                             f"compiled modules have no {MANIFEST} saying what they were built from")
+    import json
     modules: dict[str, str] = json.loads(manifest.read_text())["modules"]
     for name, digest in sorted(modules.items()):
         source = module_source(name, root)
@@ -83,18 +82,21 @@ def stale_reason(root: Path = _ROOT) -> str | None:
     return None
 
 
-class SourceFinder(importlib.abc.MetaPathFinder):
-    """Loads the compiled packages' modules from their .py files, whatever extension lies beside them."""
+class SourceFinder:
+    """A meta path finder: the compiled packages' modules from their .py files, whatever extension lies beside
+    them (a file finder that knows only sources)."""
+
+    prefixes = tuple(f"{p}." for p in PACKAGES)
+    loaders = [(importlib.machinery.SourceFileLoader, importlib.machinery.SOURCE_SUFFIXES)]
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if path is None or not fullname.startswith(tuple(f"{p}." for p in PACKAGES)):
+        if path is None or not fullname.startswith(self.prefixes):
             return None
-        name = fullname.rpartition(".")[2]
         for folder in path:
-            source = Path(folder) / f"{name}.py"
-            if source.is_file():
-                return importlib.util.spec_from_file_location(fullname, source)
+            spec = importlib.machinery.FileFinder(folder, *self.loaders).find_spec(fullname)
+            if spec is not None and spec.origin is not None and spec.loader is not None:
+                return spec
         return None  # a folder (engine.core.scheduler): the usual finders make it a namespace package
 
 
@@ -103,6 +105,7 @@ def _choose() -> str:
         return f"{PURE} ({PURE_ENV}={os.environ[PURE_ENV]})"
     reason = stale_reason()
     if reason is not None:
+        import warnings
         warnings.warn(f"servesim: {reason}: running the control plane as pure Python (slower); rebuild with "
                       f"{REBUILD}", RuntimeWarning, stacklevel=2)
         return f"{PURE} (stale compiled build: {reason})"
