@@ -19,6 +19,7 @@ def workload_label(workload) -> str:
 
 
 def _cmd_run(args) -> int:
+    from engine.core.compiled import control_plane_build
     from sim.experiment.config import load_experiment
     from sim.experiment.output import check_iterations_format, prepare_out_dir, write_columns_csv, write_text
     from sim.experiment.report import summary_table, unmeasured_warnings
@@ -34,6 +35,7 @@ def _cmd_run(args) -> int:
     out_dir = prepare_out_dir(Path(args.out or Path("results") / exp.name))
     print(f"servesim: {exp.name}: {exp.model.name} on {exp.replicas} x {exp.tensor_parallel} x {exp.hardware.name}, "
           f"{runs} runs ({len(exp.systems)} systems x {len(exp.rates)} rates x {len(exp.seeds)} seeds) -> {out_dir}")
+    print(f"servesim: control plane: {control_plane_build()}")  # compiled or pure Python: docs/compiled.md
     started = time.perf_counter()
     # the summary's rows, written without pandas (the bytes its to_csv writes): a run that writes no Parquet
     # and draws no plots never imports pandas, nor the pyarrow pandas 3 imports with it
