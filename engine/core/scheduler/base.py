@@ -1,7 +1,7 @@
 """The contract every scheduler keeps with the two data planes."""
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -12,8 +12,12 @@ from engine.core.sequence import Sequence, SequenceGroup
 __all__ = ["DecodeStretch", "KVUsage", "Scheduler"]
 
 
-class Scheduler(ABC):
+class Scheduler:
     """Decides each iteration; knows lengths and blocks, never token ids or tensors.
+
+    Not an abc.ABC: compiled by mypyc, an ABC's subclasses share one isinstance cache (ABC's own
+    _abc_impl), so that `isinstance(vllm, ReservationScheduler)` turned True once `isinstance(vllm,
+    VLLMScheduler)` had been asked. The abstract methods raise instead (tests/engine/core/test_scheduler_classes.py).
 
     Use: add_request() as requests arrive; schedule() -> Batch; run it (for real or on
     a cost model); complete(batch, now, beam_parents) applies the sampled tokens and returns
@@ -29,38 +33,47 @@ class Scheduler(ABC):
     now_s: float
 
     @abstractmethod
-    def add_request(self, group: SequenceGroup) -> None: ...
+    def add_request(self, group: SequenceGroup) -> None:
+        raise NotImplementedError(f"{type(self).__name__}.add_request")
 
     @abstractmethod
-    def schedule(self) -> Batch: ...
+    def schedule(self) -> Batch:
+        raise NotImplementedError(f"{type(self).__name__}.schedule")
 
     @abstractmethod
     def complete(self, batch: Batch, now_s: float,
-                 beam_parents: Mapping[int, int] | None = None) -> list[SequenceGroup]: ...
+                 beam_parents: Mapping[int, int] | None = None) -> list[SequenceGroup]:
+        raise NotImplementedError(f"{type(self).__name__}.complete")
 
     @abstractmethod
     def block_table(self, seq_id: int) -> list[int]:
         """Physical GPU block ids holding the sequence's KV, in logical order."""
+        raise NotImplementedError(f"{type(self).__name__}.block_table")
 
     @abstractmethod
-    def has_unfinished(self) -> bool: ...
+    def has_unfinished(self) -> bool:
+        raise NotImplementedError(f"{type(self).__name__}.has_unfinished")
 
     @abstractmethod
     def kv_usage(self) -> KVUsage:
         """The pool by what holds it now (paper Fig. 2), computed by engine.core.kv_usage."""
+        raise NotImplementedError(f"{type(self).__name__}.kv_usage")
 
     @property
     @abstractmethod
-    def num_waiting(self) -> int: ...
+    def num_waiting(self) -> int:
+        raise NotImplementedError(f"{type(self).__name__}.num_waiting")
 
     @abstractmethod
     def release_cache(self) -> None:
         """The run is over: free what the scheduler keeps cached across requests (vLLM: the shared
         prefix's blocks). Every request's own blocks are freed as it finishes."""
+        raise NotImplementedError(f"{type(self).__name__}.release_cache")
 
     @abstractmethod
     def groups_in_system(self) -> list[SequenceGroup]:
         """Every request admitted and not finished: waiting first (oldest first), then running, then swapped."""
+        raise NotImplementedError(f"{type(self).__name__}.groups_in_system")
 
     def take_ignored(self) -> list[SequenceGroup]:
         """The requests schedule() ignored since the last call (never run, vLLM's FINISHED_IGNORED): a policy
