@@ -44,6 +44,9 @@ class SystemSpec:
     preemption: str = "auto"  # vllm: auto | recompute | swap, see PREEMPTION_MODES above
     watermark: float = 0.01
     max_batch_size: int | None = None  # fastertransformer B; None = as many as memory allows
+    # vllm only: automatic prefix caching (vLLM >= 0.4): full KV blocks keyed by their tokens, reused by any
+    # later request with the same prefix, kept after their last holder frees them until evicted (LRU)
+    prefix_caching: bool = False
 
     @property
     def max_seqs_per_batch(self) -> int:
@@ -72,6 +75,10 @@ class SystemSpec:
         if isinstance(self.watermark, bool) or not isinstance(self.watermark, (int, float)) \
                 or not 0 <= self.watermark < 1:
             raise bad("watermark", f"must be a number in [0, 1), got {self.watermark!r}")
+        if not isinstance(self.prefix_caching, bool):
+            raise bad("prefix_caching", f"must be true or false, got {self.prefix_caching!r}")
+        if self.prefix_caching and self.kind != "vllm":
+            raise bad("prefix_caching", f"applies only to a vllm system (paged blocks), not {self.kind}")
         if self.max_batch_size is not None and not _positive_int(self.max_batch_size):
             raise bad("max_batch_size", f"must be a positive integer or null (as many as memory allows), "
                                         f"got {self.max_batch_size!r}")

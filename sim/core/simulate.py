@@ -53,6 +53,8 @@ def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: Cost
         raise ValueError("a trace with beam searches needs the run's seeded rng to choose the beams' parents")
     if fast_forward is None:
         fast_forward = fast_forward_default()
+    if system.prefix_caching and trace.block_keys is None:  # its requests carry their blocks' keys
+        trace = trace.with_block_keys(system.block_size)
     fleet = FleetSetup(spec, system, cost_model, num_gpu_blocks, num_cpu_blocks, replicas, horizon_s,
                        fast_forward and cost_model.prices_ahead, router == "round_robin" or replicas == 1)
     beams = BeamParentModel(beam_continue, rng) if trace.has_beams and rng is not None else None

@@ -4,12 +4,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from engine.core.records import ITERATION_COLUMNS, REQUEST_COLUMNS, ServingRecords
+from engine.core.records import ITERATION_COLUMNS, ServingRecords
 
 
 class Records(ServingRecords):
     def requests_frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.requests, columns=list(REQUEST_COLUMNS)).sort_values(
+        return pd.DataFrame(self.requests, columns=list(self.request_columns)).sort_values(
             "request_id", kind="stable").reset_index(drop=True)
 
     def iterations_frame(self) -> pd.DataFrame:

@@ -24,6 +24,7 @@ class Scheduler(ABC):
     block_size: int
     num_gpu_blocks: int
     num_cpu_blocks: int
+    caches_prefixes: bool = False  # automatic prefix caching (vLLM's option): requests record their hits
 
     @abstractmethod
     def add_request(self, group: SequenceGroup) -> None: ...

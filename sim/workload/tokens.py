@@ -1,0 +1,95 @@
+"""Token identities of a workload: which requests' tokens are the same tokens, without the tokens.
+
+Prefix caching reuses a KV block when two requests' token streams agree up to the end of that block. A
+workload says which tokens agree as segments: each request's stream (prompt, then output) is a run of
+segments (segment id, start, length), the tokens start .. start + length - 1 of the segment named by
+the id (a system prompt, a conversation's query or response, a request's own text). Two streams hold
+the same token wherever they hold the same position of the same segment.
+
+A block's key chains the block before it with the token runs it covers, so two requests' block keys
+agree exactly on the leading full blocks their streams share (engine.core.prefix_cache). Keys are
+Python's hash of tuples of ints: the same on every machine and run (only str and bytes hashes are
+salted).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+Segment = tuple[int, int, int]  # (segment id, first token, number of tokens)
+PREFIX_SEGMENT = -1  # the shared prefix of a prefix_tokens workload
+
+
+@dataclass(frozen=True, eq=False)  # arrays: compare columns, not objects
+class TokenSegments:
+    """Every request's segments, flat: request i's are rows offsets[i] .. offsets[i + 1] - 1."""
+
+    offsets: np.ndarray  # int64, requests + 1
+    ids: np.ndarray      # int64
+    starts: np.ndarray   # int64
+    lengths: np.ndarray  # int64
+
+    @classmethod
+    def of(cls, requests: Sequence[Sequence[Segment]]) -> TokenSegments:
+        offsets = np.zeros(len(requests) + 1, np.int64)
+        offsets[1:] = np.cumsum([len(r) for r in requests])
+        flat = [segment for request in requests for segment in request]
+        columns = np.array(flat, np.int64).reshape(-1, 3).T
+        return cls(offsets, columns[0].copy(), columns[1].copy(), columns[2].copy())
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def request(self, i: int) -> list[Segment]:
+        lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
+        return list(zip(self.ids[lo:hi].tolist(), self.starts[lo:hi].tolist(), self.lengths[lo:hi].tolist()))
+
+    def num_tokens(self) -> np.ndarray:
+        """Tokens each request's segments cover."""
+        sums = np.concatenate([[0], np.cumsum(self.lengths)])
+        return sums[self.offsets[1:]] - sums[self.offsets[:-1]]
+
+    def select(self, keep: np.ndarray) -> TokenSegments:
+        """The requests where keep (a boolean mask) is True, in order."""
+        return TokenSegments.of([self.request(i) for i in np.flatnonzero(keep).tolist()])
+
+
+def own_segments(prompt_len: np.ndarray, output_len: np.ndarray, prefix_len: int = 0) -> TokenSegments:
+    """Requests that share nothing but a prefix of prefix_len tokens: each one's own text after it
+    (segment ids -2, -3, ...: no workload's own ids, which are >= 0)."""
+    requests = []
+    for i, (prompt, output) in enumerate(zip(prompt_len.tolist(), output_len.tolist())):
+        own = (-2 - i, 0, prompt + output - prefix_len)
+        requests.append([(PREFIX_SEGMENT, 0, prefix_len), own] if prefix_len else [own])
+    return TokenSegments.of(requests)
+
+
+def block_keys(segments: Sequence[Segment], block_size: int, num_tokens: int) -> tuple[int, ...]:
+    """Keys of the full blocks of the first num_tokens tokens of a stream: key i = hash(key i-1, the
+    token runs of block i), runs merged where one segment continues, so the key depends on the tokens
+    alone, not on how the workload cut them into segments."""
+    keys: list[int] = []
+    runs: list[list[int]] = []  # the current block's runs: [segment id, first, end]
+    filled, key = 0, 0
+    for seg_id, start, length in segments:
+        position = start
+        length = min(length, num_tokens - len(keys) * block_size - filled)
+        while length > 0:
+            take = min(length, block_size - filled)
+            if runs and runs[-1][0] == seg_id and runs[-1][2] == position:
+                runs[-1][2] += take
+            else:
+                runs.append([seg_id, position, position + take])
+            position, length, filled = position + take, length - take, filled + take
+            if filled == block_size:
+                key = hash((key, tuple(tuple(run) for run in runs)))
+                keys.append(key)
+                runs, filled = [], 0
+    return tuple(keys)
+
+
+def keys_per_request(segments: TokenSegments, block_size: int, num_tokens: np.ndarray) -> list[tuple[int, ...]]:
+    """block_keys of every request, over its first num_tokens[i] tokens."""
+    return [block_keys(segments.request(i), block_size, int(n)) for i, n in enumerate(num_tokens.tolist())]
