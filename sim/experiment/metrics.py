@@ -17,7 +17,7 @@ SUMMARY_METRICS = (
     "ttft_p99_s", "tpot_mean_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "throughput_rps", "throughput_tokens_per_s",
     "mean_batched_requests", "kv_token_share", "kv_reserved_share", "kv_internal_frag_share",
     "kv_external_frag_share", "kv_idle_share", "memory_saving", "preemptions", "swapped_blocks", "num_iterations",
-    "makespan_s",
+    "makespan_s", "prefix_hit_rate",
 )
 
 
@@ -77,6 +77,16 @@ def memory_saving(iterations: pd.DataFrame) -> float:
     return float((iterations["saved_blocks"].to_numpy(dtype=float) * weights).sum() / unshared)
 
 
+def prefix_hit_rate(requests: pd.DataFrame) -> float:
+    """Prompt tokens found in the prefix cache over prompt tokens, over the requests that were served (a
+    first token); nan without prefix caching (no cached_tokens column) or before any was served."""
+    if "cached_tokens" not in requests:
+        return float("nan")
+    served = requests[requests["first_token_s"].notna()]
+    prompt = float(served["prompt_len"].sum())
+    return float(served["cached_tokens"].sum()) / prompt if prompt > 0 else float("nan")
+
+
 def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, pool_slots: int, warmup_s: float,
               horizon_s: float) -> dict:
     req = latency_columns(requests, horizon_s)
@@ -114,4 +124,5 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, pool_slots: i
     measured_iterations = after_warmup if len(after_warmup) else iterations
     summary.update(kv_shares(measured_iterations, pool_slots))
     summary["memory_saving"] = memory_saving(measured_iterations)
+    summary["prefix_hit_rate"] = prefix_hit_rate(requests)
     return {k: summary[k] for k in SUMMARY_METRICS}

@@ -66,6 +66,47 @@ def own_segments(prompt_len: np.ndarray, output_len: np.ndarray, prefix_len: int
     return TokenSegments.of(requests)
 
 
+def system_prompt_segments(system_prompt: np.ndarray, system_tokens: int, prompt_len: np.ndarray,
+                           output_len: np.ndarray) -> TokenSegments:
+    """Each request: system prompt system_prompt[i] (segment id = its number, from 0), then its own text
+    (user turn and output: segment -2 - i)."""
+    return TokenSegments.of([[(k, 0, system_tokens), (-2 - i, 0, prompt + output - system_tokens)]
+                             for i, (k, prompt, output) in enumerate(zip(system_prompt.tolist(), prompt_len.tolist(),
+                                                                         output_len.tolist()))])
+
+
+def chatbot_segments(start: np.ndarray, query_len: np.ndarray, response_len: np.ndarray, rows: np.ndarray,
+                     prompt_len: np.ndarray, output_len: np.ndarray) -> TokenSegments:
+    """Each request plays a row (round) of a conversation file (conversation k's rows start[k] ..): its
+    prompt is the conversation's earlier queries and responses and its query (row r's query is segment 2r,
+    its response 2r + 1), of which it keeps the last prompt_len tokens; its output is the first output_len
+    tokens of its round's response. So a later round's prompt starts with an earlier round's prompt and
+    output, as long as the cut leaves its start in place."""
+    first_row = np.repeat(start[:-1], np.diff(start))
+    queries, responses = query_len.tolist(), response_len.tolist()
+    requests = []
+    for row, prompt, output in zip(rows.tolist(), prompt_len.tolist(), output_len.tolist()):
+        stream: list[Segment] = []
+        for k in range(int(first_row[row]), row):
+            stream += [(2 * k, 0, queries[k]), (2 * k + 1, 0, responses[k])]
+        stream.append((2 * row, 0, queries[row]))
+        requests.append(_last_tokens(stream, prompt) + [(2 * row + 1, 0, output)])
+    return TokenSegments.of(requests)
+
+
+def _last_tokens(stream: list[Segment], count: int) -> list[Segment]:
+    """The segments of the last `count` tokens of a stream."""
+    drop = sum(length for _, _, length in stream) - count
+    kept: list[Segment] = []
+    for seg_id, start, length in stream:
+        if drop >= length:
+            drop -= length
+            continue
+        kept.append((seg_id, start + drop, length - drop))
+        drop = 0
+    return kept
+
+
 def block_keys(segments: Sequence[Segment], block_size: int, num_tokens: int) -> tuple[int, ...]:
     """Keys of the full blocks of the first num_tokens tokens of a stream: key i = hash(key i-1, the
     token runs of block i), runs merged where one segment continues, so the key depends on the tokens
