@@ -20,8 +20,8 @@ The rules (vLLM v0.4's block_manager_v1 and evictor, with the differences said):
   no prefill for their tokens: its prefill is n new tokens over c cached, Batch.prefill_cached_lens);
   the first miss ends the hits. A prefill computes at least its last token, so the hits stop one block
   short of a prompt of whole blocks all cached (vLLM leaves out the last block for the same reason).
-  Admission counts exactly the blocks it takes: fresh ones and hits brought back from the evictor
-  (vLLM v0.4's can_allocate counts every block of the prompt, hit or not).
+  Admission asks for every block of the prompt, hit or not, as vLLM v0.4's can_allocate does (the base
+  class's blocks_to_allocate): the cache shortens prefills, not the room a request must find.
 - A partial last block is never keyed, so never shared across requests; copy on write stays as it was
   (samples and beams share a prompt's partial last block and copy it when they append).
 - A registered block whose last reference goes is not free-listed: it waits, still keyed, in the evictor,
@@ -186,16 +186,6 @@ class PrefixCachingBlockManager(BlockManager):
 
     def cached_tokens(self, group: SequenceGroup) -> int:
         return len(self._hits(group)) * self.block_size
-
-    def blocks_to_allocate(self, group: SequenceGroup) -> int:
-        """Fresh blocks, and hits brought back from the evictor (they leave the free count too)."""
-        hits = self._hits(group)
-        ref_counts = self.cache.ref_counts
-        taken_back = sum(1 for block in hits if ref_counts[block] == 0)
-        seqs, num_hits, bs = group.live_seqs(), len(hits), self.block_size
-        if group.shares_prompt:
-            return taken_back + blocks_for(seqs[0].length, bs) - num_hits
-        return taken_back + sum(blocks_for(s.length, bs) - num_hits for s in seqs)
 
     # --- admission -------------------------------------------------------------------
     def allocate(self, group: SequenceGroup) -> None:

@@ -14,46 +14,12 @@ salted).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
-Segment = tuple[int, int, int]  # (segment id, first token, number of tokens)
+from .trace import Segment, TokenSegments, Trace
+
 PREFIX_SEGMENT = -1  # the shared prefix of a prefix_tokens workload
-
-
-@dataclass(frozen=True, eq=False)  # arrays: compare columns, not objects
-class TokenSegments:
-    """Every request's segments, flat: request i's are rows offsets[i] .. offsets[i + 1] - 1."""
-
-    offsets: np.ndarray  # int64, requests + 1
-    ids: np.ndarray      # int64
-    starts: np.ndarray   # int64
-    lengths: np.ndarray  # int64
-
-    @classmethod
-    def of(cls, requests: Sequence[Sequence[Segment]]) -> TokenSegments:
-        offsets = np.zeros(len(requests) + 1, np.int64)
-        offsets[1:] = np.cumsum([len(r) for r in requests])
-        flat = [segment for request in requests for segment in request]
-        columns = np.array(flat, np.int64).reshape(-1, 3).T
-        return cls(offsets, columns[0].copy(), columns[1].copy(), columns[2].copy())
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def request(self, i: int) -> list[Segment]:
-        lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
-        return list(zip(self.ids[lo:hi].tolist(), self.starts[lo:hi].tolist(), self.lengths[lo:hi].tolist()))
-
-    def num_tokens(self) -> np.ndarray:
-        """Tokens each request's segments cover."""
-        sums = np.concatenate([[0], np.cumsum(self.lengths)])
-        return sums[self.offsets[1:]] - sums[self.offsets[:-1]]
-
-    def select(self, keep: np.ndarray) -> TokenSegments:
-        """The requests where keep (a boolean mask) is True, in order."""
-        return TokenSegments.of([self.request(i) for i in np.flatnonzero(keep).tolist()])
 
 
 def own_segments(prompt_len: np.ndarray, output_len: np.ndarray, prefix_len: int = 0) -> TokenSegments:
@@ -134,3 +100,18 @@ def block_keys(segments: Sequence[Segment], block_size: int, num_tokens: int) ->
 def keys_per_request(segments: TokenSegments, block_size: int, num_tokens: np.ndarray) -> list[tuple[int, ...]]:
     """block_keys of every request, over its first num_tokens[i] tokens."""
     return [block_keys(segments.request(i), block_size, int(n)) for i, n in enumerate(num_tokens.tolist())]
+
+
+def token_segments(trace: Trace) -> TokenSegments:
+    """The trace's token identities: the workload's, or each request's own text after the shared prefix."""
+    if trace.segments is not None:
+        return trace.segments
+    return own_segments(trace.prompt_len, trace.output_len, trace.prefix_len)
+
+
+def with_block_keys(trace: Trace, block_size: int) -> Trace:
+    """The same requests carrying the keys of their full blocks (prompt and output) for this block size
+    (Trace.block_keys: a simulation with prefix caching gives them to its requests)."""
+    keys = keys_per_request(token_segments(trace), block_size, trace.prompt_len + trace.output_len)
+    return Trace(trace.arrival_s, trace.prompt_len, trace.output_len, trace.n, trace.source, trace.duration_s,
+                 beam_width=trace.beam_width, prefix_len=trace.prefix_len, segments=trace.segments, block_keys=keys)

@@ -5,6 +5,7 @@ Arrays are made read-only: a trace is a value that runs share, and nobody should
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,9 +13,8 @@ import numpy as np
 
 from engine.atomic import write_text_atomic
 
-from .tokens import TokenSegments, keys_per_request, own_segments
-
 STAND_IN = "stand-in"
+Segment = tuple[int, int, int]  # (segment id, first token, number of tokens): sim/workload/tokens.py
 TRACE_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 
 
@@ -121,17 +121,40 @@ class Trace:
                      self.duration_s if duration_s is None else duration_s, beam_width=self.beam_width[keep],
                      prefix_len=self.prefix_len, segments=None if self.segments is None else self.segments.select(keep))
 
-    def token_segments(self) -> TokenSegments:
-        """The requests' token identities: the workload's, or each request's own text after the shared prefix."""
-        if self.segments is not None:
-            return self.segments
-        return own_segments(self.prompt_len, self.output_len, self.prefix_len)
 
-    def with_block_keys(self, block_size: int) -> Trace:
-        """The same requests carrying the keys of their full blocks (prompt and output) for this block size."""
-        keys = keys_per_request(self.token_segments(), block_size, self.prompt_len + self.output_len)
-        return Trace(self.arrival_s, self.prompt_len, self.output_len, self.n, self.source, self.duration_s,
-                     beam_width=self.beam_width, prefix_len=self.prefix_len, segments=self.segments, block_keys=keys)
+@dataclass(frozen=True, eq=False)  # arrays: compare columns, not objects
+class TokenSegments:
+    """Token identities (sim/workload/tokens.py): every request's segments, flat; request i's are rows
+    offsets[i] .. offsets[i + 1] - 1."""
+
+    offsets: np.ndarray  # int64, requests + 1
+    ids: np.ndarray      # int64
+    starts: np.ndarray   # int64
+    lengths: np.ndarray  # int64
+
+    @classmethod
+    def of(cls, requests: Sequence[Sequence[Segment]]) -> TokenSegments:
+        offsets = np.zeros(len(requests) + 1, np.int64)
+        offsets[1:] = np.cumsum([len(r) for r in requests])
+        flat = [segment for request in requests for segment in request]
+        columns = np.array(flat, np.int64).reshape(-1, 3).T
+        return cls(offsets, columns[0].copy(), columns[1].copy(), columns[2].copy())
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def request(self, i: int) -> list[Segment]:
+        lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
+        return list(zip(self.ids[lo:hi].tolist(), self.starts[lo:hi].tolist(), self.lengths[lo:hi].tolist()))
+
+    def num_tokens(self) -> np.ndarray:
+        """Tokens each request's segments cover."""
+        sums = np.concatenate([[0], np.cumsum(self.lengths)])
+        return sums[self.offsets[1:]] - sums[self.offsets[:-1]]
+
+    def select(self, keep: np.ndarray) -> TokenSegments:
+        """The requests where keep (a boolean mask) is True, in order."""
+        return TokenSegments.of([self.request(i) for i in np.flatnonzero(keep).tolist()])
 
 
 def _per_request(values, count: int) -> np.ndarray:

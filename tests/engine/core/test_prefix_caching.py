@@ -138,7 +138,7 @@ def test_a_hit_brings_a_block_back_from_the_evictor():
     first.seqs[0].status = SeqStatus.FINISHED
     bm.free(first.seqs[0])
     again = lone_group(counter, 1, (1, 2), 10)
-    assert bm.blocks_to_allocate(again) == 1 + 2, "one fresh block, two taken back from the evictor"
+    assert bm.blocks_to_allocate(again) == 3, "admission asks for every block, hit or not (vLLM v0.4)"
     bm.allocate(again)
     assert again.num_cached_tokens == 8 and bm.cache.num_evictable == 0 and bm.cache.num_in_use == 2
 

@@ -16,8 +16,8 @@ from engine.core.system import PAPER_SYSTEMS, SystemSpec  # noqa: E402
 from engine.runtime.engine import Engine  # noqa: E402
 from engine.runtime.prefix_keys import segment_token_ids, token_block_keys  # noqa: E402
 from sim.core.simulate import simulate  # noqa: E402
-from sim.workload.tokens import TokenSegments, system_prompt_segments  # noqa: E402
-from sim.workload.trace import Trace  # noqa: E402
+from sim.workload.tokens import system_prompt_segments  # noqa: E402
+from sim.workload.trace import TokenSegments, Trace  # noqa: E402
 
 
 def caching_engine(spec, caching, num_gpu_blocks, preemption="auto"):

@@ -18,8 +18,8 @@ from sim.experiment.metrics import summarize
 from sim.workload.chatbot import chatbot_requests
 from sim.workload.config import WorkloadConfig, build_trace
 from sim.workload.conversations import Conversations
-from sim.workload.tokens import TokenSegments, block_keys
-from sim.workload.trace import Trace
+from sim.workload.tokens import block_keys
+from sim.workload.trace import TokenSegments, Trace
 
 SPEC = load_model_spec("opt-13b")
 
