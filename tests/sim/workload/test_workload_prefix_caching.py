@@ -120,3 +120,15 @@ def test_segments_do_not_change_a_run_without_the_cache():
     runs = [simulate(Trace(arrival, prompt, output, segments=s), SPEC, PAPER_SYSTEMS["vllm"], records_cost(), 300, 100,
                      horizon_s=1e9) for s in (None, segments)]
     assert runs[0].iteration_columns == runs[1].iteration_columns and runs[0].request_values == runs[1].request_values
+
+
+def test_a_system_prompt_too_long_for_the_model_is_refused_with_the_room_left():
+    from pathlib import Path
+
+    from sim.experiment.config import load_experiment
+
+    config = Path(__file__).resolve().parents[3] / "configs" / "examples" / "prefix_caching.yaml"
+    with pytest.raises(SpecError) as err:
+        load_experiment(config, ["workload.system_prompt.tokens=2047"])
+    assert err.value.key == "workload.system_prompt.tokens" and "at most 2045" in str(err.value)
+    assert load_experiment(config).workload.system_prompt.count == 4
