@@ -132,3 +132,14 @@ def test_a_system_prompt_too_long_for_the_model_is_refused_with_the_room_left():
         load_experiment(config, ["workload.system_prompt.tokens=2047"])
     assert err.value.key == "workload.system_prompt.tokens" and "at most 2045" in str(err.value)
     assert load_experiment(config).workload.system_prompt.count == 4
+
+
+def test_a_fleet_served_apart_keeps_the_cached_tokens_column():
+    trace = build_trace(parse({"dataset": "sharegpt-standin", "duration_s": 60,
+                               "system_prompt": {"tokens": 200, "count": 2}}), 4.0, 2048, np.random.default_rng(0))
+    system = dataclasses.replace(PAPER_SYSTEMS["vllm"], prefix_caching=True)
+    runs = [simulate(trace, SPEC, system, records_cost(), 400, 200, replicas=2, horizon_s=1e9, jobs=jobs)
+            for jobs in (1, 2)]
+    assert runs[0].request_values == runs[1].request_values
+    assert runs[0].iteration_columns == runs[1].iteration_columns
+    assert list(runs[1].requests_frame().columns)[-1] == "cached_tokens"
