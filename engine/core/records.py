@@ -60,9 +60,29 @@ class IterationRecord:
     saved_blocks: int
 
 
+@dataclass(frozen=True, slots=True)
+class DroppedRecord:
+    """A request that left without being served: `aborted` (ServingCore.abort), or `ignored` by a policy that
+    refuses an unservable request at schedule time (vLLM's FINISHED_IGNORED). Kept apart from RequestRecord:
+    latency metrics are over served requests, and a run that drops nobody records exactly what it did."""
+
+    request_id: int
+    replica: int
+    arrival_s: float
+    first_token_s: float | None  # an aborted request may have had its first token
+    dropped_s: float
+    prompt_len: int
+    output_len: int
+    n: int
+    num_preemptions: int
+    status: str  # one of DROPPED_STATUSES
+
+
+DROPPED_STATUSES = ("aborted", "ignored")
 # every run's request columns; a run with prefix caching adds CACHED_COLUMN after them (its rows one value longer)
 CACHED_COLUMN = "cached_tokens"
 REQUEST_COLUMNS = tuple(f.name for f in fields(RequestRecord) if f.name != CACHED_COLUMN)
+DROPPED_COLUMNS = tuple(f.name for f in fields(DroppedRecord))
 ITERATION_COLUMNS = tuple(f.name for f in fields(IterationRecord))
 # array typecodes of the iteration columns: float64 for times, int64 for counts
 ITERATION_TYPECODES = tuple("d" if f.type == "float" else "q" for f in fields(IterationRecord))
@@ -76,6 +96,7 @@ class ServingRecords:
 
     def __init__(self) -> None:
         self.request_values: list[tuple] = []
+        self.dropped_values: list[tuple] = []  # DroppedRecord's fields, in the order they were dropped
         self._rows: list[tuple] = []  # the iterations since the last move
         self._chunks: list[tuple[array, ...]] = []  # then columns, a set per move
         self.cached_column = False  # the requests carry CACHED_COLUMN (a prefix-caching run: ServingCore.admit)
@@ -87,6 +108,13 @@ class ServingRecords:
         if self.cached_column:
             values += (max(group.cached_prompt_tokens, 0),)
         self.request_values.append(values)
+
+    def add_dropped(self, group: SequenceGroup, replica: int, dropped_s: float, status: str) -> None:
+        if status not in DROPPED_STATUSES:
+            raise ValueError(f"dropped status {status!r} is not one of {list(DROPPED_STATUSES)}")
+        self.dropped_values.append((
+            group.request_id, replica, group.arrival_s, group.first_token_s, dropped_s, group.prompt_len,
+            group.output_len, group.num_seqs, group.num_preemptions, status))
 
     def add_iteration(self, batch: Batch, usage: KVUsage, start_s: float, duration_s: float, num_waiting: int,
                       replica: int) -> None:
@@ -160,6 +188,14 @@ class ServingRecords:
     def requests(self) -> dict[str, list]:
         """Columns, in the order requests finished (unfinished ones last)."""
         return _columns(self.request_values, self.request_columns)
+
+    @property
+    def dropped(self) -> dict[str, list]:
+        """Columns of the requests dropped unserved (DroppedRecord), in the order they were dropped."""
+        return _columns(self.dropped_values, DROPPED_COLUMNS)
+
+    def dropped_rows(self) -> list[DroppedRecord]:
+        return sorted((DroppedRecord(*values) for values in self.dropped_values), key=lambda r: r.request_id)
 
     @property
     def iterations(self) -> dict[str, list]:

@@ -82,7 +82,11 @@ class ServingCore:
 
     def start_step(self, now_s: float) -> Step | None:
         """Schedule the next iteration; None when nothing can run now."""
+        self.scheduler.now_s = now_s
         batch = self.scheduler.schedule()
+        ignored = self.scheduler.take_ignored()
+        if ignored:
+            self._drop(ignored, now_s, "ignored")
         if batch.is_empty:
             self.idle_batch = batch
             return None
@@ -126,6 +130,20 @@ class ServingCore:
             self.records.add_request(group, self.replica)
         self.outstanding -= len(finished)
         return finished
+
+    def abort(self, request_id: int, now_s: float) -> bool:
+        """Take the request out between steps (vLLM's abort): it frees what it holds, is recorded as aborted,
+        and never runs again. False when it is not in the system (finished, ignored, or never admitted)."""
+        group = self.scheduler.abort(request_id)
+        if group is None:
+            return False
+        self._drop([group], now_s, "aborted")
+        return True
+
+    def _drop(self, groups: list[SequenceGroup], now_s: float, status: str) -> None:
+        for group in groups:
+            self.records.add_dropped(group, self.replica, now_s, status)
+        self.outstanding -= len(groups)
 
     def close(self) -> None:
         """No request will come any more: free what the scheduler caches across requests."""

@@ -4,6 +4,7 @@ A system from a user's config (a preset name or a mapping) is engine.specs.loade
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.specs.errors import SpecError
@@ -24,6 +25,19 @@ RESERVATIONS = ("oracle", "pow2", "max")
 #   swap       swap every group, single sequences too.
 # The scheduler reads these as engine.core.scheduler.vllm.PreemptionMode (None for auto).
 PREEMPTION_MODES = ("auto", "recompute", "swap")
+# vLLM's `prefill_policy`: how new prompts share iterations with decodes (docs/vllm-policies.md).
+#   mixed     the paper-era code: prompts and decodes in one iteration under max_num_batched_tokens
+#   separate  released vLLM v0.2-v0.3: prompt-only iterations whenever prompts can be admitted, else a
+#             decode-only one; the budget counts padding (prompts x the longest) and max_paddings
+#   chunked   Sarathi-Serve / vLLM >= 0.4 chunked prefill: decodes first, then prompt chunks filling
+#             max_num_batched_tokens (vLLM's default for it: CHUNKED_TOKEN_BUDGET)
+# The scheduler for each is engine.core.factory's choice (scheduler/vllm_separate.py, vllm_chunked.py).
+PREFILL_POLICIES = ("mixed", "separate", "chunked")
+# vLLM v0.4.x SchedulerConfig: with enable_chunked_prefill and no max_num_batched_tokens given it picks 512,
+# "the values that have the best balance between ITL and TTFT on A100" (engine.specs.loader applies it)
+CHUNKED_TOKEN_BUDGET = 512
+# vLLM v0.2.x-v0.3.x SchedulerConfig.max_paddings default: a prompt-only batch pads every prompt to the longest
+DEFAULT_MAX_PADDINGS = 256
 
 
 @dataclass(frozen=True)
@@ -47,6 +61,11 @@ class SystemSpec:
     # vllm only: automatic prefix caching (vLLM >= 0.4): full KV blocks keyed by their tokens, reused by any
     # later request with the same prefix, kept after their last holder frees them until evicted (LRU)
     prefix_caching: bool = False
+    prefill_policy: str = "mixed"  # vllm: mixed | separate | chunked, see PREFILL_POLICIES above
+    max_paddings: int = DEFAULT_MAX_PADDINGS  # vllm separate: padding slots a prompt-only batch may hold
+    # vllm separate (v0.3's delay_factor): new prompts wait until the oldest waiting one has waited this many
+    # times the last prompt run's latency, or nothing runs; 0: no delay
+    delay_factor: float = 0.0
 
     @property
     def max_seqs_per_batch(self) -> int:
@@ -79,12 +98,43 @@ class SystemSpec:
             raise bad("prefix_caching", f"must be true or false, got {self.prefix_caching!r}")
         if self.prefix_caching and self.kind != "vllm":
             raise bad("prefix_caching", f"applies only to a vllm system (paged blocks), not {self.kind}")
+        if self.prefix_caching and self.prefill_policy != "mixed":
+            # a chunked prompt's blocks are keyed before its last chunk has computed them, and neither later
+            # policy's schedule() advances the cache's LRU clock yet
+            raise bad("prefix_caching", f"runs with prefill_policy 'mixed' only, not {self.prefill_policy!r} "
+                                        "(prefix caching under the later policies is not built yet)")
+        if self.prefill_policy not in PREFILL_POLICIES:
+            raise bad("prefill_policy", f"{self.prefill_policy!r} is not one of {list(PREFILL_POLICIES)}")
+        if self.prefill_policy != "mixed" and self.kind != "vllm":
+            raise bad("prefill_policy", f"{self.prefill_policy!r} is a vLLM policy; {self.kind} has only 'mixed'")
+        if isinstance(self.max_paddings, bool) or not isinstance(self.max_paddings, int) or self.max_paddings < 0:
+            raise bad("max_paddings", f"must be a non-negative integer, got {self.max_paddings!r}")
+        if self.prefill_policy == "chunked":
+            self._validate_chunked(bad)
+        if isinstance(self.delay_factor, bool) or not isinstance(self.delay_factor, (int, float)) \
+                or not 0 <= self.delay_factor < float("inf"):
+            raise bad("delay_factor", f"must be a finite number >= 0, got {self.delay_factor!r}")
+        if self.delay_factor and self.prefill_policy != "separate":
+            raise bad("delay_factor", f"is vLLM v0.3's, with prefill_policy 'separate'; this system's is "
+                                      f"{self.prefill_policy!r} (give 0, or prefill_policy: separate)")
         if self.max_batch_size is not None and not _positive_int(self.max_batch_size):
             raise bad("max_batch_size", f"must be a positive integer or null (as many as memory allows), "
                                         f"got {self.max_batch_size!r}")
 
 
-def _positive_int(value) -> bool:
+    def _validate_chunked(self, bad: Callable[[str, str], SpecError]) -> None:
+        """vLLM's SchedulerConfig check: a chunked iteration's budget must hold a decode of every sequence."""
+        budget = self.max_num_batched_tokens
+        if budget is None:
+            raise bad("max_num_batched_tokens", "chunked prefill needs a token budget per iteration, got null; "
+                                                f"give a positive integer (vLLM's default: {CHUNKED_TOKEN_BUDGET})")
+        if budget < self.max_num_seqs:
+            raise bad("max_num_batched_tokens", f"{budget} tokens cannot hold a decode of each of max_num_seqs "
+                                                f"{self.max_num_seqs} sequences under chunked prefill; give at least "
+                                                f"{self.max_num_seqs} (or lower max_num_seqs)")
+
+
+def _positive_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 

@@ -152,9 +152,13 @@ def _add_prefill(out: HostInputs, seq_id, length, cached, sample_ids, tokens, bl
         raise ValueError(f"prefill of sequence {seq_id}: {length} new tokens after {cached} cached ones; "
                          "needs at least one new token")
     total = cached + length
-    seq_tokens = _check_tokens(seq_id, tokens, total, "prefill", limits)
-    if not sample_ids:
-        raise ValueError(f"prefill of sequence {seq_id} samples for no sequence")
+    if sample_ids:
+        seq_tokens = _check_tokens(seq_id, tokens, total, "prefill", limits)
+    else:  # a chunk of a prompt that later chunks finish (chunked prefill): it computes KV and samples nothing
+        seq_tokens = _check_tokens(seq_id, tokens, len(tokens.get(seq_id, ())), "prefill", limits)
+        if len(seq_tokens) <= total:
+            raise ValueError(f"prefill of sequence {seq_id} samples for no sequence, but its tokens [{cached}, "
+                             f"{total}) are not a chunk of its {len(seq_tokens)} (only a prompt's last chunk samples)")
     for sample_id in sample_ids:
         # forks sample from the prefill's logits, so they must hold the very same tokens
         if sample_id != seq_id and tokens.get(sample_id) != seq_tokens:
@@ -163,14 +167,15 @@ def _add_prefill(out: HostInputs, seq_id, length, cached, sample_ids, tokens, bl
     table = block_table_fn(seq_id)
     _check_table(seq_id, table, total, limits)
     start = len(out.input_ids)
-    out.input_ids.extend(seq_tokens[cached:])
+    out.input_ids.extend(seq_tokens[cached:total])
     out.positions.extend(range(cached, total))
     out.slot_mapping.extend(_slots(table, total, limits.block_size, start=cached))
     out.prefill_lens.append(length)
     out.prefill_cached_lens.append(cached)
     out.prefill_block_tables.append(list(table[:blocks_for(total, limits.block_size)]))
-    out.sample_ids.append(sample_ids)
-    out.logit_rows.append(start + length - 1)
+    if sample_ids:
+        out.sample_ids.append(sample_ids)
+        out.logit_rows.append(start + length - 1)
 
 
 def _add_decode(out: HostInputs, seq_id, context, tokens, block_table_fn, limits) -> None:

@@ -11,6 +11,7 @@ from engine.core.records import (
     CACHED_COLUMN,
     ITERATION_COLUMNS,
     REQUEST_COLUMNS,
+    DroppedRecord,
     IterationRecord,
     RequestRecord,
     ServingRecords,
@@ -32,11 +33,14 @@ class ReplayResult:
     # block plan to its last sampling kernel; on a CPU that span's wall time); its host time is the rest of
     # its step: duration + host_s - device_s on the forward clock. Measured, not in the shared records.
     device_s: list[float] = field(default_factory=list, compare=False)
+    dropped: list[DroppedRecord] = field(default_factory=list)  # aborted or ignored, by request id
+
 
     @classmethod
     def of(cls, records: ServingRecords, host_s: list[float] | None = None,
            device_s: list[float] | None = None) -> ReplayResult:
-        return cls(records.request_rows(), records.iteration_rows(), list(host_s or []), list(device_s or []))
+        return cls(records.request_rows(), records.iteration_rows(), list(host_s or []), list(device_s or []),
+                   records.dropped_rows())
 
     def request_columns(self) -> dict[str, list]:
         names = REQUEST_COLUMNS + ((CACHED_COLUMN,) if self.requests and self.requests[0].cached_tokens is not None
@@ -102,6 +106,7 @@ def check_request(request: Request, max_seq_len: int, system: SystemSpec | None 
     if system is not None and request.beam_width > system.max_seqs_per_batch:
         raise ValueError(f"{where}: beam_width {request.beam_width} is more beams than {system.name} ever "
                          f"batches ({system.max_seqs_per_batch} sequences); give at most {system.max_seqs_per_batch}")
-    if request.prompt_len + request.output_len > max_seq_len:
+    ignores = system is not None and system.kind == "vllm" and system.prefill_policy != "mixed"
+    if request.prompt_len + request.output_len > max_seq_len and not ignores:  # else ignored when scheduled
         raise ValueError(f"{where}: prompt {request.prompt_len} + output {request.output_len} tokens "
                          f"exceeds the model's max_seq_len {max_seq_len}")

@@ -186,7 +186,7 @@ class ModelRunner:
         span = DeviceSpan(self.device)
         with IterationTimer(self.device) as timer:
             with torch.inference_mode():
-                staged = self._stage(host, plan) if host.sample_ids else None
+                staged = self._stage(host, plan) if host.input_ids else None  # None: block plans alone
                 span.start()
                 self._apply_block_plans(batch)
                 chosen = self._forward_and_choose(host, staged, plan, sampling, beam) if staged else None

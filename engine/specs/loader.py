@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from engine.core.spec import ModelSpec
-from engine.core.system import PAPER_SYSTEMS, SystemSpec
+from engine.core.system import CHUNKED_TOKEN_BUDGET, PAPER_SYSTEMS, SystemSpec
 from engine.specs.checks import choice, positive_int
 from engine.specs.errors import SpecError
 
@@ -149,6 +149,8 @@ def system_from_dict(raw: dict | str, source: str, key: str) -> SystemSpec:
         if k not in known:
             raise SpecError(source, f"{key}.{k}", f"unknown key; valid keys are {sorted(known | {'preset'})}")
     base.update(raw)
+    if base.get("prefill_policy") == "chunked" and "max_num_batched_tokens" not in raw:
+        base["max_num_batched_tokens"] = CHUNKED_TOKEN_BUDGET  # vLLM's own default for chunked prefill
     for required in ("name", "kind"):
         if required not in base:
             raise SpecError(source, f"{key}.{required}", "missing (or give preset: one of "

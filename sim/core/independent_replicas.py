@@ -170,14 +170,15 @@ def _serve_to_files(trace: Trace, wakes: list[float], fleet: FleetSetup, indices
 
 
 def _write_run(run: ReplicaRun, folder: Path) -> StoredRun:
-    """The iteration columns (ITERATION_TYPECODES' order), the iteration ends, then the request rows pickled."""
+    """The iteration columns (ITERATION_TYPECODES' order), the iteration ends, then the request rows (served,
+    and dropped unserved) pickled."""
     path = folder / f"replica-{run.index}.bin"
     columns = run.records.iteration_columns
     with open(path, "wb") as out:
         for column in columns:
             column.tofile(out)
         array("d", run.iteration_ends).tofile(out)
-        pickle.dump(run.records.request_values, out, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump((run.records.request_values, run.records.dropped_values), out, protocol=pickle.HIGHEST_PROTOCOL)
     return StoredRun(run.index, str(path), len(columns[0]))
 
 
@@ -194,7 +195,7 @@ def _read_run(stored: StoredRun, keep: object) -> ReplicaRun:
         ends = array("d")
         if stored.num_iterations:
             ends.fromfile(source, stored.num_iterations)
-        records.request_values = pickle.load(source)
+        records.request_values, records.dropped_values = pickle.load(source)
     return ReplicaRun(stored.index, records, ends, stored, keep)
 
 

@@ -132,6 +132,7 @@ def merged_records(runs: list[ReplicaRun]) -> Records:
     records = Records()
     for run in runs:
         records.request_values.extend(run.records.request_values)
+        records.dropped_values.extend(run.records.dropped_values)
     order = np.argsort(np.concatenate([np.asarray(run.iteration_ends, dtype=float) for run in runs]), kind="stable")
     records.set_iteration_columns([merged_column(runs, i, typecode, order)
                                    for i, typecode in enumerate(ITERATION_TYPECODES)])

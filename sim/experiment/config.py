@@ -253,7 +253,9 @@ def check_batching(exp: Experiment) -> None:
     model = exp.model
     for i, system in enumerate(exp.systems):
         cap = system.max_num_batched_tokens
-        if system.kind == "vllm" and cap is not None and cap < model.max_seq_len:
+        # chunked prefill splits a prompt over iterations: its budget may be smaller than one
+        if system.kind == "vllm" and system.prefill_policy != "chunked" and cap is not None \
+                and cap < model.max_seq_len:
             raise SpecError(exp.source, f"systems[{i}].max_num_batched_tokens", (
                 f"{cap} tokens per iteration cannot prefill a {model.max_seq_len}-token prompt ({model.name}'s "
                 f"max_seq_len); give at least {model.max_seq_len}, or null for no cap"))

@@ -9,6 +9,7 @@ import pandas as pd
 from calibrate.costmodel import CostModel
 from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.roofline import RooflineCostModel
+from engine.core.records import DROPPED_COLUMNS
 from engine.core.system import SystemSpec
 from sim.core.simulate import simulate
 from sim.experiment.config import Experiment
@@ -29,6 +30,9 @@ class RunResult:
     summary: dict
     requests: pd.DataFrame
     iterations: pd.DataFrame
+    # requests dropped unserved (engine.core.records.DroppedRecord: ignored by vLLM's separate or chunked
+    # policy, or aborted); None where none was
+    dropped: pd.DataFrame | None = None
 
 
 def make_cost_model(exp: Experiment, system: SystemSpec) -> CostModel:
@@ -82,4 +86,5 @@ def run_one(exp: Experiment, system: SystemSpec, rate: float, seed: int, jobs: i
         "tensor_parallel": exp.tensor_parallel, "replicas": exp.replicas, "workload": trace.source,
         "cost_model": cost_model.source, "rate": rate, "seed": seed, **metrics,
     }
-    return RunResult(summary, requests, iterations)
+    dropped = pd.DataFrame(records.dropped, columns=list(DROPPED_COLUMNS)) if records.dropped_values else None
+    return RunResult(summary, requests, iterations, dropped)

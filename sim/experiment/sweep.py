@@ -1,6 +1,7 @@
 """Many runs: every system x rate x seed of an experiment, over any Workers (sim/executors/pool.py), resumable.
 
-Each finished run leaves DIR/runs/<key>/ (summary.json, requests.csv.gz, and its per-iteration
+Each finished run leaves DIR/runs/<key>/ (summary.json, requests.csv.gz, dropped.csv.gz where it dropped
+requests unserved (vLLM's ignored, or aborted), and its per-iteration
 records in the chosen format: iterations.parquet, iterations.csv.gz or none), written atomically;
 a rerun skips the keys already there for the same configuration and inputs (sim/experiment/fingerprint.py)
 whose iterations file is the one asked for, so an interrupted sweep resumes where it stopped, and
@@ -78,6 +79,8 @@ def execute(exp: Experiment, key: RunKey, digest: str, iterations: str = DEFAULT
     processes for a fleet's replicas (sim.experiment.run.run_one)."""
     result = run_one(exp, key.system, key.rate, key.seed, replica_jobs)
     files = {"requests.csv.gz": csv_gz_bytes(result.requests)}
+    if result.dropped is not None:  # only a run that dropped requests unserved has the file
+        files["dropped.csv.gz"] = csv_gz_bytes(result.dropped)
     if ITERATION_FILES[iterations] is not None:
         files[ITERATION_FILES[iterations]] = iterations_bytes(result.iterations, iterations)
     return RunFiles({**result.summary, "config_digest": digest}, files)
@@ -92,10 +95,11 @@ def execute_into(exp: Experiment, key: RunKey, digest: str, iterations: str, run
 
 def save(run: RunFiles, run_dir: Path) -> dict:
     """A run's files, each atomically; summary.json last, so that it marks the run complete. An
-    iterations file in another format, from an earlier run of another config, is removed."""
+    iterations file in another format, or a dropped-requests file, from an earlier run of another config, is
+    removed."""
     for name, data in run.files.items():
         write_bytes(data, run_dir / name)
-    for name in ITERATION_FILES.values():
+    for name in (*ITERATION_FILES.values(), "dropped.csv.gz"):
         if name is not None and name not in run.files:
             (run_dir / name).unlink(missing_ok=True)
     write_json(run.summary, run_dir / "summary.json")

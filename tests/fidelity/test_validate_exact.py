@@ -1,6 +1,7 @@
 """Same decisions, proven: fed the engine's measured iteration times, the simulator takes the engine's
 schedule one for one (same batches in the same order, same preemptions, same timestamps), for all five
-systems, on pools tight enough that the policies queue, reserve, preempt and swap."""
+systems and vLLM's three prefill policies, on pools tight enough that the policies queue, reserve, preempt
+and swap."""
 import dataclasses
 
 import numpy as np
@@ -23,14 +24,26 @@ from sim.workload.trace import Trace
 # (device blocks, host blocks) of 4 tokens: vLLM preempts (and swaps its 2-sample groups); the
 # reservation systems queue behind Max / Pow2 / Oracle reservations (Max: 64 blocks a sequence)
 POOLS = {"vllm": (24, 64), "orca-oracle": (40, 0), "orca-pow2": (48, 0), "orca-max": (160, 0),
-         "fastertransformer": (160, 0)}
+         "fastertransformer": (160, 0), "vllm-separate": (24, 64), "vllm-chunked": (24, 64),
+         "vllm-separate-delay": (24, 64)}
+# vLLM's later prefill policies; chunked with a budget of 16 tokens, so that prompts of up to 30 come in chunks.
+# Each trace of theirs holds a request too long for the model, which both planes ignore when it is scheduled.
+SYSTEMS = {**PAPER_SYSTEMS,
+           "vllm-separate": dataclasses.replace(PAPER_SYSTEMS["vllm"], prefill_policy="separate"),
+           "vllm-chunked": dataclasses.replace(PAPER_SYSTEMS["vllm"], prefill_policy="chunked",
+                                               max_num_batched_tokens=16, max_num_seqs=16),
+           # v0.3's delay_factor reads the step's clock: the engine's measured one, replayed in the simulator
+           "vllm-separate-delay": dataclasses.replace(PAPER_SYSTEMS["vllm"], prefill_policy="separate",
+                                                      delay_factor=0.5)}
 
 
-def a_trace(num_requests=12, seed=3, mean_gap_s=0.005):
+def a_trace(num_requests=12, seed=3, mean_gap_s=0.005, too_long=False):
     rng = np.random.default_rng(seed)
     arrival = np.cumsum(rng.exponential(mean_gap_s, num_requests))
-    return Trace(arrival, rng.integers(3, 30, num_requests), rng.integers(2, 20, num_requests),
-                 rng.integers(1, 3, num_requests))
+    output = rng.integers(2, 20, num_requests)
+    if too_long:
+        output[5] = 256  # opt-tiny's max_seq_len, with the prompt on top
+    return Trace(arrival, rng.integers(3, 30, num_requests), output, rng.integers(1, 3, num_requests))
 
 
 def real_replay(spec, system, trace, blocks):
@@ -45,9 +58,10 @@ def real_replay(spec, system, trace, blocks):
 def test_simulator_fed_the_engines_times_reproduces_its_schedule(preset):
     # vLLM: arrivals 50 us apart, all within the first iterations whatever this machine's speed, so the
     # pool runs short and swaps on every run (5 ms apart, a fast run could finish requests first)
-    trace = a_trace(mean_gap_s=5e-5 if preset == "vllm" else 0.005)
+    later_policy = preset.startswith("vllm-")
+    trace = a_trace(mean_gap_s=5e-5 if preset.startswith("vllm") else 0.005, too_long=later_policy)
     spec, blocks = load_model_spec("opt-tiny"), POOLS[preset]
-    system = dataclasses.replace(PAPER_SYSTEMS[preset], block_size=4)
+    system = dataclasses.replace(SYSTEMS[preset], block_size=4)
     result, clock = real_replay(spec, system, trace, blocks)
     iterations = result.iteration_columns()
     # the clock changed nothing: each iteration lasted what the runner measured
@@ -65,6 +79,11 @@ def test_simulator_fed_the_engines_times_reproduces_its_schedule(preset):
     for column in ("arrival_s", "first_token_s", "finish_s"):
         np.testing.assert_allclose(sim_requests[column], real_requests[column], rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(sim_iterations["start_s"], iterations["start_s"], rtol=1e-12, atol=1e-12)
+
+    assert records.dropped_rows() == result.dropped
+    assert [(r.request_id, r.status) for r in result.dropped] == ([(5, "ignored")] if later_policy else [])
+    if preset == "vllm-chunked":
+        assert max(np.add(iterations["num_prefill_tokens"], iterations["num_decodes"])) <= 16
 
     comparison = compare_schedules(pd.DataFrame(real_requests), pd.DataFrame(iterations), sim_requests,
                                    sim_iterations)

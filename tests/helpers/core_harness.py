@@ -175,15 +175,21 @@ class StepInvariants(Checker):
             written.add(slot)
 
         cached_lens = batch.prefill_cached_lens or [0] * len(batch.prefill_seq_ids)
-        for seq_id, length, cached in zip(batch.prefill_seq_ids, batch.prefill_lens, cached_lens):
+        chunked = system.prefill_policy == "chunked"  # earlier chunks are cached too: ChunkedPrefill checks them
+        for seq_id, length, cached, samples in zip(batch.prefill_seq_ids, batch.prefill_lens, cached_lens,
+                                                   batch.prefill_sample_ids):
             seq = sched.sequence(seq_id)
-            assert cached + length == seq.length, "a prefill covers the whole current sequence, cached or computed"
+            if samples:
+                assert cached + length == seq.length, "a prefill that samples covers the whole current sequence"
+            else:
+                assert chunked and cached + length < seq.length, "only a prompt's earlier chunks sample nothing"
             table = sched.block_table(seq_id)
-            if cached and isinstance(sched.blocks, PrefixCachingBlockManager):  # blocks found by their keys
+            if cached and not chunked and isinstance(sched.blocks, PrefixCachingBlockManager):
+                # the cached tokens are blocks found by their keys
                 keys = sched.blocks._seq_keys[seq_id]
                 assert cached % bs == 0 and [sched.blocks.cache.key_of_block[b] for b in table[:cached // bs]] == \
                     list(keys[:cached // bs])
-            elif cached:  # the cached tokens are the shared prefix's blocks, which nobody writes
+            elif cached and not chunked:  # the cached tokens are the shared prefix's blocks, which nobody writes
                 assert cached % bs == 0 and table[:cached // bs] == sched.blocks.prefix_table
             for pos in range(cached, cached + length):
                 write(table, pos, seq_id)
@@ -204,6 +210,39 @@ class StepInvariants(Checker):
                 table = sched.block_table(seq_id)
                 assert table == list(range(res.start, res.start + len(table)))
                 assert len(table) <= res.chunk_blocks
+
+
+class ChunkedPrefill(Checker):
+    """vLLM's chunked prefill (engine/core/scheduler/vllm_chunked.py), every step: no iteration holds more
+    than the budget; every running sequence not part way through its prompt decodes (decodes go first);
+    each chunk starts exactly where the prompt's cache ends (its earlier chunks, or a cached prefix); and a
+    prompt's last chunk leaves exactly its tokens in the cache, in exactly their blocks."""
+
+    def __init__(self) -> None:
+        self.progress: dict[int, int] = {}  # before schedule(): request id -> prompt tokens in the cache
+        self.chunks = 0  # prefills that sampled nothing: the runs really chunked
+
+    def before(self, sched, step: int) -> None:
+        self.progress = dict(sched.prefill_progress)
+
+    def after(self, sched, batch: Batch, step: int) -> None:
+        assert batch.num_tokens <= sched.token_budget, f"step {step}: {batch.num_tokens} tokens over the budget"
+        group_of = {s.seq_id: g for g in sched.groups_in_system() for s in g.seqs}
+        running = {s.seq_id for g in sched.running if g.request_id not in sched.prefill_progress
+                   for s in g.seqs if s.status is SeqStatus.RUNNING}
+        assert set(batch.decode_seq_ids) == running, f"step {step}: a decoding sequence was left out"
+        for seq_id, length, cached, samples in zip(batch.prefill_seq_ids, batch.prefill_lens,
+                                                   batch.prefill_cached_lens, batch.prefill_sample_ids):
+            group = group_of[seq_id]
+            expected = self.progress.get(group.request_id, group.num_cached_tokens)
+            assert cached == expected, f"step {step}: seq {seq_id}'s chunk starts at {cached}, its cache ends at " \
+                                       f"{expected}"
+            if not samples:
+                self.chunks += 1
+                continue
+            seq = sched.sequence(seq_id)
+            assert cached + length == seq.length
+            assert len(sched.block_table(seq_id)) == -(-seq.length // sched.block_size), "exactly its blocks"
 
 
 def check_finished(run: Run, reqs: list[Req]) -> None:

@@ -23,6 +23,12 @@ SYSTEMS = {
     "vllm-swap": replace(PAPER_SYSTEMS["vllm"], name="vLLM swap", preemption="swap"),
     "vllm-block8": replace(PAPER_SYSTEMS["vllm"], name="vLLM 8", block_size=8, watermark=0.0),
     "fastertransformer-b4": replace(PAPER_SYSTEMS["fastertransformer"], name="FT B=4", max_batch_size=4),
+    # vLLM's later prefill policies: v0.2-v0.3's prompt-only steps, and chunked prefill at vLLM's 512 tokens
+    "vllm-separate": replace(PAPER_SYSTEMS["vllm"], name="vLLM separate", prefill_policy="separate"),
+    "vllm-separate-delay": replace(PAPER_SYSTEMS["vllm"], name="vLLM v0.3 delay", prefill_policy="separate",
+                                   delay_factor=0.5),
+    "vllm-chunked": replace(PAPER_SYSTEMS["vllm"], name="vLLM chunked", prefill_policy="chunked",
+                            max_num_batched_tokens=512),
 }
 
 

@@ -25,6 +25,9 @@ class Scheduler(ABC):
     num_gpu_blocks: int
     num_cpu_blocks: int
     caches_prefixes: bool = False  # automatic prefix caching (vLLM's option): requests record their hits
+    # the clock at the schedule() about to run, set by ServingCore.start_step (a policy that reads the time,
+    # vLLM v0.3's delay_factor, reads it here; the others ignore it)
+    now_s: float
 
     @abstractmethod
     def add_request(self, group: SequenceGroup) -> None: ...
@@ -59,6 +62,16 @@ class Scheduler(ABC):
     @abstractmethod
     def groups_in_system(self) -> list[SequenceGroup]:
         """Every request admitted and not finished: waiting first (oldest first), then running, then swapped."""
+
+    def take_ignored(self) -> list[SequenceGroup]:
+        """The requests schedule() ignored since the last call (never run, vLLM's FINISHED_IGNORED): a policy
+        that refuses an unservable request at admission instead ignores none."""
+        return []
+
+    def abort(self, request_id: int) -> SequenceGroup | None:
+        """Between steps: take the request out of the system wherever it is, freeing what it holds; None when
+        it is not in the system (finished, ignored or never admitted)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot abort a request (vLLM's schedulers can)")
 
     # --- decode stretches: what a simulator may advance in one go (docs/stretch.md) ---------------
     def decode_stretch(self, batch: Batch) -> DecodeStretch:

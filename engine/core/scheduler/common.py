@@ -37,27 +37,57 @@ class QueueScheduler(Scheduler):
         self.num_running_seqs = 0
         self.num_running_beam_groups = 0
         self.token_slots = TokenSlots(self._token_slots_of)  # for kv_usage()
+        # a policy that ignores an unservable request at schedule time (vLLM >= v0.2's ignored_seq_groups)
+        # instead of refusing it at admission sets ignores_unservable; `unservable` holds why, by request id,
+        # and `ignored` the groups ignored since the data plane last took them (take_ignored)
+        self.now_s = 0.0  # Scheduler.now_s
+        self.ignores_unservable = False
+        self.unservable: dict[int, str] = {}
+        self.ignored: list[SequenceGroup] = []
 
     # --- the contract ----------------------------------------------------------
     def add_request(self, group: SequenceGroup) -> None:
         if not 0 <= group.prefix_len < group.prompt_len:
             raise ValueError(f"request {group.request_id}: a shared prefix of {group.prefix_len} tokens must be "
                              f"shorter than its prompt of {group.prompt_len}")
+        refusal = self._refusal(group)
+        if refusal is not None:
+            if not self.ignores_unservable:
+                raise refusal
+            self.unservable[group.request_id] = str(refusal)  # ignored when it reaches the queue's head
+        for seq in group.seqs:
+            self._seqs[seq.seq_id] = seq
+        self.waiting.append(group)
+
+    def _refusal(self, group: SequenceGroup) -> Unservable | None:
+        """Why the request can never be served here (too long for the model, too large for the pool), or None."""
         final_len = group.prompt_len + group.output_len
         if final_len > self.max_seq_len:
-            raise RequestTooLong(
+            return RequestTooLong(
                 f"request {group.request_id}: prompt {group.prompt_len} + output {group.output_len} = "
                 f"{final_len} tokens exceeds the model's max_seq_len {self.max_seq_len}")
         needed = self._blocks_needed_alone(group)
         if needed > self.num_gpu_blocks:
             fewer = " or fewer sequences per request (a smaller beam_width or n)" if group.num_seqs > 1 else ""
-            raise RequestTooLarge(
+            return RequestTooLarge(
                 f"request {group.request_id}: {group.num_seqs} x ({group.prompt_len} + {group.output_len}) tokens"
                 f"{self._reservation_note(group)} need {needed} KV blocks under {self.system.name} even alone, but "
                 f"the pool has {self.num_gpu_blocks}; give the KV cache more memory{fewer}")
+        return None
+
+    def take_ignored(self) -> list[SequenceGroup]:
+        ignored = self.ignored
+        if ignored:
+            self.ignored = []
+        return ignored
+
+    def _ignore(self, group: SequenceGroup) -> None:
+        """vLLM's FINISHED_IGNORED: the group, just taken off the waiting queue, will never run."""
+        group.set_status(SeqStatus.FINISHED)
         for seq in group.seqs:
-            self._seqs[seq.seq_id] = seq
-        self.waiting.append(group)
+            self._seqs.pop(seq.seq_id, None)
+        self.unservable.pop(group.request_id, None)
+        self.ignored.append(group)
 
     def complete(self, batch: Batch, now_s: float,
                  beam_parents: Mapping[int, int] | None = None) -> list[SequenceGroup]:

@@ -159,13 +159,17 @@ class VLLMScheduler(QueueScheduler):
             if prompt_tokens is None:
                 break
             self.waiting.popleft()
-            self.blocks.allocate(group)
-            if group.prefix_blocks and not group.num_cached_tokens:  # it just cached the prefix
-                self.token_slots.slots += group.prefix_blocks * self.block_size
-            self._start_running(group)
-            self._insert_running(group)
+            self._start_prompt(group)
             num_tokens += prompt_tokens
             plan.prefill_groups.append(group)
+
+    def _start_prompt(self, group: SequenceGroup) -> None:
+        """The group, just taken off the waiting queue, gets its prompt's blocks and runs."""
+        self.blocks.allocate(group)
+        if group.prefix_blocks and not group.num_cached_tokens:  # it just cached the prefix
+            self.token_slots.slots += group.prefix_blocks * self.block_size
+        self._start_running(group)
+        self._insert_running(group)
 
     def _admission_tokens(self, group: SequenceGroup, num_tokens: int) -> int | None:
         """The prompt tokens the group would add to an iteration already holding num_tokens, or None when
@@ -353,6 +357,34 @@ class VLLMScheduler(QueueScheduler):
         return paged_usage_columns(self.blocks, token_slots, free_blocks, someone_waited)
 
     # --- the rest of the contract ----------------------------------------------------
+    def abort(self, request_id: int) -> SequenceGroup | None:
+        """vLLM's abort_seq_group, between steps: the request leaves whichever queue holds it, its blocks
+        (GPU, or host when swapped out) go back, and it never runs again."""
+        for queue in (self.waiting, self.swapped):
+            for group in queue:
+                if group.request_id == request_id:
+                    queue.remove(group)
+                    for seq in group.live_seqs():
+                        self.blocks.free(seq)  # by its status: host blocks when swapped out, none when waiting
+                    return self._aborted(group)
+        for group in self.running:
+            if group.request_id == request_id:
+                if any(group is g for g in chain(self._prefilled, self._decoded)):
+                    raise RuntimeError(f"abort request {request_id}: its iteration is running; abort between steps")
+                self.running = [g for g in self.running if g is not group]
+                for seq in group.live_seqs():
+                    self.blocks.free(seq)
+                self._stop_running(group, SeqStatus.FINISHED)
+                return self._aborted(group)
+        return None
+
+    def _aborted(self, group: SequenceGroup) -> SequenceGroup:
+        group.set_status(SeqStatus.FINISHED)
+        for seq in group.seqs:
+            self._seqs.pop(seq.seq_id, None)
+        self.unservable.pop(group.request_id, None)
+        return group
+
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running or self.swapped)
 

@@ -29,6 +29,9 @@ SYSTEMS = {name: replace(system, block_size=4) for name, system in {
     "vllm-recompute": replace(PAPER_SYSTEMS["vllm"], preemption="recompute"),
     "vllm-swap": replace(PAPER_SYSTEMS["vllm"], preemption="swap"),
     "fastertransformer-b3": replace(PAPER_SYSTEMS["fastertransformer"], max_batch_size=3),
+    "vllm-separate": replace(PAPER_SYSTEMS["vllm"], prefill_policy="separate"),
+    "vllm-chunked": replace(PAPER_SYSTEMS["vllm"], prefill_policy="chunked", max_num_batched_tokens=32,
+                            max_num_seqs=32),  # prompts of up to 50 tokens come in chunks
 }.items()}
 # (gpu blocks of 4 tokens, cpu blocks): vLLM short enough to preempt, the reservations (32 blocks at most a
 # sequence) to queue

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -150,5 +151,8 @@ def test_the_option_is_checked():
         assert "systems[0].prefix_caching" in str(e) and "vllm" in str(e)
     else:
         raise AssertionError("Orca with prefix caching accepted")
+    for policy in ("separate", "chunked"):
+        with pytest.raises(SpecError, match="prefill_policy 'mixed' only"):
+            dataclasses.replace(caching(), prefill_policy=policy).validate("c.yaml", "systems[0]")
     assert isinstance(scheduler_for(caching(), 8).blocks.gpu, CachingBlockAllocator)
     assert not isinstance(scheduler_for(PAPER_SYSTEMS["vllm"], 8).blocks.gpu, CachingBlockAllocator)

@@ -73,13 +73,15 @@ def test_random_traces_give_the_same_records(name, seed):
     both_ways(random_trace(seed, arrivals=arrivals), SYSTEMS[name])
 
 
-@pytest.mark.parametrize("name", ["vllm", "vllm-recompute", "vllm-swap", "orca-oracle", "fastertransformer"])
+@pytest.mark.parametrize("name", ["vllm", "vllm-recompute", "vllm-swap", "orca-oracle", "fastertransformer",
+                                  "vllm-separate", "vllm-chunked"])
 @pytest.mark.parametrize("seed", range(2))
 def test_parallel_samples(name, seed):
     both_ways(random_trace(seed, n=3), SYSTEMS[name], gpu_blocks=160)
 
 
-@pytest.mark.parametrize("name", ["vllm", "vllm-recompute", "orca-pow2", "fastertransformer"])
+@pytest.mark.parametrize("name", ["vllm", "vllm-recompute", "orca-pow2", "fastertransformer", "vllm-separate",
+                                  "vllm-chunked"])
 def test_beam_searches_among_plain_requests(name):
     # beams are drawn per step, so their batches go step by step; the plain requests between them do not
     both_ways(random_trace(4, beams=3), SYSTEMS[name], gpu_blocks=160, min_forwarded=0.01)
@@ -92,7 +94,7 @@ def test_beam_searches_in_a_fleet_draw_their_parents_in_the_same_order(router):
               router=router, min_forwarded=0.01)
 
 
-@pytest.mark.parametrize("name", ["vllm", "vllm-swap", "orca-max"])
+@pytest.mark.parametrize("name", ["vllm", "vllm-swap", "orca-max", "vllm-separate", "vllm-chunked"])
 def test_a_shared_prefix(name):
     both_ways(random_trace(5, prefix=40), SYSTEMS[name], gpu_blocks=128)
 
