@@ -10,20 +10,32 @@ The fleet is also timed with its replicas served in --jobs processes (sim/core/i
 Prints, per scenario, both wall times (the simulation alone: trace built before, outputs not written), their
 ratio, the share of iterations run inside fast-forwarded stretches, and checks that both ways recorded the
 same iterations and requests. Ends with one line per scenario: name=<s> step_s=<f> fast_s=<f> ratio=<f>.
+
+Where the control plane runs compiled (mypyc; docs/compiled.md), each scenario is timed again under pure Python,
+in a subprocess with SERVESIM_PURE_PYTHON=1, --repeats times, alternating with this process's build, and
+a table compares the two (medians, the spread, whether both recorded the same): one line per scenario,
+build=<s> compiled_fast_s=<f> pure_fast_s=<f> build_ratio=<f> (--no-pure: this build alone).
 """
 from __future__ import annotations
 
 import argparse
 import gc
 import hashlib
+import json
+import os
 import pickle
 import resource
+import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code, whichever servesim is installed
 import sim.core.simulate
+from engine.core.compiled import PURE_ENV, control_plane_build, is_compiled
 from sim.core.fast_forward import FastForward
 from sim.experiment.config import load_experiment
 from sim.experiment.run import make_cost_model, simulate_trace, trace_for
@@ -77,6 +89,7 @@ def measure(name: str, fleet_duration_s: float, jobs: int = 1) -> dict:
             "step_s": walls[False], "fast_s": walls[True], "ratio": walls[False] / walls[True],
             "jobs": jobs if "jobs" in walls else 1, "jobs_s": walls.get("jobs"),
             "forwarded": forwarded, "same": same, "hour_s": walls[True] * per_hour, "target_s": target_s,
+            "digest": digests[True].hex(),
             "label": f"{exp.replicas} x {exp.model.name}, {trace.source}"}
 
 
@@ -86,12 +99,30 @@ def main() -> None:
     parser.add_argument("--fleet-duration-s", type=float, default=600.0)
     parser.add_argument("--jobs", type=int, default=2, help="processes for the fleet's replicas, timed as well "
                         "(fast-forwarded; 1: not)")
+    parser.add_argument("--repeats", type=int, default=3, help="times each build is timed, alternating (the "
+                        "comparison with pure Python)")
+    parser.add_argument("--no-pure", action="store_true", help="time this build alone, once")
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # the pure subprocess's answer
     args = parser.parse_args()
     unknown = sorted(set(args.scenarios) - set(SCENARIOS))
     if unknown:
         parser.error(f"unknown scenario {', '.join(unknown)}: choose from {', '.join(SCENARIOS)}")
     sim.core.simulate.FastForward = Counted  # type: ignore[misc]  # to count what it ran
-    results = [measure(name, args.fleet_duration_s, args.jobs) for name in args.scenarios or SCENARIOS]
+    names = args.scenarios or list(SCENARIOS)
+    if args.json:
+        print(json.dumps([measure(name, args.fleet_duration_s, args.jobs) for name in names]))
+        return
+    compare = is_compiled() and not args.no_pure
+    print(f"control plane: {control_plane_build()}", flush=True)
+    rounds: dict[str, list[list[dict]]] = {"compiled": [], "pure": []}
+    for repeat in range(args.repeats if compare else 1):
+        rounds["compiled"].append([measure(name, args.fleet_duration_s, args.jobs) for name in names])
+        if compare:
+            rounds["pure"].append(pure_python(names, args))
+        print(f"round {repeat + 1}: " + ", ".join(
+            f"{build} {r['name']} {r['fast_s']:.2f} s" for build, runs in rounds.items() if runs for r in runs[-1]),
+            flush=True)
+    results = rounds["compiled"][0]
     print(f"{'scenario':9s} {'requests':>9s} {'iterations':>11s} {'step_s':>8s} {'fast_s':>8s} {'ratio':>6s} "
           f"{'forwarded':>9s} {'fast_s/h':>8s} {'target':>7s}  same records")
     for r in results:
@@ -107,6 +138,41 @@ def main() -> None:
     for r in results:
         jobs = f" jobs={r['jobs']} jobs_s={r['jobs_s']:.3f}" if r["jobs_s"] is not None else ""
         print(f"name={r['name']} step_s={r['step_s']:.3f} fast_s={r['fast_s']:.3f} ratio={r['ratio']:.3f}{jobs}")
+    if rounds["pure"]:
+        compare_builds(names, rounds)
+
+
+def pure_python(names: list[str], args) -> list[dict]:
+    """The same scenarios, measured by this script in a subprocess whose control plane runs as pure Python."""
+    command = [sys.executable, __file__, *names, "--json", "--fleet-duration-s", str(args.fleet_duration_s),
+               "--jobs", str(args.jobs)]
+    env = {**os.environ, PURE_ENV: "1", "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def compare_builds(names: list[str], rounds: dict[str, list[list[dict]]]) -> None:
+    """Medians over the rounds, compiled against pure Python, fast-forwarded and step by step."""
+    repeats = len(rounds["pure"])
+    print(f"\ncompiled (mypyc) against pure Python ({PURE_ENV}=1, in a subprocess): median of {repeats}, "
+          "alternating; spread = (max - min) / median")
+    print(f"{'scenario':9s} {'way':5s} {'compiled_s':>10s} {'spread':>7s} {'pure_s':>8s} {'spread':>7s} "
+          f"{'ratio':>6s}  same records")
+    lines = []
+    for i, name in enumerate(names):
+        same = len({runs[i]["digest"] for build in rounds.values() for runs in build}) == 1
+        medians = {}
+        for way in ("fast_s", "step_s"):
+            times = {build: [runs[i][way] for runs in rounds[build]] for build in rounds}
+            med = {build: statistics.median(t) for build, t in times.items()}
+            spread = {build: (max(t) - min(t)) / med[build] for build, t in times.items()}
+            medians[way] = med
+            print(f"{name:9s} {way[:-2]:5s} {med['compiled']:10.2f} {spread['compiled']:6.0%} {med['pure']:8.2f} "
+                  f"{spread['pure']:6.0%} {med['pure'] / med['compiled']:5.2f}x  {same}")
+        fast = medians["fast_s"]
+        lines.append(f"build name={name} compiled_fast_s={fast['compiled']:.3f} pure_fast_s={fast['pure']:.3f} "
+                     f"build_ratio={fast['pure'] / fast['compiled']:.3f} same={same}")
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -11,8 +11,12 @@ is pinned by measurements at its size.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # only annotations here: the cost models that read these terms need no pandas
+    import pandas as pd
 
 # name -> what the coefficient multiplies (seconds per unit); all fitted non-negative
 TERMS = {

@@ -9,13 +9,16 @@ the roofline cost model charges it in place of its spec-sheet matmuls.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from calibrate.hardware import HardwareSpec
 from calibrate.layer_ops import GEMMS, ITERATION_ELEMENTWISE
 from calibrate.ridge import bent_roofs, ridge_exponent
+
+if TYPE_CHECKING:  # the frames come from the callers that fit and check the part; pricing an iteration needs none
+    import pandas as pd
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from calibrate.layer_ops import GEMMS, OPS, LayerShape, gemm_work
 from engine.specs.checks import existing_file
@@ -20,6 +20,9 @@ from engine.specs.errors import SpecError
 ARCH_COLUMNS = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "use_gated_mlp")
 POINT_COLUMNS = ("num_tokens", "num_tensor_parallel_workers")
 MS = 1e-3
+
+if TYPE_CHECKING:  # pandas is imported by the functions that read tables: a run priced without one never loads it
+    import pandas as pd
 
 
 def time_column(op: str) -> str:
@@ -39,6 +42,8 @@ def table_label(path: str | Path) -> str:
 
 
 def read_csv(path: str | Path, what: str) -> pd.DataFrame:
+    import pandas as pd
+
     source = str(path)
     existing_file(path, source, "", what=f"a {what}")
     try:
@@ -55,6 +60,8 @@ def check_columns(table: pd.DataFrame, required, source: str, what: str) -> None
 
 
 def numeric(table: pd.DataFrame, column: str, source: str, positive: bool) -> np.ndarray:
+    import pandas as pd
+
     values = pd.to_numeric(table[column], errors="coerce").to_numpy(dtype=float)
     bad = ~np.isfinite(values) | ((values <= 0) if positive else (values < 0))
     if bad.any():
@@ -92,6 +99,8 @@ class OpTable:
 
 def read_op_table(path: str | Path, max_tokens: int | None = None, dtype_bytes: int = 2) -> OpTable:
     """A table's operations at each token count and tensor-parallel degree; rows measured twice are averaged."""
+    import pandas as pd
+
     source = str(path)
     table = read_csv(path, "per-operation table")
     check_columns(table, REQUIRED_COLUMNS, source, "per-operation table")
@@ -114,6 +123,8 @@ def read_op_table(path: str | Path, max_tokens: int | None = None, dtype_bytes: 
 
 
 def _op_rows(points: pd.DataFrame, op: str, shape: LayerShape, dtype_bytes: int) -> pd.DataFrame:
+    import pandas as pd
+
     tokens, tp = points["tokens"].to_numpy(float), points["tp"].to_numpy()
     flops, weight_bytes, moved = np.zeros(len(points)), np.zeros(len(points)), np.zeros(len(points))
     for degree in np.unique(tp):

@@ -34,11 +34,28 @@ EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT: 128 + 2
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="servesim", description="servesim: a discrete-event simulator of LLM "
                                      "serving, clocked by cost models calibrated on a real paged-attention engine")
+    parser.add_argument("--version", action=_Version, nargs=0, help="print servesim's version and whether its "
+                        "control plane runs compiled (mypyc) or as pure Python, then exit")
     sub = parser.add_subparsers(dest="command", required=True)
     for register in ROOMS:
         register(sub)
     _add_debug_flag(parser)
     return parser
+
+
+class _Version(argparse.Action):
+    """--version: the control plane's build is found only when asked (it reads the compiled modules' sources)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from importlib.metadata import PackageNotFoundError, version
+
+        from engine.core.compiled import control_plane_build
+        try:
+            number = version("servesim")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            number = "(not installed)"
+        print(f"servesim {number}, control plane: {control_plane_build()}")
+        parser.exit()
 
 
 def _add_debug_flag(parser: argparse.ArgumentParser) -> None:

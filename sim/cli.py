@@ -19,10 +19,11 @@ def workload_label(workload) -> str:
 
 
 def _cmd_run(args) -> int:
+    from engine.core.compiled import control_plane_build
     from sim.experiment.config import load_experiment
-    from sim.experiment.output import check_iterations_format, prepare_out_dir, write_csv, write_text
+    from sim.experiment.output import check_iterations_format, prepare_out_dir, write_columns_csv, write_text
     from sim.experiment.report import summary_table, unmeasured_warnings
-    from sim.experiment.sweep import sweep
+    from sim.experiment.sweep import summary_columns, summary_frame, sweep_rows
 
     # the plot is drawn last, after every run: its arguments are checked first, or a bad one would
     # leave the runs done and summary.csv written, and then fail
@@ -34,19 +35,27 @@ def _cmd_run(args) -> int:
     out_dir = prepare_out_dir(Path(args.out or Path("results") / exp.name))
     print(f"servesim: {exp.name}: {exp.model.name} on {exp.replicas} x {exp.tensor_parallel} x {exp.hardware.name}, "
           f"{runs} runs ({len(exp.systems)} systems x {len(exp.rates)} rates x {len(exp.seeds)} seeds) -> {out_dir}")
+    print(f"servesim: control plane: {control_plane_build()}")  # compiled or pure Python: docs/compiled.md
     started = time.perf_counter()
-    summary = sweep(exp, out_dir, executor, iterations=args.iterations)
-    for line in unmeasured_warnings(summary, exp.warmup_s):
+    # the summary's rows, written without pandas (the bytes its to_csv writes): a run that writes no Parquet
+    # and draws no plots never imports pandas, nor the pyarrow pandas 3 imports with it
+    rows = sweep_rows(exp, out_dir, executor, iterations=args.iterations)
+    for line in unmeasured_warnings(rows, exp.warmup_s):
         print(f"servesim: warning: {line}", file=sys.stderr)
-    write_csv(summary, out_dir / "summary.csv")
-    table = summary_table(summary)
+    write_columns_csv(summary_columns(rows), out_dir / "summary.csv")
+    table = summary_table(rows)
     write_text(table + "\n", out_dir / "summary.txt")
     print(table)
-    for source, systems in summary.groupby("cost_model", sort=False)["system"].unique().items():
-        print(f"cost model: {source}" + (f" ({', '.join(systems)})" if summary["cost_model"].nunique() > 1 else ""))
+    systems_by_model: dict[str, list[str]] = {}
+    for row in rows:
+        names = systems_by_model.setdefault(row["cost_model"], [])
+        if row["system"] not in names:
+            names.append(row["system"])
+    for source, systems in systems_by_model.items():
+        print(f"cost model: {source}" + (f" ({', '.join(systems)})" if len(systems_by_model) > 1 else ""))
     # the plots come last: the summary is on disk whatever drawing costs (matplotlib's import alone is
     # a third of a second), and --no-plots never imports matplotlib at all
-    plots = [] if args.no_plots else _draw_plots(exp, summary, out_dir, args.ylim)
+    plots = [] if args.no_plots else _draw_plots(exp, summary_frame(rows), out_dir, args.ylim)
     print(f"wrote {out_dir}/" + ", ".join(["summary.csv", "summary.txt", *plots, "runs/"])
           + f" in {time.perf_counter() - started:.1f} s")
     return 0

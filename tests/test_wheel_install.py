@@ -1,4 +1,5 @@
-"""servesim installs as a wheel and runs from any folder on its shipped models, hardware and ShareGPT lengths.
+"""servesim installs as a wheel and runs from any folder on its shipped models, hardware and ShareGPT lengths,
+built with a C compiler (the control plane compiled by mypyc) and without one (pure Python).
 
 `pip wheel .` (no build isolation, so no network), a fresh venv without system site packages, the
 wheel installed there with --no-deps --no-index, and `servesim run` from an empty folder. The
@@ -50,7 +51,7 @@ seeds: [0]
 warmup_s: 20
 """
 NOT_COPIED = shutil.ignore_patterns(".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", "results",
-                                    "*_cache", ".hypothesis", "*.whl")
+                                    "*_cache", ".hypothesis", "*.whl", "*.so", "*.pyd", "_compiled.json")
 
 
 def _run(command: list, cwd: Path, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -73,8 +74,12 @@ def _clean_env() -> dict:
     return env
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
+# with a C compiler, setup.py compiles the control plane (mypyc); without one (CC names none), pure Python
+BUILDS = {"compiler": {}, "no-compiler": {"CC": "no-such-c-compiler"}}
+
+
+@pytest.fixture(scope="module", params=list(BUILDS))
+def wheel(tmp_path_factory, request) -> Path:
     if importlib.util.find_spec("pip") is None:
         pytest.skip("pip is not installed in this interpreter, so no wheel can be built or installed")
     if _pip_version() < (22, 3):
@@ -86,8 +91,9 @@ def wheel(tmp_path_factory) -> Path:
     # build from a copy, so a stale build/ folder in the checkout cannot slip old files into the wheel
     source = base / "src"
     shutil.copytree(REPO, source, ignore=NOT_COPIED)
+    # the compiled build type-checks and compiles the control plane: minutes on a busy 2-core machine
     _run([sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation", "-q", "-w", base / "dist"],
-         cwd=source, env=_clean_env(), timeout=120)
+         cwd=source, env={**_clean_env(), **BUILDS[request.param]}, timeout=900)
     wheels = list((base / "dist").glob("servesim-*.whl"))
     assert len(wheels) == 1, wheels
     return wheels[0]
@@ -98,6 +104,12 @@ def test_the_wheel_carries_the_shipped_data(wheel):
     missing = [name for name in SHIPPED if name not in names]
     assert not missing, f"not in {wheel.name}: {missing}"
     assert not [n for n in names if n.startswith(("tests/", "configs/", "traces/", "results/"))]
+    extensions = [n for n in names if n.endswith((".so", ".pyd"))]
+    if "py3-none-any" in wheel.name:  # pure Python: no compiler, so no extension and no record of a build
+        assert not extensions and "engine/core/_compiled.json" not in names, extensions
+    else:
+        assert "engine/core/_compiled.json" in names and any(n.startswith("engine/core/batch.") for n in extensions)
+        assert "engine/core/batch.py" in names  # the sources travel too: the pure path stays importable
 
 
 def test_installed_wheel_runs_an_experiment_from_an_empty_folder(wheel, tmp_path):
@@ -127,6 +139,9 @@ def test_installed_wheel_runs_an_experiment_from_an_empty_folder(wheel, tmp_path
     assert all(Path(f).resolve().is_relative_to(site.resolve()) for f in where), where
 
     scripts = python.parent
+    version = _run([scripts / "servesim", "--version"], cwd=work, env=clean).stdout
+    expected = "pure Python" if "py3-none-any" in wheel.name else "compiled (mypyc)"
+    assert f"control plane: {expected}" in version, version
     result = _run([scripts / "servesim", "run", "q.yaml"], cwd=work, env=clean, timeout=120)
     summary = work / "results" / "wheel" / "summary.csv"
     assert summary.is_file(), result.stdout

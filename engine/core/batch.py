@@ -6,6 +6,7 @@ after the batch is gone (the profiler's grid rows, a validation's recorded itera
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -13,9 +14,11 @@ class ShapeMetrics:
     """The quantities an iteration's time is a function of, from its prefill and decode lengths."""
 
     __slots__ = ()
-    prefill_lens: list[int] | tuple[int, ...]
-    prefill_cached_lens: list[int] | tuple[int, ...]  # empty, or one per prefill
-    decode_context_lens: list[int] | tuple[int, ...]
+    # Sequence, here and in both subclasses: a compiled (mypyc) subclass must declare an attribute with its
+    # base's very type; a Batch holds lists, a BatchShape tuples
+    prefill_lens: Sequence[int]
+    prefill_cached_lens: Sequence[int]  # empty, or one per prefill
+    decode_context_lens: Sequence[int]
 
     @property
     def num_prefill_tokens(self) -> int:
@@ -102,11 +105,11 @@ class Batch(ShapeMetrics):
     """
 
     prefill_seq_ids: list[int] = field(default_factory=list)
-    prefill_lens: list[int] = field(default_factory=list)
+    prefill_lens: Sequence[int] = field(default_factory=list)
     prefill_sample_ids: list[tuple[int, ...]] = field(default_factory=list)
-    prefill_cached_lens: list[int] = field(default_factory=list)
+    prefill_cached_lens: Sequence[int] = field(default_factory=list)
     decode_seq_ids: list[int] = field(default_factory=list)
-    decode_context_lens: list[int] = field(default_factory=list)
+    decode_context_lens: Sequence[int] = field(default_factory=list)
     blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)  # (src gpu, dst gpu)
     blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  # (cpu, gpu)
     blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  # (gpu, cpu)
@@ -142,9 +145,9 @@ class Batch(ShapeMetrics):
 class BatchShape(ShapeMetrics):
     """A batch without its sequence ids: what a cost model reads, kept after the batch is gone."""
 
-    prefill_lens: tuple[int, ...] = ()
-    decode_context_lens: tuple[int, ...] = ()
+    prefill_lens: Sequence[int] = ()  # tuples: a shape is hashable
+    decode_context_lens: Sequence[int] = ()
     num_swap_blocks: int = 0
     num_copy_blocks: int = 0
     num_running_groups: int = 0
-    prefill_cached_lens: tuple[int, ...] = ()
+    prefill_cached_lens: Sequence[int] = ()

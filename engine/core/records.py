@@ -15,6 +15,8 @@ from dataclasses import dataclass, fields
 from itertools import chain, repeat
 from typing import TYPE_CHECKING
 
+from mypy_extensions import mypyc_attr
+
 from engine.core.kv_usage import KVUsage, usage_values
 
 if TYPE_CHECKING:
@@ -84,11 +86,13 @@ CACHED_COLUMN = "cached_tokens"
 REQUEST_COLUMNS = tuple(f.name for f in fields(RequestRecord) if f.name != CACHED_COLUMN)
 DROPPED_COLUMNS = tuple(f.name for f in fields(DroppedRecord))
 ITERATION_COLUMNS = tuple(f.name for f in fields(IterationRecord))
-# array typecodes of the iteration columns: float64 for times, int64 for counts
-ITERATION_TYPECODES = tuple("d" if f.type == "float" else "q" for f in fields(IterationRecord))
+# array typecodes of the iteration columns: float64 for times, int64 for counts (a field's type is the string
+# "float" under `from __future__ import annotations`, and the class float itself once compiled by mypyc)
+ITERATION_TYPECODES = tuple("d" if f.type in ("float", float) else "q" for f in fields(IterationRecord))
 ROWS_PER_CHUNK = 4096  # iterations kept as tuples before they move into the columns
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled, it stays a base: sim.experiment.records.Records adds frames
 class ServingRecords:
     """Requests and iterations in the order of the record types' fields: an iteration arrives as a plain
     tuple (a decode stretch's rows are built by zip, in C), and every ROWS_PER_CHUNK of them, or whenever

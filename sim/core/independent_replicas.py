@@ -21,7 +21,7 @@ import shutil
 import tempfile
 import weakref
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -58,14 +58,14 @@ class ReplicaRun:
     def num_iterations(self) -> int:
         return len(self.iteration_ends)
 
-    def column_into(self, i: int, out: np.ndarray) -> None:
-        """Iteration column i (ITERATION_TYPECODES' order) copied into `out`, of num_iterations values."""
+    def column_into(self, i: int, out: np.ndarray, start: int = 0) -> None:
+        """Iteration column i (ITERATION_TYPECODES' order) copied into `out`: its len(out) values from `start`."""
         if self.stored is None:
             column = self.records.iteration_columns[i]
-            out[:] = np.frombuffer(column, dtype=column.typecode)
+            out[:] = np.frombuffer(column, dtype=column.typecode)[start:start + len(out)]
             return
         with open(self.stored.path, "rb") as source:
-            source.seek(_column_offset(i, self.stored.num_iterations))
+            source.seek(_column_offset(i, self.stored.num_iterations) + start * out.itemsize)
             if source.readinto(memoryview(out).cast("B")) != out.nbytes:
                 raise OSError(f"{self.stored.path}: replica {self.index}'s records end early")
 
@@ -129,10 +129,13 @@ def _raise_first_failure(served: list) -> list[ReplicaRun]:
     return served
 
 
-def serve_replicas(trace: Trace, wakes: list[float], fleet: FleetSetup, indices: Sequence[int]
-                   ) -> list[ReplicaRun | ReplicaFailure] | None:
+def serve_replicas(trace: Trace, wakes: list[float], fleet: FleetSetup, indices: Sequence[int],
+                   keep: Callable[[ReplicaRun], ReplicaRun | StoredRun] = lambda run: run
+                   ) -> list[ReplicaRun | StoredRun | ReplicaFailure] | None:
     """These replicas of the fleet, one at a time, each on its own clock; None at an arrival tie. A replica
-    that raises is a ReplicaFailure, and the others are still served: one of theirs may come first."""
+    that raises is a ReplicaFailure, and the others are still served: one of theirs may come first. `keep`
+    takes each replica's run as it ends (a worker writes it to a file then, and holds one replica's records
+    at a time, not all of its replicas')."""
     fast_forward, runs = fleet.stretches(wakes), []
     for index in indices:
         env = simpy.Environment()
@@ -146,7 +149,7 @@ def serve_replicas(trace: Trace, wakes: list[float], fleet: FleetSetup, indices:
             failure = ReplicaFailure(index, env.now, error)
         if not set(own_wakes).isdisjoint(replica.iteration_ends):
             return None
-        runs.append(failure or ReplicaRun(index, replica.core.records, replica.iteration_ends))
+        runs.append(failure or keep(ReplicaRun(index, replica.core.records, replica.iteration_ends)))
     return runs
 
 
@@ -163,10 +166,10 @@ def _serve_to_files(trace: Trace, wakes: list[float], fleet: FleetSetup, indices
                     ) -> list[StoredRun | ReplicaFailure] | None:
     """serve_replicas in a worker: each replica's records go to a file in `folder`, not back through the pool's
     pipe (a pickled result is a second copy of the records in the worker and a third in the parent)."""
-    runs = serve_replicas(trace, wakes, fleet, indices)
+    runs = serve_replicas(trace, wakes, fleet, indices, keep=lambda run: _write_run(run, Path(folder)))
     if runs is None:
         return None
-    return [run if isinstance(run, ReplicaFailure) else _write_run(run, Path(folder)) for run in runs]
+    return [run for run in runs if isinstance(run, (StoredRun, ReplicaFailure))]
 
 
 def _write_run(run: ReplicaRun, folder: Path) -> StoredRun:

@@ -53,7 +53,7 @@ class Replica:
     # --- called by the router ----------------------------------------------------------
     def submit(self, request: Request) -> None:
         self.core.admit(request)
-        if self.stretch is not None:
+        if self.stretch is not None and self.fast_forward is not None:  # a stretch runs only fast-forwarded
             self.fast_forward.cut(self, self.env.now)
         self._notify()
 
@@ -68,7 +68,7 @@ class Replica:
 
     # --- the process ----------------------------------------------------------------------
     def serve(self):
-        core, env = self.core, self.env
+        core, env, fast_forward = self.core, self.env, self.fast_forward
         while env.now < self.horizon_s:
             step = core.start_step(env.now)
             if step is None:
@@ -81,9 +81,9 @@ class Replica:
             seconds = self.cost_model.step_time(step.batch)
             if not 0.0 <= seconds < math.inf:  # NaN fails both comparisons
                 raise ClockFault(self._bad_step_time(seconds, step.batch))
-            stretch = self.fast_forward.plan(self, step, seconds) if self.fast_forward is not None else None
-            if stretch is not None:
-                yield from self.fast_forward.run(self, stretch)
+            stretch = fast_forward.plan(self, step, seconds) if fast_forward is not None else None
+            if stretch is not None and fast_forward is not None:
+                yield from fast_forward.run(self, stretch)
                 continue
             yield env.timeout(seconds)
             core.end_step(step, env.now, self._beam_parents(step.batch))

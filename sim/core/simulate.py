@@ -50,6 +50,20 @@ def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: Cost
     jobs: processes for a fleet whose replicas share nothing (independent_replicas.py), each serving some of them; the
     same records with any number.
     """
+    runs = simulate_runs(trace, spec, system, cost_model, num_gpu_blocks, num_cpu_blocks, replicas=replicas,
+                         router=router, horizon_s=horizon_s, rng=rng, beam_continue=beam_continue,
+                         fast_forward=fast_forward, jobs=jobs)
+    with older_objects_frozen():
+        return merged_records(runs)
+
+
+def simulate_runs(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: CostModel, num_gpu_blocks: int,
+                  num_cpu_blocks: int, *, replicas: int = 1, router: str = "round_robin",
+                  horizon_s: float = math.inf, rng: np.random.Generator | None = None,
+                  beam_continue: float = DEFAULT_BEAM_CONTINUE, fast_forward: bool | None = None,
+                  jobs: int = 1) -> list[ReplicaRun]:
+    """simulate's replicas' records before they are merged (merged_records), in replica order: for a caller that
+    reads a fleet's records in time order without holding them merged (sim/experiment/merged.py)."""
     if trace.has_beams and rng is None:
         raise ValueError("a trace with beam searches needs the run's seeded rng to choose the beams' parents")
     if fast_forward is None:
@@ -64,8 +78,8 @@ def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: Cost
         if replicas > 1 and fleet.known_ahead and beams is None:  # replicas that share nothing: apart
             runs = serve_apart(trace, wakes, fleet, jobs)
             if runs is not None:
-                return merged_records(runs)
-        return merged_records(serve_together(trace, wakes, fleet, router, beams))
+                return runs
+        return serve_together(trace, wakes, fleet, router, beams)
 
 
 @dataclass(frozen=True)

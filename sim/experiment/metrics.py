@@ -8,8 +8,14 @@ run reports a lower bound and says so (`saturated`, `num_unfinished`).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+from sim.experiment.table import Columns, Selected, num_rows
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SUMMARY_METRICS = (
     "num_requests", "num_measured", "num_unfinished", "saturated", "normalized_latency",
@@ -30,7 +36,7 @@ def _mean(values: np.ndarray) -> float:
 
 
 def latency_columns(requests: pd.DataFrame, horizon_s: float) -> pd.DataFrame:
-    """Per-request latency, TTFT, TPOT and normalized latency (unfinished ones at the horizon)."""
+    """Per-request latency, TTFT, TPOT and normalized latency (unfinished ones at the horizon), as a frame."""
     finish = requests["finish_s"].fillna(horizon_s)
     first = requests["first_token_s"].fillna(horizon_s)
     out = requests.assign(
@@ -50,19 +56,19 @@ def _tpot(requests: pd.DataFrame, finish: pd.Series) -> pd.Series:
     return ((finish - first) / (requests["output_len"] - 1)).where(decoded)
 
 
-def kv_shares(iterations: pd.DataFrame, pool_slots: int) -> dict[str, float]:
+def kv_shares(iterations: Columns | pd.DataFrame, pool_slots: int) -> dict[str, float]:
     """Time-weighted shares of one replica's KV pool while it serves, summing to 1 (paper Fig. 2)."""
-    weights = iterations["duration_s"].to_numpy()
+    weights = np.asarray(iterations["duration_s"])
     total = weights.sum() * pool_slots
     parts = {"kv_token_share": "kv_token", "kv_reserved_share": "kv_reserved",
              "kv_internal_frag_share": "kv_internal", "kv_external_frag_share": "kv_external",
              "kv_idle_share": "kv_idle"}
     if total <= 0:
         return {k: float("nan") for k in parts}
-    return {k: float((iterations[c].to_numpy() * weights).sum() / total) for k, c in parts.items()}
+    return {k: float((np.asarray(iterations[c]) * weights).sum() / total) for k, c in parts.items()}
 
 
-def memory_saving(iterations: pd.DataFrame) -> float:
+def memory_saving(iterations: Columns | pd.DataFrame) -> float:
     """The paper's Fig. 15: blocks saved by sharing / blocks the same sequences would hold without it.
 
     Both are integrated over time (each iteration weighted by its duration) and then divided: the
@@ -70,58 +76,90 @@ def memory_saving(iterations: pd.DataFrame) -> float:
     iterations (one request, a one-block prompt shared by two samples: 50%) would sway as much as
     full ones. 0 where nothing is shared (Orca, FasterTransformer, vLLM at n = 1 with no prefix).
     """
-    weights = iterations["duration_s"].to_numpy(dtype=float)
-    unshared = float((iterations["unshared_blocks"].to_numpy(dtype=float) * weights).sum())
+    weights = np.asarray(iterations["duration_s"], dtype=float)
+    unshared = float((np.asarray(iterations["unshared_blocks"], dtype=float) * weights).sum())
     if unshared <= 0:
         return 0.0
-    return float((iterations["saved_blocks"].to_numpy(dtype=float) * weights).sum() / unshared)
+    return float((np.asarray(iterations["saved_blocks"], dtype=float) * weights).sum() / unshared)
 
 
-def prefix_hit_rate(requests: pd.DataFrame) -> float:
+def prefix_hit_rate(requests: Columns) -> float:
     """Prompt tokens found in the prefix cache over prompt tokens, over the requests that were served (a
     first token); nan without prefix caching (no cached_tokens column) or before any was served."""
     if "cached_tokens" not in requests:
         return float("nan")
-    served = requests[requests["first_token_s"].notna()]
-    prompt = float(served["prompt_len"].sum())
-    return float(served["cached_tokens"].sum()) / prompt if prompt > 0 else float("nan")
+    served = ~np.isnan(np.asarray(requests["first_token_s"], dtype=np.float64))
+    prompt = float(np.asarray(requests["prompt_len"], dtype=np.int64)[served].sum())
+    cached = float(np.asarray(requests["cached_tokens"], dtype=np.int64)[served].sum())
+    return cached / prompt if prompt > 0 else float("nan")
 
 
-def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, pool_slots: int, warmup_s: float,
-              horizon_s: float) -> dict:
-    req = latency_columns(requests, horizon_s)
-    measured = req[req["arrival_s"] >= warmup_s]
-    weights = measured["n"].to_numpy(dtype=np.int64)  # a run with no request has untyped (object) columns
-    norm = np.repeat(measured["normalized_latency"].to_numpy(), weights)
-    tpot = measured["tpot_s"].dropna().to_numpy()  # only requests with a decode to time
-    finished = req[req["finish_s"].notna()]
-    makespan = float(finished["finish_s"].max()) if len(finished) else 0.0
-    after_warmup = iterations[iterations["start_s"] >= warmup_s]
-    num_unfinished = int(req["finish_s"].isna().sum())
-    generated = float((finished["output_len"] * finished["n"]).sum())
+def _as_columns(table: Columns | pd.DataFrame) -> Columns:
+    """A frame's columns as arrays (views where pandas holds them typed); columns as they are."""
+    if hasattr(table, "to_numpy"):
+        return {str(name): table[name].to_numpy() for name in table.columns}
+    return table
+
+
+def request_latencies(requests: Columns, horizon_s: float) -> dict[str, np.ndarray]:
+    """latency_columns' four columns as arrays, with the float arithmetic pandas does there."""
+    arrival = np.asarray(requests["arrival_s"], dtype=np.float64)
+    first = np.asarray(requests["first_token_s"], dtype=np.float64)
+    finish = np.asarray(requests["finish_s"], dtype=np.float64)
+    output_len = np.asarray(requests["output_len"])
+    finish_at = np.where(np.isnan(finish), horizon_s, finish)
+    first_at = np.where(np.isnan(first), horizon_s, first)
+    decoded = (output_len > 1) & ~np.isnan(first) & (finish_at >= first)
+    with np.errstate(divide="ignore", invalid="ignore"):  # masked below: one output token, or none yet
+        tpot = np.where(decoded, (finish_at - first) / (output_len - 1), np.nan)
+        latency = finish_at - arrival
+        return {"latency_s": latency, "ttft_s": first_at - arrival, "tpot_s": tpot,
+                "normalized_latency": latency / output_len}
+
+
+def summarize(requests: Columns | pd.DataFrame, iterations: Columns | pd.DataFrame, *, pool_slots: int,
+              warmup_s: float, horizon_s: float) -> dict:
+    """The summary metrics of one run, from its request and iteration columns (or frames)."""
+    requests, iterations = _as_columns(requests), _as_columns(iterations)
+    latencies = request_latencies(requests, horizon_s)
+    finish = np.asarray(requests["finish_s"], dtype=np.float64)
+    is_measured = np.asarray(requests["arrival_s"], dtype=np.float64) >= warmup_s
+    weights = np.asarray(requests["n"], dtype=np.int64)
+    norm = np.repeat(latencies["normalized_latency"][is_measured], weights[is_measured])
+    tpot = latencies["tpot_s"][is_measured]
+    tpot = tpot[~np.isnan(tpot)]  # only requests with a decode to time
+    is_finished = ~np.isnan(finish)
+    makespan = float(finish[is_finished].max()) if is_finished.any() else 0.0
+    measured_iterations = Selected(iterations, np.asarray(iterations["start_s"]) >= warmup_s)
+    num_unfinished = int((~is_finished).sum())
+    num_finished = int(is_finished.sum())
+    output_len = np.asarray(requests["output_len"], dtype=np.int64)
+    generated = float((output_len[is_finished] * weights[is_finished]).sum())
+    latency, ttft = latencies["latency_s"][is_measured], latencies["ttft_s"][is_measured]
     summary = {
-        "num_requests": len(req),
-        "num_measured": len(measured),
+        "num_requests": len(finish),
+        "num_measured": int(is_measured.sum()),
         "num_unfinished": num_unfinished,
         "saturated": num_unfinished > 0,
         "normalized_latency": _mean(norm),
         "normalized_latency_p50": _pct(norm, 50),
         "normalized_latency_p90": _pct(norm, 90),
-        "latency_mean_s": _mean(measured["latency_s"].to_numpy()),
-        "ttft_mean_s": _mean(measured["ttft_s"].to_numpy()),
+        "latency_mean_s": _mean(latency),
+        "ttft_mean_s": _mean(ttft),
         "tpot_mean_s": _mean(tpot),
-        "throughput_rps": len(finished) / makespan if makespan > 0 else float("nan"),
+        "throughput_rps": num_finished / makespan if makespan > 0 else float("nan"),
         "throughput_tokens_per_s": generated / makespan if makespan > 0 else float("nan"),
-        "mean_batched_requests": _mean(after_warmup["num_running_groups"].to_numpy()),
-        "preemptions": int(req["num_preemptions"].sum()),
-        "swapped_blocks": int(iterations["num_swap_blocks"].sum()),
-        "num_iterations": len(iterations),
+        "mean_batched_requests": _mean(np.asarray(measured_iterations["num_running_groups"])),
+        "preemptions": int(np.asarray(requests["num_preemptions"], dtype=np.int64).sum()),
+        "swapped_blocks": int(np.asarray(iterations["num_swap_blocks"]).sum()),
+        "num_iterations": num_rows(iterations),
         "makespan_s": makespan,
     }
     for q in (50, 90, 99):
-        summary[f"ttft_p{q}_s"] = _pct(measured["ttft_s"].to_numpy(), q)
+        summary[f"ttft_p{q}_s"] = _pct(ttft, q)
         summary[f"tpot_p{q}_s"] = _pct(tpot, q)
-    measured_iterations = after_warmup if len(after_warmup) else iterations
+    if not num_rows(measured_iterations):
+        measured_iterations = iterations
     summary.update(kv_shares(measured_iterations, pool_slots))
     summary["memory_saving"] = memory_saving(measured_iterations)
     summary["prefix_hit_rate"] = prefix_hit_rate(requests)

@@ -1,8 +1,10 @@
 """Atomic writes: a reader never sees half a file, an interrupted run leaves none.
 
 A run's per-iteration records are its largest output (hundreds of thousands of rows an hour):
-Parquet by default, gzipped CSV on request, or none. pandas and pyarrow are imported by the
-writers that need them, so that a command that never writes a table does not load them.
+Parquet by default, gzipped CSV on request, or none. A run's own tables (its requests, its
+iterations as CSV, summary.csv) are written from numpy columns by sim/experiment/table.py, the bytes
+pandas would write; pandas and pyarrow are imported only by the Parquet writer and by the writers of
+frames, so that a run that writes no Parquet loads neither.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING
 from engine.atomic import remove_stale_temporaries
 from engine.atomic import write_atomic as _atomic
 from engine.specs.errors import SpecError
+from sim.experiment.table import Columns, row_groups, write_csv_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -60,9 +63,29 @@ def check_iterations_format(name: str) -> str | None:
     return ITERATION_FILES[name]
 
 
-def iterations_bytes(frame: pd.DataFrame, name: str) -> bytes:
+def iterations_bytes(columns: Columns, name: str) -> bytes:
     """The per-iteration records in a format of ITERATION_FILES (not none), as the file's bytes."""
-    return parquet_bytes(frame) if name == "parquet" else csv_gz_bytes(frame)
+    return columns_parquet_bytes(columns) if name == "parquet" else columns_csv_gz_bytes(columns)
+
+
+def columns_parquet_bytes(columns: Columns) -> bytes:
+    """parquet_bytes of the frame these columns make, written a row group at a time (a fleet's merged records are
+    never held whole: sim/experiment/merged.py); the same bytes as the whole frame's."""
+    import pandas as pd  # pyarrow's writer takes frames: their pandas metadata is part of the file
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = io.BytesIO()
+    writer = None
+    for group in row_groups(columns, PARQUET_ROW_GROUP):
+        table = pa.Table.from_pandas(pd.DataFrame(group, copy=False), preserve_index=False)
+        if writer is None:
+            writer = pq.ParquetWriter(sink, table.schema, compression=PARQUET_COMPRESSION)
+        writer.write_table(table, row_group_size=PARQUET_ROW_GROUP)
+    if writer is None:  # no rows: the empty frame's file
+        return parquet_bytes(pd.DataFrame({name: columns[name] for name in columns}))
+    writer.close()
+    return sink.getvalue()
 
 
 def read_iterations(run_dir: Path) -> pd.DataFrame:
@@ -93,6 +116,20 @@ def csv_gz_bytes(frame: pd.DataFrame) -> bytes:
     return sink.getvalue()
 
 
+def columns_csv_gz_bytes(columns: Columns) -> bytes:
+    """csv_gz_bytes of the frame these columns make, without pandas."""
+    sink = io.BytesIO()
+    _gzip_text(sink, lambda text: write_csv_text(columns, text))
+    return sink.getvalue()
+
+
+def write_columns_csv(columns: Columns, path: Path) -> Path:
+    """write_csv of the frame these columns make, without pandas."""
+    if str(path).endswith(".gz"):
+        return _atomic(path, lambda f: _gzip_text(f, lambda text: write_csv_text(columns, text)))
+    return _atomic(path, lambda f: _text(f, lambda text: write_csv_text(columns, text)))
+
+
 def write_bytes(data: bytes, path: Path) -> Path:
     return _atomic(path, lambda f: f.write(data))
 
@@ -104,11 +141,22 @@ def write_csv(frame: pd.DataFrame, path: Path) -> Path:
 
 
 def _write_gzip_csv(frame: pd.DataFrame, f) -> None:
-    # The gzip header holds a file name and a time: empty and 0, so the same frame gives the same
+    _gzip_text(f, lambda text: frame.to_csv(text, index=False))
+
+
+def _gzip_text(f, write) -> None:
+    # The gzip header holds a file name and a time: empty and 0, so the same table gives the same
     # bytes (pandas would record the random temporary file's name).
     with gzip.GzipFile(filename="", mode="wb", mtime=0, fileobj=f) as gz:
-        with io.TextIOWrapper(gz, encoding="utf-8", newline="") as text:
-            frame.to_csv(text, index=False)
+        _text(gz, write)
+
+
+def _text(f, write) -> None:
+    """write(text file) into the binary file f, as UTF-8 with the line ends as written."""
+    text = io.TextIOWrapper(f, encoding="utf-8", newline="")
+    write(text)
+    text.flush()
+    text.detach()  # leave f open: its owner closes it
 
 
 def write_json(data: dict, path: Path) -> Path:

@@ -1,20 +1,47 @@
-"""The control plane's records (engine.core.records), as pandas frames for metrics and outputs."""
+"""The control plane's records (engine.core.records) as numpy columns for metrics and outputs, and as pandas
+frames for callers that want them (pandas is imported only then: a run's own path does not need it)."""
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
-from engine.core.records import ITERATION_COLUMNS, ServingRecords
+import numpy as np
+
+from engine.core.records import CACHED_COLUMN, ITERATION_COLUMNS, REQUEST_COLUMNS, ServingRecords
+from sim.experiment.table import infer_column
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class Records(ServingRecords):
+    def request_arrays(self) -> dict[str, np.ndarray]:
+        return request_arrays(self.request_values)
+
+    def iteration_arrays(self) -> dict[str, np.ndarray]:
+        """Views of the typed iteration columns (read-only): no copy of the largest table a run makes."""
+        return {name: np.frombuffer(column, dtype=np.float64 if column.typecode == "d" else np.int64)
+                for name, column in zip(ITERATION_COLUMNS, self.iteration_columns)}
+
     def requests_frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.requests, columns=list(self.request_columns)).sort_values(
+        import pandas as pd
+
+        return pd.DataFrame(self.request_values, columns=list(self.request_columns)).sort_values(
             "request_id", kind="stable").reset_index(drop=True)
 
     def iterations_frame(self) -> pd.DataFrame:
-        # views of the typed columns (read-only; pandas copies on write): no Python object per value, and no
-        # copy of the largest table a run makes (Parquet's writer takes the same buffers too)
-        return pd.DataFrame({name: np.frombuffer(column, dtype=np.float64 if column.typecode == "d" else np.int64)
-                             for name, column in zip(ITERATION_COLUMNS, self.iteration_columns)},
-                            columns=list(ITERATION_COLUMNS), copy=False)
+        # views of the typed columns (pandas copies on write; Parquet's writer takes the same buffers too)
+        import pandas as pd
+
+        return pd.DataFrame(self.iteration_arrays(), columns=list(ITERATION_COLUMNS), copy=False)
+
+
+def request_arrays(request_values: list[tuple]) -> dict[str, np.ndarray]:
+    """A column per field of RequestRecord, rows ordered by request id (ties: as recorded), each column typed as
+    pandas would type it (sim.experiment.table.infer_column), so both write the same CSV."""
+    if not request_values:  # typed all the same, for the metrics (the times are floats)
+        return {name: np.empty(0, dtype=np.float64 if name.endswith("_s") else np.int64) for name in REQUEST_COLUMNS}
+    # a run with prefix caching: every row one value longer (engine.core.records.CACHED_COLUMN)
+    names = REQUEST_COLUMNS + ((CACHED_COLUMN,) if len(request_values[0]) > len(REQUEST_COLUMNS) else ())
+    columns = {name: infer_column(values) for name, values in zip(names, zip(*request_values))}
+    order = np.argsort(columns["request_id"], kind="stable")
+    return {name: column[order] for name, column in columns.items()}

@@ -1,7 +1,7 @@
-"""The table printed at the end of a run."""
+"""The table printed at the end of a run, from its summary rows (without pandas: sim/experiment/table.py)."""
 from __future__ import annotations
 
-import pandas as pd
+from sim.experiment.table import group_means, rows_to_columns
 
 COLUMNS = [("normalized_latency", "norm_lat", "{:.3f}"), ("ttft_p50_s", "ttft_p50", "{:.2f}"),
            ("tpot_mean_s", "tpot", "{:.3f}"), ("throughput_rps", "req/s", "{:.2f}"),
@@ -9,11 +9,13 @@ COLUMNS = [("normalized_latency", "norm_lat", "{:.3f}"), ("ttft_p50_s", "ttft_p5
            ("preemptions", "preempt", "{:d}"), ("num_unfinished", "unfin", "{:d}")]
 
 
-def summary_table(summary: pd.DataFrame) -> str:
-    means = summary.groupby(["system", "rate"], sort=False)[[c for c, _, _ in COLUMNS]].mean().reset_index()
+def summary_table(rows: list[dict]) -> str:
+    """One line per system and rate, the mean over seeds (pandas' group means, to the bit)."""
+    names = [c for c, _, _ in COLUMNS]
+    means = group_means(rows_to_columns(rows, ["system", "rate", *names]), ["system", "rate"], names)
     header = f"{'system':<18} {'rate':>6} " + " ".join(f"{label:>9}" for _, label, _ in COLUMNS)
     lines = [header, "-" * len(header)]
-    for _, row in means.iterrows():
+    for row in means:
         cells = []
         for column, _, fmt in COLUMNS:
             value = row[column]
@@ -22,9 +24,9 @@ def summary_table(summary: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def unmeasured_warnings(summary: pd.DataFrame, warmup_s: float) -> list[str]:
+def unmeasured_warnings(rows: list[dict], warmup_s: float) -> list[str]:
     """A line for each run with no request to measure: its latency metrics are NaN, not an error."""
     return [f"{row['system']} at {row['rate']:g} req/s, seed {row['seed']}: no request arrived after the "
             f"{warmup_s:g}-s warm-up ({row['num_requests']} in the trace), so its latency metrics are NaN; "
             "raise workload.duration_s or the rate, or lower warmup_s"
-            for _, row in summary.iterrows() if row["num_measured"] == 0]
+            for row in rows if row["num_measured"] == 0]

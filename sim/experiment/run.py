@@ -1,22 +1,29 @@
 """One simulated run: an experiment's system at one rate and seed."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from calibrate.costmodel import CostModel
 from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.roofline import RooflineCostModel
-from engine.core.records import DROPPED_COLUMNS
+from engine.core.records import DROPPED_COLUMNS, ITERATION_COLUMNS
 from engine.core.system import SystemSpec
-from sim.core.simulate import simulate
+from sim.core.independent_replicas import ReplicaRun
+from sim.core.simulate import merged_records, simulate_runs
 from sim.experiment.config import Experiment
+from sim.experiment.merged import MergedIterations
 from sim.experiment.metrics import SUMMARY_METRICS, summarize
-from sim.experiment.records import Records
+from sim.experiment.records import Records, request_arrays
 from sim.workload.config import build_trace
 from sim.workload.trace import Trace
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # what ran, then what it measured: summary.csv's columns, in this order whether a row was simulated
 # now or read back from an earlier run's summary.json (whose keys are sorted)
@@ -27,12 +34,37 @@ SUMMARY_COLUMNS = RUN_COLUMNS + SUMMARY_METRICS
 
 @dataclass
 class RunResult:
+    """A run's summary row and its records as numpy columns (what its files are written from: a fleet's
+    iterations merged as they are read, sim/experiment/merged.py), or as pandas frames (requests, iterations:
+    built, and pandas imported, when first asked for)."""
+
     summary: dict
-    requests: pd.DataFrame
-    iterations: pd.DataFrame
+    request_arrays: dict[str, np.ndarray]
+    iteration_arrays: Mapping[str, np.ndarray]
+
+    @cached_property
+    def requests(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame(self.request_arrays, copy=False)
+
+    @cached_property
+    def iterations(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame({name: self.iteration_arrays[name] for name in ITERATION_COLUMNS}, copy=False)
     # requests dropped unserved (engine.core.records.DroppedRecord: ignored by vLLM's separate or chunked
-    # policy, or aborted); None where none was
-    dropped: pd.DataFrame | None = None
+    # policy, or aborted), as recorded
+    dropped_values: list[tuple] = field(default_factory=list)
+
+    @cached_property
+    def dropped(self) -> pd.DataFrame | None:
+        """The dropped requests as a frame, or None where none was (pandas imported only then)."""
+        if not self.dropped_values:
+            return None
+        import pandas as pd
+
+        return pd.DataFrame(self.dropped_values, columns=list(DROPPED_COLUMNS))
 
 
 def make_cost_model(exp: Experiment, system: SystemSpec) -> CostModel:
@@ -62,23 +94,34 @@ def simulate_trace(exp: Experiment, system: SystemSpec, trace: Trace, cost_model
     """Serve a trace on exp.replicas replicas; returns the records and the horizon used. `rng` is the
     run's Generator, which a trace of beam searches draws their parents from (sim.core.beams); fast_forward and
     jobs (processes for the replicas, where they share nothing) as sim.core.simulate's."""
+    runs, horizon_s = serve_trace(exp, system, trace, cost_model, rng, fast_forward, jobs)
+    return merged_records(runs), horizon_s
+
+
+def serve_trace(exp: Experiment, system: SystemSpec, trace: Trace, cost_model: CostModel | None = None,
+                rng: np.random.Generator | None = None, fast_forward: bool | None = None,
+                jobs: int = 1) -> tuple[list[ReplicaRun], float]:
+    """simulate_trace's replicas' records, not merged yet (sim.core.simulate.simulate_runs), and the horizon."""
     cost_model = cost_model or make_cost_model(exp, system)
     pool = exp.kv_pool(system)
     span = float(trace.arrival_s[-1]) if len(trace) else 0.0
     horizon_s = max(span, exp.warmup_s, 1.0) * exp.max_time_factor
-    records = simulate(trace, exp.model, system, cost_model, pool.num_gpu_blocks, pool.num_cpu_blocks,
-                       replicas=exp.replicas, router=exp.router, horizon_s=horizon_s, rng=rng,
-                       beam_continue=exp.workload.beam_continue, fast_forward=fast_forward, jobs=jobs)
-    return records, horizon_s
+    runs = simulate_runs(trace, exp.model, system, cost_model, pool.num_gpu_blocks, pool.num_cpu_blocks,
+                         replicas=exp.replicas, router=exp.router, horizon_s=horizon_s, rng=rng,
+                         beam_continue=exp.workload.beam_continue, fast_forward=fast_forward, jobs=jobs)
+    return runs, horizon_s
 
 
 def run_one(exp: Experiment, system: SystemSpec, rate: float, seed: int, jobs: int = 1) -> RunResult:
-    """One run; `jobs` processes serve a fleet's replicas where they share nothing (the same results)."""
+    """One run; `jobs` processes serve a fleet's replicas where they share nothing (the same results). A fleet's
+    iterations are read merged, a column or a row group at a time, not held merged (sim/experiment/merged.py)."""
     rng = np.random.default_rng(seed)  # the run's one Generator: the trace, then the beams' parents
     trace = trace_for(exp, rate, seed, rng)
     cost_model = make_cost_model(exp, system)
-    records, horizon_s = simulate_trace(exp, system, trace, cost_model, rng, jobs=jobs)
-    requests, iterations = records.requests_frame(), records.iterations_frame()
+    runs, horizon_s = serve_trace(exp, system, trace, cost_model, rng, jobs=jobs)
+    requests = request_arrays([values for run in runs for values in run.records.request_values])
+    iterations: Mapping[str, np.ndarray] = (runs[0].records.iteration_arrays() if len(runs) == 1 and
+                                            runs[0].stored is None else MergedIterations(runs))
     metrics = summarize(requests, iterations, pool_slots=exp.kv_pool(system).num_slots,
                         warmup_s=exp.warmup_s, horizon_s=horizon_s)
     summary = {
@@ -86,5 +129,5 @@ def run_one(exp: Experiment, system: SystemSpec, rate: float, seed: int, jobs: i
         "tensor_parallel": exp.tensor_parallel, "replicas": exp.replicas, "workload": trace.source,
         "cost_model": cost_model.source, "rate": rate, "seed": seed, **metrics,
     }
-    dropped = pd.DataFrame(records.dropped, columns=list(DROPPED_COLUMNS)) if records.dropped_values else None
+    dropped = [values for run in runs for values in run.records.dropped_values]
     return RunResult(summary, requests, iterations, dropped)

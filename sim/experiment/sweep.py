@@ -17,8 +17,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from engine.core.system import SystemSpec
 from sim.executors.pool import ExecutorSpec, Workers
@@ -28,6 +27,7 @@ from sim.experiment.output import (
     DEFAULT_ITERATIONS,
     ITERATION_FILES,
     check_iterations_format,
+    columns_csv_gz_bytes,
     csv_gz_bytes,
     iterations_bytes,
     prepare_out_dir,
@@ -36,6 +36,10 @@ from sim.experiment.output import (
 )
 from sim.experiment.progress import Eta
 from sim.experiment.run import SUMMARY_COLUMNS, run_one
+from sim.experiment.table import rows_to_columns
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -78,11 +82,11 @@ def execute(exp: Experiment, key: RunKey, digest: str, iterations: str = DEFAULT
     """One run, simulated and encoded; it writes nothing, so it can run on any machine. replica_jobs:
     processes for a fleet's replicas (sim.experiment.run.run_one)."""
     result = run_one(exp, key.system, key.rate, key.seed, replica_jobs)
-    files = {"requests.csv.gz": csv_gz_bytes(result.requests)}
+    files = {"requests.csv.gz": columns_csv_gz_bytes(result.request_arrays)}
     if result.dropped is not None:  # only a run that dropped requests unserved has the file
         files["dropped.csv.gz"] = csv_gz_bytes(result.dropped)
     if ITERATION_FILES[iterations] is not None:
-        files[ITERATION_FILES[iterations]] = iterations_bytes(result.iterations, iterations)
+        files[ITERATION_FILES[iterations]] = iterations_bytes(result.iteration_arrays, iterations)
     return RunFiles({**result.summary, "config_digest": digest}, files)
 
 
@@ -120,10 +124,17 @@ def run_work(exp: Experiment) -> float:
 
 def sweep(exp: Experiment, out_dir: Path, executor: ExecutorSpec | None = None, jobs: int = 1,
           progress=print, iterations: str = DEFAULT_ITERATIONS, eta: Eta | None = None) -> pd.DataFrame:
+    """sweep_rows as a frame (SUMMARY_COLUMNS)."""
+    return summary_frame(sweep_rows(exp, out_dir, executor, jobs, progress, iterations, eta))
+
+
+def sweep_rows(exp: Experiment, out_dir: Path, executor: ExecutorSpec | None = None, jobs: int = 1,
+               progress=print, iterations: str = DEFAULT_ITERATIONS, eta: Eta | None = None) -> list[dict]:
     """Every run of the experiment, resumed from out_dir/runs, on `executor` (default: `jobs` local
     processes); an error in any run (on any worker) stops the sweep with that error, the runs
     finished before it kept. The workers start only if some run is left to do. Each finished run
-    prints a line with the time left: of this sweep, or of all the work `eta` was told to expect."""
+    prints a line with the time left: of this sweep, or of all the work `eta` was told to expect. Returns each
+    run's summary row (with its config_digest), in run_keys' order."""
     executor = executor or ExecutorSpec("process", jobs)
     check_iterations_format(iterations)
     out_dir = prepare_out_dir(Path(out_dir))
@@ -139,11 +150,18 @@ def sweep(exp: Experiment, out_dir: Path, executor: ExecutorSpec | None = None, 
         with executor.open() as workers:
             for run, summary in run_pending(pending, workers, iterations, progress, eta):
                 summaries[run.key] = summary
-    return summary_frame([summaries[key] for key in keys])
+    return [summaries[key] for key in keys]
 
 
 def summary_frame(rows: list[dict]) -> pd.DataFrame:
+    import pandas as pd
+
     return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))  # drops config_digest; fixes the column order
+
+
+def summary_columns(rows: list[dict]) -> dict:
+    """summary_frame's columns without pandas (sim.experiment.table: typed as the frame's, the same CSV)."""
+    return rows_to_columns(rows, SUMMARY_COLUMNS)
 
 
 @dataclass(frozen=True)

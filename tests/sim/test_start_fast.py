@@ -1,5 +1,12 @@
-"""`servesim run` imports only what the run needs: no matplotlib until it draws, no pyarrow unless it
-writes Parquet. Each check runs the command in a fresh interpreter, where sys.modules is the truth."""
+"""`servesim run` imports only what the run needs. Each check runs the command in a fresh interpreter, where
+sys.modules is the truth.
+
+What "needed" means: matplotlib only to draw the two plots (not with --no-plots); pyarrow only to write the
+per-iteration records as Parquet (the default; not with --iterations csv or none); pandas only for those two
+(the plots group the summary with it, and pyarrow's writer takes a frame; pandas 3 imports pyarrow itself
+whenever it is installed, so a run that loads pandas loads pyarrow). Everything else a run writes
+(summary.csv, summary.txt, requests.csv.gz, iterations.csv.gz) comes from numpy columns
+(sim/experiment/table.py). `--help` loads none of them, nor simpy."""
 import json
 import subprocess
 import sys
@@ -7,14 +14,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-# Runs the front door in this interpreter, then prints the top-level packages it loaded. With
-# block_pyarrow, `import pyarrow` fails as if it were not installed: pandas 3 imports pyarrow by
-# itself whenever it is installed, so its absence from sys.modules cannot be asked of a run that
-# uses pandas; what can be asked is that the run does not need it.
+# Runs the front door in this interpreter, then prints the top-level packages it loaded. With `blocked`,
+# importing those packages fails as if they were not installed: the run must not need them.
 PROBE = """
 import json, sys
-if {block_pyarrow}:
-    sys.modules["pyarrow"] = None
+for name in {blocked!r}:
+    sys.modules[name] = None
 from servesim.cli import main
 try:
     status = main({argv!r})
@@ -25,8 +30,8 @@ print(json.dumps({{"status": status, "loaded": sorted(loaded)}}))
 """
 
 
-def loaded_by(argv: list[str], block_pyarrow: bool = False) -> set[str]:
-    done = subprocess.run([sys.executable, "-c", PROBE.format(argv=argv, block_pyarrow=block_pyarrow)],
+def loaded_by(argv: list[str], blocked: tuple[str, ...] = ()) -> set[str]:
+    done = subprocess.run([sys.executable, "-c", PROBE.format(argv=argv, blocked=blocked)],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
@@ -44,19 +49,27 @@ def test_help_imports_neither_matplotlib_nor_pyarrow_nor_pandas():
     assert not loaded & {"matplotlib", "pyarrow", "pandas", "simpy"}
 
 
-def test_a_run_without_plots_needs_neither_matplotlib_nor_pyarrow(write_config, tmp_path):
+def test_a_run_without_plots_or_parquet_loads_neither_matplotlib_nor_pandas_nor_pyarrow(write_config, tmp_path):
     config = write_config()
-    with_arrow = tmp_path / "with_arrow"
-    loaded = loaded_by(small_run(config, with_arrow, "--no-plots", "--iterations", "none"))
-    assert "matplotlib" not in loaded
-    without_arrow = tmp_path / "without_arrow"
-    loaded = loaded_by(small_run(config, without_arrow, "--no-plots", "--iterations", "csv"), block_pyarrow=True)
-    assert not loaded & {"matplotlib", "pyarrow"}
-    assert not list(without_arrow.glob("*.png")) and not list(with_arrow.glob("*.png"))
-    # the same summary, whether or not pyarrow could be imported
-    assert (without_arrow / "summary.csv").read_bytes() == (with_arrow / "summary.csv").read_bytes()
-    assert (without_arrow / "summary.txt").exists()
-    assert list(without_arrow.glob("runs/*/iterations.csv.gz"))
+    for iterations in ("none", "csv"):
+        loaded = loaded_by(small_run(config, tmp_path / iterations, "--no-plots", "--iterations", iterations))
+        assert not loaded & {"matplotlib", "pandas", "pyarrow"}, iterations
+        assert not list((tmp_path / iterations).glob("*.png"))
+    assert list((tmp_path / "csv").glob("runs/*/iterations.csv.gz"))
+    assert not list((tmp_path / "none").glob("runs/*/iterations.*"))
+    # nor does it need them: the same files where they cannot be imported at all
+    blocked = tmp_path / "blocked"
+    loaded_by(small_run(config, blocked, "--no-plots", "--iterations", "csv"), blocked=("pandas", "pyarrow"))
+    for name in ("summary.csv", "summary.txt", "runs/vllm_rate0.5_seed0/requests.csv.gz",
+                 "runs/vllm_rate0.5_seed0/iterations.csv.gz"):
+        assert (blocked / name).read_bytes() == (tmp_path / "csv" / name).read_bytes(), name
+
+
+def test_a_run_writing_parquet_loads_pyarrow_but_not_matplotlib(write_config, tmp_path):
+    out = tmp_path / "parquet"
+    loaded = loaded_by(small_run(write_config(), out, "--no-plots"))  # Parquet: the default
+    assert "pyarrow" in loaded and "matplotlib" not in loaded
+    assert list(out.glob("runs/*/iterations.parquet"))
 
 
 def test_a_run_with_plots_still_draws_them(write_config, tmp_path):

@@ -274,7 +274,7 @@ def test_trace_sample_flags_are_refused_in_one_line_or_sane(tiny, capsys, monkey
 def test_run_flags_are_refused_before_any_run_or_pass(tiny, capsys, monkeypatch, ylim, jobs):
     import sim.experiment.sweep
 
-    monkeypatch.setattr(sim.experiment.sweep, "sweep", lambda *a, **k: (_ for _ in ()).throw(Reached()))
+    monkeypatch.setattr(sim.experiment.sweep, "sweep_rows", lambda *a, **k: (_ for _ in ()).throw(Reached()))
     capsys.readouterr()
     valid = 0 < float(ylim) < math.inf and int(jobs) >= 0
     try:

@@ -245,19 +245,21 @@ class QueueScheduler(Scheduler):
                    decode_seqs: list[Sequence] | None = None) -> Batch:
         """decode_seqs: the running sequences of decode_groups in order, where the caller has them already."""
         batch = Batch(num_running_groups=len(prefill_groups) + len(decode_groups))
-        cached_lens = batch.prefill_cached_lens
+        prefill_lens: list[int] = []
+        cached_lens: list[int] = []
+        batch.prefill_lens, batch.prefill_cached_lens = prefill_lens, cached_lens
         for group in prefill_groups:
             live = group.live_seqs()
             cached = group.num_cached_tokens  # a cached prefix: attended over, not computed
             if group.shares_prompt:  # one prompt computation, sampled by every sample
                 batch.prefill_seq_ids.append(live[0].seq_id)
-                batch.prefill_lens.append(live[0].length - cached)
+                prefill_lens.append(live[0].length - cached)
                 batch.prefill_sample_ids.append(tuple(s.seq_id for s in live))
                 cached_lens.append(cached)
                 continue
             for seq in live:  # recomputed apart: each sample's own history
                 batch.prefill_seq_ids.append(seq.seq_id)
-                batch.prefill_lens.append(seq.length - cached)
+                prefill_lens.append(seq.length - cached)
                 batch.prefill_sample_ids.append((seq.seq_id,))
                 cached_lens.append(cached)
         running = SeqStatus.RUNNING

@@ -10,6 +10,7 @@ from sim.experiment.config import load_experiment
 from sim.experiment.run import make_cost_model, run_one, trace_for
 from sim.workload.recorded import read_recorded_trace
 from sim.workload.trace import Trace, write_trace_csv
+from tests.helpers.build import patches_the_control_plane
 
 BEAMS = """
 name: beams
@@ -174,6 +175,7 @@ def test_a_replayed_beam_trace_states_its_parent_model_once(write_config, tmp_pa
     assert source.count("beam search") == 1 and "beam_continue=0.5" in source, source
 
 
+@patches_the_control_plane
 @pytest.mark.parametrize("block_size", [1, 4, 16])
 @pytest.mark.parametrize("prefix", [0, 40])
 @pytest.mark.parametrize("pool_tokens", [4096, 2400])  # roomy, and tight enough to swap beam searches out
