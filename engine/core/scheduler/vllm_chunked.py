@@ -212,6 +212,7 @@ class VLLMChunkedScheduler(VLLMScheduler):
 
 def _add_prefill(batch: Batch, seq_id: int, length: int, cached: int, sample_ids: tuple[int, ...]) -> None:
     batch.prefill_seq_ids.append(seq_id)
-    batch.prefill_lens.append(length)
-    batch.prefill_cached_lens.append(cached)
+    # Batch types its length lists as read-only sequences (one list per batch, built by _batch_for)
+    batch.prefill_lens = [*batch.prefill_lens, length]
+    batch.prefill_cached_lens = [*batch.prefill_cached_lens, cached]
     batch.prefill_sample_ids.append(sample_ids)
