@@ -42,6 +42,9 @@ SCENARIOS = {
     "recompute": ("configs/paper/fig19b_recompute_vs_swap.yaml", "recompute bs=64", 3.5, 300.0, []),
     "chatbot": ("configs/paper/fig17_chatbot.yaml", "vLLM", 0.8, 600.0, []),
     "replay": ("configs/examples/replay.yaml", "vLLM", 2.0, None, []),  # the recorded trace, all of it
+    # automatic prefix caching: system prompts, hits, evictions and preemptions (docs/prefix-caching.md)
+    "apc": ("configs/examples/prefix_caching.yaml", "vLLM + prefix caching", 2.0, 300.0, []),
+    "apc_chat": ("configs/examples/prefix_caching_chatbot.yaml", "vLLM + prefix caching", 1.25, 300.0, []),
 }
 
 

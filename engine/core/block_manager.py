@@ -101,6 +101,15 @@ class BlockManager:
         if self._changed_tables is not None:
             self._changed_tables.add(seq_id)
 
+    # --- automatic prefix caching (engine.core.prefix_cache overrides) ---------------
+    def begin_step(self) -> None:
+        """schedule() starts a step: the prefix cache's clock for least-recently-used (nothing here)."""
+
+    @property
+    def cache_token_slots(self) -> int:
+        """Slots of the blocks the prefix cache holds for running requests, counted once (none here)."""
+        return 0
+
     # --- the shared prefix -------------------------------------------------------
     def prefix_blocks_of(self, group: SequenceGroup) -> int:
         """Blocks of the group's prompt the shared prefix fills whole (the rest is its own input)."""

@@ -81,7 +81,7 @@ def paged_usage(blocks: BlockManager, token_slots: int, someone_waits: bool) -> 
     decode stretch's moments, column by column (a function call per moment would cost the stretch more
     than the iterations it spares; tests/engine/core/test_decode_stretch.py holds the two equal)."""
     used = blocks.num_used_gpu_blocks * blocks.block_size
-    token = min(token_slots, used)
+    token = min(token_slots + blocks.cache_token_slots, used)
     external, idle = free_parts(blocks.gpu.num_free * blocks.block_size, 0, someone_waits)
     return KVUsage(token, 0, used - token, external, idle, blocks.num_unshared_blocks, blocks.num_saved_blocks)
 
@@ -125,6 +125,9 @@ def paged_usage_columns(blocks: BlockManager, token_slots: Iterable[int], free_b
     bs, num_blocks = blocks.block_size, blocks.gpu.num_blocks
     sharing = blocks.num_unshared_blocks - blocks.num_used_gpu_blocks  # fresh blocks leave it as it is
     used = [(num_blocks - free) * bs for free in free_blocks]
+    cached = blocks.cache_token_slots  # the prefix cache's blocks in use: a stretch neither hits nor frees one
+    if cached:
+        token_slots = [slots + cached for slots in token_slots]
     token = list(map(min, token_slots, used))
     nothing = repeat(0)
     external, idle = free_parts([free * bs for free in free_blocks], nothing, someone_waits)

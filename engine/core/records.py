@@ -35,6 +35,8 @@ class RequestRecord:
     output_len: int
     n: int
     num_preemptions: int
+    # prefix caching only (CACHED_COLUMN): prompt tokens found in the prefix cache at its first admission
+    cached_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +81,9 @@ class DroppedRecord:
 
 
 DROPPED_STATUSES = ("aborted", "ignored")
-REQUEST_COLUMNS = tuple(f.name for f in fields(RequestRecord))
+# every run's request columns; a run with prefix caching adds CACHED_COLUMN after them (its rows one value longer)
+CACHED_COLUMN = "cached_tokens"
+REQUEST_COLUMNS = tuple(f.name for f in fields(RequestRecord) if f.name != CACHED_COLUMN)
 DROPPED_COLUMNS = tuple(f.name for f in fields(DroppedRecord))
 ITERATION_COLUMNS = tuple(f.name for f in fields(IterationRecord))
 # array typecodes of the iteration columns: float64 for times, int64 for counts (a field's type is the string
@@ -99,12 +103,15 @@ class ServingRecords:
         self.dropped_values: list[tuple] = []  # DroppedRecord's fields, in the order they were dropped
         self._rows: list[tuple] = []  # the iterations since the last move
         self._chunks: list[tuple[array, ...]] = []  # then columns, a set per move
+        self.cached_column = False  # the requests carry CACHED_COLUMN (a prefix-caching run: ServingCore.admit)
 
     def add_request(self, group: SequenceGroup, replica: int, finished: bool = True) -> None:
-        self.request_values.append((
-            group.request_id, replica, group.arrival_s, group.first_token_s,
-            group.finish_s if finished else None, group.prompt_len, group.output_len,
-            group.num_seqs, group.num_preemptions))
+        values: tuple[int | float | None, ...] = (group.request_id, replica, group.arrival_s, group.first_token_s,
+                  group.finish_s if finished else None, group.prompt_len, group.output_len,
+                  group.num_seqs, group.num_preemptions)
+        if self.cached_column:
+            values += (max(group.cached_prompt_tokens, 0),)
+        self.request_values.append(values)
 
     def add_dropped(self, group: SequenceGroup, replica: int, dropped_s: float, status: str) -> None:
         if status not in DROPPED_STATUSES:
@@ -175,9 +182,16 @@ class ServingRecords:
         return list(zip(*self.iteration_columns))
 
     @property
+    def request_columns(self) -> tuple[str, ...]:
+        """REQUEST_COLUMNS, and CACHED_COLUMN where the requests carry it (a prefix-caching run)."""
+        values = self.request_values  # a fleet's merged records have the rows, not the flag
+        longer = self.cached_column or bool(values and len(values[0]) > len(REQUEST_COLUMNS))
+        return REQUEST_COLUMNS + (CACHED_COLUMN,) if longer else REQUEST_COLUMNS
+
+    @property
     def requests(self) -> dict[str, list]:
         """Columns, in the order requests finished (unfinished ones last)."""
-        return _columns(self.request_values, REQUEST_COLUMNS)
+        return _columns(self.request_values, self.request_columns)
 
     @property
     def dropped(self) -> dict[str, list]:

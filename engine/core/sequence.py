@@ -60,6 +60,13 @@ class SequenceGroup:
     # beam search: the sequences are beams, and after each decode step the data plane says which
     # beam each surviving candidate continues (engine.core.beam); False: independent samples
     is_beam: bool = False
+    # automatic prefix caching (engine.core.prefix_cache): opaque keys of the request's full blocks, key i
+    # naming tokens [0, (i + 1) block_size) (a chained hash; the data plane makes them); how many leading
+    # blocks of each of its tables the prefix cache holds (counted once, by the cache, in the KV usage);
+    # and the prompt tokens found cached when it was first admitted (-1: no prefix cache)
+    block_keys: tuple[int, ...] = ()
+    cache_blocks: int = 0
+    cached_prompt_tokens: int = -1
 
     @property
     def prompt_len(self) -> int:
@@ -94,11 +101,13 @@ class SequenceCounter:
 
 
 def make_group(request_id: int, arrival_s: float, prompt_len: int, output_len: int,
-               n: int, next_seq_id: SequenceCounter, prefix_len: int = 0, beam_width: int = 1) -> SequenceGroup:
+               n: int, next_seq_id: SequenceCounter, prefix_len: int = 0, beam_width: int = 1,
+               block_keys: tuple[int, ...] = ()) -> SequenceGroup:
     """n samples, or (beam_width > 1) a beam search of that width; a request is one or the other."""
     if n > 1 and beam_width > 1:
         raise ValueError(f"request {request_id}: n={n} samples and beam_width={beam_width} together; "
                          "a request samples n sequences or searches beam_width beams, not both")
     count = max(n, beam_width)
     seqs = [Sequence(next_seq_id(), prompt_len, output_len) for _ in range(count)]
-    return SequenceGroup(request_id, arrival_s, seqs, prefix_len=prefix_len, is_beam=beam_width > 1)
+    return SequenceGroup(request_id, arrival_s, seqs, prefix_len=prefix_len, is_beam=beam_width > 1,
+                         block_keys=block_keys)

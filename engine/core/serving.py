@@ -32,7 +32,8 @@ from engine.core.sequence import SequenceCounter, SequenceGroup, make_group
 class Request:
     """One request of a trace, recorded or generated: when it arrives, how long its prompt and output
     are, and how many sequences it generates: n samples, or a beam search of beam_width beams (one or
-    the other); the first prefix_len tokens of its prompt are the workload's shared prefix (0: none)."""
+    the other); the first prefix_len tokens of its prompt are the workload's shared prefix (0: none).
+    block_keys: with prefix caching, opaque keys of its full blocks (SequenceGroup.block_keys)."""
 
     request_id: int
     arrival_s: float
@@ -41,6 +42,7 @@ class Request:
     n: int = 1
     prefix_len: int = 0
     beam_width: int = 1
+    block_keys: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -70,7 +72,10 @@ class ServingCore:
     def admit(self, request: Request) -> SequenceGroup:
         group = make_group(request.request_id, request.arrival_s, request.prompt_len, request.output_len,
                            request.n, self.next_seq_id, prefix_len=request.prefix_len,
-                           beam_width=request.beam_width)
+                           beam_width=request.beam_width, block_keys=request.block_keys)
+        if self.scheduler.caches_prefixes:
+            group.cached_prompt_tokens = 0  # until its admission finds some
+            self.records.cached_column = True
         self.scheduler.add_request(group)
         self.outstanding += 1
         return group

@@ -58,6 +58,9 @@ class SystemSpec:
     preemption: str = "auto"  # vllm: auto | recompute | swap, see PREEMPTION_MODES above
     watermark: float = 0.01
     max_batch_size: int | None = None  # fastertransformer B; None = as many as memory allows
+    # vllm only: automatic prefix caching (vLLM >= 0.4): full KV blocks keyed by their tokens, reused by any
+    # later request with the same prefix, kept after their last holder frees them until evicted (LRU)
+    prefix_caching: bool = False
     prefill_policy: str = "mixed"  # vllm: mixed | separate | chunked, see PREFILL_POLICIES above
     max_paddings: int = DEFAULT_MAX_PADDINGS  # vllm separate: padding slots a prompt-only batch may hold
     # vllm separate (v0.3's delay_factor): new prompts wait until the oldest waiting one has waited this many
@@ -91,6 +94,15 @@ class SystemSpec:
         if isinstance(self.watermark, bool) or not isinstance(self.watermark, (int, float)) \
                 or not 0 <= self.watermark < 1:
             raise bad("watermark", f"must be a number in [0, 1), got {self.watermark!r}")
+        if not isinstance(self.prefix_caching, bool):
+            raise bad("prefix_caching", f"must be true or false, got {self.prefix_caching!r}")
+        if self.prefix_caching and self.kind != "vllm":
+            raise bad("prefix_caching", f"applies only to a vllm system (paged blocks), not {self.kind}")
+        if self.prefix_caching and self.prefill_policy != "mixed":
+            # a chunked prompt's blocks are keyed before its last chunk has computed them, and neither later
+            # policy's schedule() advances the cache's LRU clock yet
+            raise bad("prefix_caching", f"runs with prefill_policy 'mixed' only, not {self.prefill_policy!r} "
+                                        "(prefix caching under the later policies is not built yet)")
         if self.prefill_policy not in PREFILL_POLICIES:
             raise bad("prefill_policy", f"{self.prefill_policy!r} is not one of {list(PREFILL_POLICIES)}")
         if self.prefill_policy != "mixed" and self.kind != "vllm":

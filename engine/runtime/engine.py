@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -24,6 +24,7 @@ from engine.core.system import SystemSpec
 from engine.runtime.beam import BeamSearch
 from engine.runtime.cache import GIB, kv_block_bytes
 from engine.runtime.graphs import MAX_GRAPH_BATCH
+from engine.runtime.prefix_keys import segment_token_ids, token_block_keys
 from engine.runtime.records import ReplayResult, check_request, replay_requests
 from engine.runtime.runner import ModelRunner, resolve_dtype
 from engine.runtime.sampler import SamplingParams
@@ -50,6 +51,10 @@ class ServingRun:
     host_s: list[float] = field(default_factory=list)
     device_s: list[float] = field(default_factory=list)  # per iteration, the span of its device work (timing.py)
     carried_host_s: float = 0.0  # the last completion's host work, charged to the next iteration
+    # a replay with prefix caching: request_id -> its prompt and output tokens (Engine._streams), and
+    # seq_id -> that stream for a sequence made to generate its output
+    streams: dict[int, list[int]] = field(default_factory=dict)
+    forced: dict[int, list[int]] = field(default_factory=dict)
 
 
 class Engine:
@@ -130,7 +135,14 @@ class Engine:
         arrival when idle."""
         sampling = SamplingParams(sampling) if isinstance(sampling, str) else sampling
         rows = replay_requests(requests)
-        self._run(rows, self._random_prompts(rows), sampling, time_fn or self.time_fn)
+        segments = getattr(requests, "segments", None)  # a trace's token identities (sim/workload/tokens.py)
+        if self.system.prefix_caching:
+            streams = self._streams(rows, segments)
+            prompts = {r.request_id: streams[r.request_id][:r.prompt_len] for r in rows}
+            self._run(rows, prompts, sampling, time_fn or self.time_fn, streams)
+            return self.records
+        prompts = self._segment_prompts(rows, segments) if segments is not None else self._random_prompts(rows)
+        self._run(rows, prompts, sampling, time_fn or self.time_fn)
         return self.records
 
     # --- prompts -----------------------------------------------------------------------
@@ -156,17 +168,48 @@ class Engine:
                                                                    r.prompt_len - r.prefix_len).tolist()
                 for r in rows}
 
+    def _segment_prompts(self, rows: list[Request], segments) -> dict[int, list[int]]:
+        """Token ids from a trace's token identities: requests that share a segment share its tokens."""
+        if self.runner is None:
+            return {}
+        return {r.request_id: segment_token_ids(segments.request(i), self.spec.vocab_size, self.seed, r.prompt_len)
+                for i, r in enumerate(rows)}
+
+    def _streams(self, rows: list[Request], segments) -> dict[int, list[int]]:
+        """A replay with prefix caching: every request's whole token stream, prompt and output, made even
+        without the model (the block keys come from it). From the trace's token identities where it has them
+        (a later chat round's prompt then holds an earlier round's output), else a random prompt as without
+        the cache and a random output of its own. A request of one sequence is made to generate exactly its
+        output (each token it feeds back is the stream's, not the one sampled: the work is the same), so its
+        generated blocks are the blocks the stream's keys name, as the simulator assumes."""
+        vocab, seed = self.spec.vocab_size, self.seed
+        if segments is not None:
+            return {r.request_id: segment_token_ids(segments.request(i), vocab, seed, r.prompt_len + r.output_len)
+                    for i, r in enumerate(rows)}
+        rng = np.random.default_rng(seed)
+        longest_prefix = max((r.prefix_len for r in rows), default=0)
+        prefix = np.random.default_rng([seed, 1]).integers(0, vocab, longest_prefix).tolist()
+        return {r.request_id: prefix[:r.prefix_len] + rng.integers(0, vocab, r.prompt_len - r.prefix_len).tolist()
+                + np.random.default_rng([seed, 3, r.request_id]).integers(0, vocab, r.output_len).tolist()
+                for r in rows}
+
     # --- the serving loop: the control plane's step, timed by the runner ------------------
-    def _run(self, requests: list[Request], prompts, sampling, time_fn) -> ServingRun:
+    def _run(self, requests: list[Request], prompts, sampling, time_fn,
+             streams: dict[int, list[int]] | None = None) -> ServingRun:
+        """streams (a replay with prefix caching, _streams): each request's prompt and the output it generates."""
         for request in requests:
             check_request(request, self.spec.max_seq_len, self.system)
+        if self.system.prefix_caching:  # full blocks keyed by their token ids: the prompt's, or the whole stream's
+            bs, streams = self.system.block_size, streams or {}
+            requests = [replace(r, block_keys=token_block_keys(streams.get(r.request_id, prompts[r.request_id]), bs))
+                        for r in requests]
         if len({r.request_id for r in requests}) != len(requests):
             raise ValueError("request ids must be unique")
         if self.runner is not None:
             self.runner.reset_sampler(self.seed)  # each run samples the same way
         scheduler = make_scheduler(self.system, self.spec, self.num_gpu_blocks, self.num_cpu_blocks)
         pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.request_id)))
-        run = ServingRun(ServingCore(scheduler), pending, prompts)
+        run = ServingRun(ServingCore(scheduler), pending, prompts, streams=streams or {})
         while self._step(run, sampling, time_fn):
             pass
         run.core.close()
@@ -200,7 +243,8 @@ class Engine:
         if forks:  # a child beam continues its parent's tokens, as the control plane gives it the parent's KV
             run.tokens.update({child: list(run.tokens[parent]) for child, parent in forks.items()})
         for seq_id, token in sampled.items():
-            run.tokens[seq_id].append(token)
+            forced = run.forced.get(seq_id)
+            run.tokens[seq_id].append(token if forced is None else forced[len(run.tokens[seq_id])])
         for group in run.core.end_step(step, run.clock, forks):
             self._finish(run, group)
         run.host_s.append(self.last_host_s)
@@ -214,6 +258,9 @@ class Engine:
             if self.runner is not None:
                 for seq in group.seqs:
                     run.tokens[seq.seq_id] = list(run.prompts[group.request_id])
+                stream = run.streams.get(group.request_id)
+                if stream is not None and group.num_seqs == 1:  # it generates its stream's output (_streams)
+                    run.forced[group.seqs[0].seq_id] = stream
                 if group.is_beam:
                     run.beam.start(s.seq_id for s in group.seqs)
 
@@ -235,5 +282,7 @@ class Engine:
         if self.runner is None:
             return
         run.outputs[group.request_id] = [run.tokens.pop(s.seq_id)[group.prompt_len:] for s in group.seqs]
+        for seq in group.seqs:
+            run.forced.pop(seq.seq_id, None)
         if group.is_beam:
             run.beam_scores[group.request_id] = run.beam.pop_scores(s.seq_id for s in group.seqs)

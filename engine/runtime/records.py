@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.core.records import (
+    CACHED_COLUMN,
     ITERATION_COLUMNS,
     REQUEST_COLUMNS,
     DroppedRecord,
@@ -42,7 +43,9 @@ class ReplayResult:
                    records.dropped_rows())
 
     def request_columns(self) -> dict[str, list]:
-        return {name: [getattr(r, name) for r in self.requests] for name in REQUEST_COLUMNS}
+        names = REQUEST_COLUMNS + ((CACHED_COLUMN,) if self.requests and self.requests[0].cached_tokens is not None
+                                   else ())
+        return {name: [getattr(r, name) for r in self.requests] for name in names}
 
     def iteration_columns(self) -> dict[str, list]:
         return {name: [getattr(r, name) for r in self.iterations] for name in ITERATION_COLUMNS}

@@ -19,6 +19,12 @@ def trace_requests(trace: Trace, request_ids: Iterable[int]) -> Iterator[Request
     """The trace's requests of these ids, in that order, as a replica takes them."""
     times, prompts, outputs = trace.arrival_s.tolist(), trace.prompt_len.tolist(), trace.output_len.tolist()
     ns, widths, prefix_len = trace.n.tolist(), trace.beam_width.tolist(), trace.prefix_len
+    keys = trace.block_keys
+    if keys is not None:  # prefix caching (sim.workload.tokens.with_block_keys)
+        for i in request_ids:
+            yield Request(i, times[i], prompts[i], outputs[i], ns[i], prefix_len=prefix_len, beam_width=widths[i],
+                          block_keys=keys[i])
+        return
     for i in request_ids:
         yield Request(i, times[i], prompts[i], outputs[i], ns[i], prefix_len=prefix_len, beam_width=widths[i])
 

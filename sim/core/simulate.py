@@ -22,6 +22,7 @@ from sim.core.independent_replicas import ReplicaRun, serve_apart
 from sim.core.replica import Replica, run_to_end
 from sim.core.router import arrivals
 from sim.experiment.records import Records
+from sim.workload.tokens import with_block_keys
 from sim.workload.trace import Trace
 
 # SERVESIM_FAST_FORWARD=0 runs every iteration on its own SimPy event (the same results, slower)
@@ -67,6 +68,8 @@ def simulate_runs(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model:
         raise ValueError("a trace with beam searches needs the run's seeded rng to choose the beams' parents")
     if fast_forward is None:
         fast_forward = fast_forward_default()
+    if system.prefix_caching and trace.block_keys is None:  # its requests carry their blocks' keys
+        trace = with_block_keys(trace, system.block_size)
     fleet = FleetSetup(spec, system, cost_model, num_gpu_blocks, num_cpu_blocks, replicas, horizon_s,
                        fast_forward and cost_model.prices_ahead, router == "round_robin" or replicas == 1)
     beams = BeamParentModel(beam_continue, rng) if trace.has_beams and rng is not None else None

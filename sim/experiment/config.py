@@ -329,6 +329,13 @@ def check_workload(exp: Experiment, check_warmup: bool = True) -> None:
             f"{exp.model.name}'s max_seq_len of {exp.model.max_seq_len}; must be at most {longest}"))
     if workload.prefix_tokens:
         check_prefix_room(workload, exp.model.max_seq_len, exp.source, "workload.prefix_tokens")
+    if workload.system_prompt is not None:  # the same room question for a system prompt
+        key, tokens = "workload.system_prompt.tokens", workload.system_prompt.tokens
+        if tokens > longest:
+            raise SpecError(exp.source, key, (
+                f"a system prompt of {tokens} tokens leaves no room for a user turn and an answer within "
+                f"{exp.model.name}'s max_seq_len of {exp.model.max_seq_len}; must be at most {longest}"))
+        check_prefix_room(workload, exp.model.max_seq_len, exp.source, key, tokens)
     if not workload.is_replay:
         if max_rate * workload.duration_s > MAX_REQUESTS:
             raise SpecError(exp.source, "rates", (
@@ -366,14 +373,17 @@ def check_workload(exp: Experiment, check_warmup: bool = True) -> None:
                 f"request of {Path(workload.trace).name} arrives at {last_s:.4g} s; must be at most that"))
 
 
-def check_prefix_room(workload: WorkloadConfig, max_seq_len: int, source: str, key: str) -> None:
-    """A shared prefix leaves max_seq_len - prefix tokens for each drawn prompt and output: some of the
-    dataset's pairs must fit there (a conversation dataset has no prefix: WorkloadConfig refuses it)."""
+def check_prefix_room(workload: WorkloadConfig, max_seq_len: int, source: str, key: str,
+                      prefix: int | None = None) -> None:
+    """A shared prefix (prefix_tokens, or `prefix` tokens of a system prompt) leaves max_seq_len - prefix
+    tokens for each drawn prompt and output: some of the dataset's pairs must fit there (a conversation
+    dataset has no prefix: WorkloadConfig refuses it)."""
+    prefix = workload.prefix_tokens if prefix is None else prefix
     lengths = load_lengths(workload.dataset)
     longest = longest_prefix(lengths, max_seq_len)
-    if workload.prefix_tokens > longest:
+    if prefix > longest:
         raise SpecError(source, key, (
-            f"a prefix of {workload.prefix_tokens} tokens leaves {max_seq_len - workload.prefix_tokens} of "
+            f"a prefix of {prefix} tokens leaves {max_seq_len - prefix} of "
             f"max_seq_len {max_seq_len} for a prompt and an output, and (almost) no pair of {workload.dataset} "
             f"({data_path(workload.dataset)}) is that short; must be at most {max(longest, 0)}"))
 

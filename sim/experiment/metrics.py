@@ -23,7 +23,7 @@ SUMMARY_METRICS = (
     "ttft_p99_s", "tpot_mean_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "throughput_rps", "throughput_tokens_per_s",
     "mean_batched_requests", "kv_token_share", "kv_reserved_share", "kv_internal_frag_share",
     "kv_external_frag_share", "kv_idle_share", "memory_saving", "preemptions", "swapped_blocks", "num_iterations",
-    "makespan_s",
+    "makespan_s", "prefix_hit_rate",
 )
 
 
@@ -81,6 +81,17 @@ def memory_saving(iterations: Columns | pd.DataFrame) -> float:
     if unshared <= 0:
         return 0.0
     return float((np.asarray(iterations["saved_blocks"], dtype=float) * weights).sum() / unshared)
+
+
+def prefix_hit_rate(requests: Columns) -> float:
+    """Prompt tokens found in the prefix cache over prompt tokens, over the requests that were served (a
+    first token); nan without prefix caching (no cached_tokens column) or before any was served."""
+    if "cached_tokens" not in requests:
+        return float("nan")
+    served = ~np.isnan(np.asarray(requests["first_token_s"], dtype=np.float64))
+    prompt = float(np.asarray(requests["prompt_len"], dtype=np.int64)[served].sum())
+    cached = float(np.asarray(requests["cached_tokens"], dtype=np.int64)[served].sum())
+    return cached / prompt if prompt > 0 else float("nan")
 
 
 def _as_columns(table: Columns | pd.DataFrame) -> Columns:
@@ -151,4 +162,5 @@ def summarize(requests: Columns | pd.DataFrame, iterations: Columns | pd.DataFra
         measured_iterations = iterations
     summary.update(kv_shares(measured_iterations, pool_slots))
     summary["memory_saving"] = memory_saving(measured_iterations)
+    summary["prefix_hit_rate"] = prefix_hit_rate(requests)
     return {k: summary[k] for k in SUMMARY_METRICS}

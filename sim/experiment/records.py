@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engine.core.records import ITERATION_COLUMNS, REQUEST_COLUMNS, ServingRecords
+from engine.core.records import CACHED_COLUMN, ITERATION_COLUMNS, REQUEST_COLUMNS, ServingRecords
 from sim.experiment.table import infer_column
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ class Records(ServingRecords):
     def requests_frame(self) -> pd.DataFrame:
         import pandas as pd
 
-        return pd.DataFrame(self.request_values, columns=list(REQUEST_COLUMNS)).sort_values(
+        return pd.DataFrame(self.request_values, columns=list(self.request_columns)).sort_values(
             "request_id", kind="stable").reset_index(drop=True)
 
     def iterations_frame(self) -> pd.DataFrame:
@@ -40,6 +40,8 @@ def request_arrays(request_values: list[tuple]) -> dict[str, np.ndarray]:
     pandas would type it (sim.experiment.table.infer_column), so both write the same CSV."""
     if not request_values:  # typed all the same, for the metrics (the times are floats)
         return {name: np.empty(0, dtype=np.float64 if name.endswith("_s") else np.int64) for name in REQUEST_COLUMNS}
-    columns = {name: infer_column(values) for name, values in zip(REQUEST_COLUMNS, zip(*request_values))}
+    # a run with prefix caching: every row one value longer (engine.core.records.CACHED_COLUMN)
+    names = REQUEST_COLUMNS + ((CACHED_COLUMN,) if len(request_values[0]) > len(REQUEST_COLUMNS) else ())
+    columns = {name: infer_column(values) for name, values in zip(names, zip(*request_values))}
     order = np.argsort(columns["request_id"], kind="stable")
     return {name: column[order] for name, column in columns.items()}

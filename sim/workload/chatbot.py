@@ -15,7 +15,8 @@ The authors' generator (benchmark/benchmark_chatbot.py and trace.py@452c511; pap
   query, cut to the last max_seq_len // 2 tokens (1,024 for OPT); its output is the round's
   response cut to max_seq_len - max_seq_len // 2 - 8 (1,016; the paper's text says 1,024, their code
   leaves 8 of the 2,048 unused so that a full prompt and output always fit). No KV is kept between
-  rounds: every round is a request of its own.
+  rounds (every round is a request of its own), unless the system caches prefixes: the requests carry
+  their token identities (tokens.chatbot_segments), so a round can find its earlier rounds' blocks cached.
 
 Draw order is fixed (the coins, the picks, then a shuffled order each time the file is started
 afresh) so the same seed gives the same requests.
@@ -29,6 +30,7 @@ import numpy as np
 from engine.specs.errors import SpecError
 
 from .conversations import Conversations
+from .tokens import TokenSegments, chatbot_segments
 
 DEFAULT_NEW_CONVERSATION_PROB = 0.1
 OUTPUT_MARGIN = 8  # tokens of max_seq_len the authors' output cap leaves unused
@@ -56,6 +58,7 @@ class ChatbotRequests:
     prompt_len: np.ndarray  # int64, history + query, cut
     output_len: np.ndarray  # int64, response, cut
     cuts: ChatbotCuts
+    segments: TokenSegments  # token identities: a later round's prompt holds the earlier rounds' (prefix caching)
 
 
 def chatbot_requests(conversations: Conversations, count: int, new_conversation_prob: float,
@@ -66,7 +69,9 @@ def chatbot_requests(conversations: Conversations, count: int, new_conversation_
     cuts = ChatbotCuts.for_model(max_seq_len)
     row, started = _play(conversations, count, new_conversation_prob, rng)
     prompt, output = every_round(conversations, cuts)
-    return ChatbotRequests(row, started, prompt[row], output[row], cuts)
+    segments = chatbot_segments(conversations.start, conversations.query_len, conversations.response_len, row,
+                                prompt[row], output[row])
+    return ChatbotRequests(row, started, prompt[row], output[row], cuts, segments)
 
 
 def every_round(conversations: Conversations, cuts: ChatbotCuts) -> tuple[np.ndarray, np.ndarray]:

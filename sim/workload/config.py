@@ -10,6 +10,8 @@
       n: 1                   # parallel samples per request
       new_conversation_prob: 0.1   # chatbot only: an arrival starts a new conversation with this probability
       prefix_tokens: 0       # a shared prefix (few-shot examples) at the start of every prompt
+      system_prompt: null    # {tokens: 1024, count: 4}: every prompt starts with one of `count` system prompts of
+                             # `tokens` tokens (picked uniformly), before a user turn drawn from the dataset
       beam_width: 1          # beams per request (1: no beam search); a request has n > 1 or beam_width > 1
       beam_continue: 0.93    # simulated beam search: P(a surviving candidate continues its own beam), sim/core/beams.py
       trace: null            # recorded trace to replay (dataset and arrival are then ignored)
@@ -37,6 +39,7 @@ from .conversations import CONVERSATION_NAMES, is_conversation_dataset, load_con
 from .lengths import DATASET_NAMES, load_lengths
 from .paths import resolve_data_path
 from .recorded import Replay, load_recorded
+from .tokens import system_prompt_segments
 from .trace import Trace
 
 SECTION = "workload"
@@ -50,6 +53,37 @@ NAMES = (*DATASET_NAMES, *CONVERSATION_NAMES)
 
 
 @dataclass(frozen=True)
+class SystemPrompt:
+    """workload.system_prompt: `count` distinct system prompts of `tokens` tokens; each request starts with one."""
+
+    tokens: int
+    count: int = 1
+
+
+def _system_prompt(raw, source: str, values: dict) -> SystemPrompt | None:
+    key = f"{SECTION}.system_prompt"
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise SpecError(source, key, f"must be a mapping {{tokens: N, count: K}}, got {raw!r}")
+    unknown = sorted(set(raw) - {"tokens", "count"}, key=str)
+    if unknown:
+        raise SpecError(source, f"{key}.{unknown[0]}", "unknown key; valid keys are ['count', 'tokens']")
+    if "tokens" not in raw:
+        raise SpecError(source, f"{key}.tokens", "missing: the system prompt's length in tokens")
+    prompt = SystemPrompt(positive_int(raw["tokens"], source, f"{key}.tokens"),
+                          positive_int(raw.get("count", 1), source, f"{key}.count"))
+    if values["trace"] is not None:
+        raise SpecError(source, key, "applies only to a generated workload, not to a replayed trace")
+    if _is_conversations(values["dataset"]):
+        raise SpecError(source, key, "applies to a length dataset, not to a conversation dataset, whose prompt is "
+                        "the conversation so far")
+    if values["prefix_tokens"]:
+        raise SpecError(source, key, "and workload.prefix_tokens both put text before every prompt; use one")
+    return prompt
+
+
+@dataclass(frozen=True)
 class WorkloadConfig:
     dataset: str = "sharegpt"        # a dataset name, or an absolute path once resolved
     arrival: str = "poisson"
@@ -58,6 +92,7 @@ class WorkloadConfig:
     n: int | None = None             # None: 1, or the recorded trace's own n column
     new_conversation_prob: float = DEFAULT_NEW_CONVERSATION_PROB   # a conversation dataset only
     prefix_tokens: int = 0           # tokens of one shared prefix put before every prompt
+    system_prompt: SystemPrompt | None = None  # system prompts put before every prompt (one of several)
     beam_width: int | None = None    # None: 1, or the recorded trace's own beam_width column
     beam_continue: float = DEFAULT_BEAM_CONTINUE
     trace: Path | None = None        # absolute path once resolved
@@ -105,6 +140,7 @@ class WorkloadConfig:
         if values["trace"] is None:
             values["dataset"] = _dataset(raw.get("dataset", cls.dataset), source, base_dir)
         values.update(_chatbot_options(raw, source, values.get("dataset")))
+        values["system_prompt"] = _system_prompt(raw.get("system_prompt"), source, values)
         if values["prefix_tokens"] and values.get("dataset") is not None and _is_conversations(values["dataset"]):
             raise SpecError(source, f"{SECTION}.prefix_tokens", "applies to a length dataset, not to a conversation "
                             "dataset, whose prompt is the conversation so far")
@@ -132,19 +168,26 @@ def build_trace(cfg: WorkloadConfig, rate: float | None, max_seq_len: int,
     if cfg.is_chatbot:
         conversations = load_conversations(cfg.dataset)
         chat = chatbot_requests(conversations, len(arrival_s), cfg.new_conversation_prob, max_seq_len, rng)
-        prompt, output = chat.prompt_len, chat.output_len
+        prompt, output, segments = chat.prompt_len, chat.output_len, chat.segments
         source = chatbot_label(conversations.source, cfg.new_conversation_prob, chat.cuts)
     else:
         lengths = load_lengths(cfg.dataset)
         # the prefix goes before each drawn prompt, and a request must fit with it (prefix + input + output)
-        prompt, output = lengths.sample(len(arrival_s), max_seq_len - cfg.prefix_tokens, rng)
-        source = lengths.source
+        system = cfg.system_prompt.tokens if cfg.system_prompt is not None else 0
+        prompt, output = lengths.sample(len(arrival_s), max_seq_len - cfg.prefix_tokens - system, rng)
+        source, segments = lengths.source, None
+        if cfg.system_prompt is not None:  # drawn after the lengths: a seed's lengths stay those without it
+            picks = rng.integers(0, cfg.system_prompt.count, len(arrival_s))
+            prompt = prompt + system
+            segments = system_prompt_segments(picks, system, prompt, output)
+            source += (f"; a system prompt of {system} tokens before every prompt, one of "
+                       f"{cfg.system_prompt.count} (uniformly)")
     shape = f" cv={cfg.cv:g}" if cfg.arrival == "gamma" else ""
     label = f"{source}; {cfg.arrival}{shape} arrivals at {rate:g} req/s for {cfg.duration_s:g} s"
     if cfg.prefix_tokens:
         label += f"; a shared prefix of {cfg.prefix_tokens} tokens before every prompt"
     trace = Trace(arrival_s, prompt + cfg.prefix_tokens, output, cfg.n or 1, label, cfg.duration_s,
-                  beam_width=cfg.beam_width or 1, prefix_len=cfg.prefix_tokens)
+                  beam_width=cfg.beam_width or 1, prefix_len=cfg.prefix_tokens, segments=segments)
     return with_beam_label(trace, cfg)
 
 

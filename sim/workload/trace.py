@@ -5,6 +5,7 @@ Arrays are made read-only: a trace is a value that runs share, and nobody should
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import numpy as np
 from engine.atomic import write_text_atomic
 
 STAND_IN = "stand-in"
+Segment = tuple[int, int, int]  # (segment id, first token, number of tokens): sim/workload/tokens.py
 TRACE_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 
 
@@ -28,6 +30,12 @@ class Trace:
     # int64 beams per request (1: no beam search); an int or None means all the same (1). A request
     # samples n > 1 sequences or searches beam_width > 1 beams, not both.
     beam_width: np.ndarray | int | None = None
+    # token identities (prefix caching): which requests' tokens are the same (sim/workload/tokens.py);
+    # None: each request's own, but for the shared prefix
+    segments: TokenSegments | None = None
+    # the block keys of every request's full blocks, for one block size (with_block_keys: a simulation
+    # with prefix caching sets them); None: none
+    block_keys: list[tuple[int, ...]] | None = None
 
     def __post_init__(self):
         arrival = _column(self.arrival_s, np.float64)
@@ -47,6 +55,8 @@ class Trace:
             raise ValueError(f"prefix_len must be an integer >= 0, got {self.prefix_len!r}")
         object.__setattr__(self, "prefix_len", int(self.prefix_len))
         _validate(self, last)
+        if self.segments is not None and len(self.segments) != count:
+            raise ValueError(f"Trace.segments has {len(self.segments)} requests, arrival_s has {count}")
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -80,7 +90,8 @@ class Trace:
         if not factor > 0:
             raise ValueError(f"time scale must be > 0, got {factor}")
         return Trace(self.arrival_s / factor, self.prompt_len, self.output_len, self.n,
-                     self.source, self.duration_s / factor, beam_width=self.beam_width, prefix_len=self.prefix_len)
+                     self.source, self.duration_s / factor, beam_width=self.beam_width, prefix_len=self.prefix_len,
+                     segments=self.segments)
 
     def fit_to(self, max_seq_len: int) -> Trace:
         """Drop (not truncate) requests with prompt + output >= max_seq_len, as the paper's generator did."""
@@ -89,26 +100,61 @@ class Trace:
 
     def with_source(self, source: str) -> Trace:
         return Trace(self.arrival_s, self.prompt_len, self.output_len, self.n, source, self.duration_s,
-                     beam_width=self.beam_width, prefix_len=self.prefix_len)
+                     beam_width=self.beam_width, prefix_len=self.prefix_len, segments=self.segments)
 
     def with_n(self, n: int) -> Trace:
         """Every request samples n sequences; n > 1 makes none a beam search (a request is one or the other)."""
         beam_width = 1 if n > 1 else self.beam_width
         return Trace(self.arrival_s, self.prompt_len, self.output_len, n, self.source, self.duration_s,
-                     beam_width=beam_width, prefix_len=self.prefix_len)
+                     beam_width=beam_width, prefix_len=self.prefix_len, segments=self.segments)
 
     def with_beam_width(self, beam_width: int) -> Trace:
         """Every request searches beam_width beams; beam_width > 1 makes each sample one sequence."""
         n = 1 if beam_width > 1 else self.n
         return Trace(self.arrival_s, self.prompt_len, self.output_len, n, self.source, self.duration_s,
-                     beam_width=beam_width, prefix_len=self.prefix_len)
+                     beam_width=beam_width, prefix_len=self.prefix_len, segments=self.segments)
 
     def _select(self, keep: np.ndarray, arrival_s: np.ndarray | None = None,
                 duration_s: float | None = None) -> Trace:
         return Trace(self.arrival_s[keep] if arrival_s is None else arrival_s,
                      self.prompt_len[keep], self.output_len[keep], self.n[keep], self.source,
                      self.duration_s if duration_s is None else duration_s, beam_width=self.beam_width[keep],
-                     prefix_len=self.prefix_len)
+                     prefix_len=self.prefix_len, segments=None if self.segments is None else self.segments.select(keep))
+
+
+@dataclass(frozen=True, eq=False)  # arrays: compare columns, not objects
+class TokenSegments:
+    """Token identities (sim/workload/tokens.py): every request's segments, flat; request i's are rows
+    offsets[i] .. offsets[i + 1] - 1."""
+
+    offsets: np.ndarray  # int64, requests + 1
+    ids: np.ndarray      # int64
+    starts: np.ndarray   # int64
+    lengths: np.ndarray  # int64
+
+    @classmethod
+    def of(cls, requests: Sequence[Sequence[Segment]]) -> TokenSegments:
+        offsets = np.zeros(len(requests) + 1, np.int64)
+        offsets[1:] = np.cumsum([len(r) for r in requests])
+        flat = [segment for request in requests for segment in request]
+        columns = np.array(flat, np.int64).reshape(-1, 3).T
+        return cls(offsets, columns[0].copy(), columns[1].copy(), columns[2].copy())
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def request(self, i: int) -> list[Segment]:
+        lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
+        return list(zip(self.ids[lo:hi].tolist(), self.starts[lo:hi].tolist(), self.lengths[lo:hi].tolist()))
+
+    def num_tokens(self) -> np.ndarray:
+        """Tokens each request's segments cover."""
+        sums = np.concatenate([[0], np.cumsum(self.lengths)])
+        return sums[self.offsets[1:]] - sums[self.offsets[:-1]]
+
+    def select(self, keep: np.ndarray) -> TokenSegments:
+        """The requests where keep (a boolean mask) is True, in order."""
+        return TokenSegments.of([self.request(i) for i in np.flatnonzero(keep).tolist()])
 
 
 def _per_request(values, count: int) -> np.ndarray:

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, settings
 from engine.core.batch import Batch
 from engine.core.block_manager import BlockManager
 from engine.core.factory import make_scheduler
+from engine.core.prefix_cache import CachingBlockAllocator, PrefixCachingBlockManager
 from engine.core.scheduler.reservation_scheduler import ReservationScheduler
 from engine.core.scheduler.vllm import VLLMScheduler
 from engine.core.sequence import SeqStatus, SequenceCounter, SequenceGroup, make_group
@@ -42,6 +43,7 @@ class Req:
     output: int
     n: int = 1
     prefix: int = 0  # tokens of the run's one shared prefix at the start of the prompt
+    keys: tuple[int, ...] = ()  # prefix caching: its full blocks' keys (SequenceGroup.block_keys)
 
 
 @dataclass
@@ -74,7 +76,7 @@ def drive(sched, reqs: list[Req], checkers: tuple[Checker, ...] = (), max_steps:
                                   f"{len(sched.running)} running")
         while pending and pending[0][1].arrival <= step:
             rid, r = pending.popleft()
-            group = make_group(rid, float(r.arrival), r.prompt, r.output, r.n, counter, r.prefix)
+            group = make_group(rid, float(r.arrival), r.prompt, r.output, r.n, counter, r.prefix, block_keys=r.keys)
             sched.add_request(group)
             groups.append(group)
         for c in checkers:
@@ -108,6 +110,9 @@ def check_block_manager(bm: BlockManager, status_of) -> None:
         assert len(free) == len(set(free)), f"{allocator.name}: a block is twice in the free list"
         assert all(0 <= b < allocator.num_blocks for b in list(refs) + free)
         free_set = set(free)
+        if isinstance(allocator, CachingBlockAllocator):  # a keyed block nobody holds waits in the evictor
+            assert not free_set & set(allocator._evictable), "a block both free-listed and evictable"
+            free_set |= set(allocator._evictable)
         for block in range(allocator.num_blocks):
             rc = allocator.ref_counts[block]
             assert rc >= 0, f"{allocator.name} block {block}: negative ref count {rc}"
@@ -179,7 +184,12 @@ class StepInvariants(Checker):
             else:
                 assert chunked and cached + length < seq.length, "only a prompt's earlier chunks sample nothing"
             table = sched.block_table(seq_id)
-            if cached and not chunked:  # the cached tokens are the shared prefix's blocks, which nobody writes
+            if cached and not chunked and isinstance(sched.blocks, PrefixCachingBlockManager):
+                # the cached tokens are blocks found by their keys
+                keys = sched.blocks._seq_keys[seq_id]
+                assert cached % bs == 0 and [sched.blocks.cache.key_of_block[b] for b in table[:cached // bs]] == \
+                    list(keys[:cached // bs])
+            elif cached and not chunked:  # the cached tokens are the shared prefix's blocks, which nobody writes
                 assert cached % bs == 0 and table[:cached // bs] == sched.blocks.prefix_table
             for pos in range(cached, cached + length):
                 write(table, pos, seq_id)
@@ -269,3 +279,49 @@ def append_one(bm: BlockManager, seq) -> tuple[int, int] | None:
     copies: list[tuple[int, int]] = []
     bm.append_slots((seq,), copies)
     return copies[0] if copies else None
+
+
+def check_prefix_cache(sched) -> None:
+    """The prefix cache's bookkeeping: keys and blocks one to one; a keyed block nobody holds is in the
+    evictor, and only such a block; the keyed blocks in use counted; each running group's cache_blocks
+    leading blocks keyed by its own keys."""
+    bm: PrefixCachingBlockManager = sched.blocks
+    cache = bm.cache
+    assert {b: k for k, b in cache.block_of_key.items()} == cache.key_of_block, "keys and blocks one to one"
+    assert set(cache.depth_of_block) == set(cache.key_of_block)
+    assert not set(cache._free) & set(cache.key_of_block), "a keyed block on the free list"
+    assert set(cache._evictable) == {b for b in cache.key_of_block if cache.ref_counts[b] == 0}
+    assert cache.num_in_use == sum(1 for b in cache.key_of_block if cache.ref_counts[b] > 0)
+    live = [e for e in cache._heap if cache._evictable.get(e[3]) == e[2]]
+    assert len(live) == len(cache._evictable), "every evictable block has one live evictor entry"
+    for group in sched.running:
+        for seq in group.live_seqs():
+            table, keys = bm.block_tables[seq.seq_id], bm._seq_keys[seq.seq_id]
+            for i in range(group.cache_blocks):
+                assert cache.key_of_block.get(table[i]) == keys[i], f"seq {seq.seq_id}: block {i} not its key's"
+
+
+def distinct_token_slots(sched) -> int:
+    """Slots holding a token's K/V, recounted: every distinct GPU block of the running sequences, filled
+    as far as its fullest holder fills it (right after schedule(), every token has its slot)."""
+    fill: dict[int, int] = {}
+    bs = sched.block_size
+    for group in sched.running:
+        for seq in group.live_seqs():
+            for i, block in enumerate(sched.blocks.block_tables[seq.seq_id]):
+                fill[block] = max(fill.get(block, 0), min(bs, seq.length - i * bs))
+    return sum(fill.values())
+
+
+class PrefixCacheInvariants(Checker):
+    """check_prefix_cache every step; with `exact_tokens` (no group of several samples: their copies on
+    write hold a prompt token twice, which the paper's usage counts once) the usage's token slots equal
+    the recount."""
+
+    def __init__(self, exact_tokens: bool = False):
+        self.exact_tokens = exact_tokens
+
+    def after(self, sched, batch: Batch, step: int) -> None:
+        check_prefix_cache(sched)
+        if self.exact_tokens:
+            assert sched.kv_usage().token == distinct_token_slots(sched), f"step {step}: token slots"

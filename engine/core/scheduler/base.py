@@ -28,6 +28,7 @@ class Scheduler:
     block_size: int
     num_gpu_blocks: int
     num_cpu_blocks: int
+    caches_prefixes: bool = False  # automatic prefix caching (vLLM's option): requests record their hits
     # the clock at the schedule() about to run, set by ServingCore.start_step (a policy that reads the time,
     # vLLM v0.3's delay_factor, reads it here; the others ignore it)
     now_s: float

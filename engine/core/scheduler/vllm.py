@@ -15,7 +15,7 @@ from itertools import accumulate, chain
 from operator import sub
 
 from engine.core.batch import Batch
-from engine.core.block_manager import BlockManager, appends_fit
+from engine.core.block_manager import appends_fit
 from engine.core.blocks import blocks_for
 from engine.core.errors import SwapSpaceExhausted
 from engine.core.kv_usage import (
@@ -26,6 +26,7 @@ from engine.core.kv_usage import (
     shared_prompt_token_slots,
     unshared_token_slots,
 )
+from engine.core.prefix_cache import block_manager_for
 from engine.core.scheduler.base import DecodeStretch
 from engine.core.scheduler.common import QueueScheduler
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
@@ -70,7 +71,8 @@ class VLLMScheduler(QueueScheduler):
         super().__init__(system, max_seq_len)
         self.num_gpu_blocks = num_gpu_blocks
         self.num_cpu_blocks = num_cpu_blocks
-        self.blocks = BlockManager(system.block_size, num_gpu_blocks, num_cpu_blocks, system.watermark)
+        self.blocks = block_manager_for(system, num_gpu_blocks, num_cpu_blocks)
+        self.caches_prefixes = system.prefix_caching
         self.swapped: deque[SequenceGroup] = deque()
         self.num_swapped_out_blocks = 0
         self.num_swapped_in_blocks = 0
@@ -90,6 +92,7 @@ class VLLMScheduler(QueueScheduler):
     def schedule(self) -> Batch:
         """The running groups' slots, the swapped groups back, then new prompts while nothing is swapped out."""
         plan = StepPlan()
+        self.blocks.begin_step()
         self._reserve_running(plan)
         self._swap_in(plan)
         if not self.swapped:
@@ -409,9 +412,11 @@ class VLLMScheduler(QueueScheduler):
 
     def _token_slots_of(self, group: SequenceGroup) -> int:
         slots = shared_prompt_token_slots(group) if group.shares_prompt else unshared_token_slots(group)
-        if group.prefix_blocks:  # the cached prefix's slots are counted once, while it is cached (_admit)
+        # the cached prefix's slots are counted once, while it is cached (_admit); the prefix cache's, while in use
+        held = group.prefix_blocks + group.cache_blocks
+        if held:
             tables = 1 if group.shares_prompt else group.num_seqs
-            slots -= tables * group.prefix_blocks * self.block_size
+            slots -= tables * held * self.block_size
         return slots
 
     def release_cache(self) -> None:

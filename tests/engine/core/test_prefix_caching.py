@@ -1,0 +1,158 @@
+"""Automatic prefix caching in the control plane (engine/core/prefix_cache.py): hypothesis-driven runs of
+requests with shared prefixes keep the ref-count, evictor and free-count invariants at every step; a
+hand-built case's hits are exact; the evictor takes the least recently used block first, the deepest on a
+tie; and without the option nothing changes."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from engine.core.prefix_cache import CachingBlockAllocator, PrefixCachingBlockManager
+from engine.core.sequence import SeqStatus, SequenceCounter, make_group
+from engine.core.system import PAPER_SYSTEMS, SystemSpec
+from engine.specs.errors import SpecError
+from tests.helpers.core_harness import (
+    PrefixCacheInvariants,
+    Req,
+    StepInvariants,
+    check_finished,
+    drive,
+    hyp,
+    scheduler_for,
+)
+
+BS = 4
+
+
+def caching(preemption: str = "auto", **overrides) -> SystemSpec:
+    return dataclasses.replace(PAPER_SYSTEMS["vllm"], block_size=BS, preemption=preemption, prefix_caching=True,
+                               **overrides)
+
+
+def stream_keys(family: int, shared_blocks: int, request: int, num_blocks: int) -> tuple[int, ...]:
+    """A request's keys: its family's first shared_blocks blocks (a system prompt, a conversation's
+    history), then its own. Chained: once two streams differ they never agree again."""
+    keys, key = [], 0
+    for i in range(num_blocks):
+        key = hash((key, ("family", family) if i < shared_blocks else ("own", request, i)))
+        keys.append(key)
+    return tuple(keys)
+
+
+FAMILY_BLOCKS = (3, 1, 5)  # each family's shared prompt, in blocks
+
+
+@st.composite
+def workloads(draw, max_n: int):
+    reqs = []
+    for rid in range(draw(st.integers(1, 14))):
+        family = draw(st.integers(0, len(FAMILY_BLOCKS) - 1))
+        shared = FAMILY_BLOCKS[family] * BS
+        prompt = draw(st.sampled_from([shared, shared + 1, shared + 3, 2, 7, shared + 9]))
+        output = draw(st.integers(1, 12))
+        n = draw(st.integers(1, max_n))
+        keys = stream_keys(family, FAMILY_BLOCKS[family], rid, (prompt + output) // BS)
+        reqs.append(Req(draw(st.integers(0, 12)), prompt, output, n, keys=keys))
+    return reqs
+
+
+@hyp(max_examples=60)
+@given(workloads(max_n=1), st.sampled_from(["auto", "recompute", "swap"]), st.integers(9, 40))
+def test_single_sequences_keep_the_invariants_and_count_tokens_exactly(reqs, preemption, num_gpu_blocks):
+    sched = scheduler_for(caching(preemption), num_gpu_blocks, num_cpu_blocks=64)
+    run = drive(sched, reqs, (StepInvariants(), PrefixCacheInvariants(exact_tokens=True)))
+    check_finished(run, reqs)
+    cache = sched.blocks.cache
+    assert cache.num_in_use == 0 and all(r == 0 for r in cache.ref_counts)
+    assert cache.num_free == num_gpu_blocks, "every block free or evictable at the end"
+
+
+@hyp(max_examples=40)
+@given(workloads(max_n=3), st.sampled_from(["auto", "recompute", "swap"]), st.integers(30, 60))
+def test_samples_keep_the_invariants(reqs, preemption, num_gpu_blocks):
+    # (pools of 30+ blocks: in smaller ones groups of 3 samples can stall with the cache or without it, the
+    # lower bound of _blocks_needed_alone)
+    sched = scheduler_for(caching(preemption), num_gpu_blocks, num_cpu_blocks=128)
+    run = drive(sched, reqs, (StepInvariants(), PrefixCacheInvariants()))
+    check_finished(run, reqs)
+    assert sched.blocks.cache.num_in_use == 0
+
+
+def test_hits_of_a_hand_built_case_are_exact():
+    # family 0 shares 3 blocks (12 tokens). Request 0 caches them; request 1 (same family, 14 tokens) finds
+    # all 3; request 2 (exactly the 12 shared tokens) finds 2: its prefill computes its last block; request 3
+    # (another family) finds none; request 4 arrives after request 0 finished and finds its prompt's 3 blocks
+    # and its generated block (keys over prompt + output: the same stream continued, a chat's next round)
+    first = stream_keys(0, 3, 0, 5)
+    reqs = [Req(0, 13, 7, keys=first), Req(1, 14, 2, keys=stream_keys(0, 3, 1, 4)),
+            Req(1, 12, 2, keys=stream_keys(0, 3, 2, 3)), Req(1, 9, 2, keys=stream_keys(1, 1, 3, 2)),
+            Req(20, 17, 2, keys=first[:4] + (77,))]
+    sched = scheduler_for(caching(), 64)
+    run = drive(sched, reqs, (StepInvariants(), PrefixCacheInvariants(exact_tokens=True)))
+    cached = {g.request_id: g.cached_prompt_tokens for g in run.groups}
+    assert cached == {0: 0, 1: 12, 2: 8, 3: 0, 4: 16}
+    assert sched.blocks.hit_rate == sum(cached.values()) / (13 + 14 + 12 + 9 + 17)
+    prefills = [(list(b.prefill_lens), list(b.prefill_cached_lens)) for b in run.batches if b.prefill_lens]
+    assert prefills[0] == ([13], [0])
+    assert prefills[1] == ([2, 4, 9], [12, 8, 0])
+    assert prefills[2] == ([1], [16])
+
+
+def lone_group(counter, rid: int, keys: tuple[int, ...], length: int):
+    group = make_group(rid, float(rid), length, 1, 1, counter, block_keys=keys)
+    return group
+
+
+def test_the_evictor_takes_the_least_recently_used_block_then_the_deepest():
+    bm = PrefixCachingBlockManager(BS, 10, 0, watermark=0.0)
+    counter = SequenceCounter()
+    groups = [lone_group(counter, rid, (10 * rid + 1, 10 * rid + 2), 9) for rid in range(3)]  # 2 keyed + 1
+    bm.begin_step()
+    for group in groups[:2]:
+        bm.allocate(group)
+    bm.begin_step()
+    bm.allocate(groups[2])
+    for group in (groups[1], groups[0]):  # freed in one step: on the tie, the deepest first, then the first freed
+        group.seqs[0].status = SeqStatus.FINISHED
+        bm.free(group.seqs[0])
+    assert bm.cache.num_evictable == 4 and bm.gpu.num_free == 4 + 3  # the never-keyed ones are plain free
+    of = bm.cache.block_of_key
+    assert bm.cache.eviction_order() == [of[12], of[2], of[11], of[1]]
+    bm.begin_step()
+    groups[2].seqs[0].status = SeqStatus.FINISHED
+    bm.free(groups[2].seqs[0])  # used later: evicted last
+    assert bm.cache.eviction_order() == [of[12], of[2], of[11], of[1], of[22], of[21]]
+    fresh = [bm.gpu.allocate() for _ in range(6)]  # the 4 plain free ones go first, then the least recently used
+    assert 12 not in of and 2 not in of and {11, 1, 22, 21} <= set(of)
+    assert len(set(fresh)) == 6 and bm.cache.num_evictions == 2
+
+
+def test_a_hit_brings_a_block_back_from_the_evictor():
+    bm = PrefixCachingBlockManager(BS, 6, 0, watermark=0.0)
+    counter = SequenceCounter()
+    first = lone_group(counter, 0, (1, 2), 9)
+    bm.begin_step()
+    bm.allocate(first)
+    first.seqs[0].status = SeqStatus.FINISHED
+    bm.free(first.seqs[0])
+    again = lone_group(counter, 1, (1, 2), 10)
+    assert bm.blocks_to_allocate(again) == 3, "admission asks for every block, hit or not (vLLM v0.4)"
+    bm.allocate(again)
+    assert again.num_cached_tokens == 8 and bm.cache.num_evictable == 0 and bm.cache.num_in_use == 2
+
+
+def test_the_option_is_checked():
+    try:
+        dataclasses.replace(PAPER_SYSTEMS["orca-max"], prefix_caching=True).validate("c.yaml", "systems[0]")
+    except SpecError as e:
+        assert "systems[0].prefix_caching" in str(e) and "vllm" in str(e)
+    else:
+        raise AssertionError("Orca with prefix caching accepted")
+    for policy in ("separate", "chunked"):
+        with pytest.raises(SpecError, match="prefill_policy 'mixed' only"):
+            dataclasses.replace(caching(), prefill_policy=policy).validate("c.yaml", "systems[0]")
+    assert isinstance(scheduler_for(caching(), 8).blocks.gpu, CachingBlockAllocator)
+    assert not isinstance(scheduler_for(PAPER_SYSTEMS["vllm"], 8).blocks.gpu, CachingBlockAllocator)
