@@ -9,6 +9,7 @@ import pytest
 
 from engine.core.records import ITERATION_COLUMNS
 from fidelity.metrics import summary_row
+from fidelity.repeat import repeats_frame, spread_text
 from fidelity.saturation import MIN_GROWTH, past_saturation, queue_growth
 from fidelity.verdict import VERDICT, headline, saturation_text, target_lines, with_judgement
 
@@ -143,3 +144,17 @@ def test_a_figure_without_a_makespan_error_judges_every_point_by_latency():
     h = headline(judged_summary(), VERDICT)
     assert h["past_saturation"] == 1 and h["within_target"] == h["within_target_with_rule"] == 1
     assert math.isnan(h["worst_makespan_past_saturation"])
+
+
+def test_repeats_txt_gives_the_target_without_and_with_the_rule_for_each_repeat():
+    one = headline(with_judgement(judged_summary()), VERDICT, "loo_makespan_error")
+    summary = judged_summary()
+    summary.loc[1, VERDICT] = 0.05
+    two = headline(with_judgement(summary), VERDICT, "loo_makespan_error")
+    text = spread_text(repeats_frame({1: {"verdict": one}, 2: {"verdict": two}}))
+    assert "without the saturation rule 1/3, 2/3; with it 2/3, 3/3" in text
+    assert "past saturation    1/3, 1/3 points (judged by makespan, worst +2.0%, +2.0%)" in text
+    assert "worst latency error below saturation +30.0%, +5.0%" in text
+    # repeats written before the rule have no target keys: nothing is made up for them
+    old = {k: v for k, v in one.items() if k not in ("within_target", "within_target_with_rule")}
+    assert "saturation rule" not in spread_text(repeats_frame({1: {"verdict": old}}))
