@@ -105,8 +105,8 @@ def other_profile_headline(config: str, sets: list[str], run_dir: Path, profile:
     for _, row in summary.iterrows():
         rate = float(row["rate"])
         trace = p.traces[rate]
-        _, err = simulated_error(cfg, p, systems[row["system"]], trace, load_profile(profile), 1.0,
-                                 warmup_for(cfg, trace)[0], float(row["real_normalized_latency"]))
+        _, err, _ = simulated_error(cfg, p, systems[row["system"]], trace, load_profile(profile), 1.0,
+                                    warmup_for(cfg, trace)[0], float(row["real_normalized_latency"]))
         errors.append(err)
     return headline(summary.assign(other_profile_error=errors), "other_profile_error")
 

@@ -38,14 +38,19 @@ def geometric_speed(reals) -> float:
     return float(np.exp(np.log(factors).mean())) if np.isfinite(factors).all() and (factors > 0).all() else math.nan
 
 
-def simulated_error(cfg, p, system, trace, profile, scale: float, warmup_s: float, real: float) -> tuple[float, float]:
-    """The held-out trace simulated with a served fit (times `scale`): its normalized latency and error."""
+def simulated_error(cfg, p, system, trace, profile, scale: float, warmup_s: float,
+                    real: float) -> tuple[float, float, float]:
+    """The held-out trace simulated with a served fit (times `scale`): its normalized latency, that
+    latency's error, and its makespan (the last request's finish: what judges a point past saturation)."""
     pool = p.pools[system.name]
     model = ProfileCostModel(profile, "served", system.block_size, cfg.experiment.dtype_bytes)
     model = model if scale == 1.0 else ScaledCostModel(model, scale)
     records = simulate(trace, p.spec, system, model, pool.num_gpu_blocks, pool.num_cpu_blocks)
-    sim = normalized_latency(records.requests_frame(), records.iterations_frame(), pool.num_slots, warmup_s)
-    return sim, float(relative_error(sim, real))
+    requests = records.requests_frame()
+    sim = normalized_latency(requests, records.iterations_frame(), pool.num_slots, warmup_s)
+    finished = requests["finish_s"].dropna()
+    makespan = float(finished.max()) if len(finished) else math.nan
+    return sim, float(relative_error(sim, real)), makespan
 
 
 def verdict_columns(cfg, p, systems, reals_by: dict, rows: list[dict], iterations: pd.DataFrame,
@@ -79,13 +84,18 @@ def verdict_columns(cfg, p, systems, reals_by: dict, rows: list[dict], iteration
         for system in systems:
             row = by_key[(system.name, rate)]
             real = row["real_normalized_latency"]
-            sim_plain, err_plain = simulated_error(cfg, p, system, trace, plain, 1.0, warmups[rate], real)
-            sim_speed, err_speed = (math.nan, math.nan) if at_speed is None else simulated_error(
-                cfg, p, system, trace, at_speed, geometric_speed(reals_by[(system.name, rate)]), warmups[rate], real)
-            _, err_relative = simulated_error(cfg, p, system, trace, relative, 1.0, warmups[rate], real)
-            chosen_sim, chosen = (sim_speed, err_speed) if left.corrected else (sim_plain, err_plain)
+            sim_plain, err_plain, span_plain = simulated_error(cfg, p, system, trace, plain, 1.0, warmups[rate],
+                                                               real)
+            sim_speed, err_speed, span_speed = (math.nan, math.nan, math.nan) if at_speed is None else \
+                simulated_error(cfg, p, system, trace, at_speed, geometric_speed(reals_by[(system.name, rate)]),
+                                warmups[rate], real)
+            _, err_relative, _ = simulated_error(cfg, p, system, trace, relative, 1.0, warmups[rate], real)
+            chosen_sim, chosen, span = ((sim_speed, err_speed, span_speed) if left.corrected
+                                        else (sim_plain, err_plain, span_plain))
             row.update({
                 "loo_sim_normalized_latency": chosen_sim, "loo_normalized_latency_error": chosen,
+                "loo_sim_makespan_s": span,
+                "loo_makespan_error": float(relative_error(span, row["real_makespan_s"])),
                 "loo_plain_normalized_latency_error": err_plain, "loo_at_speed_normalized_latency_error": err_speed,
                 "loo_relative_normalized_latency_error": err_relative, "loo_speed_corrected": left.corrected,
                 "loo_heldout_iteration_error": loo[-1]["heldout_iteration_error"],
@@ -101,6 +111,7 @@ def grid_columns(row: dict, correction_helps: bool) -> None:
     row.update({"grid_speed_corrected": corrected, "grid_normalized_latency_error": error,
                 "grid_within_noise": bool(within_noise(error, row["real_low_error"], row["real_high_error"])),
                 "loo_sim_normalized_latency": math.nan, "loo_normalized_latency_error": math.nan,
+                "loo_sim_makespan_s": math.nan, "loo_makespan_error": math.nan,
                 "loo_plain_normalized_latency_error": math.nan, "loo_at_speed_normalized_latency_error": math.nan,
                 "loo_relative_normalized_latency_error": math.nan,
                 "loo_speed_corrected": False, "loo_heldout_iteration_error": math.nan, "within_noise": False})

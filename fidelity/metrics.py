@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from fidelity.saturation import past_saturation, queue_growth
 from sim.experiment.metrics import latency_columns, summarize
 
 REQUEST_JOIN_COLUMNS = (
@@ -34,6 +35,9 @@ SUMMARY_COLUMNS = (
     "real_num_iterations", "sim_num_iterations", "iteration_time_error", "iteration_time_bias",
     "real_makespan_s", "sim_makespan_s", "below_saturation", "exact_replay", "repeats", "real_wall_s",
     "cost_model", "warmup_rule",
+    # past saturation (fidelity/saturation.py), read from the real replays only
+    "real_queue_growth", "real_queue_growth_stderr", "past_saturation",
+    "real_makespan_low_error", "real_makespan_high_error",
 )
 SUSTAINABLE_COLUMNS = ("system", "latency_threshold", "real_sustainable_rate", "sim_sustainable_rate",
                        "sustainable_rate_error", "real_bound", "sim_bound", "rates")
@@ -128,6 +132,9 @@ def summary_row(*, system: str, rate: float, seed: int, join: pd.DataFrame, real
         return float(np.mean([r[key] for r in reals]))
 
     it_err = iteration_errors["error"].to_numpy(float) if len(iteration_errors) else np.array([])
+    growths = [queue_growth(r, warmup_s) for r in real_requests]
+    slowest = min(growths, key=lambda g: g.slope if g.slope == g.slope else -math.inf)  # the least growth
+    makespans = np.array([r["makespan_s"] for r in reals], dtype=float)
     row = {
         "system": system, "rate": rate, "seed": seed, "num_requests": len(join), "num_measured": len(measured),
         "warmup_s": warmup_s,
@@ -172,6 +179,11 @@ def summary_row(*, system: str, rate: float, seed: int, join: pd.DataFrame, real
         "real_wall_s": real_wall_s,
         "cost_model": cost_model,
         "warmup_rule": warmup_rule,
+        "real_queue_growth": slowest.slope,
+        "real_queue_growth_stderr": slowest.stderr,
+        "past_saturation": past_saturation(growths),
+        "real_makespan_low_error": float(makespans.min() / makespans.mean() - 1.0),
+        "real_makespan_high_error": float(makespans.max() / makespans.mean() - 1.0),
     }
     return {k: row[k] for k in SUMMARY_COLUMNS}
 

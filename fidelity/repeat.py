@@ -97,4 +97,25 @@ def spread_text(frame: pd.DataFrame) -> str:
             else:
                 shown = ", ".join(f"{v:.1%}" if key == "mean_abs_error" else f"{v:+.1%}" for v in values)
                 lines.append(f"  {key:<18} {shown}  (spread {100 * (max(values) - min(values)):.1f} points)")
+        if name == "verdict":
+            lines.extend(target_rows(rows_, points))
     return "\n".join(lines)
+
+
+def target_rows(rows_: pd.DataFrame, points: int) -> list[str]:
+    """The verdict's per-point target in each repeat, without and with the saturation rule
+    (fidelity/saturation.py); nothing for repeats written before the rule."""
+    if "within_target" not in rows_ or rows_["within_target"].isna().all():
+        return []
+
+    def counts(key: str) -> str:
+        return ", ".join("n/a" if v != v else f"{int(v)}/{points}" for v in rows_[key].astype(float))
+
+    def signed(key: str) -> str:
+        return ", ".join("n/a" if v != v else f"{v:+.1%}" for v in rows_[key].astype(float))
+
+    return [f"  per-point target (within 10% or inside the real spread): without the saturation rule "
+            f"{counts('within_target')}; with it {counts('within_target_with_rule')}",
+            f"  past saturation    {counts('past_saturation')} points (judged by makespan, worst "
+            f"{signed('worst_makespan_past_saturation')}); worst latency error below saturation "
+            f"{signed('worst_below_saturation')}"]

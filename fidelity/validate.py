@@ -55,12 +55,15 @@ from fidelity.report import breakdown_text, fidelity_table, fidelity_text
 from fidelity.served import SERVED_COLUMNS
 from fidelity.verdict import (
     FIGURES,
+    JUDGED_COLUMNS,
     VERDICT,
     VERDICT_COLUMNS,
     VERDICT_WHY,
     correction_text,
     headline_text,
     headlines,
+    saturation_text,
+    with_judgement,
 )
 from sim.core.simulate import simulate
 from sim.experiment.output import write_csv, write_json, write_text
@@ -299,6 +302,8 @@ def validate(cfg: ValidationConfig, out_dir: str | Path, *, exact_only: bool = F
         loo, served = verdict_columns(cfg, p, systems, reals_by, summary_rows, iterations, speed, warmups, log)
     del reals_by
     summary = pd.DataFrame(summary_rows, columns=list(SUMMARY_COLUMNS) + list(VERDICT_COLUMNS))
+    summary = with_judgement(summary) if len(summary) else summary.reindex(
+        columns=[*summary.columns, *JUDGED_COLUMNS])
     exact_frame = pd.DataFrame(exact_rows, columns=list(EXACT_COLUMNS))
     sustainable = sustainable_rates(summary, cfg.options.latency_threshold) if len(summary) else pd.DataFrame()
     fidelity = fidelity_table(summary, sustainable, exact_frame) if len(summary) else pd.DataFrame()
@@ -381,6 +386,7 @@ def write_outputs(result: ValidationResult, cfg: ValidationConfig, exact_only: b
     text = fidelity_text(result.fidelity, result.sustainable)
     write_text(f"{cfg.name}: {result.meta['warmup_rule']}\n{text}\n{breakdown_text(result.iterations)}\n"
                f"{headline_text(result.headline, 'normalized-latency error over every point:')}\n"
+               f"{saturation_text(result.summary)}\n"
                f"{correction_text(result.loo)}\n",
                out / "summary.txt")
     # last: a repeat of the whole validation counts as done once its headline is written (fidelity/repeat.py)

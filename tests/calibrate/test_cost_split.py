@@ -18,6 +18,7 @@ from tests.helpers.synthetic_profile import HOST_TRUE, LAUNCH_S, TRUE, gpu_like_
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_RAW = ROOT / "calibrate" / "profiles" / "cpu-opt-125m.raw.csv"
+SHIPPED = ROOT / "calibrate" / "profiles" / "cpu-opt-125m.yaml"
 REPLAYED = ROOT / "results" / "reference" / "validation" / "cpu-opt-125m-calibrated" / "profile"
 
 
@@ -74,8 +75,26 @@ def test_the_host_part_joins_the_shapes_host_s_and_the_host_replay():
     assert profile.coefficients == plain.coefficients  # replay rows are not shapes of the device part
 
 
+def before_the_split(raw: pd.DataFrame) -> pd.DataFrame:
+    """A raw CSV as profiled before device and host time were measured apart: its shapes, probes and swaps,
+    no device_s, host_s, host replay or re-timed serving rows."""
+    return raw[raw["kind"].isin(["prefill", "decode", "decode_mixed", "mixed", "swap", "probe"])].drop(
+        columns=["device_s", "host_s", "alone_s"], errors="ignore")
+
+
+def old_profile(tmp_path: Path) -> Path:
+    """The shipped CPU profile as a format /3 profile wrote it: no device part, no host part."""
+    data = yaml.safe_load(SHIPPED.read_text())
+    for key in ("device_part", "host", "serving"):
+        data.pop(key, None)
+    data["format"] = "servesim-profile/3"
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
 def test_a_raw_csv_from_before_the_split_fits_the_forward_as_the_device_part_and_measures_no_host():
-    raw = pd.read_csv(SHIPPED_RAW)
+    raw = before_the_split(pd.read_csv(SHIPPED_RAW))
     assert "device_s" not in raw.columns and "host_s" not in raw.columns and "host" not in set(raw["kind"])
     profile = fit_profile(raw, str(SHIPPED_RAW), "test").profile
     assert profile.device_part["measured_from"].startswith("time_s: the forward's wall time")
@@ -130,7 +149,7 @@ def test_a_split_profile_round_trips_and_old_profiles_read_unchanged(split_fit, 
     assert "# held-out error of the device part: mean" in text and "# held-out error of the host part: mean" in text
     loaded = load_profile(path)
     assert loaded == split_fit.profile and loaded.format == FORMAT
-    shipped = load_profile(ROOT / "calibrate" / "profiles" / "cpu-opt-125m.yaml")
+    shipped = load_profile(old_profile(tmp_path))
     assert shipped.device_part is None and shipped.host is None
     # saved again, an old profile writes no device_part it never had
     assert "device_part" not in yaml.safe_load(shipped.save(tmp_path / "old.yaml").read_text())
@@ -163,10 +182,22 @@ def test_show_prints_both_parts_with_their_errors_and_sources(split_fit, tmp_pat
     assert "per_prefill_token_s" in report and "token-cost table" in report
 
 
-def test_show_says_what_an_old_profile_measured(capsys):
-    assert main(["calibrate", "show", str(ROOT / "calibrate" / "profiles" / "cpu-opt-125m.yaml")]) == 0
+def test_show_says_what_the_shipped_cpu_profile_measured(capsys):
+    assert main(["calibrate", "show", str(SHIPPED)]) == 0
     report = capsys.readouterr().out
-    assert "device part: held-out error: mean 6.8%, p95 17.4%" in report
+    shipped = load_profile(SHIPPED)
+    assert (f"device part: held-out error: mean {shipped.heldout_mape:.1%}, "
+            f"p95 {shipped.heldout_p95_ape:.1%}") in report
+    assert "  from device_s: the forward's device time" in report
+    assert f"host part (host work around the forward): held-out error: mean {shipped.host['heldout_mape']:.1%}" \
+        in report
+
+
+def test_show_says_what_an_old_profile_measured(capsys, tmp_path):
+    assert main(["calibrate", "show", str(old_profile(tmp_path))]) == 0
+    report = capsys.readouterr().out
+    old = load_profile(old_profile(tmp_path))
+    assert f"device part: held-out error: mean {old.heldout_mape:.1%}, p95 {old.heldout_p95_ape:.1%}" in report
     assert "  from time_s: the forward's wall time (fitted before device and host time were measured apart)" in report
     assert "host part (host work around the forward): not measured (fitted before host work was measured)" in report
     assert main(["calibrate", "show", str(REPLAYED / "cpu-opt-125m.yaml")]) == 0

@@ -140,9 +140,12 @@ def test_host_work_from_another_profile_is_charged_in_series(imported, tmp_path)
     cost.charge_host = False  # a validation whose real clock is the forward alone
     assert with_host - cost.iteration_time(batch) == pytest.approx(2e-4 + 3 * 3e-6 + 100 * 5e-7)
     assert "host work in series" in cost.source
-    # a profile that did not measure host work is no source of it (the shipped CPU profile predates host terms)
+    # a profile that did not measure host work (one fitted before host terms) is no source of it
+    no_host = tmp_path / "no-host.yaml"
+    no_host.write_text(yaml.safe_dump({k: v for k, v in yaml.safe_load(CPU_PROFILE.read_text()).items()
+                                       if k != "host"}))
     with pytest.raises(SpecError, match="did not measure the engine's host work"):
-        import_profile(tables, None, "llama-7b", HARDWARE, "test", host_profile=str(CPU_PROFILE))
+        import_profile(tables, None, "llama-7b", HARDWARE, "test", host_profile=str(no_host))
 
 
 @pytest.mark.parametrize("column", ["time_stats.mlp_up_proj.median", "n_embd", "num_tensor_parallel_workers"])

@@ -1,5 +1,7 @@
 """A validation run on a tiny config writes every output file, with the documented columns."""
+import importlib.util
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -26,7 +28,9 @@ SPEED = ["system", "rate", "repeat", "decode_probe_s", "prefill_probe_s", "probe
 VERDICT = ["real_low_error", "real_high_error", "grid_speed_corrected", "grid_normalized_latency_error",
            "loo_sim_normalized_latency", "loo_normalized_latency_error", "loo_plain_normalized_latency_error",
            "loo_at_speed_normalized_latency_error", "loo_speed_corrected", "loo_heldout_iteration_error",
-           "within_noise", "grid_within_noise"]
+           "within_noise", "grid_within_noise", "real_queue_growth", "real_queue_growth_stderr", "past_saturation",
+           "real_makespan_low_error", "real_makespan_high_error", "loo_sim_makespan_s", "loo_makespan_error",
+           "judged_by", "judged_error", "judged_within_target"]
 EXACT = ["system", "rate", "repeat", "same_batches", "same_preemptions", "max_time_diff_s", "identical"]
 
 
@@ -37,9 +41,19 @@ def has_columns(path, columns):
     return frame
 
 
+def load_benchmark(name: str):
+    """A script of benchmarks/ as a module (benchmarks/ is no package)."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_validate_writes_every_output(tiny_validation, tmp_path, capsys):
     out = tmp_path / "out"
-    assert main(["validate", str(tiny_validation()), "--out", str(out)]) == 0
+    config = tiny_validation()
+    assert main(["validate", str(config), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "targets:" in printed and "warm-up:" in printed
 
@@ -93,6 +107,17 @@ def test_validate_writes_every_output(tiny_validation, tmp_path, capsys):
     assert headline["verdict"]["within_noise"] == int(summary["within_noise"].sum())
     assert headline["grid_as_calibrated"]["mean_abs_error"] == pytest.approx(
         summary["uncorrected_normalized_latency_error"].abs().mean())
+    # points past saturation (read from the real replays) are judged by makespan, the others by latency
+    assert set(summary["judged_by"]) <= {"latency", "makespan"}
+    assert (summary["judged_by"] == "makespan").sum() == headline["verdict"]["past_saturation"]
+    assert (summary.loc[~summary["past_saturation"], "judged_by"] == "latency").all()
+    assert headline["verdict"]["within_target_with_rule"] == int(summary["judged_within_target"].sum())
+    assert "per-point target" in (out / "summary.txt").read_text()
+    assert "how the verdict judged them" in (out / "summary.txt").read_text()
+    # benchmarks/fidelity.py --other-profile with the run's own grid profile gives the grid's error as calibrated
+    bench = load_benchmark("fidelity")
+    again = bench.other_profile_headline(str(config), [], out, str(config.parent / "profile.yaml"))
+    assert again["mean_abs_error"] == pytest.approx(headline["grid_as_calibrated"]["mean_abs_error"])
     assert meta["verdict"]["column"] == "loo_normalized_latency_error"
     assert "VERDICT verdict" in printed and "within noise" in printed
     assert "speed correction, leave-one-trace-out: applied for" in printed
