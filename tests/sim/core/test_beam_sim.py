@@ -61,7 +61,8 @@ def test_beam_width_one_changes_nothing(write_config):
     plain = load_experiment(write_config(BEAMS.replace("  beam_width: 4\n", ""), "plain.yaml"))
     one = load_experiment(write_config(BEAMS.replace("beam_width: 4", "beam_width: 1"), "one.yaml"))
     a, b = (run_one(exp, exp.systems[1], 4.0, 0).summary for exp in (plain, one))
-    assert a == b
+    assert a.keys() == b.keys()
+    assert all(a[key] == b[key] or (a[key] != a[key] and b[key] != b[key]) for key in a), "only NaN equals NaN here"
 
 
 # --- trace files ----------------------------------------------------------------------------------
