@@ -18,14 +18,7 @@ from engine.core.serving import Request, ServingCore
 from engine.specs.errors import SpecError
 from sim.core.beams import BeamParentModel
 from sim.core.fast_forward import FastForward, Stretch
-
-
-class ClockFault(Exception):
-    """Carries a SpecError out of the SimPy process to `run_to_end`, which raises the SpecError itself.
-
-    SimPy re-raises a failed process's exception as `type(e)(*e.args)`; a SpecError, built from a
-    file, a key and a message, does not survive that, a one-argument wrapper does.
-    """
+from sim.core.faults import ClockFault
 
 
 class Replica:
@@ -108,10 +101,16 @@ class Replica:
 
 def run_to_end(env: simpy.Environment, fleet: list[Replica]) -> None:
     """Run the simulation until nothing is left to happen, then record what the horizon left unfinished."""
+    error: SpecError | None = None
     try:
         env.run()
     except ClockFault as fault:
-        raise fault.args[0] from None
+        error = fault.args[0]
+    # raised outside the handler, so with no context: compiled by mypyc, `raise ... from None` keeps the
+    # ClockFault as context, whose args lead back to the error, and a pickler that follows chains (tblib,
+    # installed by distributed) recurses without end (tests/sim/executors/test_dask.py)
+    if error is not None:
+        raise error
     for replica in fleet:
         replica.core.record_unfinished()
         replica.core.close()

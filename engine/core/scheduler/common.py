@@ -6,19 +6,13 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 
 from engine.core.batch import Batch
-from engine.core.errors import Unservable
+from engine.core.errors import RequestTooLarge, RequestTooLong, Unservable
 from engine.core.kv_usage import TokenSlots, UsageColumns, unshared_token_slots
 from engine.core.scheduler.base import DecodeStretch, Scheduler
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
 
-
-class RequestTooLong(Unservable):
-    """Prompt plus output exceed the model's maximum sequence length."""
-
-
-class RequestTooLarge(Unservable):
-    """The request's KV can never fit this pool, even alone: it would block the queue forever."""
+__all__ = ["QueueScheduler", "RequestTooLarge", "RequestTooLong"]
 
 
 class QueueScheduler(Scheduler):
