@@ -56,6 +56,7 @@ class VLLMChunkedScheduler(VLLMScheduler):
     # --- one step ----------------------------------------------------------------------
     def schedule(self) -> Batch:
         plan = StepPlan()
+        self.blocks.begin_step()  # the prefix cache's LRU clock
         self._reserve_running(plan)
         if not plan.preempted:  # v0.4: swap in only when nobody had to be preempted
             self._swap_in(plan)
@@ -107,6 +108,7 @@ class VLLMChunkedScheduler(VLLMScheduler):
             if done is not None:
                 stop = min(group.live_seqs()[0].length, done + budget)
                 chunks.append(Chunk(group, done, stop))
+                self._computes(group, stop)
                 budget -= stop - done
         return budget
 
@@ -128,7 +130,16 @@ class VLLMChunkedScheduler(VLLMScheduler):
             self.prefill_progress[group.request_id] = start
             stop = start + tokens
             chunks.append(Chunk(group, start, stop))
+            self._computes(group, stop if group.shares_prompt else max(s.length for s in group.live_seqs()))
             budget -= tokens
+
+    def _computes(self, group: SequenceGroup, stop: int) -> None:
+        """This iteration's chunk computes the group's prompt up to stop: the prefix cache keys the full
+        blocks it fills (in the iteration that computes them, as a whole prompt's are at admission under
+        mixed), which the cache then holds for the group instead of the group's own token slots."""
+        keyed = self.blocks.prompt_computed(group, stop)
+        if keyed:
+            self.token_slots.slots -= keyed * self.block_size  # a sharing prompt: one table's worth
 
     def _admission_tokens(self, group: SequenceGroup, num_tokens: int) -> int | None:
         """The tokens the group's first chunk would compute in an iteration already holding num_tokens, or
