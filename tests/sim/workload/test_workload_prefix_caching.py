@@ -111,6 +111,21 @@ def test_cached_runs_are_the_same_bytes_fast_forwarded_and_report_their_hit_rate
     assert "cached_tokens" not in plain.requests_frame()
 
 
+@pytest.mark.parametrize("policy", ["chunked", "separate"])
+def test_cached_runs_under_the_later_policies_are_the_same_bytes_fast_forwarded(policy):
+    # a long system prompt: under chunked, prompts split into chunks whose blocks are keyed as computed
+    workload = {"dataset": "sharegpt-standin", "duration_s": 120, "system_prompt": {"tokens": 600, "count": 2}}
+    trace = build_trace(parse(workload), 1.5, 2048, np.random.default_rng(0))
+    budget = {"max_num_batched_tokens": 512} if policy == "chunked" else {}
+    system = dataclasses.replace(PAPER_SYSTEMS["vllm"], prefix_caching=True, prefill_policy=policy, **budget)
+    records = both_ways(trace, system)
+    served = records.requests_frame().dropna(subset=["first_token_s"])
+    assert served["cached_tokens"].sum() > 0
+    if policy == "chunked":
+        iterations = records.iterations_frame()
+        assert (iterations["num_prefill_tokens"] + iterations["num_decodes"] <= 512).all()
+
+
 def test_segments_do_not_change_a_run_without_the_cache():
     rng = np.random.default_rng(2)
     prompt, output = rng.integers(5, 300, 60), rng.integers(5, 300, 60)
