@@ -208,8 +208,8 @@ class PrefixCachingBlockManager(BlockManager):
                 cache.incref(block, len(seqs) - 1)
         num_hits = len(hits)
         group.prefix_blocks, group.num_cached_tokens, group.cache_blocks = 0, num_hits * bs, num_hits
-        if group.first_token_s is None:
-            group.cached_prompt_tokens = num_hits * bs
+        if group.first_token_s is None and not group.num_preemptions:  # (a chunked prompt may be preempted
+            group.cached_prompt_tokens = num_hits * bs                  # before its first token: not again)
             self.num_prompt_tokens += group.prompt_len
             self.num_hit_tokens += num_hits * bs
         if self.by_chunk:  # nothing computed beyond the hits yet: prompt_computed keys the rest

@@ -177,7 +177,9 @@ def test_chunked_prompts_with_cached_blocks_keep_every_invariant(reqs, preemptio
     cache = sched.blocks.cache
     assert cache.num_in_use == 0 and all(r == 0 for r in cache.ref_counts) and not sched.prefill_progress
     assert cache.num_free == num_gpu_blocks, "every block free or evictable at the end"
+    # hits counted once per request, at its first admission (a prompt preempted part way is admitted again)
     assert sched.blocks.num_hit_tokens == sum(g.cached_prompt_tokens for g in run.groups)
+    assert sched.blocks.num_prompt_tokens == sum(r.prompt for r in reqs)
 
 
 @hyp(max_examples=40)
