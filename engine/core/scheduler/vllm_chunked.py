@@ -12,6 +12,10 @@ of n new tokens over the c tokens earlier chunks computed (Batch.prefill_cached_
 chunk samples, so the request's first token comes when its last chunk runs. A too-long or never-fitting
 request is ignored when it reaches the head of the queue, as vLLM's ignored_seq_groups.
 
+With automatic prefix caching (vLLM v0.4's default pairing) a prompt's cached leading blocks count as
+computed: its first chunk starts after them (group.num_cached_tokens), and each chunk has the cache key the
+full blocks it fills (BlockManager.prompt_computed), so no block is keyed before it is computed.
+
 Differences from vLLM, each where servesim's requests differ: a group preempted part way through its
 prefill is recomputed (its chunks dropped) whatever the preemption mode, since nothing it generated would
 be lost; samples recomputed apart after diverging (forced recompute) prefill whole, in one iteration with
