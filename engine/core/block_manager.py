@@ -105,6 +105,11 @@ class BlockManager:
     def begin_step(self) -> None:
         """schedule() starts a step: the prefix cache's clock for least-recently-used (nothing here)."""
 
+    def prompt_computed(self, group: SequenceGroup, num_tokens: int) -> int:
+        """Chunked prefill: this iteration's chunk computes the group's prompt up to num_tokens. The
+        prefix cache keys the full blocks computed so far; returns how many blocks it keyed now (none here)."""
+        return 0
+
     @property
     def cache_token_slots(self) -> int:
         """Slots of the blocks the prefix cache holds for running requests, counted once (none here)."""

@@ -16,6 +16,9 @@ The rules (vLLM v0.4's block_manager_v1 and evictor, with the differences said):
   later chat round, sent after the answer it continues, never notices, and which keeps a decode stretch's
   promise (docs/stretch.md) that nothing changes for a waiting request until someone finishes.
   Only one block per key: a recomputed copy of a cached block stays its sequence's own.
+  Under chunked prefill a prompt's full blocks are keyed chunk by chunk instead, in the iteration whose
+  chunk fills them (prompt_computed), so nobody hits a block a later chunk has yet to compute, and a
+  prompt preempted part way keys only what its chunks computed.
 - Admission looks the request's leading keys up: the cached ones (hits) are reused (a reference more,
   no prefill for their tokens: its prefill is n new tokens over c cached, Batch.prefill_cached_lens);
   the first miss ends the hits. A prefill computes at least its last token, so the hits stop one block
@@ -50,7 +53,8 @@ from engine.core.system import SystemSpec
 def block_manager_for(system: SystemSpec, num_gpu_blocks: int, num_cpu_blocks: int) -> BlockManager:
     """The vLLM system's block manager: with prefix caching or without."""
     if system.prefix_caching:
-        return PrefixCachingBlockManager(system.block_size, num_gpu_blocks, num_cpu_blocks, system.watermark)
+        return PrefixCachingBlockManager(system.block_size, num_gpu_blocks, num_cpu_blocks, system.watermark,
+                                         system.prefill_policy == "chunked")
     return BlockManager(system.block_size, num_gpu_blocks, num_cpu_blocks, system.watermark)
 
 
@@ -143,8 +147,12 @@ class PrefixCachingBlockManager(BlockManager):
     """vLLM's block manager with automatic prefix caching (module docstring). The paper's explicit
     shared prefix (SequenceGroup.prefix_len) is not used: the cache finds any shared prefix itself."""
 
-    def __init__(self, block_size: int, num_gpu_blocks: int, num_cpu_blocks: int, watermark: float = 0.01):
+    def __init__(self, block_size: int, num_gpu_blocks: int, num_cpu_blocks: int, watermark: float = 0.01,
+                 by_chunk: bool = False):
         super().__init__(block_size, num_gpu_blocks, num_cpu_blocks, watermark)
+        # chunked prefill: a prompt's blocks are keyed chunk by chunk (prompt_computed), not at admission
+        self.by_chunk = by_chunk
+        self._next_key: dict[int, int] = {}  # by_chunk: a prefilling prompt's next block to key, by its first seq
         self.cache = CachingBlockAllocator(num_gpu_blocks, "gpu")
         self.gpu = self.cache
         self._seq_keys: dict[int, tuple[int, ...]] = {}  # each sequence's usable keys, until it is freed
@@ -200,12 +208,18 @@ class PrefixCachingBlockManager(BlockManager):
                 cache.incref(block, len(seqs) - 1)
         num_hits = len(hits)
         group.prefix_blocks, group.num_cached_tokens, group.cache_blocks = 0, num_hits * bs, num_hits
-        if group.first_token_s is None:
-            group.cached_prompt_tokens = num_hits * bs
+        if group.first_token_s is None and not group.num_preemptions:  # (a chunked prompt may be preempted
+            group.cached_prompt_tokens = num_hits * bs                  # before its first token: not again)
             self.num_prompt_tokens += group.prompt_len
             self.num_hit_tokens += num_hits * bs
-        for seq in seqs:
-            self._seq_keys[seq.seq_id] = keys
+        if self.by_chunk:  # nothing computed beyond the hits yet: prompt_computed keys the rest
+            for seq in seqs:
+                self._seq_keys[seq.seq_id] = keys[:num_hits]
+            if group.shares_prompt:
+                self._next_key[seqs[0].seq_id] = num_hits
+        else:
+            for seq in seqs:
+                self._seq_keys[seq.seq_id] = keys
         if not group.shares_prompt:  # diverged samples: each its own blocks after the hits
             for seq in seqs:
                 self.block_tables[seq.seq_id] = hits + [cache.allocate()
@@ -215,7 +229,8 @@ class PrefixCachingBlockManager(BlockManager):
         own = [cache.allocate() for _ in range(blocks_for(seqs[0].length, bs) - num_hits)]
         for block in own:
             cache.incref(block, len(seqs) - 1)
-        group.cache_blocks += self._register_prompt(own, keys, num_hits, seqs[0].length)
+        if not self.by_chunk:
+            group.cache_blocks += self._register_prompt(own, keys, num_hits, seqs[0].length)
         for seq in seqs:
             self.block_tables[seq.seq_id] = hits + own
             self._table_changed(seq.seq_id)
@@ -229,6 +244,33 @@ class PrefixCachingBlockManager(BlockManager):
                 return i - first
             self.cache.register(own[i - first], keys[i], i)
         return max(end - first, 0)
+
+    def prompt_computed(self, group: SequenceGroup, num_tokens: int) -> int:
+        """Chunked prefill, in the iteration whose chunk computes the prompt up to num_tokens: key the
+        full blocks it fills, from where the last chunk left off up to the first key cached already (as
+        _register_prompt does for a whole prompt; none after that one), and let a preemption or a finish
+        key only what is computed. Adds them to the group's cache_blocks and returns how many."""
+        seqs = group.live_seqs()
+        keys, bs = self._keys(group), self.block_size
+        done = min(len(keys), num_tokens // bs)
+        computed = keys if num_tokens >= seqs[0].length else keys[:done]
+        for seq in seqs:
+            self._seq_keys[seq.seq_id] = computed
+        first = self._next_key.get(seqs[0].seq_id)
+        if first is None or done <= first:
+            return 0
+        table, lookup = self.block_tables[seqs[0].seq_id], self.cache.block_of_key
+        keyed = 0
+        for i in range(first, done):
+            if keys[i] in lookup:  # someone keyed it first: this prompt keys no more
+                del self._next_key[seqs[0].seq_id]
+                break
+            self.cache.register(table[i], keys[i], i)
+            keyed += 1
+        else:
+            self._next_key[seqs[0].seq_id] = done
+        group.cache_blocks += keyed
+        return keyed
 
     # --- giving blocks back ------------------------------------------------------------
     def _register_computed(self, seq: Sequence) -> None:
@@ -251,6 +293,7 @@ class PrefixCachingBlockManager(BlockManager):
             self.cache.stamp = self.tick - 1 if seq.status is SeqStatus.WAITING else self.tick
             self._register_computed(seq)
         self._seq_keys.pop(seq.seq_id, None)
+        self._next_key.pop(seq.seq_id, None)
         super().free(seq)
         self.cache.stamp = self.tick
 

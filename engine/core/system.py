@@ -98,11 +98,6 @@ class SystemSpec:
             raise bad("prefix_caching", f"must be true or false, got {self.prefix_caching!r}")
         if self.prefix_caching and self.kind != "vllm":
             raise bad("prefix_caching", f"applies only to a vllm system (paged blocks), not {self.kind}")
-        if self.prefix_caching and self.prefill_policy != "mixed":
-            # a chunked prompt's blocks are keyed before its last chunk has computed them, and neither later
-            # policy's schedule() advances the cache's LRU clock yet
-            raise bad("prefix_caching", f"runs with prefill_policy 'mixed' only, not {self.prefill_policy!r} "
-                                        "(prefix caching under the later policies is not built yet)")
         if self.prefill_policy not in PREFILL_POLICIES:
             raise bad("prefill_policy", f"{self.prefill_policy!r} is not one of {list(PREFILL_POLICIES)}")
         if self.prefill_policy != "mixed" and self.kind != "vllm":

@@ -8,10 +8,12 @@ run reports a lower bound and says so (`saturated`, `num_unfinished`).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from engine.core.records import DROPPED_COLUMNS
 from sim.experiment.table import Columns, Selected, num_rows
 
 if TYPE_CHECKING:
@@ -23,8 +25,9 @@ SUMMARY_METRICS = (
     "ttft_p99_s", "tpot_mean_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "throughput_rps", "throughput_tokens_per_s",
     "mean_batched_requests", "kv_token_share", "kv_reserved_share", "kv_internal_frag_share",
     "kv_external_frag_share", "kv_idle_share", "memory_saving", "preemptions", "swapped_blocks", "num_iterations",
-    "makespan_s", "prefix_hit_rate",
+    "makespan_s", "prefix_hit_rate", "num_ignored", "num_aborted",
 )
+_STATUS = DROPPED_COLUMNS.index("status")
 
 
 def _pct(values: np.ndarray, q: float) -> float:
@@ -94,6 +97,12 @@ def prefix_hit_rate(requests: Columns) -> float:
     return cached / prompt if prompt > 0 else float("nan")
 
 
+def dropped_counts(dropped: Sequence[tuple]) -> dict[str, int]:
+    """num_ignored and num_aborted: requests dropped unserved (engine.core.records.DroppedRecord's values)."""
+    statuses = [values[_STATUS] for values in dropped]
+    return {"num_ignored": statuses.count("ignored"), "num_aborted": statuses.count("aborted")}
+
+
 def _as_columns(table: Columns | pd.DataFrame) -> Columns:
     """A frame's columns as arrays (views where pandas holds them typed); columns as they are."""
     if hasattr(table, "to_numpy"):
@@ -118,8 +127,9 @@ def request_latencies(requests: Columns, horizon_s: float) -> dict[str, np.ndarr
 
 
 def summarize(requests: Columns | pd.DataFrame, iterations: Columns | pd.DataFrame, *, pool_slots: int,
-              warmup_s: float, horizon_s: float) -> dict:
-    """The summary metrics of one run, from its request and iteration columns (or frames)."""
+              warmup_s: float, horizon_s: float, dropped: Sequence[tuple] = ()) -> dict:
+    """The summary metrics of one run, from its request and iteration columns (or frames) and the values of
+    its dropped requests (DroppedRecord's, as recorded: none by default)."""
     requests, iterations = _as_columns(requests), _as_columns(iterations)
     latencies = request_latencies(requests, horizon_s)
     finish = np.asarray(requests["finish_s"], dtype=np.float64)
@@ -163,4 +173,5 @@ def summarize(requests: Columns | pd.DataFrame, iterations: Columns | pd.DataFra
     summary.update(kv_shares(measured_iterations, pool_slots))
     summary["memory_saving"] = memory_saving(measured_iterations)
     summary["prefix_hit_rate"] = prefix_hit_rate(requests)
+    summary.update(dropped_counts(dropped))
     return {k: summary[k] for k in SUMMARY_METRICS}

@@ -122,12 +122,12 @@ def run_one(exp: Experiment, system: SystemSpec, rate: float, seed: int, jobs: i
     requests = request_arrays([values for run in runs for values in run.records.request_values])
     iterations: Mapping[str, np.ndarray] = (runs[0].records.iteration_arrays() if len(runs) == 1 and
                                             runs[0].stored is None else MergedIterations(runs))
+    dropped = [values for run in runs for values in run.records.dropped_values]
     metrics = summarize(requests, iterations, pool_slots=exp.kv_pool(system).num_slots,
-                        warmup_s=exp.warmup_s, horizon_s=horizon_s)
+                        warmup_s=exp.warmup_s, horizon_s=horizon_s, dropped=dropped)
     summary = {
         "experiment": exp.name, "system": system.name, "model": exp.model.name, "hardware": exp.hardware.name,
         "tensor_parallel": exp.tensor_parallel, "replicas": exp.replicas, "workload": trace.source,
         "cost_model": cost_model.source, "rate": rate, "seed": seed, **metrics,
     }
-    dropped = [values for run in runs for values in run.records.dropped_values]
     return RunResult(summary, requests, iterations, dropped)

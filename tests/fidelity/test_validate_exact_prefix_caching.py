@@ -1,9 +1,11 @@
 """The exact-replay proof with automatic prefix caching on: fed the engine's measured iteration times, the
 simulator takes the engine's schedule one for one (batches with their cached prefill tokens, hits,
-preemptions, swaps, timestamps) on a system-prompt workload whose requests share and evict blocks."""
+preemptions, swaps, timestamps) on a system-prompt workload whose requests share and evict blocks, under
+each of vLLM's prefill policies (chunked: prompts split into chunks whose blocks are keyed as computed)."""
 import dataclasses
 
 import numpy as np
+import pytest
 
 from engine.core.system import PAPER_SYSTEMS
 from engine.runtime.engine import Engine
@@ -22,9 +24,15 @@ def system_prompt_trace(num_requests=14, seed=4):
     return Trace(arrival, prompt, output, rng.integers(1, 3, num_requests), segments=segments)
 
 
-def test_simulator_fed_the_engines_times_reproduces_its_cached_schedule():
+POLICIES = {"mixed": {}, "separate": {"max_num_batched_tokens": 64},
+            "chunked": {"max_num_batched_tokens": 16, "max_num_seqs": 8}}  # chunks of prompts up to 39 tokens
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_simulator_fed_the_engines_times_reproduces_its_cached_schedule(policy):
     spec, trace, blocks = load_model_spec("opt-tiny"), system_prompt_trace(), (24, 64)
-    system = dataclasses.replace(PAPER_SYSTEMS["vllm"], block_size=4, prefix_caching=True)
+    system = dataclasses.replace(PAPER_SYSTEMS["vllm"], block_size=4, prefix_caching=True, prefill_policy=policy,
+                                 **POLICIES[policy])
     engine = Engine(spec, system, "cpu", num_gpu_blocks=blocks[0], num_cpu_blocks=blocks[1],
                     attention_backend="torch")
     clock = MeasuredClock(engine.runner)

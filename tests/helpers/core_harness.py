@@ -301,6 +301,27 @@ def check_prefix_cache(sched) -> None:
                 assert cache.key_of_block.get(table[i]) == keys[i], f"seq {seq.seq_id}: block {i} not its key's"
 
 
+class KeyedOnceComputed(Checker):
+    """Chunked prefill with prefix caching, every step: a prompt part way through its prefill has keyed
+    only blocks its chunks computed (this iteration's chunk included), so nobody hits a block a later chunk
+    has yet to fill."""
+
+    def after(self, sched, batch: Batch, step: int) -> None:
+        stop_of = {seq_id: cached + length for seq_id, cached, length
+                   in zip(batch.prefill_seq_ids, batch.prefill_cached_lens, batch.prefill_lens)}
+        keyed, bs = sched.blocks.cache.key_of_block, sched.block_size
+        for group in sched.running:
+            done = sched.prefill_progress.get(group.request_id)
+            if done is None:
+                continue
+            seq = group.live_seqs()[0]
+            computed = stop_of.get(seq.seq_id, done)
+            for i, block in enumerate(sched.blocks.block_tables[seq.seq_id]):
+                if block in keyed:
+                    assert (i + 1) * bs <= computed, (
+                        f"step {step}: request {group.request_id}'s block {i} keyed with {computed} tokens computed")
+
+
 def distinct_token_slots(sched) -> int:
     """Slots holding a token's K/V, recounted: every distinct GPU block of the running sequences, filled
     as far as its fullest holder fills it (right after schedule(), every token has its slot)."""

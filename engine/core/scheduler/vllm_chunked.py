@@ -12,6 +12,10 @@ of n new tokens over the c tokens earlier chunks computed (Batch.prefill_cached_
 chunk samples, so the request's first token comes when its last chunk runs. A too-long or never-fitting
 request is ignored when it reaches the head of the queue, as vLLM's ignored_seq_groups.
 
+With automatic prefix caching (vLLM v0.4's default pairing) a prompt's cached leading blocks count as
+computed: its first chunk starts after them (group.num_cached_tokens), and each chunk has the cache key the
+full blocks it fills (BlockManager.prompt_computed), so no block is keyed before it is computed.
+
 Differences from vLLM, each where servesim's requests differ: a group preempted part way through its
 prefill is recomputed (its chunks dropped) whatever the preemption mode, since nothing it generated would
 be lost; samples recomputed apart after diverging (forced recompute) prefill whole, in one iteration with
@@ -56,6 +60,7 @@ class VLLMChunkedScheduler(VLLMScheduler):
     # --- one step ----------------------------------------------------------------------
     def schedule(self) -> Batch:
         plan = StepPlan()
+        self.blocks.begin_step()  # the prefix cache's LRU clock
         self._reserve_running(plan)
         if not plan.preempted:  # v0.4: swap in only when nobody had to be preempted
             self._swap_in(plan)
@@ -107,6 +112,7 @@ class VLLMChunkedScheduler(VLLMScheduler):
             if done is not None:
                 stop = min(group.live_seqs()[0].length, done + budget)
                 chunks.append(Chunk(group, done, stop))
+                self._computes(group, stop)
                 budget -= stop - done
         return budget
 
@@ -128,7 +134,16 @@ class VLLMChunkedScheduler(VLLMScheduler):
             self.prefill_progress[group.request_id] = start
             stop = start + tokens
             chunks.append(Chunk(group, start, stop))
+            self._computes(group, stop if group.shares_prompt else max(s.length for s in group.live_seqs()))
             budget -= tokens
+
+    def _computes(self, group: SequenceGroup, stop: int) -> None:
+        """This iteration's chunk computes the group's prompt up to stop: the prefix cache keys the full
+        blocks it fills (in the iteration that computes them, as a whole prompt's are at admission under
+        mixed), which the cache then holds for the group instead of the group's own token slots."""
+        keyed = self.blocks.prompt_computed(group, stop)
+        if keyed:
+            self.token_slots.slots -= keyed * self.block_size  # a sharing prompt: one table's worth
 
     def _admission_tokens(self, group: SequenceGroup, num_tokens: int) -> int | None:
         """The tokens the group's first chunk would compute in an iteration already holding num_tokens, or

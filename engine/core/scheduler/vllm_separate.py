@@ -45,6 +45,7 @@ class VLLMSeparateScheduler(VLLMScheduler):
 
     def schedule(self) -> Batch:
         plan = StepPlan()
+        self.blocks.begin_step()  # the prefix cache's LRU clock
         if not self.swapped:
             self._admit_prompts(plan)
             if plan.prefill_groups or self.ignored:  # v0.3: a prompt run (even of ignored ones only) is timed

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,6 +14,8 @@ from engine.core.sequence import SeqStatus, SequenceCounter, make_group
 from engine.core.system import PAPER_SYSTEMS, SystemSpec
 from engine.specs.errors import SpecError
 from tests.helpers.core_harness import (
+    ChunkedPrefill,
+    KeyedOnceComputed,
     PrefixCacheInvariants,
     Req,
     StepInvariants,
@@ -151,8 +152,92 @@ def test_the_option_is_checked():
         assert "systems[0].prefix_caching" in str(e) and "vllm" in str(e)
     else:
         raise AssertionError("Orca with prefix caching accepted")
-    for policy in ("separate", "chunked"):
-        with pytest.raises(SpecError, match="prefill_policy 'mixed' only"):
-            dataclasses.replace(caching(), prefill_policy=policy).validate("c.yaml", "systems[0]")
+    for policy in ("separate", "chunked"):  # vLLM >= 0.4 runs the cache with chunked prefill
+        dataclasses.replace(caching(), prefill_policy=policy).validate("c.yaml", "systems[0]")
     assert isinstance(scheduler_for(caching(), 8).blocks.gpu, CachingBlockAllocator)
     assert not isinstance(scheduler_for(PAPER_SYSTEMS["vllm"], 8).blocks.gpu, CachingBlockAllocator)
+
+
+# --- under the later prefill policies ------------------------------------------------------------
+def caching_chunked(preemption: str = "auto", budget: int = 12) -> SystemSpec:
+    return caching(preemption, prefill_policy="chunked", max_num_batched_tokens=budget, max_num_seqs=8)
+
+
+@hyp(max_examples=60)
+@given(workloads(max_n=1), st.sampled_from(["auto", "recompute", "swap"]), st.integers(12, 40),
+       st.sampled_from([8, 12, 30]))
+def test_chunked_prompts_with_cached_blocks_keep_every_invariant(reqs, preemption, num_gpu_blocks, budget):
+    # a chunk starts where the prompt's cache ends (a hit counts as computed), the last leaves exactly its
+    # tokens in the cache, no iteration passes the budget, blocks are keyed only once computed
+    sched = scheduler_for(caching_chunked(preemption, budget), num_gpu_blocks, num_cpu_blocks=64)
+    chunks = ChunkedPrefill()
+    run = drive(sched, reqs, (StepInvariants(), PrefixCacheInvariants(exact_tokens=True), chunks,
+                              KeyedOnceComputed()))
+    check_finished(run, reqs)
+    cache = sched.blocks.cache
+    assert cache.num_in_use == 0 and all(r == 0 for r in cache.ref_counts) and not sched.prefill_progress
+    assert cache.num_free == num_gpu_blocks, "every block free or evictable at the end"
+    # hits counted once per request, at its first admission (a prompt preempted part way is admitted again)
+    assert sched.blocks.num_hit_tokens == sum(g.cached_prompt_tokens for g in run.groups)
+    assert sched.blocks.num_prompt_tokens == sum(r.prompt for r in reqs)
+
+
+@hyp(max_examples=40)
+@given(workloads(max_n=3), st.sampled_from(["auto", "recompute", "swap"]), st.integers(30, 60),
+       st.sampled_from(["chunked", "separate"]))
+def test_samples_keep_the_invariants_under_the_later_policies(reqs, preemption, num_gpu_blocks, policy):
+    system = caching_chunked(preemption, 30) if policy == "chunked" else caching(preemption, prefill_policy=policy)
+    sched = scheduler_for(system, num_gpu_blocks, num_cpu_blocks=128)
+    checkers = (StepInvariants(), PrefixCacheInvariants()) + (
+        (ChunkedPrefill(), KeyedOnceComputed()) if policy == "chunked" else ())
+    run = drive(sched, reqs, checkers)
+    check_finished(run, reqs)
+    assert sched.blocks.cache.num_in_use == 0
+
+
+@hyp(max_examples=40)
+@given(workloads(max_n=1), st.sampled_from(["auto", "recompute", "swap"]), st.integers(12, 40))
+def test_separate_prompt_runs_keep_the_invariants(reqs, preemption, num_gpu_blocks):
+    # (no exact token count: in a prompt-only step the decoders' newest tokens have no slot yet, with the
+    # cache or without it)
+    sched = scheduler_for(caching(preemption, prefill_policy="separate"), num_gpu_blocks, num_cpu_blocks=64)
+    run = drive(sched, reqs, (StepInvariants(), PrefixCacheInvariants()))
+    check_finished(run, reqs)
+    assert sched.blocks.cache.num_free == num_gpu_blocks
+    assert sched.blocks.tick == run.num_steps, "schedule() advances the LRU clock every step"
+
+
+def test_hits_of_a_hand_built_chunked_case_are_exact():
+    # budget 8, blocks of 4, family 0 shares 3 blocks. Request 0 (20 tokens) prefills in chunks of 8, 8, 4;
+    # request 1 (14 tokens, arrives at step 1) waits while request 0's chunks take the budget and is admitted
+    # beside its last chunk, by when the 3 shared blocks are computed and keyed: it hits all 3 (12 tokens)
+    # and computes 2. Request 2 (13 tokens, step 4) hits the 3 too and computes its last token.
+    first = stream_keys(0, 3, 0, 6)
+    reqs = [Req(0, 20, 2, keys=first), Req(1, 14, 2, keys=stream_keys(0, 3, 1, 4)),
+            Req(4, 13, 1, keys=stream_keys(0, 3, 2, 3))]
+    sched = scheduler_for(caching_chunked(budget=8), 64)
+    run = drive(sched, reqs, (StepInvariants(), PrefixCacheInvariants(exact_tokens=True), ChunkedPrefill(),
+                              KeyedOnceComputed()))
+    cached = {g.request_id: g.cached_prompt_tokens for g in run.groups}
+    assert cached == {0: 0, 1: 12, 2: 12}
+    assert sched.blocks.hit_rate == 24 / (20 + 14 + 13)
+    prefills = [(list(b.prefill_lens), list(b.prefill_cached_lens)) for b in run.batches if b.prefill_lens]
+    assert prefills == [([8], [0]), ([8], [8]), ([4, 2], [16, 12]), ([1], [12])]
+
+
+def test_a_prompt_stopped_part_way_leaves_only_its_computed_blocks_cached():
+    # request 0 (20 tokens) runs its first chunk (8 tokens: 2 blocks) and is aborted; request 1 of the same
+    # family then hits exactly those 2 blocks, not the third shared one nobody computed
+    sched = scheduler_for(caching_chunked(budget=8), 64)
+    counter = SequenceCounter()
+    sched.add_request(make_group(0, 0.0, 20, 2, 1, counter, block_keys=stream_keys(0, 3, 0, 5)))
+    batch = sched.schedule()
+    assert (batch.prefill_lens, batch.prefill_sample_ids) == ([8], [()])
+    assert len(sched.blocks.cache.key_of_block) == 2, "only the computed blocks are keyed"
+    sched.complete(batch, 1.0)
+    sched.abort(0)
+    assert sched.blocks.cache.num_evictable == 2 and sched.blocks.cache.num_free == 64
+    later = make_group(1, 1.0, 14, 2, 1, counter, block_keys=stream_keys(0, 3, 1, 3))
+    sched.add_request(later)
+    batch = sched.schedule()
+    assert (batch.prefill_lens, batch.prefill_cached_lens) == ([6], [8]) and later.cached_prompt_tokens == 8

@@ -20,8 +20,10 @@ from sim.workload.tokens import system_prompt_segments  # noqa: E402
 from sim.workload.trace import TokenSegments, Trace  # noqa: E402
 
 
-def caching_engine(spec, caching, num_gpu_blocks, preemption="auto"):
-    system = SystemSpec("vLLM", "vllm", block_size=4, preemption=preemption, watermark=0.0, prefix_caching=caching)
+def caching_engine(spec, caching, num_gpu_blocks, preemption="auto", policy="mixed"):
+    budget = {"max_num_batched_tokens": 8, "max_num_seqs": 8} if policy == "chunked" else {}  # chunks of <= 8
+    system = SystemSpec("vLLM", "vllm", block_size=4, preemption=preemption, watermark=0.0, prefix_caching=caching,
+                        prefill_policy=policy, **budget)
     return Engine(spec, system, "cpu", seed=0, num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=64,
                   attention_backend=BACKEND)
 
@@ -46,6 +48,23 @@ def test_generate_with_the_cache_gives_the_tokens_without_it(spec, preemption, b
     if blocks == 128:  # (a request recomputed after a preemption finds its own prompt's blocks cached too)
         assert max(cached) <= 8, "only the 2 whole blocks of the shared system prompt can be cached"
     assert steps.check_against_dense(engine.runner.model) == 7 * len(prompts)
+
+
+@pytest.mark.parametrize("preemption, blocks", [("auto", 128), ("recompute", 14)])
+def test_chunked_prefill_with_the_cache_gives_the_tokens_without_it(spec, preemption, blocks):
+    # chunks of at most 8 tokens over cached blocks: the same tokens as one-shot prefills without the cache
+    prompts = shared_prompts(spec.vocab_size)
+    expected = caching_engine(spec, False, blocks, preemption).generate(prompts, 7)
+    engine = caching_engine(spec, True, blocks, preemption, "chunked")
+    steps = StepRecorder(engine.runner)
+    assert engine.generate(prompts, 7) == expected
+    assert any(not samples for b in steps.batches for samples in b.prefill_sample_ids), "a prompt ran in chunks"
+    first_chunk: dict[int, int] = {}  # each sequence's first prefill: what it found cached
+    for batch in steps.batches:
+        for seq_id, cached in zip(batch.prefill_seq_ids, batch.prefill_cached_lens):
+            first_chunk.setdefault(seq_id, cached)
+    assert any(first_chunk.values()), "a later prompt's first chunk starts after its cached blocks"
+    assert all(b.num_tokens <= 8 for b in steps.batches), "no iteration over the budget"
 
 
 def test_a_prompt_of_cached_blocks_only_computes_its_last_block(opt_tiny):

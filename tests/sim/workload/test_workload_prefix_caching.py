@@ -18,7 +18,7 @@ from sim.experiment.metrics import summarize
 from sim.workload.chatbot import chatbot_requests
 from sim.workload.config import WorkloadConfig, build_trace
 from sim.workload.conversations import Conversations
-from sim.workload.tokens import block_keys
+from sim.workload.tokens import block_keys, system_prompt_segments
 from sim.workload.trace import TokenSegments, Trace
 
 SPEC = load_model_spec("opt-13b")
@@ -109,6 +109,43 @@ def test_cached_runs_are_the_same_bytes_fast_forwarded_and_report_their_hit_rate
     assert math.isnan(summarize(plain.requests_frame(), plain.iterations_frame(), pool_slots=400 * 16, warmup_s=0,
                                 horizon_s=1e9)["prefix_hit_rate"])
     assert "cached_tokens" not in plain.requests_frame()
+
+
+@pytest.mark.parametrize("policy", ["chunked", "separate"])
+def test_cached_runs_under_the_later_policies_are_the_same_bytes_fast_forwarded(policy):
+    # a long system prompt: under chunked, prompts split into chunks whose blocks are keyed as computed
+    workload = {"dataset": "sharegpt-standin", "duration_s": 120, "system_prompt": {"tokens": 600, "count": 2}}
+    trace = build_trace(parse(workload), 1.5, 2048, np.random.default_rng(0))
+    budget = {"max_num_batched_tokens": 512} if policy == "chunked" else {}
+    system = dataclasses.replace(PAPER_SYSTEMS["vllm"], prefix_caching=True, prefill_policy=policy, **budget)
+    records = both_ways(trace, system)
+    served = records.requests_frame().dropna(subset=["first_token_s"])
+    assert served["cached_tokens"].sum() > 0
+    if policy == "chunked":
+        iterations = records.iterations_frame()
+        assert (iterations["num_prefill_tokens"] + iterations["num_decodes"] <= 512).all()
+
+
+@pytest.mark.parametrize("policy", ["chunked", "separate"])
+@pytest.mark.parametrize("kind", ["beams", "samples"])
+def test_beams_and_samples_with_the_cache_under_the_later_policies(policy, kind):
+    # groups of several sequences share only their prompt's keys: step by step and fast-forwarded agree
+    rng = np.random.default_rng(3)
+    count = 120
+    arrival = np.floor(np.cumsum(rng.exponential(1 / 8.0, count)) * 100) / 100
+    prompt, output = rng.integers(40, 260, count), rng.integers(1, 200, count)
+    segments = system_prompt_segments(rng.integers(0, 3, count), 32, prompt, output)
+    several = rng.choice([1, 3], count)
+    ones = np.ones(count, dtype=np.int64)
+    trace = (Trace(arrival, prompt, output, ones, beam_width=several, segments=segments) if kind == "beams"
+             else Trace(arrival, prompt, output, several, segments=segments))
+    budget = {"max_num_batched_tokens": 256} if policy == "chunked" else {}
+    system = dataclasses.replace(PAPER_SYSTEMS["vllm"], prefix_caching=True, prefill_policy=policy, **budget)
+    runs = [simulate(trace, SPEC, system, records_cost(), 160, 512, horizon_s=1e9, fast_forward=fast,
+                     rng=np.random.default_rng(9)) for fast in (False, True)]
+    assert runs[0].iteration_columns == runs[1].iteration_columns
+    assert runs[0].request_values == runs[1].request_values
+    assert runs[0].requests_frame()["cached_tokens"].sum() > 0
 
 
 def test_segments_do_not_change_a_run_without_the_cache():
