@@ -11,6 +11,8 @@ from engine.core.batch import Batch, BatchShape
 
 BatchLike = Batch | BatchShape  # a live batch, or its shape kept after it ran
 LIST_STEPS = 64  # a decode stretch this short has its block sums counted in a Python list; a longer one in numpy
+SCALAR_STEPS = 32  # a roofline prices a decode stretch this short on Python floats, a step at a time; a longer
+# one on numpy arrays (whose cost per call outweighs the arithmetic on a few steps)
 
 
 class CostModel(ABC):
@@ -86,17 +88,30 @@ def stretch_block_sums(batch: BatchLike, num_steps: int, block_size: int) -> np.
     # contexts with (-c) % block_size == (s - 1) % block_size, and the sums are the first step's plus the running
     # total of those. Integers all, so the same as summing every step's ceilings (reference_block_sums), at a
     # cost of one pass over the contexts and one over the steps instead of numpy on a steps x decodes array.
+    if num_steps <= LIST_STEPS:
+        return np.fromiter(stretch_block_list(batch, num_steps, block_size), dtype=np.int64, count=num_steps)
     first = batch.decode_blocks(block_size)
-    if num_steps == 1:
-        return np.array([first], dtype=np.int64)
-    crossing = [0] * block_size  # contexts by the residue of the steps they span one more block at
+    added_at = np.asarray(block_crossings(batch, block_size), dtype=np.int64)[
+        np.arange(num_steps - 1, dtype=np.int64) % block_size]
+    return np.concatenate(([first], first + np.cumsum(added_at))).astype(np.int64, copy=False)
+
+
+def block_crossings(batch: BatchLike, block_size: int) -> list[int]:
+    """The decodes by the residue r = (-context) % block_size: each spans one more block at the steps s >= 1
+    with (s - 1) % block_size == r."""
+    crossing = [0] * block_size
     for c in batch.decode_context_lens:
         crossing[-c % block_size] += 1
-    if num_steps <= LIST_STEPS:
-        added = [crossing[(s - 1) % block_size] for s in range(1, num_steps)]
-        return np.fromiter(itertools.accumulate(added, initial=first), dtype=np.int64, count=num_steps)
-    added_at = np.asarray(crossing, dtype=np.int64)[(np.arange(num_steps - 1, dtype=np.int64)) % block_size]
-    return np.concatenate(([first], first + np.cumsum(added_at))).astype(np.int64, copy=False)
+    return crossing
+
+
+def stretch_block_list(batch: BatchLike, num_steps: int, block_size: int) -> list[int]:
+    """stretch_block_sums as a list of Python ints (a short stretch priced on Python floats)."""
+    first = batch.decode_blocks(block_size)
+    if num_steps == 1:
+        return [first]
+    crossing = block_crossings(batch, block_size)
+    return list(itertools.accumulate([crossing[(s - 1) % block_size] for s in range(1, num_steps)], initial=first))
 
 
 def reference_block_sums(batch: BatchLike, num_steps: int, block_size: int) -> np.ndarray:

@@ -2,6 +2,8 @@
 expression it replaced: RooflineCostModel.iteration_time (inlined, constants bound once) against
 reference_iteration_time (the _time expression a decode stretch is priced with), and the decode stretch's
 block sums counted per residue (stretch_block_sums) against every step's sum of ceilings (reference_block_sums).
+(and a short decode stretch priced a step at a time on Python floats, _stretch_on_floats, against
+reference_decode_iteration_times on arrays).
 The simulator adds these times into its clock, so == on the floats' bits, never approx: one different rounding
 changes every record after it. ProfileCostModel.iteration_time is unchanged; its decode stretches use the new
 block sums, so its stretches are checked against one call per step here too.
@@ -100,3 +102,14 @@ def test_every_kind_prices_a_stretch_as_one_call_per_step(batch, num_steps):
         at_once = model.decode_iteration_times(batch, num_steps)
         one_by_one = [model.iteration_time(shape) for shape in decode_shapes(batch, num_steps)]
         assert at_once.tobytes() == np.array(one_by_one, dtype=float).tobytes(), name
+
+
+@hyp(max_examples=80)
+@given(batch=batches, num_steps=st.integers(1, 40))
+def test_a_short_stretch_on_floats_is_the_array_expression_to_the_bit(batch, num_steps):
+    # up to SCALAR_STEPS a roofline prices a stretch a step at a time on Python floats; above, on arrays
+    for name, model in ROOFLINES.items():
+        fast = model.decode_iteration_times(batch, num_steps)
+        reference = model.reference_decode_iteration_times(batch, num_steps)
+        assert fast.dtype == reference.dtype == np.float64 and fast.shape == reference.shape == (num_steps,)
+        assert fast.tobytes() == reference.tobytes(), name
