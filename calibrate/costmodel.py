@@ -1,6 +1,7 @@
 """What an iteration costs: the interface the simulator's clock reads."""
 from __future__ import annotations
 
+import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 
@@ -9,6 +10,9 @@ import numpy as np
 from engine.core.batch import Batch, BatchShape
 
 BatchLike = Batch | BatchShape  # a live batch, or its shape kept after it ran
+LIST_STEPS = 64  # a decode stretch this short has its block sums counted in a Python list; a longer one in numpy
+SCALAR_STEPS = 32  # a roofline prices a decode stretch this short on Python floats, a step at a time; a longer
+# one on numpy arrays (whose cost per call outweighs the arithmetic on a few steps)
 
 
 class CostModel(ABC):
@@ -79,6 +83,39 @@ def stretch_context_sums(batch: BatchLike, num_steps: int) -> np.ndarray:
 def stretch_block_sums(batch: BatchLike, num_steps: int, block_size: int) -> np.ndarray:
     """decode_blocks(block_size) of `batch` and of the num_steps - 1 iterations after it: each decode's
     ceil(context / block_size), its context one longer each step."""
+    # A context c spans one block more at step s exactly when c + s - 1 is a multiple of block_size: first at
+    # step (-c) % block_size + 1, then every block_size steps. So step s (>= 1) adds as many blocks as there are
+    # contexts with (-c) % block_size == (s - 1) % block_size, and the sums are the first step's plus the running
+    # total of those. Integers all, so the same as summing every step's ceilings (reference_block_sums), at a
+    # cost of one pass over the contexts and one over the steps instead of numpy on a steps x decodes array.
+    if num_steps <= LIST_STEPS:
+        return np.fromiter(stretch_block_list(batch, num_steps, block_size), dtype=np.int64, count=num_steps)
+    first = batch.decode_blocks(block_size)
+    added_at = np.asarray(block_crossings(batch, block_size), dtype=np.int64)[
+        np.arange(num_steps - 1, dtype=np.int64) % block_size]
+    return np.concatenate(([first], first + np.cumsum(added_at))).astype(np.int64, copy=False)
+
+
+def block_crossings(batch: BatchLike, block_size: int) -> list[int]:
+    """The decodes by the residue r = (-context) % block_size: each spans one more block at the steps s >= 1
+    with (s - 1) % block_size == r."""
+    crossing = [0] * block_size
+    for c in batch.decode_context_lens:
+        crossing[-c % block_size] += 1
+    return crossing
+
+
+def stretch_block_list(batch: BatchLike, num_steps: int, block_size: int) -> list[int]:
+    """stretch_block_sums as a list of Python ints (a short stretch priced on Python floats)."""
+    first = batch.decode_blocks(block_size)
+    if num_steps == 1:
+        return [first]
+    crossing = block_crossings(batch, block_size)
+    return list(itertools.accumulate([crossing[(s - 1) % block_size] for s in range(1, num_steps)], initial=first))
+
+
+def reference_block_sums(batch: BatchLike, num_steps: int, block_size: int) -> np.ndarray:
+    """stretch_block_sums as every step's sum of ceilings over a steps x decodes array (what the test checks it on)."""
     contexts = np.asarray(batch.decode_context_lens, dtype=np.int64)
     steps = np.arange(num_steps, dtype=np.int64)[:, None]
     return ((contexts[None, :] + steps + (block_size - 1)) // block_size).sum(axis=1)

@@ -48,7 +48,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from calibrate.all_reduce import AllReduceTable
-from calibrate.costmodel import CostModel, per_step, stretch_block_sums, stretch_context_sums
+from calibrate.costmodel import (
+    SCALAR_STEPS,
+    CostModel,
+    per_step,
+    stretch_block_list,
+    stretch_block_sums,
+    stretch_context_sums,
+)
 from calibrate.hardware import HardwareSpec
 from calibrate.host import host_time
 from calibrate.layer_ops import ITERATION_ELEMENTWISE, LAYER_ELEMENTWISE, LayerShape
@@ -145,6 +152,7 @@ class RooflineCostModel(CostModel):
         else:
             self._s_per_token_comm = self._s_comm_fixed = 0.0
         self._s_kernels_fixed, self._s_per_token_kernels = self._kernel_terms(dtype_bytes)
+        self._bind_scalar_terms()
 
     def _kernel_terms(self, dtype_bytes: int) -> tuple[float, float]:
         """(seconds every iteration, seconds per token) of the measured kernels beyond the roofline's."""
@@ -163,15 +171,128 @@ class RooflineCostModel(CostModel):
         return fixed, per_token
 
     def iteration_time(self, batch: ShapeMetrics) -> float:
+        """_time of one iteration (reference_iteration_time), as the same float: the same operations in the
+        same order on Python floats, with its calls inlined and its constants bound once (_bind_scalar_terms),
+        since the simulator asks this once per iteration it does not fast-forward (a fifth of its time)."""
+        tokens = batch.num_tokens
+        num_seqs = batch.num_seqs
+        compute = tokens * self._s_per_token_linear + num_seqs * self._s_per_logit_row
+        weights = self._s_weights
+        if compute > weights:
+            big, small = compute, weights
+        else:
+            big, small = weights, compute
+        p = self._ridge_p
+        # bent_roof, and the hard max at p = inf: both take the larger then
+        matmuls = big if p == math.inf or small <= 0.0 else big * (1.0 + (small / big) ** p) ** (1.0 / p)
+        cached = batch.sum_prefill_cached
+        sum_decode_context = batch.sum_decode_context
+        kv_read = sum_decode_context + cached if cached else sum_decode_context
+        attention = kv_read * self._s_per_context_token
+        if self._s_per_decode_block and batch.num_decodes:
+            attention = attention + batch.decode_blocks(self.block_size) * self._s_per_decode_block
+        prefill_sq = batch.sum_prefill_sq
+        if prefill_sq:
+            attention = prefill_sq * self._s_per_prompt_sq + attention
+        t = matmuls + attention
+        if self._ring_comm:
+            comm = tokens * self._s_per_token_comm + self._s_comm_fixed
+            if comm:
+                t = t + comm
+        elif self._all_reduce is not None:
+            comm = self._comm_time(tokens)
+            if comm:
+                t = t + comm
+        copy_blocks = batch.num_copy_blocks
+        if copy_blocks:
+            copies = copy_blocks * self._s_per_copied_block
+            if copies:
+                t = t + copies
+        overhead = self.params.overhead_s
+        if overhead:
+            t = t + overhead
+        if self._kernels:
+            t += self._s_kernels_fixed + tokens * self._s_per_token_kernels
+        if self.charge_host:
+            t += self._host_per_iteration + self._host_per_sequence * num_seqs + self._host_per_prefill_token * (
+                batch.num_prefill_tokens)
+        return t
+
+    def reference_iteration_time(self, batch: ShapeMetrics) -> float:
+        """iteration_time as _time computes it (the expression a decode stretch is priced with); the test
+        of iteration_time's inlined arithmetic compares the two bit for bit."""
         blocks = batch.decode_blocks(self.block_size) if self._paged_decodes(batch) else None
         return self._time(batch, batch.sum_decode_context, blocks)
+
+    def _bind_scalar_terms(self) -> None:
+        """iteration_time's switches and the host terms as floats, read once here rather than per iteration."""
+        self._ring_comm = self._all_reduce is None and bool(self._s_per_token_comm or self._s_comm_fixed)
+        self._kernels = self.linear is not None
+        host = self.host or {"per_iteration_s": 0.0, "per_sequence_s": 0.0, "per_prefill_token_s": 0.0}
+        self._host_per_iteration = host["per_iteration_s"]
+        self._host_per_sequence = host["per_sequence_s"]
+        self._host_per_prefill_token = host["per_prefill_token_s"]
 
     def decode_iteration_times(self, batch: ShapeMetrics, num_steps: int) -> np.ndarray:
         """Every step is the same sum of the same terms; only the decode contexts read grow, by one per
         decode per step (and the blocks they span with them): the one expression over arrays of them
         gives each step's float."""
+        if num_steps <= SCALAR_STEPS:
+            return np.array(self._stretch_on_floats(batch, num_steps), dtype=float)
+        return self.reference_decode_iteration_times(batch, num_steps)
+
+    def reference_decode_iteration_times(self, batch: ShapeMetrics, num_steps: int) -> np.ndarray:
+        """decode_iteration_times on numpy arrays: _time over the stretch's context and block sums."""
         blocks = stretch_block_sums(batch, num_steps, self.block_size) if self._paged_decodes(batch) else None
         return per_step(self._time(batch, stretch_context_sums(batch, num_steps), blocks), num_steps)
+
+    def _stretch_on_floats(self, batch: ShapeMetrics, num_steps: int) -> list[float]:
+        """_time of each step of a short stretch as a Python float: the terms that do not change along the
+        stretch computed once, then per step the same additions in the same order as the array expression
+        (numpy's float64 operations round as Python's do), so the same floats."""
+        tokens = batch.num_tokens
+        num_seqs = batch.num_seqs
+        compute = tokens * self._s_per_token_linear + num_seqs * self._s_per_logit_row
+        weights = self._s_weights
+        if compute > weights:
+            big, small = compute, weights
+        else:
+            big, small = weights, compute
+        p = self._ridge_p
+        matmuls = big if p == math.inf or small <= 0.0 else big * (1.0 + (small / big) ** p) ** (1.0 / p)
+        cached = batch.sum_prefill_cached
+        first, step = batch.sum_decode_context, batch.num_decodes
+        paged = bool(self._s_per_decode_block and step)
+        blocks = stretch_block_list(batch, num_steps, self.block_size) if paged else []
+        prefill_sq = batch.sum_prefill_sq
+        comm = self._comm_time(tokens) if self._ring_comm or self._all_reduce is not None else 0.0
+        copies = batch.num_copy_blocks * self._s_per_copied_block
+        overhead = self.params.overhead_s
+        kernels = self._s_kernels_fixed + tokens * self._s_per_token_kernels if self._kernels else 0.0
+        host = (self._host_per_iteration + self._host_per_sequence * num_seqs
+                + self._host_per_prefill_token * batch.num_prefill_tokens) if self.charge_host else 0.0
+        s_context, s_block, s_prompt_sq = self._s_per_context_token, self._s_per_decode_block, self._s_per_prompt_sq
+        times = []
+        for s in range(num_steps):
+            context = first + s * step
+            attention = (context + cached if cached else context) * s_context
+            if paged:
+                attention = attention + blocks[s] * s_block
+            if prefill_sq:
+                attention = prefill_sq * s_prompt_sq + attention
+            t = matmuls + attention
+            if comm:
+                t = t + comm
+            if copies:
+                t = t + copies
+            if overhead:
+                t = t + overhead
+            if self._kernels:
+                t += kernels
+            if self.charge_host:
+                t += host
+            times.append(t)
+        return times
 
     def _paged_decodes(self, batch: ShapeMetrics) -> bool:
         return bool(self._s_per_decode_block and batch.decode_context_lens)
