@@ -22,15 +22,14 @@ import bisect
 import math
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from heapq import heappush
 from typing import TYPE_CHECKING
 
 import numpy as np
-import simpy
 from mypy_extensions import mypyc_attr
-from simpy.events import NORMAL, Event
+from simpy.events import Event
 
 from engine.core.serving import Step
+from sim.core.alarm import Alarm
 
 if TYPE_CHECKING:
     from sim.core.replica import Replica
@@ -51,18 +50,6 @@ def arrival_event_times(arrival_s: list[float]) -> list[float]:
             now = now + delay
         times.append(now)
     return times
-
-
-class Alarm(Event):
-    """An event at an absolute time. SimPy's timeouts take a delay from now, and now + (t - now) need not
-    be t; the stretch's end must be exactly where the step-by-step clock would have put it."""
-
-    def __init__(self, env: simpy.Environment, at_s: float, callback):
-        self.env = env
-        self.callbacks = [callback]
-        self._value = None
-        self._ok = True
-        heappush(env._queue, (at_s, NORMAL, next(env._eid), self))  # Environment.schedule, at at_s not now + delay
 
 
 @dataclass(eq=False, slots=True)

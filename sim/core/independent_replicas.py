@@ -30,7 +30,7 @@ import numpy as np
 import simpy
 
 from engine.core.records import ITERATION_TYPECODES
-from sim.core.fast_forward import Alarm
+from sim.core.alarm import Alarm
 from sim.core.replica import Replica, run_to_end
 from sim.core.router import trace_requests
 from sim.executors.pool import stop_pool, worker_pool

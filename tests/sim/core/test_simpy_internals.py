@@ -1,4 +1,4 @@
-"""sim/core/fast_forward.py's Alarm writes SimPy's private attributes (an event at an absolute time, which SimPy's
+"""sim/core/alarm.py's Alarm writes SimPy's private attributes (an event at an absolute time, which SimPy's
 public API cannot schedule). pyproject pins simpy to the major version it was written against (>=4.1,<5);
 these tests fail loudly, naming what moved, if a SimPy release changes what the Alarm relies on."""
 import inspect
@@ -9,9 +9,9 @@ import simpy
 from simpy.core import Environment
 from simpy.events import NORMAL, PENDING, Event
 
-from sim.core.fast_forward import Alarm
+from sim.core.alarm import Alarm
 
-WHAT_ALARM_NEEDS = "sim/core/fast_forward.py's Alarm relies on it; update the Alarm, then this test and the simpy pin"
+WHAT_ALARM_NEEDS = "sim/core/alarm.py's Alarm relies on it; update the Alarm, then this test and the simpy pin"
 
 
 def test_simpy_is_the_major_version_the_alarm_was_written_for():
