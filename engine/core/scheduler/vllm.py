@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import enum
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from itertools import accumulate, chain
 from operator import sub
 
@@ -102,18 +102,24 @@ class VLLMScheduler(QueueScheduler):
             plan.copies, plan.swap_in, plan.swap_out)
         return batch
 
-    def _reserve_running(self, plan: StepPlan) -> None:
-        """A slot for every running sequence, preempting the latest arrivals when short."""
+    def _reserve_running(self, plan: StepPlan, prefilling: Container[int] = ()) -> None:
+        """A slot for every running sequence, preempting the latest arrivals when short. A group whose
+        request id is in prefilling (part way through a chunked prefill) holds its prompt's blocks already: it
+        keeps running and needs no slot."""
         if appends_fit(self.num_running_seqs, self.blocks.gpu.num_free):
             # each sequence needs at most one new block: nobody can fail can_append
-            plan.decode_groups = list(self.running)
-            self._append_slots(self.running, plan)
+            plan.decode_groups = ([g for g in self.running if g.request_id not in prefilling] if prefilling
+                                  else list(self.running))
+            self._append_slots(plan.decode_groups, plan)
             return
         queue = deque(self.running)
         kept: list[SequenceGroup] = []
         running = SeqStatus.RUNNING
         while queue:
             group = queue.popleft()
+            if prefilling and group.request_id in prefilling:
+                kept.append(group)
+                continue
             seqs = [seq for seq in group.seqs if seq.status is running]  # a victim's preemption leaves them be
             while not self.blocks.can_append(len(seqs)):
                 victim = queue.pop() if queue else group
@@ -123,9 +129,9 @@ class VLLMScheduler(QueueScheduler):
             else:
                 self.blocks.append_slots(seqs, plan.copies)
                 plan.decode_seqs.extend(seqs)
+                plan.decode_groups.append(group)
                 kept.append(group)
         self.running = kept
-        plan.decode_groups = list(kept)
 
     def _append_slots(self, groups: Iterable[SequenceGroup], plan: StepPlan) -> None:
         running = SeqStatus.RUNNING

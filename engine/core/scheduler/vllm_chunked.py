@@ -23,15 +23,13 @@ room for all of them.
 """
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from engine.core.batch import Batch
-from engine.core.block_manager import appends_fit
 from engine.core.scheduler.base import DecodeStretch
 from engine.core.scheduler.vllm import PreemptionMode, StepPlan, VLLMScheduler
-from engine.core.sequence import SeqStatus, SequenceGroup
+from engine.core.sequence import SequenceGroup
 from engine.core.system import SystemSpec
 
 
@@ -61,7 +59,7 @@ class VLLMChunkedScheduler(VLLMScheduler):
     def schedule(self) -> Batch:
         plan = StepPlan()
         self.blocks.begin_step()  # the prefix cache's LRU clock
-        self._reserve_running(plan)
+        self._reserve_running(plan, self.prefill_progress)  # a prompt part way through needs no slot
         if not plan.preempted:  # v0.4: swap in only when nobody had to be preempted
             self._swap_in(plan)
         budget = self.token_budget - len(plan.decode_seqs)  # decodes <= max_num_seqs <= the budget (SystemSpec)
@@ -69,38 +67,6 @@ class VLLMChunkedScheduler(VLLMScheduler):
         budget = self._continue_prefills(chunks, budget)
         self._admit_prompts(plan, chunks, budget)
         return self._chunked_batch(plan, chunks)
-
-    def _reserve_running(self, plan: StepPlan) -> None:
-        """A slot for every decoding sequence, preempting the latest arrivals when short; a group part way
-        through its prefill holds its prompt's blocks already and needs none."""
-        progress = self.prefill_progress
-        if not progress:
-            super()._reserve_running(plan)
-            return
-        if appends_fit(self.num_running_seqs, self.blocks.gpu.num_free):
-            plan.decode_groups = [g for g in self.running if g.request_id not in progress]
-            self._append_slots(plan.decode_groups, plan)
-            return
-        queue = deque(self.running)
-        kept: list[SequenceGroup] = []
-        running = SeqStatus.RUNNING
-        while queue:
-            group = queue.popleft()
-            if group.request_id in progress:
-                kept.append(group)
-                continue
-            seqs = [seq for seq in group.seqs if seq.status is running]
-            while not self.blocks.can_append(len(seqs)):
-                victim = queue.pop() if queue else group
-                self._preempt(victim, plan)
-                if victim is group:
-                    break
-            else:
-                self.blocks.append_slots(seqs, plan.copies)
-                plan.decode_seqs.extend(seqs)
-                plan.decode_groups.append(group)
-                kept.append(group)
-        self.running = kept
 
     def _continue_prefills(self, chunks: list[Chunk], budget: int) -> int:
         """The next chunk of each prompt part way through its prefill, in arrival order; the budget left."""
