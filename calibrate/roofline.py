@@ -176,15 +176,7 @@ class RooflineCostModel(CostModel):
         since the simulator asks this once per iteration it does not fast-forward (a fifth of its time)."""
         tokens = batch.num_tokens
         num_seqs = batch.num_seqs
-        compute = tokens * self._s_per_token_linear + num_seqs * self._s_per_logit_row
-        weights = self._s_weights
-        if compute > weights:
-            big, small = compute, weights
-        else:
-            big, small = weights, compute
-        p = self._ridge_p
-        # bent_roof, and the hard max at p = inf: both take the larger then
-        matmuls = big if p == math.inf or small <= 0.0 else big * (1.0 + (small / big) ** p) ** (1.0 / p)
+        matmuls = self._matmul_time(tokens, num_seqs)
         cached = batch.sum_prefill_cached
         sum_decode_context = batch.sum_decode_context
         kv_read = sum_decode_context + cached if cached else sum_decode_context
@@ -217,6 +209,18 @@ class RooflineCostModel(CostModel):
             t += self._host_per_iteration + self._host_per_sequence * num_seqs + self._host_per_prefill_token * (
                 batch.num_prefill_tokens)
         return t
+
+    def _matmul_time(self, tokens: int, num_seqs: int) -> float:
+        """The linear layers and the LM head on floats: their compute and their weights' reads under one
+        bent roof (bent_roof, as _time computes it; the hard max at p = inf, both taking the larger then)."""
+        compute = tokens * self._s_per_token_linear + num_seqs * self._s_per_logit_row
+        weights = self._s_weights
+        if compute > weights:
+            big, small = compute, weights
+        else:
+            big, small = weights, compute
+        p = self._ridge_p
+        return big if p == math.inf or small <= 0.0 else big * (1.0 + (small / big) ** p) ** (1.0 / p)
 
     def reference_iteration_time(self, batch: ShapeMetrics) -> float:
         """iteration_time as _time computes it (the expression a decode stretch is priced with); the test
@@ -252,14 +256,7 @@ class RooflineCostModel(CostModel):
         (numpy's float64 operations round as Python's do), so the same floats."""
         tokens = batch.num_tokens
         num_seqs = batch.num_seqs
-        compute = tokens * self._s_per_token_linear + num_seqs * self._s_per_logit_row
-        weights = self._s_weights
-        if compute > weights:
-            big, small = compute, weights
-        else:
-            big, small = weights, compute
-        p = self._ridge_p
-        matmuls = big if p == math.inf or small <= 0.0 else big * (1.0 + (small / big) ** p) ** (1.0 / p)
+        matmuls = self._matmul_time(tokens, num_seqs)
         cached = batch.sum_prefill_cached
         first, step = batch.sum_decode_context, batch.num_decodes
         paged = bool(self._s_per_decode_block and step)
