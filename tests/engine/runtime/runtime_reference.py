@@ -1,10 +1,12 @@
-"""Helpers for the runtime tests: a dense no-cache reference and a step recorder."""
+"""Helpers for the runtime tests: a dense no-cache reference, a step recorder, and a replay checked against the
+simulator."""
 from collections import defaultdict
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from calibrate.costmodel import CostModel  # noqa: E402
 from engine.runtime.model import AttentionMetadata, Decoder  # noqa: E402
 
 BACKEND = "torch"
@@ -66,3 +68,34 @@ class StepRecorder:
                                            msg=lambda m, where=where: f"{where}: {m}")
                 checked += 1
         return checked
+
+
+class AffineCost(CostModel):
+    """Iteration times the engine's replay and the simulator both take."""
+
+    source = "test"
+
+    def iteration_time(self, batch):
+        return 0.005 + 1e-4 * batch.num_prefill_tokens + 2e-5 * batch.sum_decode_context
+
+    def swap_time(self, num_blocks):
+        return 1e-4 * num_blocks
+
+
+def replay_as_simulated(spec, system, trace, num_gpu_blocks: int, num_cpu_blocks: int, run_model: bool) -> dict:
+    """Replays trace on the engine at AffineCost's iteration times, asserts every iteration and request equal the
+    simulator's on the same pools, and returns the engine's request columns: the same trace and times give the
+    same decisions, so a real-vs-simulated difference is the cost model's error and nothing else."""
+    pytest.importorskip("simpy")
+    from engine.runtime.engine import Engine
+    from sim.core.simulate import simulate
+
+    cost = AffineCost()
+    expected = simulate(trace, spec, system, cost, num_gpu_blocks, num_cpu_blocks, horizon_s=1e9)
+    engine = Engine(spec, system, "cpu", num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks,
+                    attention_backend=BACKEND, run_model=run_model, time_fn=cost.step_time)
+    result = engine.replay(trace)
+    requests = result.request_columns()
+    assert result.iteration_columns() == expected.iterations
+    assert requests == expected.requests_frame().to_dict("list")
+    return requests

@@ -10,27 +10,10 @@ pytest.importorskip("torch")
 pytest.importorskip("simpy")
 
 import numpy as np  # noqa: E402
-from runtime_reference import BACKEND  # noqa: E402
+from runtime_reference import replay_as_simulated  # noqa: E402
 
-from calibrate.costmodel import CostModel  # noqa: E402
 from engine.core.system import PAPER_SYSTEMS  # noqa: E402
-from engine.runtime.engine import Engine  # noqa: E402
-from sim.core.simulate import simulate as simulate_trace  # noqa: E402
 from sim.workload.trace import Trace  # noqa: E402
-
-
-class AffineCost(CostModel):
-    source = "test"
-
-    def iteration_time(self, batch):
-        return 0.005 + 1e-4 * batch.num_prefill_tokens + 2e-5 * batch.sum_decode_context
-
-    def swap_time(self, num_blocks):
-        return 1e-4 * num_blocks
-
-
-def simulate(spec, system, trace, num_gpu_blocks, num_cpu_blocks):
-    return simulate_trace(trace, spec, system, AffineCost(), num_gpu_blocks, num_cpu_blocks, horizon_s=1e9)
 
 
 def a_trace(num_requests=12, seed=3):
@@ -50,11 +33,6 @@ POOLS = {"vllm": (24, 64), "orca-pow2": (48, 0), "fastertransformer": (160, 0)}
 def test_engine_replay_equals_the_simulator(opt_tiny, system, run_model):
     trace, blocks = a_trace(), POOLS[system]
     system = dataclasses.replace(PAPER_SYSTEMS[system], block_size=4)
-    expected = simulate(opt_tiny, system, trace, *blocks)
-    engine = Engine(opt_tiny, system, "cpu", num_gpu_blocks=blocks[0], num_cpu_blocks=blocks[1],
-                    attention_backend=BACKEND, run_model=run_model, time_fn=AffineCost().step_time)
-    result = engine.replay(trace)
-    assert result.iteration_columns() == expected.iterations
-    assert result.request_columns() == expected.requests_frame().to_dict("list")
+    requests = replay_as_simulated(opt_tiny, system, trace, *blocks, run_model=run_model)
     if system.kind == "vllm":
-        assert sum(result.request_columns()["num_preemptions"]) > 0
+        assert sum(requests["num_preemptions"]) > 0

@@ -9,13 +9,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("simpy")
 
-from runtime_reference import BACKEND, StepRecorder  # noqa: E402
+from runtime_reference import BACKEND, StepRecorder, replay_as_simulated  # noqa: E402
 
-from calibrate.costmodel import CostModel  # noqa: E402
 from engine.core.system import PAPER_SYSTEMS, SystemSpec  # noqa: E402
 from engine.runtime.engine import Engine  # noqa: E402
 from engine.runtime.prefix_keys import segment_token_ids, token_block_keys  # noqa: E402
-from sim.core.simulate import simulate  # noqa: E402
 from sim.workload.tokens import system_prompt_segments  # noqa: E402
 from sim.workload.trace import TokenSegments, Trace  # noqa: E402
 
@@ -83,16 +81,6 @@ def test_keys_and_token_ids():
     assert len(first) == 14 and segment_token_ids([(3, 0, 10), (5, 0, 4)], 1000, 0, 12) == first[:12]
 
 
-class AffineCost(CostModel):
-    source = "test"
-
-    def iteration_time(self, batch):
-        return 0.005 + 1e-4 * batch.num_prefill_tokens + 2e-5 * batch.sum_decode_context
-
-    def swap_time(self, num_blocks):
-        return 1e-4 * num_blocks
-
-
 def system_prompt_trace(num_requests=14, seed=3):
     rng = np.random.default_rng(seed)
     arrival = np.cumsum(rng.exponential(0.005, num_requests))
@@ -105,14 +93,9 @@ def system_prompt_trace(num_requests=14, seed=3):
 def test_engine_replay_with_the_cache_equals_the_simulator(opt_tiny, run_model):
     trace = system_prompt_trace()
     system = dataclasses.replace(PAPER_SYSTEMS["vllm"], block_size=4, prefix_caching=True)
-    expected = simulate(trace, opt_tiny, system, AffineCost(), 24, 64, horizon_s=1e9)
-    engine = Engine(opt_tiny, system, "cpu", num_gpu_blocks=24, num_cpu_blocks=64, attention_backend=BACKEND,
-                    run_model=run_model, time_fn=AffineCost().step_time)
-    result = engine.replay(trace)
-    assert result.iteration_columns() == expected.iterations
-    assert result.request_columns() == expected.requests_frame().to_dict("list")
-    assert sum(result.request_columns()["cached_tokens"]) > 0
-    assert sum(result.request_columns()["num_preemptions"]) > 0
+    requests = replay_as_simulated(opt_tiny, system, trace, 24, 64, run_model=run_model)
+    assert sum(requests["cached_tokens"]) > 0
+    assert sum(requests["num_preemptions"]) > 0
 
 
 def test_segments_of_a_trace_are_its_token_identities():
