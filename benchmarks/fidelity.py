@@ -15,7 +15,8 @@ fails on them (exit 0 unless the run itself fails).
 (the verdict first: leave-one-trace-out on the run's own served iterations; docs/fidelity.md).
 --other-profile PROFILE (with --from) re-simulates that run's traces with a profile measured elsewhere
 (e.g. the shipped calibrate/profiles/cpu-opt-125m.yaml, from another VM of the same CPU model), as
-calibrated, and gives its headline against the run's real replays: no real replay runs again.
+calibrated and at the speed the run's probes measured against that profile's probe times, and gives both
+headlines against the run's real replays: no real replay runs again.
 Ends with: max_norm_err=<float> max_p90_err=<float> max_sust_err=<float> max_spread=<float>
            max_uncorrected_norm_err=<float> wall_s=<float>
 """
@@ -87,9 +88,12 @@ def report(fidelity: pd.DataFrame, sustainable: pd.DataFrame, iterations: pd.Dat
     return "\n".join(lines)
 
 
-def other_profile_headline(config: str, sets: list[str], run_dir: Path, profile: str) -> dict:
-    """A profile from elsewhere on an earlier run's traces: each system x rate simulated as calibrated, its
-    normalized latency against the run's real mean (summary.csv), as verdict.headline reads it."""
+def other_profile_headline(config: str, sets: list[str], run_dir: Path, profile: str,
+                           at_speed: bool = False) -> dict:
+    """A profile from elsewhere on an earlier run's traces: each system x rate simulated as calibrated, or with
+    at_speed at the speed this run's probes measured against that profile's own probe times (carried to this
+    machine as validate carries its own profile), its normalized latency against the run's real mean
+    (summary.csv), as verdict.headline reads it."""
     from calibrate.profile_file import load_profile
     from fidelity.calibration import with_profile
     from fidelity.config import load_validation
@@ -99,16 +103,35 @@ def other_profile_headline(config: str, sets: list[str], run_dir: Path, profile:
 
     cfg = with_profile(load_validation(config, sets), Path(profile).resolve())
     p = plan(cfg, exact_only=False)
+    other = load_profile(profile)
     summary = pd.read_csv(run_dir / "summary.csv")
+    speeds = probed_speeds(pd.read_csv(run_dir / "speed.csv"), other.speed_reference, profile) if at_speed else {}
     systems = {s.name: s for s in cfg.experiment.systems}
     errors = []
     for _, row in summary.iterrows():
         rate = float(row["rate"])
         trace = p.traces[rate]
-        _, err, _ = simulated_error(cfg, p, systems[row["system"]], trace, load_profile(profile), 1.0,
+        scale = speeds[(row["system"], rate)] if at_speed else 1.0
+        _, err, _ = simulated_error(cfg, p, systems[row["system"]], trace, other, scale,
                                     warmup_for(cfg, trace)[0], float(row["real_normalized_latency"]))
         errors.append(err)
     return headline(summary.assign(other_profile_error=errors), "other_profile_error")
+
+
+def probed_speeds(speed: pd.DataFrame, reference: dict, profile: str) -> dict[tuple[str, float], float]:
+    """Per (system, rate): the geometric mean over its real replays of the machine's speed factor, each replay's
+    probe medians against `reference` (a profile's speed_reference), as validate computes it for its own."""
+    from calibrate.speed import machine_speed
+
+    if not reference:
+        raise SystemExit(f"{profile}: no speed_reference (made without the speed probe): use it as calibrated")
+    factors: dict[tuple[str, float], list[float]] = {}
+    for _, row in speed.iterrows():
+        measured = machine_speed({"decode": row["decode_probe_s"], "prefill": row["prefill_probe_s"]}, reference)
+        if measured is None:
+            raise SystemExit(f"speed.csv: {row['system']} at {row['rate']:g} req/s has no probe times")
+        factors.setdefault((row["system"], float(row["rate"])), []).append(math.log(measured.factor))
+    return {key: math.exp(sum(logs) / len(logs)) for key, logs in factors.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,10 +152,11 @@ def main(argv: list[str] | None = None) -> int:
 
             print(headline_text(json.loads((out / "headline.json").read_text()), "headline figures:"))
         if args.other_profile:
-            h = other_profile_headline(args.config, args.set, out, args.other_profile)
-            print(f"{args.other_profile} (as calibrated) on this run's traces: mean |err| {h['mean_abs_error']:.1%}, "
-                  f"signed {h['signed_mean_error']:+.1%}, worst {h['worst_error']:+.1%}, within noise "
-                  f"{h['within_noise']}/{h['points']}, within 10% {h['within_10pct']}/{h['points']}")
+            for at_speed, how in ((False, "as calibrated"), (True, "at the speed this run's probes measured")):
+                h = other_profile_headline(args.config, args.set, out, args.other_profile, at_speed)
+                print(f"{args.other_profile} ({how}) on this run's traces: mean |err| {h['mean_abs_error']:.1%}, "
+                      f"signed {h['signed_mean_error']:+.1%}, worst {h['worst_error']:+.1%}, within noise "
+                      f"{h['within_noise']}/{h['points']}, within 10% {h['within_10pct']}/{h['points']}")
         return 0
 
     from fidelity.config import load_validation

@@ -118,6 +118,10 @@ def test_validate_writes_every_output(tiny_validation, tmp_path, capsys):
     bench = load_benchmark("fidelity")
     again = bench.other_profile_headline(str(config), [], out, str(config.parent / "profile.yaml"))
     assert again["mean_abs_error"] == pytest.approx(headline["grid_as_calibrated"]["mean_abs_error"])
+    # and carried at the speed the run's probes measured against its probe times, the grid's error at speed
+    at_speed = bench.other_profile_headline(str(config), [], out, str(config.parent / "profile.yaml"), at_speed=True)
+    assert at_speed["mean_abs_error"] == pytest.approx(headline["grid_at_speed"]["mean_abs_error"])
+    assert at_speed["mean_abs_error"] != pytest.approx(again["mean_abs_error"])  # the probe moved it
     assert meta["verdict"]["column"] == "loo_normalized_latency_error"
     assert "VERDICT verdict" in printed and "within noise" in printed
     assert "speed correction, leave-one-trace-out: applied for" in printed
