@@ -110,8 +110,10 @@ def test_a_raw_csv_from_before_the_split_takes_its_host_part_from_the_replay():
     profile = fit_profile(raw, "replayed.csv", "test").profile
     assert profile.host["measured_from"] == "182 iterations of the host replay (time_s: each step beyond its forward)"
     for key in ("per_iteration_s", "per_sequence_s", "per_prefill_token_s", "heldout_mean_abs_error_s", "rows"):
-        assert profile.host[key] == before.host[key], key  # the same fit as before, now with relative errors
-    assert profile.coefficients == before.coefficients
+        # the same fit as before, now with relative errors; to the last bits only on the CPU that fitted it (a
+        # least-squares solve rounds differently through another CPU's BLAS kernels)
+        assert profile.host[key] == pytest.approx(before.host[key], rel=1e-12), key
+    assert profile.coefficients == pytest.approx(before.coefficients, rel=1e-12)
     assert 0 < profile.host["heldout_mape"] < 1
 
 
