@@ -117,6 +117,8 @@ def draw(rows: list[dict], study: Study, out: Path) -> None:
     panels = (("ttft_mean_s", "TTFT, mean (s)", True), ("tpot_p99_s", "TPOT p99 (s)", False),
               ("prefix_hit_rate", "prefix hit rate", False))
     systems = list(dict.fromkeys(r["system"] for r in rows))
+    # a study of more than two systems lists them in pairs without / with the cache: a color per pair, the
+    # cache drawn solid; two systems (the cache study) are the pair itself and get a color each
     colors = {name: f"C{i // 2 if len(systems) > 2 else i}" for i, name in enumerate(systems)}
     fig, axes = plt.subplots(len(study.workloads), 3, figsize=(12, 3.2 * len(study.workloads)), squeeze=False)
     for i, workload in enumerate(study.workloads):
@@ -124,10 +126,9 @@ def draw(rows: list[dict], study: Study, out: Path) -> None:
             ax = axes[i][j]
             for name in systems:
                 mine = [r for r in rows if r["case"] == workload.label and r["system"] == name]
-                caching = bool(mine) and mine[0]["caching"]
-                if not mine or (column == "prefix_hit_rate" and not caching):
+                if not mine or (column == "prefix_hit_rate" and not mine[0]["caching"]):
                     continue  # no cache: no hit rate
-                ax.plot(*zip(*sorted((r["rate"], r[column]) for r in mine)), "s-" if caching else "o--",
+                ax.plot(*zip(*sorted((r["rate"], r[column]) for r in mine)), "s-" if mine[0]["caching"] else "o--",
                         color=colors[name], label=name)
             ax.set_xlabel("request rate (req/s)")
             ax.set_title(f"{workload.label}: {title}", fontsize=9)

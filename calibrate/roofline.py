@@ -172,8 +172,9 @@ class RooflineCostModel(CostModel):
 
     def iteration_time(self, batch: ShapeMetrics) -> float:
         """_time of one iteration (reference_iteration_time), as the same float: the same operations in the
-        same order on Python floats, with its calls inlined and its constants bound once (_bind_scalar_terms),
-        since the simulator asks this once per iteration it does not fast-forward (a fifth of its time)."""
+        same order on Python floats, with its calls inlined but _matmul_time (which short stretches share) and
+        its constants bound once (_bind_scalar_terms), since the simulator asks this once per iteration it does
+        not fast-forward (a fifth of its time)."""
         tokens = batch.num_tokens
         num_seqs = batch.num_seqs
         matmuls = self._matmul_time(tokens, num_seqs)
