@@ -15,7 +15,8 @@ may also let a decode-only step repeat (`decode_stretch`) and end several iterat
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import sub
@@ -107,11 +108,13 @@ class ServingCore:
         step.stretch = self.scheduler.decode_stretch(step.batch)
         return step.stretch.num_steps
 
-    def end_steps(self, step: Step, ends: Sequence[float], beam_parents: Mapping[int, int] | None = None
-                  ) -> list[SequenceGroup]:
+    def end_steps(self, step: Step, ends: Sequence[float], beam_parents: Mapping[int, int] | None = None,
+                  queued_s: Sequence[float] = ()) -> list[SequenceGroup]:
         """The step's batch and the next len(ends) - 1 iterations of its decode stretch (decode_stretch) ran,
         ending at `ends`: record each iteration, complete them, record the requests the last finished (only
-        the last may). One end is end_step. Requests that arrived meanwhile arrived during the last."""
+        the last may). One end is end_step. Requests that arrived meanwhile arrived during the last, but for
+        those that joined a waiting queue behind its refused head, at `queued_s` (in order, none at an end):
+        each iteration ending after one records it waiting."""
         scheduler, count, batch = self.scheduler, len(ends), step.batch
         waiting = scheduler.num_waiting
         if count == 1:
@@ -123,7 +126,9 @@ class ServingCore:
             later = scheduler.advance_decodes(step.stretch, count, waiting - step.num_waiting)
             starts = [step.start_s, *ends[:-1]]
             usage = map(chain, zip(usage_values(step.usage)), later)  # the step's own usage, then the stretch's
-            waits = chain(repeat(step.num_waiting, count - 1), (waiting,))
+            waits: Iterable[int] = chain(repeat(step.num_waiting, count - 1), (waiting,))
+            if queued_s:
+                waits = chain([step.num_waiting + bisect_left(queued_s, end) for end in ends[:-1]], (waiting,))
             self.records.add_iterations(batch, usage, starts, map(sub, ends, starts), waits, self.replica)
         finished = scheduler.complete(batch, ends[-1], beam_parents)
         for group in finished:

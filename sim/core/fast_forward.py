@@ -8,7 +8,11 @@ that is not provable); the cost model prices them all at once (CostModel.decode_
 floats as one call each); the replica sleeps until the last of them ends, or until a request reaching
 it cuts the stretch at the iteration in flight, and then hands the iterations' ends to the control
 plane's ServingCore.end_steps, which records them and completes them as it completes one step
-(docs/stretch.md).
+(docs/stretch.md). A request reaching a replica whose waiting queue was not empty when the stretch was
+scheduled cuts nothing: the oldest waiting request stays refused all stretch long (decode_stretch's
+promise), and every scheduler admits in arrival order, so the newcomer queues behind it and changes no
+schedule of the stretch; only the records' waiting count grows, which end_steps is told. A saturated
+replica, whose queue never empties, so runs from one finish to the next on one event.
 
 Exact, not approximate: the clock is accumulated one iteration at a time as SimPy does (np.cumsum adds
 in order), each record holds what the step-by-step loop would have recorded, and a stretch never ends
@@ -61,6 +65,9 @@ class Stretch:
     num_steps: int  # the iterations it runs: fewer when a request reaching the replica cuts it
     resume: Event
     alarm: Alarm | None = field(default=None)
+    # when each request reached the replica during the stretch and joined the waiting queue behind its refused
+    # head (FastForward.arrive): it cut nothing, and each iteration ending after it records it waiting
+    queued_s: list[float] = field(default_factory=list)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled, it stays a base (tests count what it ran)
@@ -74,6 +81,7 @@ class FastForward:
         self.by_replica = by_replica
         self.horizon_s = horizon_s
         self.num_forwarded = 0  # iterations run in stretches: what benchmarks/sim_speed.py reports
+        self.num_queued = 0  # requests that reached a replica during a stretch and queued without cutting it
 
     def plan(self, replica: Replica, step: Step, seconds: float) -> Stretch | None:
         """The stretch starting with `step` (just scheduled, costing `seconds`), or None when it would
@@ -81,8 +89,9 @@ class FastForward:
         batch = step.batch
         if batch.prefill_seq_ids:  # the next batch differs (Scheduler.decode_stretch): the common case, checked first
             return None
-        next_arrival = self._next_arrival(replica, step.start_s)
-        if next_arrival < step.start_s + MIN_STRETCH * seconds:
+        # a request reaching the replica cuts the stretch only when nobody waits: it may be admitted next
+        queued = step.num_waiting > 0
+        if not queued and self._next_arrival(replica, step.start_s) < step.start_s + MIN_STRETCH * seconds:
             return None  # the request reaching the replica would cut it short
         allowed = replica.core.decode_stretch(step)
         if allowed < MIN_STRETCH:
@@ -137,11 +146,18 @@ class FastForward:
         replica.stretch = None
         self._finish(replica, stretch)
 
-    def cut(self, replica: Replica, now_s: float) -> None:
-        """A request reached the replica at now_s: the iteration then in flight (the first to end after
-        now_s; none ends at it, see plan) is the stretch's last, and the scheduler sees the request next."""
+    def arrive(self, replica: Replica, now_s: float) -> None:
+        """A request reached the replica at now_s, which admitted it to its waiting queue. With others already
+        waiting when the stretch was scheduled it queues behind them and changes no schedule of the stretch
+        (the module's doc): noted for the records. Otherwise it may be admitted next: the iteration then in
+        flight (the first to end after now_s; none ends at it, see plan) is the stretch's last, and the
+        scheduler sees the request next."""
         stretch = replica.stretch
         assert stretch is not None
+        if stretch.step.num_waiting:
+            stretch.queued_s.append(now_s)
+            self.num_queued += 1
+            return
         in_flight = bisect.bisect_right(stretch.ends, now_s, 0, stretch.num_steps) + 1
         if in_flight < stretch.num_steps:
             stretch.num_steps = in_flight
@@ -157,5 +173,5 @@ class FastForward:
     def _finish(self, replica: Replica, stretch: Stretch) -> None:
         ends = stretch.ends[:stretch.num_steps]
         self.num_forwarded += len(ends)
-        replica.core.end_steps(stretch.step, ends)
+        replica.core.end_steps(stretch.step, ends, queued_s=stretch.queued_s)
         replica.iteration_ends.extend(ends)

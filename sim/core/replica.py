@@ -47,7 +47,7 @@ class Replica:
     def submit(self, request: Request) -> None:
         self.core.admit(request)
         if self.stretch is not None and self.fast_forward is not None:  # a stretch runs only fast-forwarded
-            self.fast_forward.cut(self, self.env.now)
+            self.fast_forward.arrive(self, self.env.now)
         self._notify()
 
     def close(self) -> None:

@@ -111,6 +111,18 @@ def test_a_horizon_cuts_both_at_the_same_iteration(name):
     assert records.requests_frame()["finish_s"].isna().any()  # the run was cut with requests in it
 
 
+@pytest.mark.parametrize("router", ["round_robin", "least_outstanding"])
+@pytest.mark.parametrize("name", ["vllm", "vllm-swap", "orca-max", "orca-oracle", "fastertransformer", "vllm-separate",
+                                  "vllm-chunked"])
+def test_requests_queueing_behind_a_refused_head_run_through_a_stretch(name, router):
+    # saturated: the queue never empties, so arrivals join it without cutting the stretch; each iteration
+    # still records the requests waiting at its end, as step by step
+    records = both_ways(random_trace(11, count=240, rate=60.0), SYSTEMS[name], gpu_blocks=48, replicas=2,
+                        router=router)
+    assert Stretches.last is not None and Stretches.last.num_queued > 20
+    assert records.iterations_frame()["num_waiting"].max() > 20
+
+
 # --- the paper's workloads, through their configs ---------------------------------------------------------
 WORKLOADS = {
     "sharegpt": ("configs/quickstart.yaml", ["workload.duration_s=60"], 3.0),
