@@ -32,6 +32,7 @@ class BuddyAllocator:
                 start += size
             size //= 2
         self.num_free = num_blocks
+        self.version = 0  # counts the allocations and frees: a verdict of can_allocate holds while it stands
 
     def _insert_free(self, start: int, size: int) -> None:
         bisect.insort(self._free.setdefault(size, []), start)
@@ -54,6 +55,8 @@ class BuddyAllocator:
 
     def can_allocate(self, sizes: list[int]) -> bool:
         """Whether every size fits at once (a request's n sequences reserve together)."""
+        if sum([self.chunk_size(n) for n in sizes]) > self.num_free:
+            return False  # the chunks outsize the free blocks, however they lie
         free = {s: len(v) for s, v in self._free.items() if v}
         for size in sorted((self.chunk_size(n) for n in sizes), reverse=True):
             fit = min((s for s, c in free.items() if s >= size and c), default=None)
@@ -76,6 +79,7 @@ class BuddyAllocator:
             self._insert_free(start + fit, fit)
         self._allocated[start] = size
         self.num_free -= size
+        self.version += 1
         return start
 
     def free(self, start: int) -> None:
@@ -83,6 +87,7 @@ class BuddyAllocator:
         if size is None:
             raise RuntimeError(f"free of unallocated chunk at block {start}")
         self.num_free += size
+        self.version += 1
         root_size = self._root_size(start)
         root_start = self._root_starts[bisect.bisect_right(self._root_starts, start) - 1]
         while size < root_size:

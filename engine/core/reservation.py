@@ -38,6 +38,11 @@ class ReservationAllocator:
         # sums over the reservations, for the Fig. 2 breakdown (engine.core.kv_usage)
         self.num_estimated_tokens = 0  # tokens the reservations were sized for
         self.num_needed_tokens = 0  # of those, tokens the sequences will really hold at their end
+        # the last can_allocate: whom it was asked about, at which buddy version, and its answer; a saturated
+        # queue's head is asked every iteration, and nothing changes until a reservation comes or goes
+        self._asked: SequenceGroup | None = None
+        self._asked_version = -1
+        self._answer = False
 
     def estimate_len(self, seq: Sequence) -> int:
         est_out = estimated_output(seq.output_len, self.reservation, self.max_seq_len)
@@ -47,7 +52,13 @@ class ReservationAllocator:
         return blocks_for(self.estimate_len(seq), self.block_size)
 
     def can_allocate(self, group: SequenceGroup) -> bool:
-        return self.buddy.can_allocate([self.reserved_blocks(s) for s in group.live_seqs()])
+        """Whether the group's reservations fit now. A waiting group's sequences and their sizes do not change, so
+        the answer stands until the buddy allocator's next allocation or free."""
+        if group is self._asked and self._asked_version == self.buddy.version:
+            return self._answer
+        answer = self.buddy.can_allocate([self.reserved_blocks(s) for s in group.live_seqs()])
+        self._asked, self._asked_version, self._answer = group, self.buddy.version, answer
+        return answer
 
     def allocate(self, group: SequenceGroup) -> None:
         for seq in group.live_seqs():

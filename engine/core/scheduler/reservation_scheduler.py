@@ -26,6 +26,7 @@ class ReservationScheduler(QueueScheduler):
         self.num_cpu_blocks = num_cpu_blocks
         self.allocator = ReservationAllocator(num_gpu_blocks, system.block_size, max_seq_len, system.reservation)
         self._pending_copies: list[tuple[int, int]] = []
+        self._needed_alone: dict[tuple[int, ...], int] = {}  # _blocks_needed_alone's verdicts, by sorted sizes
 
     def block_table(self, seq_id: int) -> list[int]:
         return self.allocator.block_table(self._seqs[seq_id])
@@ -40,10 +41,16 @@ class ReservationScheduler(QueueScheduler):
         self._pending_copies.extend(zip(parent_table, self.allocator.block_table(child)))
 
     def _blocks_needed_alone(self, group: SequenceGroup) -> int:
-        sizes = [self.allocator.reserved_blocks(s) for s in group.seqs]
-        if BuddyAllocator(self.num_gpu_blocks, self.allocator.buddy.max_chunk).can_allocate(sizes):
-            return 0
-        return sum(self.allocator.buddy.chunk_size(n) for n in sizes)
+        """0 when the group's reservations fit in the empty pool together, else the blocks their chunks take;
+        the verdict depends on the sizes alone, and is kept for the next request of the same sizes (a fresh
+        buddy allocator per admitted request was a tenth of a saturated Orca run)."""
+        sizes = tuple(sorted(self.allocator.reserved_blocks(s) for s in group.seqs))
+        needed = self._needed_alone.get(sizes)
+        if needed is None:
+            fits = BuddyAllocator(self.num_gpu_blocks, self.allocator.buddy.max_chunk).can_allocate(list(sizes))
+            needed = 0 if fits else sum(self.allocator.buddy.chunk_size(n) for n in sizes)
+            self._needed_alone[sizes] = needed
+        return needed
 
     def _reservation_note(self, group: SequenceGroup) -> str:
         seq = group.seqs[0]

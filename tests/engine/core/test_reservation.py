@@ -98,3 +98,40 @@ def test_group_admission_needs_room_for_all_samples():
     assert alloc.can_allocate(make_group(0, 0.0, 200, 56, 2, counter))  # 16 blocks each: 32 and 16 roots
     assert not alloc.can_allocate(make_group(1, 0.0, 200, 56, 4, counter))
     assert not alloc.can_allocate(make_group(2, 0.0, 400, 100, 2, counter))  # 32 blocks each
+
+
+def test_a_refused_group_is_asked_again_once_a_reservation_comes_or_goes():
+    # can_allocate keeps its last answer while the buddy allocator stands still (a saturated queue's head is
+    # asked every iteration); an allocation or a free must be seen
+    alloc = ReservationAllocator(48, BS, MAX_LEN, "oracle")  # roots 32 + 16
+    counter = SequenceCounter()
+    first, head = make_group(0, 0.0, 400, 100, 1, counter), make_group(1, 0.0, 200, 56, 1, counter)
+    alloc.allocate(first)  # the 32-block root
+    assert alloc.can_allocate(head)  # 16 blocks: the other root
+    alloc.allocate(make_group(2, 0.0, 200, 56, 1, counter))
+    assert not alloc.can_allocate(head)
+    assert not alloc.can_allocate(head)  # asked again, nothing changed
+    alloc.free(first.seqs[0])
+    assert alloc.can_allocate(head)
+
+
+@hyp(max_examples=200)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=6), st.integers(0, 5))
+def test_the_quick_refusal_agrees_with_placing_every_chunk(sizes, taken):
+    # can_allocate refuses at once when the chunks outsize the free blocks; otherwise it places them: the same
+    # verdict as placing them in a copy of the free lists
+    from engine.core.buddy import BuddyAllocator
+    buddy = BuddyAllocator(96, 64)
+    for _ in range(taken):
+        buddy.allocate(8)
+    placed = True
+    trial = BuddyAllocator(96, 64)
+    for _ in range(taken):
+        trial.allocate(8)
+    for size in sorted((trial.chunk_size(n) for n in sizes), reverse=True):
+        try:
+            trial.allocate(size)
+        except RuntimeError:
+            placed = False
+            break
+    assert buddy.can_allocate(sizes) == placed
