@@ -131,7 +131,11 @@ def serve_together(trace: Trace, wakes: list[float], fleet: FleetSetup, router: 
     env, fast_forward = simpy.Environment(), fleet.stretches(wakes)
     replicas = [fleet.replica(env, i, fast_forward, beams) for i in range(fleet.replicas)]
     env.process(arrivals(env, trace, replicas, router))
-    run_to_end(env, replicas)
+    try:
+        run_to_end(env, replicas)
+    finally:
+        if beams is not None:
+            beams.settle()
     return [ReplicaRun(r.index, r.core.records, r.iteration_ends) for r in replicas]
 
 

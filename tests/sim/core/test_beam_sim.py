@@ -1,10 +1,14 @@
 """Beam search in the simulator: the workload key, trace files, the parent-choice model, a whole run."""
+import pickle
+from functools import partial
+
 import numpy as np
 import pytest
 
+import sim.core.simulate
 from engine.core.batch import Batch
 from engine.specs.errors import SpecError
-from sim.core.beams import BeamParentModel
+from sim.core.beams import DRAW_BLOCK, BeamParentModel, UniformDraws
 from sim.core.simulate import simulate
 from sim.experiment.config import load_experiment
 from sim.experiment.run import make_cost_model, run_one, trace_for
@@ -130,6 +134,46 @@ def test_forks_grow_as_beam_continue_falls_and_repeat_with_the_seed():
     for step in forks(0.0, 2):
         for child, parent in step.items():
             assert (child in groups[0]) == (parent in groups[0]), "a fork stays inside its beam search"
+
+
+@pytest.mark.parametrize("bit_generator", ["PCG64", "PCG64DXSM", "MT19937"])
+@pytest.mark.parametrize("half_kept", [False, True])
+def test_draws_taken_a_block_at_a_time_are_those_of_one_call_each(bit_generator, half_kept):
+    # the same floats as rng.random(n) call by call, across blocks; settled, the Generator is where those calls
+    # leave it, down to a 32-bit half kept for the next 32-bit draw; MT19937 cannot be advanced: call by call
+    def generator():
+        rng = np.random.Generator(getattr(np.random, bit_generator)(7))
+        if half_kept:
+            rng.integers(0, 10, dtype=np.uint32)
+        return rng
+
+    buffered, reference = generator(), generator()
+    draws = UniformDraws(buffered)
+    sizes = [3, 1, 8, DRAW_BLOCK - 5, 4, DRAW_BLOCK + 3, 2]
+    for n in sizes:
+        assert draws.take(n) == reference.random(n).tolist()
+    draws.settle()
+    # MT19937's state holds arrays: compared pickled
+    assert pickle.dumps(buffered.bit_generator.state) == pickle.dumps(reference.bit_generator.state)
+    assert buffered.integers(0, 1 << 30, 5, dtype=np.uint32).tolist() == \
+        reference.integers(0, 1 << 30, 5, dtype=np.uint32).tolist()
+    assert draws.take(2) == reference.random(2).tolist()  # and it goes on after a settle
+
+
+def test_a_beam_run_draws_and_leaves_the_generator_as_a_numpy_call_per_step_does(write_config, monkeypatch):
+    exp = load_experiment(write_config(BEAMS))
+    trace = trace_for(exp, 4.0, 0)
+    for system in exp.systems:
+        pool = exp.kv_pool(system)
+        runs = {}
+        for block in (0, DRAW_BLOCK):  # 0: rng.random() per step, as before draws came in blocks
+            monkeypatch.setattr(sim.core.simulate, "BeamParentModel", partial(BeamParentModel, draw_block=block))
+            rng = np.random.default_rng(3)
+            records = simulate(trace, exp.model, system, make_cost_model(exp, system), pool.num_gpu_blocks,
+                               pool.num_cpu_blocks, rng=rng)
+            runs[block] = (records.requests_frame().to_csv(), records.iterations_frame().to_csv(),
+                           rng.bit_generator.state)
+        assert runs[0] == runs[DRAW_BLOCK], system.name
 
 
 def test_no_parents_are_drawn_after_a_prefill():
