@@ -107,8 +107,10 @@ class BeamParentModel:
         start = 0
         for ids in decoded:
             width = len(ids)
-            parents = [ids[j] if stays[start + j] else ids[int(uniform[start + j] * width)] for j in range(width)]
-            forks.update(beam_parents(ids, parents))
+            if not all(stays[start:start + width]):  # else every candidate continues its own beam: no fork
+                parents = [ids[j] if stays[start + j] else ids[int(uniform[start + j] * width)]
+                           for j in range(width)]
+                forks.update(beam_parents(ids, parents))
             start += width
         return forks
 
