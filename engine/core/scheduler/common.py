@@ -30,6 +30,7 @@ class QueueScheduler(Scheduler):
         self.num_preemptions = 0
         self.num_running_seqs = 0
         self.num_running_beam_groups = 0
+        self._beam_group_of: dict[int, SequenceGroup] = {}  # the running beam searches, by their sequences' ids
         self.token_slots = TokenSlots(self._token_slots_of)  # for kv_usage()
         # a policy that ignores an unservable request at schedule time (vLLM >= v0.2's ignored_seq_groups)
         # instead of refusing it at admission sets ignores_unservable; `unservable` holds why, by request id,
@@ -177,10 +178,12 @@ class QueueScheduler(Scheduler):
     def _apply_beam_parents(self, beam_parents: Mapping[int, int]) -> None:
         """Fork every child from its parent, after checking the data plane's choice: both beams of one
         group that decoded in this batch, and no parent replaced in the same step."""
-        beams = {s.seq_id: group for group in self._decoded if group.is_beam for s in group.live_seqs()}
+        decoded = {group.request_id for group in self._decoded if group.is_beam}
+        group_of, finished = self._beam_group_of, SeqStatus.FINISHED
         for child, parent in beam_parents.items():
-            group = beams.get(child)
-            if group is None or beams.get(parent) is not group:
+            group = group_of.get(child)
+            if (group is None or group.request_id not in decoded or group_of.get(parent) is not group
+                    or self._seqs[child].status is finished or self._seqs[parent].status is finished):
                 raise ValueError(f"beam fork {parent} -> {child}: both must be beams of one beam search "
                                  "that decoded in this batch")
             if beam_parents.get(parent, parent) != parent:
@@ -226,6 +229,9 @@ class QueueScheduler(Scheduler):
         self.num_running_seqs += len(group.live_seqs())
         self.num_running_beam_groups += group.is_beam
         self.token_slots.started(group)
+        if group.is_beam:
+            for seq in group.live_seqs():
+                self._beam_group_of[seq.seq_id] = group
 
     def _stop_running(self, group: SequenceGroup, status: SeqStatus) -> None:
         """Out of the running set: preempted (WAITING, SWAPPED) or done (FINISHED, its
@@ -234,6 +240,9 @@ class QueueScheduler(Scheduler):
         self.num_running_beam_groups -= group.is_beam
         self.token_slots.stopped(group)
         group.set_status(status)
+        if group.is_beam:
+            for seq in group.seqs:
+                self._beam_group_of.pop(seq.seq_id, None)
 
     def _batch_for(self, prefill_groups: list[SequenceGroup], decode_groups: list[SequenceGroup],
                    decode_seqs: list[Sequence] | None = None) -> Batch:

@@ -81,11 +81,10 @@ class VLLMScheduler(QueueScheduler):
         # None: vLLM's own rule per group ("auto"); else the mode the user forced
         self.forced_preemption = None if system.preemption == "auto" else PreemptionMode(system.preemption)
         # beams share generated blocks too, not only the prompt's (forks): per running beam search, the slots
-        # its blocks hold less those TokenSlots counts for it, their sum, its groups by sequence, and the
-        # groups to count again at the next kv_usage() (started, or a table changed: _beam_token_slots)
+        # its blocks hold less those TokenSlots counts for it, their sum, and the groups to count again at the
+        # next kv_usage() (started, or a table changed: _beam_token_slots)
         self._beam_sharing: dict[int, int] = {}
         self.beam_sharing_slots = 0
-        self._beam_group_of: dict[int, SequenceGroup] = {}
         self._beams_to_count: dict[int, SequenceGroup] = {}
 
     # --- one step ----------------------------------------------------------------
@@ -285,15 +284,11 @@ class VLLMScheduler(QueueScheduler):
             self.blocks.track_table_changes(True)
             self._beam_sharing[group.request_id] = 0
             self._beams_to_count[group.request_id] = group
-            for seq in group.live_seqs():
-                self._beam_group_of[seq.seq_id] = group
 
     def _stop_running(self, group: SequenceGroup, status: SeqStatus) -> None:
         if group.is_beam:
             self.beam_sharing_slots -= self._beam_sharing.pop(group.request_id)
             self._beams_to_count.pop(group.request_id, None)
-            for seq in group.seqs:
-                self._beam_group_of.pop(seq.seq_id, None)
         super()._stop_running(group, status)
         if group.is_beam and not self.num_running_beam_groups:
             self.blocks.track_table_changes(False)  # nothing to count until a beam search runs again
