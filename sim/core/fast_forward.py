@@ -89,8 +89,7 @@ class FastForward:
         batch = step.batch
         if batch.prefill_seq_ids:  # the next batch differs (Scheduler.decode_stretch): the common case, checked first
             return None
-        # a request reaching the replica cuts the stretch only when nobody waits: it may be admitted next
-        queued = step.num_waiting > 0
+        queued = self.arrivals_queue(step)
         if not queued and self._next_arrival(replica, step.start_s) < step.start_s + MIN_STRETCH * seconds:
             return None  # the request reaching the replica would cut it short
         allowed = replica.core.decode_stretch(step)
@@ -115,6 +114,12 @@ class FastForward:
         if num_steps < 2:
             return None
         return Stretch(step, ends[:num_steps], num_steps, replica.env.event())
+
+    @staticmethod
+    def arrivals_queue(step: Step) -> bool:
+        """Whether a request reaching the replica during the stretch of `step` only queues (others were waiting
+        when it was scheduled: the module's doc), or may be admitted next and so cuts the stretch."""
+        return step.num_waiting > 0
 
     def _next_arrival(self, replica: Replica, now_s: float) -> float:
         """When the next request reaches the replica, where the router's choice is known ahead; else inf
@@ -154,7 +159,7 @@ class FastForward:
         scheduler sees the request next."""
         stretch = replica.stretch
         assert stretch is not None
-        if stretch.step.num_waiting:
+        if self.arrivals_queue(stretch.step):
             stretch.queued_s.append(now_s)
             self.num_queued += 1
             return

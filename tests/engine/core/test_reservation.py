@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from engine.core.buddy import BuddyAllocator
 from engine.core.reservation import ReservationAllocator, estimated_output
 from engine.core.sequence import SequenceCounter, make_group
 from tests.helpers.core_harness import hyp
@@ -119,8 +120,7 @@ def test_a_refused_group_is_asked_again_once_a_reservation_comes_or_goes():
 @given(st.lists(st.integers(1, 40), min_size=1, max_size=6), st.integers(0, 5))
 def test_the_quick_refusal_agrees_with_placing_every_chunk(sizes, taken):
     # can_allocate refuses at once when the chunks outsize the free blocks; otherwise it places them: the same
-    # verdict as placing them in a copy of the free lists
-    from engine.core.buddy import BuddyAllocator
+    # verdict as placing them in an allocator with the same history
     buddy = BuddyAllocator(96, 64)
     for _ in range(taken):
         buddy.allocate(8)
