@@ -39,7 +39,8 @@ class UniformDraws:
     """rng.random(n) for a stream of small n, drawn DRAW_BLOCK at a time: the same floats in the same order (a
     double is one 64-bit output, whichever call draws it), without a numpy call per decode step of a beam search.
     settle() puts the Generator's state where the calls one by one would have left it (the state before the
-    first block, advanced by the draws handed out), so that whoever draws next draws what they would have. A bit generator that cannot be advanced so is drawn from call by call."""
+    first block, advanced by the draws handed out), so that whoever draws next draws what they would have.
+    A bit generator that cannot be advanced so is drawn from call by call."""
 
     def __init__(self, rng: np.random.Generator, block: int = DRAW_BLOCK):
         """block: draws taken at once; 0 draws call by call."""
