@@ -7,6 +7,7 @@ import pytest
 
 import sim.core.simulate
 from engine.core.batch import Batch
+from engine.core.beam import beam_parents
 from engine.specs.errors import SpecError
 from sim.core.beams import DRAW_BLOCK, BeamParentModel, UniformDraws
 from sim.core.simulate import simulate
@@ -148,16 +149,58 @@ def test_draws_taken_a_block_at_a_time_are_those_of_one_call_each(bit_generator,
         return rng
 
     buffered, reference = generator(), generator()
-    draws = UniformDraws(buffered)
+    draws = UniformDraws(buffered, mark=0.75)
     sizes = [3, 1, 8, DRAW_BLOCK - 5, 4, DRAW_BLOCK + 3, 2]
     for n in sizes:
-        assert draws.take(n) == reference.random(n).tolist()
+        expected = reference.random(n).tolist()
+        at = draws.take(n)
+        assert [draws.value(p) for p in range(at, at + n)] == expected
+        assert draws.at_least(at, at + n) == [at + i for i, u in enumerate(expected) if u >= 0.75]
     draws.settle()
     # MT19937's state holds arrays: compared pickled
     assert pickle.dumps(buffered.bit_generator.state) == pickle.dumps(reference.bit_generator.state)
     assert buffered.integers(0, 1 << 30, 5, dtype=np.uint32).tolist() == \
         reference.integers(0, 1 << 30, 5, dtype=np.uint32).tolist()
-    assert draws.take(2) == reference.random(2).tolist()  # and it goes on after a settle
+    at = draws.take(2)  # and it goes on after a settle
+    assert [draws.value(at), draws.value(at + 1)] == reference.random(2).tolist()
+
+
+def _parents_one_by_one(beam_continue, rng, batch):
+    # the model as first written: every candidate's two draws read, a numpy call each per step
+    prefilled = set(batch.prefill_sample_ids)
+    decoded = [ids for ids in batch.beam_groups if ids not in prefilled]
+    if not decoded:
+        return {}
+    total = sum(map(len, decoded))
+    stays = [u < beam_continue for u in rng.random(total).tolist()]
+    uniform = rng.random(total).tolist()
+    forks, start = {}, 0
+    for ids in decoded:
+        width = len(ids)
+        parents = [ids[j] if stays[start + j] else ids[int(uniform[start + j] * width)] for j in range(width)]
+        forks.update(beam_parents(ids, parents))
+        start += width
+    return forks
+
+
+@pytest.mark.parametrize("beam_continue", [0.0, 0.5, 0.93, 1.0])
+@pytest.mark.parametrize("block", [0, 64])
+def test_parents_read_from_the_leavers_alone_are_those_of_every_candidate_read(beam_continue, block):
+    # widths 1-6, some groups prefilled in the batch, across refills of a small block
+    shapes = np.random.default_rng(5)
+    model = BeamParentModel(beam_continue, np.random.default_rng(11), draw_block=block)
+    reference = np.random.default_rng(11)
+    next_id = 0
+    for _ in range(300):
+        groups = []
+        for width in shapes.integers(1, 7, shapes.integers(1, 9)).tolist():
+            groups.append(tuple(range(next_id, next_id + width)))
+            next_id += width
+        prefilled = [g for g in groups if shapes.random() < 0.2]
+        batch = Batch(beam_groups=groups, prefill_sample_ids=prefilled)
+        assert model.parents(batch) == _parents_one_by_one(beam_continue, reference, batch)
+    model.settle()
+    assert model.rng.random() == reference.random()
 
 
 def test_a_beam_run_draws_and_leaves_the_generator_as_a_numpy_call_per_step_does(write_config, monkeypatch):
