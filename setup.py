@@ -1,8 +1,9 @@
 """servesim's build: pyproject.toml holds everything but this one choice.
 
-The control plane (`engine/core`) and the simulator's loop (`sim/core`: the replica, fast-forward, the beam
-parents) are compiled to C extensions by mypyc where it can be: mypyc importable (the pinned mypy
-of `[build-system] requires`) and a C compiler present. Otherwise, with `SERVESIM_PURE_PYTHON=1` set, or if the
+The control plane (`engine/core`), the simulator's loop (`sim/core`: the replica, fast-forward, the beam
+parents) and the roofline's arithmetic per step (`calibrate/roofline_terms.py`) are compiled to C extensions
+by mypyc where it can be: mypyc importable (the pinned mypy of `[build-system] requires`) and a C compiler
+present. Otherwise, with `SERVESIM_PURE_PYTHON=1` set, or if the
 compilation fails, servesim installs as the pure Python it is, and says so in one line. The sources stay
 beside the extensions; `engine/core/_compiled.json`, written after a successful build, records what each was
 compiled from, so that engine/core/compiled.py never runs a stale one (docs/compiled.md).
@@ -28,11 +29,13 @@ GROUP = "engine.core.native"  # mypyc's shared library: engine/core/native__mypy
 # are fingerprinted by their __dict__ (a compiled frozen dataclass has none and does not unpickle), read once a run
 NOT_COMPILED = {"__init__.py", "compiled.py", "system.py", "spec.py", "errors.py"}
 SIM_CORE = ["replica.py", "fast_forward.py", "beams.py"]  # the simulator's loop; the rest runs once
+CALIBRATE = ["roofline_terms.py"]  # the roofline cost model's arithmetic per step; the rest runs once
 
 
 def compiled_sources() -> list[Path]:
     core = sorted(p for p in Path("engine", "core").rglob("*.py") if p.name not in NOT_COMPILED)
-    return core + [Path("sim", "core", name) for name in SIM_CORE]
+    return (core + [Path("sim", "core", name) for name in SIM_CORE]
+            + [Path("calibrate", name) for name in CALIBRATE])
 
 
 def module_name(path: Path) -> str:
@@ -107,7 +110,7 @@ def remove_inplace_build() -> None:
     what runs is what was asked for."""
     (ROOT / MANIFEST).unlink(missing_ok=True)
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    for folder in (ROOT / "engine" / "core", ROOT / "sim" / "core"):
+    for folder in (ROOT / "engine" / "core", ROOT / "sim" / "core", ROOT / "calibrate"):
         for extension in folder.rglob(f"*{suffix}"):
             extension.unlink()
 

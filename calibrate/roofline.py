@@ -61,6 +61,7 @@ from calibrate.host import host_time
 from calibrate.layer_ops import ITERATION_ELEMENTWISE, LAYER_ELEMENTWISE, LayerShape
 from calibrate.linear_model import LinearFit
 from calibrate.ridge import bent_roof, ridge_exponent
+from calibrate.roofline_terms import RooflineTerms
 from engine.core.batch import ShapeMetrics
 from engine.core.spec import ModelSpec
 
@@ -117,7 +118,7 @@ class RooflineCostModel(CostModel):
         (FasterTransformer's): no per-block term."""
         self.model, self.hw, self.tp, self.params = model, hw, tp, params
         self.linear, self.host = linear, host
-        self.charge_host = host is not None
+        self._charge_host = host is not None
         self.block_size = block_size
         attention = f"block_read={params.block_read_overhead_tokens:g} tokens" if paged else "dense attention"
         self.source = (f"roofline({hw.name}, tp={tp}, compute_eff={params.compute_efficiency}, "
@@ -172,56 +173,9 @@ class RooflineCostModel(CostModel):
 
     def iteration_time(self, batch: ShapeMetrics) -> float:
         """_time of one iteration (reference_iteration_time), as the same float: the same operations in the
-        same order on Python floats, with its calls inlined but _matmul_time (which short stretches share) and
-        its constants bound once (_bind_scalar_terms), since the simulator asks this once per iteration it does
-        not fast-forward (a fifth of its time)."""
-        tokens = batch.num_tokens
-        num_seqs = batch.num_seqs
-        matmuls = self._matmul_time(tokens, num_seqs)
-        cached = batch.sum_prefill_cached
-        sum_decode_context = batch.sum_decode_context
-        kv_read = sum_decode_context + cached if cached else sum_decode_context
-        attention = kv_read * self._s_per_context_token
-        if self._s_per_decode_block and batch.num_decodes:
-            attention = attention + batch.decode_blocks(self.block_size) * self._s_per_decode_block
-        prefill_sq = batch.sum_prefill_sq
-        if prefill_sq:
-            attention = prefill_sq * self._s_per_prompt_sq + attention
-        t = matmuls + attention
-        if self._ring_comm:
-            comm = tokens * self._s_per_token_comm + self._s_comm_fixed
-            if comm:
-                t = t + comm
-        elif self._all_reduce is not None:
-            comm = self._comm_time(tokens)
-            if comm:
-                t = t + comm
-        copy_blocks = batch.num_copy_blocks
-        if copy_blocks:
-            copies = copy_blocks * self._s_per_copied_block
-            if copies:
-                t = t + copies
-        overhead = self.params.overhead_s
-        if overhead:
-            t = t + overhead
-        if self._kernels:
-            t += self._s_kernels_fixed + tokens * self._s_per_token_kernels
-        if self.charge_host:
-            t += self._host_per_iteration + self._host_per_sequence * num_seqs + self._host_per_prefill_token * (
-                batch.num_prefill_tokens)
-        return t
-
-    def _matmul_time(self, tokens: int, num_seqs: int) -> float:
-        """The linear layers and the LM head on floats: their compute and their weights' reads under one
-        bent roof (bent_roof, as _time computes it; the hard max at p = inf, both taking the larger then)."""
-        compute = tokens * self._s_per_token_linear + num_seqs * self._s_per_logit_row
-        weights = self._s_weights
-        if compute > weights:
-            big, small = compute, weights
-        else:
-            big, small = weights, compute
-        p = self._ridge_p
-        return big if p == math.inf or small <= 0.0 else big * (1.0 + (small / big) ** p) ** (1.0 / p)
+        same order on doubles, with its constants bound once (RooflineTerms, compiled where the control plane
+        is), since the simulator asks this once per iteration it does not fast-forward."""
+        return self._terms.iteration_time(batch, batch.num_copy_blocks, self.block_size)
 
     def reference_iteration_time(self, batch: ShapeMetrics) -> float:
         """iteration_time as _time computes it (the expression a decode stretch is priced with); the test
@@ -229,14 +183,35 @@ class RooflineCostModel(CostModel):
         blocks = batch.decode_blocks(self.block_size) if self._paged_decodes(batch) else None
         return self._time(batch, batch.sum_decode_context, blocks)
 
+    @property
+    def charge_host(self) -> bool:  # CostModel's class attribute; here bound into _terms too
+        return self._charge_host
+
+    @charge_host.setter
+    def charge_host(self, value: bool) -> None:
+        self._charge_host = value
+        self._bind_scalar_terms()
+
     def _bind_scalar_terms(self) -> None:
-        """iteration_time's switches and the host terms as floats, read once here rather than per iteration."""
-        self._ring_comm = self._all_reduce is None and bool(self._s_per_token_comm or self._s_comm_fixed)
-        self._kernels = self.linear is not None
+        """The floats iteration_time and a short stretch read, bound once into RooflineTerms (again when
+        charge_host is set)."""
         host = self.host or {"per_iteration_s": 0.0, "per_sequence_s": 0.0, "per_prefill_token_s": 0.0}
-        self._host_per_iteration = host["per_iteration_s"]
-        self._host_per_sequence = host["per_sequence_s"]
-        self._host_per_prefill_token = host["per_prefill_token_s"]
+        self._terms = RooflineTerms(
+            self._s_per_token_linear, self._s_per_logit_row, self._s_weights, self._ridge_p,
+            self._s_per_context_token, self._s_per_decode_block, self._s_per_prompt_sq, self._s_per_copied_block,
+            self.params.overhead_s, self._s_per_token_comm, self._s_comm_fixed,
+            self._comm_time if self._all_reduce is not None else None,
+            self.linear is not None, self._s_kernels_fixed, self._s_per_token_kernels, self._charge_host,
+            host["per_iteration_s"], host["per_sequence_s"], host["per_prefill_token_s"])
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        del state["_terms"]  # a compiled object, and a bound method of this one: bound again on arrival
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._bind_scalar_terms()
 
     def decode_iteration_times(self, batch: ShapeMetrics, num_steps: int) -> np.ndarray:
         """Every step is the same sum of the same terms; only the decode contexts read grow, by one per
@@ -252,45 +227,10 @@ class RooflineCostModel(CostModel):
         return per_step(self._time(batch, stretch_context_sums(batch, num_steps), blocks), num_steps)
 
     def _stretch_on_floats(self, batch: ShapeMetrics, num_steps: int) -> list[float]:
-        """_time of each step of a short stretch as a Python float: the terms that do not change along the
-        stretch computed once, then per step the same additions in the same order as the array expression
-        (numpy's float64 operations round as Python's do), so the same floats."""
-        tokens = batch.num_tokens
-        num_seqs = batch.num_seqs
-        matmuls = self._matmul_time(tokens, num_seqs)
-        cached = batch.sum_prefill_cached
-        first, step = batch.sum_decode_context, batch.num_decodes
-        paged = bool(self._s_per_decode_block and step)
+        """_time of each step of a short stretch as a Python float (RooflineTerms.stretch_times)."""
+        paged = bool(self._s_per_decode_block and batch.num_decodes)
         blocks = stretch_block_list(batch, num_steps, self.block_size) if paged else []
-        prefill_sq = batch.sum_prefill_sq
-        comm = self._comm_time(tokens) if self._ring_comm or self._all_reduce is not None else 0.0
-        copies = batch.num_copy_blocks * self._s_per_copied_block
-        overhead = self.params.overhead_s
-        kernels = self._s_kernels_fixed + tokens * self._s_per_token_kernels if self._kernels else 0.0
-        host = (self._host_per_iteration + self._host_per_sequence * num_seqs
-                + self._host_per_prefill_token * batch.num_prefill_tokens) if self.charge_host else 0.0
-        s_context, s_block, s_prompt_sq = self._s_per_context_token, self._s_per_decode_block, self._s_per_prompt_sq
-        times = []
-        for s in range(num_steps):
-            context = first + s * step
-            attention = (context + cached if cached else context) * s_context
-            if paged:
-                attention = attention + blocks[s] * s_block
-            if prefill_sq:
-                attention = prefill_sq * s_prompt_sq + attention
-            t = matmuls + attention
-            if comm:
-                t = t + comm
-            if copies:
-                t = t + copies
-            if overhead:
-                t = t + overhead
-            if self._kernels:
-                t += kernels
-            if self.charge_host:
-                t += host
-            times.append(t)
-        return times
+        return self._terms.stretch_times(batch, batch.num_copy_blocks, num_steps, blocks)
 
     def _paged_decodes(self, batch: ShapeMetrics) -> bool:
         return bool(self._s_per_decode_block and batch.decode_context_lens)

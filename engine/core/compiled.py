@@ -1,11 +1,11 @@
 """Which build of the control plane and the simulator's loop runs: compiled (mypyc) or pure Python.
 
-setup.py compiles the modules of `engine/core` and `sim/core` to C extensions where it can, and writes
-`engine/core/_compiled.json`: each compiled module's name and the SHA-256 of the source it was compiled
-from. Python's import system prefers a module's extension to its .py, so this module, imported first by
-`engine/core/__init__.py` (which, like every `__init__.py` and this file, is never compiled), decides
-once per process and, where the answer is pure Python, installs a finder that loads these packages'
-modules from their sources instead:
+setup.py compiles the modules of `engine/core`, `sim/core` and `calibrate/roofline_terms.py` to C extensions
+where it can, and writes `engine/core/_compiled.json`: each compiled module's name and the SHA-256 of the
+source it was compiled from. Python's import system prefers a module's extension to its .py, so this module,
+imported first by `engine/core/__init__.py` (which, like every `__init__.py` and this file, is never
+compiled), decides once per process and, where the answer is pure Python, installs a finder that loads
+these packages' modules from their sources instead:
 
 - `SERVESIM_PURE_PYTHON=1` in the environment: pure Python;
 - a compiled module whose source changed since the build (edited, pulled, checked out), or is gone, or
@@ -30,7 +30,8 @@ from types import ModuleType
 PURE_ENV = "SERVESIM_PURE_PYTHON"
 MANIFEST = "_compiled.json"
 SHARED_LIBRARY = "__mypyc"  # mypyc's runtime and the compiled code, which each module's extension loads
-PACKAGES = ("engine.core", "sim.core")  # the compiled packages; sim.core imports engine.core first
+# the packages holding compiled modules; sim.core and calibrate import engine.core first
+PACKAGES = ("engine.core", "sim.core", "calibrate")
 COMPILED = "compiled (mypyc)"
 PURE = "pure Python"
 REBUILD = "pip install -e . (or reinstall servesim)"

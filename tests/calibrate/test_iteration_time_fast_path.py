@@ -10,6 +10,7 @@ block sums, so its stretches are checked against one call per step here too.
 """
 from __future__ import annotations
 
+import pickle
 import struct
 from pathlib import Path
 
@@ -113,3 +114,20 @@ def test_a_short_stretch_on_floats_is_the_array_expression_to_the_bit(batch, num
         reference = model.reference_decode_iteration_times(batch, num_steps)
         assert fast.dtype == reference.dtype == np.float64 and fast.shape == reference.shape == (num_steps,)
         assert fast.tobytes() == reference.tobytes(), name
+
+
+def test_a_roofline_pickled_or_with_its_host_work_turned_off_prices_as_the_reference():
+    # the bound terms (calibrate/roofline_terms.py, compiled where the control plane is) are bound again on
+    # arrival in a worker process, and when a validation turns charge_host off after construction
+    batch = BatchShape((3, 900), (16, 32, 33), 2, 3, 5, (0, 16))
+    for name, model in ROOFLINES.items():
+        arrived = pickle.loads(pickle.dumps(model))
+        assert bits(arrived.iteration_time(batch)) == bits(model.iteration_time(batch)), name
+        assert arrived.decode_iteration_times(batch, 7).tobytes() == model.decode_iteration_times(batch, 7).tobytes()
+    model = transferred_roofline(PROFILES / "a100-80gb-linear.yaml", None, LLAMA7B, A100_80, 1, 2, 16)
+    with_host = model.iteration_time(batch)
+    model.charge_host = False
+    assert bits(model.iteration_time(batch)) == bits(model.reference_iteration_time(batch))
+    assert model.iteration_time(batch) < with_host
+    stretch = model.decode_iteration_times(batch, 3)
+    assert stretch.tobytes() == model.reference_decode_iteration_times(batch, 3).tobytes()

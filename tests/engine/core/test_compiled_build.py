@@ -82,8 +82,10 @@ def _python(code: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
-WHERE = ("import engine.core.serving as a, engine.core.scheduler.vllm as b, sim.core.replica as c, engine.core as e; "
-         "print(e.compiled.BUILD); print(a.__file__); print(b.__file__); print(c.__file__)")
+# calibrate's compiled module first: its package's __init__ must have chosen the build before it is found
+WHERE = ("import calibrate.roofline_terms as d, engine.core.serving as a, engine.core.scheduler.vllm as b, "
+         "sim.core.replica as c, engine.core as e; "
+         "print(e.compiled.BUILD); print(a.__file__); print(b.__file__); print(c.__file__); print(d.__file__)")
 
 
 def test_the_environment_variable_loads_every_module_from_its_source():

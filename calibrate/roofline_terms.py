@@ -1,0 +1,141 @@
+"""The roofline's arithmetic per iteration, on floats: what the simulator asks of its clock at every step.
+
+RooflineCostModel (roofline.py) works out its constants once and binds them here; this module is compiled by
+mypyc with the control plane (setup.py), so that pricing a step costs C arithmetic on doubles rather than
+the interpreter's. Its operations are those of RooflineCostModel._time, in the same order, on the same IEEE
+doubles, so compiled and pure Python give the same floats, and both the same as the array expression a long
+decode stretch is priced with (tests/calibrate/test_roofline_terms.py).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from engine.core.batch import ShapeMetrics
+
+
+class RooflineTerms:
+    """Seconds per token, per sequence, per block and per iteration of one roofline, and the sums over a batch."""
+
+    def __init__(self, s_per_token_linear: float, s_per_logit_row: float, s_weights: float, ridge_p: float,
+                 s_per_context_token: float, s_per_decode_block: float, s_per_prompt_sq: float,
+                 s_per_copied_block: float, overhead_s: float, s_per_token_comm: float, s_comm_fixed: float,
+                 comm_time: Callable[[int], float] | None,
+                 kernels: bool, s_kernels_fixed: float, s_per_token_kernels: float, charge_host: bool,
+                 host_per_iteration: float, host_per_sequence: float, host_per_prefill_token: float):
+        """The tensor-parallel all-reduces: comm_time(tokens), their measured seconds; else (None) the ring
+        formula's tokens * s_per_token_comm + s_comm_fixed (0 on one GPU)."""
+        self.s_per_token_linear = s_per_token_linear
+        self.s_per_logit_row = s_per_logit_row
+        self.s_weights = s_weights
+        self.ridge_p = ridge_p
+        self.s_per_context_token = s_per_context_token
+        self.s_per_decode_block = s_per_decode_block
+        self.s_per_prompt_sq = s_per_prompt_sq
+        self.s_per_copied_block = s_per_copied_block
+        self.overhead_s = overhead_s
+        self.s_per_token_comm = s_per_token_comm
+        self.s_comm_fixed = s_comm_fixed
+        self.ring_comm = comm_time is None and bool(s_per_token_comm or s_comm_fixed)
+        self.comm_time = comm_time
+        self.kernels = kernels
+        self.s_kernels_fixed = s_kernels_fixed
+        self.s_per_token_kernels = s_per_token_kernels
+        self.charge_host = charge_host
+        self.host_per_iteration = host_per_iteration
+        self.host_per_sequence = host_per_sequence
+        self.host_per_prefill_token = host_per_prefill_token
+
+    def matmul_time(self, tokens: int, num_seqs: int) -> float:
+        """The linear layers and the LM head: their compute and their weights' reads under one bent roof
+        (bent_roof, as _time computes it; the hard max at p = inf, both taking the larger then)."""
+        compute = tokens * self.s_per_token_linear + num_seqs * self.s_per_logit_row
+        weights = self.s_weights
+        if compute > weights:
+            big, small = compute, weights
+        else:
+            big, small = weights, compute
+        p = self.ridge_p
+        return big if p == math.inf or small <= 0.0 else big * (1.0 + (small / big) ** p) ** (1.0 / p)
+
+    def iteration_time(self, batch: ShapeMetrics, num_copy_blocks: int, block_size: int) -> float:
+        """One iteration's seconds (RooflineCostModel.reference_iteration_time's float); num_copy_blocks: the
+        batch's (a Batch's property, a BatchShape's field)."""
+        tokens = batch.num_tokens
+        num_seqs = batch.num_seqs
+        matmuls = self.matmul_time(tokens, num_seqs)
+        cached = batch.sum_prefill_cached
+        sum_decode_context = batch.sum_decode_context
+        kv_read = sum_decode_context + cached if cached else sum_decode_context
+        attention = kv_read * self.s_per_context_token
+        if self.s_per_decode_block and batch.num_decodes:
+            attention = attention + batch.decode_blocks(block_size) * self.s_per_decode_block
+        prefill_sq = batch.sum_prefill_sq
+        if prefill_sq:
+            attention = prefill_sq * self.s_per_prompt_sq + attention
+        t = matmuls + attention
+        if self.ring_comm or self.comm_time is not None:
+            comm = self.comm(tokens)
+            if comm:
+                t = t + comm
+        if num_copy_blocks:
+            copies = num_copy_blocks * self.s_per_copied_block
+            if copies:
+                t = t + copies
+        if self.overhead_s:
+            t = t + self.overhead_s
+        if self.kernels:
+            t += self.s_kernels_fixed + tokens * self.s_per_token_kernels
+        if self.charge_host:
+            t += self.host_time(num_seqs, batch.num_prefill_tokens)
+        return t
+
+    def comm(self, tokens: int) -> float:
+        if self.comm_time is not None:
+            return self.comm_time(tokens)
+        return tokens * self.s_per_token_comm + self.s_comm_fixed
+
+    def host_time(self, num_seqs: int, num_prefill_tokens: int) -> float:
+        return (self.host_per_iteration + self.host_per_sequence * num_seqs
+                + self.host_per_prefill_token * num_prefill_tokens)
+
+    def stretch_times(self, batch: ShapeMetrics, num_copy_blocks: int, num_steps: int,
+                      blocks: list[int]) -> list[float]:
+        """Each step's seconds of a decode stretch (`batch`, then every decode context one longer per step;
+        `blocks`: each step's decode blocks, when the paged kernel's per-block term applies): the terms that
+        do not change along the stretch once, then per step the same additions in the same order as the
+        array expression (numpy's float64 operations round as these do), so the same floats."""
+        tokens = batch.num_tokens
+        num_seqs = batch.num_seqs
+        matmuls = self.matmul_time(tokens, num_seqs)
+        cached = batch.sum_prefill_cached
+        first, step = batch.sum_decode_context, batch.num_decodes
+        paged = bool(self.s_per_decode_block and step)
+        prefill_sq = batch.sum_prefill_sq
+        comm = self.comm(tokens) if self.ring_comm or self.comm_time is not None else 0.0
+        copies = num_copy_blocks * self.s_per_copied_block
+        overhead = self.overhead_s
+        kernels = self.s_kernels_fixed + tokens * self.s_per_token_kernels if self.kernels else 0.0
+        host = self.host_time(num_seqs, batch.num_prefill_tokens) if self.charge_host else 0.0
+        s_context, s_block, s_prompt_sq = self.s_per_context_token, self.s_per_decode_block, self.s_per_prompt_sq
+        times: list[float] = []
+        for s in range(num_steps):
+            context = first + s * step
+            attention = (context + cached if cached else context) * s_context
+            if paged:
+                attention = attention + blocks[s] * s_block
+            if prefill_sq:
+                attention = prefill_sq * s_prompt_sq + attention
+            t = matmuls + attention
+            if comm:
+                t = t + comm
+            if copies:
+                t = t + copies
+            if overhead:
+                t = t + overhead
+            if self.kernels:
+                t += kernels
+            if self.charge_host:
+                t += host
+            times.append(t)
+        return times
