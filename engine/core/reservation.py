@@ -77,8 +77,12 @@ class ReservationAllocator:
             self.num_needed_tokens -= min(res.estimate_len, seq.final_len)
 
     def block_table(self, seq: Sequence) -> list[int]:
+        return list(self.table_blocks(seq))
+
+    def table_blocks(self, seq: Sequence) -> range:
+        """block_table as a range (its blocks are consecutive): a fork's copies pair them without lists."""
         res = self.reservations[seq.seq_id]
-        return list(range(res.start, res.start + blocks_for(seq.length, self.block_size)))
+        return range(res.start, res.start + blocks_for(seq.length, self.block_size))
 
     @property
     def num_free_blocks(self) -> int:

@@ -37,8 +37,7 @@ class ReservationScheduler(QueueScheduler):
     def _fork_beam(self, parent: Sequence, child: Sequence) -> None:
         """Nothing is shared: the parent's blocks are copied into the child's own reservation (the
         authors' Orca baseline), before the next forward reads them."""
-        parent_table = self.allocator.block_table(parent)
-        self._pending_copies.extend(zip(parent_table, self.allocator.block_table(child)))
+        self._pending_copies.extend(zip(self.allocator.table_blocks(parent), self.allocator.table_blocks(child)))
 
     def _blocks_needed_alone(self, group: SequenceGroup) -> int:
         """0 when the group's reservations fit in the empty pool together, else the blocks their chunks take;
@@ -66,9 +65,9 @@ class ReservationScheduler(QueueScheduler):
             if len(live) < 2:
                 continue
             prompt_blocks = blocks_for(group.prompt_len, self.block_size)
-            source = self.allocator.block_table(live[0])[:prompt_blocks]
+            source = self.allocator.table_blocks(live[0])[:prompt_blocks]
             for seq in live[1:]:
-                self._pending_copies.extend(zip(source, self.allocator.block_table(seq)))
+                self._pending_copies.extend(zip(source, self.allocator.table_blocks(seq)))
 
     def _take_copies(self) -> list[tuple[int, int]]:
         copies, self._pending_copies = self._pending_copies, []

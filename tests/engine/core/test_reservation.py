@@ -81,6 +81,7 @@ def test_chunk_size_rule(prompt, data, policy):
     # the table grows with the sequence inside its own contiguous chunk
     seq.length = seq.final_len
     assert alloc.block_table(seq) == list(range(res.start, res.start + math.ceil(seq.final_len / BS)))
+    assert list(alloc.table_blocks(seq)) == alloc.block_table(seq)  # what a fork pairs its copies from
 
 
 def test_every_sample_of_a_group_reserves_its_own_chunk():
