@@ -116,6 +116,28 @@ class Batch(ShapeMetrics):
     num_running_groups: int = 0  # requests in the batch (the paper's "batched requests")
     beam_groups: list[tuple[int, ...]] = field(default_factory=list)
 
+    # written out, as the fields above, so that mypyc compiles it: a dataclass's generated __init__ runs
+    # interpreted, and a batch is built every step (tests/engine/core/test_value_inits.py)
+    def __init__(self, prefill_seq_ids: list[int] | None = None, prefill_lens: Sequence[int] | None = None,
+                 prefill_sample_ids: list[tuple[int, ...]] | None = None,
+                 prefill_cached_lens: Sequence[int] | None = None, decode_seq_ids: list[int] | None = None,
+                 decode_context_lens: Sequence[int] | None = None,
+                 blocks_to_copy: list[tuple[int, int]] | None = None,
+                 blocks_to_swap_in: list[tuple[int, int]] | None = None,
+                 blocks_to_swap_out: list[tuple[int, int]] | None = None, num_running_groups: int = 0,
+                 beam_groups: list[tuple[int, ...]] | None = None) -> None:
+        self.prefill_seq_ids = prefill_seq_ids if prefill_seq_ids is not None else []
+        self.prefill_lens = prefill_lens if prefill_lens is not None else []
+        self.prefill_sample_ids = prefill_sample_ids if prefill_sample_ids is not None else []
+        self.prefill_cached_lens = prefill_cached_lens if prefill_cached_lens is not None else []
+        self.decode_seq_ids = decode_seq_ids if decode_seq_ids is not None else []
+        self.decode_context_lens = decode_context_lens if decode_context_lens is not None else []
+        self.blocks_to_copy = blocks_to_copy if blocks_to_copy is not None else []
+        self.blocks_to_swap_in = blocks_to_swap_in if blocks_to_swap_in is not None else []
+        self.blocks_to_swap_out = blocks_to_swap_out if blocks_to_swap_out is not None else []
+        self.num_running_groups = num_running_groups
+        self.beam_groups = beam_groups if beam_groups is not None else []
+
     @property
     def is_empty(self) -> bool:
         return not self.prefill_seq_ids and not self.decode_seq_ids

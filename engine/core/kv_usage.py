@@ -33,6 +33,12 @@ class KVUsage:
     unshared_blocks: int = 0
     saved_blocks: int = 0
 
+    # written out so that mypyc compiles it (a dataclass's generated __init__ runs interpreted): one a step
+    def __init__(self, token: int = 0, reserved: int = 0, internal: int = 0, external: int = 0, idle: int = 0,
+                 unshared_blocks: int = 0, saved_blocks: int = 0) -> None:
+        self.token, self.reserved, self.internal, self.external, self.idle = token, reserved, internal, external, idle
+        self.unshared_blocks, self.saved_blocks = unshared_blocks, saved_blocks
+
     @property
     def total(self) -> int:
         return self.token + self.reserved + self.internal + self.external + self.idle

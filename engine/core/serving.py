@@ -56,6 +56,12 @@ class Step:
     num_waiting: int  # requests waiting once it was scheduled
     stretch: DecodeStretch | None = None  # the iterations it may repeat for (decode_stretch)
 
+    # written out so that mypyc compiles it (a dataclass's generated __init__ runs interpreted): one a step
+    def __init__(self, batch: Batch, usage: KVUsage, start_s: float, num_waiting: int,
+                 stretch: DecodeStretch | None = None) -> None:
+        self.batch, self.usage, self.start_s, self.num_waiting, self.stretch = (batch, usage, start_s, num_waiting,
+                                                                               stretch)
+
 
 class ServingCore:
     """One replica's control plane: its scheduler, the requests it holds, and its records."""
