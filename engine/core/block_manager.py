@@ -231,20 +231,25 @@ class BlockManager:
     def held_token_slots(self, group: SequenceGroup) -> int:
         """Slots of the group's GPU blocks holding a token's K/V, each block once however many beams
         hold it, filled as its first holder's table fills it (a token sampled but not yet given a slot
-        is not counted)."""
+        is not counted). The blocks a table shares with the group's others are a prefix of it, at the same
+        places: a fork copies a whole table, and a copy on write or a new block changes only its end. So a
+        table's blocks past its longest shared prefix with the tables before it are its own, and no block
+        need be looked up in a set (which cost most of a beam search's recount)."""
         bs, slots = self.block_size, 0
-        seen: set[int] = set()
+        before: list[list[int]] = []
         for seq in group.live_seqs():
             table, length = self.block_tables[seq.seq_id], seq.length
+            start = 0
+            for other in before:
+                shared = shared_prefix(table, other)
+                if shared > start:
+                    start = shared
+            before.append(table)
             full = min(length // bs, len(table))
-            known = len(seen)
-            seen.update(table[:full])  # the full blocks in one call: beams share most of theirs
-            slots += (len(seen) - known) * bs
-            for i in range(full, len(table)):  # the last one or two, partly filled
-                block = table[i]
-                if block not in seen:
-                    seen.add(block)
-                    slots += min(bs, length - i * bs)
+            if start < full:
+                slots += (full - start) * bs
+            for i in range(max(start, full), len(table)):  # the last one or two, partly filled
+                slots += min(bs, length - i * bs)
         return slots
 
     def free(self, seq: Sequence) -> None:
@@ -312,3 +317,16 @@ class BlockManager:
         if prefix and self.gpu.ref_counts[prefix[0]] > 1:  # every table holding the prefix holds all of it
             saved -= len(prefix)
         return saved
+
+
+def shared_prefix(table: list[int], other: list[int]) -> int:
+    """How many leading blocks two tables of one group have in common: a binary search, as the blocks they
+    share are a prefix of both (BlockManager.held_token_slots)."""
+    low, high = 0, min(len(table), len(other))
+    while low < high:
+        middle = (low + high) // 2
+        if table[middle] == other[middle]:
+            low = middle + 1
+        else:
+            high = middle
+    return low

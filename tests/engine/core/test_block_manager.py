@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from engine.core.block_manager import BlockAllocator, BlockManager
+from engine.core.block_manager import BlockAllocator, BlockManager, shared_prefix
 from engine.core.blocks import blocks_for
 from engine.core.sequence import SeqStatus, Sequence, SequenceCounter, make_group
 from tests.helpers.core_harness import append_one, check_block_manager, hyp
@@ -271,3 +272,13 @@ def test_can_swap_in_keeps_one_block_per_sequence_and_the_watermark():
     assert bm.can_swap_in(group)  # 6 free - (4 + 2) = 0 >= 0
     bm.gpu.allocate()
     assert not bm.can_swap_in(group)  # 5 free - 6 < 0
+
+
+@hyp(max_examples=200)
+@given(shared=st.integers(0, 40), own=st.integers(0, 5), others=st.integers(0, 5))
+def test_shared_prefix_finds_where_two_tables_part(shared, own, others):
+    # two beams' tables after a fork: a common prefix, then blocks of their own (distinct numbers)
+    table = list(range(shared)) + list(range(100, 100 + own))
+    other = list(range(shared)) + list(range(200, 200 + others))
+    assert shared_prefix(table, other) == shared_prefix(other, table) == shared
+    assert shared_prefix(table, table) == len(table)

@@ -269,10 +269,12 @@ def test_a_replayed_beam_trace_states_its_parent_model_once(write_config, tmp_pa
 
 
 @patches_the_control_plane
-@pytest.mark.parametrize("block_size", [1, 4, 16])
+# caching: automatic prefix caching, the prompts' blocks found in the cache (not at 1-token blocks: slow)
+@pytest.mark.parametrize("block_size, caching", [(1, False), (4, False), (16, False), (4, True), (16, True)])
 @pytest.mark.parametrize("prefix", [0, 40])
 @pytest.mark.parametrize("pool_tokens", [4096, 2400])  # roomy, and tight enough to swap beam searches out
-def test_the_held_slots_of_beams_are_those_counted_block_by_block(monkeypatch, block_size, prefix, pool_tokens):
+def test_the_held_slots_of_beams_are_those_counted_block_by_block(monkeypatch, block_size, prefix, pool_tokens,
+                                                                  caching):
     """held_token_slots, and the scheduler's running sum of what beams share (kept per group, and counted
     again only when one of its tables changes), against every distinct block counted at every step."""
     from dataclasses import replace
@@ -310,7 +312,7 @@ def test_the_held_slots_of_beams_are_those_counted_block_by_block(monkeypatch, b
 
     monkeypatch.setattr(BlockManager, "held_token_slots", both)
     monkeypatch.setattr(VLLMScheduler, "kv_usage", kv_usage_summed)
-    system = replace(SYSTEMS["vllm"], block_size=block_size, watermark=0.0)
+    system = replace(SYSTEMS["vllm"], block_size=block_size, watermark=0.0, prefix_caching=caching)
     for beam_continue in (0.3, 0.93):  # many forks and copies on write, and few
         simulate(random_trace(12, count=60, rate=6.0, beams=4, prefix=prefix), MODEL, system, ROOFLINE,
                  pool_tokens // block_size, 4096 // block_size, rng=np.random.default_rng(3),
