@@ -262,7 +262,7 @@ class VLLMScheduler(QueueScheduler):
 
     def _beam_token_slots(self) -> int:
         """Slots the running beam searches' blocks hold, less those TokenSlots counts for them (<= 0: forked
-        beams share blocks). A group is counted block by block (held_token_slots) when it starts running and
+        beams share blocks). A group is counted (held_token_slots) when it starts running and
         again only after one of its tables changed: while they stay as they are, schedule() has given each
         beam a last block of its own that holds its newest token (a shared one is copied on write, a full
         one followed by a fresh one), so the held slots grow as TokenSlots does, a slot per sampled token.
