@@ -4,7 +4,7 @@ RooflineCostModel (roofline.py) works out its constants once and binds them here
 mypyc with the control plane (setup.py), so that pricing a step costs C arithmetic on doubles rather than
 the interpreter's. Its operations are those of RooflineCostModel._time, in the same order, on the same IEEE
 doubles, so compiled and pure Python give the same floats, and both the same as the array expression a long
-decode stretch is priced with (tests/calibrate/test_roofline_terms.py).
+decode stretch is priced with (tests/calibrate/test_iteration_time_fast_path.py).
 """
 from __future__ import annotations
 
