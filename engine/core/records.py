@@ -2,17 +2,18 @@
 
 The engine's replay and the simulator's replica write the same records through the same
 `ServingRecords`, so a real run and a simulated run of one trace compare column by column and the
-difference is the cost model's error. The simulator writes hundreds of thousands of iterations: a row
-arrives as a plain tuple (building an object per row would cost more than the iteration itself) and
-every few thousand rows move into typed columns (8 bytes a value, where a tuple of Python numbers
-costs about 60), which is also how they are read back for the frames and files.
+difference is the cost model's error. The simulator writes hundreds of thousands of iterations into
+typed columns (8 bytes a value, where a tuple of Python numbers costs about 60), which is also how they
+are read back for the frames and files: a lone iteration's row arrives as a plain tuple (building an
+object per row would cost more than the iteration itself) and waits with a few others to move, and a
+decode stretch's iterations go into the columns directly.
 """
 from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
-from itertools import chain, repeat
+from itertools import chain, islice, repeat
 from typing import TYPE_CHECKING
 
 from mypy_extensions import mypyc_attr
@@ -90,19 +91,24 @@ ITERATION_COLUMNS = tuple(f.name for f in fields(IterationRecord))
 # "float" under `from __future__ import annotations`, and the class float itself once compiled by mypyc)
 ITERATION_TYPECODES = tuple("d" if f.type in ("float", float) else "q" for f in fields(IterationRecord))
 ROWS_PER_CHUNK = 4096  # iterations kept as tuples before they move into the columns
+ROWS_PER_COLUMNS = 65536  # iterations a set of columns grows to before the next set starts
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled, it stays a base: sim.experiment.records.Records adds frames
 class ServingRecords:
-    """Requests and iterations in the order of the record types' fields: an iteration arrives as a plain
-    tuple (a decode stretch's rows are built by zip, in C), and every ROWS_PER_CHUNK of them, or whenever
-    they are read, the tuples move into typed columns."""
+    """Requests and iterations in the order of the record types' fields. A lone iteration arrives as a plain
+    tuple, and every ROWS_PER_CHUNK of them, or before a decode stretch, or whenever they are read, the tuples
+    move into typed columns. A decode stretch's iterations go into the columns directly, column by column
+    (most of their values repeat or count up: no row of them is ever built)."""
 
     def __init__(self) -> None:
         self.request_values: list[tuple] = []
         self.dropped_values: list[tuple] = []  # DroppedRecord's fields, in the order they were dropped
         self._rows: list[tuple] = []  # the iterations since the last move
-        self._chunks: list[tuple[array, ...]] = []  # then columns, a set per move
+        self._chunks: list[tuple[array, ...]] = []  # then columns: sets of them, in order
+        # the last set, while it still grows; None once it is full or handed out (iteration_columns: a caller
+        # holding those arrays must not see them grow)
+        self._open: tuple[array, ...] | None = None
         self.cached_column = False  # the requests carry CACHED_COLUMN (a prefix-caching run: ServingCore.admit)
 
     def add_request(self, group: SequenceGroup, replica: int, finished: bool = True) -> None:
@@ -122,8 +128,9 @@ class ServingRecords:
 
     def add_iteration(self, batch: Batch, usage: KVUsage, start_s: float, duration_s: float, num_waiting: int,
                       replica: int) -> None:
-        """One iteration's row: add_iterations for one, spelled out, since the step-by-step loop writes one per
-        iteration and the zip there costs several times this tuple (test_records holds the two alike)."""
+        """One iteration's row: what add_iterations writes for one, as a tuple, since the step-by-step loop
+        writes one per iteration and a tuple costs less than a value per column (test_records holds the two
+        alike)."""
         rows = self._rows
         rows.append((
             replica, start_s, duration_s, batch.num_prefill_tokens, len(batch.prefill_lens), batch.num_decodes,
@@ -136,29 +143,47 @@ class ServingRecords:
                        durations: Iterable[float], num_waiting: Iterable[int], replica: int) -> None:
         """A row per start: `batch`, then, in a decode stretch it began (Scheduler.decode_stretch), the
         iterations after it, the i-th (from 0) batch.decode_later(i): every context i longer and no blocks
-        moved. `usage`: the pool as each found it (KVUsage's fields as columns: kv_usage.UsageColumns).
-        Rows in IterationRecord's order, built by zip, in C."""
-        num_decodes, first = batch.num_decodes, batch.sum_decode_context
-        contexts = range(first, first + len(starts) * num_decodes, num_decodes) if num_decodes else repeat(first)
+        moved. `usage`: the pool as each found it (KVUsage's fields as columns: kv_usage.UsageColumns; a
+        column may run on past the last start). Written into the columns, one column at a time."""
+        self._move_rows()  # the lone iterations before these, in order
+        count, num_decodes, first = len(starts), batch.num_decodes, batch.sum_decode_context
+        contexts = range(first, first + count * num_decodes, num_decodes) if num_decodes else repeat(first)
         swaps, copies = chain((batch.num_swap_blocks,), repeat(0)), chain((len(batch.blocks_to_copy),), repeat(0))
-        self._rows.extend(zip(
-            repeat(replica), starts, durations, repeat(batch.num_prefill_tokens), repeat(len(batch.prefill_lens)),
-            repeat(num_decodes), contexts, repeat(batch.num_running_groups), num_waiting, swaps, copies, *usage))
-        if len(self._rows) >= ROWS_PER_CHUNK:
-            self._move_rows()
+        columns = self._open_columns()
+        for column, values in zip(columns, (
+                repeat(replica), starts, durations, repeat(batch.num_prefill_tokens), repeat(len(batch.prefill_lens)),
+                repeat(num_decodes), contexts, repeat(batch.num_running_groups), num_waiting, swaps, copies, *usage)):
+            column.extend(islice(values, count))
+        self._close_if_full(columns)
 
     def _move_rows(self) -> None:
-        """Into a chunk of new columns (growing one set of large arrays instead would scatter the
-        reallocations' holes over the heap)."""
+        """The tuples since the last move, into the columns."""
         if self._rows:
-            columns = zip(ITERATION_TYPECODES, zip(*self._rows))
-            self._chunks.append(tuple(array(code, values) for code, values in columns))
+            columns = self._open_columns()
+            for column, values in zip(columns, zip(*self._rows)):
+                column.extend(values)
             self._rows = []
+            self._close_if_full(columns)
+
+    def _open_columns(self) -> tuple[array, ...]:
+        """The set of columns that grows: the last one, or a new one (growing one set of ever larger arrays
+        instead would scatter the reallocations' holes over the heap)."""
+        columns = self._open
+        if columns is None:
+            columns = tuple(array(code) for code in ITERATION_TYPECODES)
+            self._chunks.append(columns)
+            self._open = columns
+        return columns
+
+    def _close_if_full(self, columns: tuple[array, ...]) -> None:
+        if len(columns[0]) >= ROWS_PER_COLUMNS:
+            self._open = None
 
     @property
     def iteration_columns(self) -> tuple[array, ...]:
         """Every iteration so far, one typed array per field of IterationRecord (ITERATION_TYPECODES)."""
         self._move_rows()
+        self._open = None  # the caller holds these arrays: later iterations go into a new set
         if len(self._chunks) != 1:
             self._chunks = [tuple(_joined(code, [chunk[i] for chunk in self._chunks])
                                   for i, code in enumerate(ITERATION_TYPECODES))]
@@ -171,6 +196,7 @@ class ServingRecords:
                              f"{list(ITERATION_TYPECODES)}")
         self._rows = []
         self._chunks = [tuple(columns)]
+        self._open = None  # the caller's arrays: never grown here
 
     @property
     def num_iterations(self) -> int:

@@ -51,9 +51,10 @@ def test_the_kv_columns_are_the_pools_fields_in_order():
     assert kv == list(USAGE_FIELDS)
 
 
-@pytest.mark.parametrize("chunk", [1, 3, 7, 4096])
-def test_rows_and_stretches_read_back_in_order_across_chunks(monkeypatch, chunk):
+@pytest.mark.parametrize(("chunk", "columns"), [(1, 1), (3, 5), (7, 2), (4096, 65536)])
+def test_rows_and_stretches_read_back_in_order_across_chunks(monkeypatch, chunk, columns):
     monkeypatch.setattr(records_module, "ROWS_PER_CHUNK", chunk)
+    monkeypatch.setattr(records_module, "ROWS_PER_COLUMNS", columns)
     rng = np.random.default_rng(chunk)
     records, expected = ServingRecords(), []
     for step in range(60):
@@ -79,6 +80,21 @@ def test_merged_columns_replace_the_iterations():
     assert records.num_iterations == 3 and records.iteration_values == other.iteration_values
     add_alone(records, expected, 9.0, 1)
     assert records.iteration_values[-1] == expected[-1] and records.num_iterations == 4
+
+
+def test_columns_read_or_merged_do_not_grow_with_later_iterations():
+    """A caller holding iteration_columns (a fleet's merge hands them to another records) keeps what it read."""
+    records, expected = ServingRecords(), []
+    add_stretch(records, expected, 0.0, 3, 2)
+    read = records.iteration_columns
+    add_alone(records, expected, 5.0, 1)
+    add_stretch(records, expected, 6.0, 4, 1)
+    assert len(read[0]) == 3 and records.iteration_values == expected
+    other = ServingRecords()
+    add_stretch(other, [], 7.0, 2, 1)  # replaced by the merge, with the set of columns it was growing
+    other.set_iteration_columns(read)
+    add_stretch(other, [], 9.0, 2, 1)
+    assert len(read[0]) == 3 and other.num_iterations == 5
 
 
 def test_columns_of_the_wrong_types_are_refused():
