@@ -1,12 +1,12 @@
 """What an iteration costs: the interface the simulator's clock reads."""
 from __future__ import annotations
 
-import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 
 import numpy as np
 
+from calibrate.roofline_terms import stretch_block_list as block_list
 from engine.core.batch import Batch, BatchShape
 
 BatchLike = Batch | BatchShape  # a live batch, or its shape kept after it ran
@@ -65,6 +65,10 @@ class CostModel(ABC):
             return times + self.swap_time(swaps) if swaps else times
         return np.array([self.step_time(shape) for shape in decode_shapes(batch, num_steps)], dtype=float)
 
+    def decode_step_time_list(self, batch: BatchLike, num_steps: int) -> list[float]:
+        """decode_step_times as Python floats (a fast-forwarded stretch adds them up one at a time)."""
+        return self.decode_step_times(batch, num_steps).tolist()
+
 
 def per_step(times, num_steps: int) -> np.ndarray:
     """A vectorized time as one float per step: a batch with no decodes takes the same time at each."""
@@ -106,12 +110,9 @@ def block_crossings(batch: BatchLike, block_size: int) -> list[int]:
 
 
 def stretch_block_list(batch: BatchLike, num_steps: int, block_size: int) -> list[int]:
-    """stretch_block_sums as a list of Python ints (a short stretch priced on Python floats)."""
-    first = batch.decode_blocks(block_size)
-    if num_steps == 1:
-        return [first]
-    crossing = block_crossings(batch, block_size)
-    return list(itertools.accumulate([crossing[(s - 1) % block_size] for s in range(1, num_steps)], initial=first))
+    """stretch_block_sums as a list of Python ints (a short stretch priced on Python floats), counted by
+    compiled code where the control plane is compiled (roofline_terms.stretch_block_list)."""
+    return block_list(batch.decode_context_lens, num_steps, block_size)
 
 
 def reference_block_sums(batch: BatchLike, num_steps: int, block_size: int) -> np.ndarray:

@@ -221,6 +221,13 @@ class RooflineCostModel(CostModel):
             return np.array(self._stretch_on_floats(batch, num_steps), dtype=float)
         return self.reference_decode_iteration_times(batch, num_steps)
 
+    def decode_step_time_list(self, batch: ShapeMetrics, num_steps: int) -> list[float]:
+        """A short stretch without swaps priced on Python floats alone, as decode_step_times would give them
+        (its swap-free default adds nothing to decode_iteration_times' floats); else as CostModel does."""
+        if num_steps <= SCALAR_STEPS and not batch.num_swap_blocks and type(self).step_time is CostModel.step_time:
+            return self._stretch_on_floats(batch, num_steps)
+        return super().decode_step_time_list(batch, num_steps)
+
     def reference_decode_iteration_times(self, batch: ShapeMetrics, num_steps: int) -> np.ndarray:
         """decode_iteration_times on numpy arrays: _time over the stretch's context and block sums."""
         blocks = stretch_block_sums(batch, num_steps, self.block_size) if self._paged_decodes(batch) else None

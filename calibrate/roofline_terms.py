@@ -9,7 +9,7 @@ decode stretch is priced with (tests/calibrate/test_iteration_time_fast_path.py)
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from engine.core.batch import ShapeMetrics
 
@@ -139,3 +139,19 @@ class RooflineTerms:
                 t += host
             times.append(t)
         return times
+
+
+def stretch_block_list(contexts: Sequence[int], num_steps: int, block_size: int) -> list[int]:
+    """The KV blocks a decode stretch's contexts span at each of its num_steps steps, every context one longer
+    per step (calibrate.costmodel.stretch_block_sums, whose comment tells how): ceil(context / block_size)
+    summed at the first step, then what the contexts crossing into a new block add at each next."""
+    first, last = 0, block_size - 1
+    crossing = [0] * block_size
+    for c in contexts:
+        first += (c + last) // block_size
+        crossing[-c % block_size] += 1
+    blocks = [first]
+    for s in range(num_steps - 1):
+        first += crossing[s % block_size]
+        blocks.append(first)
+    return blocks

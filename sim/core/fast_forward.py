@@ -4,8 +4,9 @@ Between the events that can change a scheduling decision (a request arriving, a 
 a block running short, a preemption, a swap-in or an admission becoming possible, a beam's parent
 being drawn) a decode-only batch repeats with every context one longer per step. The scheduler says
 how many iterations nothing in it can change (Scheduler.decode_stretch, which falls back to 1 wherever
-that is not provable); the cost model prices them all at once (CostModel.decode_step_times, the same
-floats as one call each); the replica sleeps until the last of them ends, or until a request reaching
+that is not provable); the cost model prices them together (CostModel.decode_step_time_list, the same
+floats as one call each; where the replica knows when its next request comes, only those up to it); the
+replica sleeps until the last of them ends, or until a request reaching
 it cuts the stretch at the iteration in flight, and then hands the iterations' ends to the control
 plane's ServingCore.end_steps, which records them and completes them as it completes one step
 (docs/stretch.md). A request reaching a replica whose waiting queue was not empty when the stretch was
@@ -14,11 +15,11 @@ promise), and every scheduler admits in arrival order, so the newcomer queues be
 schedule of the stretch; only the records' waiting count grows, which end_steps is told. A saturated
 replica, whose queue never empties, so runs from one finish to the next on one event.
 
-Exact, not approximate: the clock is accumulated one iteration at a time as SimPy does (np.cumsum adds
-in order), each record holds what the step-by-step loop would have recorded, and a stretch never ends
-at a time an arrival is processed at (it stops one iteration short instead), so that an arrival and an
-iteration's end are never ordered differently than step by step. tests/sim/core/test_fast_forward.py compares
-the two loops on randomized traces of every system and workload.
+Exact, not approximate: the clock is accumulated one iteration at a time, in order, as SimPy does,
+each record holds what the step-by-step loop would have recorded, and a stretch never ends at a time an
+arrival is processed at (it stops one iteration short instead), so that an arrival and an iteration's end
+are never ordered differently than step by step. tests/sim/core/test_fast_forward.py compares the two
+loops on randomized traces of every system and workload.
 """
 from __future__ import annotations
 
@@ -28,7 +29,6 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import numpy as np
 from mypy_extensions import mypyc_attr
 from simpy.events import Event
 
@@ -36,6 +36,8 @@ from engine.core.serving import Step
 from sim.core.alarm import Alarm
 
 if TYPE_CHECKING:
+    from calibrate.costmodel import CostModel
+    from engine.core.batch import Batch
     from sim.core.replica import Replica
 
 MAX_STRETCH = 4096  # iterations priced at once; a longer run of decodes continues as the next stretch
@@ -90,22 +92,17 @@ class FastForward:
         if batch.prefill_seq_ids:  # the next batch differs (Scheduler.decode_stretch): the common case, checked first
             return None
         queued = self.arrivals_queue(step)
-        if not queued and self._next_arrival(replica, step.start_s) < step.start_s + MIN_STRETCH * seconds:
+        # a request reaching the replica (unless it only queues) cuts the stretch at the iteration in flight then
+        next_arrival = math.inf if queued else self._next_arrival(replica, step.start_s)
+        if next_arrival < step.start_s + MIN_STRETCH * seconds:
             return None  # the request reaching the replica would cut it short
         allowed = replica.core.decode_stretch(step)
         if allowed < MIN_STRETCH:
             return None
-        num_steps = min(allowed, MAX_STRETCH)
         # the stretch's iterations, none moving blocks (only the first may, and it costs `seconds`)
-        moves = batch.blocks_to_copy or batch.blocks_to_swap_in or batch.blocks_to_swap_out
-        times = replica.cost_model.decode_step_times(batch.decode_later(0) if moves else batch, num_steps)
-        times[0] = step.start_s + seconds  # the first ends as SimPy adds its delay to now
-        if not times.min() >= 0.0:  # a negative or NaN step time: stop before it, it runs alone and is refused
-            num_steps = int((~(times >= 0.0)).argmax())
-        ends = np.cumsum(times[:num_steps])  # and each next as SimPy would: in order
-        if not ends[-1] < math.inf:  # likewise an infinite one
-            num_steps = int((ends == math.inf).argmax())
-        ends = ends[:num_steps].tolist()
+        ends = self._ends(replica.cost_model, batch, step.start_s + seconds, min(allowed, MAX_STRETCH), next_arrival,
+                          seconds)
+        num_steps = len(ends)
         if num_steps < 2:
             return None
         if ends[-1] >= self.horizon_s:  # the replica's loop stops after the first to end at the horizon
@@ -114,6 +111,32 @@ class FastForward:
         if num_steps < 2:
             return None
         return Stretch(step, ends[:num_steps], num_steps, replica.env.event())
+
+    @staticmethod
+    def _ends(cost_model: CostModel, batch: Batch, first_end: float, num_steps: int, until: float,
+              seconds: float) -> list[float]:
+        """When each iteration of the stretch ends, added up one at a time in order as SimPy adds them (the
+        first ends at first_end): num_steps of them, or fewer: none after the first to end past `until` (when the
+        next request reaches the replica: it cuts the stretch there, so no later one is priced), and none from
+        the first whose time is negative, NaN or infinite (the replica then runs it alone, and refuses it).
+        Priced a piece at a time: as many as `seconds` a step would take to pass `until`, then twice as many."""
+        ends = [first_end]
+        end = first_end
+        while len(ends) < num_steps and end <= until:
+            priced = len(ends)
+            count = num_steps - priced
+            if until < math.inf and seconds > 0.0:
+                count = min(count, max(priced, int((until - end) / seconds) + 2))
+            for t in cost_model.decode_step_time_list(batch.decode_later(priced), count):
+                if not t >= 0.0:  # negative or NaN
+                    return ends
+                end = end + t
+                if not end < math.inf:
+                    return ends
+                ends.append(end)
+        if end > until:
+            del ends[bisect.bisect_right(ends, until) + 1:]
+        return ends
 
     @staticmethod
     def arrivals_queue(step: Step) -> bool:

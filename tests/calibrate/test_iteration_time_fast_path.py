@@ -116,6 +116,17 @@ def test_a_short_stretch_on_floats_is_the_array_expression_to_the_bit(batch, num
         assert fast.tobytes() == reference.tobytes(), name
 
 
+@hyp(max_examples=60)
+@given(batch=batches, num_steps=st.integers(1, 40))
+def test_a_stretch_as_python_floats_is_its_step_times(batch, num_steps):
+    # fast-forward adds up decode_step_time_list one float at a time: the same floats as decode_step_times,
+    # with swaps (priced apart) or without (the roofline's short stretch straight from RooflineTerms)
+    for name, model in {**ROOFLINES, **PROFILE_MODELS}.items():
+        floats = model.decode_step_time_list(batch, num_steps)
+        assert [type(t) for t in floats] == [float] * num_steps, name
+        assert np.array(floats).tobytes() == model.decode_step_times(batch, num_steps).tobytes(), name
+
+
 def test_a_roofline_pickled_or_with_its_host_work_turned_off_prices_as_the_reference():
     # the bound terms (calibrate/roofline_terms.py, compiled where the control plane is) are bound again on
     # arrival in a worker process, and when a validation turns charge_host off after construction

@@ -28,13 +28,23 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 class Stretches(FastForward):
-    """FastForward that remembers its last instance, to check the fast path was taken."""
+    """FastForward that remembers its last instance, to check the fast path was taken, and counts its stretches
+    and their alarms (one more for each stretch a request reaching its replica cut short)."""
 
-    last: FastForward | None = None
+    last: Stretches | None = None
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.num_stretches = self.num_alarms = 0
         Stretches.last = self
+
+    def _arm(self, replica, stretch):
+        self.num_alarms += 1
+        super()._arm(replica, stretch)
+
+    def _finish(self, replica, stretch):
+        self.num_stretches += 1
+        super()._finish(replica, stretch)
 
 
 @pytest.fixture(autouse=True)
@@ -103,6 +113,17 @@ def test_a_shared_prefix(name):
 @pytest.mark.parametrize("name", ["vllm", "orca-oracle", "fastertransformer"])
 def test_fleets_behind_either_router(router, name):
     both_ways(random_trace(6, count=200, rate=30.0), SYSTEMS[name], replicas=3, router=router)
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_outstanding"])
+def test_a_replica_that_knows_when_its_next_request_comes_prices_no_stretch_past_it(router):
+    # behind round robin each replica knows it (FastForward.by_replica): a stretch ends at the iteration in flight
+    # when that request comes, so none is cut short; behind least_outstanding any request may come, and cuts
+    both_ways(random_trace(4, count=200, rate=20.0), SYSTEMS["vllm"], replicas=2, router=router)
+    forward = Stretches.last
+    assert forward is not None and forward.num_stretches > 20
+    cut = forward.num_alarms - forward.num_stretches
+    assert cut == 0 if router == "round_robin" else cut > 0
 
 
 @pytest.mark.parametrize("name", ["vllm", "orca-oracle", "fastertransformer"])
@@ -208,6 +229,7 @@ def test_records_moved_into_columns_in_small_chunks_are_the_same(monkeypatch, ch
     trace = random_trace(3, count=80)
     whole = simulate(trace, MODEL, SYSTEMS["vllm"], ROOFLINE, 96, 256)
     monkeypatch.setattr(engine.core.records, "ROWS_PER_CHUNK", chunk)
+    monkeypatch.setattr(engine.core.records, "ROWS_PER_COLUMNS", 3 * chunk)
     for replicas in (1, 2):
         chunked = both_ways(trace, SYSTEMS["vllm"], replicas=replicas)
         if replicas == 1:
