@@ -126,7 +126,9 @@ class FastForward:
             priced = len(ends)
             count = num_steps - priced
             if until < math.inf and seconds > 0.0:
-                count = min(count, max(priced, int((until - end) / seconds) + 2))
+                reach = (until - end) / seconds  # the steps to pass `until`, were each as long as the first
+                if reach < count:
+                    count = min(count, max(priced, int(reach) + 2))
             for t in cost_model.decode_step_time_list(batch.decode_later(priced), count):
                 if not t >= 0.0:  # negative or NaN
                     return ends

@@ -126,6 +126,50 @@ def test_a_replica_that_knows_when_its_next_request_comes_prices_no_stretch_past
     assert cut == 0 if router == "round_robin" else cut > 0
 
 
+class Counting(CostModel):
+    """Decode steps of `step_s` (or a step time given per context sum), counting the steps it priced."""
+
+    source = "counting(test)"
+
+    def __init__(self, step_s=0.5, by_context=None):
+        self.step_s, self.by_context, self.priced = step_s, by_context or {}, 0
+
+    def iteration_time(self, batch) -> float:
+        self.priced += 1
+        return self.by_context.get(batch.sum_decode_context, self.step_s)
+
+    def swap_time(self, num_blocks: int) -> float:
+        return 0.0
+
+
+def ends_of(cost: Counting, num_steps: int, until: float, seconds: float = 0.5) -> list[float]:
+    from engine.core.batch import Batch
+
+    batch = Batch(decode_seq_ids=[1], decode_context_lens=[10], num_running_groups=1)  # context sum 10 + step
+    return FastForward._ends(cost, batch, 100.0 + seconds, num_steps, until, seconds)
+
+
+def test_a_stretch_is_priced_up_to_the_iteration_in_flight_when_the_next_request_comes():
+    cost = Counting()
+    assert ends_of(cost, 1000, 102.2) == [100.5, 101.0, 101.5, 102.0, 102.5]  # 102.5 is in flight at 102.2
+    assert cost.priced <= 8  # not the 999 the scheduler allowed
+    assert ends_of(Counting(), 3, 102.2) == [100.5, 101.0, 101.5]  # never more than allowed
+    assert ends_of(Counting(), 4, math.inf) == [100.5, 101.0, 101.5, 102.0]
+    # an iteration ending exactly at the arrival is not the one in flight (plan stops before such a tie)
+    assert ends_of(Counting(), 1000, 102.0) == [100.5, 101.0, 101.5, 102.0, 102.5]
+    # steps shorter than the first: priced again, twice as many, until one ends past the arrival
+    short = Counting(step_s=0.0625)
+    assert ends_of(short, 1000, 101.0, seconds=0.5)[-2:] == [101.0, 101.0625] and short.priced < 20
+    # a first step so short that the steps to the arrival overflow an int; one that takes no time
+    assert len(ends_of(Counting(step_s=1e-320), 5, 102.2, seconds=1e-320)) == 5
+    assert len(ends_of(Counting(step_s=0.0), 5, 102.2, seconds=0.0)) == 5
+
+
+def test_a_stretch_stops_before_a_step_time_that_is_negative_nan_or_infinite():
+    for bad in (-1.0, math.nan, math.inf):
+        assert ends_of(Counting(by_context={13: bad}), 1000, math.inf) == [100.5, 101.0, 101.5]  # 13: step 3
+
+
 @pytest.mark.parametrize("name", ["vllm", "orca-oracle", "fastertransformer"])
 def test_a_horizon_cuts_both_at_the_same_iteration(name):
     records = both_ways(random_trace(7, rate=20.0), SYSTEMS[name], gpu_blocks=64, horizon_s=9.0)
