@@ -36,8 +36,9 @@ class RooflineTerms:
         self.overhead_s = overhead_s
         self.s_per_token_comm = s_per_token_comm
         self.s_comm_fixed = s_comm_fixed
-        self.ring_comm = comm_time is None and bool(s_per_token_comm or s_comm_fixed)
         self.comm_time = comm_time
+        # whether an iteration pays for all-reduces at all (measured, or the ring formula with a term not 0)
+        self.has_comm = comm_time is not None or bool(s_per_token_comm or s_comm_fixed)
         self.kernels = kernels
         self.s_kernels_fixed = s_kernels_fixed
         self.s_per_token_kernels = s_per_token_kernels
@@ -74,7 +75,7 @@ class RooflineTerms:
         if prefill_sq:
             attention = prefill_sq * self.s_per_prompt_sq + attention
         t = matmuls + attention
-        if self.ring_comm or self.comm_time is not None:
+        if self.has_comm:
             comm = self.comm(tokens)
             if comm:
                 t = t + comm
@@ -102,7 +103,7 @@ class RooflineTerms:
     def stretch_times(self, batch: ShapeMetrics, num_copy_blocks: int, num_steps: int,
                       blocks: list[int]) -> list[float]:
         """Each step's seconds of a decode stretch (`batch`, then every decode context one longer per step;
-        `blocks`: each step's decode blocks, when the paged kernel's per-block term applies): the terms that
+        `blocks`: each step's decode blocks where the paged kernel's per-block term applies, else empty): the terms that
         do not change along the stretch once, then per step the same additions in the same order as the
         array expression (numpy's float64 operations round as these do), so the same floats."""
         tokens = batch.num_tokens
@@ -110,9 +111,9 @@ class RooflineTerms:
         matmuls = self.matmul_time(tokens, num_seqs)
         cached = batch.sum_prefill_cached
         first, step = batch.sum_decode_context, batch.num_decodes
-        paged = bool(self.s_per_decode_block and step)
+        paged = bool(blocks)
         prefill_sq = batch.sum_prefill_sq
-        comm = self.comm(tokens) if self.ring_comm or self.comm_time is not None else 0.0
+        comm = self.comm(tokens) if self.has_comm else 0.0
         copies = num_copy_blocks * self.s_per_copied_block
         overhead = self.overhead_s
         kernels = self.s_kernels_fixed + tokens * self.s_per_token_kernels if self.kernels else 0.0
