@@ -51,7 +51,7 @@ def test_the_kv_columns_are_the_pools_fields_in_order():
     assert kv == list(USAGE_FIELDS)
 
 
-@pytest.mark.parametrize(("chunk", "columns"), [(1, 1), (3, 5), (7, 2), (4096, 65536)])
+@pytest.mark.parametrize(("chunk", "columns"), [(1, 1), (3, 5), (7, 2), (4096, 4096)])
 def test_rows_and_stretches_read_back_in_order_across_chunks(monkeypatch, chunk, columns):
     monkeypatch.setattr(records_module, "ROWS_PER_CHUNK", chunk)
     monkeypatch.setattr(records_module, "ROWS_PER_COLUMNS", columns)
@@ -95,6 +95,20 @@ def test_columns_read_or_merged_do_not_grow_with_later_iterations():
     other.set_iteration_columns(read)
     add_stretch(other, [], 9.0, 2, 1)
     assert len(read[0]) == 3 and other.num_iterations == 5
+
+
+def test_a_full_set_of_columns_keeps_no_spare_room(monkeypatch):
+    """Arrays grown by appends hold spare room (sys.getsizeof counts it); a full set is kept at its exact size."""
+    import sys
+
+    monkeypatch.setattr(records_module, "ROWS_PER_COLUMNS", 50)
+    records, expected = ServingRecords(), []
+    for step in range(12):
+        add_stretch(records, expected, float(step), 7, 2)
+    full = records._chunks[0]
+    assert len(full[0]) >= 50 and len(records._chunks) == 2
+    assert [sys.getsizeof(column) for column in full] == [sys.getsizeof(array(c.typecode, c)) for c in full]
+    assert records.iteration_values == expected
 
 
 def test_columns_of_the_wrong_types_are_refused():
