@@ -5,10 +5,19 @@ output tokens, in s/token, excluding arrivals in the warm-up. A request with n s
 counts n times (the authors kept one record per sequence). Requests still unfinished
 when the simulation stops at its horizon count with finish = horizon, so a saturated
 run reports a lower bound and says so (`saturated`, `num_unfinished`).
+
+A run is saturated when the server falls behind its arrivals, which the horizon alone does not
+show: at twice the arrival rate it serves, a server still drains its queue within a horizon of
+twice the trace, and a saturated server keeps a low TPOT while its queue grows without bound. So
+saturation is measured (`backlog`, `is_saturated`): the backlog, requests arrived and not yet
+finished, seen at each measured arrival, is fitted with a line against time; its slope over the
+arrival rate is 1 - served rate / arrival rate (`backlog_growth`). A stable server's backlog only
+fluctuates about its line; an overloaded one's grows out of its fluctuation.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,14 +29,26 @@ if TYPE_CHECKING:
     import pandas as pd
 
 SUMMARY_METRICS = (
-    "num_requests", "num_measured", "num_unfinished", "saturated", "normalized_latency",
+    "num_requests", "num_measured", "num_unfinished", "saturated", "backlog_growth", "normalized_latency",
     "normalized_latency_p50", "normalized_latency_p90", "latency_mean_s", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s",
     "ttft_p99_s", "tpot_mean_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "throughput_rps", "throughput_tokens_per_s",
     "mean_batched_requests", "kv_token_share", "kv_reserved_share", "kv_internal_frag_share",
     "kv_external_frag_share", "kv_idle_share", "memory_saving", "preemptions", "swapped_blocks", "num_iterations",
     "makespan_s", "prefix_hit_rate", "num_ignored", "num_aborted",
 )
+SIGNED_METRICS = ("backlog_growth",)  # a backlog may shrink: the only metric below zero
 _STATUS = DROPPED_COLUMNS.index("status")
+# A backlog growing by more than this share of the arrival rate is a server falling behind (a stable one's
+# stays within +-0.01 over 15 minutes of the quickstart)...
+SATURATED_GROWTH = 0.05
+# ... by at least this many requests over the measured arrivals (a request or two more at the end of a short
+# run is no trend) ...
+MIN_GROWTH_REQUESTS = 5
+# ... and by more than this many times the backlog's spread about its line: a stable backlog wanders (a burst
+# raises it for a while), and over a minute of arrivals its line may slope by more than 5% while staying within
+# about 3 spreads; over 15 minutes a stable one's stays within 1.1 and an overloaded one's grows by 10 or more
+# (benchmarks/results/saturation.md)
+TREND_OVER_SPREAD = 3.0
 
 
 def _pct(values: np.ndarray, q: float) -> float:
@@ -126,6 +147,48 @@ def request_latencies(requests: Columns, horizon_s: float) -> dict[str, np.ndarr
                 "normalized_latency": latency / output_len}
 
 
+@dataclass(frozen=True)
+class Backlog:
+    """The backlog (requests arrived, not finished) over the measured arrivals, fitted with a line: its slope
+    over their arrival rate (the share of arrivals the server fell behind by: 1 - served / arrival rate), the
+    requests it grew by over their span, and its spread about the line (the backlog's own fluctuation)."""
+    growth: float
+    grown_by: float
+    spread: float
+
+    @property
+    def is_growing(self) -> bool:
+        """A trend, not noise: material (SATURATED_GROWTH, MIN_GROWTH_REQUESTS) and standing out of the
+        backlog's own fluctuation (TREND_OVER_SPREAD)."""
+        return (self.growth > SATURATED_GROWTH and self.grown_by >= MIN_GROWTH_REQUESTS
+                and self.grown_by > TREND_OVER_SPREAD * self.spread)
+
+
+def backlog(arrival_s: np.ndarray, finish_s: np.ndarray, warmup_s: float) -> Backlog:
+    """The backlog's line over the arrivals after the warm-up; growth NaN with fewer than three, or all at one
+    instant. Unfinished requests (NaN finish) stay in it."""
+    arrival = np.sort(arrival_s)
+    finish = np.sort(np.where(np.isnan(finish_s), np.inf, finish_s))
+    first = int(np.searchsorted(arrival, warmup_s, side="left"))
+    times = arrival[first:]
+    if len(times) < 3 or times[-1] <= times[0]:
+        return Backlog(float("nan"), 0.0, 0.0)
+    count = np.arange(first + 1, len(arrival) + 1) - np.searchsorted(finish, times, side="right")
+    span = float(times[-1] - times[0])
+    centred = times - times.mean()
+    slope = float((centred * (count - count.mean())).sum() / (centred * centred).sum())
+    spread = float((count - count.mean() - slope * centred).std())
+    return Backlog(slope / ((len(times) - 1) / span), slope * span, spread)
+
+
+def is_saturated(growth: Backlog, arrival_s: np.ndarray, is_finished: np.ndarray, horizon_s: float) -> bool:
+    """The server fell behind: its backlog grew (Backlog.is_growing), or a request is still unfinished at the
+    horizon after waiting half of it or more (at the default horizon, twice the trace, any unfinished
+    request; a horizon cut at the trace's end, max_time_factor 1, leaves the last arrivals unfinished
+    without any saturation)."""
+    return growth.is_growing or bool((arrival_s[~is_finished] <= horizon_s / 2).any())
+
+
 def summarize(requests: Columns | pd.DataFrame, iterations: Columns | pd.DataFrame, *, pool_slots: int,
               warmup_s: float, horizon_s: float, dropped: Sequence[tuple] = ()) -> dict:
     """The summary metrics of one run, from its request and iteration columns (or frames) and the values of
@@ -133,7 +196,8 @@ def summarize(requests: Columns | pd.DataFrame, iterations: Columns | pd.DataFra
     requests, iterations = _as_columns(requests), _as_columns(iterations)
     latencies = request_latencies(requests, horizon_s)
     finish = np.asarray(requests["finish_s"], dtype=np.float64)
-    is_measured = np.asarray(requests["arrival_s"], dtype=np.float64) >= warmup_s
+    arrival = np.asarray(requests["arrival_s"], dtype=np.float64)
+    is_measured = arrival >= warmup_s
     weights = np.asarray(requests["n"], dtype=np.int64)
     norm = np.repeat(latencies["normalized_latency"][is_measured], weights[is_measured])
     tpot = latencies["tpot_s"][is_measured]
@@ -146,11 +210,13 @@ def summarize(requests: Columns | pd.DataFrame, iterations: Columns | pd.DataFra
     output_len = np.asarray(requests["output_len"], dtype=np.int64)
     generated = float((output_len[is_finished] * weights[is_finished]).sum())
     latency, ttft = latencies["latency_s"][is_measured], latencies["ttft_s"][is_measured]
+    growth = backlog(arrival, finish, warmup_s)
     summary = {
         "num_requests": len(finish),
         "num_measured": int(is_measured.sum()),
         "num_unfinished": num_unfinished,
-        "saturated": num_unfinished > 0,
+        "saturated": is_saturated(growth, arrival, is_finished, horizon_s),
+        "backlog_growth": growth.growth,
         "normalized_latency": _mean(norm),
         "normalized_latency_p50": _pct(norm, 50),
         "normalized_latency_p90": _pct(norm, 90),

@@ -108,7 +108,7 @@ def draw_latency(ax, points: pd.DataFrame, panel: Panel) -> None:
         color, marker = SYSTEM_COLORS.get(system), SYSTEM_MARKERS.get(system, "o")
         ax.plot(rows["rate"], rows["normalized_latency"], marker=marker, color=color, label=system,
                 linewidth=1.5, markersize=4)
-        saturated = rows[rows["saturated"]]  # hollow: not every request finished, the value is a lower bound
+        saturated = rows[rows["saturated"]]  # hollow: it fell behind, its latency grows with the trace
         ax.plot(saturated["rate"], saturated["normalized_latency"], linestyle="none", marker=marker,
                 markersize=6, markerfacecolor="white", color=color)
     ax.set_xlabel(f"Request rate (req/s)\n\n{panel.caption}")

@@ -24,7 +24,7 @@ from sim.capacity.parallel import Job, run_searches
 from sim.capacity.search import MAX_PROBES, MIN_REL_TOL, Probe, rate_search
 from sim.executors.pool import Workers
 from sim.experiment.config import MAX_REQUESTS, load_experiment
-from sim.experiment.metrics import SUMMARY_METRICS
+from sim.experiment.metrics import SIGNED_METRICS, SUMMARY_METRICS
 from sim.experiment.run import run_one
 from tests.helpers.hostile import TINY
 
@@ -181,7 +181,8 @@ def test_a_trace_row_is_served_by_the_documented_rule_or_refused_naming_it(tiny,
     assert summary["num_requests"] == len(served)
     for metric in SUMMARY_METRICS:
         value = float(summary[metric])
-        assert math.isnan(value) or (math.isfinite(value) and value >= 0), f"{rows} -> {metric} = {value}"
+        signed = metric in SIGNED_METRICS
+        assert math.isnan(value) or (math.isfinite(value) and (value >= 0 or signed)), f"{rows} -> {metric} = {value}"
 
 
 # --- calibrate CSVs ----------------------------------------------------------------------------------------

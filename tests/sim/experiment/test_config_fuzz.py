@@ -22,7 +22,7 @@ from engine.core.batch import BatchShape
 from engine.core.errors import Unservable
 from engine.specs.errors import SpecError
 from sim.experiment.config import load_experiment
-from sim.experiment.metrics import SUMMARY_METRICS
+from sim.experiment.metrics import SIGNED_METRICS, SUMMARY_METRICS
 from sim.experiment.run import run_one
 
 VALID = {
@@ -111,7 +111,8 @@ def test_a_mutated_config_runs_or_is_refused_in_one_line(tmp_path, changes):
     for metric in SUMMARY_METRICS:
         value = float(summary[metric])
         # NaN is a metric with nothing to measure (no decode to time, nothing after the warm-up)
-        assert math.isnan(value) or (math.isfinite(value) and value >= 0), f"{changes} -> {metric} = {value}"
+        signed = metric in SIGNED_METRICS
+        assert math.isnan(value) or (math.isfinite(value) and (value >= 0 or signed)), f"{changes}: {metric}={value}"
 
 
 PROFILE_NUMBERS = [("coefficients", term) for term in TERMS] + [("host", term) for term in HOST_TERMS] + [
