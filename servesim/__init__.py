@@ -104,14 +104,17 @@ def simulate(config: str | Path | Experiment, *, system: str | None = None, rate
     return run_one(exp, chosen, _one(exp.rates, rate, "rate"), _one(exp.seeds, seed, "seed"))
 
 
-def capacity(config: str | Path | Experiment, target: str, *, rate: float | None = None, seed: int = 0,
-             tolerance: float = 0.05, overrides: Sequence[str] = ()) -> pd.DataFrame:
-    """The highest rate per replica that meets a latency target, per system (`servesim capacity`).
+def capacity(config: str | Path | Experiment, target: str | Sequence[str], *, rate: float | None = None,
+             seed: int = 0, tolerance: float = 0.05, overrides: Sequence[str] = ()) -> pd.DataFrame:
+    """The highest rate per replica that meets latency targets, per system (`servesim capacity`).
 
     `target` is `METRIC=LIMIT`, e.g. `"normalized_latency=0.1"` (the metrics are
-    `sim.capacity.search.TARGET_METRICS`). With a total `rate` (req/s) it also finds the replicas that
-    rate needs. Returns a frame in `capacity.csv`'s columns, one row per system; a rate of 0
-    means no probed rate met the target. Nothing is written.
+    `sim.capacity.targets.TARGET_METRICS`), or several (a list, or a comma list): then each target's rate
+    and the rate that meets them all (metric `all`). With a total `rate` (req/s) it also finds the
+    replicas that rate needs. A run meets a target only if it served its load: not saturated, no request
+    dropped. Returns a frame in `capacity.csv`'s columns; a rate of 0 means no probed rate met the target,
+    and `limited_by` says what failed. The arguments are checked as the command checks them (SpecError
+    naming the argument). Nothing is written.
 
     Example::
 
@@ -120,23 +123,10 @@ def capacity(config: str | Path | Experiment, target: str, *, rate: float | None
     """
     import pandas as pd
 
-    from sim.capacity.cli import parse_target
-    from sim.capacity.search import capacity_search, job, run_jobs
+    from sim.capacity.plan import plan_capacity, run_capacity
 
-    if not tolerance > 0:
-        raise ValueError(f"tolerance must be positive, got {tolerance}")
-    exp = _experiment(config, overrides)
-    goal = parse_target(target)
-    start = min(exp.rates)
-    jobs = [job(exp, system, goal, seed, lambda: capacity_search(start, tolerance, rate)) for system in exp.systems]
-    rows = []
-    for system, (per_replica, needed) in zip(exp.systems, run_jobs(jobs)):
-        row = {"system": system.name, "metric": goal.metric, "limit": goal.limit,
-               "max_rate_per_replica_rps": per_replica}
-        if rate is not None:
-            row.update(target_rate_rps=rate, replicas_needed=needed)
-        rows.append(row)
-    return pd.DataFrame(rows)
+    plan = plan_capacity(_experiment(config, overrides), target, rate, seed, tolerance)
+    return pd.DataFrame(run_capacity(plan).rows)
 
 
 def reproduce(figures: Sequence[str] = ("all",), out_dir: str | Path = "results/reproduce", *, quick: bool = False,

@@ -7,6 +7,9 @@ either answer, breadth first to as many points as there are workers (its own sha
 several searches run at once), then walks the search along the real answers as far as they go.
 Probes the search does not reach are wasted work, never used: the path, each probe reported, and
 the result are exactly those of the search run one probe at a time, on any number of workers.
+
+Searches of one deployment under different targets may share what they learn (one `known` dict): a probe is
+a run, whatever it is judged against, so a point one search probed is never run again for another.
 """
 from __future__ import annotations
 
@@ -25,7 +28,8 @@ class Job:
     """One search to run, and what it has learnt: the probe at each point, in any order."""
     start: Callable[[], Search]  # a fresh generator of the search, to replay along the answers known
     probe_args: Callable[[Hashable], tuple]  # the arguments of probe_fn for a point
-    known: dict = field(default_factory=dict)  # point -> its probe (has .holds)
+    known: dict = field(default_factory=dict)  # point -> its probe (maybe shared with other jobs)
+    holds: Callable[[Any], bool | None] = lambda probe: probe.holds  # the answer a probe gives this search
     path: list = field(default_factory=list)  # the points the search has taken, in order
     done: bool = False
     result: Any = None
@@ -43,7 +47,7 @@ def _walk(job: Job, assumed: dict | None = None) -> tuple[list, Hashable | None,
             if point in assumed:
                 holds = assumed[point]
             elif point in job.known:
-                holds = job.known[point].holds
+                holds = job.holds(job.known[point])
             else:
                 return path, point, None
             path.append(point)
@@ -78,10 +82,13 @@ def run_searches(jobs: list[Job], probe_fn: Callable, workers, on_probe: Callabl
         _advance(i, job, on_probe)
     while not all(job.done for job in jobs):
         active = [i for i, job in enumerate(jobs) if not job.done]
-        calls, owners = [], []
+        calls, owners, asked = [], [], set()
         for rank, i in enumerate(active):
             share = workers.width // len(active) + (rank < workers.width % len(active))
             for point in _lookahead(jobs[i], max(1, share)):
+                if (id(jobs[i].known), point) in asked:  # another search of the same deployment wants it too
+                    continue
+                asked.add((id(jobs[i].known), point))
                 calls.append(jobs[i].probe_args(point))
                 owners.append((i, point))
         for n, probe in workers.run_all(probe_fn, calls):

@@ -1,8 +1,8 @@
 """Capacity planning: the highest rate that meets a latency target, and replicas for a rate.
 
-A rate "holds" when the chosen metric (normalized latency by default) stays at or under
-the target and the run drained every request before its horizon. The search brackets
-the knee by doubling, then bisects to a relative tolerance; each probe is one run.
+A rate "holds" when the run served its load (not saturated, nothing dropped) and every target's metric
+stays at or under its limit (sim/capacity/targets.py). The search brackets the knee by doubling, then
+bisects to a relative tolerance; each probe is one run.
 
 Each search is written as a generator of the (rate, replicas) points it probes, so that one
 driver (sim/capacity/parallel.py) runs it one probe at a time or many ahead on any workers, with
@@ -20,12 +20,12 @@ from pathlib import Path
 from engine.core.system import SystemSpec
 from engine.specs.errors import SpecError
 from sim.capacity.parallel import Job, run_searches
+from sim.capacity.targets import SERVED_KEYS, TARGET_METRICS, Target, judge
 from sim.executors.pool import Workers
 from sim.experiment.config import MAX_REQUESTS, Experiment
 from sim.experiment.run import run_one
 
-TARGET_METRICS = ("normalized_latency", "normalized_latency_p90", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
-                  "tpot_mean_s", "tpot_p90_s", "tpot_p99_s", "latency_mean_s")
+__all__ = ["TARGET_METRICS", "Target", "Probe", "probe", "rate_search", "replica_search", "capacity_search"]
 MAX_REPLICAS = 256
 # The search's bounds. Four float steps are the finest relative tolerance at which low < mid < high stay
 # apart (float64 resolves about 2.2e-16 relative); a bisection to it takes about 50 probes.
@@ -37,34 +37,17 @@ MAX_PROBES = MAX_DOUBLINGS + WALK_DOWN + 64  # a rate search never takes more (t
 Point = tuple[float, int]  # (total rate in req/s, replicas)
 
 
-@dataclass(frozen=True)
-class Target:
-    metric: str
-    limit: float
-
-    def holds(self, summary: dict) -> bool:
-        return self.verdict(summary) is True
-
-    def verdict(self, summary: dict) -> bool | None:
-        """True: held; False: over (or saturated); None: no information (no request measured)."""
-        if summary["saturated"]:
-            return False
-        value = summary[self.metric]
-        return None if value != value else bool(value <= self.limit)
-
-
 @dataclass
 class Probe:
+    """One run at a point, as a worker sends it back: a few numbers of its summary, not its records."""
     rate: float
     replicas: int
-    value: float
-    holds: bool | None  # None: nothing measured at this point, so it says neither held nor over
+    summary: dict  # every target metric and SERVED_KEYS
 
 
-def probe(exp: Experiment, system: SystemSpec, rate: float, replicas: int, seed: int, target: Target) -> Probe:
-    """One run at a point; what a worker computes and sends back (a few numbers, not the run's records)."""
+def probe(exp: Experiment, system: SystemSpec, rate: float, replicas: int, seed: int) -> Probe:
     summary = run_one(dataclasses.replace(exp, replicas=replicas), system, rate, seed).summary
-    return Probe(rate, replicas, summary[target.metric], target.verdict(summary))
+    return Probe(rate, replicas, {key: summary[key] for key in (*TARGET_METRICS, *SERVED_KEYS)})
 
 
 def rate_search(start: float, rel_tol: float, replicas: int, ceiling: float = math.inf
@@ -163,9 +146,13 @@ def check_searchable(exp: Experiment) -> None:
             "then rescales the trace)"))
 
 
-def job(exp: Experiment, system: SystemSpec, target: Target, seed: int, start: Callable[[], Generator]) -> Job:
-    """A search of one system, ready for run_searches with `probe`."""
-    return Job(start, lambda point: (exp, system, point[0], point[1], seed, target))
+def job(exp: Experiment, system: SystemSpec, targets: Target | tuple[Target, ...], seed: int,
+        start: Callable[[], Generator], known: dict | None = None) -> Job:
+    """A search of one system against its targets, ready for run_searches with `probe`; `known`, the probes
+    another search of the same system and seed has made, to share."""
+    goals = (targets,) if isinstance(targets, Target) else targets
+    return Job(start, lambda point: (exp, system, point[0], point[1], seed), {} if known is None else known,
+               holds=lambda p: judge(p.summary, goals).held)
 
 
 def run_jobs(jobs: list[Job], workers: Workers | None = None,

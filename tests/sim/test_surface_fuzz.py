@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import textwrap
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from engine.core.errors import Unservable
 from engine.specs.errors import SpecError
 from servesim.cli import main
 from sim.capacity.parallel import Job, run_searches
-from sim.capacity.search import MAX_PROBES, MIN_REL_TOL, Probe, rate_search
+from sim.capacity.search import MAX_PROBES, MIN_REL_TOL, rate_search
 from sim.executors.pool import Workers
 from sim.experiment.config import MAX_REQUESTS, load_experiment
 from sim.experiment.metrics import SIGNED_METRICS, SUMMARY_METRICS
@@ -30,6 +31,15 @@ from tests.helpers.hostile import TINY
 
 FUZZ = settings(deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+@dataclass
+class Probe:
+    """A made-up probe: the answer it gives is its `holds` (Job's default judge)."""
+    rate: float
+    replicas: int
+    value: float
+    holds: bool | None
 
 
 class Reached(BaseException):
@@ -125,9 +135,9 @@ def tiny(tmp_path, monkeypatch) -> Path:
        seed=st.sampled_from(["0", "7", "0", "-1"]))
 def test_capacity_arguments_are_refused_in_one_line_or_searched(tiny, capsys, monkeypatch, tolerance, rate, limit,
                                                                seed):
-    import sim.capacity.search
+    import sim.capacity.plan
 
-    monkeypatch.setattr(sim.capacity.search, "run_jobs", lambda *a, **k: (_ for _ in ()).throw(Reached()))
+    monkeypatch.setattr(sim.capacity.plan, "run_jobs", lambda *a, **k: (_ for _ in ()).throw(Reached()))
     capsys.readouterr()  # the examples share the fixture: only this one's output
     # --opt=VALUE, as a shell user passes -inf (argparse would read `--rate -inf` as an option named -inf)
     argv = ["capacity", "tiny.yaml", f"--target=normalized_latency={limit}", f"--tolerance={tolerance}",

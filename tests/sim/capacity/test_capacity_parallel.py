@@ -1,6 +1,8 @@
 """Capacity searches probing ahead on several workers take the path, and give the answer, of one worker."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -8,8 +10,17 @@ from hypothesis import strategies as st
 
 from servesim.cli import main
 from sim.capacity.parallel import Job, run_searches
-from sim.capacity.search import Probe, capacity_search, rate_search
+from sim.capacity.search import capacity_search, rate_search
 from sim.executors.pool import Workers
+
+
+@dataclass
+class Probe:
+    """A made-up probe: the answer it gives is its `holds` (Job's default judge)."""
+    rate: float
+    replicas: int
+    value: float
+    holds: bool | None
 
 
 class Counting(Workers):

@@ -1,0 +1,115 @@
+"""Latency targets, and whether one run meets them: what a capacity search asks of each probe.
+
+A run meets a target only if it served its load: it is not saturated (sim/experiment/metrics.py measures
+that from the backlog, not from the horizon) and it dropped no request (a request vLLM ignored was never
+served, so a latency over the rest says nothing of it). Then each target's metric must be at or under its
+limit. Several targets are a joint SLO: a run meets them all, or not.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engine.specs.errors import SpecError
+
+TARGET_METRICS = ("normalized_latency", "normalized_latency_p90", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
+                  "tpot_mean_s", "tpot_p90_s", "tpot_p99_s", "latency_mean_s")
+# what a probe keeps of its run's summary besides the targets' metrics: what says whether it served its load
+SERVED_KEYS = ("saturated", "backlog_growth", "num_unfinished", "num_ignored", "num_aborted")
+TARGET_KEY = "--target"
+
+
+@dataclass(frozen=True)
+class Target:
+    metric: str
+    limit: float
+
+    def __str__(self) -> str:
+        return f"{self.metric}<={self.limit:g}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """held: True, False (over), or None (no request measured: neither); why: what failed, '' if held."""
+    held: bool | None
+    why: str = ""
+
+
+def parse_target(text: str) -> Target:
+    """One METRIC=LIMIT."""
+    if not isinstance(text, str) or "=" not in text:
+        raise SpecError(TARGET_KEY, repr(text),
+                        f"write METRIC=LIMIT, e.g. normalized_latency=0.1; metrics: {list(TARGET_METRICS)}")
+    metric, limit = (part.strip() for part in text.split("=", 1))
+    if metric not in TARGET_METRICS:
+        raise SpecError(TARGET_KEY, repr(metric), f"unknown metric; valid: {list(TARGET_METRICS)}")
+    try:
+        value = float(limit)
+    except ValueError:
+        raise SpecError(TARGET_KEY, metric, f"limit {limit!r} is not a number") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise SpecError(TARGET_KEY, metric, f"limit must be a positive number, got {value}")
+    return Target(metric, value)
+
+
+def parse_targets(texts: str | Sequence[str]) -> tuple[Target, ...]:
+    """Every target of repeated --target options (or the API's list), each METRIC=LIMIT or a comma list of
+    them; a metric given twice is refused, since which limit counts would be a guess."""
+    if isinstance(texts, str):
+        texts = [texts]
+    if not isinstance(texts, Sequence) or not texts:
+        raise SpecError(TARGET_KEY, repr(texts), "give at least one METRIC=LIMIT, e.g. normalized_latency=0.1")
+    targets = [parse_target(part) for text in texts for part in _parts(text)]
+    if not targets:
+        raise SpecError(TARGET_KEY, repr(list(texts)), "give at least one METRIC=LIMIT, e.g. normalized_latency=0.1")
+    seen: dict[str, Target] = {}
+    for target in targets:
+        if target.metric in seen:
+            raise SpecError(TARGET_KEY, target.metric, (
+                f"given twice ({seen[target.metric].limit:g} and {target.limit:g}); give each metric once"))
+        seen[target.metric] = target
+    return tuple(targets)
+
+
+def _parts(text) -> list:
+    return [part for part in text.split(",") if part.strip()] if isinstance(text, str) else [text]
+
+
+def label(targets: Sequence[Target]) -> str:
+    return " and ".join(map(str, targets))
+
+
+def judge(summary: dict, targets: Sequence[Target]) -> Verdict:
+    """Whether a run's summary meets every target, and if not, why (each reason that applies)."""
+    reasons = not_served(summary)
+    missing = False
+    for target in targets:
+        value = summary[target.metric]
+        if value != value:
+            missing = True
+        elif value > target.limit:
+            reasons.append(f"{target.metric} {value:.4g} > {target.limit:g}")
+    if reasons:
+        return Verdict(False, "; ".join(reasons))
+    if missing:
+        return Verdict(None, "no request measured after the warm-up")
+    return Verdict(True)
+
+
+def not_served(summary: dict) -> list[str]:
+    """Why a run did not serve its load, if it did not: saturated, or requests dropped unserved."""
+    reasons = []
+    if summary["saturated"]:
+        growth = summary["backlog_growth"]
+        unfinished = summary["num_unfinished"]
+        parts = []
+        if growth == growth and growth > 0:
+            parts.append(f"the backlog grew by {growth:.0%} of the arrivals")
+        if unfinished:
+            parts.append(f"{unfinished} requests unfinished at the horizon")
+        reasons.append("saturated" + (f" ({', '.join(parts)})" if parts else ""))
+    dropped = summary["num_ignored"] + summary["num_aborted"]
+    if dropped:
+        reasons.append(f"{dropped} requests dropped unserved")
+    return reasons
