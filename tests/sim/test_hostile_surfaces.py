@@ -225,7 +225,6 @@ def test_a_mode_only_key_without_its_mode_is_refused(here, capsys, overrides, wo
 
 @pytest.mark.parametrize("key, value, words", [
     ("beam_continue", "0.5", "applies only to beam search, and no request of t.csv searches beams"),
-    ("prefix_tokens", "4", "applies only to a generated workload"),
 ])
 def test_a_generated_workload_key_beside_a_replay_is_refused(here, capsys, key, value, words):
     trace("0,10,10\n1,20,20\n")
