@@ -49,7 +49,8 @@ VLLM_ONLY_KEYS = {
     "prefix_caching": "vLLM's cache of full blocks shared across requests (paged blocks)",
     "prefill_policy": "vLLM's choice of scheduler (how prompts share iterations with decodes)",
 }
-# The keys only vLLM's prompt-only iterations read (engine/core/scheduler/vllm_separate.py), and their vLLM
+# The keys only vLLM's prompt-only iterations read (prefill_policy: separate, engine/core/scheduler/
+# vllm_separate.py), each with the vLLM releases that had it
 SEPARATE_ONLY_KEYS = {"max_paddings": "vLLM v0.2-v0.3's", "delay_factor": "vLLM v0.3's"}
 
 
