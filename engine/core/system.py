@@ -4,8 +4,8 @@ A system from a user's config (a preset name or a mapping) is engine.specs.loade
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, fields
 
 from engine.specs.errors import SpecError
 
@@ -38,6 +38,20 @@ PREFILL_POLICIES = ("mixed", "separate", "chunked")
 CHUNKED_TOKEN_BUDGET = 512
 # vLLM v0.2.x-v0.3.x SchedulerConfig.max_paddings default: a prompt-only batch pads every prompt to the longest
 DEFAULT_MAX_PADDINGS = 256
+
+# The keys only vLLM reads (its paged allocator, its schedulers), each with what it is for. The reservation
+# systems (Orca, FasterTransformer) hold one reservation per sequence from admission to completion: they never
+# preempt, keep no blocks free, cap no tokens and share no blocks, so each of these would mean nothing there.
+VLLM_ONLY_KEYS = {
+    "max_num_batched_tokens": "vLLM's cap on the tokens of one iteration",
+    "preemption": "how vLLM gives a group's blocks back when they run out",
+    "watermark": "vLLM's share of blocks kept free when it admits a request",
+    "prefix_caching": "vLLM's cache of full blocks shared across requests (paged blocks)",
+    "prefill_policy": "vLLM's choice of scheduler (how prompts share iterations with decodes)",
+}
+# The keys only vLLM's prompt-only iterations read (prefill_policy: separate, engine/core/scheduler/
+# vllm_separate.py), each with the vLLM releases that had it
+SEPARATE_ONLY_KEYS = {"max_paddings": "vLLM v0.2-v0.3's", "delay_factor": "vLLM v0.3's"}
 
 
 @dataclass(frozen=True)
@@ -74,7 +88,11 @@ class SystemSpec:
             return self.max_batch_size
         return self.max_num_seqs
 
-    def validate(self, source: str, key: str) -> None:
+    def validate(self, source: str, key: str, given: Collection[str] | None = None) -> None:
+        """Every value in range, and every key `given` read by this system: a key it would ignore (for its kind
+        or its prefill policy) is refused with the reason. `given`: the keys a user wrote (a config's mapping,
+        its preset's aside); None: the fields that differ from their defaults (a SystemSpec built in code,
+        where a default given cannot be told from one left out)."""
         def bad(field: str, message: str) -> SpecError:
             return SpecError(source, f"{key}.{field}", message)
 
@@ -96,25 +114,52 @@ class SystemSpec:
             raise bad("watermark", f"must be a number in [0, 1), got {self.watermark!r}")
         if not isinstance(self.prefix_caching, bool):
             raise bad("prefix_caching", f"must be true or false, got {self.prefix_caching!r}")
-        if self.prefix_caching and self.kind != "vllm":
-            raise bad("prefix_caching", f"applies only to a vllm system (paged blocks), not {self.kind}")
         if self.prefill_policy not in PREFILL_POLICIES:
             raise bad("prefill_policy", f"{self.prefill_policy!r} is not one of {list(PREFILL_POLICIES)}")
-        if self.prefill_policy != "mixed" and self.kind != "vllm":
-            raise bad("prefill_policy", f"{self.prefill_policy!r} is a vLLM policy; {self.kind} has only 'mixed'")
         if isinstance(self.max_paddings, bool) or not isinstance(self.max_paddings, int) or self.max_paddings < 0:
             raise bad("max_paddings", f"must be a non-negative integer, got {self.max_paddings!r}")
-        if self.prefill_policy == "chunked":
-            self._validate_chunked(bad)
         if isinstance(self.delay_factor, bool) or not isinstance(self.delay_factor, (int, float)) \
                 or not 0 <= self.delay_factor < float("inf"):
             raise bad("delay_factor", f"must be a finite number >= 0, got {self.delay_factor!r}")
-        if self.delay_factor and self.prefill_policy != "separate":
-            raise bad("delay_factor", f"is vLLM v0.3's, with prefill_policy 'separate'; this system's is "
-                                      f"{self.prefill_policy!r} (give 0, or prefill_policy: separate)")
         if self.max_batch_size is not None and not _positive_int(self.max_batch_size):
             raise bad("max_batch_size", f"must be a positive integer or null (as many as memory allows), "
                                         f"got {self.max_batch_size!r}")
+        for field in self._given(given):
+            why = self.unused_reason(field)
+            if why is not None:
+                raise bad(field, why)
+        if self.kind == "vllm" and self.prefill_policy == "chunked":
+            self._validate_chunked(bad)
+
+    def _given(self, given: Collection[str] | None) -> list[str]:
+        """The keys to hold to this system, in the dataclass's order (so the first refused is always the same)."""
+        if given is None:
+            return [f.name for f in fields(self) if getattr(self, f.name) != f.default]
+        return [f.name for f in fields(self) if f.name in given]
+
+    def unused_reason(self, field: str) -> str | None:
+        """Why `field` means nothing for this system (its kind, its prefill policy), or None where it is read."""
+        if field in VLLM_ONLY_KEYS and self.kind != "vllm":
+            what = ("applies only to a vllm system (paged blocks)" if field == "prefix_caching"
+                    else f"is {VLLM_ONLY_KEYS[field]}")
+            why = ("has its own scheduler only" if field == "prefill_policy"
+                   else "holds one reservation per sequence until it finishes")
+            return f"{what}; {self.kind} {why} (remove the key)"
+        if field in SEPARATE_ONLY_KEYS and (self.kind != "vllm" or self.prefill_policy != "separate"):
+            this = (f"this system's prefill_policy is {self.prefill_policy!r}" if self.kind == "vllm"
+                    else f"this system is {self.kind}")
+            return (f"is {SEPARATE_ONLY_KEYS[field]}, with prefill_policy 'separate'; {this} (remove the key, or "
+                    "give a vllm system prefill_policy: separate)")
+        if field == "reservation" and self.kind == "vllm":
+            return ("is the reservation rule of Orca and FasterTransformer; vllm allocates blocks as its sequences "
+                    "grow (remove the key)")
+        if field == "max_batch_size" and self.kind != "fastertransformer":
+            return (f"is FasterTransformer's batch size B; {self.kind} batches up to max_num_seqs sequences (remove "
+                    "the key, or give max_num_seqs)")
+        if field == "max_num_seqs" and self.kind == "fastertransformer" and self.max_batch_size is not None:
+            return (f"caps FasterTransformer's batch only when max_batch_size is null; this system's max_batch_size "
+                    f"is {self.max_batch_size} (give one of the two)")
+        return None
 
 
     def _validate_chunked(self, bad: Callable[[str, str], SpecError]) -> None:

@@ -16,6 +16,7 @@ GIB = 1 << 30
 # must fit a budget the caller chooses (or this default).
 DEFAULT_CPU_KV_BUDGET_BYTES = 4 * GIB
 DEFAULT_MEMORY_FRACTION = 0.9  # of free device memory; the rest is left for activations
+DEFAULT_SWAP_SPACE_BYTES = 4 * GIB  # vLLM's default host swap space (swap_space per GPU)
 
 
 def dtype_bytes(dtype: torch.dtype) -> int:
@@ -58,6 +59,16 @@ def kv_pool_blocks_that_fit(spec: ModelSpec, block_size: int, dtype: torch.dtype
         raise ValueError(f"memory_fraction must be in (0, 1], got {memory_fraction}")
     usable = int(free_device_bytes(device, cpu_budget_bytes) * memory_fraction)
     return usable // kv_block_bytes(spec, block_size, dtype)
+
+
+def default_swap_blocks(spec: ModelSpec, block_size: int, dtype: torch.dtype, num_gpu_blocks: int) -> int:
+    """The host swap pool when none is asked for: vLLM's 4 GiB, but never more blocks than the device pool.
+
+    On the GPUs vLLM ran on, its 4 GiB is a fraction of the device pool (an A100-40GB's is ~25 GB); a
+    small pool (a CPU's, a test's) given 4 GiB beside it would hold many times what it could ever swap out
+    in one preemption, in host memory set aside (zeroed) at start-up. A workload that swaps more than the
+    device pool at once is told to raise num_cpu_blocks (SwapSpaceExhausted)."""
+    return min(DEFAULT_SWAP_SPACE_BYTES // kv_block_bytes(spec, block_size, dtype), num_gpu_blocks)
 
 
 def _check_count(name: str, value, minimum: int) -> None:

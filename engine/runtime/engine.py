@@ -22,14 +22,13 @@ from engine.core.serving import Request, ServingCore
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
 from engine.runtime.beam import BeamSearch
-from engine.runtime.cache import GIB, kv_block_bytes
+from engine.runtime.cache import default_swap_blocks
 from engine.runtime.graphs import MAX_GRAPH_BATCH
 from engine.runtime.prefix_keys import segment_token_ids, token_block_keys
 from engine.runtime.records import ReplayResult, check_request, replay_requests
 from engine.runtime.runner import ModelRunner, resolve_dtype
 from engine.runtime.sampler import SamplingParams
 
-DEFAULT_SWAP_SPACE_BYTES = 4 * GIB  # vLLM's default host swap space
 CLOCKS = ("forward", "step")
 TimeFn = Callable[[Batch], float]
 
@@ -60,9 +59,10 @@ class ServingRun:
 class Engine:
     """Offline `generate` and trace `replay` with one system's scheduler on the paged runtime.
 
-    num_gpu_blocks=None fills free device memory; num_cpu_blocks=None gives 4 GiB of host
-    swap space. run_model=False (with time_fn, and num_gpu_blocks given) replays the control
-    plane alone: no weights, no cache, no tokens; replay() only.
+    num_gpu_blocks=None fills free device memory; num_cpu_blocks=None gives a host swap pool of
+    vLLM's 4 GiB, or as many blocks as the device pool where that is fewer
+    (engine.runtime.cache.default_swap_blocks). run_model=False (with time_fn, and num_gpu_blocks
+    given) replays the control plane alone: no weights, no cache, no tokens; replay() only.
 
     clock: what an iteration lasts on the replay's clock. "forward" is the timed forward alone (block
     plans, inputs to the device, the model, sampling); "step" adds the host work around it (admission,
@@ -83,9 +83,6 @@ class Engine:
             raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
         self.spec, self.system, self.seed, self.time_fn, self.clock = spec, system, seed, time_fn, clock
         self.last_host_s = 0.0  # the host seconds charged to the iteration now running (a time_fn may read it)
-        if num_cpu_blocks is None:
-            block_bytes = kv_block_bytes(spec, system.block_size, resolve_dtype(dtype, torch.device(device)))
-            num_cpu_blocks = DEFAULT_SWAP_SPACE_BYTES // block_bytes
         self.runner: ModelRunner | None = None
         if run_model:
             self.runner = ModelRunner(spec, device, dtype, seed, num_gpu_blocks, num_cpu_blocks, system.block_size,
@@ -93,9 +90,12 @@ class Engine:
                                       model=model, cuda_graphs=cuda_graphs,
                                       max_graph_batch=min(system.max_seqs_per_batch, MAX_GRAPH_BATCH))
             self.runner.capture_graphs()  # at start-up, as a server does: no replay pays for a capture
-            num_gpu_blocks = self.runner.num_gpu_blocks
+            num_gpu_blocks, num_cpu_blocks = self.runner.num_gpu_blocks, self.runner.num_cpu_blocks
         elif time_fn is None or num_gpu_blocks is None:
             raise ValueError("run_model=False needs a time_fn and an explicit num_gpu_blocks")
+        elif num_cpu_blocks is None:  # the pool the model would have had: its blocks' bytes are its dtype's
+            dtype_on = resolve_dtype(dtype, torch.device(device))
+            num_cpu_blocks = default_swap_blocks(spec, system.block_size, dtype_on, num_gpu_blocks)
         self.num_gpu_blocks, self.num_cpu_blocks = num_gpu_blocks, num_cpu_blocks
         self.records: ReplayResult | None = None  # of the last generate() or replay()
 

@@ -22,6 +22,7 @@ from engine.runtime.beam import BeamBatch, BeamSearch
 from engine.runtime.cache import (
     DEFAULT_MEMORY_FRACTION,
     PagedKVCache,
+    default_swap_blocks,
     kv_pool_blocks_that_fit,
 )
 from engine.runtime.graphs import MAX_GRAPH_BATCH, DecodeGraphs, resolve_cuda_graphs
@@ -94,7 +95,8 @@ class ModelRunner:
 
     Block ids in batches and block tables are the scheduler's; the cache has exactly
     num_gpu_blocks device blocks and num_cpu_blocks host blocks. num_gpu_blocks=None sizes
-    the pool to the free device memory left after the weights are loaded.
+    the pool to the free device memory left after the weights are loaded; num_cpu_blocks=None
+    gives the host swap pool engine.runtime.cache.default_swap_blocks.
 
     cuda_graphs: decode batches of up to max_graph_batch sequences replay a CUDA graph captured per
     batch-size bucket (on first use, or all at once with capture_graphs); None: on where it can run
@@ -103,7 +105,7 @@ class ModelRunner:
 
     def __init__(self, spec: ModelSpec, device: torch.device | str = "cpu",
                  dtype: torch.dtype | str | None = None, seed: int = 0,
-                 num_gpu_blocks: int | None = None, num_cpu_blocks: int = 0, block_size: int = 16, *,
+                 num_gpu_blocks: int | None = None, num_cpu_blocks: int | None = 0, block_size: int = 16, *,
                  attention_backend: str = "auto", cpu_budget_bytes: int | None = None,
                  memory_fraction: float = DEFAULT_MEMORY_FRACTION, model: Decoder | None = None,
                  cuda_graphs: bool | None = None, max_graph_batch: int = MAX_GRAPH_BATCH):
@@ -125,6 +127,8 @@ class ModelRunner:
             num_gpu_blocks = kv_pool_blocks_that_fit(spec, block_size, self.dtype, self.device,
                                                      memory_fraction=memory_fraction,
                                                      cpu_budget_bytes=cpu_budget_bytes)
+        if num_cpu_blocks is None:
+            num_cpu_blocks = default_swap_blocks(spec, block_size, self.dtype, num_gpu_blocks)
         self.cache = PagedKVCache(spec, num_gpu_blocks, num_cpu_blocks, block_size, self.device,
                                   self.dtype, cpu_budget_bytes=cpu_budget_bytes, backend=attention_backend)
         self.sampler = Sampler(self.device, seed)

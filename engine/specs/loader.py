@@ -168,5 +168,5 @@ def system_from_dict(raw: dict | str, source: str, key: str) -> SystemSpec:
     if not isinstance(base["name"], str) or not base["name"].strip():
         raise SpecError(source, f"{key}.name", f"must be a non-empty label, got {base['name']!r}")
     spec = SystemSpec(**base)
-    spec.validate(source, key)
+    spec.validate(source, key, given=raw.keys())  # only what the user wrote: a preset's values are its own
     return spec

@@ -327,7 +327,8 @@ def check_workload(exp: Experiment, check_warmup: bool = True) -> None:
         raise SpecError(exp.source, "workload.prefix_tokens", (
             f"a prefix of {workload.prefix_tokens} tokens leaves no room for an input and an output within "
             f"{exp.model.name}'s max_seq_len of {exp.model.max_seq_len}; must be at most {longest}"))
-    if workload.prefix_tokens:
+    # a replay's room for its prefix is its own trace's (sim.workload.config.recorded, below)
+    if workload.prefix_tokens and not workload.is_replay:
         check_prefix_room(workload, exp.model.max_seq_len, exp.source, "workload.prefix_tokens")
     if workload.system_prompt is not None:  # the same room question for a system prompt
         key, tokens = "workload.system_prompt.tokens", workload.system_prompt.tokens
@@ -335,7 +336,8 @@ def check_workload(exp: Experiment, check_warmup: bool = True) -> None:
             raise SpecError(exp.source, key, (
                 f"a system prompt of {tokens} tokens leaves no room for a user turn and an answer within "
                 f"{exp.model.name}'s max_seq_len of {exp.model.max_seq_len}; must be at most {longest}"))
-        check_prefix_room(workload, exp.model.max_seq_len, exp.source, key, tokens)
+        if not workload.is_replay:
+            check_prefix_room(workload, exp.model.max_seq_len, exp.source, key, tokens)
     if not workload.is_replay:
         if max_rate * workload.duration_s > MAX_REQUESTS:
             raise SpecError(exp.source, "rates", (

@@ -11,6 +11,7 @@ import numpy as np
 from calibrate.costmodel import CostModel
 from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.roofline import RooflineCostModel
+from engine.core.errors import Unservable
 from engine.core.records import DROPPED_COLUMNS, ITERATION_COLUMNS
 from engine.core.system import SystemSpec
 from sim.core.independent_replicas import ReplicaRun
@@ -114,7 +115,27 @@ def serve_trace(exp: Experiment, system: SystemSpec, trace: Trace, cost_model: C
 
 def run_one(exp: Experiment, system: SystemSpec, rate: float, seed: int, jobs: int = 1) -> RunResult:
     """One run; `jobs` processes serve a fleet's replicas where they share nothing (the same results). A fleet's
-    iterations are read merged, a column or a row group at a time, not held merged (sim/experiment/merged.py)."""
+    iterations are read merged, a column or a row group at a time, not held merged (sim/experiment/merged.py).
+
+    A request found unservable (engine.core.errors.Unservable) stops the run with an error that begins with the
+    run's system, rate and seed: the scheduler that finds it knows its pool, not which of a sweep's systems
+    (and so which `systems[i]` keys, or swap_space_gib for which) the user has to change."""
+    named: Unservable | None = None
+    try:
+        return _run_one(exp, system, rate, seed, jobs)
+    except Unservable as err:
+        named = type(err)(f"{run_label(system, rate, seed)}: {err}")
+    # raised outside the handler, so with no context: a worker's error crosses to the parent pickled, and
+    # the scheduler's message once is enough
+    raise named
+
+
+def run_label(system: SystemSpec, rate: float, seed: int) -> str:
+    """The run an error was found in, as its progress line names it."""
+    return f"{system.name} at rate {rate:g}, seed {seed}"
+
+
+def _run_one(exp: Experiment, system: SystemSpec, rate: float, seed: int, jobs: int) -> RunResult:
     rng = np.random.default_rng(seed)  # the run's one Generator: the trace, then the beams' parents
     trace = trace_for(exp, rate, seed, rng)
     cost_model = make_cost_model(exp, system)

@@ -9,12 +9,14 @@
       duration_s: 3600
       n: 1                   # parallel samples per request
       new_conversation_prob: 0.1   # chatbot only: an arrival starts a new conversation with this probability
-      prefix_tokens: 0       # a shared prefix (few-shot examples) at the start of every prompt
+      prefix_tokens: 0       # a shared prefix (few-shot examples) at the start of every prompt, replayed ones too
       system_prompt: null    # {tokens: 1024, count: 4}: every prompt starts with one of `count` system prompts of
-                             # `tokens` tokens (picked uniformly), before a user turn drawn from the dataset
+                             # `tokens` tokens (picked uniformly), before a user turn drawn from the dataset (or
+                             # a replayed prompt)
       beam_width: 1          # beams per request (1: no beam search); a request has n > 1 or beam_width > 1
       beam_continue: 0.93    # simulated beam search: P(a surviving candidate continues its own beam), sim/core/beams.py
-      trace: null            # recorded trace to replay (dataset and arrival are then ignored)
+      trace: null            # recorded trace to replay (dataset, arrival, cv, duration_s and new_conversation_prob,
+                             # which shape a generated workload, then stand aside)
       time_scale: null       # replay only: k x the recorded rate; null + a rate: scale to that mean rate
       window_s: null         # replay only: [start, end) on the recorded clock
 
@@ -73,9 +75,7 @@ def _system_prompt(raw, source: str, values: dict) -> SystemPrompt | None:
         raise SpecError(source, f"{key}.tokens", "missing: the system prompt's length in tokens")
     prompt = SystemPrompt(positive_int(raw["tokens"], source, f"{key}.tokens"),
                           positive_int(raw.get("count", 1), source, f"{key}.count"))
-    if values["trace"] is not None:
-        raise SpecError(source, key, "applies only to a generated workload, not to a replayed trace")
-    if _is_conversations(values["dataset"]):
+    if values["trace"] is None and _is_conversations(values["dataset"]):
         raise SpecError(source, key, "applies to a length dataset, not to a conversation dataset, whose prompt is "
                         "the conversation so far")
     if values["prefix_tokens"]:
@@ -125,9 +125,6 @@ class WorkloadConfig:
         values["n"] = None if n is None else positive_int(n, source, f"{SECTION}.n")
         values["prefix_tokens"] = number(raw.get("prefix_tokens", cls.prefix_tokens), source,
                                          f"{SECTION}.prefix_tokens", low=0, whole=True)
-        if values["prefix_tokens"] and values["trace"] is not None:
-            raise SpecError(source, f"{SECTION}.prefix_tokens", "applies only to a generated workload; a recorded "
-                            "trace gives its own shared prefix in a '# prefix_tokens:' comment line")
         width = raw.get("beam_width")
         values["beam_width"] = None if width is None else positive_int(width, source, f"{SECTION}.beam_width")
         if (values["n"] or 1) > 1 and (values["beam_width"] or 1) > 1:
@@ -158,7 +155,7 @@ def build_trace(cfg: WorkloadConfig, rate: float | None, max_seq_len: int,
     Draw order is fixed (arrivals, then lengths) so the same seed gives the same trace.
     """
     if cfg.is_replay:
-        return _replay(cfg, rate, max_seq_len)
+        return _replay(cfg, rate, max_seq_len, rng)
     if rate is None:
         raise SpecError(cfg.source, SECTION, "a generated workload needs a request rate; only a recorded "
                         "trace (workload.trace) can run without one")
@@ -201,16 +198,51 @@ def with_beam_label(trace: Trace, cfg: WorkloadConfig) -> Trace:
                              f"continues its own beam with probability beam_continue={cfg.beam_continue:g})")
 
 
-def _replay(cfg: WorkloadConfig, rate: float | None, max_seq_len: int) -> Trace:
-    return with_beam_label(replayed(cfg, recorded(cfg, max_seq_len), rate), cfg)
+def _replay(cfg: WorkloadConfig, rate: float | None, max_seq_len: int, rng: np.random.Generator) -> Trace:
+    trace = replayed(cfg, recorded(cfg, max_seq_len), rate)
+    return with_beam_label(_with_system_prompts(trace, cfg.system_prompt, rng), cfg)
+
+
+def added_tokens(cfg: WorkloadConfig) -> int:
+    """Tokens the config puts before every prompt: prefix_tokens, or a system prompt (one of the two)."""
+    return cfg.prefix_tokens + (cfg.system_prompt.tokens if cfg.system_prompt is not None else 0)
 
 
 def recorded(cfg: WorkloadConfig, max_seq_len: int) -> Trace:
-    """The recorded trace cut to its window, less the requests the model cannot serve; never empty."""
-    replay = load_recorded(cfg.trace, window_s=cfg.window_s, max_seq_len=max_seq_len)
+    """The recorded trace cut to its window, less the requests the model cannot serve with the config's
+    prefix_tokens before each prompt (and room for its system prompt); never empty."""
+    replay = load_recorded(cfg.trace, window_s=cfg.window_s, max_seq_len=max_seq_len - added_tokens(cfg))
     if len(replay.trace) == 0:
         raise _nothing_to_replay(cfg, replay, max_seq_len)
-    return replay.trace
+    if cfg.system_prompt is not None and replay.trace.prefix_len:
+        # a system prompt before the trace's own shared prefix would leave no prefix every prompt shares
+        raise SpecError(cfg.source, f"{SECTION}.system_prompt", (
+            f"{Path(cfg.trace).name}'s prompts start with a shared prefix of {replay.trace.prefix_len} tokens "
+            "(its '# prefix_tokens:' line); put text before them with workload.prefix_tokens, not a system prompt"))
+    return _with_shared_prefix(replay.trace, cfg.prefix_tokens)
+
+
+def _with_shared_prefix(trace: Trace, tokens: int) -> Trace:
+    """`tokens` of one shared prefix before every replayed prompt: with a prefix the trace has of its own (a
+    '# prefix_tokens:' line), every prompt's first tokens are still one prefix, longer by `tokens`."""
+    if not tokens:
+        return trace
+    return Trace(trace.arrival_s, trace.prompt_len + tokens, trace.output_len, trace.n,
+                 f"{trace.source}; a shared prefix of {tokens} tokens before every prompt", trace.duration_s,
+                 prefix_len=trace.prefix_len + tokens, beam_width=trace.beam_width)
+
+
+def _with_system_prompts(trace: Trace, prompts: SystemPrompt | None, rng: np.random.Generator) -> Trace:
+    """One of `prompts.count` system prompts before every replayed prompt, each request's drawn from the run's
+    Generator (a seed picks the same ones), as a generated workload's are; room was left by recorded()."""
+    if prompts is None:
+        return trace
+    picks = rng.integers(0, prompts.count, len(trace))
+    prompt = trace.prompt_len + prompts.tokens
+    return Trace(trace.arrival_s, prompt, trace.output_len, trace.n,
+                 f"{trace.source}; a system prompt of {prompts.tokens} tokens before every prompt, one of "
+                 f"{prompts.count} (uniformly)", trace.duration_s, beam_width=trace.beam_width,
+                 segments=system_prompt_segments(picks, prompts.tokens, prompt, trace.output_len))
 
 
 def _nothing_to_replay(cfg: WorkloadConfig, replay: Replay, max_seq_len: int) -> SpecError:
@@ -222,9 +254,13 @@ def _nothing_to_replay(cfg: WorkloadConfig, replay: Replay, max_seq_len: int) ->
     where = " in the window" if cfg.window_s is not None else ""
     if replay.num_too_long == 0:
         return SpecError(cfg.source, f"{SECTION}.trace", f"{name} has no request with tokens to serve{where}")
+    added = added_tokens(cfg)
+    room = (f"{max_seq_len - added} tokens, the model's max_seq_len {max_seq_len} less the {added} put before "
+            "every prompt (workload.prefix_tokens, workload.system_prompt)" if added
+            else f"{max_seq_len} tokens, the model's max_seq_len")
     return SpecError(cfg.source, f"{SECTION}.trace", (
-        f"every request of {name}{where} ({replay.num_too_long}) has prompt + output >= {max_seq_len} tokens, "
-        f"the model's max_seq_len: none can be served"))
+        f"every request of {name}{where} ({replay.num_too_long}) has prompt + output >= {room}: none can be "
+        "served"))
 
 
 def replayed(cfg: WorkloadConfig, trace: Trace, rate: float | None) -> Trace:
@@ -283,10 +319,12 @@ def _is_conversations(dataset: str) -> bool:
 
 
 def _chatbot_options(raw: dict, source: str, dataset: str | None) -> dict:
+    """new_conversation_prob, for a conversation dataset; a replay (dataset None) sets the dataset aside, and
+    with it this option of how arrivals are drawn from it."""
     key = "new_conversation_prob"
     if raw.get(key) is None:
         return {}
-    if dataset is None or not _is_conversations(dataset):
+    if dataset is not None and not _is_conversations(dataset):
         raise SpecError(source, f"{SECTION}.{key}", "applies only to a conversation dataset (dataset: chatbot, "
                         "or a conversation,round,query_len,response_len CSV)")
     return {key: number(raw[key], source, f"{SECTION}.{key}", low=0, high=1)}
@@ -295,8 +333,9 @@ def _chatbot_options(raw: dict, source: str, dataset: str | None) -> dict:
 def _check_modes(raw: dict, source: str, values: dict) -> None:
     """A key that only applies in one mode refuses to be set without it (the replay keys, prefix_tokens and
     new_conversation_prob check their own), so a setting is never silently ignored. The one documented
-    exception: workload.trace replaces a generated workload, whose dataset, arrival, cv and duration_s
-    then stand aside (so `--set workload.trace=PATH` replays a trace through any config)."""
+    exception: workload.trace replaces a generated workload, whose dataset, arrival, cv, duration_s and
+    new_conversation_prob then stand aside (so `--set workload.trace=PATH` replays a trace through any config);
+    prefix_tokens and system_prompt still go before every prompt, replayed ones too."""
     if values["trace"] is None and raw.get("cv") is not None and values["arrival"] != "gamma":
         raise SpecError(source, f"{SECTION}.cv", f"applies only to gamma arrivals (workload.arrival: gamma), "
                         f"not {values['arrival']}")

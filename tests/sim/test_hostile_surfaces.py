@@ -126,6 +126,28 @@ def test_samples_that_must_swap_with_no_swap_space_name_the_key(here, capsys, jo
     assert err.count("\n") == 1 and "must be swapped out to preempt it" in err and "raise swap_space_gib" in err
 
 
+@pytest.mark.parametrize("jobs", JOBS)
+def test_an_unservable_run_of_a_two_system_sweep_names_its_system(here, capsys, jobs):
+    # the scheduler's message names the request and swap_space_gib; which system's run it was, only the run knows
+    systems = "[orca-oracle, {preset: vllm, name: vLLM swapping, preemption: swap}]"
+    assert main(["run", "tiny.yaml", "--set", f"systems={systems}", "--set", "workload.n=6", "--set",
+                 "swap_space_gib=0", "--set", "rates=[4]", "--out", "out", "--jobs", jobs, "--iterations", "none"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("servesim: error: vLLM swapping at rate 4, seed 0: request "), err
+    assert "raise swap_space_gib" in err, err
+
+
+def test_an_unservable_error_keeps_its_type_with_the_run_named(here):
+    from engine.core.errors import SwapSpaceExhausted
+    from sim.experiment.config import load_experiment
+    from sim.experiment.run import run_one
+
+    exp = load_experiment("tiny.yaml", ["workload.n=6", "swap_space_gib=0", "rates=[4]"])
+    with pytest.raises(SwapSpaceExhausted, match=r"^vLLM at rate 4, seed 0: request \d+: its 6 sequences"):
+        run_one(exp, exp.systems[0], 4, 0)
+
+
 def test_date_times_that_change_utc_offset_are_counted_in_real_seconds(here):
     from sim.workload.recorded import read_recorded_trace
 
@@ -203,7 +225,6 @@ def test_a_mode_only_key_without_its_mode_is_refused(here, capsys, overrides, wo
 
 @pytest.mark.parametrize("key, value, words", [
     ("beam_continue", "0.5", "applies only to beam search, and no request of t.csv searches beams"),
-    ("prefix_tokens", "4", "applies only to a generated workload"),
 ])
 def test_a_generated_workload_key_beside_a_replay_is_refused(here, capsys, key, value, words):
     trace("0,10,10\n1,20,20\n")

@@ -203,3 +203,16 @@ def test_the_step_clock_adds_each_steps_host_work(opt_tiny):
     with pytest.raises(ValueError, match="clock must be one of"):
         Engine(opt_tiny, VLLM8, num_gpu_blocks=64, num_cpu_blocks=0, run_model=False,
                time_fn=lambda b: 0.01, clock="wall")
+
+
+def test_the_default_host_swap_is_vllms_4_gib_but_never_more_blocks_than_the_device_pool(opt_tiny):
+    # a small pool (a CPU's) gets as many host blocks as it has: 4 GiB beside it was set aside, zeroed, for nothing
+    engine = Engine(opt_tiny, VLLM8, "cpu", num_gpu_blocks=48, attention_backend=BACKEND)
+    assert engine.num_cpu_blocks == engine.runner.num_cpu_blocks == 48
+    assert Engine(opt_tiny, VLLM8, num_gpu_blocks=40, run_model=False, time_fn=lambda b: 1.0).num_cpu_blocks == 40
+    # a GPU-sized pool keeps vLLM's 4 GiB
+    from engine.runtime.cache import DEFAULT_SWAP_SPACE_BYTES, GIB, default_swap_blocks, kv_block_bytes
+
+    block = kv_block_bytes(opt_tiny, 8, torch.float16)
+    assert DEFAULT_SWAP_SPACE_BYTES == 4 * GIB
+    assert default_swap_blocks(opt_tiny, 8, torch.float16, 10 * 4 * GIB // block) == 4 * GIB // block

@@ -226,18 +226,54 @@ def _as_from_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a test runner in the background ignores SIGINT; a terminal does not
 
 
+# Imported at start-up by every process of the sweep (the command, Dask's nannies and workers) whose PYTHONPATH
+# holds it: the first run to start runs; every other run waits at its start, until its worker closes (a bound
+# keeps a broken test from hanging). The runs after the first could otherwise all finish a few tenths of a
+# second after its progress line, and the sweep end (exit 0) before an interrupt sent then lands.
+RUN_GATE = """
+import functools, os, time
+
+if os.environ.get("SERVESIM_TEST_GATE"):
+    import sim.experiment.sweep as sweep
+
+    _execute_into = sweep.execute_into
+
+    def _worker_runs():
+        from distributed import get_worker
+        from distributed.core import Status
+
+        return get_worker().status == Status.running
+
+    @functools.wraps(_execute_into)
+    def execute_into(*args, **kwargs):
+        try:  # the first run to start takes the marker, atomically, and goes
+            os.close(os.open(os.environ["SERVESIM_TEST_GATE"], os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            deadline = time.monotonic() + 120
+            while _worker_runs() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            raise RuntimeError("held at the test's gate until its worker closed")
+        return _execute_into(*args, **kwargs)
+
+    sweep.execute_into = execute_into  # pickled by reference: a worker resolves the same name to its own wrapper
+"""
+
+
 @needs_distributed
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 @pytest.mark.parametrize("how", ["ctrl-c", "sigkill"])
 def test_an_interrupted_dask_sweep_leaves_no_worker_and_resumes(config, reference, tmp_path, how):
-    out = tmp_path / "out"
+    out, gated = tmp_path / "out", tmp_path / "gated"
+    gated.mkdir()
+    (gated / "sitecustomize.py").write_text(RUN_GATE)
+    env = _env(PYTHONPATH=f"{gated}{os.pathsep}{REPO}", SERVESIM_TEST_GATE=str(tmp_path / "gate"))
     proc = subprocess.Popen([sys.executable, "-m", "servesim", "run", str(config), "--out", str(out), "--executor",
-                             "dask", "--jobs", "2"], cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+                             "dask", "--jobs", "2"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_as_from_a_terminal)
     workers: list[int] = []
     try:
         for line in proc.stdout:
-            if "normalized latency" in line:  # a run is done, three are pending: seconds of work left
+            if "normalized latency" in line:  # a run is done; three are held at the gate, one on a worker
                 break
         workers = children(proc.pid)
         assert len(workers) >= 2  # two Dask workers (and multiprocessing's resource tracker)
@@ -251,7 +287,8 @@ def test_an_interrupted_dask_sweep_leaves_no_worker_and_resumes(config, referenc
         assert all_exit(workers, within_s=15.0), "workers outlived their parent"
     finally:
         reap(proc, workers)
+    assert len(list(out.glob("runs/*/summary.json"))) == 1  # stopped mid-sweep: the gated runs never finished
     again = servesim("run", str(config), "--out", str(out), "--jobs", "1")
     assert again.returncode == 0, again.stderr
-    assert "resuming: " in again.stdout and not list(out.rglob(".*.tmp"))
+    assert "resuming: 1 of 4 runs" in again.stdout and not list(out.rglob(".*.tmp"))
     same_outputs(reference, out)

@@ -32,8 +32,8 @@ VALID = {
                    "pcie_efficiency": 0.8, "overhead_s": 0.0},
     "workload": {"dataset": "sharegpt", "arrival": "gamma", "cv": 1.0, "duration_s": 4, "n": 1},  # cv: gamma only
     "systems": [{"preset": "vllm", "block_size": 16, "max_num_batched_tokens": 2560, "max_num_seqs": 256,
-                 "watermark": 0.01, "preemption": "swap", "prefill_policy": "mixed", "max_paddings": 256,
-                 "delay_factor": 0.0}],
+                 "watermark": 0.01, "preemption": "swap", "prefill_policy": "separate", "max_paddings": 256,
+                 "delay_factor": 0.0}],  # separate: the policy that reads every vLLM key
     "rates": [2.0], "seeds": [0], "warmup_s": 0.5, "max_time_factor": 2.0, "replicas": 1, "router": "round_robin",
 }
 HOSTILE = [math.nan, math.inf, -math.inf, 0, -1, -0.5, 1e-300, 1e308, 10**18, 2**63, 0.5, 1.5, 3, 7,

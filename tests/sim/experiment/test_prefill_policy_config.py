@@ -22,7 +22,7 @@ QUICKSTART = ROOT / "configs/quickstart.yaml"
     ("{preset: vllm, prefill_policy: sarathi}", "systems[0].prefill_policy",
      "'sarathi' is not one of ['mixed', 'separate', 'chunked']"),
     ("{preset: vllm, prefill_policy: [chunked]}", "systems[0].prefill_policy", "is not one of"),
-    ("{preset: orca-max, prefill_policy: chunked}", "systems[0].prefill_policy", "orca has only 'mixed'"),
+    ("{preset: orca-max, prefill_policy: chunked}", "systems[0].prefill_policy", "orca has its own scheduler only"),
     ("{preset: vllm, prefill_policy: separate, max_paddings: -1}", "systems[0].max_paddings",
      "must be a non-negative integer, got -1"),
     ("{preset: vllm, max_paddings: 2.5}", "systems[0].max_paddings", "must be a non-negative integer"),

@@ -72,11 +72,6 @@ def test_bad_prefix_tokens(value, words):
     assert "workload.prefix_tokens" in str(err.value) and words in str(err.value)
 
 
-def test_prefix_tokens_is_for_generated_workloads(tmp_path):
-    path = tmp_path / "t.csv"
-    path.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n")
-    with pytest.raises(SpecError, match="workload.prefix_tokens.*recorded trace"):
-        WorkloadConfig.from_dict({"trace": str(path), "prefix_tokens": 16}, "exp.yaml")
 
 
 def test_a_written_trace_keeps_its_prefix(tmp_path):
