@@ -55,7 +55,7 @@ def parse_target(text: str) -> Target:
 
 def parse_targets(texts: str | Sequence[str]) -> tuple[Target, ...]:
     """Every target of repeated --target options (or the API's list), each METRIC=LIMIT or a comma list of
-    them; a metric given twice is refused, since which limit counts would be a guess."""
+    them; a metric given twice with two limits is refused, since which one counts would be a guess."""
     if isinstance(texts, str):
         texts = [texts]
     if not isinstance(texts, Sequence) or not texts:
@@ -65,11 +65,11 @@ def parse_targets(texts: str | Sequence[str]) -> tuple[Target, ...]:
         raise SpecError(TARGET_KEY, repr(list(texts)), "give at least one METRIC=LIMIT, e.g. normalized_latency=0.1")
     seen: dict[str, Target] = {}
     for target in targets:
-        if target.metric in seen:
+        if target.metric in seen and seen[target.metric] != target:
             raise SpecError(TARGET_KEY, target.metric, (
                 f"given twice ({seen[target.metric].limit:g} and {target.limit:g}); give each metric once"))
         seen[target.metric] = target
-    return tuple(targets)
+    return tuple(seen.values())
 
 
 def _parts(text) -> list:
@@ -107,9 +107,13 @@ def not_served(summary: dict) -> list[str]:
         if growth == growth and growth > 0:
             parts.append(f"the backlog grew by {growth:.0%} of the arrivals")
         if unfinished:
-            parts.append(f"{unfinished} requests unfinished at the horizon")
+            parts.append(f"{_requests(unfinished)} unfinished at the horizon")
         reasons.append("saturated" + (f" ({', '.join(parts)})" if parts else ""))
     dropped = summary["num_ignored"] + summary["num_aborted"]
     if dropped:
-        reasons.append(f"{dropped} requests dropped unserved")
+        reasons.append(f"{_requests(dropped)} dropped unserved")
     return reasons
+
+
+def _requests(count: int) -> str:
+    return f"{count} request{'s' if count != 1 else ''}"
