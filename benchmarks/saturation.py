@@ -47,7 +47,7 @@ def main() -> None:
                 # requests finished by the trace's end over those arrived by then: the backlog at the end, crudely
                 served = float((requests["finish_s"] <= args.duration_s).sum()) / len(requests)
                 line = backlog(requests["arrival_s"].to_numpy(), requests["finish_s"].to_numpy(np.float64),
-                               exp.warmup_s)
+                               exp.warmup_s, requests["first_token_s"].to_numpy(np.float64))
                 trend = line.grown_by / line.spread if line.spread else np.inf
                 print(f"{system.name:<18} {rate:5g} {seed:4d} {s['backlog_growth']:7.3f} {trend:6.1f} {served:7.3f} "
                       f"{str(s['num_unfinished'] > 0):>6} {str(s['saturated']):>6} {s['tpot_p99_s']:8.3f}")

@@ -10,7 +10,7 @@ A run is saturated when the server falls behind its arrivals, which the horizon 
 show: at twice the arrival rate it serves, a server still drains its queue within a horizon of
 twice the trace, and a saturated server keeps a low TPOT while its queue grows without bound. So
 saturation is measured (`backlog`, `is_saturated`): the backlog, requests arrived and not yet
-finished, seen at each measured arrival, is fitted with a line against time; its slope over the
+finished, seen at each measured arrival once it has filled, is fitted with a line against time; its slope over the
 arrival rate is 1 - served rate / arrival rate (`backlog_growth`). A stable server's backlog only
 fluctuates about its line; an overloaded one's grows out of its fluctuation.
 """
@@ -164,12 +164,24 @@ class Backlog:
                 and self.grown_by > TREND_OVER_SPREAD * self.spread)
 
 
-def backlog(arrival_s: np.ndarray, finish_s: np.ndarray, warmup_s: float) -> Backlog:
-    """The backlog's line over the arrivals after the warm-up; growth NaN with fewer than three, or all at one
-    instant. Unfinished requests (NaN finish) stay in it."""
+def backlog(arrival_s: np.ndarray, finish_s: np.ndarray, warmup_s: float, first_token_s: np.ndarray | None = None
+            ) -> Backlog:
+    """The backlog's line over the arrivals after the warm-up and after it has filled; growth NaN with fewer
+    than three, or all at one instant. Unfinished requests (NaN finish) stay in it.
+
+    From an empty start the backlog fills for as long as requests take to serve, whatever the load: a trend a
+    warm-up shorter than that would leave in the fit. So the fit starts no sooner than the 90th percentile of
+    the time requests took from first token to finish (given first_token_s) after the first arrival: their
+    service, without the queueing that an overload adds to it."""
     arrival = np.sort(arrival_s)
     finish = np.sort(np.where(np.isnan(finish_s), np.inf, finish_s))
-    first = int(np.searchsorted(arrival, warmup_s, side="left"))
+    start = warmup_s
+    if first_token_s is not None and len(arrival):
+        served = finish_s - first_token_s
+        served = served[~np.isnan(served)]
+        if len(served):
+            start = max(start, float(arrival[0]) + float(np.percentile(served, 90)))
+    first = int(np.searchsorted(arrival, start, side="left"))
     times = arrival[first:]
     if len(times) < 3 or times[-1] <= times[0]:
         return Backlog(float("nan"), 0.0, 0.0)
@@ -210,7 +222,7 @@ def summarize(requests: Columns | pd.DataFrame, iterations: Columns | pd.DataFra
     output_len = np.asarray(requests["output_len"], dtype=np.int64)
     generated = float((output_len[is_finished] * weights[is_finished]).sum())
     latency, ttft = latencies["latency_s"][is_measured], latencies["ttft_s"][is_measured]
-    growth = backlog(arrival, finish, warmup_s)
+    growth = backlog(arrival, finish, warmup_s, np.asarray(requests["first_token_s"], dtype=np.float64))
     summary = {
         "num_requests": len(finish),
         "num_measured": int(is_measured.sum()),

@@ -93,3 +93,16 @@ def test_an_overloaded_run_that_drains_before_its_horizon_says_saturated(write_c
     assert over["num_unfinished"] == 0 and over["saturated"] and over["backlog_growth"] > 0.2
     under = run_one(exp, exp.systems[0], 0.5, 0).summary
     assert not under["saturated"] and abs(under["backlog_growth"]) < SATURATED_GROWTH
+
+
+def test_the_fit_waits_for_an_empty_start_to_fill():
+    """Requests of 15 s each at 2 req/s: the backlog fills to 30 for the first 15 s, at any load. A 5-s warm-up
+    leaves that filling in the fit, which the time requests take to serve (first token to finish) moves past."""
+    arrival = np.arange(0.0, 40.0, 0.5)
+    finish = arrival + 15.0
+    first_token = arrival + 0.1
+    assert backlog(arrival, finish, warmup_s=5).is_growing
+    waited = backlog(arrival, finish, warmup_s=5, first_token_s=first_token)
+    assert not waited.is_growing and abs(waited.growth) < 0.01
+    overloaded = _served(arrival, 15.0, 1.0)  # served at 1 req/s: it grows after the filling too
+    assert backlog(arrival, overloaded, warmup_s=5, first_token_s=overloaded - 14.9).is_growing
