@@ -7,6 +7,7 @@ Python API's keyword to the command's flag (`out_dir` -> `--out`). Imports nothi
 """
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +34,11 @@ def path_argument(value: Any, name: str, what: str) -> Path:
         raise SpecError(name, "", f"must be {what} (a str or a Path), got {shown(value)}")
     if "\0" in text:  # the OS refuses it, in a ValueError that names neither the path nor the argument
         raise SpecError(name, "", f"{text!r} holds a NUL character; no path can")
+    try:
+        os.stat(text)
+    except OSError as err:  # a missing path is the command's to judge; one too long is no path at all
+        if err.errno == errno.ENAMETOOLONG:
+            raise SpecError(name, "", f"{shown(text)}: {err.strerror}") from None
     return Path(text)
 
 
@@ -43,7 +49,9 @@ def shown(value: Any, most: int = 60) -> str:
 
 
 def strings(value: Any, name: str, example: str) -> list[str]:
-    """A list (or tuple) of strings; a lone str is one of them, never its characters."""
+    """A list (or tuple) of strings; a lone str is one of them, never its characters; None is none."""
+    if value is None:
+        return []
     if isinstance(value, str):
         return [value]
     if not isinstance(value, (list, tuple)):

@@ -42,14 +42,19 @@ def prepare_out_dir(out_dir: Path, run_dirs: str = "runs", name: str = "--out") 
     files a killed earlier run left here and in its run folders (SIGKILL skips their cleanup) are
     removed. `name` is the argument that gave the folder, as the user wrote it.
     """
-    out_dir = Path(out_dir)
+    out_dir = check_out_dir(Path(out_dir), name)
+    for folder in (out_dir, *sorted((out_dir / run_dirs).glob("*/"))):
+        remove_stale_temporaries(folder)
+    return out_dir
+
+
+def check_out_dir(out_dir: Path, name: str = "--out") -> Path:
+    """A folder this user can make, or write in: its nearest existing part is a folder, and writable."""
     existing = next(path for path in (out_dir, *out_dir.parents) if path.exists())
     if not existing.is_dir():
         raise SpecError(name, "", f"{existing} is a file, not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise SpecError(name, "", f"no permission to write in {existing}")
-    for folder in (out_dir, *sorted((out_dir / run_dirs).glob("*/"))):
-        remove_stale_temporaries(folder)
     return out_dir
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from engine.specs.arguments import API, Spelling, path_argument, per_core, strings, switch
 from engine.specs.arguments import jobs as jobs_argument
 from engine.specs.errors import SpecError
+from sim.experiment.output import check_out_dir
 from sim.reproduce import scale as scales
 from sim.reproduce.figures import select
 from sim.reproduce.scale import Scale
@@ -38,4 +39,4 @@ def reproduce_arguments(figures: Any, out_dir: Any, quick: Any, jobs: Any,
     folder = path_argument(out_dir, names["out_dir"], "a folder's path")
     if folder.exists() and not folder.is_dir():  # found now, not after the first figure's runs
         raise SpecError(names["out_dir"], "", f"{str(out_dir)!r} is a file; give the folder to write the figures in")
-    return ReproduceArguments(chosen, folder, scale, width)
+    return ReproduceArguments(chosen, check_out_dir(folder, names["out_dir"]), scale, width)
