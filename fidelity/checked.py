@@ -18,10 +18,10 @@ if TYPE_CHECKING:
 VALIDATE_FLAGS = Spelling(overrides="--set", out_dir="--out", exact="--exact")
 
 
-def validate_arguments(config: Any, out_dir: Any, overrides: Any, exact: Any,
-                       names: Spelling = API) -> tuple[ValidationConfig, Path, bool]:
+def validate_arguments(config: Any, out_dir: Any, overrides: Any, exact: Any, names: Spelling = API,
+                       command: str = "servesim.validate") -> tuple[ValidationConfig, Path, bool]:
     """The validation config, loaded with its overrides, its output folder (None: the default one) and
-    `exact`; needs torch (the config's device is checked against it)."""
+    `exact`; needs torch (the config's device is checked against it), which `command` names if missing."""
     path = path_argument(config, names["config"], "a validation config's path")
     extra = strings(overrides, names["overrides"], "['validation.repeats=1']")
     # the command line's --out "" is no folder given, as it always was
@@ -29,7 +29,7 @@ def validate_arguments(config: Any, out_dir: Any, overrides: Any, exact: Any,
     exact = switch(exact, names["exact"])
     from engine.runtime import require_torch
 
-    require_torch("servesim validate")
+    require_torch(command)
     from fidelity.config import load_validation
     from fidelity.validate import default_out_dir
 

@@ -21,7 +21,8 @@ def _cmd_validate(args) -> int:
     overrides = list(args.set) + ([f"validation.repeats={args.repeats}"] if args.repeats is not None else [])
     if args.calibrate is not None:
         overrides.append(f"validation.calibrate={'true' if args.calibrate else 'false'}")
-    cfg, out_dir, _ = validate_arguments(args.config, args.out, overrides, args.exact, VALIDATE_FLAGS)
+    cfg, out_dir, _ = validate_arguments(args.config, args.out, overrides, args.exact, VALIDATE_FLAGS,
+                                         "servesim validate")
     exp, opts = cfg.experiment, cfg.options
     mode = "exact replay (engine times fed back to the simulator)" if args.exact else \
         f"{opts.repeats} real replays + 1 simulated per trace"

@@ -28,9 +28,9 @@ __all__ = ["load_experiment", "run", "simulate", "capacity", "reproduce", "valid
 def load_experiment(path: str | Path, overrides: Sequence[str] = ()) -> Experiment:
     """An experiment config, read and checked as `servesim run` reads it.
 
-    `overrides` are `--set` strings: dotted keys, values parsed as YAML (a lone str is one override).
-    A bad config or argument raises `engine.specs.errors.SpecError` naming the file and the key, or the
-    argument, and what is valid.
+    `overrides` are `--set` strings: dotted keys, values parsed as YAML (a lone str is one override;
+    None is none). A bad config or argument raises `engine.specs.errors.SpecError` naming the file and
+    the key, or the argument, and what is valid.
 
     Example::
 
@@ -44,6 +44,7 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = ()) -> Experime
 
 
 def _experiment(config: str | Path | Experiment, overrides: Sequence[str]) -> Experiment:
+    """`config` and `overrides`, checked as run's and simulate's are (capacity's helper)."""
     from sim.experiment.checked import loaded
 
     return loaded(config, overrides)
@@ -139,7 +140,8 @@ def reproduce(figures: Sequence[str] = ("all",), out_dir: str | Path = "results/
               jobs: int = 1, progress=print) -> pd.DataFrame:
     """The paper's figures and its claims against the simulation (`servesim reproduce`).
 
-    `figures` are names such as `"fig12"` and `"fig19"` (a lone str is one name), or `"all"`. `quick`
+    `figures` are names such as `"fig12"` and `"fig19"` (a lone str is one name), or `"all"` (as are
+    None and an empty list, as for the command given no names). `quick`
     (True or False) cuts every trace to 5 minutes and keeps at most 4 rates per curve (every output
     says so). `jobs` is the processes to use (0: one per core); `progress` receives each progress line
     (None: none). Every argument is checked, as the command checks its own, before anything is

@@ -91,7 +91,8 @@ def _member(values: tuple, value, name: str, key: str):
 
 
 def pick_system(exp: Experiment, name: Any) -> SystemSpec:
-    """The system named by its display name (`vLLM`) or by its key in the config (`vllm`, a preset)."""
+    """The system named by its display name (`vLLM`) or by its key in the config (`vllm`, a preset); a
+    display name first, since the config makes those unique."""
     if isinstance(name, str):
         for system in exp.systems:
             if system.name == name:
