@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.specs.arguments import API, Spelling, path_argument, strings, switch
+from sim.experiment.output import check_out_dir
 
 if TYPE_CHECKING:
     from fidelity.config import ValidationConfig
@@ -35,7 +36,8 @@ def validate_arguments(config: Any, out_dir: Any, overrides: Any, exact: Any, na
 
     cfg = load_validation(path, extra)
     check_device(cfg.options.device, str(path))
-    return cfg, folder or default_out_dir(cfg), exact
+    # a file in the folder's place is found now, not when the first result is written after the replays
+    return cfg, check_out_dir(folder or default_out_dir(cfg), names["out_dir"]), exact
 
 
 def check_device(device: str, source: str) -> None:

@@ -154,6 +154,7 @@ def test_progress_none_runs_quietly(here, capsys):
 
 @pytest.mark.parametrize("keywords, words", [
     ({"progress": 5}, "progress: must be a function"),
+    ({"progress": lambda: None}, "progress: must take one argument, the line"),
     ({"jobs": -1}, "jobs: -1: must be at least 1, or 0 for one per core"),
     ({"jobs": "2"}, "jobs: must be a non-negative integer, got '2'"),
     ({"jobs": 1.5}, "jobs: must be a non-negative integer"),
@@ -228,3 +229,14 @@ def test_validate_checks_the_device_as_the_command_does(here, no_work, monkeypat
     config = Path(__file__).resolve().parents[1] / "configs/validation/h200-opt-13b.yaml"
     refused(lambda: servesim.validate(config, "out"),
             "h200-opt-13b.yaml: validation.device: cuda, but torch finds no CUDA device on this machine")
+
+
+def test_validate_refuses_a_file_for_its_folder_before_the_replays(here, no_work, capsys):
+    pytest.importorskip("torch")
+    from tests.helpers.validate_tiny import write_tiny_validation
+
+    Path("val").mkdir()
+    config = write_tiny_validation(Path("val"))
+    refused(lambda: servesim.validate(config, "file.txt/out"), "out_dir: file.txt is a file, not a folder")
+    assert main(["validate", str(config), "--out", "file.txt"]) == 2
+    assert "servesim: error: --out: file.txt is a file, not a folder" in capsys.readouterr().err

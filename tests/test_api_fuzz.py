@@ -49,7 +49,8 @@ OVERRIDES = tagged(((), None), (None, None), ([], None), ("seeds=[0]", None), ([
                    ("rates=nan", "tiny.yaml"))
 JOBS = tagged((0, None), (1, None), (2, None), (np.int64(1), None), (-1, "jobs"), ("2", "jobs"), (1.5, "jobs"),
               (True, "jobs"), (None, "jobs"), ([1], "jobs"), (math.nan, "jobs"))
-PROGRESS = tagged((print, None), (None, None), (lambda line: None, None), (5, "progress"), ("print", "progress"))
+PROGRESS = tagged((print, None), (None, None), (lambda line: None, None), (5, "progress"), ("print", "progress"),
+                  (lambda: None, "progress"))
 
 
 @pytest.fixture

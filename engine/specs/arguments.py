@@ -8,6 +8,7 @@ Python API's keyword to the command's flag (`out_dir` -> `--out`). Imports nothi
 from __future__ import annotations
 
 import errno
+import inspect
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -75,6 +76,12 @@ def callback(value: Any, name: str) -> Callable[[str], object]:
         return _quiet
     if not callable(value):
         raise SpecError(name, "", f"must be a function taking each line (e.g. print), or None, got {shown(value)}")
+    try:  # found now: called with the first line, it would fail after the first results are written
+        inspect.signature(value).bind("line")
+    except TypeError:
+        raise SpecError(name, "", f"must take one argument, the line; {shown(value)} does not") from None
+    except ValueError:  # a builtin that shows no signature: taken on trust
+        pass
     return value
 
 
