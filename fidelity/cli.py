@@ -7,12 +7,9 @@ from pathlib import Path
 
 
 def _cmd_validate(args) -> int:
-    from engine.runtime import require_torch
-
-    require_torch("servesim validate")
-    from fidelity.config import load_validation
+    from fidelity.checked import VALIDATE_FLAGS, validate_arguments
     from fidelity.report import breakdown_text, fidelity_text
-    from fidelity.validate import default_out_dir, validate
+    from fidelity.validate import validate
     from fidelity.verdict import correction_text, headline_text
 
     if args.repeat < 1 or (args.repeat > 1 and args.exact):
@@ -24,9 +21,8 @@ def _cmd_validate(args) -> int:
     overrides = list(args.set) + ([f"validation.repeats={args.repeats}"] if args.repeats is not None else [])
     if args.calibrate is not None:
         overrides.append(f"validation.calibrate={'true' if args.calibrate else 'false'}")
-    cfg = load_validation(args.config, overrides)
-    check_device(cfg.options.device, args.config)
-    out_dir = Path(args.out) if args.out else default_out_dir(cfg)
+    cfg, out_dir, _ = validate_arguments(args.config, args.out, overrides, args.exact, VALIDATE_FLAGS,
+                                         "servesim validate")
     exp, opts = cfg.experiment, cfg.options
     mode = "exact replay (engine times fed back to the simulator)" if args.exact else \
         f"{opts.repeats} real replays + 1 simulated per trace"
@@ -55,18 +51,6 @@ def _cmd_validate(args) -> int:
     print(f"wrote {out_dir}/summary.csv, sustainable.csv, fidelity.csv, requests.csv, iterations.csv, speed.csv, "
           f"exact.csv, normalized_latency.png, request_scatter.png in {elapsed:.0f} s")
     return 0 if result.all_exact else 1
-
-
-def check_device(device: str, source: str) -> None:
-    """The real engine runs where the config says: a GPU that is not there is the config's to change."""
-    if device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            from engine.specs.errors import SpecError
-
-            raise SpecError(source, "validation.device", "cuda, but torch finds no CUDA device on this machine; "
-                            "run it on a GPU machine, or set validation.device: cpu (with a CPU profile)")
 
 
 def _repeat(cfg, out_dir: Path, n: int, started: float) -> int:

@@ -28,80 +28,77 @@ __all__ = ["load_experiment", "run", "simulate", "capacity", "reproduce", "valid
 def load_experiment(path: str | Path, overrides: Sequence[str] = ()) -> Experiment:
     """An experiment config, read and checked as `servesim run` reads it.
 
-    `overrides` are `--set` strings: dotted keys, values parsed as YAML. A bad config raises
-    `engine.specs.errors.SpecError` naming the file, the key and what is valid.
+    `overrides` are `--set` strings: dotted keys, values parsed as YAML (a lone str is one override;
+    None is none). A bad config or argument raises `engine.specs.errors.SpecError` naming the file and
+    the key, or the argument, and what is valid.
 
     Example::
 
         exp = servesim.load_experiment("configs/quickstart.yaml", ["rates=[1,2]"])
         print(exp.model.name, [s.name for s in exp.systems], exp.rates)
     """
-    from sim.experiment.config import load_experiment as load
+    from engine.specs.arguments import Spelling
+    from sim.experiment.checked import loaded
 
-    return load(path, list(overrides))
+    return loaded(path, overrides, Spelling(config="path"), loaded_ok=False)
 
 
 def _experiment(config: str | Path | Experiment, overrides: Sequence[str]) -> Experiment:
-    if isinstance(config, (str, Path)):
-        return load_experiment(config, overrides)
-    if overrides:
-        raise ValueError("overrides apply to a config file; pass the path, or load_experiment(path, overrides)")
-    return config
+    """`config` and `overrides`, checked as run's and simulate's are (capacity's helper)."""
+    from sim.experiment.checked import loaded
+
+    return loaded(config, overrides)
 
 
-def run(config: str | Path | Experiment, out_dir: str | Path, *, overrides: Sequence[str] = (), jobs: int = 1,
+def run(config: str | Path | Experiment, out_dir: str | Path | None, *, overrides: Sequence[str] = (), jobs: int = 1,
         iterations: str = "parquet", progress=print) -> pd.DataFrame:
     """Every system x rate x seed of an experiment (`servesim run`, without the plots).
 
-    Each run's files go to `out_dir/runs/<system>_rate<r>_seed<s>/` as they finish, and a call
-    with the same config resumes: runs already done are read back, not simulated again. Returns
-    the summary, one row per run, in `summary.csv`'s columns (also written to
-    `out_dir/summary.csv`). `jobs` is the processes to use; `iterations` is `parquet`, `csv`
-    or `none`; `progress` receives each progress line.
+    Each run's files go to `out_dir/runs/<system>_rate<r>_seed<s>/` as they finish (`out_dir` None:
+    `results/<name>`, as the command's), and a call with the same config resumes: runs already done
+    are read back, not simulated again. Returns the summary, one row per run, in `summary.csv`'s
+    columns (also written to `out_dir/summary.csv`). `jobs` is the processes to use (0: one per core;
+    never more than there are runs); `iterations` is `parquet`, `csv` or `none`; `progress` receives
+    each progress line (None: none). Every argument is checked, as the command checks its options,
+    before anything is written: a bad one raises `SpecError` naming it.
 
     Example::
 
         summary = servesim.run("configs/quickstart.yaml", "results/qs", overrides=["rates=[1]"])
         print(summary[["system", "rate", "normalized_latency"]])
     """
-    from sim.executors.pool import ExecutorSpec
+    from engine.specs.arguments import callback
+    from sim.experiment.checked import run_arguments
     from sim.experiment.output import write_csv
     from sim.experiment.sweep import sweep
 
-    exp = _experiment(config, overrides)
-    summary = sweep(exp, Path(out_dir), ExecutorSpec("process", max(1, jobs)), progress=progress,
-                    iterations=iterations)
-    write_csv(summary, Path(out_dir) / "summary.csv")
+    report = callback(progress, "progress")
+    checked = run_arguments(config, overrides, out_dir, jobs, iterations)
+    summary = sweep(checked.exp, checked.out_dir, checked.executor, progress=report, iterations=checked.iterations)
+    write_csv(summary, checked.out_dir / "summary.csv")
     return summary
-
-
-def _one(named: Sequence, name: str | None, what: str, label=lambda x: x):
-    if name is None:
-        return named[0]
-    for item in named:
-        if label(item) == name:
-            return item
-    raise ValueError(f"{what} {name!r} is not in the experiment; it has {[label(i) for i in named]}")
 
 
 def simulate(config: str | Path | Experiment, *, system: str | None = None, rate: float | None = None,
              seed: int | None = None, overrides: Sequence[str] = ()) -> RunResult:
     """One run, in memory: one system serving the trace of one rate and seed.
 
-    By default the experiment's first system, first rate and first seed. Returns a `RunResult`:
-    `summary` (the run's row of `summary.csv`, a dict), `requests` and `iterations` (pandas
-    frames in the schemas of `requests.csv.gz` and `iterations.parquet`). Nothing is written.
+    `system` is a display name (`"vLLM"`) or the system's key in the config (`"vllm"`); `rate` and
+    `seed` are among the experiment's `rates` and `seeds`. By default the experiment's first of each.
+    Returns a `RunResult`: `summary` (the run's row of `summary.csv`, a dict), `requests` and
+    `iterations` (pandas frames in the schemas of `requests.csv.gz` and `iterations.parquet`).
+    Nothing is written. A bad argument raises `SpecError` naming it.
 
     Example::
 
         one = servesim.simulate("configs/quickstart.yaml", system="vllm", rate=2.0)
         print(one.summary["normalized_latency"], len(one.iterations))
     """
+    from sim.experiment.checked import simulate_arguments
     from sim.experiment.run import run_one
 
-    exp = _experiment(config, overrides)
-    chosen = _one(exp.systems, system, "system", lambda s: s.name)
-    return run_one(exp, chosen, _one(exp.rates, rate, "rate"), _one(exp.seeds, seed, "seed"))
+    chosen = simulate_arguments(config, system, rate, seed, overrides)
+    return run_one(chosen.exp, chosen.system, chosen.rate, chosen.seed)
 
 
 def capacity(config: str | Path | Experiment, target: str | Sequence[str], *, rate: float | None = None,
@@ -133,21 +130,27 @@ def reproduce(figures: Sequence[str] = ("all",), out_dir: str | Path = "results/
               jobs: int = 1, progress=print) -> pd.DataFrame:
     """The paper's figures and its claims against the simulation (`servesim reproduce`).
 
-    `figures` are names such as `"fig12"` and `"fig19"`, or `"all"`. `quick` cuts every trace to
-    5 minutes and keeps at most 4 rates per curve (every output says so). Writes each figure's
-    folder and `paper_vs_sim.md`/`.csv` under `out_dir`, resuming runs already done, and returns
-    the claims table, one row per claim.
+    `figures` are names such as `"fig12"` and `"fig19"` (a lone str is one name), or `"all"` (as are
+    None and an empty list, as for the command given no names). `quick`
+    (True or False) cuts every trace to 5 minutes and keeps at most 4 rates per curve (every output
+    says so). `jobs` is the processes to use (0: one per core); `progress` receives each progress line
+    (None: none). Every argument is checked, as the command checks its own, before anything is
+    written: a bad one raises `SpecError` naming it. Writes each figure's folder and
+    `paper_vs_sim.md`/`.csv` under `out_dir`, resuming runs already done, and returns the claims
+    table, one row per claim.
 
     Example::
 
         table = servesim.reproduce(["fig19"], "results/reproduce", quick=True)
         print(table[["claim", "simulated", "lands"]])
     """
-    from sim.reproduce import scale
+    from engine.specs.arguments import callback
+    from sim.reproduce.checked import reproduce_arguments
     from sim.reproduce.runner import reproduce as reproduce_figures
 
-    return reproduce_figures(list(figures), Path(out_dir), scale.QUICK if quick else scale.PAPER,
-                             jobs=max(1, jobs), progress=progress)
+    report = callback(progress, "progress")
+    checked = reproduce_arguments(figures, out_dir, quick, jobs)
+    return reproduce_figures(checked.figures, checked.out_dir, checked.scale, jobs=checked.jobs, progress=report)
 
 
 def validate(config: str | Path, out_dir: str | Path | None = None, *, overrides: Sequence[str] = (),
@@ -155,22 +158,23 @@ def validate(config: str | Path, out_dir: str | Path | None = None, *, overrides
     """Replay the same traces on the real engine and in the simulator, and compare (`servesim validate`).
 
     Needs the `engine` extra (torch). `config` is a validation YAML (`configs/validation/`);
-    `overrides` are `--set` strings such as `"validation.repeats=1"`. `exact` only checks that the
-    simulator, fed the engine's measured iteration times, makes the identical schedule. Writes the
-    validation's files under `out_dir` (default `results/validation/<name>/`) and returns a
-    `ValidationResult` (`summary`, `fidelity`, `sustainable`, `exact` frames; `all_exact`).
+    `overrides` are `--set` strings such as `"validation.repeats=1"`. `exact` (True or False) only
+    checks that the simulator, fed the engine's measured iteration times, makes the identical
+    schedule. `log` receives each progress line (None: none). The arguments and the config's device
+    are checked, as the command checks them, before anything is written: a bad one raises `SpecError`
+    naming it. Writes the validation's files under `out_dir` (default `results/validation/<name>/`)
+    and returns a `ValidationResult` (`summary`, `fidelity`, `sustainable`, `exact` frames; `all_exact`).
 
     Example::
 
         result = servesim.validate("configs/validation/cpu-opt-125m.yaml", exact=True)
         print(result.all_exact)
     """
-    from engine.runtime import require_torch
+    from engine.specs.arguments import callback
+    from fidelity.checked import validate_arguments
 
-    require_torch("servesim.validate")
-    from fidelity.config import load_validation
-    from fidelity.validate import default_out_dir
+    report = callback(log, "log")
+    cfg, folder, exact = validate_arguments(config, out_dir, overrides, exact)
     from fidelity.validate import validate as compare
 
-    cfg = load_validation(config, list(overrides))
-    return compare(cfg, Path(out_dir) if out_dir else default_out_dir(cfg), exact_only=exact, log=log)
+    return compare(cfg, folder, exact_only=exact, log=report)

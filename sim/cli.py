@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 
+from engine.specs.arguments import Spelling, per_core
+from engine.specs.arguments import jobs as jobs_argument
 from engine.specs.checks import option, positive
 from engine.specs.errors import SpecError
+
+# `servesim run`'s flags for the arguments servesim.run takes (sim/experiment/checked.py checks both)
+RUN_FLAGS = Spelling(overrides="--set", out_dir="--out", jobs="--jobs", iterations="--iterations")
 
 
 def workload_label(workload) -> str:
@@ -20,19 +24,18 @@ def workload_label(workload) -> str:
 
 def _cmd_run(args) -> int:
     from engine.core.compiled import control_plane_build
-    from sim.experiment.config import load_experiment
-    from sim.experiment.output import check_iterations_format, prepare_out_dir, write_columns_csv, write_text
+    from sim.experiment.checked import run_arguments
+    from sim.experiment.output import write_columns_csv, write_text
     from sim.experiment.report import summary_table, unmeasured_warnings
     from sim.experiment.sweep import summary_columns, summary_frame, sweep_rows
 
     # the plot is drawn last, after every run: its arguments are checked first, or a bad one would
     # leave the runs done and summary.csv written, and then fail
     option(positive, args.ylim, "--ylim")
-    exp = load_experiment(args.config, args.set)
+    checked = run_arguments(args.config, args.set, args.out, args.jobs, args.iterations, RUN_FLAGS,
+                            executor=lambda runs: executor_spec(args, runs))
+    exp, out_dir, executor = checked.exp, checked.out_dir, checked.executor
     runs = len(exp.systems) * len(exp.rates) * len(exp.seeds)
-    executor = executor_spec(args, runs)
-    check_iterations_format(args.iterations)
-    out_dir = prepare_out_dir(Path(args.out or Path("results") / exp.name))
     print(f"servesim: {exp.name}: {exp.model.name} on {exp.replicas} x {exp.tensor_parallel} x {exp.hardware.name}, "
           f"{runs} runs ({len(exp.systems)} systems x {len(exp.rates)} rates x {len(exp.seeds)} seeds) -> {out_dir}")
     print(f"servesim: control plane: {control_plane_build()}")  # compiled or pure Python: docs/compiled.md
@@ -86,16 +89,15 @@ def add_executor_options(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def executor_spec(args, runs: int):
-    """The executor the options ask for; --jobs 0 is one worker per core, at most one per run."""
+    """The executor the options ask for; --jobs 0 is one worker per core; never more workers than runs
+    (more would only sit idle, each a process forked for nothing)."""
     from sim.executors.pool import ExecutorSpec
 
     kind = args.executor or ("dask" if args.scheduler else "process")
-    if args.jobs < 0:
-        raise SpecError("--jobs", str(args.jobs), "must be at least 1, or 0 for one per core")
-    if args.scheduler and args.jobs:
-        raise SpecError("--jobs", str(args.jobs), "the cluster at --scheduler has its own workers; drop --jobs")
-    jobs = args.jobs or max(1, min(os.cpu_count() or 1, runs))
-    return ExecutorSpec(kind, jobs, args.scheduler)
+    asked = jobs_argument(args.jobs, "--jobs")  # the check servesim.run's jobs= goes through
+    if args.scheduler and asked:
+        raise SpecError("--jobs", str(asked), "the cluster at --scheduler has its own workers; drop --jobs")
+    return ExecutorSpec(kind, per_core(asked, runs), args.scheduler)
 
 
 def register(sub) -> None:

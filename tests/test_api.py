@@ -38,7 +38,7 @@ def test_simulate_is_one_run_in_memory_the_same_as_the_sweeps(config, tmp_path):
     summary = servesim.run(config, tmp_path / "out", jobs=1, iterations="none", progress=lambda line: None)
     row = summary[summary["system"] == "vLLM"].iloc[0]
     assert row["normalized_latency"] == one.summary["normalized_latency"]
-    with pytest.raises(ValueError, match="'fastertransformer' is not in the experiment"):
+    with pytest.raises(SpecError, match="system: 'fastertransformer' is not a system of the experiment"):
         servesim.simulate(config, system="fastertransformer")
 
 
@@ -87,5 +87,5 @@ def test_validate_proves_the_schedules_agree(tmp_path):
 
 
 def test_a_loaded_experiment_takes_no_overrides(config):
-    with pytest.raises(ValueError, match="overrides apply to a config file"):
+    with pytest.raises(SpecError, match="overrides: apply to a config file"):
         servesim.simulate(servesim.load_experiment(config), overrides=["rates=[1]"])

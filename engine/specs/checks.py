@@ -8,18 +8,20 @@ valid. Imports nothing but SpecError, so the control plane may use it too.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 from engine.specs.errors import SpecError
 
 
 def is_number(value: Any) -> bool:
-    """A real, finite number. YAML reads `true` as a bool, which Python counts as an int: not a number."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A real, finite number (numpy's too: a Python caller's come from arrays). YAML reads `true` as a
+    bool, which Python counts as an int: not a number."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def is_whole(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def number(value: Any, source: str, key: str, *, low: float | None = None, high: float | None = None,

@@ -34,32 +34,38 @@ PARQUET_COMPRESSION = "zstd"
 PARQUET_ROW_GROUP = 65536
 
 
-def prepare_out_dir(out_dir: Path, run_dirs: str = "runs") -> Path:
+def prepare_out_dir(out_dir: Path, run_dirs: str = "runs", name: str = "--out") -> Path:
     """Check the output folder before anything is simulated, and clear what a killed run left there.
 
     A file in the way, or a folder this user cannot write in, is refused now rather than after the
     simulation; nothing is created (the first result written makes the folders). The temporary
     files a killed earlier run left here and in its run folders (SIGKILL skips their cleanup) are
-    removed.
+    removed. `name` is the argument that gave the folder, as the user wrote it.
     """
-    out_dir = Path(out_dir)
-    existing = next(path for path in (out_dir, *out_dir.parents) if path.exists())
-    if not existing.is_dir():
-        raise SpecError("--out", "", f"{existing} is a file, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise SpecError("--out", "", f"no permission to write in {existing}")
+    out_dir = check_out_dir(Path(out_dir), name)
     for folder in (out_dir, *sorted((out_dir / run_dirs).glob("*/"))):
         remove_stale_temporaries(folder)
     return out_dir
 
 
-def check_iterations_format(name: str) -> str | None:
-    """The file name a format writes; refused now, before anything is simulated, if it cannot be written."""
-    if name not in ITERATION_FILES:
-        raise SpecError("--iterations", name, f"unknown format; valid: {list(ITERATION_FILES)}")
+def check_out_dir(out_dir: Path, name: str = "--out") -> Path:
+    """A folder this user can make, or write in: its nearest existing part is a folder, and writable."""
+    existing = next(path for path in (out_dir, *out_dir.parents) if path.exists())
+    if not existing.is_dir():
+        raise SpecError(name, "", f"{existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SpecError(name, "", f"no permission to write in {existing}")
+    return out_dir
+
+
+def check_iterations_format(name: str, argument: str = "--iterations") -> str | None:
+    """The file name a format writes; refused now, before anything is simulated, if it cannot be written.
+    `argument` is the option or keyword that chose it, as the user wrote it."""
+    if not isinstance(name, str) or name not in ITERATION_FILES:  # a list would not even hash
+        raise SpecError(argument, str(name), f"unknown format; valid: {list(ITERATION_FILES)}")
     if name == "parquet" and importlib.util.find_spec("pyarrow") is None:
-        raise SpecError("--iterations", name, "writing Parquet needs pyarrow (pip install pyarrow), "
-                        "or choose --iterations csv")
+        raise SpecError(argument, name, "writing Parquet needs pyarrow (pip install pyarrow), "
+                        f"or choose {argument} csv")
     return ITERATION_FILES[name]
 
 

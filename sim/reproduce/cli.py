@@ -1,25 +1,16 @@
 """`servesim reproduce [FIGURE ...|all] [--quick] [--jobs N] [--out DIR]`."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
-
-from engine.specs.errors import SpecError
 
 
 def _cmd_reproduce(args) -> int:
-    from sim.reproduce import scale
-    from sim.reproduce.figures import select
+    from sim.reproduce.checked import REPRODUCE_FLAGS, reproduce_arguments
     from sim.reproduce.runner import reproduce
     from sim.reproduce.table import tally
 
-    select(args.figures)  # an unknown name stops here, before anything loads
-    if args.jobs < 0:
-        raise SpecError("--jobs", str(args.jobs), "must be at least 1, or 0 for one per core")
-    if Path(args.out).exists() and not Path(args.out).is_dir():  # found now, not after the first figure's runs
-        raise SpecError("--out", "", f"{args.out!r} is a file; give the folder to write the figures in")
-    table = reproduce(args.figures, Path(args.out), scale.QUICK if args.quick else scale.PAPER,
-                      jobs=args.jobs or os.cpu_count() or 1)
+    checked = reproduce_arguments(args.figures, args.out, args.quick, args.jobs, REPRODUCE_FLAGS)
+    table = reproduce(checked.figures, checked.out_dir, checked.scale, jobs=checked.jobs)
     print(tally(table))
     return 0
 

@@ -155,13 +155,14 @@ FIG19 = Figure("fig19", "Fig. 19: recomputation against swapping, OPT-13B", (
 FIGURES = {figure.name: figure for figure in (FIG2, FIG12, FIG13, FIG14, FIG15, FIG16, FIG17, FIG18, FIG19)}
 
 
-def select(names: list[str]) -> list[Figure]:
-    """The figures asked for, in the paper's order; 'all' (or nothing) is every one."""
+def select(names: list[str], argument: str = "reproduce") -> list[Figure]:
+    """The figures asked for, in the paper's order; 'all' (or nothing) is every one. `argument` is what
+    gave the names, as the user wrote it (the command, or servesim.reproduce's `figures`)."""
+    for name in names:  # checked before `all` is: `all fig99` is a typo too
+        if name not in FIGURES and name != "all":
+            raise SpecError(argument, name, f"unknown figure; valid: {', '.join(FIGURES)}, all")
     if not names or "all" in names:
         return list(FIGURES.values())
-    for name in names:
-        if name not in FIGURES:
-            raise SpecError("reproduce", name, f"unknown figure; valid: {', '.join(FIGURES)}, all")
     return [figure for figure in FIGURES.values() if figure.name in names]
 
 

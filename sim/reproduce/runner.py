@@ -118,7 +118,8 @@ def run_every_pending(sweeps: list[tuple[Path, Experiment]], executor: ExecutorS
     for run in runs:
         eta.expect(1, run.work)
     progress(f"{len(runs)} runs of {len({run.exp.name for run in runs})} configs, costliest first")
-    with executor.open() as workers:
+    # no more workers than runs: a process pool forks every worker it may use up front
+    with replace(executor, jobs=min(executor.jobs, len(runs))).open() as workers:
         for _ in run_pending(runs, workers, DEFAULT_ITERATIONS, progress, eta):
             pass
 
