@@ -166,7 +166,15 @@ class ServingCore:
             raise Unschedulable(self.unschedulable_message())
 
     def unschedulable_message(self) -> str:
+        """What is stuck and why: the scheduler's culprit when it names one (a swapped-out group that cannot come
+        back), else the oldest waiting request."""
         s = self.scheduler
+        culprit = s.stall_culprit()
+        if culprit is not None:
+            where = f"replica {self.replica}: " if self.replica else ""
+            stuck = len(s.groups_in_system())
+            return (f"{where}{stuck} request{'s' if stuck > 1 else ''} can never be scheduled: {culprit}; give the "
+                    "KV cache more memory")
         first = s.groups_in_system()[0] if s.num_waiting else None  # the oldest waiting request
         width = "beam_width" if first is not None and first.is_beam else "n"
         which = (f"; the first is request {first.request_id} (prompt {first.prompt_len} + output "

@@ -76,6 +76,11 @@ class Scheduler:
         """Every request admitted and not finished: waiting first (oldest first), then running, then swapped."""
         raise NotImplementedError(f"{type(self).__name__}.groups_in_system")
 
+    def stall_culprit(self) -> str | None:
+        """When nothing can run and nothing more will arrive: the request that holds the rest up, when it is not
+        the oldest waiting one (a group swapped out that cannot come back), in words; None otherwise."""
+        return None
+
     def take_ignored(self) -> list[SequenceGroup]:
         """The requests schedule() ignored since the last call (never run, vLLM's FINISHED_IGNORED): a policy
         that refuses an unservable request at admission instead ignores none."""
