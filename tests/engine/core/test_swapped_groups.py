@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from engine.core.errors import RequestTooLarge, Unschedulable
@@ -15,9 +16,8 @@ from tests.helpers.core_harness import scheduler_for
 
 
 def vllm(policy: str, block_size: int = 16, **overrides) -> SystemSpec:
-    budget = {"chunked": 512}.get(policy, 2560)
-    return replace(PAPER_SYSTEMS["vllm"], block_size=block_size, prefill_policy=policy,
-                   max_num_batched_tokens=budget, **overrides)
+    overrides.setdefault("max_num_batched_tokens", 512 if policy == "chunked" else 2560)
+    return replace(PAPER_SYSTEMS["vllm"], block_size=block_size, prefill_policy=policy, **overrides)
 
 
 def serve(core: ServingCore, requests: list[Request], max_steps: int = 20_000) -> float:
@@ -51,7 +51,7 @@ POOL = 139
 @pytest.mark.parametrize("policy", ["separate", "chunked"])
 def test_a_group_that_could_not_swap_back_in_is_ignored_and_the_rest_is_served(policy):
     core = ServingCore(scheduler_for(vllm(policy), POOL, num_cpu_blocks=1000, max_seq_len=1024))
-    serve(core, [BIG, *BEHIND])  # before: "5 waiting requests can never be scheduled ... the first is request 1"
+    serve(core, [BIG, *BEHIND])  # before: "0 waiting requests can never be scheduled: the KV pool ... is too small"
     assert [row.request_id for row in core.records.request_rows()] == [1, 2, 3, 4, 5]
     assert core.records.dropped_rows()[0].request_id == 0 and not core.scheduler.has_unfinished()
     roomy = ServingCore(scheduler_for(vllm(policy), 141, num_cpu_blocks=1000, max_seq_len=1024))
@@ -82,3 +82,16 @@ def test_a_stall_names_the_swapped_group_that_cannot_come_back():
     assert message.startswith("replica 2: 4 requests can never be scheduled: request 0 (prompt 4 + output 528 "
                               "tokens, n=4) is swapped out holding 136 blocks and needs 141 free to come back")
     assert "the pool has 139 blocks" in message and "request 6" not in message
+
+
+def test_chunked_prompts_leave_the_oldest_swapped_group_room_to_come_back():
+    # groups of 2-3 samples arriving two a step: v0.4 admitted new prompts into the blocks a swapped group
+    # needed, so none came back while they arrived, and the 60-block swap space ran out (SwapSpaceExhausted)
+    rng = np.random.default_rng(0)
+    requests = [Request(i, float(i // 2), int(rng.integers(1, 20)), int(rng.integers(10, 40)),
+                        n=int(rng.integers(2, 4))) for i in range(30)]
+    system = vllm("chunked", block_size=4, max_num_batched_tokens=64, watermark=0.0)
+    sched = scheduler_for(system, 40, num_cpu_blocks=60, max_seq_len=64)
+    core = ServingCore(sched)
+    serve(core, requests)
+    assert len(core.records.request_rows()) == 30 and sched.num_preemptions > 0
