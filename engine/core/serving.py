@@ -75,6 +75,10 @@ class ServingCore:
         # the last schedule() that ran nothing: it may still move blocks (a preemption by swapping),
         # which the real engine applies and the simulator charges nothing for
         self.idle_batch: Batch | None = None
+        # that schedule() preempted someone: the next one runs what it preempted (a group is not re-admitted
+        # or swapped back in by the schedule() that preempted it), so a data plane schedules again at once,
+        # as vLLM's engine loop steps again while requests are unfinished, instead of idling
+        self.idle_preempted = False
 
     def admit(self, request: Request) -> SequenceGroup:
         group = make_group(request.request_id, request.arrival_s, request.prompt_len, request.output_len,
@@ -88,14 +92,17 @@ class ServingCore:
         return group
 
     def start_step(self, now_s: float) -> Step | None:
-        """Schedule the next iteration; None when nothing can run now."""
+        """Schedule the next iteration; None when nothing can run now (then idle_preempted says whether the
+        next call can)."""
         self.scheduler.now_s = now_s
+        preempted = self.scheduler.num_preemptions
         batch = self.scheduler.schedule()
         ignored = self.scheduler.take_ignored()
         if ignored:
             self._drop(ignored, now_s, "ignored")
         if batch.is_empty:
             self.idle_batch = batch
+            self.idle_preempted = self.scheduler.num_preemptions > preempted
             return None
         return Step(batch, self.scheduler.kv_usage(), now_s, self.scheduler.num_waiting)
 

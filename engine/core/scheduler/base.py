@@ -29,6 +29,7 @@ class Scheduler:
     num_gpu_blocks: int
     num_cpu_blocks: int
     caches_prefixes: bool = False  # automatic prefix caching (vLLM's option): requests record their hits
+    num_preemptions: int  # groups preempted so far, each time counted
     # the clock at the schedule() about to run, set by ServingCore.start_step (a policy that reads the time,
     # vLLM v0.3's delay_factor, reads it here; the others ignore it)
     now_s: float
