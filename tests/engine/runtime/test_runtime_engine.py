@@ -203,3 +203,13 @@ def test_the_step_clock_adds_each_steps_host_work(opt_tiny):
     with pytest.raises(ValueError, match="clock must be one of"):
         Engine(opt_tiny, VLLM8, num_gpu_blocks=64, num_cpu_blocks=0, run_model=False,
                time_fn=lambda b: 0.01, clock="wall")
+
+
+def test_a_request_that_preempts_itself_is_recomputed_at_once(opt_tiny):
+    # 8 + 40 tokens in 6 blocks of 8: at each of its last 6 decodes it holds all 6 and can_append asks one more
+    # free, so that step runs nothing but preempts it; the next re-prefills it (before: "can never be scheduled")
+    prompt = list(range(1, 9))
+    expected = make_engine(opt_tiny, num_gpu_blocks=64).generate([prompt], 40)
+    tight = make_engine(opt_tiny, num_gpu_blocks=6)
+    assert tight.generate([prompt], 40) == expected
+    assert tight.records.requests[0].num_preemptions == 6
