@@ -411,8 +411,9 @@ class VLLMScheduler(QueueScheduler):
         held = blocks.blocks_to_swap_in(group) - n
         needed = held + n + blocks.watermark_blocks
         width = "beam_width" if group.is_beam else "n"
+        holding = f"{held} block{'s' if held != 1 else ''}"
         return (f"request {group.request_id} (prompt {group.prompt_len} + output {group.output_len} tokens, "
-                f"{width}={group.num_seqs}) is swapped out holding {held} blocks and needs {needed} free to come "
+                f"{width}={group.num_seqs}) is swapped out holding {holding} and needs {needed} free to come "
                 f"back (its blocks, a spare one for each of its {n} sequences and the watermark's "
                 f"{blocks.watermark_blocks}); the pool has {self.num_gpu_blocks} blocks, {blocks.gpu.num_free} free")
 
