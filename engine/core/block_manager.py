@@ -268,9 +268,13 @@ class BlockManager:
     def can_swap_out(self, group: SequenceGroup) -> bool:
         return self._unique_blocks(group) <= self.cpu.num_free
 
+    def blocks_to_swap_in(self, group: SequenceGroup) -> int:
+        """The free blocks a swapped-out group takes to come back: its own, and a spare one per sequence for
+        the appends of the step that swaps it in."""
+        return self._unique_blocks(group) + len(group.live_seqs())
+
     def can_swap_in(self, group: SequenceGroup) -> bool:
-        needed = self._unique_blocks(group) + len(group.live_seqs())
-        return self.gpu.num_free - needed >= self.watermark_blocks
+        return self.gpu.num_free - self.blocks_to_swap_in(group) >= self.watermark_blocks
 
     def swap_out(self, group: SequenceGroup) -> list[tuple[int, int]]:
         """Every block of the group to host memory; the shared prefix's too, as a private copy: the

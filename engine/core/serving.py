@@ -75,6 +75,10 @@ class ServingCore:
         # the last schedule() that ran nothing: it may still move blocks (a preemption by swapping),
         # which the real engine applies and the simulator charges nothing for
         self.idle_batch: Batch | None = None
+        # that schedule() preempted someone: the next one runs what it preempted (a group is not re-admitted
+        # or swapped back in by the schedule() that preempted it), so a data plane schedules again at once,
+        # as vLLM's engine loop steps again while requests are unfinished, instead of idling
+        self.idle_preempted = False
 
     def admit(self, request: Request) -> SequenceGroup:
         group = make_group(request.request_id, request.arrival_s, request.prompt_len, request.output_len,
@@ -88,14 +92,17 @@ class ServingCore:
         return group
 
     def start_step(self, now_s: float) -> Step | None:
-        """Schedule the next iteration; None when nothing can run now."""
+        """Schedule the next iteration; None when nothing can run now (then idle_preempted says whether the
+        next call can)."""
         self.scheduler.now_s = now_s
+        preempted = self.scheduler.num_preemptions
         batch = self.scheduler.schedule()
         ignored = self.scheduler.take_ignored()
         if ignored:
             self._drop(ignored, now_s, "ignored")
         if batch.is_empty:
             self.idle_batch = batch
+            self.idle_preempted = self.scheduler.num_preemptions > preempted
             return None
         return Step(batch, self.scheduler.kv_usage(), now_s, self.scheduler.num_waiting)
 
@@ -166,7 +173,15 @@ class ServingCore:
             raise Unschedulable(self.unschedulable_message())
 
     def unschedulable_message(self) -> str:
+        """What is stuck and why: the scheduler's culprit when it names one (a swapped-out group that cannot come
+        back), else the oldest waiting request."""
         s = self.scheduler
+        culprit = s.stall_culprit()
+        if culprit is not None:
+            where = f"replica {self.replica}: " if self.replica else ""
+            stuck = len(s.groups_in_system())
+            return (f"{where}{stuck} request{'s' if stuck > 1 else ''} can never be scheduled: {culprit}; give the "
+                    "KV cache more memory")
         first = s.groups_in_system()[0] if s.num_waiting else None  # the oldest waiting request
         width = "beam_width" if first is not None and first.is_beam else "n"
         which = (f"; the first is request {first.request_id} (prompt {first.prompt_len} + output "

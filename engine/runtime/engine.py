@@ -223,6 +223,8 @@ class Engine:
         step = run.core.start_step(run.clock)
         if step is None:
             self._apply_plans_only(run, run.core.idle_batch)
+            if run.core.idle_preempted:  # what it preempted runs at the next schedule(), now
+                return True
             if run.pending:  # idle: jump to the next arrival (the last completion's host work fits in the gap)
                 run.clock = max(run.clock, run.pending[0].arrival_s)
                 run.carried_host_s = 0.0

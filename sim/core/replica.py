@@ -65,6 +65,8 @@ class Replica:
         while env.now < self.horizon_s:
             step = core.start_step(env.now)
             if step is None:
+                if core.idle_preempted:  # what it preempted runs at the next schedule(), now
+                    continue
                 if self.arrivals_done:
                     core.check_schedulable()
                     return

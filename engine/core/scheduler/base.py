@@ -29,6 +29,7 @@ class Scheduler:
     num_gpu_blocks: int
     num_cpu_blocks: int
     caches_prefixes: bool = False  # automatic prefix caching (vLLM's option): requests record their hits
+    num_preemptions: int  # groups preempted so far, each time counted
     # the clock at the schedule() about to run, set by ServingCore.start_step (a policy that reads the time,
     # vLLM v0.3's delay_factor, reads it here; the others ignore it)
     now_s: float
@@ -75,6 +76,11 @@ class Scheduler:
     def groups_in_system(self) -> list[SequenceGroup]:
         """Every request admitted and not finished: waiting first (oldest first), then running, then swapped."""
         raise NotImplementedError(f"{type(self).__name__}.groups_in_system")
+
+    def stall_culprit(self) -> str | None:
+        """When nothing can run and nothing more will arrive: the request that holds the rest up, when it is not
+        the oldest waiting one (a group swapped out that cannot come back), in words; None otherwise."""
+        return None
 
     def take_ignored(self) -> list[SequenceGroup]:
         """The requests schedule() ignored since the last call (never run, vLLM's FINISHED_IGNORED): a policy

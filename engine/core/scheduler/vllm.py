@@ -401,15 +401,58 @@ class VLLMScheduler(QueueScheduler):
     def _fork_beam(self, parent: Sequence, child: Sequence) -> None:
         self.blocks.fork(parent, child)
 
+    def stall_culprit(self) -> str | None:
+        """The oldest swapped-out group, which comes back before anything waiting runs (or, chunked, before the
+        prompts that would take its blocks): what it holds, and the free blocks can_swap_in asks."""
+        if not self.swapped:
+            return None
+        group, blocks = self.swapped[0], self.blocks
+        n = len(group.live_seqs())
+        held = blocks.blocks_to_swap_in(group) - n
+        needed = held + n + blocks.watermark_blocks
+        width = "beam_width" if group.is_beam else "n"
+        holding = f"{held} block{'s' if held != 1 else ''}"
+        return (f"request {group.request_id} (prompt {group.prompt_len} + output {group.output_len} tokens, "
+                f"{width}={group.num_seqs}) is swapped out holding {holding} and needs {needed} free to come "
+                f"back (its blocks, a spare one for each of its {n} sequences and the watermark's "
+                f"{blocks.watermark_blocks}); the pool has {self.num_gpu_blocks} blocks, {blocks.gpu.num_free} free")
+
     def _blocks_needed_alone(self, group: SequenceGroup) -> int:
-        # admission keeps the watermark free; the samples share the prompt's full blocks and
-        # grow their own (a lower bound: a pool just above it may still stall, which the
-        # data planes report as Unschedulable)
-        bs, n = self.block_size, group.num_seqs
-        shared = group.prompt_len // bs
-        grow = shared + n * (blocks_for(group.prompt_len + group.output_len, bs) - shared)
-        admit = blocks_for(group.prompt_len, bs) + self.blocks.watermark_blocks
-        return max(admit, grow)
+        """The free blocks a fresh group needs at its most to be sure to finish, by the rules schedule()
+        applies: its prompt's blocks above the watermark to be admitted (can_allocate), and what it takes to
+        come back from a preemption at its last decode, where it holds the most (_comeback_blocks). With
+        fewer, a group preempted there (by others, or by itself: can_append asks a free block per running
+        sequence whether it needs one or not) would wait for good, so it is refused or ignored on arrival."""
+        admit = blocks_for(group.prompt_len, self.block_size) + self.blocks.watermark_blocks
+        if group.output_len < 2:  # its prefill samples its only token: it never decodes
+            return admit
+        return max(admit, self._comeback_blocks(group))
+
+    def _comeback_blocks(self, group: SequenceGroup) -> int:
+        """The free blocks a fresh group needs to run again after a preemption at its last decode.
+
+        Swapped: the blocks it held then (the prompt's full ones shared, the rest each sample's own; at most:
+        forked beams share more), a spare block per sequence and the watermark (can_swap_in), beside a cached
+        shared prefix the manager keeps (the group comes back with its own copy of it). Those cover the spare
+        blocks can_append asks for at its last decode too. Recomputed: its re-prefill's blocks, one table per
+        sample, above the watermark (can_allocate), the prefix cached once; a group that cannot append even
+        alone is then recomputed and gains a token with each re-prefill, so it needs no spare blocks."""
+        bs, n, wm = self.block_size, group.num_seqs, self.blocks.watermark_blocks
+        prefix = self.blocks.prefix_blocks_of(group)
+        longest = group.prompt_len + group.output_len - 1  # its length at its last decode
+        if self.preemption_mode(group) is PreemptionMode.SWAP:
+            shared = group.prompt_len // bs if n > 1 else 0
+            held = shared + n * (blocks_for(longest - 1, bs) - shared)  # before that decode's appends
+            return held + n + wm + prefix
+        return prefix + n * (blocks_for(longest, bs) - prefix) + wm
+
+    def _reservation_note(self, group: SequenceGroup) -> str:
+        if group.output_len < 2:
+            return ""
+        if self.preemption_mode(group) is PreemptionMode.SWAP:
+            return (", swapped out at its last decode and back in with a spare block per sequence and the "
+                    "watermark,")
+        return ", recomputed at its last decode above the watermark,"
 
     def _token_slots_of(self, group: SequenceGroup) -> int:
         slots = shared_prompt_token_slots(group) if group.shares_prompt else unshared_token_slots(group)

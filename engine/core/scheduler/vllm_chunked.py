@@ -19,7 +19,9 @@ full blocks it fills (BlockManager.prompt_computed), so no block is keyed before
 Differences from vLLM, each where servesim's requests differ: a group preempted part way through its
 prefill is recomputed (its chunks dropped) whatever the preemption mode, since nothing it generated would
 be lost; samples recomputed apart after diverging (forced recompute) prefill whole, in one iteration with
-room for all of them.
+room for all of them. And one where v0.4 starved its swapped groups: new prompts are admitted whatever is
+swapped out, as there, but not into the blocks the oldest swapped group needs to come back
+(_leaves_room_to_swap_in).
 """
 from __future__ import annotations
 
@@ -103,6 +105,19 @@ class VLLMChunkedScheduler(VLLMScheduler):
             self._computes(group, stop if group.shares_prompt else max(s.length for s in group.live_seqs()))
             budget -= tokens
 
+    def _leaves_room_to_swap_in(self, group: SequenceGroup) -> bool:
+        """Whether admitting the group leaves the oldest swapped-out group the free blocks it needs to come back
+        (can_swap_in). v0.4 admitted new prompts whatever was swapped out: while they kept the pool full, every
+        step preempted someone, so no swapped group came back, and groups of several samples piled up in the
+        swap space until it ran out. Holding back only the admissions that would take those blocks keeps
+        v0.4's order (swapped groups before new prompts, new prompts beside them when there is room) and lets
+        the swapped group come back once the running ones give the blocks back."""
+        if not self.swapped:
+            return True
+        blocks = self.blocks
+        needed = blocks.blocks_to_swap_in(self.swapped[0]) + blocks.watermark_blocks
+        return blocks.gpu.num_free - blocks.blocks_to_allocate(group) >= needed
+
     def _computes(self, group: SequenceGroup, stop: int) -> None:
         """This iteration's chunk computes the group's prompt up to stop: the prefix cache keys the full
         blocks it fills (in the iteration that computes them, as a whole prompt's are at admission under
@@ -119,7 +134,7 @@ class VLLMChunkedScheduler(VLLMScheduler):
             return 0
         budget = self.token_budget - num_tokens
         live = group.live_seqs()
-        if budget <= 0 or not self.blocks.can_allocate(group) or \
+        if budget <= 0 or not self.blocks.can_allocate(group) or not self._leaves_room_to_swap_in(group) or \
                 self.num_running_seqs + len(live) > self.system.max_num_seqs:
             return None
         cached = self.blocks.cached_tokens(group)

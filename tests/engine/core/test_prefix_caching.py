@@ -74,8 +74,7 @@ def test_single_sequences_keep_the_invariants_and_count_tokens_exactly(reqs, pre
 @hyp(max_examples=40)
 @given(workloads(max_n=3), st.sampled_from(["auto", "recompute", "swap"]), st.integers(30, 60))
 def test_samples_keep_the_invariants(reqs, preemption, num_gpu_blocks):
-    # (pools of 30+ blocks: in smaller ones groups of 3 samples can stall with the cache or without it, the
-    # lower bound of _blocks_needed_alone)
+    # (pools of 30+ blocks: in smaller ones a group of 3 samples may be refused, _blocks_needed_alone)
     sched = scheduler_for(caching(preemption), num_gpu_blocks, num_cpu_blocks=128)
     run = drive(sched, reqs, (StepInvariants(), PrefixCacheInvariants()))
     check_finished(run, reqs)

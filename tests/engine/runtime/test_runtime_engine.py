@@ -216,3 +216,13 @@ def test_the_default_host_swap_is_vllms_4_gib_but_never_more_blocks_than_the_dev
     block = kv_block_bytes(opt_tiny, 8, torch.float16)
     assert DEFAULT_SWAP_SPACE_BYTES == 4 * GIB
     assert default_swap_blocks(opt_tiny, 8, torch.float16, 10 * 4 * GIB // block) == 4 * GIB // block
+
+
+def test_a_request_that_preempts_itself_is_recomputed_at_once(opt_tiny):
+    # 8 + 40 tokens in 6 blocks of 8: at each of its last 6 decodes it holds all 6 and can_append asks one more
+    # free, so that step runs nothing but preempts it; the next re-prefills it (before: "can never be scheduled")
+    prompt = list(range(1, 9))
+    expected = make_engine(opt_tiny, num_gpu_blocks=64).generate([prompt], 40)
+    tight = make_engine(opt_tiny, num_gpu_blocks=6)
+    assert tight.generate([prompt], 40) == expected
+    assert tight.records.requests[0].num_preemptions == 6
