@@ -113,3 +113,13 @@ def test_gh200_swaps_kv_over_nvlink_c2c_not_pcie():
     # the latency per copy is the same on both; the bytes move 450 / 64 times faster over NVLink-C2C
     latency = blocks * swap_transfers_per_block(spec) * RooflineParams().swap_transfer_latency_s
     assert (slow - latency) / (fast - latency) == pytest.approx(450 / 64)
+
+
+def test_the_docs_name_every_shipped_sheet():
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    config_row = next(line for line in (docs / "config.md").read_text().splitlines() if line.startswith("| `hardware`"))
+    spec_table = (docs / "transfer.md").read_text().split("## The new GPUs", 1)[1]
+    for name in available_hardware():
+        assert f"`{name}`" in config_row, f"docs/config.md's hardware row lacks {name}"
+        if not name.startswith("a100"):  # the measured chip has its own sections
+            assert f"\n| {name} |" in spec_table, f"docs/transfer.md's spec table lacks {name}"
