@@ -1,6 +1,7 @@
 """Hardware spec sheets and the errors a user can cause writing one."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,57 @@ def test_bad_hardware_yaml_names_the_file_and_key(tmp_path, changes, key, words)
 def test_hardware_that_is_not_a_mapping():
     with pytest.raises(SpecError, match="mapping"):
         hardware_from_dict(None, "empty.yaml")
+
+
+@pytest.mark.parametrize("name", available_hardware())
+def test_every_shipped_sheet_loads_and_names_its_source(name):
+    text = (HARDWARE_DIR / f"{name}.yaml").read_text()
+    assert text.startswith("# ")  # the datasheet the figures come from, before any figure
+    hw = load_hardware(name)
+    assert hw.name == name
+    # one direction per link, dense fp16: no shipped accelerator is past these, so a slip of units shows
+    assert 1e12 < hw.peak_flops < 1e16 and 1e11 < hw.hbm_bytes_per_s < 1e14
+    assert 1e9 < hw.pcie_bytes_per_s <= hw.nvlink_bytes_per_s * 1.0001 or name == "gh200"
+    assert 1 < hw.memory_gib < 1024
+
+
+ADDED = {"a40": 149.7e12, "l4": 121e12, "a10": 125e12, "gh200": 989e12, "mi300x": 1307.4e12}
+
+
+@pytest.mark.parametrize("name,dense_fp16", sorted(ADDED.items()))
+def test_the_added_gpus_price_a_decode_batch(name, dense_fp16):
+    from calibrate.roofline import RooflineCostModel
+    from engine.core.batch import Batch
+    from engine.specs.loader import load_model_spec
+
+    hw = load_hardware(name)
+    assert hw.peak_flops == dense_fp16  # the dense peak, not the sparse one the datasheets print first
+    batch = Batch(decode_seq_ids=list(range(32)), decode_context_lens=[512] * 32)
+    seconds = RooflineCostModel(load_model_spec("llama-7b"), hw).iteration_time(batch)
+    assert math.isfinite(seconds) and 0 < seconds < 1.0
+
+
+def test_gh200_swaps_kv_over_nvlink_c2c_not_pcie():
+    from calibrate.roofline import RooflineCostModel, RooflineParams, swap_transfers_per_block
+    from engine.specs.loader import load_model_spec
+
+    spec = load_model_spec("llama-7b")
+    gh200, h100 = load_hardware("gh200"), load_hardware("h100-sxm")
+    assert gh200.peak_flops == h100.peak_flops  # the same Hopper GPU: only the host link differs
+    assert gh200.pcie_bytes_per_s == 450e9 and h100.pcie_bytes_per_s == 64e9
+    blocks = 64
+    fast, slow = RooflineCostModel(spec, gh200).swap_time(blocks), RooflineCostModel(spec, h100).swap_time(blocks)
+    assert fast < slow
+    # the latency per copy is the same on both; the bytes move 450 / 64 times faster over NVLink-C2C
+    latency = blocks * swap_transfers_per_block(spec) * RooflineParams().swap_transfer_latency_s
+    assert (slow - latency) / (fast - latency) == pytest.approx(450 / 64)
+
+
+def test_the_docs_name_every_shipped_sheet():
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    config_row = next(line for line in (docs / "config.md").read_text().splitlines() if line.startswith("| `hardware`"))
+    spec_table = (docs / "transfer.md").read_text().split("## The new GPUs", 1)[1]
+    for name in available_hardware():
+        assert f"`{name}`" in config_row, f"docs/config.md's hardware row lacks {name}"
+        if not name.startswith("a100"):  # the measured chip has its own sections
+            assert f"\n| {name} |" in spec_table, f"docs/transfer.md's spec table lacks {name}"
