@@ -7,13 +7,13 @@ from pathlib import Path
 def _cmd_capacity(args) -> int:
     import pandas as pd
 
-    from sim.capacity.plan import plan_capacity, run_capacity
+    from sim.capacity.plan import FLAGS, plan_capacity, run_capacity
     from sim.cli import executor_spec
     from sim.experiment.config import load_experiment
     from sim.experiment.output import prepare_out_dir, write_csv
 
     exp = load_experiment(args.config, args.set)
-    plan = plan_capacity(exp, args.target, args.rate, args.seed, args.tolerance)
+    plan = plan_capacity(exp, args.target, args.rate, args.seed, args.tolerance, FLAGS)
     executor = executor_spec(args, runs=len(exp.systems) * 8)  # a search probes ahead: room for more workers
     out_dir = prepare_out_dir(Path(args.out or Path("results") / exp.name))
     with executor.open() as workers:

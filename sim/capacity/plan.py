@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from engine.core.system import SystemSpec
+from engine.specs.arguments import API, Spelling
 from engine.specs.checks import number, option, positive
 from engine.specs.errors import SpecError
 from sim.capacity.search import (
@@ -50,29 +51,34 @@ class CapacityPlan:
         return min(min(self.exp.rates), self.ceiling)
 
 
+# the command's flags for the API's keywords
+FLAGS = Spelling(target="--target", rate="--rate", seed="--seed", tolerance="--tolerance")
+
+
 def plan_capacity(exp: Experiment, targets: str | Sequence[str], rate: float | None = None, seed: int = 0,
-                  tolerance: float = 0.05) -> CapacityPlan:
-    """The arguments of a capacity search, each refused with a SpecError naming it, before any probe runs."""
-    option(positive, tolerance, "--tolerance")
+                  tolerance: float = 0.05, names: Spelling = API) -> CapacityPlan:
+    """The arguments of a capacity search, each refused with a SpecError naming it as the caller spelled it
+    (`names`: FLAGS from the command), before any probe runs."""
+    option(positive, tolerance, names["tolerance"])
     if tolerance < MIN_REL_TOL:
-        raise SpecError("--tolerance", "", (
+        raise SpecError(names["tolerance"], "", (
             f"{tolerance:g} is finer than a float resolves between two rates (about {MIN_REL_TOL:.2g} "
             f"relative); give at least {MIN_REL_TOL:.2g}"))
     if tolerance >= 1:  # (high - low) / high is below 1 from the start: the search would not bisect at all
-        raise SpecError("--tolerance", "", f"must be below 1 (a relative precision, e.g. 0.05), got {tolerance:g}")
-    option(number, seed, "--seed", low=0, whole=True)
-    goals = parse_targets(targets)
+        raise SpecError(names["tolerance"], "", f"must be below 1 (a relative precision, e.g. 0.05), got {tolerance:g}")
+    option(number, seed, names["seed"], low=0, whole=True)
+    goals = parse_targets(targets, names["target"])
     check_searchable(exp)
     if rate is not None:
-        option(positive, rate, "--rate")
-        _check_rate(exp, rate)
+        option(positive, rate, names["rate"])
+        _check_rate(exp, rate, names["rate"])
     return CapacityPlan(exp, goals, None if rate is None else float(rate), int(seed), float(tolerance))
 
 
-def _check_rate(exp: Experiment, rate: float) -> None:
-    """--rate is simulated as one run's total rate: run's request limit applies to it too."""
+def _check_rate(exp: Experiment, rate: float, name: str) -> None:
+    """The total rate is simulated as one run's: run's request limit applies to it too."""
     if rate > rate_ceiling(exp):
-        raise SpecError("--rate", "", (
+        raise SpecError(name, "", (
             f"{rate:g} req/s for {exp.workload.duration_s:g} s (workload.duration_s) is about "
             f"{rate * exp.workload.duration_s:.3g} requests, more than one run simulates ({MAX_REQUESTS:,}); "
             f"give at most {rate_ceiling(exp):.4g}, or a shorter workload.duration_s"))

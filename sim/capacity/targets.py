@@ -17,7 +17,6 @@ TARGET_METRICS = ("normalized_latency", "normalized_latency_p90", "ttft_p50_s", 
                   "tpot_mean_s", "tpot_p90_s", "tpot_p99_s", "latency_mean_s")
 # what a probe keeps of its run's summary besides the targets' metrics: what says whether it served its load
 SERVED_KEYS = ("saturated", "backlog_growth", "num_unfinished", "num_ignored", "num_aborted")
-TARGET_KEY = "--target"
 
 
 @dataclass(frozen=True)
@@ -36,37 +35,37 @@ class Verdict:
     why: str = ""
 
 
-def parse_target(text: str) -> Target:
-    """One METRIC=LIMIT."""
+def parse_target(text: str, name: str = "target") -> Target:
+    """One METRIC=LIMIT; `name` is the argument it came in, as the caller spelled it."""
     if not isinstance(text, str) or "=" not in text:
-        raise SpecError(TARGET_KEY, repr(text),
+        raise SpecError(name, repr(text),
                         f"write METRIC=LIMIT, e.g. normalized_latency=0.1; metrics: {list(TARGET_METRICS)}")
     metric, limit = (part.strip() for part in text.split("=", 1))
     if metric not in TARGET_METRICS:
-        raise SpecError(TARGET_KEY, repr(metric), f"unknown metric; valid: {list(TARGET_METRICS)}")
+        raise SpecError(name, repr(metric), f"unknown metric; valid: {list(TARGET_METRICS)}")
     try:
         value = float(limit)
     except ValueError:
-        raise SpecError(TARGET_KEY, metric, f"limit {limit!r} is not a number") from None
+        raise SpecError(name, metric, f"limit {limit!r} is not a number") from None
     if not (value > 0 and math.isfinite(value)):
-        raise SpecError(TARGET_KEY, metric, f"limit must be a positive number, got {value}")
+        raise SpecError(name, metric, f"limit must be a positive number, got {value}")
     return Target(metric, value)
 
 
-def parse_targets(texts: str | Sequence[str]) -> tuple[Target, ...]:
+def parse_targets(texts: str | Sequence[str], name: str = "target") -> tuple[Target, ...]:
     """Every target of repeated --target options (or the API's list), each METRIC=LIMIT or a comma list of
     them; a metric given twice with two limits is refused, since which one counts would be a guess."""
     if isinstance(texts, str):
         texts = [texts]
     if not isinstance(texts, Sequence) or not texts:
-        raise SpecError(TARGET_KEY, repr(texts), "give at least one METRIC=LIMIT, e.g. normalized_latency=0.1")
-    targets = [parse_target(part) for text in texts for part in _parts(text)]
+        raise SpecError(name, repr(texts), "give at least one METRIC=LIMIT, e.g. normalized_latency=0.1")
+    targets = [parse_target(part, name) for text in texts for part in _parts(text)]
     if not targets:
-        raise SpecError(TARGET_KEY, repr(list(texts)), "give at least one METRIC=LIMIT, e.g. normalized_latency=0.1")
+        raise SpecError(name, repr(list(texts)), "give at least one METRIC=LIMIT, e.g. normalized_latency=0.1")
     seen: dict[str, Target] = {}
     for target in targets:
         if target.metric in seen and seen[target.metric] != target:
-            raise SpecError(TARGET_KEY, target.metric, (
+            raise SpecError(name, target.metric, (
                 f"given twice ({seen[target.metric].limit:g} and {target.limit:g}); give each metric once"))
         seen[target.metric] = target
     return tuple(seen.values())
