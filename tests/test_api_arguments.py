@@ -15,23 +15,14 @@ import pytest
 import servesim
 from engine.specs.errors import SpecError
 from servesim.cli import main
-from tests.helpers.configs import tiny
-
-
-class Reached(BaseException):
-    """Raised where a function's work would start: its arguments passed the door."""
-
-
-def _reached(*args, **kwargs):
-    raise Reached(args, kwargs)
+from tests.helpers.doors import Reached, write_api_folder
+from tests.helpers.doors import reached as _reached
 
 
 @pytest.fixture
 def here(tmp_path, monkeypatch) -> Path:
     monkeypatch.chdir(tmp_path)
-    Path("tiny.yaml").write_text(tiny(systems="[vllm, orca-oracle]", rates="[2]",
-                                      workload="{dataset: sharegpt-standin, duration_s: 6}", warmup_s="1"))
-    Path("file.txt").write_text("not a folder\n")
+    write_api_folder(tmp_path)
     return tmp_path
 
 

@@ -19,19 +19,12 @@ from hypothesis import strategies as st
 
 import servesim
 from engine.specs.errors import SpecError
-from tests.helpers.configs import tiny
+from tests.helpers.doors import Reached, write_api_folder
+from tests.helpers.doors import reached as _reached
 
 FUZZ = settings(deadline=None, derandomize=True, database=None, max_examples=50,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 LOADED = "<the tiny experiment, loaded>"  # drawn as a name: hypothesis shows it in a failing example
-
-
-class Reached(BaseException):
-    """Raised where a function's work would start: its arguments passed the door."""
-
-
-def _reached(*args, **kwargs):
-    raise Reached(args, kwargs)
 
 
 def tagged(*pairs) -> st.SearchStrategy:
@@ -58,9 +51,7 @@ def here(tmp_path, monkeypatch) -> Path:
     import importlib
 
     monkeypatch.chdir(tmp_path)
-    Path("tiny.yaml").write_text(tiny(systems="[vllm, orca-oracle]", rates="[2]",
-                                      workload="{dataset: sharegpt-standin, duration_s: 6}", warmup_s="1"))
-    Path("file.txt").write_text("not a folder\n")
+    write_api_folder(tmp_path)
     Path("folder").mkdir()
     for module, name in [("sim.experiment.run", "run_one"), ("sim.experiment.sweep", "sweep"),
                          ("sim.reproduce.runner", "reproduce"), ("fidelity.validate", "validate")]:

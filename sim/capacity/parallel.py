@@ -28,8 +28,8 @@ class Job:
     """One search to run, and what it has learnt: the probe at each point, in any order."""
     start: Callable[[], Search]  # a fresh generator of the search, to replay along the answers known
     probe_args: Callable[[Hashable], tuple]  # the arguments of probe_fn for a point
+    holds: Callable[[Any], bool | None]  # the answer a probe gives this search (held, over, or None: nothing known)
     known: dict = field(default_factory=dict)  # point -> its probe (maybe shared with other jobs)
-    holds: Callable[[Any], bool | None] = lambda probe: probe.holds  # the answer a probe gives this search
     path: list = field(default_factory=list)  # the points the search has taken, in order
     done: bool = False
     result: Any = None

@@ -151,8 +151,8 @@ def job(exp: Experiment, system: SystemSpec, targets: Target | tuple[Target, ...
     """A search of one system against its targets, ready for run_searches with `probe`; `known`, the probes
     another search of the same system and seed has made, to share."""
     goals = (targets,) if isinstance(targets, Target) else targets
-    return Job(start, lambda point: (exp, system, point[0], point[1], seed), {} if known is None else known,
-               holds=lambda p: judge(p.summary, goals).held)
+    return Job(start, lambda point: (exp, system, point[0], point[1], seed), lambda p: judge(p.summary, goals).held,
+               {} if known is None else known)
 
 
 def run_jobs(jobs: list[Job], workers: Workers | None = None,

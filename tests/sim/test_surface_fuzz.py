@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import textwrap
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,23 +26,11 @@ from sim.executors.pool import Workers
 from sim.experiment.config import MAX_REQUESTS, load_experiment
 from sim.experiment.metrics import SIGNED_METRICS, SUMMARY_METRICS
 from sim.experiment.run import run_one
+from tests.helpers.doors import FakeProbe, Reached, fake_holds, reached
 from tests.helpers.hostile import TINY
 
 FUZZ = settings(deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-
-
-@dataclass
-class Probe:
-    """A made-up probe: the answer it gives is its `holds` (Job's default judge)."""
-    rate: float
-    replicas: int
-    value: float
-    holds: bool | None
-
-
-class Reached(BaseException):
-    """Raised where a command's work would start: its arguments passed the door (main does not catch it)."""
 
 
 def _one_line_user_error(err: BaseException) -> bool:
@@ -98,13 +85,13 @@ class Wide(Workers):
 
 @pytest.mark.parametrize("width", [1, 3])
 def test_no_information_answers_take_the_same_path_on_any_number_of_workers(width):
-    def fake(rate: float, replicas: int) -> Probe:
+    def fake(rate: float, replicas: int) -> FakeProbe:
         held = None if rate < 0.05 else rate <= 3.3
-        return Probe(rate, replicas, math.nan, held)
+        return FakeProbe(rate, replicas, math.nan, held)
 
     def search(w: int):
-        job = Job(lambda: rate_search(0.01, 0.01, 1), lambda point: point)
-        seen: list[Probe] = []
+        job = Job(lambda: rate_search(0.01, 0.01, 1), lambda point: point, fake_holds)
+        seen: list[FakeProbe] = []
         run_searches([job], fake, Wide(w), lambda i, p: seen.append(p))
         return job.result, [(p.rate, p.holds) for p in seen]
 
@@ -137,7 +124,7 @@ def test_capacity_arguments_are_refused_in_one_line_or_searched(tiny, capsys, mo
                                                                seed):
     import sim.capacity.plan
 
-    monkeypatch.setattr(sim.capacity.plan, "run_jobs", lambda *a, **k: (_ for _ in ()).throw(Reached()))
+    monkeypatch.setattr(sim.capacity.plan, "run_jobs", reached)
     capsys.readouterr()  # the examples share the fixture: only this one's output
     # --opt=VALUE, as a shell user passes -inf (argparse would read `--rate -inf` as an option named -inf)
     argv = ["capacity", "tiny.yaml", f"--target=normalized_latency={limit}", f"--tolerance={tolerance}",
@@ -285,7 +272,7 @@ def test_trace_sample_flags_are_refused_in_one_line_or_sane(tiny, capsys, monkey
 def test_run_flags_are_refused_before_any_run_or_pass(tiny, capsys, monkeypatch, ylim, jobs):
     import sim.experiment.sweep
 
-    monkeypatch.setattr(sim.experiment.sweep, "sweep_rows", lambda *a, **k: (_ for _ in ()).throw(Reached()))
+    monkeypatch.setattr(sim.experiment.sweep, "sweep_rows", reached)
     capsys.readouterr()
     valid = 0 < float(ylim) < math.inf and int(jobs) >= 0
     try:

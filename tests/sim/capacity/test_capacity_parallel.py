@@ -1,8 +1,6 @@
 """Capacity searches probing ahead on several workers take the path, and give the answer, of one worker."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -12,15 +10,7 @@ from servesim.cli import main
 from sim.capacity.parallel import Job, run_searches
 from sim.capacity.search import capacity_search, rate_search
 from sim.executors.pool import Workers
-
-
-@dataclass
-class Probe:
-    """A made-up probe: the answer it gives is its `holds` (Job's default judge)."""
-    rate: float
-    replicas: int
-    value: float
-    holds: bool | None
+from tests.helpers.doors import FakeProbe, fake_holds
 
 
 class Counting(Workers):
@@ -36,16 +26,16 @@ class Counting(Workers):
         return super().run_all(fn, calls)
 
 
-def fake_probe(rate: float, replicas: int, capacity: float) -> Probe:
+def fake_probe(rate: float, replicas: int, capacity: float) -> FakeProbe:
     """A deployment whose replicas each hold up to `capacity` req/s."""
-    return Probe(rate, replicas, rate / replicas, rate / replicas <= capacity)
+    return FakeProbe(rate, replicas, rate / replicas, rate / replicas <= capacity)
 
 
 def _search(capacities: list[float], width: int, total_rate: float | None = 20.0):
     workers = Counting(width)
     jobs = [Job(lambda: capacity_search(1.0, 0.02, total_rate, max_replicas=64),
-                lambda point, c=c: (point[0], point[1], c)) for c in capacities]
-    seen: list[tuple[int, Probe]] = []
+                lambda point, c=c: (point[0], point[1], c), fake_holds) for c in capacities]
+    seen: list[tuple[int, FakeProbe]] = []
     run_searches(jobs, fake_probe, workers, lambda i, p: seen.append((i, p)))
     paths = [[p for j, p in seen if j == i] for i in range(len(jobs))]
     return [job.result for job in jobs], paths, workers
@@ -73,7 +63,7 @@ def test_the_search_stops_on_a_probes_error():
             raise ValueError("boom")
         return fake_probe(rate, replicas, capacity)
 
-    job = Job(lambda: rate_search(1.0, 0.05, 1), lambda point: (point[0], point[1], 10.0))
+    job = Job(lambda: rate_search(1.0, 0.05, 1), lambda point: (point[0], point[1], 10.0), fake_holds)
     with pytest.raises(ValueError, match="boom"):
         run_searches([job], failing, Counting(3), lambda i, p: None)
 

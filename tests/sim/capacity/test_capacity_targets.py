@@ -12,6 +12,7 @@ import servesim
 from engine.specs.errors import SpecError
 from servesim.cli import main
 from sim.capacity.targets import TARGET_METRICS, Target, judge, parse_targets
+from tests.helpers.doors import Reached, reached
 
 SERVED = {"saturated": False, "backlog_growth": 0.0, "num_unfinished": 0, "num_ignored": 0, "num_aborted": 0}
 FAST = {metric: 0.01 for metric in TARGET_METRICS}
@@ -107,10 +108,6 @@ def test_a_horizon_cut_at_the_traces_end_still_finds_a_rate(write_config):
     assert table["max_rate_per_replica_rps"][0] > 0.5
 
 
-class Reached(Exception):
-    """The search was about to run: every argument passed its checks."""
-
-
 VALUES = [None, 0, -1, 0.5, 1, 2, 7, 1e-20, 0.05, 0.99, 1.5, 1e12, math.inf, -math.inf, math.nan, "2", True, [1]]
 
 
@@ -122,7 +119,7 @@ def test_the_apis_arguments_are_searched_or_refused_naming_one(write_config, mon
                                                              targets):
     import sim.capacity.plan
 
-    monkeypatch.setattr(sim.capacity.plan, "run_jobs", lambda *a, **k: (_ for _ in ()).throw(Reached()))
+    monkeypatch.setattr(sim.capacity.plan, "run_jobs", reached)
     try:
         servesim.capacity(write_config(), targets, rate=rate, seed=seed, tolerance=tolerance)
     except Reached:
