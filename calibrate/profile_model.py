@@ -6,8 +6,10 @@ from pathlib import Path
 
 import numpy as np
 
+from calibrate.breakdown import IterationTime, fold
 from calibrate.costmodel import CostModel, per_step, stretch_block_sums, stretch_context_sums
 from calibrate.hardware import HardwareSpec
+from calibrate.host import host_parts
 from calibrate.host import host_time as host_seconds
 from calibrate.profile_file import DTYPE_BYTES, Profile, load_profile
 from calibrate.roofline import RooflineParams, swap_block_seconds, swap_transfers_per_block
@@ -108,6 +110,34 @@ class ProfileCostModel(CostModel):
         """The host part of iteration_time: the fitted host work, where measured and charge_host asks for it."""
         return host_seconds(self.host, batch.num_seqs, batch.num_prefill_tokens) if self.charge_host else 0.0
 
+    def breakdown(self, batch: ShapeMetrics) -> IterationTime:
+        """iteration_time by the profile's fitted terms, each times the serving factor (so they add up to the
+        device part within rounding: the clock scales their sum), and the host work by term."""
+        blocks = batch.decode_blocks(self.block_size) if self._per_block and batch.decode_context_lens else 0
+        parts = self._device_parts(batch, batch.sum_decode_context, batch.max_decode_context, blocks)
+        device = {kind: float(value) * self.serving_factor for kind, value in parts}
+        host = host_parts(self.host, batch.num_seqs, batch.num_prefill_tokens) if self.charge_host else {}
+        swaps = batch.num_swap_blocks
+        return IterationTime(device, host, self.device_time(batch), self.host_time(batch),
+                             self.swap_time(swaps) if swaps else 0.0, parts_exact=self.serving_factor == 1.0)
+
+    def _device_parts(self, batch: ShapeMetrics, sum_decode_context, max_decode_context, decode_blocks):
+        """The fitted device terms of one iteration, before the serving factor, in the order _device adds them.
+        A prefill over a cached prefix counts its attention over the cached tokens in sum_prefill_sq (n (n + 2c),
+        see engine.core.batch): the profiler times plain prompts only, so this carries the fitted per-pair cost
+        over to them; the cached tokens cost no linear-layer work."""
+        parts = [("linear", self.token_cost(batch.num_tokens)), ("per_sequence", self._per_seq * batch.num_seqs)]
+        if batch.decode_context_lens:
+            parts.append(("attention", self._context * sum_decode_context
+                          + self._padded_context * batch.num_decodes * max_decode_context))
+        if batch.prefill_lens:
+            parts.append(("prefill", self._prefill_sq * batch.sum_prefill_sq + self._per_prefill * batch.num_prefills))
+            if batch.decode_context_lens:
+                parts.append(("mixed", self._mixed))
+        if self._per_block and batch.decode_context_lens:
+            parts.append(("decode_blocks", self._per_block * decode_blocks))
+        return parts
+
     def _time(self, batch: ShapeMetrics, sum_decode_context, max_decode_context, decode_blocks):
         """iteration_time (device part + host part), for one iteration's decode contexts (their sum, maximum,
         and the KV blocks they span when the profile prices blocks) or arrays of them."""
@@ -117,20 +147,8 @@ class ProfileCostModel(CostModel):
         return t
 
     def _device(self, batch: ShapeMetrics, sum_decode_context, max_decode_context, decode_blocks):
-        t = self.token_cost(batch.num_tokens) + self._per_seq * batch.num_seqs
-        if batch.decode_context_lens:
-            t += (self._context * sum_decode_context
-                  + self._padded_context * batch.num_decodes * max_decode_context)
-        if batch.prefill_lens:
-            # a prefill over a cached prefix counts its attention over the cached tokens in sum_prefill_sq
-            # (n (n + 2c), see engine.core.batch): the profiler times plain prompts only, so this carries
-            # the fitted per-pair cost over to them; the cached tokens cost no linear-layer work
-            t += self._prefill_sq * batch.sum_prefill_sq + self._per_prefill * batch.num_prefills
-            if batch.decode_context_lens:
-                t += self._mixed
-        if self._per_block and batch.decode_context_lens:
-            t += self._per_block * decode_blocks
-        return t * self.serving_factor
+        return fold(value for _, value in self._device_parts(batch, sum_decode_context, max_decode_context,
+                                                             decode_blocks)) * self.serving_factor
 
     def token_cost(self, tokens: int) -> float:
         """The token-cost table at `tokens` (calibrate/features.token_costs, one value at a time)."""

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from calibrate.all_reduce import AllReduceTable
+from calibrate.breakdown import IterationTime, fold
 from calibrate.costmodel import (
     SCALAR_STEPS,
     CostModel,
@@ -57,7 +58,7 @@ from calibrate.costmodel import (
     stretch_context_sums,
 )
 from calibrate.hardware import HardwareSpec
-from calibrate.host import host_time
+from calibrate.host import host_parts, host_time
 from calibrate.layer_ops import ITERATION_ELEMENTWISE, LAYER_ELEMENTWISE, LayerShape
 from calibrate.linear_model import LinearFit
 from calibrate.ridge import bent_roof, ridge_exponent
@@ -244,7 +245,17 @@ class RooflineCostModel(CostModel):
 
     def _time(self, batch: ShapeMetrics, sum_decode_context, decode_blocks):
         """iteration_time, for one iteration's decode contexts (their sum, and the KV blocks they span when
-        the paged kernel's per-block cost applies, else None) or arrays of them."""
+        the paged kernel's per-block cost applies, else None) or arrays of them: the device's kinds added in
+        order (_device_parts), then the host work in series."""
+        t = fold(value for _, value in self._device_parts(batch, sum_decode_context, decode_blocks))
+        if self.charge_host:
+            t += host_time(self.host, batch.num_seqs, batch.num_prefill_tokens)
+        return t
+
+    def _device_parts(self, batch: ShapeMetrics, sum_decode_context, decode_blocks) -> list[tuple[str, object]]:
+        """The device's seconds by kind (calibrate/breakdown.DEVICE_KINDS), in the order the clock adds them:
+        the one formula of this model, which iteration_time's and a stretch's fast copies (RooflineTerms) are
+        checked against to the bit."""
         tokens = batch.num_tokens
         logit_rows = batch.num_seqs
         compute = tokens * self._s_per_token_linear + logit_rows * self._s_per_logit_row
@@ -260,19 +271,33 @@ class RooflineCostModel(CostModel):
         prefill_sq = batch.sum_prefill_sq
         if prefill_sq:
             attention = prefill_sq * self._s_per_prompt_sq + attention
-        comm = self._comm_time(tokens)
-        copies = batch.num_copy_blocks * self._s_per_copied_block
-        # t > 0 (the weights are read) and attention >= 0, so adding a term that is exactly 0 changes no
-        # bit: skipping it (above too) spares an array operation when a decode stretch is priced at once
-        t = matmuls + attention
-        for term in (comm, copies, self.params.overhead_s):
-            if term:
-                t = t + term
+        # t > 0 (the weights are read) and attention >= 0, so a term that is exactly 0 changes no bit of the
+        # sum: fold skips it, which spares an array operation when a decode stretch is priced at once
+        parts: list[tuple[str, object]] = [
+            ("linear", matmuls), ("attention", attention), ("all_reduce", self._comm_time(tokens)),
+            ("block_copies", batch.num_copy_blocks * self._s_per_copied_block), ("overhead", self.params.overhead_s)]
         if self.linear is not None:
-            t += self._s_kernels_fixed + tokens * self._s_per_token_kernels
-        if self.charge_host:
-            t += host_time(self.host, batch.num_seqs, batch.num_prefill_tokens)
-        return t
+            parts.append(("other_kernels", self._s_kernels_fixed + tokens * self._s_per_token_kernels))
+        return parts
+
+    def breakdown(self, batch: ShapeMetrics) -> IterationTime:
+        """iteration_time by kind and term (calibrate/breakdown.py): its parts add up to it to the bit."""
+        blocks = batch.decode_blocks(self.block_size) if self._paged_decodes(batch) else None
+        device = {kind: float(value) for kind, value in self._device_parts(batch, batch.sum_decode_context, blocks)}
+        host = self.host_parts(batch) if self.charge_host else {}
+        swaps = batch.num_swap_blocks
+        return IterationTime(device, host, fold(device.values()), self.host_time(batch),
+                             self.swap_time(swaps) if swaps else 0.0)
+
+    def device_time(self, batch: ShapeMetrics) -> float:
+        """The device part of iteration_time, as the clock adds it up before the host work (so that device_time +
+        host_time is iteration_time to the bit, which a difference of the two would not be)."""
+        blocks = batch.decode_blocks(self.block_size) if self._paged_decodes(batch) else None
+        return fold(value for _, value in self._device_parts(batch, batch.sum_decode_context, blocks))
+
+    def host_parts(self, batch: ShapeMetrics) -> dict[str, float]:
+        """host_time by term, in the order it adds them (calibrate/host.py)."""
+        return host_parts(self.host, batch.num_seqs, batch.num_prefill_tokens)
 
     def host_time(self, batch) -> float:
         """The host part of iteration_time (CostModel.device_time is the rest): the host work in series."""

@@ -8,11 +8,13 @@ engine's host work is carried as measured in both.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
+from calibrate.breakdown import IterationTime
 from calibrate.costmodel import BatchLike, CostModel
 from calibrate.hardware import HardwareSpec
 from calibrate.roofline import RooflineCostModel, RooflineParams
@@ -52,6 +54,16 @@ class RegimeCostModel(CostModel):
 
     def swap_time(self, num_blocks: int) -> float:
         return self.roofline.swap_time(num_blocks)
+
+    def breakdown(self, batch: BatchLike) -> IterationTime:
+        swaps = batch.num_swap_blocks
+        return replace(self.model_for(batch).breakdown(batch), swap_s=self.swap_time(swaps) if swaps else 0.0)
+
+    def device_time(self, batch: BatchLike) -> float:
+        return self.model_for(batch).device_time(batch)
+
+    def host_time(self, batch: BatchLike) -> float:
+        return self.model_for(batch).host_time(batch)
 
     def decode_attention_time(self, batch: BatchLike) -> float:
         return self.roofline.decode_attention_time(batch)  # type: ignore[attr-defined]
