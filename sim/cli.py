@@ -32,7 +32,9 @@ def _cmd_run(args) -> int:
     # the plot is drawn last, after every run: its arguments are checked first, or a bad one would
     # leave the runs done and summary.csv written, and then fail
     option(positive, args.ylim, "--ylim")
-    checked = run_arguments(args.config, args.set, args.out, args.jobs, args.iterations, RUN_FLAGS,
+    overrides = [*args.set, *(["breakdown=true"] if args.breakdown else []),
+                 *(["trace_events=true"] if args.trace_events else [])]
+    checked = run_arguments(args.config, overrides, args.out, args.jobs, args.iterations, RUN_FLAGS,
                             executor=lambda runs: executor_spec(args, runs))
     exp, out_dir, executor = checked.exp, checked.out_dir, checked.executor
     runs = len(exp.systems) * len(exp.rates) * len(exp.seeds)
@@ -111,6 +113,12 @@ def register(sub) -> None:
     run.add_argument("--iterations", choices=("parquet", "csv", "none"), default="parquet",
                      help="each run's per-iteration records: iterations.parquet (default), iterations.csv.gz, "
                      "or not kept")
+    run.add_argument("--breakdown", action="store_true",
+                     help="each iteration's device time by kernel kind and host time by term, as columns of the "
+                     "iterations file and shares in summary.csv (the config's `breakdown: true`)")
+    run.add_argument("--trace-events", action="store_true",
+                     help="also each run's trace.json.gz, a Chrome/Perfetto trace: a track per replica, a slice per "
+                     "iteration with its parts (the config's `trace_events: true`; implies --breakdown)")
     run.add_argument("--ylim", type=float, default=1.0, help="y-axis top of the plot, s/token (paper: 1.0)")
     run.add_argument("--no-plots", action="store_true",
                      help="skip normalized_latency.png and kv_usage.png (and matplotlib's import); "

@@ -36,6 +36,9 @@ TOP_LEVEL_KEYS = {
     "max_time_factor": "stop simulating at this multiple of the trace span",
     "replicas": "identical replicas behind a router",
     "router": "round_robin | least_outstanding",
+    "breakdown": "true: each iteration's device time by kernel kind and host time by term, in the iterations "
+                 "file and as shares in the summary (every iteration priced on its own: slower)",
+    "trace_events": "true: also each run's trace.json.gz, a Chrome/Perfetto trace (implies breakdown)",
 }
 ROUTERS = ("round_robin", "least_outstanding")
 DTYPE_BYTES = (1, 2, 4)  # int8/fp8, fp16/bf16, fp32
@@ -75,6 +78,8 @@ class Experiment:
     replicas: int
     router: str
     raw: dict = field(default_factory=dict, compare=False)
+    breakdown: bool = False  # each iteration's breakdown in the iterations file, its shares in the summary
+    trace_events: bool = False  # each run's trace.json.gz too
 
     def kv_pool(self, system: SystemSpec) -> KVPool:
         return kv_pool(self.model, self.hardware, self.tensor_parallel, self.dtype_bytes,
@@ -92,6 +97,12 @@ def _list_of(value: Any, source: str, key: str, check) -> tuple:
 
 def _seed(value: Any, source: str, key: str) -> int:
     return number(value, source, key, low=0, whole=True)
+
+
+def _flag(value: Any, source: str, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(source, key, f"must be true or false, got {value!r}")
+    return value
 
 
 def _dtype_bytes(value: Any, source: str, key: str) -> int:
@@ -215,6 +226,9 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
         replicas=number(raw.get("replicas", 1), source, "replicas", low=1, high=MAX_REPLICAS, whole=True),
         router=choice(raw.get("router", "round_robin"), source, "router", ROUTERS),
         raw=raw,
+        breakdown=_flag(raw.get("breakdown", False), source, "breakdown") or _flag(
+            raw.get("trace_events", False), source, "trace_events"),
+        trace_events=_flag(raw.get("trace_events", False), source, "trace_events"),
     )
     check_parallelism(exp)
     check_batching(exp)
