@@ -30,8 +30,6 @@ from engine.specs.errors import SpecError
 from engine.specs.loader import load_model_spec
 
 TOKEN_BANDS = ((1, 64), (65, 512), (513, 4096))  # memory-bound, around the ridge, compute-bound (A100)
-DEVICE_NAMES = {"a100-80gb": "NVIDIA A100-SXM4-80GB", "a100-40gb": "NVIDIA A100-SXM4-40GB",
-                "h100-sxm": "NVIDIA H100 80GB HBM3", "h200": "NVIDIA H200"}
 
 
 @dataclass
@@ -145,7 +143,7 @@ def import_profile(table_paths, all_reduce_path, model: str, measured_on: str, c
     all_reduce = read_all_reduce(all_reduce_path).to_dict() if all_reduce_path else None
     summary = by_model.summary()["per_iteration"]
     profile = Profile(
-        model=model, device="cuda", device_name=DEVICE_NAMES.get(measured_on, measured_on), dtype="float16",
+        model=model, device="cuda", device_name=hw.device_names[0] if hw.device_names else hw.name, dtype="float16",
         tensor_parallel=1, block_size=16, token_knots=knots, token_costs_s=costs,
         coefficients={term: 0.0 for term in TERMS},  # attention: not in these measurements
         heldout_mape=summary["mape"], heldout_p95_ape=summary["p95_ape"],

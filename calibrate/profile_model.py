@@ -8,7 +8,7 @@ import numpy as np
 
 from calibrate.breakdown import IterationTime, fold
 from calibrate.costmodel import CostModel, per_step, stretch_block_sums, stretch_context_sums
-from calibrate.hardware import HardwareSpec
+from calibrate.hardware import HardwareSpec, hardware_for_device
 from calibrate.host import host_parts
 from calibrate.host import host_time as host_seconds
 from calibrate.profile_file import DTYPE_BYTES, Profile, load_profile
@@ -217,15 +217,6 @@ def compute_slope(knots: list[int], costs: list[float]) -> float:
     top = knots[-1]
     lower = min(range(len(knots) - 1), key=lambda i: abs(knots[i] - top / 2))
     return max((costs[-1] - costs[lower]) / (top - knots[lower]), 0.0)
-
-
-DEVICE_HARDWARE = (("h200", "h200"), ("h100", "h100-sxm"), ("a10080gb", "a100-80gb"), ("a100", "a100-40gb"))
-
-
-def hardware_for_device(device_name: str) -> str | None:
-    """The shipped hardware spec a profiled device is, e.g. 'NVIDIA A100-SXM4-80GB' -> 'a100-80gb'."""
-    flat = device_name.lower().replace(" ", "").replace("-", "").replace("sxm4", "")
-    return next((spec for key, spec in DEVICE_HARDWARE if key in flat), None)
 
 
 def transferred_roofline(path: str | Path, measured_on: str | None, model: ModelSpec, hardware: HardwareSpec,

@@ -216,8 +216,8 @@ def report_lines(errors: list[RegimeError]) -> list[str]:
 def fit_lines(raw_path: str | Path) -> list[str]:
     """What `calibrate fit` adds for an engine profile of a GPU: that GPU held out from the shipped A100 fit,
     and its own compute share carried to the A100 (nothing for a CPU profile: no GPU to carry to)."""
+    from calibrate.hardware import hardware_for_device
     from calibrate.profile_file import load_profile
-    from calibrate.profile_model import hardware_for_device
 
     head = read_csv(raw_path, "raw engine profile").head(1)
     if "device" not in head.columns or str(head["device"].iloc[0]) != "cuda":
