@@ -21,13 +21,21 @@ class CostModel(ABC):
 
     #: shown in every output so a reader knows where the times came from
     source: str = ""
-    #: whether iteration_time includes the engine's host work around the forward; only a profile that
-    #: measured it can, and a validation whose real clock is the forward alone turns it off
-    charge_host: bool = False
+    _charge_host: bool = False
     #: whether a step's time is a function of its batch alone, so that the simulator may price the
     #: iterations of a decode stretch before it runs them (sim/core/fast_forward.py); False for a cost model
     #: that hands out times in call order (fidelity's replayed engine times)
     prices_ahead: bool = True
+
+    @property
+    def charge_host(self) -> bool:
+        """Whether iteration_time includes the engine's host work around the forward; only a model that has host
+        terms can, and a validation whose real clock is the forward alone turns it off."""
+        return self._charge_host
+
+    @charge_host.setter
+    def charge_host(self, value: bool) -> None:
+        self._charge_host = value
 
     @abstractmethod
     def iteration_time(self, batch: BatchLike) -> float: ...

@@ -185,7 +185,7 @@ class RooflineCostModel(CostModel):
         return self._time(batch, batch.sum_decode_context, blocks)
 
     @property
-    def charge_host(self) -> bool:  # CostModel's class attribute; here bound into _terms too
+    def charge_host(self) -> bool:  # bound into _terms too
         return self._charge_host
 
     @charge_host.setter

@@ -26,7 +26,7 @@ from engine.specs.errors import SpecError
 class RegimeCostModel(CostModel):
     """Each iteration priced by the transfer or the roofline, as its regime on `hw` is chosen."""
 
-    def __init__(self, transfer: CostModel, roofline: CostModel, hw: HardwareSpec, choice: RegimeChoice,
+    def __init__(self, transfer: CostModel, roofline: RooflineCostModel, hw: HardwareSpec, choice: RegimeChoice,
                  dtype_bytes: int = 2):
         self.transfer, self.roofline, self.hw, self.choice = transfer, roofline, hw, choice
         self.dtype_bytes = dtype_bytes
@@ -34,7 +34,7 @@ class RegimeCostModel(CostModel):
         self.source = f"{transfer.source}; by regime on {hw.name}: {choice.describe()}"
 
     @property
-    def charge_host(self) -> bool:  # type: ignore[override]
+    def charge_host(self) -> bool:
         return self.transfer.charge_host
 
     @charge_host.setter
@@ -66,10 +66,10 @@ class RegimeCostModel(CostModel):
         return self.model_for(batch).host_time(batch)
 
     def decode_attention_time(self, batch: BatchLike) -> float:
-        return self.roofline.decode_attention_time(batch)  # type: ignore[attr-defined]
+        return self.roofline.decode_attention_time(batch)
 
     def prefill_attention_time(self, batch: BatchLike) -> float:
-        return self.roofline.prefill_attention_time(batch)  # type: ignore[attr-defined]
+        return self.roofline.prefill_attention_time(batch)
 
 
 @lru_cache(maxsize=8)

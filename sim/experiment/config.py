@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from calibrate.costmodel import CostModel
 from calibrate.hardware import HardwareSpec, available_hardware, load_hardware
 from calibrate.memory import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool
-from calibrate.profile_model import ProfileCostModel, transferred_roofline
+from calibrate.registry import KINDS, PROFILE_KINDS, Clock, CostModelConfig, build_cost_model
 from calibrate.roofline import RooflineParams
 from engine.core.spec import ModelSpec
 from engine.core.system import PAPER_SYSTEMS, SystemSpec
@@ -48,14 +49,6 @@ DTYPE_BYTES = (1, 2, 4)  # int8/fp8, fp16/bf16, fp32
 MAX_REPLICAS = 4096
 MAX_KV_BLOCKS = 2**25
 MAX_REQUESTS = 10_000_000
-
-
-@dataclass(frozen=True)
-class CostModelConfig:
-    kind: str  # roofline | profile | transfer
-    profile_path: Path | None = None
-    roofline: RooflineParams = RooflineParams()
-    measured_on: str | None = None  # transfer: the hardware the profile was measured on
 
 
 @dataclass(frozen=True)
@@ -137,7 +130,7 @@ def _cost_model(raw: Any, source: str, base_dir: Path) -> CostModelConfig:
         raise SpecError(source, "cost_model", "must be 'roofline', a profile path, or a mapping")
     raw = dict(raw)
     kind = raw.pop("kind", "roofline")
-    if kind in ("profile", "transfer"):
+    if kind in PROFILE_KINDS:
         if "path" not in raw:
             raise SpecError(source, "cost_model.path", f"a {kind} cost model needs the profile's path")
         path = _resolve(raw.pop("path"), base_dir, source, "cost_model.path")
@@ -149,7 +142,7 @@ def _cost_model(raw: Any, source: str, base_dir: Path) -> CostModelConfig:
             raise SpecError(source, f"cost_model.{key}", f"unknown key; valid keys are {valid}")
         return CostModelConfig(kind, path, measured_on=measured_on)
     if kind != "roofline":
-        raise SpecError(source, "cost_model.kind", f"{kind!r} is not one of ['roofline', 'profile', 'transfer']")
+        raise SpecError(source, "cost_model.kind", f"{kind!r} is not one of {list(KINDS)}")
     valid = set(RooflineParams.__dataclass_fields__)
     for key, value in raw.items():
         if key not in valid:
@@ -240,14 +233,17 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
 
 
 def check_cost_model(exp: Experiment) -> None:
-    """A profile is read now, as every run will read it: its numbers, its model and its tensor parallelism."""
-    config, system = exp.cost_model, exp.systems[0]
-    if config.kind == "profile":
-        ProfileCostModel.from_profile(config.profile_path, exp.model, exp.hardware, exp.tensor_parallel,
-                                      exp.dtype_bytes, system.block_size)
-    elif config.kind == "transfer":
-        transferred_roofline(config.profile_path, config.measured_on, exp.model, exp.hardware,
-                             exp.tensor_parallel, exp.dtype_bytes, system.block_size)
+    """The cost model is built now, as every run will build it: a profile's numbers, its model and its tensor
+    parallelism are checked before anything is simulated."""
+    clock_for(exp, exp.systems[0])
+
+
+def clock_for(exp: Experiment, system: SystemSpec) -> CostModel:
+    """The cost model one of the experiment's systems runs on (calibrate/registry.py): FasterTransformer ran its
+    own dense attention kernel in the paper; vLLM and the Orca baselines the paged one."""
+    clock = Clock(exp.model, exp.hardware, exp.tensor_parallel, exp.dtype_bytes, system.block_size,
+                  paged=system.kind != "fastertransformer")
+    return build_cost_model(exp.cost_model, clock, exp.source)
 
 
 def check_parallelism(exp: Experiment) -> None:

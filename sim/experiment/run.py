@@ -9,8 +9,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from calibrate.costmodel import CostModel
-from calibrate.profile_model import ProfileCostModel, transferred_roofline
-from calibrate.roofline import RooflineCostModel
 from engine.core.errors import Unservable
 from engine.core.records import DROPPED_COLUMNS, ITERATION_COLUMNS
 from engine.core.system import SystemSpec
@@ -18,7 +16,7 @@ from sim.core.breakdown import BreakdownRecorder
 from sim.core.independent_replicas import ReplicaRun
 from sim.core.simulate import merged_records, simulate_runs
 from sim.experiment.breakdown import breakdown_columns, breakdown_shares, recorded_steps
-from sim.experiment.config import Experiment
+from sim.experiment.config import Experiment, clock_for
 from sim.experiment.merged import MergedIterations
 from sim.experiment.metrics import SUMMARY_METRICS, summarize
 from sim.experiment.records import Records, request_arrays
@@ -71,17 +69,8 @@ class RunResult:
 
 
 def make_cost_model(exp: Experiment, system: SystemSpec) -> CostModel:
-    config = exp.cost_model
-    if config.kind == "profile":
-        return ProfileCostModel.from_profile(config.profile_path, exp.model, exp.hardware,
-                                             exp.tensor_parallel, exp.dtype_bytes, system.block_size)
-    # FasterTransformer ran its own dense attention kernel in the paper; vLLM and the Orca baselines the paged one
-    paged = system.kind != "fastertransformer"
-    if config.kind == "transfer":
-        return transferred_roofline(config.profile_path, config.measured_on, exp.model, exp.hardware,
-                                    exp.tensor_parallel, exp.dtype_bytes, system.block_size, paged)
-    return RooflineCostModel(exp.model, exp.hardware, exp.tensor_parallel, exp.dtype_bytes,
-                             system.block_size, config.roofline, paged=paged)
+    """The cost model a run of `system` prices its iterations with (calibrate/registry.py, through clock_for)."""
+    return clock_for(exp, system)
 
 
 def trace_for(exp: Experiment, rate: float, seed: int, rng: np.random.Generator | None = None) -> Trace:
