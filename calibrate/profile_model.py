@@ -222,6 +222,10 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
         raise SpecError(str(path), "device", (
             f"the profile was measured on {profile.device_name} ({profile.device}); only a GPU profile's "
             f"efficiencies carry over to {hardware.name}"))
+    if profile.linear is not None and profile.linear.get("gpus"):
+        from calibrate.transfer_joint import two_gpu_cost_model  # a fit on two GPUs: its own default by regime
+
+        return two_gpu_cost_model(profile, path, model, hardware, tp, dtype_bytes, block_size, paged)
     name = measured_on or hardware_for_device(profile.device_name)
     if name is None:
         raise SpecError(str(path), "device_name", (
@@ -243,15 +247,16 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
 
 def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpec, model: ModelSpec,
                               hardware: HardwareSpec, tp: int, dtype_bytes: int, block_size: int,
-                              paged: bool = True):
+                              paged: bool = True, fit=None):
     """The roofline of (model, hardware, tp) with an imported profile's linear part (its efficiencies and
-    bend, its kernels' latencies and bandwidths), its all-reduce table (over links as fast as the
-    target's, relative to the measured GPU's) and its host work in series; attention from the roofline."""
+    bend, its kernels' latencies and bandwidths; `fit` in its place where given), its all-reduce table (over
+    links as fast as the target's, relative to the measured GPU's) and its host work in series; attention
+    from the roofline."""
     from calibrate.all_reduce import AllReduceTable
     from calibrate.linear_model import LinearFit
     from calibrate.roofline import RooflineCostModel
 
-    fit = LinearFit.from_dict(profile.linear)
+    fit = fit or LinearFit.from_dict(profile.linear)
     table = None
     if profile.all_reduce is not None:
         table = AllReduceTable.from_dict(profile.all_reduce).scaled(

@@ -176,10 +176,10 @@ def h200_to_a100(profile: Profile, share: float, measured_on: str = "h200", targ
                        f"compute share {share:.2f} fitted on the H200 prefills; {profile.model}'s A100 token table")
 
 
-def choose(errors: list[RegimeError]) -> RegimeChoice:
+def choose(errors: list[RegimeError], regimes: tuple[str, ...] = REGIMES) -> RegimeChoice:
     """The transfer in a regime only where every held-out GPU judged there has it beating the roofline."""
     use, reasons = set(), {}
-    for regime in REGIMES:
+    for regime in regimes:
         judged = [e for e in errors if e.regime == regime]
         if not judged:
             reasons[regime] = "no held-out GPU measured it"
@@ -189,7 +189,7 @@ def choose(errors: list[RegimeError]) -> RegimeChoice:
         else:
             lost = [e.direction for e in judged if not e.beats_roofline]
             reasons[regime] = "no better than the roofline on " + ", ".join(lost)
-    return RegimeChoice(frozenset(use), reasons)
+    return RegimeChoice(frozenset(use), reasons, tuple(regimes))
 
 
 def judge_profile(profile: Profile, raw_paths=H200_RAW) -> list[RegimeError]:
