@@ -9,15 +9,12 @@ the judgement is read from the profile, so a run never needs the held-out tables
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from calibrate.hardware import HardwareSpec, load_hardware
 from calibrate.linear_model import LinearFit
 from calibrate.profile_file import Profile
+from calibrate.regime_errors import RegimeError
 from calibrate.transfer import RegimeChoice, same_chip
-from calibrate.transfer_judge import RegimeError
 from calibrate.transfer_two_gpus import two_gpu_choice
-from engine.core.spec import ModelSpec
 from engine.specs.errors import SpecError
 
 
@@ -41,24 +38,11 @@ def measured_gpus(profile: Profile, source: str) -> list[HardwareSpec]:
         raise SpecError(source, "linear.gpus", f"names a GPU with no shipped spec sheet ({err})") from None
 
 
-def two_gpu_cost_model(profile: Profile, path: str | Path, model: ModelSpec, hardware: HardwareSpec, tp: int,
-                       dtype_bytes: int, block_size: int, paged: bool = True):
-    from calibrate.profile_model import _measured_linear_roofline
-    from calibrate.transfer_cost import by_regime
-
-    name = Path(path).name
-    gpus = measured_gpus(profile, str(path))
-    all_reduce_on = gpus[0]  # the profile's all-reduce table is the first GPU's
+def fit_for(profile: Profile, source: str, hardware: HardwareSpec) -> tuple[HardwareSpec, LinearFit, str | None]:
+    """(the GPU the all-reduce table was measured on, the fit that prices `hardware`, the measured GPU whose own
+    fit that is, or None where it is the fit on both)."""
+    gpus = measured_gpus(profile, source)
     own = next((gpu for gpu in gpus if same_chip(gpu, hardware)), None)
     if own is not None:
-        fit = LinearFit.from_dict(profile.linear["gpus"][own.name])  # type: ignore[index]
-        cost = _measured_linear_roofline(profile, name, all_reduce_on, model, hardware, tp, dtype_bytes,
-                                         block_size, paged, fit=fit)
-        cost.source += f"; {own.name}'s own fit of the two, in every regime: measured on this chip"
-        return cost
-    joint = _measured_linear_roofline(profile, name, all_reduce_on, model, hardware, tp, dtype_bytes, block_size,
-                                      paged)
-    joint.source = joint.source.replace("with the linear part measured in",
-                                        f"with the linear part fitted on {' and '.join(g.name for g in gpus)} in")
-    return by_regime(joint, path, all_reduce_on, model, hardware, tp, dtype_bytes, block_size, paged,
-                     profile.host, choice=stored_choice(profile))
+        return gpus[0], LinearFit.from_dict(profile.linear["gpus"][own.name]), own.name  # type: ignore[index]
+    return gpus[0], LinearFit.from_dict(profile.linear or {}), None
