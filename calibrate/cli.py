@@ -65,7 +65,7 @@ def _cmd_fit(args) -> int:
 def _cmd_import(args) -> int:
     from calibrate.op_import import import_profile, report
 
-    for table in args.tables:
+    for table in (*args.tables, *args.also):
         existing_file(table, table, what="a per-operation table (Vidur's mlp.csv)")
     for name, path in (("--all-reduce", args.all_reduce), ("--host", args.host)):
         if path is not None:
@@ -77,7 +77,8 @@ def _cmd_import(args) -> int:
         else f"servesim calibrate import {' '.join(args.tables)} --model {args.model} --out {args.out}"
     provenance = {key: value for key, value in (("source", args.source), ("licence", args.licence)) if value}
     result = import_profile(args.tables, args.all_reduce, args.model, args.measured_on, command,
-                            host_profile=args.host, max_tokens=args.max_tokens, provenance=provenance)
+                            host_profile=args.host, max_tokens=args.max_tokens, provenance=provenance,
+                            also_tables=args.also, also_measured_on=args.also_measured_on)
     print(report(result))
     result.profile.save(args.out)
     print(f"wrote {args.out}: use it as cost_model: {{kind: transfer, path: {args.out}}}")
@@ -318,6 +319,11 @@ def register(sub) -> None:
                      help="the servesim model whose measured linear part becomes the profile's token-cost table")
     imp.add_argument("--measured-on", default="a100-80gb", choices=available_hardware(),
                      help="the shipped hardware spec of the GPU the tables were measured on")
+    imp.add_argument("--also", nargs="+", default=[], metavar="TABLE",
+                     help="a second GPU's per-operation tables: the linear part is fitted on both GPUs' tables, "
+                          "each GPU held out from a fit on the other, and the default on other GPUs set by regime")
+    imp.add_argument("--also-measured-on", default="h100-sxm", choices=available_hardware(),
+                     help="the shipped hardware spec of the GPU the --also tables were measured on")
     imp.add_argument("--host", help="a profile that measured the engine's host work, charged in series")
     imp.add_argument("--max-tokens", type=int, default=4096, help="fit rows up to this many tokens")
     imp.add_argument("--source", default="", help="where the tables came from, kept in the profile")

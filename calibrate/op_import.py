@@ -21,11 +21,12 @@ from calibrate.features import TERMS, choose_knots
 from calibrate.hardware import HardwareSpec, load_hardware
 from calibrate.layer_ops import ELEMENTWISE, GEMMS, ITERATION_ELEMENTWISE, LayerShape
 from calibrate.linear_model import LinearFit
-from calibrate.op_fit import fit_linear, today_roofline
+from calibrate.op_fit import fit_linear, fit_linear_on, today_roofline
 from calibrate.op_table import OpTable, read_op_table
 from calibrate.profile_file import Profile, load_profile
 from calibrate.transfer import REGIMES, regimes_of
 from calibrate.transfer_judge import RegimeError, judge_profile, report_lines
+from calibrate.transfer_two_gpus import GpuTables, HoldOut, both_ways, judgement, two_gpu_choice
 from engine.specs.errors import SpecError
 from engine.specs.loader import load_model_spec
 
@@ -86,6 +87,9 @@ class ImportResult:
     by_tp: Errors | None  # None where every table has one tensor-parallel degree
     roofline: Errors  # today's roofline: nothing fitted, so every row is held out
     gpu: list[RegimeError] = field(default_factory=list)  # on a GPU the fit never saw (calibrate/transfer_judge.py)
+    # with a second GPU's tables (--also): the fit on both, each GPU held out from a fit on the other
+    joint: LinearFit | None = None
+    two_gpus: list[HoldOut] = field(default_factory=list)
 
 
 def load_tables(paths, max_tokens: int) -> list[OpTable]:
@@ -127,8 +131,15 @@ def _same_layer(measured: LayerShape, spec: LayerShape) -> bool:
 
 
 def import_profile(table_paths, all_reduce_path, model: str, measured_on: str, command: str,
-                   host_profile: str | None = None, max_tokens: int = 4096, provenance: dict | None = None
+                   host_profile: str | None = None, max_tokens: int = 4096, provenance: dict | None = None,
+                   also_tables=(), also_measured_on: str = "h100-sxm", layers: dict[str, int] | None = None
                    ) -> ImportResult:
+    """`also_tables`: a second GPU's tables (`also_measured_on`): the profile's linear part is then fitted on
+    both GPUs' tables together, and each GPU is held out from a fit on the other (calibrate/transfer_two_gpus.py);
+    `layers`: the tables' models' layer counts (default calibrate/table_models.LAYERS)."""
+    if also_tables:
+        return _import_two_gpus(table_paths, all_reduce_path, model, measured_on, command, host_profile,
+                                max_tokens, provenance, also_tables, also_measured_on, layers)
     hw = load_hardware(measured_on)
     tables = load_tables(list(table_paths), max_tokens)
     ops = pd.concat([t.ops for t in tables], ignore_index=True)
@@ -160,6 +171,46 @@ def import_profile(table_paths, all_reduce_path, model: str, measured_on: str, c
     gpu = judge_profile(profile) if measured_on.startswith("a100") else []
     profile.linear["heldout"]["gpu"] = [asdict(e) for e in gpu]
     return ImportResult(profile, fit, by_model, by_tp, roofline, gpu)
+
+
+def _import_two_gpus(table_paths, all_reduce_path, model: str, measured_on: str, command: str,
+                     host_profile: str | None, max_tokens: int, provenance: dict | None, also_tables,
+                     also_measured_on: str, layers: dict[str, int] | None) -> ImportResult:
+    """The first GPU's import as without --also (its token table, all-reduce, held-out models), then the linear
+    part refitted on both GPUs' tables and judged with each GPU held out."""
+    if load_hardware(also_measured_on).name == load_hardware(measured_on).name:
+        raise SpecError("--also-measured-on", "", f"{also_measured_on} is the GPU the first tables were measured "
+                        "on; a second GPU is held out from a fit on the first, so it must be another")
+    first = import_profile(table_paths, all_reduce_path, model, measured_on, command, host_profile, max_tokens,
+                           provenance)
+    hw, other = load_hardware(measured_on), load_hardware(also_measured_on)
+    ops = pd.concat([t.ops for t in load_tables(list(table_paths), max_tokens)], ignore_index=True)
+    also = load_tables(list(also_tables), max_tokens)
+    also_ops = pd.concat([t.ops for t in also], ignore_index=True)
+    holdouts = both_ways(GpuTables(hw, ops, layers), GpuTables(other, also_ops, layers))
+    errors = judgement(holdouts)
+    joint = fit_linear_on([(ops, hw), (also_ops, other)])
+    profile = first.profile
+    linear = profile.linear or {}
+    profile.linear = {**joint.to_dict(), "max_tokens": max_tokens,
+                      "models": sorted({*linear["models"], *(t.label for t in also)}),
+                      "gpus": {hw.name: {**first.fit.to_dict(), "models": linear["models"]},
+                               other.name: {**holdouts[1].fit.to_dict(), "models": sorted(t.label for t in also)}},
+                      "heldout": {**linear["heldout"], "gpu": [],
+                                  "two_gpus": [asdict(e) for e in errors],
+                                  "two_gpus_by_model": {h.direction: _by_model_dict(h) for h in holdouts}}}
+    profile.device_name = f"{profile.device_name} and {DEVICE_NAMES.get(also_measured_on, also_measured_on)}"
+    profile.heldout_method += (f"; the linear part fitted on {measured_on}'s and {also_measured_on}'s tables "
+                               "together, each GPU held out from a fit on the other in linear.heldout.two_gpus")
+    profile.grid = {**{f"{measured_on}/{k}": v for k, v in profile.grid.items()},
+                    **{f"{also_measured_on}/{t.label}": int(len(t.ops)) for t in also}}
+    profile.train_rows = profile.heldout_rows = int(len(ops) + len(also_ops))
+    profile.provenance = {**profile.provenance, "also_tables": [Path(p).name for p in also_tables]}
+    return ImportResult(profile, first.fit, first.by_model, first.by_tp, first.roofline, [], joint, holdouts)
+
+
+def _by_model_dict(holdout: HoldOut) -> dict:
+    return {str(m): {k: float(v) for k, v in row.items()} for m, row in holdout.by_model().iterrows()}
 
 
 def _host_terms(path: str | None) -> dict | None:
@@ -211,9 +262,33 @@ def report(result: ImportResult) -> str:
     if result.by_tp is not None:
         per_tp = result.by_tp.layers.groupby("tp")["ape"].mean()
         lines.append("per iteration, each tp held out: " + ", ".join(f"tp {t} {v:.1%}" for t, v in per_tp.items()))
-    if result.gpu:
+    if result.two_gpus:
+        lines += two_gpu_lines(result)
+    elif result.gpu:
         lines += report_lines(result.gpu)
     else:
         lines.append("on a GPU the fit never saw: not judged (the shipped held-out GPU data judges A100 fits); "
                      "on other hardware the default is the roofline in every regime")
     return "\n".join(lines)
+
+
+def two_gpu_lines(result: ImportResult) -> list[str]:
+    """The fit on both GPUs, and each GPU held out from a fit on the other, per regime beside the roofline."""
+    joint = result.joint
+    assert joint is not None
+    lines = [f"linear part on both GPUs (shares of each GPU's own spec sheet, latencies common): compute "
+             f"{joint.compute_efficiency:.3f}, bandwidth {joint.bandwidth_efficiency:.3f}, ridge efficiency "
+             f"{joint.ridge_efficiency:.3f}, matmul latency {joint.gemm_latency_s * 1e6:.1f} us"]
+    for h in result.two_gpus:
+        f = h.fit
+        lines.append(f"  fitted on {h.direction.split(' -> ')[0]} alone: compute {f.compute_efficiency:.3f}, "
+                     f"bandwidth {f.bandwidth_efficiency:.3f}, ridge efficiency {f.ridge_efficiency:.3f}, "
+                     f"matmul latency {f.gemm_latency_s * 1e6:.1f} us")
+    errors = judgement(result.two_gpus)
+    lines += report_lines(errors)[:1 + len(errors)]
+    for h in result.two_gpus:
+        mean, worst, roof_mean, roof_worst = h.reference()
+        lines.append(f"  {h.direction}: LLaMA-2-7B at tp 1, 1-1,024 tokens: {mean:.1%} ({worst:.1%}); roofline "
+                     f"{roof_mean:.1%} ({roof_worst:.1%})")
+    lines.append("default on a GPU neither measured: " + two_gpu_choice(errors).describe())
+    return lines

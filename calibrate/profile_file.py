@@ -176,19 +176,59 @@ def _check_linear(linear, source: str) -> None:
         return
     if not isinstance(linear, dict):
         raise SpecError(source, "linear", "must map the linear part's fitted parameters (calibrate/op_fit.py)")
-    for key in ("compute_efficiency", "bandwidth_efficiency", "ridge_efficiency"):
-        share(linear.get(key), source, f"linear.{key}")
-    non_negative(linear.get("gemm_latency_s"), source, "linear.gemm_latency_s")  # seconds
-    elementwise = linear.get("elementwise", {})
+    _check_fit(linear, source, "linear")
+    gpus = linear.get("gpus", {})
+    if not isinstance(gpus, dict):
+        raise SpecError(source, "linear.gpus", "must map each measured GPU's name to its own fit")
+    for name, fit in gpus.items():
+        if not isinstance(fit, dict):
+            raise SpecError(source, f"linear.gpus.{name}", "must map that GPU's own fitted parameters")
+        _check_fit(fit, source, f"linear.gpus.{name}")
+    heldout = linear.get("heldout", {})
+    judged = heldout.get("two_gpus") if isinstance(heldout, dict) else None
+    if gpus and judged is None:
+        raise SpecError(source, "linear.heldout.two_gpus", "missing: a fit on two GPUs keeps its held-out "
+                        "judgement (calibrate/transfer_two_gpus.py), which sets its default by regime")
+    if judged is not None:
+        _check_two_gpu_judgement(judged, source)
+
+
+def _check_fit(fit: dict, source: str, key: str) -> None:
+    for name in ("compute_efficiency", "bandwidth_efficiency", "ridge_efficiency"):
+        share(fit.get(name), source, f"{key}.{name}")
+    non_negative(fit.get("gemm_latency_s"), source, f"{key}.gemm_latency_s")  # seconds
+    elementwise = fit.get("elementwise", {})
     if not isinstance(elementwise, dict):
-        raise SpecError(source, "linear.elementwise", "must map kernels to latency_s and bandwidth_efficiency")
+        raise SpecError(source, f"{key}.elementwise", "must map kernels to latency_s and bandwidth_efficiency")
     for op, terms in elementwise.items():
         if op not in ELEMENTWISE:
-            raise SpecError(source, f"linear.elementwise.{op}", f"unknown kernel; valid: {list(ELEMENTWISE)}")
+            raise SpecError(source, f"{key}.elementwise.{op}", f"unknown kernel; valid: {list(ELEMENTWISE)}")
         if not isinstance(terms, dict):
-            raise SpecError(source, f"linear.elementwise.{op}", "must map latency_s and bandwidth_efficiency")
-        non_negative(terms.get("latency_s"), source, f"linear.elementwise.{op}.latency_s")
-        share(terms.get("bandwidth_efficiency"), source, f"linear.elementwise.{op}.bandwidth_efficiency")
+            raise SpecError(source, f"{key}.elementwise.{op}", "must map latency_s and bandwidth_efficiency")
+        non_negative(terms.get("latency_s"), source, f"{key}.elementwise.{op}.latency_s")
+        share(terms.get("bandwidth_efficiency"), source, f"{key}.elementwise.{op}.bandwidth_efficiency")
+
+
+JUDGED_ERRORS = ("mean", "worst", "roofline_mean", "roofline_worst")
+
+
+def _check_two_gpu_judgement(judged, source: str) -> None:
+    """Each entry one direction's regime: which, over how many rows, its errors and the roofline's."""
+    from calibrate.transfer import FINE_REGIMES
+
+    if not isinstance(judged, list) or not judged:
+        raise SpecError(source, "linear.heldout.two_gpus", "must list each direction's error per regime")
+    for i, entry in enumerate(judged):
+        key = f"linear.heldout.two_gpus[{i}]"
+        if not isinstance(entry, dict):
+            raise SpecError(source, key, "must map direction, regime, rows and the errors")
+        if not isinstance(entry.get("direction"), str) or " -> " not in entry["direction"]:
+            raise SpecError(source, f"{key}.direction",
+                            f"must say 'FITTED -> HELD OUT', got {entry.get('direction')!r}")
+        choice(entry.get("regime"), source, f"{key}.regime", list(FINE_REGIMES))
+        positive_int(entry.get("rows"), source, f"{key}.rows")
+        for name in JUDGED_ERRORS:
+            non_negative(entry.get(name), source, f"{key}.{name}")
 
 
 def _check_host(host, source: str) -> None:

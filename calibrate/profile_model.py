@@ -231,6 +231,8 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
         raise SpecError(str(path), "device", (
             f"the profile was measured on {profile.device_name} ({profile.device}); only a GPU profile's "
             f"efficiencies carry over to {hardware.name}"))
+    if profile.linear is not None and profile.linear.get("gpus"):
+        return _two_gpu_roofline(profile, path, model, hardware, tp, dtype_bytes, block_size, paged)
     name = measured_on or hardware_for_device(profile.device_name)
     if name is None:
         raise SpecError(str(path), "device_name", (
@@ -250,17 +252,37 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
     return cost
 
 
+def _two_gpu_roofline(profile: Profile, path: str | Path, model: ModelSpec, hardware: HardwareSpec, tp: int,
+                      dtype_bytes: int, block_size: int, paged: bool):
+    """A profile fitted on two GPUs (calibrate/transfer_joint.py): on either of them its own fit in every regime;
+    elsewhere the fit on both, by the regimes its stored held-out judgement chose."""
+    from calibrate.transfer_cost import by_regime
+    from calibrate.transfer_joint import fit_for, stored_choice
+
+    all_reduce_on, fit, own = fit_for(profile, str(path), hardware)
+    cost = _measured_linear_roofline(profile, Path(path).name, all_reduce_on, model, hardware, tp, dtype_bytes,
+                                     block_size, paged, fit=fit)
+    if own is not None:
+        cost.source += f"; {own}'s own fit of the two, in every regime: measured on this chip"
+        return cost
+    cost.source = cost.source.replace("with the linear part measured in", "with the linear part fitted on "
+                                      f"{' and '.join(profile.linear['gpus'])} in")  # type: ignore[index]
+    return by_regime(cost, path, all_reduce_on, model, hardware, tp, dtype_bytes, block_size, paged, profile.host,
+                     choice=stored_choice(profile))
+
+
 def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpec, model: ModelSpec,
                               hardware: HardwareSpec, tp: int, dtype_bytes: int, block_size: int,
-                              paged: bool = True):
+                              paged: bool = True, fit=None):
     """The roofline of (model, hardware, tp) with an imported profile's linear part (its efficiencies and
-    bend, its kernels' latencies and bandwidths), its all-reduce table (over links as fast as the
-    target's, relative to the measured GPU's) and its host work in series; attention from the roofline."""
+    bend, its kernels' latencies and bandwidths; `fit` in its place where given), its all-reduce table (over
+    links as fast as the target's, relative to the measured GPU's) and its host work in series; attention
+    from the roofline."""
     from calibrate.all_reduce import AllReduceTable
     from calibrate.linear_model import LinearFit
     from calibrate.roofline import RooflineCostModel
 
-    fit = LinearFit.from_dict(profile.linear)
+    fit = fit or LinearFit.from_dict(profile.linear)
     table = None
     if profile.all_reduce is not None:
         table = AllReduceTable.from_dict(profile.all_reduce).scaled(

@@ -42,7 +42,7 @@ class RegimeCostModel(CostModel):
         self.transfer.charge_host = self.roofline.charge_host = value
 
     def model_for(self, batch: BatchLike) -> CostModel:
-        regime = regime_of(batch.num_tokens, self.hw, self.dtype_bytes)
+        regime = regime_of(batch.num_tokens, self.hw, self.dtype_bytes, latency=self.choice.fine)
         return self.transfer if self.choice.uses_transfer(regime) else self.roofline
 
     def iteration_time(self, batch: BatchLike) -> float:
