@@ -199,7 +199,7 @@ def _import_two_gpus(table_paths, all_reduce_path, model: str, measured_on: str,
                       "heldout": {**linear["heldout"], "gpu": [],
                                   "two_gpus": [asdict(e) for e in errors],
                                   "two_gpus_by_model": {h.direction: _by_model_dict(h) for h in holdouts}}}
-    profile.device_name = f"{profile.device_name} and {DEVICE_NAMES.get(also_measured_on, also_measured_on)}"
+    profile.device_name = f"{profile.device_name} and {other.device_names[0] if other.device_names else other.name}"
     profile.heldout_method += (f"; the linear part fitted on {measured_on}'s and {also_measured_on}'s tables "
                                "together, each GPU held out from a fit on the other in linear.heldout.two_gpus")
     profile.grid = {**{f"{measured_on}/{k}": v for k, v in profile.grid.items()},
