@@ -67,14 +67,16 @@ def _cmd_run(args) -> int:
 
 
 def _draw_plots(exp, summary, out_dir: Path, ylim: float) -> list[str]:
-    """The run's two figures; the names of the files written."""
+    """The run's figures; the names of the files written."""
     from sim.experiment.plots import (  # matplotlib: only once there is something to plot
         kv_usage_plot,
+        latency_plots,
         normalized_latency_plot,
     )
 
     title = f"{exp.model.name}, {exp.tensor_parallel}x {exp.hardware.name}, {workload_label(exp.workload)}"
     written = [normalized_latency_plot(summary, out_dir / "normalized_latency.png", title=title, ylim=ylim),
+               *latency_plots(summary, out_dir, title),
                kv_usage_plot(summary, out_dir / "kv_usage.png", rate=max(exp.rates))]
     return [path.name for path in written]
 
@@ -121,7 +123,7 @@ def register(sub) -> None:
                      "iteration with its parts (the config's `trace_events: true`; implies --breakdown)")
     run.add_argument("--ylim", type=float, default=1.0, help="y-axis top of the plot, s/token (paper: 1.0)")
     run.add_argument("--no-plots", action="store_true",
-                     help="skip normalized_latency.png and kv_usage.png (and matplotlib's import); "
+                     help="skip normalized_latency.png, ttft.png, tpot.png and kv_usage.png (and matplotlib's import); "
                      "summary.csv and summary.txt are written as always")
     run.set_defaults(func=_cmd_run)
 
