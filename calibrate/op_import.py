@@ -129,8 +129,9 @@ def _same_layer(measured: LayerShape, spec: LayerShape) -> bool:
 
 
 def import_profile(table_paths, all_reduce_path, model: str, measured_on: str, command: str,
-                   host_profile: str | None = None, max_tokens: int = 4096, provenance: dict | None = None
-                   ) -> ImportResult:
+                   host_profile: str | None = None, max_tokens: int = 4096, provenance: dict | None = None,
+                   attention_path: str | None = None) -> ImportResult:
+    """`attention_path`: a measured attention table (Vidur's attention.csv), fitted into the profile's `attention`."""
     hw = load_hardware(measured_on)
     tables = load_tables(list(table_paths), max_tokens)
     ops = pd.concat([t.ops for t in tables], ignore_index=True)
@@ -156,12 +157,44 @@ def import_profile(table_paths, all_reduce_path, model: str, measured_on: str, c
         grid={t.label: int(len(t.ops)) for t in tables},
         host=_host_terms(host_profile), linear=linear, all_reduce=all_reduce,
         provenance={**(provenance or {}), "tables": [Path(p).name for p in table_paths],
-                    **({"all_reduce_table": Path(all_reduce_path).name} if all_reduce_path else {})},
+                    **({"all_reduce_table": Path(all_reduce_path).name} if all_reduce_path else {}),
+                    **({"attention_table": Path(attention_path).name} if attention_path else {})},
+        attention=_attention(attention_path, hw, provenance),
     )
     # the shipped held-out GPU (the engine's H200 prefills) judges fits made on A100s
     gpu = judge_profile(profile) if measured_on.startswith("a100") else []
     profile.linear["heldout"]["gpu"] = [asdict(e) for e in gpu]
     return ImportResult(profile, fit, by_model, by_tp, roofline, gpu)
+
+
+def _attention(path: str | None, hw: HardwareSpec, provenance: dict | None) -> dict | None:
+    """The measured attention kernels' fit (calibrate/attention_fit.py), with its held-out errors."""
+    if path is None:
+        return None
+    from calibrate.attention_fit import import_attention
+
+    source = "; ".join(f"{k}: {v}" for k, v in (provenance or {}).items() if v)
+    return import_attention(path, hw, source).to_dict()
+
+
+def add_attention(profile_path: str | Path, attention_path: str | Path, command: str,
+                  source: str = "") -> Profile:
+    """An imported profile with measured attention kernels fitted into it, on the GPU it was measured on;
+    everything else as it was (how calibrate/profiles/a100-80gb.yaml is made from a100-80gb-linear.yaml)."""
+    from dataclasses import replace
+
+    from calibrate.profile_model import hardware_for_device
+
+    profile = load_profile(profile_path)
+    if profile.linear is None:
+        raise SpecError(str(profile_path), "linear", "not an imported per-operation profile (calibrate import)")
+    measured_on = hardware_for_device(profile.device_name)
+    if measured_on is None:
+        raise SpecError(str(profile_path), "device_name", f"cannot tell which shipped hardware spec "
+                        f"{profile.device_name!r} is")
+    provenance = {**profile.provenance, "attention_table": Path(attention_path).name}
+    return replace(profile, command=command, provenance=provenance,
+                   attention=_attention(str(attention_path), load_hardware(measured_on), {"source": source}))
 
 
 def _host_terms(path: str | None) -> dict | None:
@@ -213,6 +246,11 @@ def report(result: ImportResult) -> str:
     if result.by_tp is not None:
         per_tp = result.by_tp.layers.groupby("tp")["ape"].mean()
         lines.append("per iteration, each tp held out: " + ", ".join(f"tp {t} {v:.1%}" for t, v in per_tp.items()))
+    if result.profile.attention is not None:
+        from calibrate.attention_fit import AttentionFit
+        from calibrate.attention_fit import report_lines as attention_lines
+
+        lines += attention_lines(AttentionFit.from_dict(result.profile.attention))
     if result.gpu:
         lines += report_lines(result.gpu)
     else:
