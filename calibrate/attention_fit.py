@@ -244,10 +244,11 @@ def report_lines(fit: AttentionFit) -> list[str]:
 
     lines = [f"attention (measured{' on ' + fit.measured_on if fit.measured_on else ''}, per layer; paged at block "
              f"size {fit.block_size}, its paging in the times):",
-             f"  decode   latency {fit.decode_latency_s * 1e6:.1f} us, K/V bandwidth {fit.decode_bandwidth_efficiency:.3f}"
-             f" of peak",
-             f"  prefill  latency {fit.prefill_latency_s * 1e6:.1f} us, compute {fit.prefill_compute_efficiency:.3f} of "
-             f"peak, K/V bandwidth {share(fit.prefill_kv_bandwidth_efficiency)}, output bandwidth "
+             f"  decode   latency {fit.decode_latency_s * 1e6:.1f} us, K/V bandwidth "
+             f"{fit.decode_bandwidth_efficiency:.3f} of peak",
+             f"  prefill  latency {fit.prefill_latency_s * 1e6:.1f} us, compute "
+             f"{fit.prefill_compute_efficiency:.3f} of peak, K/V bandwidth "
+             f"{share(fit.prefill_kv_bandwidth_efficiency)}, output bandwidth "
              f"{share(fit.prefill_output_bandwidth_efficiency)}"]
     for kind, errors in fit.heldout.items():
         region, kfold = errors["heldout_region"], errors["kfold"]

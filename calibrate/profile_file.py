@@ -70,7 +70,8 @@ class Profile:
     # (calibrate/op_fit.LinearFit, with its held-out errors), the measured all-reduce table by GPU count, and
     # where the measurements came from. Such a profile times only the non-attention part of an iteration:
     # its token-cost table and zero attention coefficients are not an iteration's cost, so it is used
-    # through `cost_model: {kind: transfer}`, which prices attention from first principles.
+    # through `cost_model: {kind: transfer}`, which prices attention from first principles, or by its
+    # `attention` part where measured attention kernels were imported.
     linear: dict | None = None
     all_reduce: dict | None = None
     provenance: dict = field(default_factory=dict)
