@@ -132,14 +132,15 @@ def _same_layer(measured: LayerShape, spec: LayerShape) -> bool:
 
 def import_profile(table_paths, all_reduce_path, model: str, measured_on: str, command: str,
                    host_profile: str | None = None, max_tokens: int = 4096, provenance: dict | None = None,
-                   also_tables=(), also_measured_on: str = "h100-sxm", layers: dict[str, int] | None = None
-                   ) -> ImportResult:
+                   also_tables=(), also_measured_on: str = "h100-sxm", layers: dict[str, int] | None = None,
+                   attention_path: str | None = None) -> ImportResult:
     """`also_tables`: a second GPU's tables (`also_measured_on`): the profile's linear part is then fitted on
     both GPUs' tables together, and each GPU is held out from a fit on the other (calibrate/transfer_two_gpus.py);
-    `layers`: the tables' models' layer counts (default calibrate/table_models.LAYERS)."""
+    `layers`: the tables' models' layer counts (default calibrate/table_models.LAYERS); `attention_path`: a measured
+    attention table (Vidur's attention.csv), fitted into the profile's `attention`."""
     if also_tables:
         return _import_two_gpus(table_paths, all_reduce_path, model, measured_on, command, host_profile,
-                                max_tokens, provenance, also_tables, also_measured_on, layers)
+                                max_tokens, provenance, also_tables, also_measured_on, layers, attention_path)
     hw = load_hardware(measured_on)
     tables = load_tables(list(table_paths), max_tokens)
     ops = pd.concat([t.ops for t in tables], ignore_index=True)
@@ -165,7 +166,9 @@ def import_profile(table_paths, all_reduce_path, model: str, measured_on: str, c
         grid={t.label: int(len(t.ops)) for t in tables},
         host=_host_terms(host_profile), linear=linear, all_reduce=all_reduce,
         provenance={**(provenance or {}), "tables": [Path(p).name for p in table_paths],
-                    **({"all_reduce_table": Path(all_reduce_path).name} if all_reduce_path else {})},
+                    **({"all_reduce_table": Path(all_reduce_path).name} if all_reduce_path else {}),
+                    **({"attention_table": Path(attention_path).name} if attention_path else {})},
+        attention=_attention(attention_path, hw, provenance),
     )
     # the shipped held-out GPU (the engine's H200 prefills) judges fits made on A100s
     gpu = judge_profile(profile) if measured_on.startswith("a100") else []
@@ -175,14 +178,15 @@ def import_profile(table_paths, all_reduce_path, model: str, measured_on: str, c
 
 def _import_two_gpus(table_paths, all_reduce_path, model: str, measured_on: str, command: str,
                      host_profile: str | None, max_tokens: int, provenance: dict | None, also_tables,
-                     also_measured_on: str, layers: dict[str, int] | None) -> ImportResult:
+                     also_measured_on: str, layers: dict[str, int] | None,
+                     attention_path: str | None = None) -> ImportResult:
     """The first GPU's import as without --also (its token table, all-reduce, held-out models), then the linear
     part refitted on both GPUs' tables and judged with each GPU held out."""
     if load_hardware(also_measured_on).name == load_hardware(measured_on).name:
         raise SpecError("--also-measured-on", "", f"{also_measured_on} is the GPU the first tables were measured "
                         "on; a second GPU is held out from a fit on the first, so it must be another")
     first = import_profile(table_paths, all_reduce_path, model, measured_on, command, host_profile, max_tokens,
-                           provenance)
+                           provenance, attention_path=attention_path)
     hw, other = load_hardware(measured_on), load_hardware(also_measured_on)
     ops = pd.concat([t.ops for t in load_tables(list(table_paths), max_tokens)], ignore_index=True)
     also = load_tables(list(also_tables), max_tokens)
@@ -211,6 +215,36 @@ def _import_two_gpus(table_paths, all_reduce_path, model: str, measured_on: str,
 
 def _by_model_dict(holdout: HoldOut) -> dict:
     return {str(m): {k: float(v) for k, v in row.items()} for m, row in holdout.by_model().iterrows()}
+
+
+def _attention(path: str | None, hw: HardwareSpec, provenance: dict | None) -> dict | None:
+    """The measured attention kernels' fit (calibrate/attention_fit.py), with its held-out errors."""
+    if path is None:
+        return None
+    from calibrate.attention_fit import import_attention
+
+    source = "; ".join(f"{k}: {v}" for k, v in (provenance or {}).items() if v)
+    return import_attention(path, hw, source).to_dict()
+
+
+def add_attention(profile_path: str | Path, attention_path: str | Path, command: str,
+                  source: str = "") -> Profile:
+    """An imported profile with measured attention kernels fitted into it, on the GPU it was measured on;
+    everything else as it was (how calibrate/profiles/a100-80gb.yaml is made from a100-80gb-linear.yaml)."""
+    from dataclasses import replace
+
+    from calibrate.hardware import hardware_for_device
+
+    profile = load_profile(profile_path)
+    if profile.linear is None:
+        raise SpecError(str(profile_path), "linear", "not an imported per-operation profile (calibrate import)")
+    measured_on = hardware_for_device(profile.device_name)
+    if measured_on is None:
+        raise SpecError(str(profile_path), "device_name", f"cannot tell which shipped hardware spec "
+                        f"{profile.device_name!r} is")
+    provenance = {**profile.provenance, "attention_table": Path(attention_path).name}
+    return replace(profile, command=command, provenance=provenance,
+                   attention=_attention(str(attention_path), load_hardware(measured_on), {"source": source}))
 
 
 def _host_terms(path: str | None) -> dict | None:
@@ -262,6 +296,11 @@ def report(result: ImportResult) -> str:
     if result.by_tp is not None:
         per_tp = result.by_tp.layers.groupby("tp")["ape"].mean()
         lines.append("per iteration, each tp held out: " + ", ".join(f"tp {t} {v:.1%}" for t, v in per_tp.items()))
+    if result.profile.attention is not None:
+        from calibrate.attention_fit import AttentionFit
+        from calibrate.attention_fit import report_lines as attention_lines
+
+        lines += attention_lines(AttentionFit.from_dict(result.profile.attention))
     if result.two_gpus:
         lines += two_gpu_lines(result)
     elif result.gpu:

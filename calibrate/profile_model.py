@@ -277,8 +277,11 @@ def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpe
     """The roofline of (model, hardware, tp) with an imported profile's linear part (its efficiencies and
     bend, its kernels' latencies and bandwidths; `fit` in its place where given), its all-reduce table (over
     links as fast as the target's, relative to the measured GPU's) and its host work in series; attention
+    from the profile's measured attention kernels where it has them (calibrate/attention_fit.py: their shares of
+    the target's peaks), else
     from the roofline."""
     from calibrate.all_reduce import AllReduceTable
+    from calibrate.attention_fit import AttentionFit
     from calibrate.linear_model import LinearFit
     from calibrate.roofline import RooflineCostModel
 
@@ -287,9 +290,10 @@ def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpe
     if profile.all_reduce is not None:
         table = AllReduceTable.from_dict(profile.all_reduce).scaled(
             hardware.nvlink_bytes_per_s / measured.nvlink_bytes_per_s)
-    # attention, block copies and swaps at the roofline's own efficiencies: the measurements have none
+    measured_attention = AttentionFit.from_dict(profile.attention) if profile.attention is not None else None
+    # block copies and swaps (and attention, where none was measured) at the roofline's own efficiencies
     cost = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, RooflineParams(), linear=fit,
-                             all_reduce=table, host=profile.host, paged=paged)
+                             all_reduce=table, host=profile.host, paged=paged, attention=measured_attention)
     if tp == 1:
         comm = ""
     elif table is not None and table.covers(tp):
@@ -298,10 +302,15 @@ def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpe
     else:
         comm = f", all-reduce by the ring formula (none measured on {tp} GPUs)"
     host = ", host work in series" if profile.host is not None else ""
-    attention = (f"paged ({RooflineParams().block_read_overhead_tokens:g} tokens' K/V a block read)" if paged
-                 else "dense")
+    if measured_attention is not None:
+        attention = (f"attention measured in {name} (held-out error {measured_attention.heldout_summary()}; "
+                     f"paged as measured, block size {measured_attention.block_size})")
+    else:
+        kernel = (f"paged ({RooflineParams().block_read_overhead_tokens:g} tokens' K/V a block read)" if paged
+                  else "dense")
+        attention = f"attention at the roofline's defaults, {kernel}"
     cost.source = (f"roofline({hardware.name}, tp={tp}) with the linear part measured in {name} "
                    f"(on {profile.device_name}: compute {fit.compute_efficiency:.2f}, bandwidth "
                    f"{fit.bandwidth_efficiency:.2f}, ridge {fit.ridge_efficiency:.2f}, held-out error "
-                   f"{profile.heldout_mape:.1%}{comm}; attention at the roofline's defaults, {attention}{host})")
+                   f"{profile.heldout_mape:.1%}{comm}; {attention}{host})")
     return cost
