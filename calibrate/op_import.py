@@ -228,9 +228,10 @@ def _attention(path: str | None, hw: HardwareSpec, provenance: dict | None) -> d
 
 
 def add_attention(profile_path: str | Path, attention_path: str | Path, command: str,
-                  source: str = "") -> Profile:
-    """An imported profile with measured attention kernels fitted into it, on the GPU it was measured on;
-    everything else as it was (how calibrate/profiles/a100-80gb.yaml is made from a100-80gb-linear.yaml)."""
+                  source: str = "", measured_on: str | None = None) -> Profile:
+    """An imported profile with measured attention kernels fitted into it, on the GPU they were measured on
+    (`measured_on`; default the profile's own device); everything else as it was (how
+    calibrate/profiles/a100-80gb.yaml is made from a100-h100-linear.yaml)."""
     from dataclasses import replace
 
     from calibrate.hardware import hardware_for_device
@@ -238,7 +239,7 @@ def add_attention(profile_path: str | Path, attention_path: str | Path, command:
     profile = load_profile(profile_path)
     if profile.linear is None:
         raise SpecError(str(profile_path), "linear", "not an imported per-operation profile (calibrate import)")
-    measured_on = hardware_for_device(profile.device_name)
+    measured_on = measured_on or hardware_for_device(profile.device_name)
     if measured_on is None:
         raise SpecError(str(profile_path), "device_name", f"cannot tell which shipped hardware spec "
                         f"{profile.device_name!r} is")

@@ -102,12 +102,18 @@ def by_regime(measured_model: RooflineCostModel, path: str | Path, measured: Har
     choice = choice or default_choice(path, measured)
     # the all-reduce kind carries as measured: its latency fixed, its bandwidth-bound part at the target's links
     table = measured_model.all_reduce_table
+    # attention is not a regime's choice (the regimes judge the linear part): measured attention is carried by its
+    # shares of the spec sheet in every regime, unjudged off the GPU it was measured on
+    attention = measured_model.attention
     roofline = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, RooflineParams(), all_reduce=table,
-                                 host=host, paged=paged)
+                                 host=host, paged=paged, attention=attention)
     if not choice.use_transfer:
         comm = (f", all-reduce measured on {tp} GPUs of {measured.name}, scaled to {hardware.name}'s NVLink"
                 if table is not None else "")
-        roofline.source = (f"roofline({hardware.name}, tp={tp}){comm}{', host work in series' if host else ''}: "
+        carried = (f", attention measured on {measured.name} carried by its shares (unjudged here)"
+                   if attention is not None else "")
+        roofline.source = (f"roofline({hardware.name}, tp={tp}){comm}{carried}"
+                           f"{', host work in series' if host else ''}: "
                            f"{Path(path).name} was measured on {measured.name}; by regime: {choice.describe()}")
         return roofline
     return RegimeCostModel(measured_model, roofline, hardware, choice, dtype_bytes)

@@ -20,7 +20,7 @@ from sim.experiment.config import load_experiment
 from sim.experiment.run import make_cost_model
 
 PROFILES = Path(__file__).resolve().parents[2] / "calibrate" / "profiles"
-SHIPPED, LINEAR = PROFILES / "a100-80gb.yaml", PROFILES / "a100-80gb-linear.yaml"
+SHIPPED, LINEAR = PROFILES / "a100-80gb.yaml", PROFILES / "a100-h100-linear.yaml"
 LLAMA7B, A100_80 = load_model_spec("llama-7b"), load_hardware("a100-80gb")
 
 
@@ -93,9 +93,12 @@ def test_the_shipped_profile_is_the_linear_one_plus_the_attention_part(tmp_path)
 
 def test_adding_attention_to_the_linear_profile_is_what_was_shipped_but_for_the_fit(tmp_path):
     # the shipped file's recipe (calibrate/profiles/README.md) on a synthetic table: the rest stays as it was
-    made = add_attention(LINEAR, write_table(tmp_path / "attention.csv"), "test", "synthetic")
+    made = add_attention(LINEAR, write_table(tmp_path / "attention.csv"), "test", "synthetic", measured_on=HARDWARE)
     shipped = load_profile(SHIPPED)
     assert made.linear == shipped.linear and made.host == shipped.host and made.all_reduce == shipped.all_reduce
+    assert made.device_name == shipped.device_name and made.token_costs_s == shipped.token_costs_s
+    with pytest.raises(SpecError, match="device_name"):  # a two-GPU profile's attention needs its GPU named
+        add_attention(LINEAR, tmp_path / "attention.csv", "test", "synthetic")
     assert AttentionFit.from_dict(made.attention).decode_latency_s == pytest.approx(TRUE_FIT.decode_latency_s)
 
 
