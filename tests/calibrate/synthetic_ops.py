@@ -25,21 +25,23 @@ TOKENS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 384, 512, 768,
 TP = (1, 2)
 
 
-def op_time(fit: LinearFit, shape: LayerShape, tp: int, tokens: int, op: str, hardware: str = HARDWARE) -> float:
-    """Seconds of one operation as `fit` prices it on `hardware`'s spec sheet."""
+def op_time(fit: LinearFit, shape: LayerShape, tp: int, tokens: int, op: str, hardware: str = HARDWARE,
+            tile: int = 1) -> float:
+    """Seconds of one operation as `fit` prices it on `hardware`'s spec sheet; `tile`: a GEMM computes its token
+    rows rounded up to a multiple of it (the steps of a tensor-core kernel's tiles)."""
     hw = load_hardware(hardware)
     if op in GEMMS:
-        flops, weight_bytes = gemm_work(shape.gemm_dims(tp)[op], tokens)
+        flops, weight_bytes = gemm_work(shape.gemm_dims(tp)[op], -(-tokens // tile) * tile)
         return float(fit.gemm_time(flops, weight_bytes, hw))
     return float(fit.elementwise_time(op, tokens * shape.elementwise_bytes_per_token(tp)[op], hw))
 
 
-def table(shape: LayerShape, fit: LinearFit = TRUE_FIT, tps=TP, tokens=TOKENS, hardware: str = HARDWARE
-          ) -> pd.DataFrame:
+def table(shape: LayerShape, fit: LinearFit = TRUE_FIT, tps=TP, tokens=TOKENS, hardware: str = HARDWARE,
+          tile: int = 1) -> pd.DataFrame:
     rows = []
     for tp in tps:
         for n in tokens:
-            row = {f"time_stats.{op}.median": op_time(fit, shape, tp, n, op, hardware) * 1e3  # ms, as Vidur writes
+            row = {f"time_stats.{op}.median": op_time(fit, shape, tp, n, op, hardware, tile) * 1e3  # ms, as Vidur
                    for op in (*GEMMS, *fit.elementwise)}
             row.update({"n_head": shape.num_heads, "n_kv_head": shape.num_kv_heads, "n_embd": shape.hidden,
                         "n_expanded_embd": shape.ffn, "vocab_size": 32000, "use_gated_mlp": shape.gated_mlp,
@@ -78,12 +80,12 @@ SECOND_HARDWARE = "h100-sxm"
 LAYERS = {"meta-llama_Llama-2-7b-hf": 32, "synthetic_gqa-20b": 60, "synthetic_plain-3b": 24}
 
 
-def write_two_gpus(folder: Path, first: LinearFit = TRUE_FIT, second: LinearFit = TRUE_FIT
+def write_two_gpus(folder: Path, first: LinearFit = TRUE_FIT, second: LinearFit = TRUE_FIT, tile: int = 1
                    ) -> tuple[list[Path], list[Path]]:
     """Tables of MODELS on HARDWARE (priced by `first`) and on SECOND_HARDWARE (by `second`), each GPU in its
-    own subfolder."""
+    own subfolder; `tile` as op_time's, on both."""
     out = []
     for name, fit in ((HARDWARE, first), (SECOND_HARDWARE, second)):
         (folder / name).mkdir(parents=True, exist_ok=True)
-        out.append(write_tables(folder / name, fit=fit, hardware=name))
+        out.append(write_tables(folder / name, fit=fit, hardware=name, tile=tile))
     return out[0], out[1]
