@@ -48,6 +48,12 @@ class ProfileCostModel(CostModel):
                        f"{profile.dtype}, held-out MAPE {profile.heldout_mape:.1%}{self._host_note()}{elsewhere}"
                        f"{self._block_note()})")
 
+    def replace_host(self, host: dict) -> None:
+        """Charge `host` (HOST_TERMS, e.g. a host model's, calibrate/host_model.py) as the host part, not the
+        profile's own."""
+        self.host = host
+        self.charge_host = True
+
     def _host_note(self) -> str:
         """A profile fitted in two parts names both errors (older profiles say what they said)."""
         if self.profile.device_part is None:
@@ -211,9 +217,10 @@ def hardware_for_device(device_name: str) -> str | None:
 
 
 def transferred_roofline(path: str | Path, measured_on: str | None, model: ModelSpec, hardware: HardwareSpec,
-                         tp: int, dtype_bytes: int, block_size: int, paged: bool = True):
+                         tp: int, dtype_bytes: int, block_size: int, paged: bool = True, host: dict | None = None):
     """The roofline of (model, hardware, tp) at the efficiencies a profile measured elsewhere; `paged=False`
-    prices decode attention as a dense kernel (FasterTransformer's)."""
+    prices decode attention as a dense kernel (FasterTransformer's). `host` (HOST_TERMS) is charged in series
+    instead of the profile's own host work where given."""
     from calibrate.hardware import load_hardware
     from calibrate.roofline import RooflineCostModel
 
@@ -230,11 +237,12 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
     if profile.linear is not None:
         from calibrate.transfer_cost import by_regime  # off the measured chip: the roofline where it is no worse
 
+        host = profile.host if host is None else host
         cost = _measured_linear_roofline(profile, Path(path).name, measured, model, hardware, tp, dtype_bytes,
-                                         block_size, paged)
-        return by_regime(cost, path, measured, model, hardware, tp, dtype_bytes, block_size, paged, profile.host)
+                                         block_size, paged, host)
+        return by_regime(cost, path, measured, model, hardware, tp, dtype_bytes, block_size, paged, host)
     params = implied_efficiency(profile, measured, dtype_bytes)
-    cost = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, params, paged=paged)
+    cost = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, params, host=host, paged=paged)
     cost.source = (f"roofline({hardware.name}, tp={tp}) at efficiencies from {Path(path).name} "
                    f"({profile.model} on {profile.device_name}: compute {params.compute_efficiency:.2f}, "
                    f"bandwidth {params.bandwidth_efficiency:.2f}, overhead {params.overhead_s * 1e3:.2f} ms)")
@@ -243,10 +251,10 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
 
 def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpec, model: ModelSpec,
                               hardware: HardwareSpec, tp: int, dtype_bytes: int, block_size: int,
-                              paged: bool = True):
+                              paged: bool, host: dict | None):
     """The roofline of (model, hardware, tp) with an imported profile's linear part (its efficiencies and
     bend, its kernels' latencies and bandwidths), its all-reduce table (over links as fast as the
-    target's, relative to the measured GPU's) and its host work in series; attention from the roofline."""
+    target's, relative to the measured GPU's) and `host` in series; attention from the roofline."""
     from calibrate.all_reduce import AllReduceTable
     from calibrate.linear_model import LinearFit
     from calibrate.roofline import RooflineCostModel
@@ -258,7 +266,7 @@ def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpe
             hardware.nvlink_bytes_per_s / measured.nvlink_bytes_per_s)
     # attention, block copies and swaps at the roofline's own efficiencies: the measurements have none
     cost = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, RooflineParams(), linear=fit,
-                             all_reduce=table, host=profile.host, paged=paged)
+                             all_reduce=table, host=host, paged=paged)
     if tp == 1:
         comm = ""
     elif table is not None and table.covers(tp):
@@ -266,11 +274,11 @@ def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpe
                                                        else f" of {measured.name}, scaled to {hardware.name}'s NVLink")
     else:
         comm = f", all-reduce by the ring formula (none measured on {tp} GPUs)"
-    host = ", host work in series" if profile.host is not None else ""
+    in_series = ", host work in series" if host is not None else ""
     attention = (f"paged ({RooflineParams().block_read_overhead_tokens:g} tokens' K/V a block read)" if paged
                  else "dense")
     cost.source = (f"roofline({hardware.name}, tp={tp}) with the linear part measured in {name} "
                    f"(on {profile.device_name}: compute {fit.compute_efficiency:.2f}, bandwidth "
                    f"{fit.bandwidth_efficiency:.2f}, ridge {fit.ridge_efficiency:.2f}, held-out error "
-                   f"{profile.heldout_mape:.1%}{comm}; attention at the roofline's defaults, {attention}{host})")
+                   f"{profile.heldout_mape:.1%}{comm}; attention at the roofline's defaults, {attention}{in_series})")
     return cost

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from calibrate.costmodel import CostModel
+from calibrate.host_model import charged_host
 from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.roofline import RooflineCostModel
 from engine.core.errors import Unservable
@@ -70,16 +71,26 @@ class RunResult:
 
 def make_cost_model(exp: Experiment, system: SystemSpec) -> CostModel:
     config = exp.cost_model
+    host, named = charged_host(config.host, exp.model, exp.tensor_parallel) if config.host else (None, "")
+    cost: CostModel
     if config.kind == "profile":
-        return ProfileCostModel.from_profile(config.profile_path, exp.model, exp.hardware,
+        cost = ProfileCostModel.from_profile(config.profile_path, exp.model, exp.hardware,
                                              exp.tensor_parallel, exp.dtype_bytes, system.block_size)
-    # FasterTransformer ran its own dense attention kernel in the paper; vLLM and the Orca baselines the paged one
-    paged = system.kind != "fastertransformer"
-    if config.kind == "transfer":
-        return transferred_roofline(config.profile_path, config.measured_on, exp.model, exp.hardware,
-                                    exp.tensor_parallel, exp.dtype_bytes, system.block_size, paged)
-    return RooflineCostModel(exp.model, exp.hardware, exp.tensor_parallel, exp.dtype_bytes,
-                             system.block_size, config.roofline, paged=paged)
+        if host is not None:
+            cost.replace_host(host)
+    else:
+        # FasterTransformer ran its own dense attention kernel in the paper; vLLM and the Orca baselines the
+        # paged one
+        paged = system.kind != "fastertransformer"
+        if config.kind == "transfer":
+            cost = transferred_roofline(config.profile_path, config.measured_on, exp.model, exp.hardware,
+                                        exp.tensor_parallel, exp.dtype_bytes, system.block_size, paged, host)
+        else:
+            cost = RooflineCostModel(exp.model, exp.hardware, exp.tensor_parallel, exp.dtype_bytes,
+                                     system.block_size, config.roofline, host=host, paged=paged)
+    if named:
+        cost.source = f"{cost.source}; {named}"
+    return cost
 
 
 def trace_for(exp: Experiment, rate: float, seed: int, rng: np.random.Generator | None = None) -> Trace:
