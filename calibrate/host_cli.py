@@ -46,7 +46,7 @@ def heldout_lines(heldout: dict) -> list[str]:
     mark = f" (target <= {target:.0%})" if target is not None else ""
     lomo, largest = heldout["leave_one_model_out"], heldout["largest_batches"]
     lines = [f"  fitted on {heldout.get('fitted_on', '?')}",
-             f"  held-out error of the per-iteration total (mean |error|):",
+             "  held-out error of the per-iteration total (mean |error|):",
              f"    leave one model out: {_pct(lomo['mean_abs_error'])}{mark}, p95 {_pct(lomo['p95_abs_error'])} "
              f"over {lomo['rows']} rows"]
     lines += [f"      {m}: {_pct(e)}" for m, e in lomo.get("by_model", {}).items()]

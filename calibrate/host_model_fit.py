@@ -33,7 +33,7 @@ import numpy as np
 
 from calibrate.host_features import FEATURES, ITERATION, SEQUENCE
 from calibrate.host_model import HostModel
-from calibrate.host_table import TERM_COLUMNS, HostTable
+from calibrate.host_table import HostTable
 from calibrate.nnls import nnls
 
 TARGET = 0.10  # held-out mean |error| of the per-iteration total host time

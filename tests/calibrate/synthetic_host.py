@@ -45,7 +45,7 @@ def write_table(path: Path, table_rows=None, *, upper: bool = False, comm: str =
     """The rows as Vidur writes them: an unnamed index column, milliseconds, means beside medians (here
     the same), and `upper` spells the columns as the January 2024 file does."""
     names = [""]
-    for term, column in COLUMNS.items():
+    for column in COLUMNS.values():
         names += [column.replace("_median", "_mean"), column]
     names += ["model_name", "batch_size", "tensor_parallel_degree", comm]
     lines = []

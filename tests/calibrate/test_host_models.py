@@ -9,10 +9,23 @@ import yaml
 
 from calibrate.host import HOST_TERMS, host_time
 from calibrate.host_features import ModelSize
-from calibrate.host_model import (HostModel, available_host_models, charged_host, host_model_path,
-                                  load_host_model, save_host_model)
-from calibrate.host_model_fit import (TERM_FEATURES, fit_host_model, fit_terms, heldout_errors,
-                                      heldout_predictions, largest_batches, model_folds)
+from calibrate.host_model import (
+    HostModel,
+    available_host_models,
+    charged_host,
+    host_model_path,
+    load_host_model,
+    save_host_model,
+)
+from calibrate.host_model_fit import (
+    TERM_FEATURES,
+    fit_host_model,
+    fit_terms,
+    heldout_errors,
+    heldout_predictions,
+    largest_batches,
+    model_folds,
+)
 from calibrate.host_table import CSV_MODELS, TERM_COLUMNS, read_host_table
 from calibrate.profile_file import load_profile
 from engine.specs.errors import SpecError
@@ -230,7 +243,8 @@ def test_every_shipped_host_model_resolves_for_every_shipped_model(name):
 
 
 # Llama-2-7B at tensor_parallel 1, batch 8 and 64: the files' totals (the four medians and worker_comm), in seconds
-MEASURED_LLAMA2_7B = {"vllm-a100-2024-01": {8: 2.127e-3, 64: 8.048e-3}, "vllm-a100-2024-05": {8: 1.394e-3, 64: 4.084e-3}}
+MEASURED_LLAMA2_7B = {"vllm-a100-2024-01": {8: 2.127e-3, 64: 8.048e-3},
+                      "vllm-a100-2024-05": {8: 1.394e-3, 64: 4.084e-3}}
 
 
 @pytest.mark.parametrize("name", sorted(MEASURED_LLAMA2_7B))
