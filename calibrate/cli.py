@@ -65,9 +65,9 @@ def _cmd_fit(args) -> int:
 def _cmd_import(args) -> int:
     from calibrate.op_import import import_profile, report
 
-    for table in args.tables:
+    for table in (*args.tables, *args.also):
         existing_file(table, table, what="a per-operation table (Vidur's mlp.csv)")
-    for name, path in (("--all-reduce", args.all_reduce), ("--host", args.host)):
+    for name, path in (("--all-reduce", args.all_reduce), ("--host", args.host), ("--attention", args.attention)):
         if path is not None:
             existing_file(path, name)
     option(positive_int, args.max_tokens, "--max-tokens")
@@ -77,7 +77,9 @@ def _cmd_import(args) -> int:
         else f"servesim calibrate import {' '.join(args.tables)} --model {args.model} --out {args.out}"
     provenance = {key: value for key, value in (("source", args.source), ("licence", args.licence)) if value}
     result = import_profile(args.tables, args.all_reduce, args.model, args.measured_on, command,
-                            host_profile=args.host, max_tokens=args.max_tokens, provenance=provenance)
+                            host_profile=args.host, max_tokens=args.max_tokens, provenance=provenance,
+                            also_tables=args.also, also_measured_on=args.also_measured_on,
+                            attention_path=args.attention)
     print(report(result))
     result.profile.save(args.out)
     print(f"wrote {args.out}: use it as cost_model: {{kind: transfer, path: {args.out}}}")
@@ -226,7 +228,14 @@ def linear_report(profile) -> list[str]:
                      f"({', '.join(str(len(v['size_bytes'])) for v in profile.all_reduce.values())} sizes)")
     if profile.provenance:
         lines.append("provenance: " + "; ".join(f"{k}: {v}" for k, v in profile.provenance.items()))
-    lines.append("attention is not in these measurements: use it as cost_model: {kind: transfer, path: ...}")
+    if profile.attention is not None:
+        from calibrate.attention_fit import AttentionFit, report_lines
+
+        lines += report_lines(AttentionFit.from_dict(profile.attention))
+        lines.append("use it as cost_model: {kind: transfer, path: ...}: attention as measured, shares of the "
+                     "config's GPU's peaks")
+    else:
+        lines.append("attention is not in these measurements: use it as cost_model: {kind: transfer, path: ...}")
     return lines
 
 
@@ -321,7 +330,14 @@ def register(sub) -> None:
                      help="the servesim model whose measured linear part becomes the profile's token-cost table")
     imp.add_argument("--measured-on", default="a100-80gb", choices=available_hardware(),
                      help="the shipped hardware spec of the GPU the tables were measured on")
+    imp.add_argument("--also", nargs="+", default=[], metavar="TABLE",
+                     help="a second GPU's per-operation tables: the linear part is fitted on both GPUs' tables, "
+                          "each GPU held out from a fit on the other, and the default on other GPUs set by regime")
+    imp.add_argument("--also-measured-on", default="h100-sxm", choices=available_hardware(),
+                     help="the shipped hardware spec of the GPU the --also tables were measured on")
     imp.add_argument("--host", help="a profile that measured the engine's host work, charged in series")
+    imp.add_argument("--attention", help="measured attention kernels (Vidur's attention.csv), fitted into the "
+                                         "profile's attention part (calibrate/attention_fit.py)")
     imp.add_argument("--max-tokens", type=int, default=4096, help="fit rows up to this many tokens")
     imp.add_argument("--source", default="", help="where the tables came from, kept in the profile")
     imp.add_argument("--licence", default="", help="the tables' licence, kept in the profile")

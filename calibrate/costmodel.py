@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from calibrate.breakdown import IterationTime, whole_forward
 from calibrate.roofline_terms import stretch_block_list as block_list
 from engine.core.batch import Batch, BatchShape
 
@@ -20,13 +21,21 @@ class CostModel(ABC):
 
     #: shown in every output so a reader knows where the times came from
     source: str = ""
-    #: whether iteration_time includes the engine's host work around the forward; only a profile that
-    #: measured it can, and a validation whose real clock is the forward alone turns it off
-    charge_host: bool = False
+    _charge_host: bool = False
     #: whether a step's time is a function of its batch alone, so that the simulator may price the
     #: iterations of a decode stretch before it runs them (sim/core/fast_forward.py); False for a cost model
     #: that hands out times in call order (fidelity's replayed engine times)
     prices_ahead: bool = True
+
+    @property
+    def charge_host(self) -> bool:
+        """Whether iteration_time includes the engine's host work around the forward; only a model that has host
+        terms can, and a validation whose real clock is the forward alone turns it off."""
+        return self._charge_host
+
+    @charge_host.setter
+    def charge_host(self, value: bool) -> None:
+        self._charge_host = value
 
     @abstractmethod
     def iteration_time(self, batch: BatchLike) -> float: ...
@@ -43,6 +52,12 @@ class CostModel(ABC):
     def host_time(self, batch: BatchLike) -> float:
         """The host part of iteration_time: the engine's work around and inside the forward on the host."""
         return 0.0
+
+    def breakdown(self, batch: BatchLike) -> IterationTime:
+        """iteration_time by kernel kind and host term (calibrate/breakdown.py). This default knows only the two
+        parts: all of the device's is "forward"; a model that prices kinds apart overrides it."""
+        swaps = batch.num_swap_blocks
+        return whole_forward(self.device_time(batch), self.host_time(batch), self.swap_time(swaps) if swaps else 0.0)
 
     def step_time(self, batch: BatchLike) -> float:
         """The whole iteration as the simulator charges it: swaps, then the forward."""
@@ -158,3 +173,10 @@ class ScaledCostModel(CostModel):
 
     def swap_time(self, num_blocks: int) -> float:
         return self.base.swap_time(num_blocks) * self.factor
+
+    def breakdown(self, batch: BatchLike) -> IterationTime:
+        """The base's breakdown, every part times the factor (which rounds each apart: the parts add up to
+        device_s within rounding, not to the bit)."""
+        base, f = self.base.breakdown(batch), self.factor
+        return IterationTime({k: v * f for k, v in base.device.items()}, {k: v * f for k, v in base.host.items()},
+                             base.device_s * f, base.host_s * f, base.swap_s * f, parts_exact=False)

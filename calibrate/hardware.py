@@ -10,6 +10,7 @@ from engine.specs.loader import read_named_yaml
 
 HARDWARE_DIR = Path(__file__).resolve().parent / "hardware_specs"
 GIB = 1 << 30
+OPTIONAL_KEYS = ("device_names",)
 MAX_MEMORY_GIB = 2.0**20  # a PiB per device: far past any accelerator, and still a whole number of bytes
 
 
@@ -21,6 +22,9 @@ class HardwareSpec:
     memory_gib: float
     nvlink_bytes_per_s: float  # one direction
     pcie_bytes_per_s: float  # one direction, host <-> device
+    # what the driver calls the part (torch.cuda.get_device_name), so that a profile measured on one is matched to
+    # its sheet by its device_name: adding a GPU is its sheet alone
+    device_names: tuple[str, ...] = ()
 
     @property
     def memory_bytes(self) -> int:
@@ -38,13 +42,31 @@ def hardware_from_dict(raw: dict, source: str) -> HardwareSpec:
     for key in raw:
         if key not in known:
             raise SpecError(source, key, f"unknown key; valid keys are {sorted(known)}")
-    for key in sorted(known - set(raw)):
+    for key in sorted(known - set(raw) - set(OPTIONAL_KEYS)):
         raise SpecError(source, key, "missing required key")
     if not isinstance(raw["name"], str) or not raw["name"].strip():
         raise SpecError(source, "name", f"must be a non-empty label, got {raw['name']!r}")
-    values = {k: positive(raw[k], source, k) for k in sorted(known - {"name", "memory_gib"})}
+    values = {k: positive(raw[k], source, k) for k in sorted(known - {"name", "memory_gib", *OPTIONAL_KEYS})}
     values["memory_gib"] = number(raw["memory_gib"], source, "memory_gib", low=0, low_open=True, high=MAX_MEMORY_GIB)
-    return HardwareSpec(name=raw["name"], **values)
+    return HardwareSpec(name=raw["name"], device_names=_device_names(raw.get("device_names", []), source), **values)
+
+
+def _device_names(names, source: str) -> tuple[str, ...]:
+    if not isinstance(names, list) or not all(isinstance(n, str) and n.strip() for n in names):
+        raise SpecError(source, "device_names", f"must be a list of the names the driver reports, got {names!r}")
+    return tuple(n.strip() for n in names)
+
+
+def hardware_for_device(device_name: str) -> str | None:
+    """The shipped sheet whose device_names include a profiled device's name (as the driver reported it, e.g.
+    'NVIDIA A100-SXM4-80GB' -> 'a100-80gb'), ignoring case and spacing; None where no sheet names it."""
+    wanted = _flat(device_name)
+    return next((name for name in available_hardware()
+                 if any(_flat(n) == wanted for n in load_hardware(name).device_names)), None)
+
+
+def _flat(name: str) -> str:
+    return " ".join(name.lower().split())
 
 
 def load_hardware(name_or_path: str | Path) -> HardwareSpec:

@@ -82,3 +82,9 @@ def host_rows(result) -> list[dict]:
 def host_time(host: dict, num_seqs: int, num_prefill_tokens: int) -> float:
     return (host["per_iteration_s"] + host["per_sequence_s"] * num_seqs
             + host["per_prefill_token_s"] * num_prefill_tokens)
+
+
+def host_parts(host: dict, num_seqs: int, num_prefill_tokens: int) -> dict[str, float]:
+    """host_time by term, in the order it adds them (so that they add up to it to the bit)."""
+    return {"per_iteration": host["per_iteration_s"], "per_sequence": host["per_sequence_s"] * num_seqs,
+            "per_prefill_token": host["per_prefill_token_s"] * num_prefill_tokens}

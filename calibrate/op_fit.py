@@ -36,19 +36,28 @@ def octave_weights(tokens) -> np.ndarray:
 
 
 def fit_linear(ops: pd.DataFrame, hw: HardwareSpec) -> LinearFit:
-    gemm = ops[ops["op"].isin(GEMMS)]
-    if gemm.empty:
+    return fit_linear_on([(ops, hw)])
+
+
+def fit_linear_on(parts: list[tuple[pd.DataFrame, HardwareSpec]]) -> LinearFit:
+    """One linear part for tables measured on several GPUs: every share is of the row's own GPU's spec sheet
+    and every latency is in seconds, common to all. Each GPU's octaves of token counts weigh alike, so a GPU
+    with more models measured does not outweigh one with fewer."""
+    gemm = [(ops[ops["op"].isin(GEMMS)], hw) for ops, hw in parts]
+    if all(rows.empty for rows, _ in gemm):
         raise ValueError("no matmul rows to fit")
-    compute = gemm["flops"].to_numpy(float) / hw.peak_flops  # seconds at peak
-    memory = gemm["weight_bytes"].to_numpy(float) / hw.hbm_bytes_per_s
-    time_s = gemm["time_s"].to_numpy(float)
-    weight = octave_weights(gemm["tokens"])
+    gemm = [(rows, hw) for rows, hw in gemm if not rows.empty]
+    compute = np.concatenate([rows["flops"].to_numpy(float) / hw.peak_flops for rows, hw in gemm])  # s at peak
+    memory = np.concatenate([rows["weight_bytes"].to_numpy(float) / hw.hbm_bytes_per_s for rows, hw in gemm])
+    time_s = np.concatenate([rows["time_s"].to_numpy(float) for rows, _ in gemm])
+    weight = np.concatenate([octave_weights(rows["tokens"]) for rows, _ in gemm])
     ridge, latency = _best_on_grid(compute, memory, time_s, weight, RIDGE_GRID, LATENCY_GRID_S)
     ridge, latency = _best_on_grid(compute, memory, time_s, weight,
                                    np.round(np.arange(ridge - 0.02, ridge + 0.0201, 0.002), 4),
                                    np.arange(max(latency - 1e-6, 0.0), latency + 1.01e-6, 0.2e-6))
     compute_eff, bandwidth_eff, _ = _fit_at(compute, memory, time_s, weight, ridge, latency)
-    elementwise = {op: _fit_elementwise(rows, hw) for op, rows in ops[~ops["op"].isin(GEMMS)].groupby("op")}
+    kernels = sorted({op for ops, _ in parts for op in ops["op"].unique() if op not in GEMMS})
+    elementwise = {op: _fit_elementwise([(ops[ops["op"] == op], hw) for ops, hw in parts]) for op in kernels}
     return LinearFit(float(compute_eff), float(bandwidth_eff), float(ridge), float(latency), elementwise)
 
 
@@ -82,13 +91,14 @@ def _fit_at(compute, memory, time_s, weight, ridge: float, latency: float) -> tu
     return compute_eff, bandwidth_eff, float(np.average(((predicted - time_s) / time_s) ** 2, weights=weight))
 
 
-def _fit_elementwise(rows: pd.DataFrame, hw: HardwareSpec) -> tuple[float, float]:
+def _fit_elementwise(parts: list[tuple[pd.DataFrame, HardwareSpec]]) -> tuple[float, float]:
     """(latency_s, bandwidth_efficiency): least squares on relative error, octaves weighted alike, both
     non-negative; the share of bandwidth at most 1 (a kernel faster than the peak is charged the peak)."""
-    time_s = rows["time_s"].to_numpy(float)
-    root = np.sqrt(octave_weights(rows["tokens"]))
-    at_peak = rows["moved_bytes"].to_numpy(float) / hw.hbm_bytes_per_s
-    x = np.column_stack([np.ones(len(rows)), at_peak]) / time_s[:, None] * root[:, None]
+    parts = [(rows, hw) for rows, hw in parts if not rows.empty]
+    time_s = np.concatenate([rows["time_s"].to_numpy(float) for rows, _ in parts])
+    root = np.sqrt(np.concatenate([octave_weights(rows["tokens"]) for rows, _ in parts]))
+    at_peak = np.concatenate([rows["moved_bytes"].to_numpy(float) / hw.hbm_bytes_per_s for rows, hw in parts])
+    x = np.column_stack([np.ones(len(time_s)), at_peak]) / time_s[:, None] * root[:, None]
     scale = x.max(axis=0)
     latency, per_peak_second = nnls(x / scale, root) / scale
     if per_peak_second < 1.0:  # faster than the peak: charge the peak and refit the latency

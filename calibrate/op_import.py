@@ -21,17 +21,16 @@ from calibrate.features import TERMS, choose_knots
 from calibrate.hardware import HardwareSpec, load_hardware
 from calibrate.layer_ops import ELEMENTWISE, GEMMS, ITERATION_ELEMENTWISE, LayerShape
 from calibrate.linear_model import LinearFit
-from calibrate.op_fit import fit_linear, today_roofline
+from calibrate.op_fit import fit_linear, fit_linear_on, today_roofline
 from calibrate.op_table import OpTable, read_op_table
 from calibrate.profile_file import Profile, load_profile
 from calibrate.transfer import REGIMES, regimes_of
 from calibrate.transfer_judge import RegimeError, judge_profile, report_lines
+from calibrate.transfer_two_gpus import GpuTables, HoldOut, both_ways, judgement, two_gpu_choice
 from engine.specs.errors import SpecError
 from engine.specs.loader import load_model_spec
 
 TOKEN_BANDS = ((1, 64), (65, 512), (513, 4096))  # memory-bound, around the ridge, compute-bound (A100)
-DEVICE_NAMES = {"a100-80gb": "NVIDIA A100-SXM4-80GB", "a100-40gb": "NVIDIA A100-SXM4-40GB",
-                "h100-sxm": "NVIDIA H100 80GB HBM3", "h200": "NVIDIA H200"}
 
 
 @dataclass
@@ -88,6 +87,9 @@ class ImportResult:
     by_tp: Errors | None  # None where every table has one tensor-parallel degree
     roofline: Errors  # today's roofline: nothing fitted, so every row is held out
     gpu: list[RegimeError] = field(default_factory=list)  # on a GPU the fit never saw (calibrate/transfer_judge.py)
+    # with a second GPU's tables (--also): the fit on both, each GPU held out from a fit on the other
+    joint: LinearFit | None = None
+    two_gpus: list[HoldOut] = field(default_factory=list)
 
 
 def load_tables(paths, max_tokens: int) -> list[OpTable]:
@@ -129,8 +131,16 @@ def _same_layer(measured: LayerShape, spec: LayerShape) -> bool:
 
 
 def import_profile(table_paths, all_reduce_path, model: str, measured_on: str, command: str,
-                   host_profile: str | None = None, max_tokens: int = 4096, provenance: dict | None = None
-                   ) -> ImportResult:
+                   host_profile: str | None = None, max_tokens: int = 4096, provenance: dict | None = None,
+                   also_tables=(), also_measured_on: str = "h100-sxm", layers: dict[str, int] | None = None,
+                   attention_path: str | None = None) -> ImportResult:
+    """`also_tables`: a second GPU's tables (`also_measured_on`): the profile's linear part is then fitted on
+    both GPUs' tables together, and each GPU is held out from a fit on the other (calibrate/transfer_two_gpus.py);
+    `layers`: the tables' models' layer counts (default calibrate/table_models.LAYERS); `attention_path`: a measured
+    attention table (Vidur's attention.csv), fitted into the profile's `attention`."""
+    if also_tables:
+        return _import_two_gpus(table_paths, all_reduce_path, model, measured_on, command, host_profile,
+                                max_tokens, provenance, also_tables, also_measured_on, layers, attention_path)
     hw = load_hardware(measured_on)
     tables = load_tables(list(table_paths), max_tokens)
     ops = pd.concat([t.ops for t in tables], ignore_index=True)
@@ -145,7 +155,7 @@ def import_profile(table_paths, all_reduce_path, model: str, measured_on: str, c
     all_reduce = read_all_reduce(all_reduce_path).to_dict() if all_reduce_path else None
     summary = by_model.summary()["per_iteration"]
     profile = Profile(
-        model=model, device="cuda", device_name=DEVICE_NAMES.get(measured_on, measured_on), dtype="float16",
+        model=model, device="cuda", device_name=hw.device_names[0] if hw.device_names else hw.name, dtype="float16",
         tensor_parallel=1, block_size=16, token_knots=knots, token_costs_s=costs,
         coefficients={term: 0.0 for term in TERMS},  # attention: not in these measurements
         heldout_mape=summary["mape"], heldout_p95_ape=summary["p95_ape"],
@@ -156,12 +166,86 @@ def import_profile(table_paths, all_reduce_path, model: str, measured_on: str, c
         grid={t.label: int(len(t.ops)) for t in tables},
         host=_host_terms(host_profile), linear=linear, all_reduce=all_reduce,
         provenance={**(provenance or {}), "tables": [Path(p).name for p in table_paths],
-                    **({"all_reduce_table": Path(all_reduce_path).name} if all_reduce_path else {})},
+                    **({"all_reduce_table": Path(all_reduce_path).name} if all_reduce_path else {}),
+                    **({"attention_table": Path(attention_path).name} if attention_path else {})},
+        attention=_attention(attention_path, hw, provenance),
     )
     # the shipped held-out GPU (the engine's H200 prefills) judges fits made on A100s
     gpu = judge_profile(profile) if measured_on.startswith("a100") else []
     profile.linear["heldout"]["gpu"] = [asdict(e) for e in gpu]
     return ImportResult(profile, fit, by_model, by_tp, roofline, gpu)
+
+
+def _import_two_gpus(table_paths, all_reduce_path, model: str, measured_on: str, command: str,
+                     host_profile: str | None, max_tokens: int, provenance: dict | None, also_tables,
+                     also_measured_on: str, layers: dict[str, int] | None,
+                     attention_path: str | None = None) -> ImportResult:
+    """The first GPU's import as without --also (its token table, all-reduce, held-out models), then the linear
+    part refitted on both GPUs' tables and judged with each GPU held out."""
+    if load_hardware(also_measured_on).name == load_hardware(measured_on).name:
+        raise SpecError("--also-measured-on", "", f"{also_measured_on} is the GPU the first tables were measured "
+                        "on; a second GPU is held out from a fit on the first, so it must be another")
+    first = import_profile(table_paths, all_reduce_path, model, measured_on, command, host_profile, max_tokens,
+                           provenance, attention_path=attention_path)
+    hw, other = load_hardware(measured_on), load_hardware(also_measured_on)
+    ops = pd.concat([t.ops for t in load_tables(list(table_paths), max_tokens)], ignore_index=True)
+    also = load_tables(list(also_tables), max_tokens)
+    also_ops = pd.concat([t.ops for t in also], ignore_index=True)
+    holdouts = both_ways(GpuTables(hw, ops, layers), GpuTables(other, also_ops, layers))
+    errors = judgement(holdouts)
+    joint = fit_linear_on([(ops, hw), (also_ops, other)])
+    profile = first.profile
+    linear = profile.linear or {}
+    profile.linear = {**joint.to_dict(), "max_tokens": max_tokens,
+                      "models": sorted({*linear["models"], *(t.label for t in also)}),
+                      "gpus": {hw.name: {**first.fit.to_dict(), "models": linear["models"]},
+                               other.name: {**holdouts[1].fit.to_dict(), "models": sorted(t.label for t in also)}},
+                      "heldout": {**linear["heldout"], "gpu": [],
+                                  "two_gpus": [asdict(e) for e in errors],
+                                  "two_gpus_by_model": {h.direction: _by_model_dict(h) for h in holdouts}}}
+    profile.device_name = f"{profile.device_name} and {other.device_names[0] if other.device_names else other.name}"
+    profile.heldout_method += (f"; the linear part fitted on {measured_on}'s and {also_measured_on}'s tables "
+                               "together, each GPU held out from a fit on the other in linear.heldout.two_gpus")
+    profile.grid = {**{f"{measured_on}/{k}": v for k, v in profile.grid.items()},
+                    **{f"{also_measured_on}/{t.label}": int(len(t.ops)) for t in also}}
+    profile.train_rows = profile.heldout_rows = int(len(ops) + len(also_ops))
+    profile.provenance = {**profile.provenance, "also_tables": [Path(p).name for p in also_tables]}
+    return ImportResult(profile, first.fit, first.by_model, first.by_tp, first.roofline, [], joint, holdouts)
+
+
+def _by_model_dict(holdout: HoldOut) -> dict:
+    return {str(m): {k: float(v) for k, v in row.items()} for m, row in holdout.by_model().iterrows()}
+
+
+def _attention(path: str | None, hw: HardwareSpec, provenance: dict | None) -> dict | None:
+    """The measured attention kernels' fit (calibrate/attention_fit.py), with its held-out errors."""
+    if path is None:
+        return None
+    from calibrate.attention_fit import import_attention
+
+    source = "; ".join(f"{k}: {v}" for k, v in (provenance or {}).items() if v)
+    return import_attention(path, hw, source).to_dict()
+
+
+def add_attention(profile_path: str | Path, attention_path: str | Path, command: str,
+                  source: str = "", measured_on: str | None = None) -> Profile:
+    """An imported profile with measured attention kernels fitted into it, on the GPU they were measured on
+    (`measured_on`; default the profile's own device); everything else as it was (how
+    calibrate/profiles/a100-80gb.yaml is made from a100-h100-linear.yaml)."""
+    from dataclasses import replace
+
+    from calibrate.hardware import hardware_for_device
+
+    profile = load_profile(profile_path)
+    if profile.linear is None:
+        raise SpecError(str(profile_path), "linear", "not an imported per-operation profile (calibrate import)")
+    measured_on = measured_on or hardware_for_device(profile.device_name)
+    if measured_on is None:
+        raise SpecError(str(profile_path), "device_name", f"cannot tell which shipped hardware spec "
+                        f"{profile.device_name!r} is")
+    provenance = {**profile.provenance, "attention_table": Path(attention_path).name}
+    return replace(profile, command=command, provenance=provenance,
+                   attention=_attention(str(attention_path), load_hardware(measured_on), {"source": source}))
 
 
 def _host_terms(path: str | None) -> dict | None:
@@ -213,9 +297,38 @@ def report(result: ImportResult) -> str:
     if result.by_tp is not None:
         per_tp = result.by_tp.layers.groupby("tp")["ape"].mean()
         lines.append("per iteration, each tp held out: " + ", ".join(f"tp {t} {v:.1%}" for t, v in per_tp.items()))
-    if result.gpu:
+    if result.profile.attention is not None:
+        from calibrate.attention_fit import AttentionFit
+        from calibrate.attention_fit import report_lines as attention_lines
+
+        lines += attention_lines(AttentionFit.from_dict(result.profile.attention))
+    if result.two_gpus:
+        lines += two_gpu_lines(result)
+    elif result.gpu:
         lines += report_lines(result.gpu)
     else:
         lines.append("on a GPU the fit never saw: not judged (the shipped held-out GPU data judges A100 fits); "
                      "on other hardware the default is the roofline in every regime")
     return "\n".join(lines)
+
+
+def two_gpu_lines(result: ImportResult) -> list[str]:
+    """The fit on both GPUs, and each GPU held out from a fit on the other, per regime beside the roofline."""
+    joint = result.joint
+    assert joint is not None
+    lines = [f"linear part on both GPUs (shares of each GPU's own spec sheet, latencies common): compute "
+             f"{joint.compute_efficiency:.3f}, bandwidth {joint.bandwidth_efficiency:.3f}, ridge efficiency "
+             f"{joint.ridge_efficiency:.3f}, matmul latency {joint.gemm_latency_s * 1e6:.1f} us"]
+    for h in result.two_gpus:
+        f = h.fit
+        lines.append(f"  fitted on {h.direction.split(' -> ')[0]} alone: compute {f.compute_efficiency:.3f}, "
+                     f"bandwidth {f.bandwidth_efficiency:.3f}, ridge efficiency {f.ridge_efficiency:.3f}, "
+                     f"matmul latency {f.gemm_latency_s * 1e6:.1f} us")
+    errors = judgement(result.two_gpus)
+    lines += report_lines(errors)[:1 + len(errors)]
+    for h in result.two_gpus:
+        mean, worst, roof_mean, roof_worst = h.reference()
+        lines.append(f"  {h.direction}: LLaMA-2-7B at tp 1, 1-1,024 tokens: {mean:.1%} ({worst:.1%}); roofline "
+                     f"{roof_mean:.1%} ({roof_worst:.1%})")
+    lines.append("default on a GPU neither measured: " + two_gpu_choice(errors).describe())
+    return lines

@@ -24,7 +24,8 @@ FORMAT = f"{FORMAT_PREFIX}5"
 # /1 had a knee and power-of-two steps instead of the token table; /2 and /3 read with the added terms at 0
 READABLE_FORMATS = ("servesim-profile/2", "servesim-profile/3", "servesim-profile/4", FORMAT)
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
-IMPORTED_ONLY = ("linear", "all_reduce", "provenance")  # fields only an imported per-operation profile has
+# fields only an imported per-operation profile has (attention: only where measured attention kernels were imported)
+IMPORTED_ONLY = ("linear", "all_reduce", "provenance", "attention")
 FITTED_SINCE_5 = ("device_part",)  # absent from a profile loaded from an older format, as it was written
 HOST_ERRORS = ("heldout_mean_abs_error_s", "heldout_p95_abs_error_s", "heldout_mape", "heldout_p95_ape")
 
@@ -69,10 +70,14 @@ class Profile:
     # (calibrate/op_fit.LinearFit, with its held-out errors), the measured all-reduce table by GPU count, and
     # where the measurements came from. Such a profile times only the non-attention part of an iteration:
     # its token-cost table and zero attention coefficients are not an iteration's cost, so it is used
-    # through `cost_model: {kind: transfer}`, which prices attention from first principles.
+    # through `cost_model: {kind: transfer}`, which prices attention from first principles, or by its
+    # `attention` part where measured attention kernels were imported.
     linear: dict | None = None
     all_reduce: dict | None = None
     provenance: dict = field(default_factory=dict)
+    # measured attention kernels (calibrate/attention_fit.AttentionFit: latencies and shares of the measured GPU's
+    # peaks, with their held-out errors); None where none were imported: attention then at the roofline's defaults
+    attention: dict | None = None
     # the device part (the token-cost table and coefficients, held-out error heldout_mape and heldout_p95_ape):
     # measured_from (device_s, or time_s in a raw CSV from before the split) and the shapes it was fitted on;
     # None in a profile from before /5, whose forward time was fitted on time_s
@@ -145,6 +150,7 @@ def _check(raw: dict, source: str) -> None:
     _check_device_part(raw.get("device_part"), source)
     _check_serving(raw.get("serving"), source)
     _check_linear(raw.get("linear"), source)
+    _check_attention(raw.get("attention"), source)
     if raw.get("all_reduce") is not None:
         AllReduceTable.from_dict(raw["all_reduce"], source)
     if not isinstance(raw.get("provenance", {}), dict):
@@ -176,19 +182,88 @@ def _check_linear(linear, source: str) -> None:
         return
     if not isinstance(linear, dict):
         raise SpecError(source, "linear", "must map the linear part's fitted parameters (calibrate/op_fit.py)")
-    for key in ("compute_efficiency", "bandwidth_efficiency", "ridge_efficiency"):
-        share(linear.get(key), source, f"linear.{key}")
-    non_negative(linear.get("gemm_latency_s"), source, "linear.gemm_latency_s")  # seconds
-    elementwise = linear.get("elementwise", {})
+    _check_fit(linear, source, "linear")
+    gpus = linear.get("gpus", {})
+    if not isinstance(gpus, dict):
+        raise SpecError(source, "linear.gpus", "must map each measured GPU's name to its own fit")
+    for name, fit in gpus.items():
+        if not isinstance(fit, dict):
+            raise SpecError(source, f"linear.gpus.{name}", "must map that GPU's own fitted parameters")
+        _check_fit(fit, source, f"linear.gpus.{name}")
+    heldout = linear.get("heldout", {})
+    judged = heldout.get("two_gpus") if isinstance(heldout, dict) else None
+    if gpus and judged is None:
+        raise SpecError(source, "linear.heldout.two_gpus", "missing: a fit on two GPUs keeps its held-out "
+                        "judgement (calibrate/transfer_two_gpus.py), which sets its default by regime")
+    if judged is not None:
+        _check_two_gpu_judgement(judged, source)
+
+
+def _check_fit(fit: dict, source: str, key: str) -> None:
+    for name in ("compute_efficiency", "bandwidth_efficiency", "ridge_efficiency"):
+        share(fit.get(name), source, f"{key}.{name}")
+    non_negative(fit.get("gemm_latency_s"), source, f"{key}.gemm_latency_s")  # seconds
+    elementwise = fit.get("elementwise", {})
     if not isinstance(elementwise, dict):
-        raise SpecError(source, "linear.elementwise", "must map kernels to latency_s and bandwidth_efficiency")
+        raise SpecError(source, f"{key}.elementwise", "must map kernels to latency_s and bandwidth_efficiency")
     for op, terms in elementwise.items():
         if op not in ELEMENTWISE:
-            raise SpecError(source, f"linear.elementwise.{op}", f"unknown kernel; valid: {list(ELEMENTWISE)}")
+            raise SpecError(source, f"{key}.elementwise.{op}", f"unknown kernel; valid: {list(ELEMENTWISE)}")
         if not isinstance(terms, dict):
-            raise SpecError(source, f"linear.elementwise.{op}", "must map latency_s and bandwidth_efficiency")
-        non_negative(terms.get("latency_s"), source, f"linear.elementwise.{op}.latency_s")
-        share(terms.get("bandwidth_efficiency"), source, f"linear.elementwise.{op}.bandwidth_efficiency")
+            raise SpecError(source, f"{key}.elementwise.{op}", "must map latency_s and bandwidth_efficiency")
+        non_negative(terms.get("latency_s"), source, f"{key}.elementwise.{op}.latency_s")
+        share(terms.get("bandwidth_efficiency"), source, f"{key}.elementwise.{op}.bandwidth_efficiency")
+
+
+JUDGED_ERRORS = ("mean", "worst", "roofline_mean", "roofline_worst")
+
+
+def _check_two_gpu_judgement(judged, source: str) -> None:
+    """Each entry one direction's regime: which, over how many rows, its errors and the roofline's."""
+    from calibrate.transfer import FINE_REGIMES
+
+    if not isinstance(judged, list) or not judged:
+        raise SpecError(source, "linear.heldout.two_gpus", "must list each direction's error per regime")
+    for i, entry in enumerate(judged):
+        key = f"linear.heldout.two_gpus[{i}]"
+        if not isinstance(entry, dict):
+            raise SpecError(source, key, "must map direction, regime, rows and the errors")
+        if not isinstance(entry.get("direction"), str) or " -> " not in entry["direction"]:
+            raise SpecError(source, f"{key}.direction",
+                            f"must say 'FITTED -> HELD OUT', got {entry.get('direction')!r}")
+        choice(entry.get("regime"), source, f"{key}.regime", list(FINE_REGIMES))
+        positive_int(entry.get("rows"), source, f"{key}.rows")
+        for name in JUDGED_ERRORS:
+            non_negative(entry.get(name), source, f"{key}.{name}")
+
+
+ATTENTION_SHARES = ("decode_bandwidth_efficiency", "prefill_compute_efficiency")
+ATTENTION_OPTIONAL_SHARES = ("prefill_kv_bandwidth_efficiency", "prefill_output_bandwidth_efficiency")
+ATTENTION_KEYS = ("decode_latency_s", "prefill_latency_s", *ATTENTION_SHARES, *ATTENTION_OPTIONAL_SHARES,
+                  "block_size", "measured_on", "heldout", "source")
+
+
+def _check_attention(attention, source: str) -> None:
+    if attention is None:
+        return
+    if not isinstance(attention, dict):
+        raise SpecError(source, "attention", "must map the measured attention's latencies and shares "
+                        "(calibrate/attention_fit.py)")
+    for key in attention:
+        if key not in ATTENTION_KEYS:
+            raise SpecError(source, f"attention.{key}", f"unknown key; valid keys are {list(ATTENTION_KEYS)}")
+    for key in ("decode_latency_s", "prefill_latency_s"):
+        non_negative(attention.get(key), source, f"attention.{key}")  # seconds per layer
+    for key in ATTENTION_SHARES:
+        share(attention.get(key), source, f"attention.{key}")
+    for key in ATTENTION_OPTIONAL_SHARES:  # null: the fit found no cost in that term
+        optional(share, attention.get(key), source, f"attention.{key}")
+    positive_int(attention.get("block_size", 16), source, "attention.block_size")
+    for key in ("measured_on", "source"):
+        if not isinstance(attention.get(key, ""), str):
+            raise SpecError(source, f"attention.{key}", "must be text")
+    if not isinstance(attention.get("heldout", {}), dict):
+        raise SpecError(source, "attention.heldout", "must map decode and prefill to their held-out errors")
 
 
 def _check_host(host, source: str) -> None:
@@ -253,6 +328,14 @@ def load_profile(path: str | Path) -> Profile:
     return profile_from_dict(read_yaml(path, "profile file"), str(path))
 
 
+def _attention_line(attention: dict | None) -> str:
+    if not attention or not attention.get("heldout"):
+        return ""
+    from calibrate.attention_fit import AttentionFit
+
+    return f"# held-out error of the attention part: {AttentionFit.from_dict(attention).heldout_summary()}\n"
+
+
 def dump_profile(profile: Profile) -> str:
     data = asdict(profile)
     for key in (*IMPORTED_ONLY, *FITTED_SINCE_5):  # absent from a profile without them, as before they existed
@@ -265,5 +348,5 @@ def dump_profile(profile: Profile) -> str:
                  f"p95 {host['heldout_p95_ape']:.1%}\n" if "heldout_mape" in host else "")
     header = (f"# servesim cost-model profile: {profile.model} on {profile.device_name} ({profile.dtype})\n"
               f"# held-out error{scope}: mean {profile.heldout_mape:.1%}, p95 {profile.heldout_p95_ape:.1%}\n"
-              f"{host_line}# made by: {profile.command}\n")
+              f"{host_line}{_attention_line(profile.attention)}# made by: {profile.command}\n")
     return header + yaml.safe_dump(data, sort_keys=False)

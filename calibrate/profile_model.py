@@ -6,8 +6,10 @@ from pathlib import Path
 
 import numpy as np
 
+from calibrate.breakdown import IterationTime, fold
 from calibrate.costmodel import CostModel, per_step, stretch_block_sums, stretch_context_sums
-from calibrate.hardware import HardwareSpec
+from calibrate.hardware import HardwareSpec, hardware_for_device
+from calibrate.host import host_parts
 from calibrate.host import host_time as host_seconds
 from calibrate.profile_file import DTYPE_BYTES, Profile, load_profile
 from calibrate.roofline import RooflineParams, swap_block_seconds, swap_transfers_per_block
@@ -114,6 +116,34 @@ class ProfileCostModel(CostModel):
         """The host part of iteration_time: the fitted host work, where measured and charge_host asks for it."""
         return host_seconds(self.host, batch.num_seqs, batch.num_prefill_tokens) if self.charge_host else 0.0
 
+    def breakdown(self, batch: ShapeMetrics) -> IterationTime:
+        """iteration_time by the profile's fitted terms, each times the serving factor (so they add up to the
+        device part within rounding: the clock scales their sum), and the host work by term."""
+        blocks = batch.decode_blocks(self.block_size) if self._per_block and batch.decode_context_lens else 0
+        parts = self._device_parts(batch, batch.sum_decode_context, batch.max_decode_context, blocks)
+        device = {kind: float(value) * self.serving_factor for kind, value in parts}
+        host = host_parts(self.host, batch.num_seqs, batch.num_prefill_tokens) if self.charge_host else {}
+        swaps = batch.num_swap_blocks
+        return IterationTime(device, host, self.device_time(batch), self.host_time(batch),
+                             self.swap_time(swaps) if swaps else 0.0, parts_exact=self.serving_factor == 1.0)
+
+    def _device_parts(self, batch: ShapeMetrics, sum_decode_context, max_decode_context, decode_blocks):
+        """The fitted device terms of one iteration, before the serving factor, in the order _device adds them.
+        A prefill over a cached prefix counts its attention over the cached tokens in sum_prefill_sq (n (n + 2c),
+        see engine.core.batch): the profiler times plain prompts only, so this carries the fitted per-pair cost
+        over to them; the cached tokens cost no linear-layer work."""
+        parts = [("linear", self.token_cost(batch.num_tokens)), ("per_sequence", self._per_seq * batch.num_seqs)]
+        if batch.decode_context_lens:
+            parts.append(("attention", self._context * sum_decode_context
+                          + self._padded_context * batch.num_decodes * max_decode_context))
+        if batch.prefill_lens:
+            parts.append(("prefill", self._prefill_sq * batch.sum_prefill_sq + self._per_prefill * batch.num_prefills))
+            if batch.decode_context_lens:
+                parts.append(("mixed", self._mixed))
+        if self._per_block and batch.decode_context_lens:
+            parts.append(("decode_blocks", self._per_block * decode_blocks))
+        return parts
+
     def _time(self, batch: ShapeMetrics, sum_decode_context, max_decode_context, decode_blocks):
         """iteration_time (device part + host part), for one iteration's decode contexts (their sum, maximum,
         and the KV blocks they span when the profile prices blocks) or arrays of them."""
@@ -123,20 +153,8 @@ class ProfileCostModel(CostModel):
         return t
 
     def _device(self, batch: ShapeMetrics, sum_decode_context, max_decode_context, decode_blocks):
-        t = self.token_cost(batch.num_tokens) + self._per_seq * batch.num_seqs
-        if batch.decode_context_lens:
-            t += (self._context * sum_decode_context
-                  + self._padded_context * batch.num_decodes * max_decode_context)
-        if batch.prefill_lens:
-            # a prefill over a cached prefix counts its attention over the cached tokens in sum_prefill_sq
-            # (n (n + 2c), see engine.core.batch): the profiler times plain prompts only, so this carries
-            # the fitted per-pair cost over to them; the cached tokens cost no linear-layer work
-            t += self._prefill_sq * batch.sum_prefill_sq + self._per_prefill * batch.num_prefills
-            if batch.decode_context_lens:
-                t += self._mixed
-        if self._per_block and batch.decode_context_lens:
-            t += self._per_block * decode_blocks
-        return t * self.serving_factor
+        return fold(value for _, value in self._device_parts(batch, sum_decode_context, max_decode_context,
+                                                             decode_blocks)) * self.serving_factor
 
     def token_cost(self, tokens: int) -> float:
         """The token-cost table at `tokens` (calibrate/features.token_costs, one value at a time)."""
@@ -207,15 +225,6 @@ def compute_slope(knots: list[int], costs: list[float]) -> float:
     return max((costs[-1] - costs[lower]) / (top - knots[lower]), 0.0)
 
 
-DEVICE_HARDWARE = (("h200", "h200"), ("h100", "h100-sxm"), ("a10080gb", "a100-80gb"), ("a100", "a100-40gb"))
-
-
-def hardware_for_device(device_name: str) -> str | None:
-    """The shipped hardware spec a profiled device is, e.g. 'NVIDIA A100-SXM4-80GB' -> 'a100-80gb'."""
-    flat = device_name.lower().replace(" ", "").replace("-", "").replace("sxm4", "")
-    return next((spec for key, spec in DEVICE_HARDWARE if key in flat), None)
-
-
 def transferred_roofline(path: str | Path, measured_on: str | None, model: ModelSpec, hardware: HardwareSpec,
                          tp: int, dtype_bytes: int, block_size: int, paged: bool = True, host: dict | None = None):
     """The roofline of (model, hardware, tp) at the efficiencies a profile measured elsewhere; `paged=False`
@@ -229,6 +238,8 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
         raise SpecError(str(path), "device", (
             f"the profile was measured on {profile.device_name} ({profile.device}); only a GPU profile's "
             f"efficiencies carry over to {hardware.name}"))
+    if profile.linear is not None and profile.linear.get("gpus"):
+        return _two_gpu_roofline(profile, path, model, hardware, tp, dtype_bytes, block_size, paged, host)
     name = measured_on or hardware_for_device(profile.device_name)
     if name is None:
         raise SpecError(str(path), "device_name", (
@@ -239,7 +250,7 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
 
         host = profile.host if host is None else host
         cost = _measured_linear_roofline(profile, Path(path).name, measured, model, hardware, tp, dtype_bytes,
-                                         block_size, paged, host)
+                                         block_size, paged, host=host)
         return by_regime(cost, path, measured, model, hardware, tp, dtype_bytes, block_size, paged, host)
     params = implied_efficiency(profile, measured, dtype_bytes)
     cost = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, params, host=host, paged=paged)
@@ -249,24 +260,49 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
     return cost
 
 
+def _two_gpu_roofline(profile: Profile, path: str | Path, model: ModelSpec, hardware: HardwareSpec, tp: int,
+                      dtype_bytes: int, block_size: int, paged: bool, host: dict | None):
+    """A profile fitted on two GPUs (calibrate/transfer_joint.py): on either of them its own fit in every regime;
+    elsewhere the fit on both, by the regimes its stored held-out judgement chose. `host` as transferred_roofline's."""
+    from calibrate.transfer_cost import by_regime
+    from calibrate.transfer_joint import fit_for, stored_choice
+
+    all_reduce_on, fit, own = fit_for(profile, str(path), hardware)
+    cost = _measured_linear_roofline(profile, Path(path).name, all_reduce_on, model, hardware, tp, dtype_bytes,
+                                     block_size, paged, fit=fit, host=host)
+    if own is not None:
+        cost.source += f"; {own}'s own fit of the two, in every regime: measured on this chip"
+        return cost
+    cost.source = cost.source.replace("with the linear part measured in", "with the linear part fitted on "
+                                      f"{' and '.join(profile.linear['gpus'])} in")  # type: ignore[index]
+    return by_regime(cost, path, all_reduce_on, model, hardware, tp, dtype_bytes, block_size, paged,
+                     profile.host if host is None else host, choice=stored_choice(profile))
+
+
 def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpec, model: ModelSpec,
                               hardware: HardwareSpec, tp: int, dtype_bytes: int, block_size: int,
-                              paged: bool, host: dict | None):
+                              paged: bool = True, fit=None, host: dict | None = None):
     """The roofline of (model, hardware, tp) with an imported profile's linear part (its efficiencies and
-    bend, its kernels' latencies and bandwidths), its all-reduce table (over links as fast as the
-    target's, relative to the measured GPU's) and `host` in series; attention from the roofline."""
+    bend, its kernels' latencies and bandwidths; `fit` in its place where given), its all-reduce table (over
+    links as fast as the target's, relative to the measured GPU's) and `host` in series (None: the profile's own host work); attention
+    from the profile's measured attention kernels where it has them (calibrate/attention_fit.py: their shares of
+    the target's peaks), else
+    from the roofline."""
     from calibrate.all_reduce import AllReduceTable
+    from calibrate.attention_fit import AttentionFit
     from calibrate.linear_model import LinearFit
     from calibrate.roofline import RooflineCostModel
 
-    fit = LinearFit.from_dict(profile.linear)
+    fit = fit or LinearFit.from_dict(profile.linear)
+    host = profile.host if host is None else host
     table = None
     if profile.all_reduce is not None:
         table = AllReduceTable.from_dict(profile.all_reduce).scaled(
             hardware.nvlink_bytes_per_s / measured.nvlink_bytes_per_s)
-    # attention, block copies and swaps at the roofline's own efficiencies: the measurements have none
+    measured_attention = AttentionFit.from_dict(profile.attention) if profile.attention is not None else None
+    # block copies and swaps (and attention, where none was measured) at the roofline's own efficiencies
     cost = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, RooflineParams(), linear=fit,
-                             all_reduce=table, host=host, paged=paged)
+                             all_reduce=table, host=host, paged=paged, attention=measured_attention)
     if tp == 1:
         comm = ""
     elif table is not None and table.covers(tp):
@@ -275,10 +311,15 @@ def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpe
     else:
         comm = f", all-reduce by the ring formula (none measured on {tp} GPUs)"
     in_series = ", host work in series" if host is not None else ""
-    attention = (f"paged ({RooflineParams().block_read_overhead_tokens:g} tokens' K/V a block read)" if paged
-                 else "dense")
+    if measured_attention is not None:
+        attention = (f"attention measured in {name} (held-out error {measured_attention.heldout_summary()}; "
+                     f"paged as measured, block size {measured_attention.block_size})")
+    else:
+        kernel = (f"paged ({RooflineParams().block_read_overhead_tokens:g} tokens' K/V a block read)" if paged
+                  else "dense")
+        attention = f"attention at the roofline's defaults, {kernel}"
     cost.source = (f"roofline({hardware.name}, tp={tp}) with the linear part measured in {name} "
                    f"(on {profile.device_name}: compute {fit.compute_efficiency:.2f}, bandwidth "
                    f"{fit.bandwidth_efficiency:.2f}, ridge {fit.ridge_efficiency:.2f}, held-out error "
-                   f"{profile.heldout_mape:.1%}{comm}; attention at the roofline's defaults, {attention}{in_series})")
+                   f"{profile.heldout_mape:.1%}{comm}; {attention}{in_series})")
     return cost

@@ -18,7 +18,10 @@ With a measured linear part (calibrate/linear_model.LinearFit, from an imported 
 `cost_model: {kind: transfer}`) the matmuls run at its efficiencies and bend instead of the params',
 each with its fixed latency, and the elementwise kernels the roofline leaves out (norms, rotary
 embedding, activation, residual add, embedding lookup) are charged at their measured latency and
-share of bandwidth; attention, copies and swaps stay at the params'. With a profile's host terms the
+share of bandwidth; attention, copies and swaps stay at the params'. With a measured attention part
+(calibrate/attention_fit.AttentionFit, a profile's `attention`) decode and prefill attention are priced by it
+instead: its shares of this hardware's peaks, its latencies per layer once an iteration has decodes /
+prefills, and no per-block term on top (the measured kernel's paging is in its times). With a profile's host terms the
 engine's host work is charged too, in series with the device, as the engine runs them.
 
 The two block-size terms (`decode_block_seconds`, `swap_block_seconds`) and their defaults:
@@ -48,6 +51,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from calibrate.all_reduce import AllReduceTable
+from calibrate.attention_fit import AttentionFit, AttentionWork
+from calibrate.breakdown import IterationTime, fold
 from calibrate.costmodel import (
     SCALAR_STEPS,
     CostModel,
@@ -57,7 +62,7 @@ from calibrate.costmodel import (
     stretch_context_sums,
 )
 from calibrate.hardware import HardwareSpec
-from calibrate.host import host_time
+from calibrate.host import host_parts, host_time
 from calibrate.layer_ops import ITERATION_ELEMENTWISE, LAYER_ELEMENTWISE, LayerShape
 from calibrate.linear_model import LinearFit
 from calibrate.ridge import bent_roof, ridge_exponent
@@ -112,19 +117,22 @@ class RooflineCostModel(CostModel):
     def __init__(self, model: ModelSpec, hw: HardwareSpec, tp: int = 1, dtype_bytes: int = 2,
                  block_size: int = 16, params: RooflineParams = RooflineParams(),
                  linear: LinearFit | None = None, all_reduce: AllReduceTable | None = None,
-                 host: dict | None = None, paged: bool = True):
+                 host: dict | None = None, paged: bool = True, attention: AttentionFit | None = None):
         """`all_reduce`: measured times by GPU count over the target's links (AllReduceTable.scaled);
         `host`: calibrate/host.py's HOST_TERMS; `paged=False` prices decode attention as a dense kernel
-        (FasterTransformer's): no per-block term."""
+        (FasterTransformer's): no per-block term; `attention`: decode and prefill attention as that fit prices
+        them (the kernel it measured, paged or not as measured) instead of at params'."""
         self.model, self.hw, self.tp, self.params = model, hw, tp, params
+        self.attention = attention
         self.linear, self.host = linear, host
         self._charge_host = host is not None
         self.block_size = block_size
-        attention = f"block_read={params.block_read_overhead_tokens:g} tokens" if paged else "dense attention"
+        kernel = f"block_read={params.block_read_overhead_tokens:g} tokens" if paged else "dense attention"
         self.source = (f"roofline({hw.name}, tp={tp}, compute_eff={params.compute_efficiency}, "
                        f"bw_eff={params.bandwidth_efficiency}, overhead_s={params.overhead_s}"
                        + (f", ridge_eff={params.ridge_efficiency}" if params.ridge_efficiency != 1 else "")
-                       + f", {attention}, swap_latency_s={params.swap_transfer_latency_s:g})")
+                       + f", {kernel if attention is None else 'attention measured'}"
+                       + f", swap_latency_s={params.swap_transfer_latency_s:g})")
         flops = hw.peak_flops * params.compute_efficiency
         bandwidth = hw.hbm_bytes_per_s * params.bandwidth_efficiency
         matmul = linear or params  # the linear layers' efficiencies and bend: measured, or the spec sheet's
@@ -144,6 +152,9 @@ class RooflineCostModel(CostModel):
         self._s_per_decode_block = (decode_block_seconds(model, bandwidth, tp, dtype_bytes, params)
                                     if paged else 0.0)
         self._s_swap_per_block = swap_block_seconds(model, hw, tp, dtype_bytes, block_size, params)
+        self._fitted_terms = (0.0, 0.0, 0.0, 0.0, 0.0)
+        if attention is not None:
+            self._bind_fitted_attention(attention, dtype_bytes)
         self._all_reduce = all_reduce if all_reduce is not None and tp > 1 and all_reduce.covers(tp) else None
         self._message_bytes_per_token = hidden * dtype_bytes
         if tp > 1:
@@ -154,6 +165,21 @@ class RooflineCostModel(CostModel):
             self._s_per_token_comm = self._s_comm_fixed = 0.0
         self._s_kernels_fixed, self._s_per_token_kernels = self._kernel_terms(dtype_bytes)
         self._bind_scalar_terms()
+
+    def _bind_fitted_attention(self, fit: AttentionFit, dtype_bytes: int) -> None:
+        """All layers' seconds per unit of the fit's terms on this hardware: its shares of this sheet's peaks."""
+        work, layers, hw = AttentionWork.of_model(self.model, self.tp, dtype_bytes), self.model.num_layers, self.hw
+
+        def per_byte(share: float | None) -> float:
+            return 0.0 if share is None else layers / (hw.hbm_bytes_per_s * share)
+
+        self._s_per_context_token = work.kv_bytes_per_token * per_byte(fit.decode_bandwidth_efficiency)
+        self._s_per_decode_block = 0.0  # the measured kernel's paging is in its times
+        self._fitted_terms = (layers * fit.decode_latency_s,
+                              layers * work.flops_per_pair / (hw.peak_flops * fit.prefill_compute_efficiency),
+                              work.kv_bytes_per_token * per_byte(fit.prefill_kv_bandwidth_efficiency),
+                              work.output_bytes_per_token * per_byte(fit.prefill_output_bandwidth_efficiency),
+                              layers * fit.prefill_latency_s)
 
     def _kernel_terms(self, dtype_bytes: int) -> tuple[float, float]:
         """(seconds every iteration, seconds per token) of the measured kernels beyond the roofline's."""
@@ -184,7 +210,7 @@ class RooflineCostModel(CostModel):
         return self._time(batch, batch.sum_decode_context, blocks)
 
     @property
-    def charge_host(self) -> bool:  # CostModel's class attribute; here bound into _terms too
+    def charge_host(self) -> bool:  # bound into _terms too
         return self._charge_host
 
     @charge_host.setter
@@ -202,7 +228,8 @@ class RooflineCostModel(CostModel):
             self.params.overhead_s, self._s_per_token_comm, self._s_comm_fixed,
             self._comm_time if self._all_reduce is not None else None,
             self.linear is not None, self._s_kernels_fixed, self._s_per_token_kernels, self._charge_host,
-            host["per_iteration_s"], host["per_sequence_s"], host["per_prefill_token_s"])
+            host["per_iteration_s"], host["per_sequence_s"], host["per_prefill_token_s"],
+            self.attention is not None, *self._fitted_terms)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -244,7 +271,17 @@ class RooflineCostModel(CostModel):
 
     def _time(self, batch: ShapeMetrics, sum_decode_context, decode_blocks):
         """iteration_time, for one iteration's decode contexts (their sum, and the KV blocks they span when
-        the paged kernel's per-block cost applies, else None) or arrays of them."""
+        the paged kernel's per-block cost applies, else None) or arrays of them: the device's kinds added in
+        order (_device_parts), then the host work in series."""
+        t = fold(value for _, value in self._device_parts(batch, sum_decode_context, decode_blocks))
+        if self.charge_host:
+            t += host_time(self.host, batch.num_seqs, batch.num_prefill_tokens)
+        return t
+
+    def _device_parts(self, batch: ShapeMetrics, sum_decode_context, decode_blocks) -> list[tuple[str, object]]:
+        """The device's seconds by kind (calibrate/breakdown.DEVICE_KINDS), in the order the clock adds them:
+        the one formula of this model, which iteration_time's and a stretch's fast copies (RooflineTerms) are
+        checked against to the bit."""
         tokens = batch.num_tokens
         logit_rows = batch.num_seqs
         compute = tokens * self._s_per_token_linear + logit_rows * self._s_per_logit_row
@@ -252,27 +289,62 @@ class RooflineCostModel(CostModel):
             matmuls = compute if compute > self._s_weights else self._s_weights
         else:
             matmuls = bent_roof(compute, self._s_weights, self._ridge_p)
-        cached = batch.sum_prefill_cached
-        kv_read = sum_decode_context + cached if cached else sum_decode_context  # read, not computed
-        attention = kv_read * self._s_per_context_token
-        if decode_blocks is not None:  # the paged kernel's work per KV block it visits
-            attention = attention + decode_blocks * self._s_per_decode_block
-        prefill_sq = batch.sum_prefill_sq
-        if prefill_sq:
-            attention = prefill_sq * self._s_per_prompt_sq + attention
-        comm = self._comm_time(tokens)
-        copies = batch.num_copy_blocks * self._s_per_copied_block
-        # t > 0 (the weights are read) and attention >= 0, so adding a term that is exactly 0 changes no
-        # bit: skipping it (above too) spares an array operation when a decode stretch is priced at once
-        t = matmuls + attention
-        for term in (comm, copies, self.params.overhead_s):
-            if term:
-                t = t + term
+        if self.attention is not None:
+            attention = self._fitted_attention(batch, sum_decode_context)
+        else:
+            cached = batch.sum_prefill_cached
+            kv_read = sum_decode_context + cached if cached else sum_decode_context  # read, not computed
+            attention = kv_read * self._s_per_context_token
+            if decode_blocks is not None:  # the paged kernel's work per KV block it visits
+                attention = attention + decode_blocks * self._s_per_decode_block
+            prefill_sq = batch.sum_prefill_sq
+            if prefill_sq:
+                attention = prefill_sq * self._s_per_prompt_sq + attention
+        # t > 0 (the weights are read) and attention >= 0, so a term that is exactly 0 changes no bit of the
+        # sum: fold skips it, which spares an array operation when a decode stretch is priced at once
+        parts: list[tuple[str, object]] = [
+            ("linear", matmuls), ("attention", attention), ("all_reduce", self._comm_time(tokens)),
+            ("block_copies", batch.num_copy_blocks * self._s_per_copied_block), ("overhead", self.params.overhead_s)]
         if self.linear is not None:
-            t += self._s_kernels_fixed + tokens * self._s_per_token_kernels
-        if self.charge_host:
-            t += host_time(self.host, batch.num_seqs, batch.num_prefill_tokens)
-        return t
+            parts.append(("other_kernels", self._s_kernels_fixed + tokens * self._s_per_token_kernels))
+        return parts
+
+    def breakdown(self, batch: ShapeMetrics) -> IterationTime:
+        """iteration_time by kind and term (calibrate/breakdown.py): its parts add up to it to the bit."""
+        blocks = batch.decode_blocks(self.block_size) if self._paged_decodes(batch) else None
+        device = {kind: float(value) for kind, value in self._device_parts(batch, batch.sum_decode_context, blocks)}
+        host = self.host_parts(batch) if self.charge_host else {}
+        swaps = batch.num_swap_blocks
+        return IterationTime(device, host, fold(device.values()), self.host_time(batch),
+                             self.swap_time(swaps) if swaps else 0.0)
+
+    def device_time(self, batch: ShapeMetrics) -> float:
+        """The device part of iteration_time, as the clock adds it up before the host work (so that device_time +
+        host_time is iteration_time to the bit, which a difference of the two would not be)."""
+        blocks = batch.decode_blocks(self.block_size) if self._paged_decodes(batch) else None
+        return fold(value for _, value in self._device_parts(batch, batch.sum_decode_context, blocks))
+
+    def host_parts(self, batch: ShapeMetrics) -> dict[str, float]:
+        """host_time by term, in the order it adds them (calibrate/host.py)."""
+        return host_parts(self.host, batch.num_seqs, batch.num_prefill_tokens)
+
+    def _fitted_attention(self, batch: ShapeMetrics, sum_decode_context):
+        """Attention as the measured fit prices it, for one iteration's decode context sum or an array of them."""
+        decode_latency = self._fitted_terms[0]
+        attention = sum_decode_context * self._s_per_context_token
+        if batch.decode_context_lens:
+            attention = attention + decode_latency
+        if batch.prefill_lens:
+            attention = attention + self._fitted_prefill(batch)
+        return attention
+
+    def _fitted_prefill(self, batch: ShapeMetrics) -> float:
+        """Each new token against every key (n (n + c) pairs: n^2 + the causal count's n (n + 2c), halved), the
+        K/V of new and cached tokens, the new tokens' output reshaped, and the latency."""
+        _, s_pair, s_kv, s_out, latency = self._fitted_terms
+        tokens = batch.num_prefill_tokens
+        pairs = (batch.sum_prefill_sq + sum(n * n for n in batch.prefill_lens)) // 2
+        return pairs * s_pair + (tokens + batch.sum_prefill_cached) * s_kv + tokens * s_out + latency
 
     def host_time(self, batch) -> float:
         """The host part of iteration_time (CostModel.device_time is the rest): the host work in series."""
@@ -292,14 +364,20 @@ class RooflineCostModel(CostModel):
         return ALLREDUCES_PER_LAYER * self.model.num_layers * per_message
 
     def decode_attention_time(self, batch: ShapeMetrics) -> float:
-        """The KV bytes the decodes read, plus the paged kernel's work per block it visits."""
+        """The KV bytes the decodes read, plus the paged kernel's work per block it visits (with a measured
+        fit: its K/V bytes and its latency)."""
         t = batch.sum_decode_context * self._s_per_context_token
+        if self.attention is not None:
+            return t + self._fitted_terms[0] if batch.decode_context_lens else t
         if self._paged_decodes(batch):
             t += batch.decode_blocks(self.block_size) * self._s_per_decode_block
         return t
 
     def prefill_attention_time(self, batch: ShapeMetrics) -> float:
-        """The prefills' causal attention work, plus reading a cached prefix's KV as a decode reads its context."""
+        """The prefills' causal attention work, plus reading a cached prefix's KV as a decode reads its context
+        (with a measured fit: its terms and latency)."""
+        if self.attention is not None:
+            return self._fitted_prefill(batch) if batch.prefill_lens else 0.0
         return batch.sum_prefill_sq * self._s_per_prompt_sq + batch.sum_prefill_cached * self._s_per_context_token
 
     def swap_time(self, num_blocks: int) -> float:

@@ -22,9 +22,14 @@ class RooflineTerms:
                  s_per_copied_block: float, overhead_s: float, s_per_token_comm: float, s_comm_fixed: float,
                  comm_time: Callable[[int], float] | None,
                  kernels: bool, s_kernels_fixed: float, s_per_token_kernels: float, charge_host: bool,
-                 host_per_iteration: float, host_per_sequence: float, host_per_prefill_token: float):
+                 host_per_iteration: float, host_per_sequence: float, host_per_prefill_token: float,
+                 fitted: bool = False, decode_latency: float = 0.0, s_per_prefill_pair: float = 0.0,
+                 s_per_prefill_kv_token: float = 0.0, s_per_prefill_token: float = 0.0, prefill_latency: float = 0.0):
         """The tensor-parallel all-reduces: comm_time(tokens), their measured seconds; else (None) the ring
-        formula's tokens * s_per_token_comm + s_comm_fixed (0 on one GPU)."""
+        formula's tokens * s_per_token_comm + s_comm_fixed (0 on one GPU). `fitted`: attention as a measured
+        fit prices it (calibrate/attention_fit.py): the decodes' context at s_per_context_token plus
+        decode_latency where there are decodes, each prefill's new-by-key pairs, K/V tokens and new tokens plus
+        prefill_latency where there are prefills; no per-block term (s_per_decode_block 0)."""
         self.s_per_token_linear = s_per_token_linear
         self.s_per_logit_row = s_per_logit_row
         self.s_weights = s_weights
@@ -46,6 +51,12 @@ class RooflineTerms:
         self.host_per_iteration = host_per_iteration
         self.host_per_sequence = host_per_sequence
         self.host_per_prefill_token = host_per_prefill_token
+        self.fitted = fitted
+        self.decode_latency = decode_latency
+        self.s_per_prefill_pair = s_per_prefill_pair
+        self.s_per_prefill_kv_token = s_per_prefill_kv_token
+        self.s_per_prefill_token = s_per_prefill_token
+        self.prefill_latency = prefill_latency
 
     def matmul_time(self, tokens: int, num_seqs: int) -> float:
         """The linear layers and the LM head: their compute and their weights' reads under one bent roof
@@ -65,15 +76,22 @@ class RooflineTerms:
         tokens = batch.num_tokens
         num_seqs = batch.num_seqs
         matmuls = self.matmul_time(tokens, num_seqs)
-        cached = batch.sum_prefill_cached
-        sum_decode_context = batch.sum_decode_context
-        kv_read = sum_decode_context + cached if cached else sum_decode_context
-        attention = kv_read * self.s_per_context_token
-        if self.s_per_decode_block and batch.num_decodes:
-            attention = attention + batch.decode_blocks(block_size) * self.s_per_decode_block
-        prefill_sq = batch.sum_prefill_sq
-        if prefill_sq:
-            attention = prefill_sq * self.s_per_prompt_sq + attention
+        if self.fitted:
+            attention = batch.sum_decode_context * self.s_per_context_token
+            if batch.num_decodes:
+                attention = attention + self.decode_latency
+            if batch.num_prefills:
+                attention = attention + self.fitted_prefill(batch)
+        else:
+            cached = batch.sum_prefill_cached
+            sum_decode_context = batch.sum_decode_context
+            kv_read = sum_decode_context + cached if cached else sum_decode_context
+            attention = kv_read * self.s_per_context_token
+            if self.s_per_decode_block and batch.num_decodes:
+                attention = attention + batch.decode_blocks(block_size) * self.s_per_decode_block
+            prefill_sq = batch.sum_prefill_sq
+            if prefill_sq:
+                attention = prefill_sq * self.s_per_prompt_sq + attention
         t = matmuls + attention
         if self.has_comm:
             comm = self.comm(tokens)
@@ -90,6 +108,13 @@ class RooflineTerms:
         if self.charge_host:
             t += self.host_time(num_seqs, batch.num_prefill_tokens)
         return t
+
+    def fitted_prefill(self, batch: ShapeMetrics) -> float:
+        """The prefills' attention as a measured fit prices it: pairs, K/V read, output reshaped, latency."""
+        tokens = batch.num_prefill_tokens
+        pairs = prefill_pairs(batch.prefill_lens, batch.prefill_cached_lens)
+        return (pairs * self.s_per_prefill_pair + (tokens + batch.sum_prefill_cached) * self.s_per_prefill_kv_token
+                + tokens * self.s_per_prefill_token + self.prefill_latency)
 
     def comm(self, tokens: int) -> float:
         if self.comm_time is not None:
@@ -119,14 +144,23 @@ class RooflineTerms:
         kernels = self.s_kernels_fixed + tokens * self.s_per_token_kernels if self.kernels else 0.0
         host = self.host_time(num_seqs, batch.num_prefill_tokens) if self.charge_host else 0.0
         s_context, s_block, s_prompt_sq = self.s_per_context_token, self.s_per_decode_block, self.s_per_prompt_sq
+        fitted, decode_latency = self.fitted, self.decode_latency
+        fitted_prefill = self.fitted_prefill(batch) if fitted and batch.num_prefills else 0.0
         times: list[float] = []
         for s in range(num_steps):
             context = first + s * step
-            attention = (context + cached if cached else context) * s_context
-            if paged:
-                attention = attention + blocks[s] * s_block
-            if prefill_sq:
-                attention = prefill_sq * s_prompt_sq + attention
+            if fitted:
+                attention = context * s_context
+                if step:
+                    attention = attention + decode_latency
+                if fitted_prefill:
+                    attention = attention + fitted_prefill
+            else:
+                attention = (context + cached if cached else context) * s_context
+                if paged:
+                    attention = attention + blocks[s] * s_block
+                if prefill_sq:
+                    attention = prefill_sq * s_prompt_sq + attention
             t = matmuls + attention
             if comm:
                 t = t + comm
@@ -140,6 +174,13 @@ class RooflineTerms:
                 t += host
             times.append(t)
         return times
+
+
+def prefill_pairs(prefill_lens: Sequence[int], prefill_cached_lens: Sequence[int]) -> int:
+    """Every new token of each prefill against every key, cached and new: n (n + c) summed."""
+    if not any(prefill_cached_lens):
+        return sum([n * n for n in prefill_lens])
+    return sum([n * (n + c) for n, c in zip(prefill_lens, prefill_cached_lens)])
 
 
 def stretch_block_list(contexts: Sequence[int], num_steps: int, block_size: int) -> list[int]:

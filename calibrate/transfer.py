@@ -29,9 +29,16 @@ from engine.specs.errors import SpecError
 
 MEMORY_BOUND, RIDGE, COMPUTE_BOUND = "memory-bound decode", "ridge", "compute-bound prefill"
 REGIMES = (MEMORY_BOUND, RIDGE, COMPUTE_BOUND)
+LATENCY = "fixed latency"
+# the regimes a judge with per-operation tables on both GPUs tells apart (calibrate/transfer_two_gpus.py)
+FINE_REGIMES = (LATENCY, *REGIMES)
 # a batch is memory-bound below half the ridge's tokens, compute-bound above twice them: within a factor
 # of two of the ridge neither roof holds alone (the bend, calibrate/ridge.py)
 RIDGE_BAND = 2.0
+# below a sixteenth of the ridge's tokens the elementwise kernels move a few bytes each (LLaMA-7B on an A100:
+# 9 tokens' norms, rotary embedding and activation take ~1 us at peak against ~17 us of fixed latencies), so
+# what sets the time beyond the weights' read is the kernels' fixed cost
+LATENCY_BAND = 16.0
 KINDS = ("gemm", "elementwise", "attention", "all_reduce")
 # what each kind needs from a spec sheet: its FLOP/s and the bandwidth its bytes move over
 KIND_FIELDS = {"gemm": ("peak_flops", "hbm_bytes_per_s"), "elementwise": ("hbm_bytes_per_s",),
@@ -44,17 +51,21 @@ def ridge_tokens(hw: HardwareSpec, dtype_bytes: int = 2) -> float:
     return hw.peak_flops * dtype_bytes / (2.0 * hw.hbm_bytes_per_s)
 
 
-def regime_of(tokens: float, hw: HardwareSpec, dtype_bytes: int = 2) -> str:
-    """The regime of a batch of `tokens` on `hw`, relative to its own ridge (not another GPU's token bands)."""
+def regime_of(tokens: float, hw: HardwareSpec, dtype_bytes: int = 2, latency: bool = False) -> str:
+    """The regime of a batch of `tokens` on `hw`, relative to its own ridge (not another GPU's token bands);
+    `latency`: the smallest of the memory-bound batches are the fixed-latency regime."""
     ridge = ridge_tokens(hw, dtype_bytes)
+    if latency and tokens < ridge / LATENCY_BAND:
+        return LATENCY
     if tokens < ridge / RIDGE_BAND:
         return MEMORY_BOUND
     return COMPUTE_BOUND if tokens > ridge * RIDGE_BAND else RIDGE
 
 
-def regimes_of(tokens, hw: HardwareSpec, dtype_bytes: int = 2) -> np.ndarray:
+def regimes_of(tokens, hw: HardwareSpec, dtype_bytes: int = 2, latency: bool = False) -> np.ndarray:
     """regime_of over an array of token counts."""
-    return np.array([regime_of(float(t), hw, dtype_bytes) for t in np.asarray(tokens, dtype=float)], dtype=object)
+    return np.array([regime_of(float(t), hw, dtype_bytes, latency) for t in np.asarray(tokens, dtype=float)],
+                    dtype=object)
 
 
 def require_spec(hw, kind: str, source: str = "hardware") -> None:
@@ -144,6 +155,11 @@ class RegimeChoice:
     """Which model prices each regime on hardware the profile was not measured on, and why."""
     use_transfer: frozenset[str]  # regimes where the transfer beat the roofline on a held-out GPU
     reasons: dict[str, str] = field(default_factory=dict)  # regime -> one line
+    regimes: tuple[str, ...] = REGIMES  # the regimes it tells apart: FINE_REGIMES adds the fixed-latency one
+
+    @property
+    def fine(self) -> bool:
+        return LATENCY in self.regimes
 
     @classmethod
     def everywhere(cls) -> RegimeChoice:
@@ -155,7 +171,7 @@ class RegimeChoice:
 
     def describe(self) -> str:
         parts = []
-        for regime in REGIMES:
+        for regime in self.regimes:
             which = "transfer" if regime in self.use_transfer else "roofline"
             why = self.reasons.get(regime, "")
             parts.append(f"{regime}: {which}" + (f" ({why})" if why else ""))

@@ -8,11 +8,13 @@ engine's host work is carried as measured in both.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
+from calibrate.breakdown import IterationTime
 from calibrate.costmodel import BatchLike, CostModel
 from calibrate.hardware import HardwareSpec
 from calibrate.roofline import RooflineCostModel, RooflineParams
@@ -24,7 +26,7 @@ from engine.specs.errors import SpecError
 class RegimeCostModel(CostModel):
     """Each iteration priced by the transfer or the roofline, as its regime on `hw` is chosen."""
 
-    def __init__(self, transfer: CostModel, roofline: CostModel, hw: HardwareSpec, choice: RegimeChoice,
+    def __init__(self, transfer: CostModel, roofline: RooflineCostModel, hw: HardwareSpec, choice: RegimeChoice,
                  dtype_bytes: int = 2):
         self.transfer, self.roofline, self.hw, self.choice = transfer, roofline, hw, choice
         self.dtype_bytes = dtype_bytes
@@ -32,7 +34,7 @@ class RegimeCostModel(CostModel):
         self.source = f"{transfer.source}; by regime on {hw.name}: {choice.describe()}"
 
     @property
-    def charge_host(self) -> bool:  # type: ignore[override]
+    def charge_host(self) -> bool:
         return self.transfer.charge_host
 
     @charge_host.setter
@@ -40,7 +42,7 @@ class RegimeCostModel(CostModel):
         self.transfer.charge_host = self.roofline.charge_host = value
 
     def model_for(self, batch: BatchLike) -> CostModel:
-        regime = regime_of(batch.num_tokens, self.hw, self.dtype_bytes)
+        regime = regime_of(batch.num_tokens, self.hw, self.dtype_bytes, latency=self.choice.fine)
         return self.transfer if self.choice.uses_transfer(regime) else self.roofline
 
     def iteration_time(self, batch: BatchLike) -> float:
@@ -53,11 +55,21 @@ class RegimeCostModel(CostModel):
     def swap_time(self, num_blocks: int) -> float:
         return self.roofline.swap_time(num_blocks)
 
+    def breakdown(self, batch: BatchLike) -> IterationTime:
+        swaps = batch.num_swap_blocks
+        return replace(self.model_for(batch).breakdown(batch), swap_s=self.swap_time(swaps) if swaps else 0.0)
+
+    def device_time(self, batch: BatchLike) -> float:
+        return self.model_for(batch).device_time(batch)
+
+    def host_time(self, batch: BatchLike) -> float:
+        return self.model_for(batch).host_time(batch)
+
     def decode_attention_time(self, batch: BatchLike) -> float:
-        return self.roofline.decode_attention_time(batch)  # type: ignore[attr-defined]
+        return self.roofline.decode_attention_time(batch)
 
     def prefill_attention_time(self, batch: BatchLike) -> float:
-        return self.roofline.prefill_attention_time(batch)  # type: ignore[attr-defined]
+        return self.roofline.prefill_attention_time(batch)
 
 
 @lru_cache(maxsize=8)
@@ -90,12 +102,18 @@ def by_regime(measured_model: RooflineCostModel, path: str | Path, measured: Har
     choice = choice or default_choice(path, measured)
     # the all-reduce kind carries as measured: its latency fixed, its bandwidth-bound part at the target's links
     table = measured_model.all_reduce_table
+    # attention is not a regime's choice (the regimes judge the linear part): measured attention is carried by its
+    # shares of the spec sheet in every regime, unjudged off the GPU it was measured on
+    attention = measured_model.attention
     roofline = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, RooflineParams(), all_reduce=table,
-                                 host=host, paged=paged)
+                                 host=host, paged=paged, attention=attention)
     if not choice.use_transfer:
         comm = (f", all-reduce measured on {tp} GPUs of {measured.name}, scaled to {hardware.name}'s NVLink"
                 if table is not None else "")
-        roofline.source = (f"roofline({hardware.name}, tp={tp}){comm}{', host work in series' if host else ''}: "
+        carried = (f", attention measured on {measured.name} carried by its shares (unjudged here)"
+                   if attention is not None else "")
+        roofline.source = (f"roofline({hardware.name}, tp={tp}){comm}{carried}"
+                           f"{', host work in series' if host else ''}: "
                            f"{Path(path).name} was measured on {measured.name}; by regime: {choice.describe()}")
         return roofline
     return RegimeCostModel(measured_model, roofline, hardware, choice, dtype_bytes)

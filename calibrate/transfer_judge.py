@@ -19,7 +19,7 @@ other GPU's per-operation tables are shipped. They stay unjudged, so the default
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +30,9 @@ from calibrate.linear_model import LinearFit
 from calibrate.nnls import nnls
 from calibrate.op_table import read_csv
 from calibrate.profile_file import Profile
+from calibrate.regime_errors import RegimeError, choose
 from calibrate.roofline import RooflineCostModel, RooflineParams
-from calibrate.transfer import COMPUTE_BOUND, REGIMES, RegimeChoice, regime_of
+from calibrate.transfer import COMPUTE_BOUND, REGIMES, regime_of
 from engine.core.batch import Batch
 from engine.specs.errors import SpecError
 from engine.specs.loader import load_model_spec
@@ -40,23 +41,6 @@ PROFILES = Path(__file__).resolve().parent / "profiles"
 H200_RAW = (PROFILES / "h200-llama-7b.raw.csv", PROFILES / "h200-opt-13b.raw.csv")
 DEVICE_DOMINATED_TOKENS = 2048  # prefills at least this long: 4x and more the engine's host-bound floor
 SHARE_GRID = np.round(np.arange(0.30, 1.0001, 0.01), 2)
-
-
-@dataclass(frozen=True)
-class RegimeError:
-    """One regime's held-out error on a GPU the fit never saw, the transfer's and the roofline's."""
-    direction: str  # e.g. "a100-80gb -> h200"
-    regime: str
-    rows: int
-    mean: float  # mean |relative error|
-    worst: float
-    roofline_mean: float
-    roofline_worst: float
-    note: str = ""
-
-    @property
-    def beats_roofline(self) -> bool:
-        return self.mean < self.roofline_mean and self.worst <= self.roofline_worst
 
 
 def _errors(predicted, measured) -> np.ndarray:
@@ -176,22 +160,6 @@ def h200_to_a100(profile: Profile, share: float, measured_on: str = "h200", targ
                        f"compute share {share:.2f} fitted on the H200 prefills; {profile.model}'s A100 token table")
 
 
-def choose(errors: list[RegimeError]) -> RegimeChoice:
-    """The transfer in a regime only where every held-out GPU judged there has it beating the roofline."""
-    use, reasons = set(), {}
-    for regime in REGIMES:
-        judged = [e for e in errors if e.regime == regime]
-        if not judged:
-            reasons[regime] = "no held-out GPU measured it"
-        elif all(e.beats_roofline for e in judged):
-            use.add(regime)
-            reasons[regime] = "beat the roofline on " + ", ".join(e.direction for e in judged)
-        else:
-            lost = [e.direction for e in judged if not e.beats_roofline]
-            reasons[regime] = "no better than the roofline on " + ", ".join(lost)
-    return RegimeChoice(frozenset(use), reasons)
-
-
 def judge_profile(profile: Profile, raw_paths=H200_RAW) -> list[RegimeError]:
     """Every cross-GPU judgement the shipped data allows for an imported A100 profile."""
     fit = LinearFit.from_dict(profile.linear)
@@ -216,8 +184,8 @@ def report_lines(errors: list[RegimeError]) -> list[str]:
 def fit_lines(raw_path: str | Path) -> list[str]:
     """What `calibrate fit` adds for an engine profile of a GPU: that GPU held out from the shipped A100 fit,
     and its own compute share carried to the A100 (nothing for a CPU profile: no GPU to carry to)."""
+    from calibrate.hardware import hardware_for_device
     from calibrate.profile_file import load_profile
-    from calibrate.profile_model import hardware_for_device
 
     head = read_csv(raw_path, "raw engine profile").head(1)
     if "device" not in head.columns or str(head["device"].iloc[0]) != "cuda":

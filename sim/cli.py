@@ -32,7 +32,9 @@ def _cmd_run(args) -> int:
     # the plot is drawn last, after every run: its arguments are checked first, or a bad one would
     # leave the runs done and summary.csv written, and then fail
     option(positive, args.ylim, "--ylim")
-    checked = run_arguments(args.config, args.set, args.out, args.jobs, args.iterations, RUN_FLAGS,
+    overrides = [*args.set, *(["breakdown=true"] if args.breakdown else []),
+                 *(["trace_events=true"] if args.trace_events else [])]
+    checked = run_arguments(args.config, overrides, args.out, args.jobs, args.iterations, RUN_FLAGS,
                             executor=lambda runs: executor_spec(args, runs))
     exp, out_dir, executor = checked.exp, checked.out_dir, checked.executor
     runs = len(exp.systems) * len(exp.rates) * len(exp.seeds)
@@ -65,14 +67,16 @@ def _cmd_run(args) -> int:
 
 
 def _draw_plots(exp, summary, out_dir: Path, ylim: float) -> list[str]:
-    """The run's two figures; the names of the files written."""
+    """The run's figures; the names of the files written."""
     from sim.experiment.plots import (  # matplotlib: only once there is something to plot
         kv_usage_plot,
+        latency_plots,
         normalized_latency_plot,
     )
 
     title = f"{exp.model.name}, {exp.tensor_parallel}x {exp.hardware.name}, {workload_label(exp.workload)}"
     written = [normalized_latency_plot(summary, out_dir / "normalized_latency.png", title=title, ylim=ylim),
+               *latency_plots(summary, out_dir, title),
                kv_usage_plot(summary, out_dir / "kv_usage.png", rate=max(exp.rates))]
     return [path.name for path in written]
 
@@ -111,9 +115,15 @@ def register(sub) -> None:
     run.add_argument("--iterations", choices=("parquet", "csv", "none"), default="parquet",
                      help="each run's per-iteration records: iterations.parquet (default), iterations.csv.gz, "
                      "or not kept")
+    run.add_argument("--breakdown", action="store_true",
+                     help="each iteration's device time by kernel kind and host time by term, as columns of the "
+                     "iterations file and shares in summary.csv (the config's `breakdown: true`)")
+    run.add_argument("--trace-events", action="store_true",
+                     help="also each run's trace.json.gz, a Chrome/Perfetto trace: a track per replica, a slice per "
+                     "iteration with its parts (the config's `trace_events: true`; implies --breakdown)")
     run.add_argument("--ylim", type=float, default=1.0, help="y-axis top of the plot, s/token (paper: 1.0)")
     run.add_argument("--no-plots", action="store_true",
-                     help="skip normalized_latency.png and kv_usage.png (and matplotlib's import); "
+                     help="skip normalized_latency.png, ttft.png, tpot.png and kv_usage.png (and matplotlib's import); "
                      "summary.csv and summary.txt are written as always")
     run.set_defaults(func=_cmd_run)
 

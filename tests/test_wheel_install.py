@@ -31,6 +31,7 @@ SHIPPED = [
     "calibrate/profiles/h200-llama-7b.raw.csv",  # the held-out GPU that judges a transfer
     "calibrate/profiles/cpu-opt-125m.yaml",
     "calibrate/profiles/a100-80gb-linear.yaml",
+    "calibrate/profiles/a100-80gb.yaml",  # with the measured attention (docs/attention.md)
     "calibrate/profiles/LICENSE.vidur",  # the licence of the measurements that profile is derived from
     "calibrate/host_models/vllm-a100-2024-05.yaml",  # cost_model.host's shipped names
     "calibrate/host_models/servesim-cpu-engine.yaml",

@@ -17,6 +17,7 @@ from engine.core.records import ITERATION_TYPECODES
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
 from sim.core.beams import DEFAULT_BEAM_CONTINUE, BeamParentModel
+from sim.core.breakdown import BreakdownRecorder
 from sim.core.fast_forward import FastForward, arrival_event_times
 from sim.core.independent_replicas import ReplicaRun, serve_apart
 from sim.core.replica import Replica, run_to_end
@@ -107,7 +108,10 @@ class FleetSetup:
     def replica(self, env: simpy.Environment, index: int, fast_forward: FastForward | None,
                 beams: BeamParentModel | None = None) -> Replica:
         scheduler = make_scheduler(self.system, self.spec, self.num_gpu_blocks, self.num_cpu_blocks)
-        return Replica(env, index, scheduler, self.cost_model, Records(), self.horizon_s, beams, fast_forward)
+        cost_model = self.cost_model
+        if isinstance(cost_model, BreakdownRecorder):  # each replica keeps its own iterations' breakdowns
+            cost_model = cost_model.for_replica(index)
+        return Replica(env, index, scheduler, cost_model, Records(), self.horizon_s, beams, fast_forward)
 
 
 @contextmanager

@@ -6,10 +6,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from calibrate.costmodel import CostModel
 from calibrate.hardware import HardwareSpec, available_hardware, load_hardware
-from calibrate.host_model import available_host_models, charged_host, host_model_path
+from calibrate.host_model import available_host_models, host_model_path
 from calibrate.memory import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool
-from calibrate.profile_model import ProfileCostModel, transferred_roofline
+from calibrate.registry import KINDS, PROFILE_KINDS, Clock, CostModelConfig, build_cost_model
 from calibrate.roofline import RooflineParams
 from engine.core.spec import ModelSpec
 from engine.core.system import PAPER_SYSTEMS, SystemSpec
@@ -37,6 +38,9 @@ TOP_LEVEL_KEYS = {
     "max_time_factor": "stop simulating at this multiple of the trace span",
     "replicas": "identical replicas behind a router",
     "router": "round_robin | least_outstanding",
+    "breakdown": "true: each iteration's device time by kernel kind and host time by term, in the iterations "
+                 "file and as shares in the summary (every iteration priced on its own: slower)",
+    "trace_events": "true: also each run's trace.json.gz, a Chrome/Perfetto trace (implies breakdown)",
 }
 ROUTERS = ("round_robin", "least_outstanding")
 DTYPE_BYTES = (1, 2, 4)  # int8/fp8, fp16/bf16, fp32
@@ -46,15 +50,6 @@ DTYPE_BYTES = (1, 2, 4)  # int8/fp8, fp16/bf16, fp32
 MAX_REPLICAS = 4096
 MAX_KV_BLOCKS = 2**25
 MAX_REQUESTS = 10_000_000
-
-
-@dataclass(frozen=True)
-class CostModelConfig:
-    kind: str  # roofline | profile | transfer
-    profile_path: Path | None = None
-    roofline: RooflineParams = RooflineParams()
-    measured_on: str | None = None  # transfer: the hardware the profile was measured on
-    host: Path | None = None  # a host model's file (calibrate/host_model.py), charged instead of the default host time
 
 
 @dataclass(frozen=True)
@@ -77,6 +72,8 @@ class Experiment:
     replicas: int
     router: str
     raw: dict = field(default_factory=dict, compare=False)
+    breakdown: bool = False  # each iteration's breakdown in the iterations file, its shares in the summary
+    trace_events: bool = False  # each run's trace.json.gz too
 
     def kv_pool(self, system: SystemSpec) -> KVPool:
         return kv_pool(self.model, self.hardware, self.tensor_parallel, self.dtype_bytes,
@@ -94,6 +91,12 @@ def _list_of(value: Any, source: str, key: str, check) -> tuple:
 
 def _seed(value: Any, source: str, key: str) -> int:
     return number(value, source, key, low=0, whole=True)
+
+
+def _flag(value: Any, source: str, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(source, key, f"must be true or false, got {value!r}")
+    return value
 
 
 def _dtype_bytes(value: Any, source: str, key: str) -> int:
@@ -129,7 +132,7 @@ def _cost_model(raw: Any, source: str, base_dir: Path) -> CostModelConfig:
     raw = dict(raw)
     kind = raw.pop("kind", "roofline")
     host = _host_model(raw.pop("host"), base_dir, source) if "host" in raw else None
-    if kind in ("profile", "transfer"):
+    if kind in PROFILE_KINDS:
         if "path" not in raw:
             raise SpecError(source, "cost_model.path", f"a {kind} cost model needs the profile's path")
         path = _resolve(raw.pop("path"), base_dir, source, "cost_model.path")
@@ -141,7 +144,7 @@ def _cost_model(raw: Any, source: str, base_dir: Path) -> CostModelConfig:
             raise SpecError(source, f"cost_model.{key}", f"unknown key; valid keys are {valid}")
         return CostModelConfig(kind, path, measured_on=measured_on, host=host)
     if kind != "roofline":
-        raise SpecError(source, "cost_model.kind", f"{kind!r} is not one of ['roofline', 'profile', 'transfer']")
+        raise SpecError(source, "cost_model.kind", f"{kind!r} is not one of {list(KINDS)}")
     valid = set(RooflineParams.__dataclass_fields__)
     for key, value in raw.items():
         if key not in valid:
@@ -233,6 +236,9 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
         replicas=number(raw.get("replicas", 1), source, "replicas", low=1, high=MAX_REPLICAS, whole=True),
         router=choice(raw.get("router", "round_robin"), source, "router", ROUTERS),
         raw=raw,
+        breakdown=_flag(raw.get("breakdown", False), source, "breakdown") or _flag(
+            raw.get("trace_events", False), source, "trace_events"),
+        trace_events=_flag(raw.get("trace_events", False), source, "trace_events"),
     )
     check_parallelism(exp)
     check_batching(exp)
@@ -244,17 +250,17 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
 
 
 def check_cost_model(exp: Experiment) -> None:
-    """A profile is read now, as every run will read it: its numbers, its model and its tensor parallelism;
-    and a host model, resolved for the config's model and tensor parallelism."""
-    config, system = exp.cost_model, exp.systems[0]
-    if config.host is not None:
-        charged_host(config.host, exp.model, exp.tensor_parallel)
-    if config.kind == "profile":
-        ProfileCostModel.from_profile(config.profile_path, exp.model, exp.hardware, exp.tensor_parallel,
-                                      exp.dtype_bytes, system.block_size)
-    elif config.kind == "transfer":
-        transferred_roofline(config.profile_path, config.measured_on, exp.model, exp.hardware,
-                             exp.tensor_parallel, exp.dtype_bytes, system.block_size)
+    """The cost model is built now, as every run will build it: a profile's numbers, its model and its tensor
+    parallelism, and a host model resolved for them, are checked before anything is simulated."""
+    clock_for(exp, exp.systems[0])
+
+
+def clock_for(exp: Experiment, system: SystemSpec) -> CostModel:
+    """The cost model one of the experiment's systems runs on (calibrate/registry.py): FasterTransformer ran its
+    own dense attention kernel in the paper; vLLM and the Orca baselines the paged one."""
+    clock = Clock(exp.model, exp.hardware, exp.tensor_parallel, exp.dtype_bytes, system.block_size,
+                  paged=system.kind != "fastertransformer")
+    return build_cost_model(exp.cost_model, clock, exp.source)
 
 
 def check_parallelism(exp: Experiment) -> None:

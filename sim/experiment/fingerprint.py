@@ -58,9 +58,8 @@ def spec_values(exp: Experiment) -> dict[str, dict]:
 
 def _transfer_specs(exp: Experiment) -> dict[str, dict]:
     """A transferred roofline also reads the profiled model's spec and the hardware it was measured on."""
-    from calibrate.hardware import load_hardware
+    from calibrate.hardware import hardware_for_device, load_hardware
     from calibrate.profile_file import load_profile
-    from calibrate.profile_model import hardware_for_device
     from engine.specs.loader import load_model_spec
 
     profile = load_profile(exp.cost_model.profile_path)

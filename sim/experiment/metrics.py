@@ -36,6 +36,10 @@ SUMMARY_METRICS = (
     "kv_external_frag_share", "kv_idle_share", "memory_saving", "preemptions", "swapped_blocks", "num_iterations",
     "makespan_s", "prefix_hit_rate", "num_ignored", "num_aborted",
 )
+# The rate a system sustains is read where its normalized latency crosses this (sim/reproduce/readings.py): the
+# paper reads capacity where a curve "suddenly explodes" and prints no threshold; its y axes run to 1 s/token, and a
+# third-party reading of its figures found the 1.7-2.7x at 0.5 s/token.
+KNEE_S_PER_TOKEN = 0.5
 SIGNED_METRICS = ("backlog_growth",)  # a backlog may shrink: the only metric below zero
 _STATUS = DROPPED_COLUMNS.index("status")
 # A backlog growing by more than this share of the arrival rate is a server falling behind (a stable one's

@@ -9,30 +9,63 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from sim.experiment.metrics import KNEE_S_PER_TOKEN  # noqa: E402
 from sim.experiment.output import write_figure  # noqa: E402
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+OFF_AXIS = r"$\uparrow$"  # a point above the y axis, drawn on its top edge
 
 
 def normalized_latency_plot(summary: pd.DataFrame, path: Path, title: str = "", ylim: float = 1.0) -> Path:
-    """One line per system; mean over seeds; hollow markers where the run saturated."""
+    """The paper's figure: one line per system, mean over seeds, hollow markers where the run saturated, points past
+    the axis drawn on its top edge as arrows (so that a system past its knee at every rate still shows), and the
+    line the knees are read at."""
+    return metric_plot(summary, path, "normalized_latency", "Normalized latency (s/token)", title, ylim,
+                       knee=KNEE_S_PER_TOKEN)
+
+
+def metric_plot(summary: pd.DataFrame, path: Path, metric: str, ylabel: str, title: str = "",
+                ylim: float | None = None, knee: float | None = None, log: bool = False) -> Path:
+    """`metric` against request rate, a line per system (mean over seeds); hollow markers where a run saturated.
+    With `ylim`, a point above it is drawn on the top edge as an arrow; with `knee`, a dashed line there."""
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
     grouped = summary.groupby(["system", "rate"], sort=False).agg(
-        normalized_latency=("normalized_latency", "mean"), saturated=("saturated", "any")).reset_index()
+        value=(metric, "mean"), saturated=("saturated", "any")).reset_index()
     for i, (system, rows) in enumerate(grouped.groupby("system", sort=False)):
         rows = rows.sort_values("rate")
-        line, = ax.plot(rows["rate"], rows["normalized_latency"], marker=MARKERS[i % len(MARKERS)],
-                        label=system, linewidth=1.6, markersize=5)
+        marker = MARKERS[i % len(MARKERS)]
+        shown = rows["value"].clip(upper=ylim) if ylim is not None else rows["value"]
+        line, = ax.plot(rows["rate"], shown, marker=marker, label=system, linewidth=1.6, markersize=5)
         sat = rows[rows["saturated"]]
-        ax.plot(sat["rate"], sat["normalized_latency"], linestyle="none", marker=MARKERS[i % len(MARKERS)],
-                markersize=7, markerfacecolor="white", color=line.get_color())
+        ax.plot(sat["rate"], shown[rows["saturated"]], linestyle="none", marker=marker, markersize=7,
+                markerfacecolor="white", color=line.get_color())
+        if ylim is not None:
+            off = rows[rows["value"] > ylim]
+            ax.plot(off["rate"], [ylim] * len(off), linestyle="none", marker=OFF_AXIS, markersize=11,
+                    color=line.get_color(), clip_on=False, label="_off axis")
+    if knee is not None:
+        ax.axhline(knee, color="0.4", linestyle="--", linewidth=0.9)
+        ax.annotate(f"{knee:g}: capacity is read here", (0.99, knee), xycoords=("axes fraction", "data"),
+                    ha="right", va="bottom", fontsize=7, color="0.3")
     ax.set_xlabel("Request rate (req/s)")
-    ax.set_ylabel("Normalized latency (s/token)")
-    ax.set_ylim(0, ylim)
+    ax.set_ylabel(ylabel + ("; ↑ above the axis" if ylim is not None and (grouped["value"] > ylim).any() else ""))
+    if log:
+        ax.set_yscale("log")
+    elif ylim is not None:
+        ax.set_ylim(0, ylim)
+    else:
+        ax.set_ylim(bottom=0)
     ax.set_xlim(left=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, frameon=False)
     return save_figure(fig, ax, path, title)
+
+
+def latency_plots(summary: pd.DataFrame, folder: Path, title: str = "") -> list[Path]:
+    """Time to first token and time per output token (their 90th percentiles, as capacity targets state them)
+    against request rate, on log axes: they span milliseconds to minutes between light load and overload."""
+    return [metric_plot(summary, Path(folder) / "ttft.png", "ttft_p90_s", "TTFT p90 (s)", title, log=True),
+            metric_plot(summary, Path(folder) / "tpot.png", "tpot_p90_s", "TPOT p90 (s/token)", title, log=True)]
 
 
 def save_figure(fig, ax, path: Path, title: str = "") -> Path:

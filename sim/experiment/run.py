@@ -9,15 +9,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from calibrate.costmodel import CostModel
-from calibrate.host_model import charged_host
-from calibrate.profile_model import ProfileCostModel, transferred_roofline
-from calibrate.roofline import RooflineCostModel
 from engine.core.errors import Unservable
 from engine.core.records import DROPPED_COLUMNS, ITERATION_COLUMNS
 from engine.core.system import SystemSpec
+from sim.core.breakdown import BreakdownRecorder
 from sim.core.independent_replicas import ReplicaRun
 from sim.core.simulate import merged_records, simulate_runs
-from sim.experiment.config import Experiment
+from sim.experiment.breakdown import breakdown_columns, breakdown_shares, recorded_steps
+from sim.experiment.config import Experiment, clock_for
 from sim.experiment.merged import MergedIterations
 from sim.experiment.metrics import SUMMARY_METRICS, summarize
 from sim.experiment.records import Records, request_arrays
@@ -70,27 +69,8 @@ class RunResult:
 
 
 def make_cost_model(exp: Experiment, system: SystemSpec) -> CostModel:
-    config = exp.cost_model
-    host, named = charged_host(config.host, exp.model, exp.tensor_parallel) if config.host else (None, "")
-    cost: CostModel
-    if config.kind == "profile":
-        cost = ProfileCostModel.from_profile(config.profile_path, exp.model, exp.hardware,
-                                             exp.tensor_parallel, exp.dtype_bytes, system.block_size)
-        if host is not None:
-            cost.replace_host(host)
-    else:
-        # FasterTransformer ran its own dense attention kernel in the paper; vLLM and the Orca baselines the
-        # paged one
-        paged = system.kind != "fastertransformer"
-        if config.kind == "transfer":
-            cost = transferred_roofline(config.profile_path, config.measured_on, exp.model, exp.hardware,
-                                        exp.tensor_parallel, exp.dtype_bytes, system.block_size, paged, host)
-        else:
-            cost = RooflineCostModel(exp.model, exp.hardware, exp.tensor_parallel, exp.dtype_bytes,
-                                     system.block_size, config.roofline, host=host, paged=paged)
-    if named:
-        cost.source = f"{cost.source}; {named}"
-    return cost
+    """The cost model a run of `system` prices its iterations with (calibrate/registry.py, through clock_for)."""
+    return clock_for(exp, system)
 
 
 def trace_for(exp: Experiment, rate: float, seed: int, rng: np.random.Generator | None = None) -> Trace:
@@ -150,16 +130,23 @@ def _run_one(exp: Experiment, system: SystemSpec, rate: float, seed: int, jobs: 
     rng = np.random.default_rng(seed)  # the run's one Generator: the trace, then the beams' parents
     trace = trace_for(exp, rate, seed, rng)
     cost_model = make_cost_model(exp, system)
-    runs, horizon_s = serve_trace(exp, system, trace, cost_model, rng, jobs=jobs)
+    # a breakdown is kept by clocks in this process: the replicas are served here too
+    clock = BreakdownRecorder(cost_model) if exp.breakdown else cost_model
+    runs, horizon_s = serve_trace(exp, system, trace, clock, rng, jobs=1 if exp.breakdown else jobs)
     requests = request_arrays([values for run in runs for values in run.records.request_values])
     iterations: Mapping[str, np.ndarray] = (runs[0].records.iteration_arrays() if len(runs) == 1 and
                                             runs[0].stored is None else MergedIterations(runs))
+    shares: dict[str, float] = {}
+    if isinstance(clock, BreakdownRecorder):
+        parts = breakdown_columns(recorded_steps(clock, runs))
+        iterations = {**{name: iterations[name] for name in ITERATION_COLUMNS}, **parts}
+        shares = breakdown_shares(parts, iterations["duration_s"])
     dropped = [values for run in runs for values in run.records.dropped_values]
     metrics = summarize(requests, iterations, pool_slots=exp.kv_pool(system).num_slots,
                         warmup_s=exp.warmup_s, horizon_s=horizon_s, dropped=dropped)
     summary = {
         "experiment": exp.name, "system": system.name, "model": exp.model.name, "hardware": exp.hardware.name,
         "tensor_parallel": exp.tensor_parallel, "replicas": exp.replicas, "workload": trace.source,
-        "cost_model": cost_model.source, "rate": rate, "seed": seed, **metrics,
+        "cost_model": cost_model.source, "rate": rate, "seed": seed, **metrics, **shares,
     }
     return RunResult(summary, requests, iterations, dropped)

@@ -35,8 +35,9 @@ from sim.experiment.output import (
     write_json,
 )
 from sim.experiment.progress import Eta
-from sim.experiment.run import SUMMARY_COLUMNS, run_one
+from sim.experiment.run import SUMMARY_COLUMNS, run_label, run_one
 from sim.experiment.table import rows_to_columns
+from sim.experiment.trace_events import TRACE_FILE, trace_events_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -87,6 +88,9 @@ def execute(exp: Experiment, key: RunKey, digest: str, iterations: str = DEFAULT
         files["dropped.csv.gz"] = csv_gz_bytes(result.dropped)
     if ITERATION_FILES[iterations] is not None:
         files[ITERATION_FILES[iterations]] = iterations_bytes(result.iteration_arrays, iterations)
+    if exp.trace_events:
+        files[TRACE_FILE] = trace_events_bytes(result.iteration_arrays, result.iteration_arrays,
+                                               f"{exp.name}: {run_label(key.system, key.rate, key.seed)}")
     return RunFiles({**result.summary, "config_digest": digest}, files)
 
 
@@ -103,7 +107,7 @@ def save(run: RunFiles, run_dir: Path) -> dict:
     removed."""
     for name, data in run.files.items():
         write_bytes(data, run_dir / name)
-    for name in (*ITERATION_FILES.values(), "dropped.csv.gz"):
+    for name in (*ITERATION_FILES.values(), "dropped.csv.gz", TRACE_FILE):
         if name is not None and name not in run.files:
             (run_dir / name).unlink(missing_ok=True)
     write_json(run.summary, run_dir / "summary.json")
@@ -156,12 +160,18 @@ def sweep_rows(exp: Experiment, out_dir: Path, executor: ExecutorSpec | None = N
 def summary_frame(rows: list[dict]) -> pd.DataFrame:
     import pandas as pd
 
-    return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))  # drops config_digest; fixes the column order
+    return pd.DataFrame(rows, columns=list(columns_of(rows)))  # drops config_digest; fixes the column order
 
 
 def summary_columns(rows: list[dict]) -> dict:
     """summary_frame's columns without pandas (sim.experiment.table: typed as the frame's, the same CSV)."""
-    return rows_to_columns(rows, SUMMARY_COLUMNS)
+    return rows_to_columns(rows, columns_of(rows))
+
+
+def columns_of(rows: list[dict]) -> tuple[str, ...]:
+    """SUMMARY_COLUMNS, then a breakdown's shares (sim/experiment/breakdown.py) in the order the runs have them."""
+    shares = dict.fromkeys(key for row in rows for key in row if key.startswith("share_"))
+    return SUMMARY_COLUMNS + tuple(shares)
 
 
 @dataclass(frozen=True)

@@ -25,20 +25,21 @@ TOKENS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 384, 512, 768,
 TP = (1, 2)
 
 
-def op_time(fit: LinearFit, shape: LayerShape, tp: int, tokens: int, op: str) -> float:
-    """Seconds of one operation as `fit` prices it."""
-    hw = load_hardware(HARDWARE)
+def op_time(fit: LinearFit, shape: LayerShape, tp: int, tokens: int, op: str, hardware: str = HARDWARE) -> float:
+    """Seconds of one operation as `fit` prices it on `hardware`'s spec sheet."""
+    hw = load_hardware(hardware)
     if op in GEMMS:
         flops, weight_bytes = gemm_work(shape.gemm_dims(tp)[op], tokens)
         return float(fit.gemm_time(flops, weight_bytes, hw))
     return float(fit.elementwise_time(op, tokens * shape.elementwise_bytes_per_token(tp)[op], hw))
 
 
-def table(shape: LayerShape, fit: LinearFit = TRUE_FIT, tps=TP, tokens=TOKENS) -> pd.DataFrame:
+def table(shape: LayerShape, fit: LinearFit = TRUE_FIT, tps=TP, tokens=TOKENS, hardware: str = HARDWARE
+          ) -> pd.DataFrame:
     rows = []
     for tp in tps:
         for n in tokens:
-            row = {f"time_stats.{op}.median": op_time(fit, shape, tp, n, op) * 1e3  # ms, as Vidur writes
+            row = {f"time_stats.{op}.median": op_time(fit, shape, tp, n, op, hardware) * 1e3  # ms, as Vidur writes
                    for op in (*GEMMS, *fit.elementwise)}
             row.update({"n_head": shape.num_heads, "n_kv_head": shape.num_kv_heads, "n_embd": shape.hidden,
                         "n_expanded_embd": shape.ffn, "vocab_size": 32000, "use_gated_mlp": shape.gated_mlp,
@@ -69,3 +70,20 @@ def write_all_reduce(path: Path) -> Path:
                              "max_devices_per_node": 8})
     pd.DataFrame(rows).to_csv(path)
     return path
+
+
+# a second GPU measured with the same shares and latencies of its own spec sheet, as a two-GPU fit assumes
+SECOND_HARDWARE = "h100-sxm"
+# the tables' models' layers (calibrate/table_models.py): an iteration is layers x one layer + the embedding
+LAYERS = {"meta-llama_Llama-2-7b-hf": 32, "synthetic_gqa-20b": 60, "synthetic_plain-3b": 24}
+
+
+def write_two_gpus(folder: Path, first: LinearFit = TRUE_FIT, second: LinearFit = TRUE_FIT
+                   ) -> tuple[list[Path], list[Path]]:
+    """Tables of MODELS on HARDWARE (priced by `first`) and on SECOND_HARDWARE (by `second`), each GPU in its
+    own subfolder."""
+    out = []
+    for name, fit in ((HARDWARE, first), (SECOND_HARDWARE, second)):
+        (folder / name).mkdir(parents=True, exist_ok=True)
+        out.append(write_tables(folder / name, fit=fit, hardware=name))
+    return out[0], out[1]

@@ -123,3 +123,37 @@ def test_the_docs_name_every_shipped_sheet():
         assert f"`{name}`" in config_row, f"docs/config.md's hardware row lacks {name}"
         if not name.startswith("a100"):  # the measured chip has its own sections
             assert f"\n| {name} |" in spec_table, f"docs/transfer.md's spec table lacks {name}"
+
+
+def test_a_profiled_device_is_matched_to_its_sheet_by_the_names_the_sheet_lists():
+    from calibrate.hardware import available_hardware, hardware_for_device, load_hardware
+
+    owners: dict[str, str] = {}
+    for name in available_hardware():
+        sheet = load_hardware(name)
+        assert sheet.device_names, f"{name}: a shipped sheet names the device it is"
+        for device in sheet.device_names:
+            assert device not in owners, f"{device} is named by {owners.get(device)} and {name}"
+            owners[device] = name
+            assert hardware_for_device(device) == name
+            assert hardware_for_device(f"  {device.upper()} ") == name  # case and spacing as a driver prints them
+    assert hardware_for_device("NVIDIA A100-SXM4-80GB") == "a100-80gb" and hardware_for_device("NVIDIA H200") == "h200"
+    assert hardware_for_device("NVIDIA H100 PCIe") == "h100-pcie"  # not the SXM part, as a substring match had it
+    assert hardware_for_device("Some Future GPU") is None
+
+
+def test_a_user_sheet_may_name_its_device_and_a_malformed_list_is_refused(tmp_path):
+    import pytest
+
+    from calibrate.hardware import load_hardware
+    from engine.specs.errors import SpecError
+
+    base = ("name: mine\npeak_flops: 1.0e+14\nhbm_bytes_per_s: 1.0e+12\nmemory_gib: 16\nnvlink_bytes_per_s: 1.0e+11\n"
+            "pcie_bytes_per_s: 3.0e+10\n")
+    (tmp_path / "a.yaml").write_text(base)
+    assert load_hardware(tmp_path / "a.yaml").device_names == ()
+    (tmp_path / "b.yaml").write_text(base + "device_names: [My GPU]\n")
+    assert load_hardware(tmp_path / "b.yaml").device_names == ("My GPU",)
+    (tmp_path / "c.yaml").write_text(base + "device_names: My GPU\n")
+    with pytest.raises(SpecError, match="device_names.*list"):
+        load_hardware(tmp_path / "c.yaml")

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import pickle
 import struct
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
+from calibrate.attention_fit import AttentionFit
 from calibrate.costmodel import decode_shapes, reference_block_sums, stretch_block_sums
 from calibrate.hardware import load_hardware
 from calibrate.profile_model import ProfileCostModel, transferred_roofline
@@ -30,8 +32,9 @@ PROFILES = Path(__file__).resolve().parents[2] / "calibrate" / "profiles"
 OPT13B, A100 = load_model_spec("opt-13b"), load_hardware("a100-40gb")
 LLAMA7B, A100_80 = load_model_spec("llama-7b"), load_hardware("a100-80gb")
 
+MEASURED = AttentionFit(15e-6, 0.75, 12e-6, 0.45, 0.4, 0.1)
 ROOFLINES = {  # every switch of the inlined expression: ridge bend, overhead, ring or measured all-reduce, copies,
-    # dense or paged attention, measured kernels, host work
+    # dense or paged attention, measured attention, measured kernels, host work
     "roofline": RooflineCostModel(OPT13B, A100),
     "roofline dense": RooflineCostModel(OPT13B, A100, paged=False, block_size=32),
     "roofline bent, overhead, tp 2": RooflineCostModel(OPT13B, A100, tp=2, params=RooflineParams(
@@ -41,6 +44,11 @@ ROOFLINES = {  # every switch of the inlined expression: ridge bend, overhead, r
                                                          1, 2, 16),
     "transferred, tp 4": transferred_roofline(PROFILES / "a100-80gb-linear.yaml", None,
                                               load_model_spec("llama-13b"), A100_80, 4, 2, 16),
+    "roofline, measured attention, tp 2": RooflineCostModel(OPT13B, A100, tp=2, attention=MEASURED),
+    "roofline, measured attention without its byte terms": RooflineCostModel(OPT13B, A100, attention=replace(
+        MEASURED, prefill_kv_bandwidth_efficiency=None, prefill_output_bandwidth_efficiency=None)),
+    "transferred (profile with measured attention)": transferred_roofline(PROFILES / "a100-80gb.yaml", None, LLAMA7B,
+                                                                         A100_80, 1, 2, 16),
     "transferred h200 profile (host work)": transferred_roofline(PROFILES / "h200-opt-13b.yaml", None, OPT13B, A100,
                                                                  1, 2, 16),
 }

@@ -1,0 +1,97 @@
+"""The clock's one way in: a cost model built from its config.
+
+Where a second of simulated time comes from, in order:
+1. an experiment's `cost_model` (sim/experiment/config.py reads it into a CostModelConfig) names a kind;
+2. `build_cost_model` calls that kind's builder here (BUILDERS), for the config's model, hardware,
+   tensor parallelism, dtype and a system's block size and attention kernel (Clock), with the host time of the
+   engine `cost_model.host` names (calibrate/host_model.py) in place of the kind's own where it names one;
+3. the simulator asks the CostModel (calibrate/costmodel.py) for each iteration's `step_time(batch)`;
+4. the model's `breakdown(batch)` (calibrate/breakdown.py) is that time by device kernel kind and host term,
+   the one formula its fast copies (RooflineTerms, a decode stretch's arrays) are checked against to the bit.
+
+The kinds: `roofline`, spec-sheet physics at stated efficiencies (calibrate/roofline.py); `profile`, an engine's
+fitted measurements of one model on one device (calibrate/profile_model.py); `transfer`, a measured profile's
+efficiencies carried to the config's model and hardware, by regime where a held-out GPU judged the carry
+(calibrate/profile_model.py transferred_roofline, calibrate/transfer_cost.py).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from calibrate.costmodel import CostModel
+from calibrate.hardware import HardwareSpec
+from calibrate.host_model import charged_host
+from calibrate.profile_model import ProfileCostModel, transferred_roofline
+from calibrate.roofline import RooflineCostModel, RooflineParams
+from engine.core.spec import ModelSpec
+from engine.specs.errors import SpecError
+
+
+@dataclass(frozen=True)
+class CostModelConfig:
+    """An experiment's `cost_model`, read and checked (sim/experiment/config.py)."""
+
+    kind: str  # one of BUILDERS
+    profile_path: Path | None = None  # profile and transfer: the profile file
+    roofline: RooflineParams = RooflineParams()  # roofline: its efficiencies and costs
+    measured_on: str | None = None  # transfer: the hardware the profile was measured on (else its device_name's)
+    host: Path | None = None  # any kind: a host model's file (calibrate/host_model.py), charged as the host time
+
+
+@dataclass(frozen=True)
+class Clock:
+    """What a cost model prices: one replica's model on its hardware, and the system's KV blocks and kernel."""
+
+    model: ModelSpec
+    hardware: HardwareSpec
+    tensor_parallel: int = 1
+    dtype_bytes: int = 2
+    block_size: int = 16
+    paged: bool = True  # the paged attention kernel (vLLM's, and the Orca baselines'); False: a dense one (FT's)
+
+
+def _roofline(config: CostModelConfig, clock: Clock, host: dict | None) -> CostModel:
+    return RooflineCostModel(clock.model, clock.hardware, clock.tensor_parallel, clock.dtype_bytes, clock.block_size,
+                             config.roofline, host=host, paged=clock.paged)
+
+
+def _profile(config: CostModelConfig, clock: Clock, host: dict | None) -> CostModel:
+    # an engine's profile timed its own kernel: the system's `paged` does not change what it measured
+    cost = ProfileCostModel.from_profile(_path(config), clock.model, clock.hardware, clock.tensor_parallel,
+                                         clock.dtype_bytes, clock.block_size)
+    if host is not None:
+        cost.replace_host(host)
+    return cost
+
+
+def _transfer(config: CostModelConfig, clock: Clock, host: dict | None) -> CostModel:
+    return transferred_roofline(_path(config), config.measured_on, clock.model, clock.hardware,
+                                clock.tensor_parallel, clock.dtype_bytes, clock.block_size, clock.paged, host)
+
+
+# each builder gets the config's host model resolved for the clock (HOST_TERMS), or None: the kind's own host work
+BUILDERS: dict[str, Callable[[CostModelConfig, Clock, dict | None], CostModel]] = {
+    "roofline": _roofline, "profile": _profile, "transfer": _transfer}
+KINDS = tuple(BUILDERS)
+PROFILE_KINDS = ("profile", "transfer")  # the kinds read from a profile file (cost_model.path)
+
+
+def build_cost_model(config: CostModelConfig, clock: Clock, source: str = "") -> CostModel:
+    """The cost model a config (the file `source`) asks for; an unknown kind is a one-line error naming the key."""
+    builder = BUILDERS.get(config.kind)
+    if builder is None:
+        raise SpecError(source, "cost_model.kind", f"{config.kind!r} is not one of {list(KINDS)}")
+    if config.host is None:
+        return builder(config, clock, None)
+    host, named = charged_host(config.host, clock.model, clock.tensor_parallel)
+    cost = builder(config, clock, host)
+    cost.source = f"{cost.source}; {named}"
+    return cost
+
+
+def _path(config: CostModelConfig) -> Path:
+    if config.profile_path is None:
+        raise SpecError("", "cost_model.path", f"a {config.kind} cost model needs the profile's path")
+    return config.profile_path
