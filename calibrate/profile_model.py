@@ -284,10 +284,9 @@ def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpe
                               paged: bool = True, fit=None, host: dict | None = None):
     """The roofline of (model, hardware, tp) with an imported profile's linear part (its efficiencies and
     bend, its kernels' latencies and bandwidths; `fit` in its place where given), its all-reduce table (over
-    links as fast as the target's, relative to the measured GPU's) and `host` in series (None: the profile's own host work); attention
-    from the profile's measured attention kernels where it has them (calibrate/attention_fit.py: their shares of
-    the target's peaks), else
-    from the roofline."""
+    links as fast as the target's, relative to the measured GPU's) and `host` in series (None: the profile's
+    own host work); attention from the profile's measured attention kernels where it has them
+    (calibrate/attention_fit.py: their shares of the target's peaks), else from the roofline."""
     from calibrate.all_reduce import AllReduceTable
     from calibrate.attention_fit import AttentionFit
     from calibrate.linear_model import LinearFit
