@@ -28,6 +28,8 @@ KINDS = {  # each kind's mapping, its host key (if any) in place of {host}
     "roofline": "{{kind: roofline, block_read_overhead_tokens: 0{host}}}",
     "transfer": f"{{{{kind: transfer, path: {PROFILE}/a100-80gb-linear.yaml{{host}}}}}}",
     "profile": f"{{{{kind: profile, path: {PROFILE}/cpu-opt-125m.yaml{{host}}}}}}",
+    # fitted on two GPUs, with measured attention: on the A100-40GB, by regime
+    "transfer-two-gpus": f"{{{{kind: transfer, path: {PROFILE}/a100-80gb.yaml{{host}}}}}}",
 }
 BATCHES = [Batch(decode_seq_ids=list(range(8)), decode_context_lens=[300 + 7 * i for i in range(8)]),
            Batch(prefill_seq_ids=[0, 1], prefill_lens=[120, 33]),
