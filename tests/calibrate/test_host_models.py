@@ -307,3 +307,31 @@ def test_an_unknown_host_model_name_lists_the_shipped():
 def test_a_host_model_round_trips_through_its_dict():
     model = load_host_model("vllm-a100-2024-05")
     assert HostModel.from_dict(model.to_dict(), "x") == model
+
+
+# --- the commands ---------------------------------------------------------------------------------------------
+def test_calibrate_host_fits_writes_and_shows_a_host_model(tmp_path, capsys):
+    from servesim.cli import main
+
+    table = write_table(tmp_path / "t.csv")
+    out = tmp_path / "mine.yaml"
+    assert main(["calibrate", "host", str(table), "--name", "mine", "--source", "synthetic", "--licence", "none",
+                 "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "leave one model out: 0.0% (target <= 10%)" in printed and f"wrote {out}" in printed
+    assert load_host_model(out).name == "mine"
+    assert "# made by: servesim calibrate host" in out.read_text()
+    assert main(["calibrate", "show", str(out)]) == 0
+    assert capsys.readouterr().out.startswith("host model mine: the serving engine's host work")
+    assert main(["calibrate", "show", "vllm-v1-2026"]) == 0
+    assert "prepare_inputs:" in capsys.readouterr().out
+
+
+def test_calibrate_host_refuses_a_bad_table_in_one_line(tmp_path, capsys):
+    from servesim.cli import main
+
+    table = _edit(write_table(tmp_path / "t.csv"), 3, "batch_size", "-8")
+    code = main(["calibrate", "host", str(table), "--name", "x", "--source", "s", "--licence", "l",
+                 "--out", str(tmp_path / "x.yaml")])
+    err = capsys.readouterr().err
+    assert code != 0 and "line 3, column batch_size" in err and not (tmp_path / "x.yaml").exists()
