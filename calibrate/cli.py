@@ -1,4 +1,4 @@
-"""`servesim calibrate profile | fit | import | show`."""
+"""`servesim calibrate profile | fit | import | host | show`."""
 from __future__ import annotations
 
 import shlex
@@ -257,9 +257,12 @@ def swap_line(profile) -> str:
 
 
 def _cmd_show(args) -> int:
+    from calibrate.host_cli import show_host_model
     from calibrate.profile_file import load_profile
 
-    existing_file(args.profile, args.profile, what="a profile YAML")
+    if show_host_model(args.profile):
+        return 0
+    existing_file(args.profile, args.profile, what="a profile YAML, or a host model's YAML or shipped name")
 
     print(fit_report(load_profile(args.profile)))
     return 0
@@ -294,7 +297,7 @@ def register(sub) -> None:
     from calibrate.hardware import available_hardware
 
     cal = sub.add_parser("calibrate", help="profile the engine, fit a cost model, import per-operation GPU timings, "
-                                           "show a profile")
+                                           "fit a host model, show a profile or a host model")
     cmds = cal.add_subparsers(dest="calibrate_command", required=True)
     prof = cmds.add_parser("profile", help="time the engine over a grid of batch shapes (needs servesim[engine])")
     prof.add_argument("--model", required=True)
@@ -340,6 +343,9 @@ def register(sub) -> None:
     imp.add_argument("--licence", default="", help="the tables' licence, kept in the profile")
     imp.add_argument("--out", required=True)
     imp.set_defaults(func=_cmd_import)
-    show = cmds.add_parser("show", help="print a profile's fit report")
-    show.add_argument("profile")
+    from calibrate.host_cli import register as register_host
+
+    register_host(cmds)
+    show = cmds.add_parser("show", help="print a profile's fit report, or a host model's terms and held-out errors")
+    show.add_argument("profile", help="a profile YAML, or a host model (a shipped name or a YAML)")
     show.set_defaults(func=_cmd_show)

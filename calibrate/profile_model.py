@@ -50,6 +50,12 @@ class ProfileCostModel(CostModel):
                        f"{profile.dtype}, held-out MAPE {profile.heldout_mape:.1%}{self._host_note()}{elsewhere}"
                        f"{self._block_note()})")
 
+    def replace_host(self, host: dict) -> None:
+        """Charge `host` (HOST_TERMS, e.g. a host model's, calibrate/host_model.py) as the host part, not the
+        profile's own."""
+        self.host = host
+        self.charge_host = True
+
     def _host_note(self) -> str:
         """A profile fitted in two parts names both errors (older profiles say what they said)."""
         if self.profile.device_part is None:
@@ -220,9 +226,10 @@ def compute_slope(knots: list[int], costs: list[float]) -> float:
 
 
 def transferred_roofline(path: str | Path, measured_on: str | None, model: ModelSpec, hardware: HardwareSpec,
-                         tp: int, dtype_bytes: int, block_size: int, paged: bool = True):
+                         tp: int, dtype_bytes: int, block_size: int, paged: bool = True, host: dict | None = None):
     """The roofline of (model, hardware, tp) at the efficiencies a profile measured elsewhere; `paged=False`
-    prices decode attention as a dense kernel (FasterTransformer's)."""
+    prices decode attention as a dense kernel (FasterTransformer's). `host` (HOST_TERMS) is charged in series
+    instead of the profile's own host work where given."""
     from calibrate.hardware import load_hardware
     from calibrate.roofline import RooflineCostModel
 
@@ -232,7 +239,7 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
             f"the profile was measured on {profile.device_name} ({profile.device}); only a GPU profile's "
             f"efficiencies carry over to {hardware.name}"))
     if profile.linear is not None and profile.linear.get("gpus"):
-        return _two_gpu_roofline(profile, path, model, hardware, tp, dtype_bytes, block_size, paged)
+        return _two_gpu_roofline(profile, path, model, hardware, tp, dtype_bytes, block_size, paged, host)
     name = measured_on or hardware_for_device(profile.device_name)
     if name is None:
         raise SpecError(str(path), "device_name", (
@@ -241,11 +248,12 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
     if profile.linear is not None:
         from calibrate.transfer_cost import by_regime  # off the measured chip: the roofline where it is no worse
 
+        host = profile.host if host is None else host
         cost = _measured_linear_roofline(profile, Path(path).name, measured, model, hardware, tp, dtype_bytes,
-                                         block_size, paged)
-        return by_regime(cost, path, measured, model, hardware, tp, dtype_bytes, block_size, paged, profile.host)
+                                         block_size, paged, host=host)
+        return by_regime(cost, path, measured, model, hardware, tp, dtype_bytes, block_size, paged, host)
     params = implied_efficiency(profile, measured, dtype_bytes)
-    cost = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, params, paged=paged)
+    cost = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, params, host=host, paged=paged)
     cost.source = (f"roofline({hardware.name}, tp={tp}) at efficiencies from {Path(path).name} "
                    f"({profile.model} on {profile.device_name}: compute {params.compute_efficiency:.2f}, "
                    f"bandwidth {params.bandwidth_efficiency:.2f}, overhead {params.overhead_s * 1e3:.2f} ms)")
@@ -253,39 +261,39 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
 
 
 def _two_gpu_roofline(profile: Profile, path: str | Path, model: ModelSpec, hardware: HardwareSpec, tp: int,
-                      dtype_bytes: int, block_size: int, paged: bool):
+                      dtype_bytes: int, block_size: int, paged: bool, host: dict | None):
     """A profile fitted on two GPUs (calibrate/transfer_joint.py): on either of them its own fit in every regime;
-    elsewhere the fit on both, by the regimes its stored held-out judgement chose."""
+    elsewhere the fit on both, by the regimes its stored held-out judgement chose. `host` as transferred_roofline's."""
     from calibrate.transfer_cost import by_regime
     from calibrate.transfer_joint import fit_for, stored_choice
 
     all_reduce_on, fit, own = fit_for(profile, str(path), hardware)
     cost = _measured_linear_roofline(profile, Path(path).name, all_reduce_on, model, hardware, tp, dtype_bytes,
-                                     block_size, paged, fit=fit)
+                                     block_size, paged, fit=fit, host=host)
     if own is not None:
         cost.source += f"; {own}'s own fit of the two, in every regime: measured on this chip"
         return cost
     cost.source = cost.source.replace("with the linear part measured in", "with the linear part fitted on "
                                       f"{' and '.join(profile.linear['gpus'])} in")  # type: ignore[index]
-    return by_regime(cost, path, all_reduce_on, model, hardware, tp, dtype_bytes, block_size, paged, profile.host,
-                     choice=stored_choice(profile))
+    return by_regime(cost, path, all_reduce_on, model, hardware, tp, dtype_bytes, block_size, paged,
+                     profile.host if host is None else host, choice=stored_choice(profile))
 
 
 def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpec, model: ModelSpec,
                               hardware: HardwareSpec, tp: int, dtype_bytes: int, block_size: int,
-                              paged: bool = True, fit=None):
+                              paged: bool = True, fit=None, host: dict | None = None):
     """The roofline of (model, hardware, tp) with an imported profile's linear part (its efficiencies and
     bend, its kernels' latencies and bandwidths; `fit` in its place where given), its all-reduce table (over
-    links as fast as the target's, relative to the measured GPU's) and its host work in series; attention
-    from the profile's measured attention kernels where it has them (calibrate/attention_fit.py: their shares of
-    the target's peaks), else
-    from the roofline."""
+    links as fast as the target's, relative to the measured GPU's) and `host` in series (None: the profile's
+    own host work); attention from the profile's measured attention kernels where it has them
+    (calibrate/attention_fit.py: their shares of the target's peaks), else from the roofline."""
     from calibrate.all_reduce import AllReduceTable
     from calibrate.attention_fit import AttentionFit
     from calibrate.linear_model import LinearFit
     from calibrate.roofline import RooflineCostModel
 
     fit = fit or LinearFit.from_dict(profile.linear)
+    host = profile.host if host is None else host
     table = None
     if profile.all_reduce is not None:
         table = AllReduceTable.from_dict(profile.all_reduce).scaled(
@@ -293,7 +301,7 @@ def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpe
     measured_attention = AttentionFit.from_dict(profile.attention) if profile.attention is not None else None
     # block copies and swaps (and attention, where none was measured) at the roofline's own efficiencies
     cost = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, RooflineParams(), linear=fit,
-                             all_reduce=table, host=profile.host, paged=paged, attention=measured_attention)
+                             all_reduce=table, host=host, paged=paged, attention=measured_attention)
     if tp == 1:
         comm = ""
     elif table is not None and table.covers(tp):
@@ -301,7 +309,7 @@ def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpe
                                                        else f" of {measured.name}, scaled to {hardware.name}'s NVLink")
     else:
         comm = f", all-reduce by the ring formula (none measured on {tp} GPUs)"
-    host = ", host work in series" if profile.host is not None else ""
+    in_series = ", host work in series" if host is not None else ""
     if measured_attention is not None:
         attention = (f"attention measured in {name} (held-out error {measured_attention.heldout_summary()}; "
                      f"paged as measured, block size {measured_attention.block_size})")
@@ -312,5 +320,5 @@ def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpe
     cost.source = (f"roofline({hardware.name}, tp={tp}) with the linear part measured in {name} "
                    f"(on {profile.device_name}: compute {fit.compute_efficiency:.2f}, bandwidth "
                    f"{fit.bandwidth_efficiency:.2f}, ridge {fit.ridge_efficiency:.2f}, held-out error "
-                   f"{profile.heldout_mape:.1%}{comm}; {attention}{host})")
+                   f"{profile.heldout_mape:.1%}{comm}; {attention}{in_series})")
     return cost

@@ -3,7 +3,8 @@
 Where a second of simulated time comes from, in order:
 1. an experiment's `cost_model` (sim/experiment/config.py reads it into a CostModelConfig) names a kind;
 2. `build_cost_model` calls that kind's builder here (BUILDERS), for the config's model, hardware,
-   tensor parallelism, dtype and a system's block size and attention kernel (Clock);
+   tensor parallelism, dtype and a system's block size and attention kernel (Clock), with the host time of the
+   engine `cost_model.host` names (calibrate/host_model.py) in place of the kind's own where it names one;
 3. the simulator asks the CostModel (calibrate/costmodel.py) for each iteration's `step_time(batch)`;
 4. the model's `breakdown(batch)` (calibrate/breakdown.py) is that time by device kernel kind and host term,
    the one formula its fast copies (RooflineTerms, a decode stretch's arrays) are checked against to the bit.
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from calibrate.costmodel import CostModel
 from calibrate.hardware import HardwareSpec
+from calibrate.host_model import charged_host
 from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from engine.core.spec import ModelSpec
@@ -35,6 +37,7 @@ class CostModelConfig:
     profile_path: Path | None = None  # profile and transfer: the profile file
     roofline: RooflineParams = RooflineParams()  # roofline: its efficiencies and costs
     measured_on: str | None = None  # transfer: the hardware the profile was measured on (else its device_name's)
+    host: Path | None = None  # any kind: a host model's file (calibrate/host_model.py), charged as the host time
 
 
 @dataclass(frozen=True)
@@ -49,23 +52,27 @@ class Clock:
     paged: bool = True  # the paged attention kernel (vLLM's, and the Orca baselines'); False: a dense one (FT's)
 
 
-def _roofline(config: CostModelConfig, clock: Clock) -> CostModel:
+def _roofline(config: CostModelConfig, clock: Clock, host: dict | None) -> CostModel:
     return RooflineCostModel(clock.model, clock.hardware, clock.tensor_parallel, clock.dtype_bytes, clock.block_size,
-                             config.roofline, paged=clock.paged)
+                             config.roofline, host=host, paged=clock.paged)
 
 
-def _profile(config: CostModelConfig, clock: Clock) -> CostModel:
+def _profile(config: CostModelConfig, clock: Clock, host: dict | None) -> CostModel:
     # an engine's profile timed its own kernel: the system's `paged` does not change what it measured
-    return ProfileCostModel.from_profile(_path(config), clock.model, clock.hardware, clock.tensor_parallel,
+    cost = ProfileCostModel.from_profile(_path(config), clock.model, clock.hardware, clock.tensor_parallel,
                                          clock.dtype_bytes, clock.block_size)
+    if host is not None:
+        cost.replace_host(host)
+    return cost
 
 
-def _transfer(config: CostModelConfig, clock: Clock) -> CostModel:
+def _transfer(config: CostModelConfig, clock: Clock, host: dict | None) -> CostModel:
     return transferred_roofline(_path(config), config.measured_on, clock.model, clock.hardware,
-                                clock.tensor_parallel, clock.dtype_bytes, clock.block_size, clock.paged)
+                                clock.tensor_parallel, clock.dtype_bytes, clock.block_size, clock.paged, host)
 
 
-BUILDERS: dict[str, Callable[[CostModelConfig, Clock], CostModel]] = {
+# each builder gets the config's host model resolved for the clock (HOST_TERMS), or None: the kind's own host work
+BUILDERS: dict[str, Callable[[CostModelConfig, Clock, dict | None], CostModel]] = {
     "roofline": _roofline, "profile": _profile, "transfer": _transfer}
 KINDS = tuple(BUILDERS)
 PROFILE_KINDS = ("profile", "transfer")  # the kinds read from a profile file (cost_model.path)
@@ -76,7 +83,12 @@ def build_cost_model(config: CostModelConfig, clock: Clock, source: str = "") ->
     builder = BUILDERS.get(config.kind)
     if builder is None:
         raise SpecError(source, "cost_model.kind", f"{config.kind!r} is not one of {list(KINDS)}")
-    return builder(config, clock)
+    if config.host is None:
+        return builder(config, clock, None)
+    host, named = charged_host(config.host, clock.model, clock.tensor_parallel)
+    cost = builder(config, clock, host)
+    cost.source = f"{cost.source}; {named}"
+    return cost
 
 
 def _path(config: CostModelConfig) -> Path:

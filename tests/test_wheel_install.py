@@ -33,6 +33,8 @@ SHIPPED = [
     "calibrate/profiles/a100-80gb-linear.yaml",
     "calibrate/profiles/a100-80gb.yaml",  # with the measured attention (docs/attention.md)
     "calibrate/profiles/LICENSE.vidur",  # the licence of the measurements that profile is derived from
+    "calibrate/host_models/vllm-a100-2024-05.yaml",  # cost_model.host's shipped names
+    "calibrate/host_models/servesim-cpu-engine.yaml",
     "sim/workload/data/sharegpt_opt.csv",
     "sim/workload/data/sharegpt_opt_chatbot.csv",
 ]

@@ -8,6 +8,7 @@ from typing import Any
 
 from calibrate.costmodel import CostModel
 from calibrate.hardware import HardwareSpec, available_hardware, load_hardware
+from calibrate.host_model import available_host_models, host_model_path
 from calibrate.memory import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool
 from calibrate.registry import KINDS, PROFILE_KINDS, Clock, CostModelConfig, build_cost_model
 from calibrate.roofline import RooflineParams
@@ -130,6 +131,7 @@ def _cost_model(raw: Any, source: str, base_dir: Path) -> CostModelConfig:
         raise SpecError(source, "cost_model", "must be 'roofline', a profile path, or a mapping")
     raw = dict(raw)
     kind = raw.pop("kind", "roofline")
+    host = _host_model(raw.pop("host"), base_dir, source) if "host" in raw else None
     if kind in PROFILE_KINDS:
         if "path" not in raw:
             raise SpecError(source, "cost_model.path", f"a {kind} cost model needs the profile's path")
@@ -138,18 +140,33 @@ def _cost_model(raw: Any, source: str, base_dir: Path) -> CostModelConfig:
         if measured_on is not None:
             choice(measured_on, source, "cost_model.measured_on", available_hardware())
         for key in raw:
-            valid = ["kind", "path"] + (["measured_on"] if kind == "transfer" else [])
+            valid = ["host", "kind", "path"] + (["measured_on"] if kind == "transfer" else [])
             raise SpecError(source, f"cost_model.{key}", f"unknown key; valid keys are {valid}")
-        return CostModelConfig(kind, path, measured_on=measured_on)
+        return CostModelConfig(kind, path, measured_on=measured_on, host=host)
     if kind != "roofline":
         raise SpecError(source, "cost_model.kind", f"{kind!r} is not one of {list(KINDS)}")
     valid = set(RooflineParams.__dataclass_fields__)
     for key, value in raw.items():
         if key not in valid:
-            raise SpecError(source, f"cost_model.{key}", f"unknown key; valid keys are {sorted(valid | {'kind'})}")
+            raise SpecError(source, f"cost_model.{key}", f"unknown key; valid keys are "
+                            f"{sorted(valid | {'kind', 'host'})}")
         # an efficiency is a share of the spec sheet's peak: none is nothing, more than all is a typo
         (share if key.endswith("_efficiency") else non_negative)(value, source, f"cost_model.{key}")
-    return CostModelConfig("roofline", roofline=RooflineParams(**raw))
+    return CostModelConfig("roofline", roofline=RooflineParams(**raw), host=host)
+
+
+def _host_model(value: Any, base_dir: Path, source: str) -> Path:
+    """cost_model.host: a shipped host model's name, or a host model YAML's path (resolved as a profile's)."""
+    key = "cost_model.host"
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(source, key, f"must be a shipped host model's name {available_host_models()} or a host "
+                        f"model YAML's path, got {value!r}")
+    if Path(value).suffix in (".yaml", ".yml"):
+        return _resolve(value, base_dir, source, key)
+    if value not in available_host_models():
+        raise SpecError(source, key, f"unknown host model {value!r}; shipped: {available_host_models()} "
+                        "(or a host model YAML's path)")
+    return host_model_path(value)
 
 
 def _resolve(path: Any, base_dir: Path, source: str, key: str) -> Path:
@@ -234,7 +251,7 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
 
 def check_cost_model(exp: Experiment) -> None:
     """The cost model is built now, as every run will build it: a profile's numbers, its model and its tensor
-    parallelism are checked before anything is simulated."""
+    parallelism, and a host model resolved for them, are checked before anything is simulated."""
     clock_for(exp, exp.systems[0])
 
 

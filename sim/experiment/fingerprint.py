@@ -35,6 +35,8 @@ def data_files(exp: Experiment) -> dict[str, Path]:
         files["workload.dataset"] = Path(workload.dataset)
     if exp.cost_model.profile_path is not None:
         files["cost_model.path"] = Path(exp.cost_model.profile_path)
+    if exp.cost_model.host is not None:
+        files["cost_model.host"] = Path(exp.cost_model.host)
     return files
 
 
