@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from calibrate.hardware import load_hardware
 from calibrate.layer_ops import GEMMS, LayerShape, gemm_work
@@ -89,3 +90,14 @@ def write_two_gpus(folder: Path, first: LinearFit = TRUE_FIT, second: LinearFit 
         (folder / name).mkdir(parents=True, exist_ok=True)
         out.append(write_tables(folder / name, fit=fit, hardware=name, tile=tile))
     return out[0], out[1]
+
+
+def assert_same_fit(fit: LinearFit, true: LinearFit) -> None:
+    assert fit.ridge_efficiency == pytest.approx(true.ridge_efficiency, abs=1e-9)
+    assert fit.gemm_latency_s == pytest.approx(true.gemm_latency_s, abs=1e-12)
+    assert fit.compute_efficiency == pytest.approx(true.compute_efficiency, rel=1e-6)
+    assert fit.bandwidth_efficiency == pytest.approx(true.bandwidth_efficiency, rel=1e-6)
+    assert set(fit.elementwise) == set(true.elementwise)
+    for op, (latency, efficiency) in true.elementwise.items():
+        assert fit.elementwise[op][0] == pytest.approx(latency, rel=1e-6)
+        assert fit.elementwise[op][1] == pytest.approx(efficiency, rel=1e-6)

@@ -4,6 +4,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from synthetic_attention import HARDWARE, TRUE_FIT, rows, write_table
 
 from calibrate.attention_fit import (
     AttentionFit,
@@ -20,7 +21,6 @@ from calibrate.roofline import RooflineCostModel
 from engine.core.batch import BatchShape
 from engine.specs.errors import SpecError
 from engine.specs.loader import load_model_spec
-from tests.calibrate.synthetic_attention import HARDWARE, TRUE_FIT, rows, write_table
 
 HW = load_hardware(HARDWARE)
 COEFFICIENTS = ("decode_latency_s", "decode_bandwidth_efficiency", "prefill_latency_s", "prefill_compute_efficiency",

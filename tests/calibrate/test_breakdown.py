@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from cost_model_cases import LLAMA7B, PROFILE_MODELS, PROFILES, ROOFLINES, batches, bits
 from hypothesis import given
 
 from calibrate.breakdown import DEVICE_KINDS, KIND_MEANINGS, IterationTime, fold
@@ -14,14 +15,6 @@ from calibrate.profile_model import transferred_roofline
 from calibrate.roofline import RooflineCostModel
 from calibrate.transfer_cost import RegimeCostModel
 from engine.core.batch import Batch
-from tests.calibrate.test_iteration_time_fast_path import (
-    LLAMA7B,
-    PROFILE_MODELS,
-    PROFILES,
-    ROOFLINES,
-    batches,
-    bits,
-)
 from tests.helpers.core_harness import hyp
 
 HOST = {"per_iteration_s": 1.7e-3, "per_sequence_s": 2.9e-5, "per_prefill_token_s": 3.1e-7}

@@ -11,67 +11,24 @@ block sums, so its stretches are checked against one call per step here too.
 from __future__ import annotations
 
 import pickle
-import struct
-from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
+from cost_model_cases import (
+    A100_80,
+    LLAMA7B,
+    PROFILE_MODELS,
+    PROFILES,
+    ROOFLINES,
+    batches,
+    bits,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 
-from calibrate.attention_fit import AttentionFit
 from calibrate.costmodel import decode_shapes, reference_block_sums, stretch_block_sums
-from calibrate.hardware import load_hardware
-from calibrate.profile_model import ProfileCostModel, transferred_roofline
-from calibrate.roofline import RooflineCostModel, RooflineParams
-from engine.core.batch import Batch, BatchShape
-from engine.specs.loader import load_model_spec
+from calibrate.profile_model import transferred_roofline
+from engine.core.batch import BatchShape
 from tests.helpers.core_harness import hyp
-
-PROFILES = Path(__file__).resolve().parents[2] / "calibrate" / "profiles"
-OPT13B, A100 = load_model_spec("opt-13b"), load_hardware("a100-40gb")
-LLAMA7B, A100_80 = load_model_spec("llama-7b"), load_hardware("a100-80gb")
-
-MEASURED = AttentionFit(15e-6, 0.75, 12e-6, 0.45, 0.4, 0.1)
-ROOFLINES = {  # every switch of the inlined expression: ridge bend, overhead, ring or measured all-reduce, copies,
-    # dense or paged attention, measured attention, measured kernels, host work
-    "roofline": RooflineCostModel(OPT13B, A100),
-    "roofline dense": RooflineCostModel(OPT13B, A100, paged=False, block_size=32),
-    "roofline bent, overhead, tp 2": RooflineCostModel(OPT13B, A100, tp=2, params=RooflineParams(
-        ridge_efficiency=0.8, overhead_s=0.0013)),
-    "roofline block size 1": RooflineCostModel(OPT13B, A100, block_size=1),
-    "transferred (linear profile)": transferred_roofline(PROFILES / "a100-80gb-linear.yaml", None, LLAMA7B, A100_80,
-                                                         1, 2, 16),
-    "transferred, tp 4": transferred_roofline(PROFILES / "a100-80gb-linear.yaml", None,
-                                              load_model_spec("llama-13b"), A100_80, 4, 2, 16),
-    "roofline, measured attention, tp 2": RooflineCostModel(OPT13B, A100, tp=2, attention=MEASURED),
-    "roofline, measured attention without its byte terms": RooflineCostModel(OPT13B, A100, attention=replace(
-        MEASURED, prefill_kv_bandwidth_efficiency=None, prefill_output_bandwidth_efficiency=None)),
-    "transferred (profile with measured attention)": transferred_roofline(PROFILES / "a100-80gb.yaml", None, LLAMA7B,
-                                                                         A100_80, 1, 2, 16),
-    "transferred h200 profile (host work)": transferred_roofline(PROFILES / "h200-opt-13b.yaml", None, OPT13B, A100,
-                                                                 1, 2, 16),
-}
-PROFILE_MODELS = {
-    "h200 profile (host work, serving factor)": ProfileCostModel.from_profile(PROFILES / "h200-opt-13b.yaml"),
-    "cpu profile": ProfileCostModel.from_profile(PROFILES / "cpu-opt-125m.yaml"),
-}
-
-lengths = st.lists(st.integers(1, 4000), max_size=200)
-batches = st.builds(
-    lambda decodes, prefills, cached, copies, swaps: Batch(
-        prefill_seq_ids=list(range(len(prefills))), prefill_lens=prefills,
-        prefill_sample_ids=[(i,) for i in range(len(prefills))],
-        prefill_cached_lens=[cached] * len(prefills) if cached else [],
-        decode_seq_ids=list(range(100, 100 + len(decodes))), decode_context_lens=decodes,
-        blocks_to_copy=[(0, 1)] * copies, blocks_to_swap_in=[(0, 1)] * swaps,
-        num_running_groups=len(prefills) + len(decodes)),
-    lengths, st.lists(st.integers(1, 3000), max_size=4), st.sampled_from([0, 0, 16, 80, 1000]),
-    st.integers(0, 3), st.integers(0, 2))
-
-
-def bits(x: float) -> bytes:
-    return struct.pack("<d", x)
 
 
 @hyp(max_examples=150)

@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from synthetic_ops import HARDWARE, MODELS, TRUE_FIT, table, write_all_reduce, write_tables
+from synthetic_ops import HARDWARE, MODELS, TRUE_FIT, assert_same_fit, table, write_all_reduce, write_tables
 
 from calibrate.hardware import load_hardware
 from calibrate.layer_ops import ELEMENTWISE, LayerShape
@@ -22,17 +22,6 @@ from engine.specs.loader import load_model_spec
 from servesim.cli import main
 
 CPU_PROFILE = Path(__file__).resolve().parents[2] / "calibrate" / "profiles" / "cpu-opt-125m.yaml"
-
-
-def assert_same_fit(fit: LinearFit, true: LinearFit) -> None:
-    assert fit.ridge_efficiency == pytest.approx(true.ridge_efficiency, abs=1e-9)
-    assert fit.gemm_latency_s == pytest.approx(true.gemm_latency_s, abs=1e-12)
-    assert fit.compute_efficiency == pytest.approx(true.compute_efficiency, rel=1e-6)
-    assert fit.bandwidth_efficiency == pytest.approx(true.bandwidth_efficiency, rel=1e-6)
-    assert set(fit.elementwise) == set(true.elementwise)
-    for op, (latency, efficiency) in true.elementwise.items():
-        assert fit.elementwise[op][0] == pytest.approx(latency, rel=1e-6)
-        assert fit.elementwise[op][1] == pytest.approx(efficiency, rel=1e-6)
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,16 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
-from synthetic_ops import HARDWARE, LAYERS, MODELS, SECOND_HARDWARE, TRUE_FIT, write_tables, write_two_gpus
-from test_op_import import assert_same_fit
+from synthetic_ops import (
+    HARDWARE,
+    LAYERS,
+    MODELS,
+    SECOND_HARDWARE,
+    TRUE_FIT,
+    assert_same_fit,
+    write_tables,
+    write_two_gpus,
+)
 
 from calibrate.hardware import load_hardware
 from calibrate.layer_ops import GEMMS

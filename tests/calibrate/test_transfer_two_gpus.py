@@ -6,8 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from synthetic_ops import HARDWARE, LAYERS, SECOND_HARDWARE, TRUE_FIT, write_all_reduce, write_two_gpus
-from test_op_import import assert_same_fit
+from synthetic_ops import HARDWARE, LAYERS, SECOND_HARDWARE, TRUE_FIT, assert_same_fit, write_all_reduce, write_two_gpus
 
 from calibrate.hardware import load_hardware
 from calibrate.linear_model import LinearFit
