@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -22,6 +22,9 @@ class CostModel(ABC):
     #: shown in every output so a reader knows where the times came from
     source: str = ""
     _charge_host: bool = False
+    #: the host work by the named terms of the engine's host model (calibrate/host_model.py), as a function of a
+    #: batch's sequences and prompt tokens; None: by the three HOST_TERMS parts the clock adds
+    named_host_terms: Callable[[int, int], dict[str, float]] | None = None
     #: whether a step's time is a function of its batch alone, so that the simulator may price the
     #: iterations of a decode stretch before it runs them (sim/core/fast_forward.py); False for a cost model
     #: that hands out times in call order (fidelity's replayed engine times)
@@ -58,6 +61,17 @@ class CostModel(ABC):
         parts: all of the device's is "forward"; a model that prices kinds apart overrides it."""
         swaps = batch.num_swap_blocks
         return whole_forward(self.device_time(batch), self.host_time(batch), self.swap_time(swaps) if swaps else 0.0)
+
+    def name_host_terms(self, terms: Callable[[int, int], dict[str, float]]) -> None:
+        """Break the host part down by a host model's named terms (the registry's, where the config names one)."""
+        self.named_host_terms = terms
+
+    def host_parts_of(self, batch: BatchLike, by_three: dict[str, float]) -> dict[str, float]:
+        """The host part by term: the named host model's where there is one (they add up to host_time within
+        rounding), else `by_three`, the clock's own three parts (which add up to it to the bit)."""
+        if self.named_host_terms is None:
+            return by_three
+        return self.named_host_terms(batch.num_seqs, batch.num_prefill_tokens)
 
     def step_time(self, batch: BatchLike) -> float:
         """The whole iteration as the simulator charges it: swaps, then the forward."""

@@ -122,7 +122,8 @@ class ProfileCostModel(CostModel):
         blocks = batch.decode_blocks(self.block_size) if self._per_block and batch.decode_context_lens else 0
         parts = self._device_parts(batch, batch.sum_decode_context, batch.max_decode_context, blocks)
         device = {kind: float(value) * self.serving_factor for kind, value in parts}
-        host = host_parts(self.host, batch.num_seqs, batch.num_prefill_tokens) if self.charge_host else {}
+        host = (self.host_parts_of(batch, host_parts(self.host, batch.num_seqs, batch.num_prefill_tokens))
+                if self.charge_host else {})
         swaps = batch.num_swap_blocks
         return IterationTime(device, host, self.device_time(batch), self.host_time(batch),
                              self.swap_time(swaps) if swaps else 0.0, parts_exact=self.serving_factor == 1.0)

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from calibrate.costmodel import CostModel
 from calibrate.hardware import HardwareSpec
-from calibrate.host_model import charged_host
+from calibrate.host_model import charged_host, load_host_model
 from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from engine.core.spec import ModelSpec
@@ -88,6 +89,7 @@ def build_cost_model(config: CostModelConfig, clock: Clock, source: str = "") ->
     host, named = charged_host(config.host, clock.model, clock.tensor_parallel)
     cost = builder(config, clock, host)
     cost.source = f"{cost.source}; {named}"
+    cost.name_host_terms(partial(load_host_model(config.host).breakdown, clock.model, clock.tensor_parallel))
     return cost
 
 

@@ -313,7 +313,7 @@ class RooflineCostModel(CostModel):
         """iteration_time by kind and term (calibrate/breakdown.py): its parts add up to it to the bit."""
         blocks = batch.decode_blocks(self.block_size) if self._paged_decodes(batch) else None
         device = {kind: float(value) for kind, value in self._device_parts(batch, batch.sum_decode_context, blocks)}
-        host = self.host_parts(batch) if self.charge_host else {}
+        host = self.host_parts_of(batch, self.host_parts(batch)) if self.charge_host else {}
         swaps = batch.num_swap_blocks
         return IterationTime(device, host, fold(device.values()), self.host_time(batch),
                              self.swap_time(swaps) if swaps else 0.0)

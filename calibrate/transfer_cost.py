@@ -41,6 +41,10 @@ class RegimeCostModel(CostModel):
     def charge_host(self, value: bool) -> None:
         self.transfer.charge_host = self.roofline.charge_host = value
 
+    def name_host_terms(self, terms) -> None:
+        self.transfer.name_host_terms(terms)
+        self.roofline.name_host_terms(terms)
+
     def model_for(self, batch: BatchLike) -> CostModel:
         regime = regime_of(batch.num_tokens, self.hw, self.dtype_bytes, latency=self.choice.fine)
         return self.transfer if self.choice.uses_transfer(regime) else self.roofline

@@ -120,3 +120,14 @@ def test_the_command_asks_for_it_and_a_plain_rerun_does_not_keep_it(tmp_path):
     assert main(["run", str(config), "--out", str(out), "--iterations", "csv", "--no-plots"]) == 0
     assert "device_linear_s" not in pd.read_csv(run_dir / "iterations.csv.gz").columns
     assert not (run_dir / TRACE_FILE).exists() and "share_device" not in pd.read_csv(out / "summary.csv").columns
+
+
+def test_a_named_host_model_shows_its_own_terms(tmp_path):
+    """A config that names a host model breaks the host part down by that model's terms, which add up to it."""
+    exp = experiment(tmp_path, rates="[2]", breakdown="true",
+                     cost_model="{kind: roofline, host: vllm-a100-2024-05}")
+    it = run_one(exp, exp.systems[0], 2.0, 0).iteration_arrays
+    terms = [name for name in it if name.startswith("host_") and name != "host_s"]
+    assert {"host_schedule_s", "host_sampler_s", "host_prepare_inputs_s", "host_process_outputs_s"} <= set(terms)
+    np.testing.assert_allclose(sum(it[name] for name in terms), it["host_s"], rtol=1e-12)
+    assert (it["host_s"] > 1e-3).all()  # a vLLM-derived engine's host work: milliseconds an iteration
