@@ -248,6 +248,18 @@ def add_attention(profile_path: str | Path, attention_path: str | Path, command:
                    attention=_attention(str(attention_path), load_hardware(measured_on), {"source": source}))
 
 
+def with_host_model(profile: Profile, name: str) -> Profile:
+    """The profile with a host model (calibrate/host_models/) as the default its configs are charged, in place of
+    its own measured host work."""
+    from dataclasses import replace
+
+    from calibrate.host_model import available_host_models
+
+    if name not in available_host_models():
+        raise SpecError("host_model", name, f"not a shipped host model; valid: {available_host_models()}")
+    return replace(profile, host=None, host_model=name)
+
+
 def _host_terms(path: str | None) -> dict | None:
     """The engine's host work as another profile measured it (calibrate/host.py), to charge in series."""
     if path is None:

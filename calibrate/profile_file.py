@@ -27,6 +27,7 @@ DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 # fields only an imported per-operation profile has (attention: only where measured attention kernels were imported)
 IMPORTED_ONLY = ("linear", "all_reduce", "provenance", "attention")
 FITTED_SINCE_5 = ("device_part",)  # absent from a profile loaded from an older format, as it was written
+NAMED_ONLY = ("host_model",)  # absent from a profile that names no default host model
 HOST_ERRORS = ("heldout_mean_abs_error_s", "heldout_p95_abs_error_s", "heldout_mape", "heldout_p95_ape")
 
 
@@ -78,6 +79,9 @@ class Profile:
     # measured attention kernels (calibrate/attention_fit.AttentionFit: latencies and shares of the measured GPU's
     # peaks, with their held-out errors); None where none were imported: attention then at the roofline's defaults
     attention: dict | None = None
+    # the engine's host model (calibrate/host_models/) a config that names none is charged with, in place of `host`:
+    # a GPU profile's stated default (docs/host-models.md); None: the profile's own `host`, or none
+    host_model: str | None = None
     # the device part (the token-cost table and coefficients, held-out error heldout_mape and heldout_p95_ape):
     # measured_from (device_s, or time_s in a raw CSV from before the split) and the shapes it was fitted on;
     # None in a profile from before /5, whose forward time was fitted on time_s
@@ -151,6 +155,7 @@ def _check(raw: dict, source: str) -> None:
     _check_serving(raw.get("serving"), source)
     _check_linear(raw.get("linear"), source)
     _check_attention(raw.get("attention"), source)
+    _check_host_model(raw.get("host_model"), source)
     if raw.get("all_reduce") is not None:
         AllReduceTable.from_dict(raw["all_reduce"], source)
     if not isinstance(raw.get("provenance", {}), dict):
@@ -168,6 +173,14 @@ def _swap_per_block_to_bytes(raw: dict, per_block, source: str) -> None:
     model = load_model_spec(raw["model"])
     block_bytes = model.kv_bytes_per_token(DTYPE_BYTES[raw["dtype"]]) * raw["block_size"] / raw["tensor_parallel"]
     raw["swap_s_per_transfer"], raw["swap_s_per_byte"] = 0.0, per_block / block_bytes
+
+
+def _check_host_model(name, source: str) -> None:
+    if name is None:
+        return
+    from calibrate.host_model import available_host_models
+
+    choice(name, source, "host_model", available_host_models())
 
 
 def _check_block_sizes(block_sizes, source: str) -> None:
@@ -338,7 +351,7 @@ def _attention_line(attention: dict | None) -> str:
 
 def dump_profile(profile: Profile) -> str:
     data = asdict(profile)
-    for key in (*IMPORTED_ONLY, *FITTED_SINCE_5):  # absent from a profile without them, as before they existed
+    for key in (*IMPORTED_ONLY, *FITTED_SINCE_5, *NAMED_ONLY):  # absent from a profile without them, as before
         if not data[key]:
             del data[key]
     scope = (" of the linear part, on held-out models" if profile.linear

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from calibrate.costmodel import CostModel
 from calibrate.hardware import HardwareSpec
-from calibrate.host_model import charged_host, load_host_model
+from calibrate.host_model import charged_host, host_model_path, load_host_model
+from calibrate.profile_file import load_profile
 from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from engine.core.spec import ModelSpec
@@ -84,13 +85,23 @@ def build_cost_model(config: CostModelConfig, clock: Clock, source: str = "") ->
     builder = BUILDERS.get(config.kind)
     if builder is None:
         raise SpecError(source, "cost_model.kind", f"{config.kind!r} is not one of {list(KINDS)}")
-    if config.host is None:
+    host_path, defaulted = config.host, False
+    if host_path is None and config.kind in PROFILE_KINDS:
+        host_path = profile_host_model(_path(config))
+        defaulted = host_path is not None
+    if host_path is None:
         return builder(config, clock, None)
-    host, named = charged_host(config.host, clock.model, clock.tensor_parallel)
+    host, named = charged_host(host_path, clock.model, clock.tensor_parallel)
     cost = builder(config, clock, host)
-    cost.source = f"{cost.source}; {named}"
-    cost.name_host_terms(partial(load_host_model(config.host).breakdown, clock.model, clock.tensor_parallel))
+    cost.source = f"{cost.source}; {named}" + (", the profile's default host model" if defaulted else "")
+    cost.name_host_terms(partial(load_host_model(host_path).breakdown, clock.model, clock.tensor_parallel))
     return cost
+
+
+def profile_host_model(path: Path) -> Path | None:
+    """The host model a profile names as its default (Profile.host_model), or None."""
+    name = load_profile(path).host_model
+    return host_model_path(name) if name is not None else None
 
 
 def _path(config: CostModelConfig) -> Path:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from calibrate.registry import PROFILE_KINDS, profile_host_model
 from engine.core.system import SystemSpec
 from sim.experiment.config import Experiment
 from sim.workload.paths import CHATBOT_CSV, SHAREGPT_CSV
@@ -37,6 +38,10 @@ def data_files(exp: Experiment) -> dict[str, Path]:
         files["cost_model.path"] = Path(exp.cost_model.profile_path)
     if exp.cost_model.host is not None:
         files["cost_model.host"] = Path(exp.cost_model.host)
+    elif exp.cost_model.kind in PROFILE_KINDS and exp.cost_model.profile_path is not None:
+        default = profile_host_model(Path(exp.cost_model.profile_path))  # the profile's default host model
+        if default is not None:
+            files["cost_model.host"] = default
     return files
 
 

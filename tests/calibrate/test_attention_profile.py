@@ -9,7 +9,7 @@ from synthetic_ops import write_all_reduce, write_tables
 
 from calibrate.attention_fit import AttentionFit
 from calibrate.hardware import load_hardware
-from calibrate.op_import import add_attention
+from calibrate.op_import import add_attention, with_host_model
 from calibrate.profile_file import load_profile
 from calibrate.profile_model import transferred_roofline
 from engine.core.batch import BatchShape
@@ -79,11 +79,13 @@ def test_an_attention_part_that_is_not_a_mapping_is_refused(tmp_path):
         load_profile(path)
 
 
-def test_the_shipped_profile_is_the_linear_one_plus_the_attention_part(tmp_path):
+def test_the_shipped_profile_is_the_linear_one_plus_the_attention_part_and_a_host_model(tmp_path):
     shipped, linear = asdict(load_profile(SHIPPED)), asdict(load_profile(LINEAR))
     assert linear["attention"] is None and shipped["attention"] is not None
     assert shipped["provenance"].pop("attention_table") == "attention.csv"
-    for key in ("attention", "command"):
+    # its host work is an engine's host model, not the linear profile's measurement of servesim's CPU engine
+    assert (shipped["host"], shipped["host_model"]) == (None, "vllm-a100-2024-05") and linear["host"] is not None
+    for key in ("attention", "command", "host", "host_model"):
         shipped.pop(key), linear.pop(key)
     assert shipped == linear
     source = load_profile(SHIPPED).attention["source"]
@@ -93,9 +95,11 @@ def test_the_shipped_profile_is_the_linear_one_plus_the_attention_part(tmp_path)
 
 def test_adding_attention_to_the_linear_profile_is_what_was_shipped_but_for_the_fit(tmp_path):
     # the shipped file's recipe (calibrate/profiles/README.md) on a synthetic table: the rest stays as it was
-    made = add_attention(LINEAR, write_table(tmp_path / "attention.csv"), "test", "synthetic", measured_on=HARDWARE)
+    made = with_host_model(add_attention(LINEAR, write_table(tmp_path / "attention.csv"), "test", "synthetic",
+                                         measured_on=HARDWARE), "vllm-a100-2024-05")
     shipped = load_profile(SHIPPED)
     assert made.linear == shipped.linear and made.host == shipped.host and made.all_reduce == shipped.all_reduce
+    assert made.host_model == shipped.host_model == "vllm-a100-2024-05" and shipped.host is None
     assert made.device_name == shipped.device_name and made.token_costs_s == shipped.token_costs_s
     with pytest.raises(SpecError, match="device_name"):  # a two-GPU profile's attention needs its GPU named
         add_attention(LINEAR, tmp_path / "attention.csv", "test", "synthetic")

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from calibrate.hardware import load_hardware
+from calibrate.host_model import host_model_path
 from calibrate.profile_model import ProfileCostModel
 from calibrate.registry import KINDS, Clock, CostModelConfig, build_cost_model
 from calibrate.roofline import RooflineCostModel, RooflineParams
@@ -56,3 +57,20 @@ def test_an_unknown_gpu_or_kind_in_a_config_names_its_key(tmp_path):
         load(cost_model="{kind: vidur}")
     with pytest.raises(SpecError, match="cost_model.measured_on"):
         load(cost_model=f"{{kind: transfer, path: {PROFILES / 'a100-80gb-linear.yaml'}, measured_on: z100}}")
+
+
+def test_a_profile_names_the_host_model_a_config_without_one_is_charged(tmp_path):
+    """The whole A100 clock states its default engine; a config's own host model wins over it; a profile naming an
+    unknown one is refused by the key."""
+    clock = Clock(load_model_spec("opt-13b"), load_hardware("a100-40gb"))
+    whole = PROFILES / "a100-80gb.yaml"
+    default = build_cost_model(CostModelConfig("transfer", whole), clock)
+    assert "host: vllm-a100-2024-05" in default.source and "the profile's default host model" in default.source
+    assert default.host_time(BATCH) > 1e-3  # a vLLM-derived engine's milliseconds, not the CPU engine's 0.15
+    chosen = build_cost_model(CostModelConfig("transfer", whole, host=host_model_path("vllm-v1-2026")), clock)
+    assert "host: vllm-v1-2026" in chosen.source and "default" not in chosen.source.split("host:")[-1]
+    assert chosen.host_time(BATCH) < default.host_time(BATCH)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(whole.read_text().replace("host_model: vllm-a100-2024-05", "host_model: vllm-0.1"))
+    with pytest.raises(SpecError, match="host_model"):
+        build_cost_model(CostModelConfig("transfer", bad), clock)
