@@ -236,7 +236,7 @@ def heldout_errors(table: AttentionTable, hw: HardwareSpec, dtype_bytes: int = 2
             kfold_w[fold_d == k] = predict_waves(fold_fit, table, hw, dtype_bytes)[fold_d == k]
     every_row = fit_attention(table, hw, dtype_bytes)
     all_decode, all_prefill = predict(every_row, table, hw, dtype_bytes)
-    d_time, p_time = table.decode["time_s"].to_numpy(), table.prefill["time_s"].to_numpy()
+    d_time = table.decode["time_s"].to_numpy()
     errors = _kinds(table, long_context, big_chunk, region_decode, region_prefill, kfold_d, kfold_p, all_decode,
                     all_prefill)
     if waves:
@@ -295,10 +295,11 @@ def report_lines(fit: AttentionFit) -> list[str]:
              f"{share(fit.prefill_output_bandwidth_efficiency)}"]
     if fit.waves is not None:
         w = fit.waves
-        lines.append(f"  decode in waves (where the GPU's sheet gives its sm_count): latency {w.latency_s * 1e6:.1f} us, "
-                     f"split {w.split_latency_s * 1e6:.1f} us, per wave {w.wave_latency_s * 1e6:.1f} us, K/V bandwidth "
-                     f"{w.bandwidth_efficiency:.3f} of peak; {w.blocks_per_sm} blocks per SM, floors "
-                     f"{', '.join(f'{f:.3f}' for f in w.floor_shares)} x SMs, splits as for "
+        floors = ", ".join(f"{f:.3f}" for f in w.floor_shares)
+        lines.append(f"  decode in waves (where the GPU's sheet gives its sm_count): latency "
+                     f"{w.latency_s * 1e6:.1f} us, split {w.split_latency_s * 1e6:.1f} us, per wave "
+                     f"{w.wave_latency_s * 1e6:.1f} us, K/V bandwidth {w.bandwidth_efficiency:.3f} of peak; "
+                     f"{w.blocks_per_sm} blocks per SM, floors {floors} x SMs, splits as for "
                      f"{w.heuristic_sm_multiple} x SMs, launched {w.launch_tokens} tokens wide")
     for kind, errors in fit.heldout.items():
         region, kfold = errors["heldout_region"], errors["kfold"]

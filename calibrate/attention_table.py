@@ -82,7 +82,8 @@ def _launch_tokens(table: pd.DataFrame, decode: pd.DataFrame, source: str) -> in
         return longest
     widths = set(_column(table, LAUNCH_COLUMN, source, low=1, whole=True).tolist())
     if len(widths) != 1:
-        raise SpecError(source, f"column {LAUNCH_COLUMN}", f"one table is launched at one width; found {sorted(widths)}")
+        raise SpecError(source, f"column {LAUNCH_COLUMN}",
+                        f"one table is launched at one width; found {sorted(widths)}")
     width = int(widths.pop())
     if width < longest:
         raise SpecError(source, f"column {LAUNCH_COLUMN}", f"{width} is shorter than the longest context, {longest}")
