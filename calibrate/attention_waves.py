@@ -128,8 +128,8 @@ class WaveFit:
     def read_tokens(self, grid: DecodeGrid, sm_count: int, batch: int, launch: Launch, mean_context):
         """Tokens of one head's K/V whose read at the fitted bandwidth takes as long as the waves of busy blocks,
         for `batch` sequences of `mean_context` tokens each (a number or an array). The same steps as
-        calibrate.roofline_terms.wave_read_tokens takes on floats (a test holds the two equal to the bit)."""
-        return _read_tokens(mean_context, batch * grid.heads, grid.tile, launch.splits, launch.tiles_per_split,
+        calibrate.roofline_terms.wave_tokens_float takes on floats (a test holds the two equal to the bit)."""
+        return wave_tokens(mean_context, batch * grid.heads, grid.tile, launch.splits, launch.tiles_per_split,
                             sm_count, self.blocks_per_sm, np.asarray(self.floors(sm_count)))
 
     def decode_time(self, grid: DecodeGrid, hw: HardwareSpec, batch, context) -> np.ndarray:
@@ -160,7 +160,7 @@ class WaveFit:
 WAVE_KEYS = tuple(WaveFit.__dataclass_fields__)
 
 
-def _read_tokens(mean_context, blocks_per_split, tile: int, splits, tiles_per_split, sm_count: int,
+def wave_tokens(mean_context, blocks_per_split, tile: int, splits, tiles_per_split, sm_count: int,
                  blocks_per_sm: int, floors: np.ndarray):
     """WaveFit.read_tokens, elementwise: the launch's numbers may be arrays too (one per row, as the fit has them)."""
     tiles = np.ceil(mean_context / tile)
@@ -218,7 +218,7 @@ def fit_waves(decode: pd.DataFrame, grid: DecodeGrid, hw: HardwareSpec, launch_t
     def consider(multiple: int, per_sm: int, floors: tuple[int, ...]) -> None:
         nonlocal best
         splits, tiles_per_split, waves = launches[multiple, per_sm]
-        read = _read_tokens(context, batch * grid.heads, grid.tile, splits, tiles_per_split, sms, per_sm,
+        read = wave_tokens(context, batch * grid.heads, grid.tile, splits, tiles_per_split, sms, per_sm,
                             np.asarray(floors, dtype=float))
         columns = np.column_stack([np.ones(len(batch)), (splits > 1).astype(float), waves,
                                    read * grid.head_bytes_per_token / hw.hbm_bytes_per_s])
