@@ -116,7 +116,8 @@ def swap_block_seconds(model: ModelSpec, hw: HardwareSpec, tp: int, dtype_bytes:
             + block_bytes / (hw.pcie_bytes_per_s * params.pcie_efficiency))
 
 
-def _waves_note(fit: AttentionFit, hw: HardwareSpec) -> str:
+def waves_note(fit: AttentionFit, hw: HardwareSpec) -> str:
+    """How decode attention is priced, for a cost model's source: in waves, or why not."""
     if fit.waves is None:
         return ""
     if hw.sm_count is None:
@@ -144,7 +145,7 @@ class RooflineCostModel(CostModel):
         self.source = (f"roofline({hw.name}, tp={tp}, compute_eff={params.compute_efficiency}, "
                        f"bw_eff={params.bandwidth_efficiency}, overhead_s={params.overhead_s}"
                        + (f", ridge_eff={params.ridge_efficiency}" if params.ridge_efficiency != 1 else "")
-                       + f", {kernel if attention is None else 'attention measured' + _waves_note(attention, hw)}"
+                       + f", {kernel if attention is None else 'attention measured' + waves_note(attention, hw)}"
                        + f", swap_latency_s={params.swap_transfer_latency_s:g})")
         flops = hw.peak_flops * params.compute_efficiency
         bandwidth = hw.hbm_bytes_per_s * params.bandwidth_efficiency
