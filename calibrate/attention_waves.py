@@ -11,9 +11,9 @@ is read from Dao-AILab/flash-attention, csrc/flash_attn/flash_api.cpp at commit
 - num_splits_heuristic picks the splits of the keys: one if the blocks already fill 0.8 of the SMs, else the
   fewest splits (of those that change the tiles per split, at most 128, the SM count and the tiles) whose wave
   efficiency (blocks / (waves x SMs)) is within 0.85 of the best.
-  The SM count the heuristic is given is multiProcessorCount since that file's history began and
-  multiProcessorCount * 2 since commit 9eb3d099c1fb806b4f6351a7b18f2e7731bcec64 (2024-04-07: "we're using 128
-  threads per block", two blocks to an SM). Which the measured kernel ran is a fitted integer
+  The SM count the heuristic is given is multiProcessorCount before, and multiProcessorCount * 2 since,
+  commit 9eb3d099c1fb806b4f6351a7b18f2e7731bcec64 (2024-04-07: "we're using 128 threads per block", two
+  blocks to an SM). Which the measured kernel ran is a fitted integer
   (heuristic_sm_multiple): on Vidur's A100 table the splits stop at batch 22 = 0.8 x 108 / 4 KV heads, the
   older count.
 
