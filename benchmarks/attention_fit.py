@@ -6,7 +6,9 @@ Reads Vidur's A100 attention table (GPU_MEASUREMENTS/a100-attention/attention.cs
 ../shared/reference/gpu-measurements from the repository root), fits calibrate/attention_fit.py's model and
 reports, per kind, the mean |error| on the held-out region (the longest decode contexts, the largest prefill
 chunks) fitted on the rest, on a 5-fold random split, and in sample; the roofline's default attention
-(RooflineParams, nothing fitted) priced on the same rows beside them. Target: held-out mean |error| <= 5%.
+(RooflineParams, nothing fitted) priced on the same rows beside them. The decode rows are judged twice: by
+today's fit (latency + bytes) and by the wave model (calibrate/attention_waves.py: the kernel's grid counted in
+waves over the A100's 108 SMs), on the same regions and folds. Target: held-out mean |error| <= 5%.
 Deterministic (a least-squares fit, a seeded split). Prints numbers; fails on none.
 """
 from __future__ import annotations
@@ -59,6 +61,13 @@ def main(argv: list[str]) -> int:
           f"compute {fit.prefill_compute_efficiency:.3f} of peak, K/V bandwidth "
           f"{fit.prefill_kv_bandwidth_efficiency:.3f}, output bandwidth {fit.prefill_output_bandwidth_efficiency:.3f}")
     roofline = dict(zip(("decode", "prefill"), roofline_errors(table, hw)))
+    roofline["decode_waves"] = roofline["decode"]
+    if fit.waves is not None:
+        w = fit.waves
+        print(f"waves on every row: latency {w.latency_s * 1e6:.1f} us, split {w.split_latency_s * 1e6:.1f} us, "
+              f"per wave {w.wave_latency_s * 1e6:.1f} us, K/V bandwidth {w.bandwidth_efficiency:.3f} of peak; "
+              f"{w.blocks_per_sm} blocks per SM, floors {', '.join(f'{f:.3f}' for f in w.floor_shares)} x SMs, "
+              f"splits as for {w.heuristic_sm_multiple} x SMs, launched {w.launch_tokens} tokens wide")
     print(f"{'mean |error|':<12} {'held-out region':<26} {'held out':>9} {'target':>7} {'':>5} {'5-fold':>7} "
           f"{'in sample':>9} {'roofline defaults':>18}")
     for kind, e in errors.items():

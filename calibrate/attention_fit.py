@@ -3,8 +3,9 @@
 Per layer, on one GPU (q query heads, k KV heads, head dimension d, dtype bytes e):
   decode   latency + K/V bytes read / (decode share x HBM bandwidth), the bytes 2 k d e per context token of every
            sequence (K and V). A per-sequence term was tried and left out: the fit gives it nothing (with it the
-           held-out error moves by under 0.1%), and what the rows' spread does follow (the kernel's thread blocks
-           filling the GPU's SMs in waves, batch x k of them) is not on a spec sheet.
+           held-out error moves by under 0.1%). What the rows' spread does follow, the kernel's thread blocks
+           filling the GPU's SMs in waves, is `waves` (calibrate/attention_waves.py), fitted where the measured
+           GPU's sheet gives its sm_count; the cost model uses it on GPUs whose sheets give theirs.
   prefill  latency + FLOPs / (compute share x peak FLOP/s) + K/V bytes / (its share of HBM) + output bytes / (its
            share of HBM), for n new tokens after c cached ones: FLOPs 4 q d n (n + c) (QK^T and AV, a multiply and
            an add per head dimension each, over every new token against every key), the K/V of the n + c tokens
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from calibrate.attention_waves import DecodeGrid, WaveFit, fit_waves
 from calibrate.hardware import HardwareSpec
 from calibrate.nnls import nnls
 
@@ -83,6 +85,7 @@ class AttentionFit:
     # held-out errors, where the measurements came from (filled by import_attention)
     heldout: dict = field(default_factory=dict)
     source: str = ""
+    waves: WaveFit | None = None  # decode in waves over the SMs; None where the measured GPU's SM count is unknown
 
     def decode_time(self, work: AttentionWork, hw: HardwareSpec, context_tokens) -> np.ndarray:
         """One layer's decode attention over `context_tokens` (summed over the batch's sequences)."""
@@ -115,14 +118,15 @@ class AttentionFit:
                 "prefill_kv_bandwidth_efficiency": self.prefill_kv_bandwidth_efficiency,
                 "prefill_output_bandwidth_efficiency": self.prefill_output_bandwidth_efficiency,
                 "block_size": self.block_size, "measured_on": self.measured_on, "heldout": self.heldout,
-                "source": self.source}
+                "source": self.source, **({} if self.waves is None else {"waves": self.waves.to_dict()})}
 
     @classmethod
     def from_dict(cls, raw: dict) -> AttentionFit:
         return cls(raw["decode_latency_s"], raw["decode_bandwidth_efficiency"], raw["prefill_latency_s"],
                    raw["prefill_compute_efficiency"], raw.get("prefill_kv_bandwidth_efficiency"),
                    raw.get("prefill_output_bandwidth_efficiency"), raw.get("block_size", 16),
-                   raw.get("measured_on", ""), raw.get("heldout", {}), raw.get("source", ""))
+                   raw.get("measured_on", ""), raw.get("heldout", {}), raw.get("source", ""),
+                   WaveFit.from_dict(raw["waves"]) if raw.get("waves") is not None else None)
 
 
 def _relative_nnls(columns: list[np.ndarray], time_s: np.ndarray) -> np.ndarray:
@@ -161,8 +165,24 @@ def fit_attention(table: AttentionTable, hw: HardwareSpec, dtype_bytes: int = 2)
                                                      table.prefill["time_s"].to_numpy())
     if d_bytes <= 0 or p_flops <= 0:
         raise ValueError("the rows show no cost growing with the K/V read (decode) or the FLOPs (prefill)")
+    waves = None
+    if hw.sm_count is not None:
+        launch_tokens = table.launch_tokens or int(table.decode["context"].max())
+        waves = fit_waves(table.decode, decode_grid(table.shape, dtype_bytes), hw, launch_tokens)
     return AttentionFit(float(d_latency), 1.0 / float(d_bytes), float(p_latency), 1.0 / float(p_flops),
-                        _share(float(p_kv)), _share(float(p_out)), table.shape.block_size, hw.name)
+                        _share(float(p_kv)), _share(float(p_out)), table.shape.block_size, hw.name, waves=waves)
+
+
+def decode_grid(shape: AttentionShape, dtype_bytes: int = 2) -> DecodeGrid:
+    return DecodeGrid.of_heads(shape.q_heads, shape.kv_heads, shape.head_dim, dtype_bytes)
+
+
+def predict_waves(fit: AttentionFit, table: AttentionTable, hw: HardwareSpec, dtype_bytes: int = 2) -> np.ndarray:
+    """The decode rows' seconds as `fit`'s waves price them."""
+    if fit.waves is None:
+        raise ValueError("the fit has no waves: its GPU's sheet gives no sm_count")
+    return fit.waves.decode_time(decode_grid(table.shape, dtype_bytes), hw, table.decode["batch"],
+                                 table.decode["context"])
 
 
 def predict(fit: AttentionFit, table: AttentionTable, hw: HardwareSpec, dtype_bytes: int = 2
@@ -198,18 +218,41 @@ def region_fit(table: AttentionTable, hw: HardwareSpec, dtype_bytes: int = 2) ->
 
 
 def heldout_errors(table: AttentionTable, hw: HardwareSpec, dtype_bytes: int = 2, seed: int = 0) -> dict:
-    """Per kind: the error on its held-out region fitted on the rest, on a FOLDS-fold random split, and in sample."""
+    """Per kind: the error on its held-out region fitted on the rest, on a FOLDS-fold random split, and in sample;
+    where `hw` gives its sm_count, `decode_waves` too: the decode rows as the waves price them, judged alike."""
     long_context, big_chunk = region_masks(table)
-    region_decode, region_prefill = predict(region_fit(table, hw, dtype_bytes), table, hw, dtype_bytes)
+    waves = hw.sm_count is not None
+    in_region = region_fit(table, hw, dtype_bytes)
+    region_decode, region_prefill = predict(in_region, table, hw, dtype_bytes)
     rng = np.random.default_rng(seed)
     fold_d = rng.integers(0, FOLDS, len(table.decode))
     fold_p = rng.integers(0, FOLDS, len(table.prefill))
-    kfold_d, kfold_p = np.zeros(len(table.decode)), np.zeros(len(table.prefill))
+    kfold_d, kfold_p, kfold_w = np.zeros(len(table.decode)), np.zeros(len(table.prefill)), np.zeros(len(table.decode))
     for k in range(FOLDS):
         fold_fit = fit_attention(_subset(table, fold_d != k, fold_p != k), hw, dtype_bytes)
         d, p = predict(fold_fit, table, hw, dtype_bytes)
         kfold_d[fold_d == k], kfold_p[fold_p == k] = d[fold_d == k], p[fold_p == k]
-    all_decode, all_prefill = predict(fit_attention(table, hw, dtype_bytes), table, hw, dtype_bytes)
+        if waves:
+            kfold_w[fold_d == k] = predict_waves(fold_fit, table, hw, dtype_bytes)[fold_d == k]
+    every_row = fit_attention(table, hw, dtype_bytes)
+    all_decode, all_prefill = predict(every_row, table, hw, dtype_bytes)
+    d_time = table.decode["time_s"].to_numpy()
+    errors = _kinds(table, long_context, big_chunk, region_decode, region_prefill, kfold_d, kfold_p, all_decode,
+                    all_prefill)
+    if waves:
+        region_waves = predict_waves(in_region, table, hw, dtype_bytes)
+        errors["decode_waves"] = {
+            "region": errors["decode"]["region"],
+            "heldout_region": _errors(region_waves[long_context], d_time[long_context]),
+            "trained_region": _errors(region_waves[~long_context], d_time[~long_context]),
+            "kfold": _errors(kfold_w, d_time),
+            "in_sample": _errors(predict_waves(every_row, table, hw, dtype_bytes), d_time)}
+    return errors
+
+
+def _kinds(table: AttentionTable, long_context: np.ndarray, big_chunk: np.ndarray, region_decode: np.ndarray,
+           region_prefill: np.ndarray, kfold_d: np.ndarray, kfold_p: np.ndarray, all_decode: np.ndarray,
+           all_prefill: np.ndarray) -> dict:
     d_time, p_time = table.decode["time_s"].to_numpy(), table.prefill["time_s"].to_numpy()
     return {
         "decode": {"region": f"contexts >= {int(HELD_OUT_SHARE * table.decode['context'].max())}",
@@ -250,6 +293,14 @@ def report_lines(fit: AttentionFit) -> list[str]:
              f"{fit.prefill_compute_efficiency:.3f} of peak, K/V bandwidth "
              f"{share(fit.prefill_kv_bandwidth_efficiency)}, output bandwidth "
              f"{share(fit.prefill_output_bandwidth_efficiency)}"]
+    if fit.waves is not None:
+        w = fit.waves
+        floors = ", ".join(f"{f:.3f}" for f in w.floor_shares)
+        lines.append(f"  decode in waves (where the GPU's sheet gives its sm_count): latency "
+                     f"{w.latency_s * 1e6:.1f} us, split {w.split_latency_s * 1e6:.1f} us, per wave "
+                     f"{w.wave_latency_s * 1e6:.1f} us, K/V bandwidth {w.bandwidth_efficiency:.3f} of peak; "
+                     f"{w.blocks_per_sm} blocks per SM, floors {floors} x SMs, splits as for "
+                     f"{w.heuristic_sm_multiple} x SMs, launched {w.launch_tokens} tokens wide")
     for kind, errors in fit.heldout.items():
         region, kfold = errors["heldout_region"], errors["kfold"]
         lines.append(f"  {kind:<8} held out ({errors['region']}): mean |error| {region['mean']:.1%} "

@@ -6,6 +6,8 @@ sequences of `kv_cache_size` context tokens each, prefill rows (batch 1) a chunk
 tokens after `kv_cache_size` cached ones. Each row's time is its kernel (`attn_decode` or `attn_prefill`) plus
 the reshapes around it (`attn_input_reshape`, `attn_output_reshape`), medians in milliseconds, per layer:
 they run in every attention layer, so they are part of attention's time. Rows measured twice are averaged.
+An optional `max_model_len` (one value) is the width of the block table the kernel was launched with: the
+paged kernel counts its tiles of keys over it (calibrate/attention_waves.py); without it, the longest context.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ RESHAPES = ("attn_input_reshape", "attn_output_reshape")
 REQUIRED_COLUMNS = SHAPE_COLUMNS + POINT_COLUMNS + tuple(
     f"time_stats.{op}.median" for op in (*KERNELS.values(), *RESHAPES))
 WHAT = "attention table (Vidur's attention.csv)"
+LAUNCH_COLUMN = "max_model_len"
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class AttentionTable:
     shape: AttentionShape
     decode: pd.DataFrame  # batch, context, time_s
     prefill: pd.DataFrame  # chunk, cached, time_s
+    launch_tokens: int = 0  # the block table's width in tokens the decodes were launched with
 
 
 def read_attention_table(path: str | Path) -> AttentionTable:
@@ -69,7 +73,21 @@ def read_attention_table(path: str | Path) -> AttentionTable:
     _positive(prefills, "chunk", "prefill_chunk_size", source, "a prefill computes at least one new token")
     decode = decode.groupby(["batch", "context"], as_index=False)["time_s"].mean()
     prefills = prefills.groupby(["chunk", "cached"], as_index=False)["time_s"].mean()
-    return AttentionTable(source, shape, decode, prefills)
+    return AttentionTable(source, shape, decode, prefills, _launch_tokens(table, decode, source))
+
+
+def _launch_tokens(table: pd.DataFrame, decode: pd.DataFrame, source: str) -> int:
+    longest = int(decode["context"].max()) if not decode.empty else 1
+    if LAUNCH_COLUMN not in table.columns:
+        return longest
+    widths = set(_column(table, LAUNCH_COLUMN, source, low=1, whole=True).tolist())
+    if len(widths) != 1:
+        raise SpecError(source, f"column {LAUNCH_COLUMN}",
+                        f"one table is launched at one width; found {sorted(widths)}")
+    width = int(widths.pop())
+    if width < longest:
+        raise SpecError(source, f"column {LAUNCH_COLUMN}", f"{width} is shorter than the longest context, {longest}")
+    return width
 
 
 def _where(table: pd.DataFrame, row: int, column: str) -> str:

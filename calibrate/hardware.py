@@ -10,8 +10,9 @@ from engine.specs.loader import read_named_yaml
 
 HARDWARE_DIR = Path(__file__).resolve().parent / "hardware_specs"
 GIB = 1 << 30
-OPTIONAL_KEYS = ("device_names",)
+OPTIONAL_KEYS = ("device_names", "sm_count")
 MAX_MEMORY_GIB = 2.0**20  # a PiB per device: far past any accelerator, and still a whole number of bytes
+MAX_SM_COUNT = 4096  # far past any accelerator's multiprocessors (B200: 148 per die)
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,9 @@ class HardwareSpec:
     # what the driver calls the part (torch.cuda.get_device_name), so that a profile measured on one is matched to
     # its sheet by its device_name: adding a GPU is its sheet alone
     device_names: tuple[str, ...] = ()
+    # streaming multiprocessors (the datasheet's or the architecture whitepaper's count): a kernel's thread
+    # blocks run on them in waves (calibrate/attention_waves.py); None where no source gives it
+    sm_count: int | None = None
 
     @property
     def memory_bytes(self) -> int:
@@ -48,7 +52,11 @@ def hardware_from_dict(raw: dict, source: str) -> HardwareSpec:
         raise SpecError(source, "name", f"must be a non-empty label, got {raw['name']!r}")
     values = {k: positive(raw[k], source, k) for k in sorted(known - {"name", "memory_gib", *OPTIONAL_KEYS})}
     values["memory_gib"] = number(raw["memory_gib"], source, "memory_gib", low=0, low_open=True, high=MAX_MEMORY_GIB)
-    return HardwareSpec(name=raw["name"], device_names=_device_names(raw.get("device_names", []), source), **values)
+    sm_count = raw.get("sm_count")
+    if sm_count is not None:
+        sm_count = number(sm_count, source, "sm_count", low=1, high=MAX_SM_COUNT, whole=True)
+    return HardwareSpec(name=raw["name"], device_names=_device_names(raw.get("device_names", []), source),
+                        sm_count=sm_count, **values)
 
 
 def _device_names(names, source: str) -> tuple[str, ...]:

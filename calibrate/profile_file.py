@@ -253,7 +253,9 @@ def _check_two_gpu_judgement(judged, source: str) -> None:
 ATTENTION_SHARES = ("decode_bandwidth_efficiency", "prefill_compute_efficiency")
 ATTENTION_OPTIONAL_SHARES = ("prefill_kv_bandwidth_efficiency", "prefill_output_bandwidth_efficiency")
 ATTENTION_KEYS = ("decode_latency_s", "prefill_latency_s", *ATTENTION_SHARES, *ATTENTION_OPTIONAL_SHARES,
-                  "block_size", "measured_on", "heldout", "source")
+                  "block_size", "measured_on", "heldout", "source", "waves")
+WAVE_KEYS = ("latency_s", "split_latency_s", "wave_latency_s", "bandwidth_efficiency", "blocks_per_sm",
+             "floor_shares", "heuristic_sm_multiple", "launch_tokens")
 
 
 def _check_attention(attention, source: str) -> None:
@@ -277,6 +279,30 @@ def _check_attention(attention, source: str) -> None:
             raise SpecError(source, f"attention.{key}", "must be text")
     if not isinstance(attention.get("heldout", {}), dict):
         raise SpecError(source, "attention.heldout", "must map decode and prefill to their held-out errors")
+    _check_waves(attention.get("waves"), source)
+
+
+def _check_waves(waves, source: str) -> None:
+    """The decode wave model (calibrate/attention_waves.WaveFit), where one was fitted."""
+    if waves is None:
+        return
+    if not isinstance(waves, dict):
+        raise SpecError(source, "attention.waves", f"must map {list(WAVE_KEYS)} (calibrate/attention_waves.py)")
+    for key in waves:
+        if key not in WAVE_KEYS:
+            raise SpecError(source, f"attention.waves.{key}", f"unknown key; valid keys are {list(WAVE_KEYS)}")
+    for key in ("latency_s", "split_latency_s", "wave_latency_s"):
+        non_negative(waves.get(key), source, f"attention.waves.{key}")  # seconds per layer
+    share(waves.get("bandwidth_efficiency"), source, "attention.waves.bandwidth_efficiency")
+    for key in ("blocks_per_sm", "heuristic_sm_multiple", "launch_tokens"):
+        positive_int(waves.get(key), source, f"attention.waves.{key}")
+    floors = waves.get("floor_shares")
+    if not isinstance(floors, list) or len(floors) != waves["blocks_per_sm"]:
+        raise SpecError(source, "attention.waves.floor_shares",
+                        f"must list one share of the SM count per block an SM holds ({waves['blocks_per_sm']}), "
+                        f"got {floors!r}")
+    for i, floor in enumerate(floors):
+        positive(floor, source, f"attention.waves.floor_shares[{i}]")
 
 
 def _check_host(host, source: str) -> None:

@@ -12,7 +12,7 @@ from calibrate.hardware import HardwareSpec, hardware_for_device
 from calibrate.host import host_parts
 from calibrate.host import host_time as host_seconds
 from calibrate.profile_file import DTYPE_BYTES, Profile, load_profile
-from calibrate.roofline import RooflineParams, swap_block_seconds, swap_transfers_per_block
+from calibrate.roofline import RooflineParams, swap_block_seconds, swap_transfers_per_block, waves_note
 from engine.core.batch import ShapeMetrics
 from engine.core.spec import ModelSpec
 from engine.specs.errors import SpecError
@@ -313,7 +313,8 @@ def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpe
     in_series = ", host work in series" if host is not None else ""
     if measured_attention is not None:
         attention = (f"attention measured in {name} (held-out error {measured_attention.heldout_summary()}; "
-                     f"paged as measured, block size {measured_attention.block_size})")
+                     f"paged as measured, block size {measured_attention.block_size}"
+                     f"{waves_note(measured_attention, hardware)})")
     else:
         kernel = (f"paged ({RooflineParams().block_read_overhead_tokens:g} tokens' K/V a block read)" if paged
                   else "dense")

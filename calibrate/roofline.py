@@ -21,8 +21,12 @@ embedding, activation, residual add, embedding lookup) are charged at their meas
 share of bandwidth; attention, copies and swaps stay at the params'. With a measured attention part
 (calibrate/attention_fit.AttentionFit, a profile's `attention`) decode and prefill attention are priced by it
 instead: its shares of this hardware's peaks, its latencies per layer once an iteration has decodes /
-prefills, and no per-block term on top (the measured kernel's paging is in its times). With a profile's host terms the
-engine's host work is charged too, in series with the device, as the engine runs them.
+prefills, and no per-block term on top (the measured kernel's paging is in its times). Where the fit has its
+decode waves (calibrate/attention_waves.py) and this hardware's sheet gives its sm_count, decode attention is
+the waves': the kernel's grid for the batch's decodes counted over this GPU's SMs, read at the decodes' mean
+context (a stretch's batch does not change, so its launch and latencies are one per stretch); a sheet without
+an sm_count prices decode attention by the fit's bytes and latency instead, and the source says which. With a
+profile's host terms the engine's host work is charged too, in series with the device, as the engine runs them.
 
 The two block-size terms (`decode_block_seconds`, `swap_block_seconds`) and their defaults:
 
@@ -52,6 +56,7 @@ import numpy as np
 
 from calibrate.all_reduce import AllReduceTable
 from calibrate.attention_fit import AttentionFit, AttentionWork
+from calibrate.attention_waves import DecodeGrid, WaveFit, wave_tokens
 from calibrate.breakdown import IterationTime, fold
 from calibrate.costmodel import (
     SCALAR_STEPS,
@@ -111,6 +116,15 @@ def swap_block_seconds(model: ModelSpec, hw: HardwareSpec, tp: int, dtype_bytes:
             + block_bytes / (hw.pcie_bytes_per_s * params.pcie_efficiency))
 
 
+def waves_note(fit: AttentionFit, hw: HardwareSpec) -> str:
+    """How decode attention is priced, for a cost model's source: in waves, or why not."""
+    if fit.waves is None:
+        return ""
+    if hw.sm_count is None:
+        return f", decode without waves ({hw.name}'s sheet gives no sm_count)"
+    return f", decode in waves over {hw.sm_count} SMs"
+
+
 class RooflineCostModel(CostModel):
     """`paged=False` prices decode attention as a dense kernel (FasterTransformer's): no per-block term."""
 
@@ -131,7 +145,7 @@ class RooflineCostModel(CostModel):
         self.source = (f"roofline({hw.name}, tp={tp}, compute_eff={params.compute_efficiency}, "
                        f"bw_eff={params.bandwidth_efficiency}, overhead_s={params.overhead_s}"
                        + (f", ridge_eff={params.ridge_efficiency}" if params.ridge_efficiency != 1 else "")
-                       + f", {kernel if attention is None else 'attention measured'}"
+                       + f", {kernel if attention is None else 'attention measured' + waves_note(attention, hw)}"
                        + f", swap_latency_s={params.swap_transfer_latency_s:g})")
         flops = hw.peak_flops * params.compute_efficiency
         bandwidth = hw.hbm_bytes_per_s * params.bandwidth_efficiency
@@ -153,6 +167,8 @@ class RooflineCostModel(CostModel):
                                     if paged else 0.0)
         self._s_swap_per_block = swap_block_seconds(model, hw, tp, dtype_bytes, block_size, params)
         self._fitted_terms = (0.0, 0.0, 0.0, 0.0, 0.0)
+        self._waves: WaveFit | None = None
+        self._wave_launches: dict[int, tuple[int, int, float]] = {}
         if attention is not None:
             self._bind_fitted_attention(attention, dtype_bytes)
         self._all_reduce = all_reduce if all_reduce is not None and tp > 1 and all_reduce.covers(tp) else None
@@ -180,6 +196,24 @@ class RooflineCostModel(CostModel):
                               work.kv_bytes_per_token * per_byte(fit.prefill_kv_bandwidth_efficiency),
                               work.output_bytes_per_token * per_byte(fit.prefill_output_bandwidth_efficiency),
                               layers * fit.prefill_latency_s)
+        if fit.waves is not None and hw.sm_count is not None:
+            model, tp = self.model, self.tp
+            self._waves = fit.waves
+            self._grid = DecodeGrid.of_heads(max(model.num_heads // tp, 1), max(model.num_kv_heads // tp, 1),
+                                             model.head_dim, dtype_bytes)
+            self._s_per_head_token = self._grid.head_bytes_per_token * per_byte(fit.waves.bandwidth_efficiency)
+
+    def _wave_launch(self, decodes: int) -> tuple[int, int, float]:
+        """(splits, tiles per split, all layers' launch latencies) of a launch of `decodes` sequences, kept per
+        batch size: the split heuristic runs once per size a run meets."""
+        known = self._wave_launches.get(decodes)
+        if known is None:
+            assert self._waves is not None and self.hw.sm_count is not None
+            launch = self._waves.launch(self._grid, self.hw.sm_count, decodes)
+            known = (launch.splits, launch.tiles_per_split,
+                     self.model.num_layers * self._waves.launch_seconds(launch))
+            self._wave_launches[decodes] = known
+        return known
 
     def _kernel_terms(self, dtype_bytes: int) -> tuple[float, float]:
         """(seconds every iteration, seconds per token) of the measured kernels beyond the roofline's."""
@@ -229,7 +263,15 @@ class RooflineCostModel(CostModel):
             self._comm_time if self._all_reduce is not None else None,
             self.linear is not None, self._s_kernels_fixed, self._s_per_token_kernels, self._charge_host,
             host["per_iteration_s"], host["per_sequence_s"], host["per_prefill_token_s"],
-            self.attention is not None, *self._fitted_terms)
+            self.attention is not None, *self._fitted_terms, *self._wave_terms())
+
+    def _wave_terms(self) -> tuple:
+        """RooflineTerms' decode-wave arguments: none where decode attention is not the waves'."""
+        if self._waves is None:
+            return ()
+        assert self.hw.sm_count is not None
+        return (self._wave_launch, self._grid.heads, self._grid.tile, self.hw.sm_count, self._waves.blocks_per_sm,
+                self._waves.floors(self.hw.sm_count), self._s_per_head_token)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -330,12 +372,25 @@ class RooflineCostModel(CostModel):
 
     def _fitted_attention(self, batch: ShapeMetrics, sum_decode_context):
         """Attention as the measured fit prices it, for one iteration's decode context sum or an array of them."""
-        decode_latency = self._fitted_terms[0]
-        attention = sum_decode_context * self._s_per_context_token
-        if batch.decode_context_lens:
-            attention = attention + decode_latency
+        attention = self._fitted_decode(batch, sum_decode_context)
         if batch.prefill_lens:
             attention = attention + self._fitted_prefill(batch)
+        return attention
+
+    def _fitted_decode(self, batch: ShapeMetrics, sum_decode_context):
+        """The decodes' attention: in waves where the fit has them and this sheet its SM count, else the fit's
+        bytes and latency."""
+        decodes = batch.num_decodes
+        if self._waves is not None and decodes:
+            assert self.hw.sm_count is not None
+            splits, per_split, latency = self._wave_launch(decodes)
+            read = wave_tokens(sum_decode_context / decodes, decodes * self._grid.heads, self._grid.tile, splits,
+                                per_split, self.hw.sm_count, self._waves.blocks_per_sm,
+                                np.asarray(self._waves.floors(self.hw.sm_count)))
+            return read * self._s_per_head_token + latency
+        attention = sum_decode_context * self._s_per_context_token
+        if decodes:
+            attention = attention + self._fitted_terms[0]
         return attention
 
     def _fitted_prefill(self, batch: ShapeMetrics) -> float:
@@ -366,9 +421,9 @@ class RooflineCostModel(CostModel):
     def decode_attention_time(self, batch: ShapeMetrics) -> float:
         """The KV bytes the decodes read, plus the paged kernel's work per block it visits (with a measured
         fit: its K/V bytes and its latency)."""
-        t = batch.sum_decode_context * self._s_per_context_token
         if self.attention is not None:
-            return t + self._fitted_terms[0] if batch.decode_context_lens else t
+            return float(self._fitted_decode(batch, batch.sum_decode_context))
+        t = batch.sum_decode_context * self._s_per_context_token
         if self._paged_decodes(batch):
             t += batch.decode_blocks(self.block_size) * self._s_per_decode_block
         return t

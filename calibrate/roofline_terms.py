@@ -24,12 +24,17 @@ class RooflineTerms:
                  kernels: bool, s_kernels_fixed: float, s_per_token_kernels: float, charge_host: bool,
                  host_per_iteration: float, host_per_sequence: float, host_per_prefill_token: float,
                  fitted: bool = False, decode_latency: float = 0.0, s_per_prefill_pair: float = 0.0,
-                 s_per_prefill_kv_token: float = 0.0, s_per_prefill_token: float = 0.0, prefill_latency: float = 0.0):
+                 s_per_prefill_kv_token: float = 0.0, s_per_prefill_token: float = 0.0, prefill_latency: float = 0.0,
+                 wave_launch: Callable[[int], tuple[int, int, float]] | None = None, wave_heads: int = 0,
+                 wave_tile: int = 0, wave_sm_count: int = 0, wave_blocks_per_sm: int = 0,
+                 wave_floors: Sequence[float] = (), s_per_head_token: float = 0.0):
         """The tensor-parallel all-reduces: comm_time(tokens), their measured seconds; else (None) the ring
         formula's tokens * s_per_token_comm + s_comm_fixed (0 on one GPU). `fitted`: attention as a measured
         fit prices it (calibrate/attention_fit.py): the decodes' context at s_per_context_token plus
         decode_latency where there are decodes, each prefill's new-by-key pairs, K/V tokens and new tokens plus
-        prefill_latency where there are prefills; no per-block term (s_per_decode_block 0)."""
+        prefill_latency where there are prefills; no per-block term (s_per_decode_block 0). `wave_launch`: decode
+        attention in waves (calibrate/attention_waves.py) instead, its launch per batch size (splits, tiles per
+        split, latencies) and the grid's numbers beside it."""
         self.s_per_token_linear = s_per_token_linear
         self.s_per_logit_row = s_per_logit_row
         self.s_weights = s_weights
@@ -57,6 +62,13 @@ class RooflineTerms:
         self.s_per_prefill_kv_token = s_per_prefill_kv_token
         self.s_per_prefill_token = s_per_prefill_token
         self.prefill_latency = prefill_latency
+        self.wave_launch = wave_launch
+        self.wave_heads = wave_heads
+        self.wave_tile = wave_tile
+        self.wave_sm_count = wave_sm_count
+        self.wave_blocks_per_sm = wave_blocks_per_sm
+        self.wave_floors = list(wave_floors)
+        self.s_per_head_token = s_per_head_token
 
     def matmul_time(self, tokens: int, num_seqs: int) -> float:
         """The linear layers and the LM head: their compute and their weights' reads under one bent roof
@@ -77,9 +89,7 @@ class RooflineTerms:
         num_seqs = batch.num_seqs
         matmuls = self.matmul_time(tokens, num_seqs)
         if self.fitted:
-            attention = batch.sum_decode_context * self.s_per_context_token
-            if batch.num_decodes:
-                attention = attention + self.decode_latency
+            attention = self.fitted_decode(batch.sum_decode_context, batch.num_decodes)
             if batch.num_prefills:
                 attention = attention + self.fitted_prefill(batch)
         else:
@@ -108,6 +118,19 @@ class RooflineTerms:
         if self.charge_host:
             t += self.host_time(num_seqs, batch.num_prefill_tokens)
         return t
+
+    def fitted_decode(self, sum_decode_context: int, num_decodes: int) -> float:
+        """The decodes' attention as a measured fit prices it: in waves where it has them (RooflineCostModel.
+        _fitted_decode's operations on floats), else the context's bytes plus the latency."""
+        if self.wave_launch is not None and num_decodes:
+            splits, per_split, latency = self.wave_launch(num_decodes)
+            read = wave_tokens_float(sum_decode_context / num_decodes, num_decodes * self.wave_heads, self.wave_tile,
+                                     splits, per_split, self.wave_sm_count, self.wave_blocks_per_sm, self.wave_floors)
+            return read * self.s_per_head_token + latency
+        attention = sum_decode_context * self.s_per_context_token
+        if num_decodes:
+            attention = attention + self.decode_latency
+        return attention
 
     def fitted_prefill(self, batch: ShapeMetrics) -> float:
         """The prefills' attention as a measured fit prices it: pairs, K/V read, output reshaped, latency."""
@@ -144,15 +167,13 @@ class RooflineTerms:
         kernels = self.s_kernels_fixed + tokens * self.s_per_token_kernels if self.kernels else 0.0
         host = self.host_time(num_seqs, batch.num_prefill_tokens) if self.charge_host else 0.0
         s_context, s_block, s_prompt_sq = self.s_per_context_token, self.s_per_decode_block, self.s_per_prompt_sq
-        fitted, decode_latency = self.fitted, self.decode_latency
+        fitted = self.fitted
         fitted_prefill = self.fitted_prefill(batch) if fitted and batch.num_prefills else 0.0
         times: list[float] = []
         for s in range(num_steps):
             context = first + s * step
             if fitted:
-                attention = context * s_context
-                if step:
-                    attention = attention + decode_latency
+                attention = self.fitted_decode(context, step)
                 if fitted_prefill:
                     attention = attention + fitted_prefill
             else:
@@ -174,6 +195,22 @@ class RooflineTerms:
                 t += host
             times.append(t)
         return times
+
+
+def wave_tokens_float(mean_context: float, blocks_per_split: int, tile: int, splits: int, tiles_per_split: int,
+                      sm_count: int, blocks_per_sm: int, floors: list[float]) -> float:
+    """calibrate.attention_waves.wave_tokens on floats, step for step (each step's value is a whole number or
+    the same IEEE operation on the same doubles, so the same float)."""
+    tiles = math.ceil(mean_context / tile)
+    busy = max(min(math.ceil(tiles / tiles_per_split), splits), 1)
+    blocks = blocks_per_split * busy
+    slots = sm_count * blocks_per_sm
+    waves = math.ceil(blocks / slots)
+    tail = blocks - (waves - 1) * slots
+    busiest = min(math.ceil(tail / sm_count), blocks_per_sm)
+    equivalent = (waves - 1) * max(float(slots), floors[-1]) + max(float(tail), floors[busiest - 1])
+    per_block = max(min(mean_context, float(tiles_per_split * tile)), mean_context / splits)
+    return equivalent * per_block
 
 
 def prefill_pairs(prefill_lens: Sequence[int], prefill_cached_lens: Sequence[int]) -> int:

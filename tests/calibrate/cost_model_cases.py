@@ -10,6 +10,7 @@ from pathlib import Path
 from hypothesis import strategies as st
 
 from calibrate.attention_fit import AttentionFit
+from calibrate.attention_waves import WaveFit
 from calibrate.hardware import load_hardware
 from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.roofline import RooflineCostModel, RooflineParams
@@ -21,6 +22,9 @@ OPT13B, A100 = load_model_spec("opt-13b"), load_hardware("a100-40gb")
 LLAMA7B, A100_80 = load_model_spec("llama-7b"), load_hardware("a100-80gb")
 
 MEASURED = AttentionFit(15e-6, 0.75, 12e-6, 0.45, 0.4, 0.1)
+# decode in waves: the A100 fit's geometry, and one block per SM with floors past the slots
+WAVES = WaveFit(5e-6, 2e-6, 6e-6, 0.84, 2, (95 / 108, 157 / 108), 1, 4096)
+ONE_PER_SM = WaveFit(5e-6, 0.0, 6e-6, 0.8, 1, (1.3,), 2, 2048)
 ROOFLINES = {  # every switch of the inlined expression: ridge bend, overhead, ring or measured all-reduce, copies,
     # dense or paged attention, measured attention, measured kernels, host work
     "roofline": RooflineCostModel(OPT13B, A100),
@@ -35,6 +39,10 @@ ROOFLINES = {  # every switch of the inlined expression: ridge bend, overhead, r
     "roofline, measured attention, tp 2": RooflineCostModel(OPT13B, A100, tp=2, attention=MEASURED),
     "roofline, measured attention without its byte terms": RooflineCostModel(OPT13B, A100, attention=replace(
         MEASURED, prefill_kv_bandwidth_efficiency=None, prefill_output_bandwidth_efficiency=None)),
+    "roofline, measured attention in waves, tp 2": RooflineCostModel(LLAMA7B, A100_80, tp=2,
+                                                                     attention=replace(MEASURED, waves=WAVES)),
+    "roofline, measured attention in waves, one block per SM": RooflineCostModel(
+        OPT13B, load_hardware("h100-sxm"), attention=replace(MEASURED, waves=ONE_PER_SM)),
     "transferred (profile with measured attention)": transferred_roofline(PROFILES / "a100-80gb.yaml", None, LLAMA7B,
                                                                          A100_80, 1, 2, 16),
     "transferred h200 profile (host work)": transferred_roofline(PROFILES / "h200-opt-13b.yaml", None, OPT13B, A100,

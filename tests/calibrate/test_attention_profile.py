@@ -8,6 +8,7 @@ from synthetic_attention import HARDWARE, TRUE_FIT, write_table
 from synthetic_ops import write_all_reduce, write_tables
 
 from calibrate.attention_fit import AttentionFit
+from calibrate.attention_waves import DecodeGrid
 from calibrate.hardware import load_hardware
 from calibrate.op_import import add_attention, with_host_model
 from calibrate.profile_file import load_profile
@@ -126,6 +127,8 @@ cost_model: {{kind: transfer, path: {SHIPPED}}}
     decodes = BatchShape((), (1000,) * 32)
     fit = AttentionFit.from_dict(load_profile(SHIPPED).attention)
     assert cost.decode_attention_time(decodes) != linear.decode_attention_time(decodes)
-    assert cost.decode_attention_time(decodes) == pytest.approx(LLAMA7B.num_layers * (
-        fit.decode_latency_s + 32_000 * LLAMA7B.kv_bytes_per_token(2) / LLAMA7B.num_layers
-        / (A100_80.hbm_bytes_per_s * fit.decode_bandwidth_efficiency)))
+    # the A100's sheet gives its 108 SMs, so the decodes are priced in waves: 32 sequences x 32 heads, one wave
+    grid = DecodeGrid.of_heads(LLAMA7B.num_heads, LLAMA7B.num_kv_heads, LLAMA7B.head_dim)
+    assert fit.waves is not None and "decode in waves over 108 SMs" in cost.source
+    assert cost.decode_attention_time(decodes) == pytest.approx(
+        LLAMA7B.num_layers * fit.waves.decode_time(grid, A100_80, [32], [1000])[0], rel=1e-12)

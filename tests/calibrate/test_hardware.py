@@ -157,3 +157,23 @@ def test_a_user_sheet_may_name_its_device_and_a_malformed_list_is_refused(tmp_pa
     (tmp_path / "c.yaml").write_text(base + "device_names: My GPU\n")
     with pytest.raises(SpecError, match="device_names.*list"):
         load_hardware(tmp_path / "c.yaml")
+
+
+def test_every_shipped_sheet_loads_with_its_sm_count_and_a_malformed_one_is_refused_by_name(tmp_path):
+    import pytest
+
+    from calibrate.hardware import available_hardware, load_hardware
+    from engine.specs.errors import SpecError
+
+    counts = {name: load_hardware(name).sm_count for name in available_hardware()}
+    assert counts["a100-80gb"] == counts["a100-40gb"] == 108
+    assert counts["h100-sxm"] == counts["h200"] == counts["gh200"] == 132 and counts["h100-pcie"] == 114
+    assert counts["b200"] is None  # no sourced count: the wave model is not used there
+    base = ("name: mine\npeak_flops: 1.0e+14\nhbm_bytes_per_s: 1.0e+12\nmemory_gib: 16\nnvlink_bytes_per_s: 1.0e+11\n"
+            "pcie_bytes_per_s: 3.0e+10\n")
+    (tmp_path / "ok.yaml").write_text(base + "sm_count: 80\n")
+    assert load_hardware(tmp_path / "ok.yaml").sm_count == 80
+    for bad in ("0", "80.5", "many", "true", "[80]"):
+        (tmp_path / "bad.yaml").write_text(base + f"sm_count: {bad}\n")
+        with pytest.raises(SpecError, match="sm_count.*integer"):
+            load_hardware(tmp_path / "bad.yaml")
