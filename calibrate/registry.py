@@ -27,6 +27,7 @@ from calibrate.host_model import charged_host, host_model_path, load_host_model
 from calibrate.profile_file import load_profile
 from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.roofline import RooflineCostModel, RooflineParams
+from calibrate.transfer_cost import RegimeCostModel
 from engine.core.spec import ModelSpec
 from engine.specs.errors import SpecError
 
@@ -39,6 +40,10 @@ class CostModelConfig:
     profile_path: Path | None = None  # profile and transfer: the profile file
     roofline: RooflineParams = RooflineParams()  # roofline: its efficiencies and costs
     measured_on: str | None = None  # transfer: the hardware the profile was measured on (else its device_name's)
+    # transfer: each KV block a paged decode reads costs as much as this many more tokens' K/V, over the attention
+    # the profile prices (RooflineCostModel.charge_block_reads); None: the profile's own (none over measured
+    # attention, the roofline's default per-block term otherwise)
+    block_read_overhead_tokens: float | None = None
     host: Path | None = None  # any kind: a host model's file (calibrate/host_model.py), charged as the host time
 
 
@@ -69,8 +74,14 @@ def _profile(config: CostModelConfig, clock: Clock, host: dict | None) -> CostMo
 
 
 def _transfer(config: CostModelConfig, clock: Clock, host: dict | None) -> CostModel:
-    return transferred_roofline(_path(config), config.measured_on, clock.model, clock.hardware,
+    cost = transferred_roofline(_path(config), config.measured_on, clock.model, clock.hardware,
                                 clock.tensor_parallel, clock.dtype_bytes, clock.block_size, clock.paged, host)
+    if config.block_read_overhead_tokens is not None:
+        if not isinstance(cost, (RooflineCostModel, RegimeCostModel)):
+            raise SpecError(str(config.profile_path), "cost_model.block_read_overhead_tokens",
+                            "only a transfer priced by a roofline charges a paged kernel's per-block cost")
+        cost.charge_block_reads(config.block_read_overhead_tokens)
+    return cost
 
 
 # each builder gets the config's host model resolved for the clock (HOST_TERMS), or None: the kind's own host work

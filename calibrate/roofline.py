@@ -138,6 +138,7 @@ class RooflineCostModel(CostModel):
         them (the kernel it measured, paged or not as measured) instead of at params'."""
         self.model, self.hw, self.tp, self.params = model, hw, tp, params
         self.attention = attention
+        self._paged, self._dtype_bytes = paged, dtype_bytes
         self.linear, self.host = linear, host
         self._charge_host = host is not None
         self.block_size = block_size
@@ -202,6 +203,22 @@ class RooflineCostModel(CostModel):
             self._grid = DecodeGrid.of_heads(max(model.num_heads // tp, 1), max(model.num_kv_heads // tp, 1),
                                              model.head_dim, dtype_bytes)
             self._s_per_head_token = self._grid.head_bytes_per_token * per_byte(fit.waves.bandwidth_efficiency)
+
+    def charge_block_reads(self, overhead_tokens: float) -> None:
+        """Each KV block a paged decode reads costs as much as reading `overhead_tokens` more tokens' K/V, on top of
+        the attention this model prices: with measured attention, a paged kernel's overhead over the measured one
+        (the paper-era kernel's over a dense one, Fig. 18a, where a config asks for it); nothing for a dense kernel
+        (paged=False)."""
+        if not self._paged:
+            return
+        # a token's K/V costs what the decodes' own reads achieve: the waves' bandwidth where they price decode
+        share = (self._waves.bandwidth_efficiency if self._waves is not None
+                 else self.attention.decode_bandwidth_efficiency if self.attention is not None
+                 else self.params.bandwidth_efficiency)
+        per_token = self.model.kv_bytes_per_token(self._dtype_bytes) / self.tp / (self.hw.hbm_bytes_per_s * share)
+        self._s_per_decode_block = overhead_tokens * per_token
+        self.source += f"; a paged block read costs {overhead_tokens:g} tokens' K/V more (config)"
+        self._bind_scalar_terms()
 
     def _wave_launch(self, decodes: int) -> tuple[int, int, float]:
         """(splits, tiles per split, all layers' launch latencies) of a launch of `decodes` sequences, kept per
@@ -333,6 +350,8 @@ class RooflineCostModel(CostModel):
             matmuls = bent_roof(compute, self._s_weights, self._ridge_p)
         if self.attention is not None:
             attention = self._fitted_attention(batch, sum_decode_context)
+            if decode_blocks is not None:  # a paged kernel's overhead over the measured one (charge_block_reads)
+                attention = attention + decode_blocks * self._s_per_decode_block
         else:
             cached = batch.sum_prefill_cached
             kv_read = sum_decode_context + cached if cached else sum_decode_context  # read, not computed

@@ -32,9 +32,9 @@ class RooflineTerms:
         formula's tokens * s_per_token_comm + s_comm_fixed (0 on one GPU). `fitted`: attention as a measured
         fit prices it (calibrate/attention_fit.py): the decodes' context at s_per_context_token plus
         decode_latency where there are decodes, each prefill's new-by-key pairs, K/V tokens and new tokens plus
-        prefill_latency where there are prefills; no per-block term (s_per_decode_block 0). `wave_launch`: decode
-        attention in waves (calibrate/attention_waves.py) instead, its launch per batch size (splits, tiles per
-        split, latencies) and the grid's numbers beside it."""
+        prefill_latency where there are prefills, and the per-block term where one is charged (s_per_decode_block).
+        `wave_launch`: decode attention in waves (calibrate/attention_waves.py) instead, its launch per batch size
+        (splits, tiles per split, latencies) and the grid's numbers beside it."""
         self.s_per_token_linear = s_per_token_linear
         self.s_per_logit_row = s_per_logit_row
         self.s_weights = s_weights
@@ -92,6 +92,8 @@ class RooflineTerms:
             attention = self.fitted_decode(batch.sum_decode_context, batch.num_decodes)
             if batch.num_prefills:
                 attention = attention + self.fitted_prefill(batch)
+            if self.s_per_decode_block and batch.num_decodes:
+                attention = attention + batch.decode_blocks(block_size) * self.s_per_decode_block
         else:
             cached = batch.sum_prefill_cached
             sum_decode_context = batch.sum_decode_context
@@ -176,6 +178,8 @@ class RooflineTerms:
                 attention = self.fitted_decode(context, step)
                 if fitted_prefill:
                     attention = attention + fitted_prefill
+                if paged:
+                    attention = attention + blocks[s] * s_block
             else:
                 attention = (context + cached if cached else context) * s_context
                 if paged:

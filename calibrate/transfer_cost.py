@@ -26,7 +26,8 @@ from engine.specs.errors import SpecError
 class RegimeCostModel(CostModel):
     """Each iteration priced by the transfer or the roofline, as its regime on `hw` is chosen."""
 
-    def __init__(self, transfer: CostModel, roofline: RooflineCostModel, hw: HardwareSpec, choice: RegimeChoice,
+    def __init__(self, transfer: RooflineCostModel, roofline: RooflineCostModel, hw: HardwareSpec,
+                 choice: RegimeChoice,
                  dtype_bytes: int = 2):
         self.transfer, self.roofline, self.hw, self.choice = transfer, roofline, hw, choice
         self.dtype_bytes = dtype_bytes
@@ -40,6 +41,11 @@ class RegimeCostModel(CostModel):
     @charge_host.setter
     def charge_host(self, value: bool) -> None:
         self.transfer.charge_host = self.roofline.charge_host = value
+
+    def charge_block_reads(self, overhead_tokens: float) -> None:
+        self.transfer.charge_block_reads(overhead_tokens)
+        self.roofline.charge_block_reads(overhead_tokens)
+        self.source += f"; a paged block read costs {overhead_tokens:g} tokens' K/V more (config)"
 
     def name_host_terms(self, terms) -> None:
         self.transfer.name_host_terms(terms)

@@ -139,10 +139,14 @@ def _cost_model(raw: Any, source: str, base_dir: Path) -> CostModelConfig:
         measured_on = raw.pop("measured_on", None) if kind == "transfer" else None
         if measured_on is not None:
             choice(measured_on, source, "cost_model.measured_on", available_hardware())
+        block_reads = raw.pop("block_read_overhead_tokens", None) if kind == "transfer" else None
+        if block_reads is not None:
+            non_negative(block_reads, source, "cost_model.block_read_overhead_tokens")
         for key in raw:
-            valid = ["host", "kind", "path"] + (["measured_on"] if kind == "transfer" else [])
+            valid = ["host", "kind", "path"] + (["block_read_overhead_tokens", "measured_on"] if kind == "transfer"
+                                                else [])
             raise SpecError(source, f"cost_model.{key}", f"unknown key; valid keys are {valid}")
-        return CostModelConfig(kind, path, measured_on=measured_on, host=host)
+        return CostModelConfig(kind, path, measured_on=measured_on, host=host, block_read_overhead_tokens=block_reads)
     if kind != "roofline":
         raise SpecError(source, "cost_model.kind", f"{kind!r} is not one of {list(KINDS)}")
     valid = set(RooflineParams.__dataclass_fields__)

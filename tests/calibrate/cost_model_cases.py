@@ -25,6 +25,14 @@ MEASURED = AttentionFit(15e-6, 0.75, 12e-6, 0.45, 0.4, 0.1)
 # decode in waves: the A100 fit's geometry, and one block per SM with floors past the slots
 WAVES = WaveFit(5e-6, 2e-6, 6e-6, 0.84, 2, (95 / 108, 157 / 108), 1, 4096)
 ONE_PER_SM = WaveFit(5e-6, 0.0, 6e-6, 0.8, 1, (1.3,), 2, 2048)
+
+
+def with_block_reads(cost, overhead_tokens: float = 3.68):
+    """`cost` charging a paged kernel's per-block cost over its measured attention (charge_block_reads)."""
+    cost.charge_block_reads(overhead_tokens)
+    return cost
+
+
 ROOFLINES = {  # every switch of the inlined expression: ridge bend, overhead, ring or measured all-reduce, copies,
     # dense or paged attention, measured attention, measured kernels, host work
     "roofline": RooflineCostModel(OPT13B, A100),
@@ -43,6 +51,10 @@ ROOFLINES = {  # every switch of the inlined expression: ridge bend, overhead, r
                                                                      attention=replace(MEASURED, waves=WAVES)),
     "roofline, measured attention in waves, one block per SM": RooflineCostModel(
         OPT13B, load_hardware("h100-sxm"), attention=replace(MEASURED, waves=ONE_PER_SM)),
+    "roofline, measured attention, paged block reads": with_block_reads(RooflineCostModel(OPT13B, A100,
+                                                                                          attention=MEASURED)),
+    "roofline, measured attention in waves, paged block reads, tp 2": with_block_reads(RooflineCostModel(
+        LLAMA7B, A100_80, tp=2, attention=replace(MEASURED, waves=WAVES)), 1.5),
     "transferred (profile with measured attention)": transferred_roofline(PROFILES / "a100-80gb.yaml", None, LLAMA7B,
                                                                          A100_80, 1, 2, 16),
     "transferred h200 profile (host work)": transferred_roofline(PROFILES / "h200-opt-13b.yaml", None, OPT13B, A100,

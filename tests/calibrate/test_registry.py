@@ -8,6 +8,7 @@ import yaml
 
 from calibrate.hardware import load_hardware
 from calibrate.host_model import host_model_path
+from calibrate.profile_file import load_profile
 from calibrate.profile_model import ProfileCostModel
 from calibrate.registry import KINDS, Clock, CostModelConfig, build_cost_model
 from calibrate.roofline import RooflineCostModel, RooflineParams
@@ -74,3 +75,25 @@ def test_a_profile_names_the_host_model_a_config_without_one_is_charged(tmp_path
     bad.write_text(whole.read_text().replace("host_model: vllm-a100-2024-05", "host_model: vllm-0.1"))
     with pytest.raises(SpecError, match="host_model"):
         build_cost_model(CostModelConfig("transfer", bad), clock)
+
+
+def test_a_transfer_may_charge_a_paged_kernels_block_reads_over_measured_attention(tmp_path):
+    """The paper-era paged kernel's overhead over a dense one is a stated factor in the config, over the measured
+    kernel's attention: charged to paged systems only, where a config asks for it."""
+    whole = PROFILES / "a100-80gb.yaml"
+    hw = load_hardware("a100-40gb")
+    spec = load_model_spec("opt-13b")
+    decode = Batch(decode_seq_ids=list(range(8)), decode_context_lens=[500] * 8, num_running_groups=8)
+    plain, paged, dense = (build_cost_model(CostModelConfig("transfer", whole, block_read_overhead_tokens=tokens),
+                                            Clock(spec, hw, paged=is_paged))
+                           for tokens, is_paged in ((None, True), (3.68, True), (3.68, False)))
+    extra = paged.breakdown(decode).device["attention"] - plain.breakdown(decode).device["attention"]
+    blocks = decode.decode_blocks(16)
+    waves = load_profile(whole).attention["waves"]["bandwidth_efficiency"]  # the decodes' own achieved bandwidth
+    assert extra == pytest.approx(blocks * 3.68 * spec.kv_bytes_per_token(2) / (hw.hbm_bytes_per_s * waves), rel=1e-9)
+    assert dense.iteration_time(decode) == plain.iteration_time(decode)  # a dense kernel pays no block reads
+    assert "3.68 tokens' K/V more (config)" in paged.source
+    with pytest.raises(SpecError, match="cost_model.block_read_overhead_tokens"):
+        experiment_from_dict(yaml.safe_load(tiny(cost_model=f"{{kind: transfer, path: {whole}, "
+                                                 "block_read_overhead_tokens: -1}")), str(tmp_path / "x.yaml"),
+                             tmp_path)
