@@ -28,7 +28,7 @@ def metric_plot(summary: pd.DataFrame, path: Path, metric: str, ylabel: str, tit
                 ylim: float | None = None, knee: float | None = None, log: bool = False) -> Path:
     """`metric` against request rate, a line per system (mean over seeds); hollow markers where a run saturated.
     With `ylim`, a point above it is drawn on the top edge as an arrow; with `knee`, a dashed line there."""
-    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    fig, ax = plt.subplots(figsize=(6.6, 3.6), layout="constrained")
     grouped = summary.groupby(["system", "rate"], sort=False).agg(
         value=(metric, "mean"), saturated=("saturated", "any")).reset_index()
     for i, (system, rows) in enumerate(grouped.groupby("system", sort=False)):
@@ -57,7 +57,8 @@ def metric_plot(summary: pd.DataFrame, path: Path, metric: str, ylabel: str, tit
         ax.set_ylim(bottom=0)
     ax.set_xlim(left=0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, frameon=False)
+    # beside the axes, not on them: past the knees the curves fill every corner
+    ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return save_figure(fig, ax, path, title)
 
 

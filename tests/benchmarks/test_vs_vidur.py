@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import lzma
-import math
 
 import numpy as np
 import pandas as pd
@@ -92,12 +91,13 @@ def test_the_attention_stand_in_is_servesims_cost_per_layer_in_ms(llama_vllm):
     prefill_ms = table.loc[(1, 128, 256), "time_stats.attn_prefill.median"]
     assert prefill_ms == pytest.approx(cost.prefill_attention_time(BatchShape((128,), prefill_cached_lens=(256,)))
                                        * 1e3 / layers)
-    # more decodes, longer contexts cost more; a plain prompt's attention grows as its square
+    # more decodes, longer contexts cost more; a plain prompt's attention grows with it, at most as its square (its
+    # pairs of tokens; short prompts are dominated by the measured kernels' latency and bytes)
     assert table.loc[(4, 0, 256), "time_stats.attn_decode.median"] > decode_ms
     assert table.loc[(3, 0, 480), "time_stats.attn_decode.median"] > decode_ms
     full = table.loc[(1, 256, 0), "time_stats.attn_prefill.median"] / table.loc[(1, 128, 0),
                                                                                "time_stats.attn_prefill.median"]
-    assert math.isclose(full, 4.0, rel_tol=1e-9)
+    assert 1.0 < full < 4.0
 
 
 def test_the_datasets_lie_where_an_offline_snapshot_download_finds_them(tmp_path):
