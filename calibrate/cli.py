@@ -191,6 +191,12 @@ def host_report(profile) -> list[str]:
     from calibrate.host import HOST_TERMS
 
     h = profile.host
+    if profile.host_model is not None:
+        from calibrate.host_model import load_host_model
+
+        named = load_host_model(profile.host_model)
+        return [f"host part: the host model {named.name}, the profile's default ({named.what}; "
+                f"servesim calibrate show {named.name}); a config's cost_model.host replaces it"]
     if not h:
         why = ("the raw CSV has neither host_s nor a host replay" if profile.device_part
                else "fitted before host work was measured")

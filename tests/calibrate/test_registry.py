@@ -97,3 +97,12 @@ def test_a_transfer_may_charge_a_paged_kernels_block_reads_over_measured_attenti
         experiment_from_dict(yaml.safe_load(tiny(cost_model=f"{{kind: transfer, path: {whole}, "
                                                  "block_read_overhead_tokens: -1}")), str(tmp_path / "x.yaml"),
                              tmp_path)
+
+
+def test_calibrate_show_says_which_host_model_the_profile_defaults_to(capsys):
+    from servesim.cli import main
+
+    assert main(["calibrate", "show", str(PROFILES / "a100-80gb.yaml")]) == 0
+    shown = capsys.readouterr().out
+    assert "host part: the host model vllm-a100-2024-05, the profile's default" in shown
+    assert "not measured" not in shown.split("host part")[1].splitlines()[0]
