@@ -72,9 +72,12 @@ def variants(raw: dict, files: VariantFiles) -> list[Variant]:
         Variant("attention-roofline", "attention at the roofline's defaults (a100-80gb.yaml less `attention`, temp "
                 "file)", {"cost_model.path": str(files.no_attention)}),
         Variant("block-32", "vLLM's block size 32, not 16", {f"{vllm}.block_size": 32}),
+        Variant("paged-as-measured", "no paper-era paged-kernel overhead: attention as the measured kernel for every "
+                "system (block_read_overhead_tokens dropped)", {"cost_model.block_read_overhead_tokens": REMOVED}),
         Variant("old-default", "old default: a100-80gb-linear.yaml and its CPU engine's host time"
                 + (", real ShareGPT" if standin else ""),
-                {"cost_model.path": OLD_PROFILE, "cost_model.host": REMOVED, **(real if standin else {})}),
+                {"cost_model.path": OLD_PROFILE, "cost_model.host": REMOVED,
+                 "cost_model.block_read_overhead_tokens": REMOVED, **(real if standin else {})}),
     ]
 
 
