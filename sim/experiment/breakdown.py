@@ -10,15 +10,20 @@ each column's total over the run's total duration_s: `share_device`, `share_host
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from calibrate.breakdown import IterationTime
 from sim.core.breakdown import BreakdownRecorder
 
-if TYPE_CHECKING:
-    from sim.core.independent_replicas import ReplicaRun
+
+class ReplicaRun(Protocol):
+    """What a replica's run (sim.core.independent_replicas.ReplicaRun) tells of its iterations."""
+
+    index: int
+    num_iterations: int
+    iteration_ends: Sequence[float]
 
 PARTS = ("device_s", "host_s", "swap_s")
 
