@@ -21,6 +21,9 @@ class ModelSpec:
     norm: str
     activation: str
     position: str
+    qkv_bias: bool = False  # Qwen2's q, k and v projections carry biases; its output projection and MLP do not
+    # Mistral v0.1 attends to the last 4096 tokens only; recorded, but the simulator keeps and prices every token's KV
+    sliding_window: int | None = None
 
     @property
     def head_dim(self) -> int:
@@ -43,18 +46,28 @@ class ModelSpec:
 
     def num_params(self) -> int:
         h = self.hidden_size
-        per_layer = self.layer_linear_params()
-        if self.family == "opt":  # biases (q, o, fc2: h; k, v: kv_dim; fc1: ffn) and two LayerNorms
-            per_layer += 3 * h + 2 * self.kv_dim + self.ffn_dim + 4 * h
-            final_norm = 2 * h
-        else:  # two RMSNorm weights per layer, no biases
-            per_layer += 2 * h
-            final_norm = h
+        per_layer = self.layer_linear_params() + self._layer_bias_and_norm_params()
+        if self.qkv_bias:
+            per_layer += h + 2 * self.kv_dim
+        final_norm = h if self.norm == "rmsnorm" else 2 * h  # LayerNorm has a bias beside its weight
         embed = self.vocab_size * h
         if self.position == "learned":
             embed += (self.max_seq_len + 2) * h
-        lm_head = 0 if self.family == "opt" else self.vocab_size * h  # OPT ties the head
-        return self.num_layers * per_layer + embed + lm_head + final_norm
+        return self.num_layers * per_layer + embed + self._lm_head_params() + final_norm
+
+    def _layer_bias_and_norm_params(self) -> int:
+        h = self.hidden_size
+        if self.family == "opt":  # biases (q, o, fc2: h; k, v: kv_dim; fc1: ffn) and two LayerNorms
+            return 3 * h + 2 * self.kv_dim + self.ffn_dim + 4 * h
+        if self.family == "phi":  # the same biases, and one LayerNorm that attention and MLP read in parallel
+            return 3 * h + 2 * self.kv_dim + self.ffn_dim + 2 * h
+        return 2 * h  # two RMSNorm weights, no biases
+
+    def _lm_head_params(self) -> int:
+        if self.family == "opt":  # OPT ties the head to the embedding
+            return 0
+        head = self.vocab_size * self.hidden_size
+        return head + self.vocab_size if self.family == "phi" else head  # phi-2's head has a bias
 
     def weight_bytes(self, dtype_bytes: int = 2) -> int:
         return self.num_params() * dtype_bytes

@@ -6,7 +6,7 @@ install (editable, wheel, or a plain checkout); nothing here depends on the call
 from __future__ import annotations
 
 import re
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 import yaml
@@ -22,6 +22,8 @@ MODELS_DIR = Path(__file__).resolve().parent / "models"
 FAMILIES = {
     "opt": dict(norm="layernorm", activation="relu", position="learned"),
     "llama": dict(norm="rmsnorm", activation="silu", position="rotary"),
+    "qwen2": dict(norm="rmsnorm", activation="silu", position="rotary"),
+    "phi": dict(norm="layernorm", activation="gelu_new", position="rotary"),
 }
 
 
@@ -109,6 +111,10 @@ def load_model_spec(name_or_path: str | Path) -> ModelSpec:
     return model_spec_from_dict(*read_named_yaml(MODELS_DIR, name_or_path, "model"))
 
 
+# Keys a spec may leave out: their defaults describe every model that predates them
+_OPTIONAL_KEYS = {f.name for f in fields(ModelSpec) if f.default is not MISSING}
+
+
 def model_spec_from_dict(raw: dict, source: str) -> ModelSpec:
     if not isinstance(raw, dict):
         raise SpecError(source, "", "a model spec must be a mapping of keys to values")
@@ -120,7 +126,7 @@ def model_spec_from_dict(raw: dict, source: str) -> ModelSpec:
     values = dict(FAMILIES[family])
     values.update(raw)
     values.setdefault("num_kv_heads", values.get("num_heads"))
-    missing = sorted(known - set(values))
+    missing = sorted(known - set(values) - _OPTIONAL_KEYS)
     if missing:
         raise SpecError(source, missing[0], "missing required key")
     spec = ModelSpec(**values)
@@ -131,8 +137,10 @@ def model_spec_from_dict(raw: dict, source: str) -> ModelSpec:
 def _check_model(spec: ModelSpec, source: str) -> None:
     for f in fields(spec):
         value = getattr(spec, f.name)
-        if f.type == "int":
+        if f.type == "int" or (f.type == "int | None" and value is not None):
             positive_int(value, source, f.name)
+        elif f.type == "bool" and not isinstance(value, bool):
+            raise SpecError(source, f.name, f"must be true or false, got {value!r}")
     if spec.hidden_size % spec.num_heads:
         raise SpecError(source, "num_heads", f"{spec.num_heads} does not divide hidden_size {spec.hidden_size}")
     if spec.num_heads % spec.num_kv_heads:
