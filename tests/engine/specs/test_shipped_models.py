@@ -1,0 +1,111 @@
+"""The shipped specs of the dense models users deploy: each one's size against its published parameter count,
+its KV bytes against its published shape, and every older spec's numbers where they were."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import yaml
+
+from engine.specs.errors import SpecError
+from engine.specs.loader import MODELS_DIR, load_model_spec
+
+# Exact counts, not the card's rounded "7B": the Hugging Face safetensors metadata (parameters by dtype) or the
+# index's total_size / 2 bytes of each repository; the figure is what that repository publishes, not what our
+# formula gives.
+PUBLISHED_PARAMS = {
+    "llama-2-7b": 6_738_415_616,  # meta-llama/Llama-2-7b-hf safetensors (total_size 13,476,831,232 B in bf16)
+    "llama-2-13b": 13_015_864_320,  # meta-llama/Llama-2-13b-hf safetensors
+    "llama-2-70b": 68_976_648_192,  # meta-llama/Llama-2-70b-hf safetensors
+    "llama-3-8b": 8_030_261_248,  # meta-llama/Meta-Llama-3-8B safetensors
+    "llama-3-70b": 70_553_706_496,  # meta-llama/Meta-Llama-3-70B safetensors
+    "llama-3.1-8b": 8_030_261_248,  # meta-llama/Llama-3.1-8B safetensors: Llama-3-8B's weights' shapes
+    "llama-3.1-70b": 70_553_706_496,  # meta-llama/Llama-3.1-70B safetensors
+    "mistral-7b": 7_241_732_096,  # mistralai/Mistral-7B-v0.1 safetensors
+    "codellama-34b": 33_743_970_304,  # codellama/CodeLlama-34b-hf; Together's model list gives the same count
+    "qwen2.5-7b": 7_615_616_512,  # Qwen/Qwen2.5-7B safetensors (the card: 7.61B, 6.53B non-embedding)
+    "qwen2.5-72b": 72_706_203_648,  # Qwen/Qwen2.5-72B safetensors (the card: 72.7B)
+    "phi-2": 2_779_683_840,  # microsoft/phi-2 safetensors (F16 2,779,683,840)
+    # internlm/internlm-20b publishes no exact count found in a public source: its card's "20B" is the figure
+    "internlm-20b": 20_000_000_000,
+}
+
+# (layers, KV heads, head dim) as each config.json gives them: num_hidden_layers, num_key_value_heads, and
+# hidden_size / num_attention_heads
+PUBLISHED_KV_SHAPE = {
+    "llama-2-7b": (32, 32, 128), "llama-2-13b": (40, 40, 128), "llama-2-70b": (80, 8, 128),
+    "llama-3-8b": (32, 8, 128), "llama-3-70b": (80, 8, 128), "llama-3.1-8b": (32, 8, 128),
+    "llama-3.1-70b": (80, 8, 128), "mistral-7b": (32, 8, 128), "codellama-34b": (48, 8, 128),
+    "qwen2.5-7b": (28, 4, 128), "qwen2.5-72b": (80, 8, 128), "internlm-20b": (60, 40, 128),
+    "phi-2": (32, 32, 80),
+}
+
+# The specs shipped before these, as they counted then: a new field's default must move none of them
+EARLIER_SPECS = {
+    "llama-7b": (6_738_415_616, 524_288), "llama-13b": (13_015_864_320, 819_200), "llama-tiny": (139_584, 256),
+    "opt-125m": (125_239_296, 36_864), "opt-1.3b": (1_315_758_080, 196_608), "opt-6.7b": (6_658_473_984, 524_288),
+    "opt-13b": (12_853_473_280, 819_200), "opt-66b": (65_719_701_504, 2_359_296),
+    "opt-175b": (174_604_468_224, 4_718_592), "opt-tiny": (116_352, 512),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMS))
+def test_parameter_count_within_one_percent_of_the_published_one(name):
+    published = PUBLISHED_PARAMS[name]
+    assert abs(load_model_spec(name).num_params() - published) <= 0.01 * published
+
+
+@pytest.mark.parametrize("name", ["llama-2-7b", "llama-3-8b", "mistral-7b", "qwen2.5-7b", "phi-2",
+                                  "qwen2.5-72b", "codellama-34b"])
+def test_parameter_count_is_the_published_one_exactly(name):
+    # every weight of these is counted (biases, norms, the untied head): not just near, equal
+    assert load_model_spec(name).num_params() == PUBLISHED_PARAMS[name]
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_KV_SHAPE))
+def test_kv_bytes_per_token_follow_the_published_shape(name):
+    layers, kv_heads, head_dim = PUBLISHED_KV_SHAPE[name]
+    spec = load_model_spec(name)
+    assert (spec.num_layers, spec.num_kv_heads, spec.head_dim) == (layers, kv_heads, head_dim)
+    assert spec.kv_bytes_per_token(2) == layers * 2 * kv_heads * head_dim * 2
+
+
+@pytest.mark.parametrize("name", sorted(EARLIER_SPECS))
+def test_earlier_specs_count_as_before(name):
+    spec = load_model_spec(name)
+    assert (spec.num_params(), spec.kv_bytes_per_token()) == EARLIER_SPECS[name]
+    assert not spec.qkv_bias and spec.sliding_window is None
+
+
+def test_qkv_bias_is_what_separates_qwen_from_a_llama_of_its_shape():
+    qwen = load_model_spec("qwen2.5-7b")
+    # q: hidden; k and v: kv_dim each, per layer
+    assert qwen.num_params() - replace(qwen, qkv_bias=False).num_params() == 28 * (3584 + 2 * 512)
+
+
+def test_mistral_records_its_window():
+    assert load_model_spec("mistral-7b").sliding_window == 4096
+    assert load_model_spec("llama-3-8b").sliding_window is None
+
+
+def test_names_are_the_ones_users_type():
+    for name in PUBLISHED_PARAMS:
+        assert (MODELS_DIR / f"{name}.yaml").exists()
+        assert load_model_spec(name).name == name
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("qkv_bias", "yes", "true or false"),
+    ("qkv_bias", 1, "true or false"),
+    ("sliding_window", 0, "positive integer"),
+    ("sliding_window", 40.5, "positive integer"),
+    ("sliding_windw", 4096, "unknown key"),
+])
+def test_bad_new_keys_are_refused_naming_them(tmp_path, key, value, words):
+    raw = yaml.safe_load((MODELS_DIR / "mistral-7b.yaml").read_text())
+    raw[key] = value
+    path = tmp_path / "my-model.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(SpecError) as err:
+        load_model_spec(path)
+    assert f"{path}: {key}:" in str(err.value) and words in str(err.value)
