@@ -3,12 +3,13 @@ its KV bytes against its published shape, and every older spec's numbers where t
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import yaml
 
 from engine.specs.errors import SpecError
-from engine.specs.loader import MODELS_DIR, load_model_spec
+from engine.specs.loader import MODELS_DIR, available_models, load_model_spec
 
 # Exact counts, not the card's rounded "7B": the Hugging Face safetensors metadata (parameters by dtype) or the
 # index's total_size / 2 bytes of each repository; the figure is what that repository publishes, not what our
@@ -109,3 +110,9 @@ def test_bad_new_keys_are_refused_naming_them(tmp_path, key, value, words):
     with pytest.raises(SpecError) as err:
         load_model_spec(path)
     assert f"{path}: {key}:" in str(err.value) and words in str(err.value)
+
+
+def test_the_models_page_lists_every_shipped_model():
+    page = (Path(__file__).resolve().parents[3] / "docs" / "models.md").read_text()
+    missing = [name for name in available_models() if f"`{name}`" not in page]
+    assert not missing, f"docs/models.md does not list {missing}"
