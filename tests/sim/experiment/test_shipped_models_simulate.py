@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from calibrate.host_model import host_model_path
+from engine.specs.errors import SpecError
 from sim.experiment.config import load_experiment
 from sim.experiment.run import run_one
 
@@ -53,3 +54,13 @@ def test_a_gqa_pool_holds_as_many_more_tokens_as_it_has_fewer_kv_heads(tmp_path,
         experiment(tmp_path, mha, kv_cache_gib=8)
     system = exp.systems[0]
     assert exp.kv_pool(system).num_slots == pytest.approx(ratio * dense.kv_pool(system).num_slots, rel=1e-3)
+
+
+def test_tensor_parallelism_past_the_kv_heads_is_refused_naming_the_valid_degrees(tmp_path):
+    # 7 GPUs would split the 28 query heads evenly, but not the 4 KV heads
+    path = tmp_path / "qwen-tp7.yaml"
+    path.write_text("model: qwen2.5-7b\nhardware: a100-80gb\ntensor_parallel: 7\n"
+                    "workload: {dataset: sharegpt-standin, arrival: poisson, duration_s: 20}\nrates: [1.0]\n")
+    with pytest.raises(SpecError) as err:
+        load_experiment(path)
+    assert "tensor_parallel: 7 does not divide qwen2.5-7b's 4 KV heads; valid: [1, 2, 4]" in str(err.value)
