@@ -16,10 +16,12 @@ from torch import nn
 
 from engine import kernels
 from engine.core.spec import ModelSpec
+from engine.specs.errors import SpecError
 
 OPT_POSITION_OFFSET = 2  # OPT's learned position table starts at index 2 (a fairseq legacy)
 ROPE_THETA = 10000.0
 INIT_STD = 0.02
+ENGINE_FAMILIES = ("opt", "llama")  # the decoder layouts built here; the simulator prices every shipped one
 
 
 @dataclass
@@ -264,6 +266,9 @@ class Decoder(nn.Module):
 
 def build_decoder(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype, seed: int) -> Decoder:
     """Seeded random weights, created directly on the device (no fp32 host copy of a 13B model)."""
+    if spec.family not in ENGINE_FAMILIES:  # a llama-shaped decoder would drop the family's biases silently
+        raise SpecError(spec.name, "family", f"the engine builds {list(ENGINE_FAMILIES)} decoders, not "
+                        f"{spec.family!r} (its layers differ); the simulator prices every shipped family")
     device = torch.device(device)
     with torch.device("meta"):
         model = Decoder(spec)
