@@ -24,6 +24,10 @@ class ModelSpec:
     qkv_bias: bool = False  # Qwen2's q, k and v projections carry biases; its output projection and MLP do not
     # Mistral v0.1 attends to the last 4096 tokens only; recorded, but the simulator keeps and prices every token's KV
     sliding_window: int | None = None
+    # a mixture of experts: each layer's MLP is num_experts experts of width ffn_dim behind a router (the gate, a
+    # hidden x num_experts matmul), and each token runs experts_per_token of them; 1 and 1 is a dense MLP
+    num_experts: int = 1
+    experts_per_token: int = 1
 
     @property
     def head_dim(self) -> int:
@@ -37,12 +41,35 @@ class ModelSpec:
     def is_gated_mlp(self) -> bool:
         return self.activation == "silu"
 
-    def layer_linear_params(self) -> int:
-        """Weights of one layer's matmuls (QKV, output, MLP), biases excluded."""
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 1
+
+    def layer_attention_params(self) -> int:
+        """Weights of one layer's QKV and output projections, biases excluded."""
         h = self.hidden_size
-        attn = h * (h + 2 * self.kv_dim) + h * h
-        mlp = (3 if self.is_gated_mlp else 2) * h * self.ffn_dim
-        return attn + mlp
+        return h * (h + 2 * self.kv_dim) + h * h
+
+    def expert_params(self) -> int:
+        """Weights of one MLP (one expert of a mixture), biases excluded."""
+        return (3 if self.is_gated_mlp else 2) * self.hidden_size * self.ffn_dim
+
+    def gate_params(self) -> int:
+        """Weights of one layer's router: none in a dense model."""
+        return self.hidden_size * self.num_experts if self.is_moe else 0
+
+    def layer_linear_params(self) -> int:
+        """Weights of one layer's matmuls (QKV, output, every expert's MLP, the router), biases excluded."""
+        return self.layer_attention_params() + self.num_experts * self.expert_params() + self.gate_params()
+
+    def layer_active_linear_params(self) -> int:
+        """Weights of one layer's matmuls that one token runs through: attention, its experts_per_token experts
+        and the router (all of them in a dense model)."""
+        return self.layer_attention_params() + self.experts_per_token * self.expert_params() + self.gate_params()
+
+    def active_params(self) -> int:
+        """Parameters one token computes with: num_params less the experts it does not run."""
+        return self.num_params() - self.num_layers * (self.num_experts - self.experts_per_token) * self.expert_params()
 
     def num_params(self) -> int:
         h = self.hidden_size

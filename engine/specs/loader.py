@@ -24,6 +24,7 @@ FAMILIES = {
     "llama": dict(norm="rmsnorm", activation="silu", position="rotary"),
     "qwen2": dict(norm="rmsnorm", activation="silu", position="rotary"),
     "phi": dict(norm="layernorm", activation="gelu_new", position="rotary"),
+    "mixtral": dict(norm="rmsnorm", activation="silu", position="rotary"),  # llama attention, SwiGLU experts
 }
 
 
@@ -145,6 +146,9 @@ def _check_model(spec: ModelSpec, source: str) -> None:
         raise SpecError(source, "num_heads", f"{spec.num_heads} does not divide hidden_size {spec.hidden_size}")
     if spec.num_heads % spec.num_kv_heads:
         raise SpecError(source, "num_kv_heads", f"{spec.num_kv_heads} does not divide num_heads {spec.num_heads}")
+    if spec.experts_per_token > spec.num_experts:
+        raise SpecError(source, "experts_per_token", f"{spec.experts_per_token} is more than num_experts "
+                        f"{spec.num_experts}; a token runs 1 to num_experts of them")
 
 
 # --- systems ----------------------------------------------------------------------------

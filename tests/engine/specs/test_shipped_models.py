@@ -29,6 +29,7 @@ PUBLISHED_PARAMS = {
     "phi-2": 2_779_683_840,  # microsoft/phi-2 safetensors (F16 2,779,683,840)
     # internlm/internlm-20b publishes no exact count found in a public source: its card's "20B" is the figure
     "internlm-20b": 20_000_000_000,
+    "mixtral-8x7b": 46_702_792_704,  # mistralai/Mixtral-8x7B-v0.1 safetensors (the card: 46.7B)
 }
 
 # (layers, KV heads, head dim) as each config.json gives them: num_hidden_layers, num_key_value_heads, and
@@ -38,7 +39,7 @@ PUBLISHED_KV_SHAPE = {
     "llama-3-8b": (32, 8, 128), "llama-3-70b": (80, 8, 128), "llama-3.1-8b": (32, 8, 128),
     "llama-3.1-70b": (80, 8, 128), "mistral-7b": (32, 8, 128), "codellama-34b": (48, 8, 128),
     "qwen2.5-7b": (28, 4, 128), "qwen2.5-72b": (80, 8, 128), "internlm-20b": (60, 40, 128),
-    "phi-2": (32, 32, 80),
+    "phi-2": (32, 32, 80), "mixtral-8x7b": (32, 8, 128),
 }
 
 # The specs shipped before these, as they counted then: a new field's default must move none of them
@@ -57,7 +58,7 @@ def test_parameter_count_within_one_percent_of_the_published_one(name):
 
 
 @pytest.mark.parametrize("name", ["llama-2-7b", "llama-3-8b", "mistral-7b", "qwen2.5-7b", "phi-2",
-                                  "qwen2.5-72b", "codellama-34b"])
+                                  "qwen2.5-72b", "codellama-34b", "mixtral-8x7b"])
 def test_parameter_count_is_the_published_one_exactly(name):
     # every weight of these is counted (biases, norms, the untied head): not just near, equal
     assert load_model_spec(name).num_params() == PUBLISHED_PARAMS[name]
@@ -76,6 +77,20 @@ def test_earlier_specs_count_as_before(name):
     spec = load_model_spec(name)
     assert (spec.num_params(), spec.kv_bytes_per_token()) == EARLIER_SPECS[name]
     assert not spec.qkv_bias and spec.sliding_window is None
+    assert (spec.num_experts, spec.experts_per_token) == (1, 1) and not spec.is_moe
+    assert spec.active_params() == spec.num_params()
+    assert spec.layer_active_linear_params() == spec.layer_linear_params()
+
+
+def test_mixtral_counts_its_experts_and_its_router():
+    mixtral = load_model_spec("mixtral-8x7b")
+    dense = replace(mixtral, num_experts=1, experts_per_token=1)  # Mistral-7B's shape: one MLP per layer
+    expert = 3 * 4096 * 14336
+    assert mixtral.num_params() - dense.num_params() == 32 * (7 * expert + 4096 * 8)
+    # Mistral AI's announcement gives 12.9B parameters used per token; attention, 2 experts and the router
+    assert mixtral.active_params() == 12_879_925_248
+    assert mixtral.active_params() - dense.num_params() == 32 * (expert + 4096 * 8)
+    assert mixtral.layer_active_linear_params() == mixtral.layer_attention_params() + 2 * expert + 4096 * 8
 
 
 def test_qkv_bias_is_what_separates_qwen_from_a_llama_of_its_shape():
@@ -101,9 +116,11 @@ def test_names_are_the_ones_users_type():
     ("sliding_window", 0, "positive integer"),
     ("sliding_window", 40.5, "positive integer"),
     ("sliding_windw", 4096, "unknown key"),
+    ("num_experts", 0, "positive integer"),
+    ("experts_per_token", 9, "more than num_experts 8"),
 ])
 def test_bad_new_keys_are_refused_naming_them(tmp_path, key, value, words):
-    raw = yaml.safe_load((MODELS_DIR / "mistral-7b.yaml").read_text())
+    raw = yaml.safe_load((MODELS_DIR / "mixtral-8x7b.yaml").read_text())
     raw[key] = value
     path = tmp_path / "my-model.yaml"
     path.write_text(yaml.safe_dump(raw))
