@@ -234,6 +234,10 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
     from calibrate.hardware import load_hardware
     from calibrate.roofline import RooflineCostModel
 
+    if model.is_moe:  # a measured fit's kernels and latencies are those of one dense MLP per layer
+        raise SpecError(str(path), "model", (
+            f"{model.name} is a mixture of experts, which a profile's measured efficiencies do not price; use "
+            f"cost_model: roofline"))
     profile = load_profile(path)
     if profile.device != "cuda":
         raise SpecError(str(path), "device", (

@@ -3,7 +3,9 @@
 Each part of an iteration runs at the slower of its compute time and its memory time,
 at achieved (not peak) FLOP/s and bandwidth:
   linear layers  max(2 * params * tokens / flops, weight bytes / bandwidth), or bent at the ridge
-                 (calibrate/ridge.py) when ridge_efficiency < 1
+                 (calibrate/ridge.py) when ridge_efficiency < 1; a mixture of experts computes with the
+                 experts each token runs (experts_per_token) and reads the weights of the distinct experts
+                 the batch's tokens are routed to, E (1 - (1 - k/E)^tokens) of them (calibrate/expert_routing.py)
   prefill attn   2 * prompt_len^2 * hidden * layers FLOPs (causal QK^T and AV, halved); a prefill of
                  n tokens after c cached ones (a shared prefix) 2 * n (n + 2c) * hidden * layers FLOPs,
                  plus reading the c cached tokens' KV as a decode reads its context
@@ -66,6 +68,7 @@ from calibrate.costmodel import (
     stretch_block_sums,
     stretch_context_sums,
 )
+from calibrate.expert_routing import expected_experts_read
 from calibrate.hardware import HardwareSpec
 from calibrate.host import host_parts, host_time
 from calibrate.layer_ops import ITERATION_ELEMENTWISE, LAYER_ELEMENTWISE, LayerShape
@@ -154,13 +157,18 @@ class RooflineCostModel(CostModel):
         matmul_flops = hw.peak_flops * matmul.compute_efficiency
         matmul_bandwidth = hw.hbm_bytes_per_s * matmul.bandwidth_efficiency
         layers, hidden = model.num_layers, model.hidden_size
-        linear_params = layers * model.layer_linear_params() / tp
+        linear_params = layers * model.layer_active_linear_params() / tp  # a dense model's every weight
         head_params = model.vocab_size * hidden / tp
         # per-token and per-batch constants, precomputed for the simulator's hot loop
         self._ridge_p = ridge_exponent(matmul.ridge_efficiency)
         self._s_per_token_linear = 2 * linear_params / matmul_flops
         self._s_per_logit_row = 2 * head_params / matmul_flops
         self._s_weights = (linear_params + head_params) * dtype_bytes / matmul_bandwidth
+        self._s_per_expert_read = 0.0  # all layers' weights of one expert, for a mixture of experts
+        if model.is_moe:  # the weights read every iteration are those of attention, router and head alone
+            resident_params = layers * (model.layer_attention_params() + model.gate_params()) / tp
+            self._s_weights = (resident_params + head_params) * dtype_bytes / matmul_bandwidth
+            self._s_per_expert_read = layers * model.expert_params() / tp * dtype_bytes / matmul_bandwidth
         self._s_per_prompt_sq = 2 * hidden * layers / tp / flops
         self._s_per_context_token = model.kv_bytes_per_token(dtype_bytes) / tp / bandwidth
         self._s_per_copied_block = 2 * model.kv_bytes_per_token(dtype_bytes) * block_size / tp / bandwidth
@@ -280,7 +288,9 @@ class RooflineCostModel(CostModel):
             self._comm_time if self._all_reduce is not None else None,
             self.linear is not None, self._s_kernels_fixed, self._s_per_token_kernels, self._charge_host,
             host["per_iteration_s"], host["per_sequence_s"], host["per_prefill_token_s"],
-            self.attention is not None, *self._fitted_terms, *self._wave_terms())
+            self.attention is not None, *self._fitted_terms, *self._wave_terms(),
+            num_experts=self.model.num_experts, experts_per_token=self.model.experts_per_token,
+            s_per_expert_read=self._s_per_expert_read)
 
     def _wave_terms(self) -> tuple:
         """RooflineTerms' decode-wave arguments: none where decode attention is not the waves'."""
@@ -344,10 +354,11 @@ class RooflineCostModel(CostModel):
         tokens = batch.num_tokens
         logit_rows = batch.num_seqs
         compute = tokens * self._s_per_token_linear + logit_rows * self._s_per_logit_row
+        weights = self.weights_time(tokens)
         if self._ridge_p == math.inf:
-            matmuls = compute if compute > self._s_weights else self._s_weights
+            matmuls = compute if compute > weights else weights
         else:
-            matmuls = bent_roof(compute, self._s_weights, self._ridge_p)
+            matmuls = bent_roof(compute, weights, self._ridge_p)
         if self.attention is not None:
             attention = self._fitted_attention(batch, sum_decode_context)
             if decode_blocks is not None:  # a paged kernel's overhead over the measured one (charge_block_reads)
@@ -369,6 +380,15 @@ class RooflineCostModel(CostModel):
         if self.linear is not None:
             parts.append(("other_kernels", self._s_kernels_fixed + tokens * self._s_per_token_kernels))
         return parts
+
+    def weights_time(self, tokens: int) -> float:
+        """Seconds to read the weights an iteration of `tokens` tokens uses: all of a dense model's; of a mixture
+        of experts, its attention, routers and head and the experts its tokens are expected to be routed to."""
+        if not self.model.is_moe:
+            return self._s_weights
+        model = self.model
+        return (self._s_weights
+                + expected_experts_read(model.num_experts, model.experts_per_token, tokens) * self._s_per_expert_read)
 
     def breakdown(self, batch: ShapeMetrics) -> IterationTime:
         """iteration_time by kind and term (calibrate/breakdown.py): its parts add up to it to the bit."""

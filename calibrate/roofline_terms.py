@@ -27,14 +27,17 @@ class RooflineTerms:
                  s_per_prefill_kv_token: float = 0.0, s_per_prefill_token: float = 0.0, prefill_latency: float = 0.0,
                  wave_launch: Callable[[int], tuple[int, int, float]] | None = None, wave_heads: int = 0,
                  wave_tile: int = 0, wave_sm_count: int = 0, wave_blocks_per_sm: int = 0,
-                 wave_floors: Sequence[float] = (), s_per_head_token: float = 0.0):
+                 wave_floors: Sequence[float] = (), s_per_head_token: float = 0.0, num_experts: int = 1,
+                 experts_per_token: int = 1, s_per_expert_read: float = 0.0):
         """The tensor-parallel all-reduces: comm_time(tokens), their measured seconds; else (None) the ring
         formula's tokens * s_per_token_comm + s_comm_fixed (0 on one GPU). `fitted`: attention as a measured
         fit prices it (calibrate/attention_fit.py): the decodes' context at s_per_context_token plus
         decode_latency where there are decodes, each prefill's new-by-key pairs, K/V tokens and new tokens plus
         prefill_latency where there are prefills, and the per-block term where one is charged (s_per_decode_block).
         `wave_launch`: decode attention in waves (calibrate/attention_waves.py) instead, its launch per batch size
-        (splits, tiles per split, latencies) and the grid's numbers beside it."""
+        (splits, tiles per split, latencies) and the grid's numbers beside it. `num_experts` > 1: a mixture of
+        experts, whose weights read add s_per_expert_read per distinct expert the batch is expected to route to
+        (calibrate/expert_routing.py's formula, written out here as RooflineCostModel.weights_time computes it)."""
         self.s_per_token_linear = s_per_token_linear
         self.s_per_logit_row = s_per_logit_row
         self.s_weights = s_weights
@@ -69,12 +72,18 @@ class RooflineTerms:
         self.wave_blocks_per_sm = wave_blocks_per_sm
         self.wave_floors = list(wave_floors)
         self.s_per_head_token = s_per_head_token
+        self.num_experts = num_experts
+        self.experts_per_token = experts_per_token
+        self.s_per_expert_read = s_per_expert_read
 
     def matmul_time(self, tokens: int, num_seqs: int) -> float:
         """The linear layers and the LM head: their compute and their weights' reads under one bent roof
         (bent_roof, as _time computes it; the hard max at p = inf, both taking the larger then)."""
         compute = tokens * self.s_per_token_linear + num_seqs * self.s_per_logit_row
         weights = self.s_weights
+        if self.num_experts > 1:
+            unread = (1.0 - self.experts_per_token / self.num_experts) ** float(tokens)
+            weights = weights + self.num_experts * (1.0 - unread) * self.s_per_expert_read
         if compute > weights:
             big, small = compute, weights
         else:

@@ -20,6 +20,7 @@ from engine.specs.loader import load_model_spec
 PROFILES = Path(__file__).resolve().parents[2] / "calibrate" / "profiles"
 OPT13B, A100 = load_model_spec("opt-13b"), load_hardware("a100-40gb")
 LLAMA7B, A100_80 = load_model_spec("llama-7b"), load_hardware("a100-80gb")
+MIXTRAL, H100 = load_model_spec("mixtral-8x7b"), load_hardware("h100-sxm")
 
 MEASURED = AttentionFit(15e-6, 0.75, 12e-6, 0.45, 0.4, 0.1)
 # decode in waves: the A100 fit's geometry, and one block per SM with floors past the slots
@@ -34,7 +35,10 @@ def with_block_reads(cost, overhead_tokens: float = 3.68):
 
 
 ROOFLINES = {  # every switch of the inlined expression: ridge bend, overhead, ring or measured all-reduce, copies,
-    # dense or paged attention, measured attention, measured kernels, host work
+    # dense or paged attention, measured attention, measured kernels, host work, a mixture of experts
+    "roofline, mixture of experts, tp 2": RooflineCostModel(MIXTRAL, H100, tp=2),
+    "roofline, mixture of experts bent, measured attention": RooflineCostModel(
+        MIXTRAL, H100, params=RooflineParams(ridge_efficiency=0.8), attention=MEASURED),
     "roofline": RooflineCostModel(OPT13B, A100),
     "roofline dense": RooflineCostModel(OPT13B, A100, paged=False, block_size=32),
     "roofline bent, overhead, tp 2": RooflineCostModel(OPT13B, A100, tp=2, params=RooflineParams(
