@@ -121,10 +121,10 @@ def test_sampling_parameters_are_checked(opt_tiny):
         runner.execute(batch, {0: [1, 2]}, {0: [0]}.__getitem__, sampling="beam")
 
 
-@pytest.mark.parametrize("name", ["qwen2.5-7b", "phi-2"])
+@pytest.mark.parametrize("name", ["qwen2.5-7b", "phi-2", "mixtral-8x7b"])
 def test_the_engine_refuses_a_family_whose_layers_it_does_not_build(name):
-    """Qwen2's QKV biases and phi's parallel layers with biases are not the llama layout: refused by name, never
-    built llama-shaped (the simulator prices them)."""
+    """Qwen2's QKV biases, phi's parallel layers with biases and Mixtral's experts are not the llama layout:
+    refused by name, never built llama-shaped (the simulator prices them)."""
     from engine.runtime.model import build_decoder
     from engine.specs.errors import SpecError
     from engine.specs.loader import load_model_spec
