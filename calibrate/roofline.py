@@ -74,7 +74,7 @@ from calibrate.host import host_parts, host_time
 from calibrate.layer_ops import ITERATION_ELEMENTWISE, LAYER_ELEMENTWISE, LayerShape
 from calibrate.linear_model import LinearFit
 from calibrate.ridge import bent_roof, ridge_exponent
-from calibrate.roofline_terms import RooflineTerms
+from calibrate.roofline_terms import RooflineTerms, prefill_pairs
 from engine.core.batch import ShapeMetrics
 from engine.core.spec import ModelSpec
 
@@ -437,7 +437,7 @@ class RooflineCostModel(CostModel):
         K/V of new and cached tokens, the new tokens' output reshaped, and the latency."""
         _, s_pair, s_kv, s_out, latency = self._fitted_terms
         tokens = batch.num_prefill_tokens
-        pairs = (batch.sum_prefill_sq + sum(n * n for n in batch.prefill_lens)) // 2
+        pairs = prefill_pairs(batch.prefill_lens, batch.prefill_cached_lens)
         return pairs * s_pair + (tokens + batch.sum_prefill_cached) * s_kv + tokens * s_out + latency
 
     def host_time(self, batch) -> float:

@@ -54,7 +54,7 @@ def test_a_breakdown_changes_no_record_and_adds_up_to_each_iteration(tmp_path, f
     assert shares["share_device_linear"] > shares["share_device_all_reduce"] == 0.0
 
 
-def test_host_terms_are_the_configured_ones(tmp_path):
+def test_a_roofline_overhead_is_its_own_kind_and_no_host_work_is_charged(tmp_path):
     """A roofline's fixed overhead shows as its own kind, at exactly what the config gave."""
     exp = experiment(tmp_path, rates="[2]", cost_model=HOST, breakdown="true")
     result = run_one(exp, exp.systems[0], 2.0, 0)
