@@ -10,7 +10,7 @@ from engine.specs.loader import read_named_yaml
 
 HARDWARE_DIR = Path(__file__).resolve().parent / "hardware_specs"
 GIB = 1 << 30
-OPTIONAL_KEYS = ("device_names", "sm_count")
+OPTIONAL_KEYS = ("device_names", "peak_flops_fp8", "sm_count")
 MAX_MEMORY_GIB = 2.0**20  # a PiB per device: far past any accelerator, and still a whole number of bytes
 MAX_SM_COUNT = 4096  # far past any accelerator's multiprocessors (B200: 148 per die)
 
@@ -29,6 +29,9 @@ class HardwareSpec:
     # streaming multiprocessors (the datasheet's or the architecture whitepaper's count): a kernel's thread
     # blocks run on them in waves (calibrate/attention_waves.py); None where no source gives it
     sm_count: int | None = None
+    # dense FP8 tensor-core FLOP/s (no sparsity) where the datasheet gives one: FP8 weights run W8A8 at it
+    # (calibrate/precision.py); None on a part without FP8 tensor cores
+    peak_flops_fp8: float | None = None
 
     @property
     def memory_bytes(self) -> int:
@@ -55,8 +58,11 @@ def hardware_from_dict(raw: dict, source: str) -> HardwareSpec:
     sm_count = raw.get("sm_count")
     if sm_count is not None:
         sm_count = number(sm_count, source, "sm_count", low=1, high=MAX_SM_COUNT, whole=True)
+    fp8 = raw.get("peak_flops_fp8")
+    if fp8 is not None:
+        fp8 = positive(fp8, source, "peak_flops_fp8")
     return HardwareSpec(name=raw["name"], device_names=_device_names(raw.get("device_names", []), source),
-                        sm_count=sm_count, **values)
+                        sm_count=sm_count, peak_flops_fp8=fp8, **values)
 
 
 def _device_names(names, source: str) -> tuple[str, ...]:

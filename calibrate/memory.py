@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from calibrate.hardware import GIB, HardwareSpec
+from calibrate.precision import Precision
 from engine.core.spec import ModelSpec
 
 
@@ -19,8 +20,14 @@ class KVPool:
         return self.num_gpu_blocks * self.block_size
 
 
-def block_bytes(model: ModelSpec, block_size: int, tp: int, dtype_bytes: int) -> int:
-    return model.kv_bytes_per_token(dtype_bytes) * block_size // tp
+def as_precision(precision: Precision | int) -> Precision:
+    """A Precision, or the legacy dtype_bytes integer (every byte count that many)."""
+    return precision if isinstance(precision, Precision) else Precision.uniform(precision)
+
+
+def block_bytes(model: ModelSpec, block_size: int, tp: int, precision: Precision | int) -> int:
+    """One KV block's bytes per GPU, at the KV cache's format."""
+    return model.kv_bytes_per_token(as_precision(precision).kv_bytes) * block_size // tp
 
 
 def max_activation_bytes(model: ModelSpec, max_num_batched_tokens: int, tp: int, dtype_bytes: int) -> int:
@@ -32,21 +39,24 @@ def max_activation_bytes(model: ModelSpec, max_num_batched_tokens: int, tp: int,
     return per_token * max_num_batched_tokens * dtype_bytes
 
 
-def kv_cache_bytes_by_rule(model: ModelSpec, hw: HardwareSpec, tp: int, dtype_bytes: int,
+def kv_cache_bytes_by_rule(model: ModelSpec, hw: HardwareSpec, tp: int, precision: Precision | int,
                            max_num_batched_tokens: int = 2560, utilization: float = 0.95,
                            workspace_gib: float = 1.0) -> int:
-    """0.95 x memory - weights - peak activations - 1 GiB workspace, per GPU (paper-era code)."""
-    weights = model.weight_bytes(dtype_bytes) // tp
-    activations = max_activation_bytes(model, max_num_batched_tokens, tp, dtype_bytes)
+    """0.95 x memory - weights - peak activations - 1 GiB workspace, per GPU (paper-era code); the weights at
+    their format, the activations 16-bit."""
+    precision = as_precision(precision)
+    weights = precision.weight_memory_bytes(model) // tp
+    activations = max_activation_bytes(model, max_num_batched_tokens, tp, precision.activation_bytes)
     return int(utilization * hw.memory_bytes - weights - activations - workspace_gib * GIB)
 
 
-def kv_pool(model: ModelSpec, hw: HardwareSpec, tp: int, dtype_bytes: int, block_size: int,
+def kv_pool(model: ModelSpec, hw: HardwareSpec, tp: int, precision: Precision | int, block_size: int,
             kv_cache_gib: float | None, swap_space_gib: float) -> KVPool:
-    """KV cache per GPU; kv_cache_gib (per GPU: Table 1's total / tp) overrides the rule."""
-    per_block = block_bytes(model, block_size, tp, dtype_bytes)
+    """KV cache per GPU; kv_cache_gib (per GPU: Table 1's total / tp) overrides the rule. Blocks at the KV
+    cache's format: an FP8 cache holds twice the blocks of a 16-bit one in the same bytes."""
+    per_block = block_bytes(model, block_size, tp, precision)
     if kv_cache_gib is not None:
         kv_bytes = int(kv_cache_gib * GIB)
     else:
-        kv_bytes = kv_cache_bytes_by_rule(model, hw, tp, dtype_bytes)
+        kv_bytes = kv_cache_bytes_by_rule(model, hw, tp, precision)
     return KVPool(max(kv_bytes, 0) // per_block, int(swap_space_gib * GIB) // per_block, block_size, per_block)

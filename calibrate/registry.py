@@ -3,8 +3,9 @@
 Where a second of simulated time comes from, in order:
 1. an experiment's `cost_model` (sim/experiment/config.py reads it into a CostModelConfig) names a kind;
 2. `build_cost_model` calls that kind's builder here (BUILDERS), for the config's model, hardware,
-   tensor parallelism, dtype and a system's block size and attention kernel (Clock), with the host time of the
-   engine `cost_model.host` names (calibrate/host_model.py) in place of the kind's own where it names one;
+   tensor parallelism, precision (calibrate/precision.py) and a system's block size and attention kernel
+   (Clock), with the host time of the engine `cost_model.host` names (calibrate/host_model.py) in place of the
+   kind's own where it names one;
 3. the simulator asks the CostModel (calibrate/costmodel.py) for each iteration's `step_time(batch)`;
 4. the model's `breakdown(batch)` (calibrate/breakdown.py) is that time by device kernel kind and host term,
    the one formula its fast copies (RooflineTerms, a decode stretch's arrays) are checked against to the bit.
@@ -24,6 +25,7 @@ from pathlib import Path
 from calibrate.costmodel import CostModel
 from calibrate.hardware import HardwareSpec
 from calibrate.host_model import charged_host, host_model_path, load_host_model
+from calibrate.precision import Precision
 from calibrate.profile_file import load_profile
 from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.roofline import RooflineCostModel, RooflineParams
@@ -54,20 +56,20 @@ class Clock:
     model: ModelSpec
     hardware: HardwareSpec
     tensor_parallel: int = 1
-    dtype_bytes: int = 2
+    precision: Precision = Precision()
     block_size: int = 16
     paged: bool = True  # the paged attention kernel (vLLM's, and the Orca baselines'); False: a dense one (FT's)
 
 
 def _roofline(config: CostModelConfig, clock: Clock, host: dict | None) -> CostModel:
-    return RooflineCostModel(clock.model, clock.hardware, clock.tensor_parallel, clock.dtype_bytes, clock.block_size,
-                             config.roofline, host=host, paged=clock.paged)
+    return RooflineCostModel(clock.model, clock.hardware, clock.tensor_parallel, block_size=clock.block_size,
+                             params=config.roofline, host=host, paged=clock.paged, precision=clock.precision)
 
 
 def _profile(config: CostModelConfig, clock: Clock, host: dict | None) -> CostModel:
     # an engine's profile timed its own kernel: the system's `paged` does not change what it measured
     cost = ProfileCostModel.from_profile(_path(config), clock.model, clock.hardware, clock.tensor_parallel,
-                                         clock.dtype_bytes, clock.block_size)
+                                         clock.precision.kv_bytes, clock.block_size)
     if host is not None:
         cost.replace_host(host)
     return cost
@@ -75,7 +77,8 @@ def _profile(config: CostModelConfig, clock: Clock, host: dict | None) -> CostMo
 
 def _transfer(config: CostModelConfig, clock: Clock, host: dict | None) -> CostModel:
     cost = transferred_roofline(_path(config), config.measured_on, clock.model, clock.hardware,
-                                clock.tensor_parallel, clock.dtype_bytes, clock.block_size, clock.paged, host)
+                                clock.tensor_parallel, clock.precision.kv_bytes, clock.block_size,
+                                clock.paged, host)
     if config.block_read_overhead_tokens is not None:
         if not isinstance(cost, (RooflineCostModel, RegimeCostModel)):
             raise SpecError(str(config.profile_path), "cost_model.block_read_overhead_tokens",
@@ -96,6 +99,8 @@ def build_cost_model(config: CostModelConfig, clock: Clock, source: str = "") ->
     builder = BUILDERS.get(config.kind)
     if builder is None:
         raise SpecError(source, "cost_model.kind", f"{config.kind!r} is not one of {list(KINDS)}")
+    if config.kind in PROFILE_KINDS:
+        check_measured_precision(clock.precision, config.kind, source)
     host_path, defaulted = config.host, False
     if host_path is None and config.kind in PROFILE_KINDS:
         host_path = profile_host_model(_path(config))
@@ -107,6 +112,15 @@ def build_cost_model(config: CostModelConfig, clock: Clock, source: str = "") ->
     cost.source = f"{cost.source}; {named}" + (", the profile's default host model" if defaulted else "")
     cost.name_host_terms(partial(load_host_model(host_path).breakdown, clock.model, clock.tensor_parallel))
     return cost
+
+
+def check_measured_precision(precision: Precision, kind: str, source: str) -> None:
+    """A profile was measured at 16 bits (or at the legacy dtype_bytes, all bytes alike): quantized weights or
+    an FP8 KV cache are the roofline's to price, not measured times scaled by a guess."""
+    if not precision.is_sixteen_bit:
+        raise SpecError(source, "precision", (
+            f"weights {precision.weights}, kv_cache {precision.kv_cache}: a {kind} cost model's profile was measured "
+            "at 16 bits and does not price other formats; the roofline prices them (cost_model: roofline)"))
 
 
 def profile_host_model(path: Path) -> Path | None:

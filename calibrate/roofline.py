@@ -13,6 +13,9 @@ at achieved (not peak) FLOP/s and bandwidth:
   tensor par.    work / tp, plus two all-reduces of the activations per layer: a ring formula, or
                  a measured table (calibrate/all_reduce.py)
   swaps          per block: a latency per transfer (K and V of each layer) plus its bytes / PCIe bandwidth
+  precision      the decoder matmuls' weight bytes at the weights' format, the LM head's 16-bit; every KV read,
+                 write, copy and swap at the KV cache's; the matmuls at the sheet's FP8 rate for W8A8, else its
+                 16-bit rate (calibrate/precision.py)
 The default efficiencies reproduce FasterTransformer's OPT-13B-class timings on one
 A100-40GB (decode 22 ms/token at batch 1, 512-token prefill 63 ms; kipply's table).
 
@@ -73,6 +76,7 @@ from calibrate.hardware import HardwareSpec
 from calibrate.host import host_parts, host_time
 from calibrate.layer_ops import ITERATION_ELEMENTWISE, LAYER_ELEMENTWISE, LayerShape
 from calibrate.linear_model import LinearFit
+from calibrate.precision import Precision
 from calibrate.ridge import bent_roof, ridge_exponent
 from calibrate.roofline_terms import RooflineTerms, prefill_pairs
 from engine.core.batch import ShapeMetrics
@@ -134,14 +138,21 @@ class RooflineCostModel(CostModel):
     def __init__(self, model: ModelSpec, hw: HardwareSpec, tp: int = 1, dtype_bytes: int = 2,
                  block_size: int = 16, params: RooflineParams = RooflineParams(),
                  linear: LinearFit | None = None, all_reduce: AllReduceTable | None = None,
-                 host: dict | None = None, paged: bool = True, attention: AttentionFit | None = None):
+                 host: dict | None = None, paged: bool = True, attention: AttentionFit | None = None,
+                 precision: Precision | None = None):
         """`all_reduce`: measured times by GPU count over the target's links (AllReduceTable.scaled);
         `host`: calibrate/host.py's HOST_TERMS; `paged=False` prices decode attention as a dense kernel
         (FasterTransformer's): no per-block term; `attention`: decode and prefill attention as that fit prices
-        them (the kernel it measured, paged or not as measured) instead of at params'."""
+        them (the kernel it measured, paged or not as measured) instead of at params'; `precision`: the weights'
+        and KV cache's formats (calibrate/precision.py), in place of `dtype_bytes` for every byte count."""
         self.model, self.hw, self.tp, self.params = model, hw, tp, params
         self.attention = attention
-        self._paged, self._dtype_bytes = paged, dtype_bytes
+        self.precision = precision if precision is not None else Precision.uniform(dtype_bytes)
+        # weight bytes for the decoder matmuls, KV bytes for the cache, activation bytes for the rest (the LM
+        # head's weights, messages, elementwise kernels)
+        weight_bytes, kv_bytes = self.precision.weight_bytes, self.precision.kv_bytes
+        dtype_bytes = self.precision.activation_bytes
+        self._paged, self._kv_bytes = paged, kv_bytes
         self.linear, self.host = linear, host
         self._charge_host = host is not None
         self.block_size = block_size
@@ -150,11 +161,13 @@ class RooflineCostModel(CostModel):
                        f"bw_eff={params.bandwidth_efficiency}, overhead_s={params.overhead_s}"
                        + (f", ridge_eff={params.ridge_efficiency}" if params.ridge_efficiency != 1 else "")
                        + f", {kernel if attention is None else 'attention measured' + waves_note(attention, hw)}"
-                       + f", swap_latency_s={params.swap_transfer_latency_s:g})")
+                       + f", swap_latency_s={params.swap_transfer_latency_s:g}"
+                       + "".join(f", {note}" for note in [self.precision.describe(hw)] if note) + ")")
         flops = hw.peak_flops * params.compute_efficiency
         bandwidth = hw.hbm_bytes_per_s * params.bandwidth_efficiency
         matmul = linear or params  # the linear layers' efficiencies and bend: measured, or the spec sheet's
-        matmul_flops = hw.peak_flops * matmul.compute_efficiency
+        head_flops = hw.peak_flops * matmul.compute_efficiency  # the LM head stays 16-bit
+        matmul_flops = self.precision.matmul_peak_flops(hw) * matmul.compute_efficiency
         matmul_bandwidth = hw.hbm_bytes_per_s * matmul.bandwidth_efficiency
         layers, hidden = model.num_layers, model.hidden_size
         linear_params = layers * model.layer_active_linear_params() / tp  # a dense model's every weight
@@ -162,24 +175,26 @@ class RooflineCostModel(CostModel):
         # per-token and per-batch constants, precomputed for the simulator's hot loop
         self._ridge_p = ridge_exponent(matmul.ridge_efficiency)
         self._s_per_token_linear = 2 * linear_params / matmul_flops
-        self._s_per_logit_row = 2 * head_params / matmul_flops
-        self._s_weights = (linear_params + head_params) * dtype_bytes / matmul_bandwidth
+        self._s_per_logit_row = 2 * head_params / head_flops
+        # at one byte count for all, the sum of the two products is (linear + head) x bytes to the bit: both
+        # byte counts are powers of two, and scaling by one is exact
+        self._s_weights = (linear_params * weight_bytes + head_params * dtype_bytes) / matmul_bandwidth
         self._s_per_expert_read = 0.0  # all layers' weights of one expert, for a mixture of experts
         if model.is_moe:  # the weights read every iteration are those of attention, router and head alone
             resident_params = layers * (model.layer_attention_params() + model.gate_params()) / tp
-            self._s_weights = (resident_params + head_params) * dtype_bytes / matmul_bandwidth
-            self._s_per_expert_read = layers * model.expert_params() / tp * dtype_bytes / matmul_bandwidth
+            self._s_weights = (resident_params * weight_bytes + head_params * dtype_bytes) / matmul_bandwidth
+            self._s_per_expert_read = layers * model.expert_params() / tp * weight_bytes / matmul_bandwidth
         self._s_per_prompt_sq = 2 * hidden * layers / tp / flops
-        self._s_per_context_token = model.kv_bytes_per_token(dtype_bytes) / tp / bandwidth
-        self._s_per_copied_block = 2 * model.kv_bytes_per_token(dtype_bytes) * block_size / tp / bandwidth
-        self._s_per_decode_block = (decode_block_seconds(model, bandwidth, tp, dtype_bytes, params)
+        self._s_per_context_token = model.kv_bytes_per_token(kv_bytes) / tp / bandwidth
+        self._s_per_copied_block = 2 * model.kv_bytes_per_token(kv_bytes) * block_size / tp / bandwidth
+        self._s_per_decode_block = (decode_block_seconds(model, bandwidth, tp, kv_bytes, params)
                                     if paged else 0.0)
-        self._s_swap_per_block = swap_block_seconds(model, hw, tp, dtype_bytes, block_size, params)
+        self._s_swap_per_block = swap_block_seconds(model, hw, tp, kv_bytes, block_size, params)
         self._fitted_terms = (0.0, 0.0, 0.0, 0.0, 0.0)
         self._waves: WaveFit | None = None
         self._wave_launches: dict[int, tuple[int, int, float]] = {}
         if attention is not None:
-            self._bind_fitted_attention(attention, dtype_bytes)
+            self._bind_fitted_attention(attention, kv_bytes)
         self._all_reduce = all_reduce if all_reduce is not None and tp > 1 and all_reduce.covers(tp) else None
         self._message_bytes_per_token = hidden * dtype_bytes
         if tp > 1:
@@ -223,7 +238,7 @@ class RooflineCostModel(CostModel):
         share = (self._waves.bandwidth_efficiency if self._waves is not None
                  else self.attention.decode_bandwidth_efficiency if self.attention is not None
                  else self.params.bandwidth_efficiency)
-        per_token = self.model.kv_bytes_per_token(self._dtype_bytes) / self.tp / (self.hw.hbm_bytes_per_s * share)
+        per_token = self.model.kv_bytes_per_token(self._kv_bytes) / self.tp / (self.hw.hbm_bytes_per_s * share)
         self._s_per_decode_block = overhead_tokens * per_token
         self.source += f"; a paged block read costs {overhead_tokens:g} tokens' K/V more (config)"
         self._bind_scalar_terms()

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from calibrate.precision import Precision
 from engine.runtime.options import EngineOptions, engine_options_from_dict
 from engine.specs.checks import choice, number, optional, positive
 from engine.specs.errors import SpecError
@@ -205,11 +206,7 @@ def validation_from_dict(raw: Any, source: str, base_dir: Path) -> ValidationCon
         raise SpecError(source, "experiment.cost_model", "validation measures a calibrated profile: give the "
                         "path of a profile measured on validation.device (servesim calibrate profile/fit), or "
                         "calibrate on this device first (validation.calibrate: true, or --calibrate)")
-    dtype_bytes = DTYPE_BYTES[options.resolved_dtype]
-    if exp.dtype_bytes != dtype_bytes:
-        raise SpecError(source, "experiment.dtype_bytes", (
-            f"is {exp.dtype_bytes}, but the engine runs {options.resolved_dtype} ({dtype_bytes} bytes); "
-            f"set dtype_bytes: {dtype_bytes}"))
+    check_engine_precision(exp.precision, options.resolved_dtype, source)
     if (exp.workload.beam_width or 1) > 1:
         raise SpecError(source, "experiment.workload.beam_width", (
             "validation compares schedules, and a beam search's forks are each plane's own choice (the engine's "
@@ -221,6 +218,23 @@ def validation_from_dict(raw: Any, source: str, base_dir: Path) -> ValidationCon
     if options.num_gpu_blocks is None and len(block_sizes) > 1:
         raise SpecError(source, "validation.num_gpu_blocks", "systems differ in block_size: give the pool in blocks")
     return ValidationConfig(name, source, exp, options, raw, engine_options_from_dict(raw.get("engine"), source))
+
+
+def check_engine_precision(precision: Precision, engine_dtype: str, source: str) -> None:
+    """The engine stores weights and KV in its one torch dtype (fp16, bf16, or fp32 on a CPU): an experiment's
+    formats must be that dtype's, which rules out quantized weights and an FP8 KV cache."""
+    dtype_bytes = DTYPE_BYTES[engine_dtype]
+    if precision.dtype_bytes is None:
+        if not precision.is_sixteen_bit or dtype_bytes != 2:
+            raise SpecError(source, "experiment.precision", (
+                f"weights {precision.weights}, kv_cache {precision.kv_cache}: the engine runs {engine_dtype} "
+                f"weights and KV cache only; set dtype_bytes: {dtype_bytes} in its place (`servesim run` prices other "
+                "formats on the roofline)"))
+        return
+    if precision.dtype_bytes != dtype_bytes:
+        raise SpecError(source, "experiment.dtype_bytes", (
+            f"is {precision.dtype_bytes}, but the engine runs {engine_dtype} ({dtype_bytes} bytes); "
+            f"set dtype_bytes: {dtype_bytes}"))
 
 
 def load_validation(path: str | Path, overrides: list[str] | None = None) -> ValidationConfig:

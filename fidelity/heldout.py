@@ -43,7 +43,7 @@ def simulated_error(cfg, p, system, trace, profile, scale: float, warmup_s: floa
     """The held-out trace simulated with a served fit (times `scale`): its normalized latency, that
     latency's error, and its makespan (the last request's finish: what judges a point past saturation)."""
     pool = p.pools[system.name]
-    model = ProfileCostModel(profile, "served", system.block_size, cfg.experiment.dtype_bytes)
+    model = ProfileCostModel(profile, "served", system.block_size, cfg.experiment.precision.kv_bytes)
     model = model if scale == 1.0 else ScaledCostModel(model, scale)
     records = simulate(trace, p.spec, system, model, pool.num_gpu_blocks, pool.num_cpu_blocks)
     requests = records.requests_frame()

@@ -10,6 +10,7 @@ from calibrate.costmodel import CostModel
 from calibrate.hardware import HardwareSpec, available_hardware, load_hardware
 from calibrate.host_model import available_host_models, host_model_path
 from calibrate.memory import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool
+from calibrate.precision import Precision, precision_from_config
 from calibrate.registry import KINDS, PROFILE_KINDS, Clock, CostModelConfig, build_cost_model
 from calibrate.roofline import RooflineParams
 from engine.core.spec import ModelSpec
@@ -26,7 +27,8 @@ TOP_LEVEL_KEYS = {
     "model": "a shipped model's name (engine/specs/models) or a path",
     "hardware": "a shipped hardware name (calibrate/hardware_specs) or a path",
     "tensor_parallel": "GPUs per replica",
-    "dtype_bytes": "bytes per weight/KV element (2 = fp16)",
+    "dtype_bytes": "bytes per weight/KV element (2 = fp16); or precision",
+    "precision": "{weights, kv_cache}: their number formats (default fp16 and fp16)",
     "kv_cache_gib": "KV cache per GPU in GiB; null = the paper-era memory rule",
     "swap_space_gib": "CPU swap space per GPU in GiB",
     "cost_model": "roofline, a profile path, or a mapping",
@@ -59,7 +61,7 @@ class Experiment:
     model: ModelSpec
     hardware: HardwareSpec
     tensor_parallel: int
-    dtype_bytes: int
+    precision: Precision
     kv_cache_gib: float | None
     swap_space_gib: float
     cost_model: CostModelConfig
@@ -76,7 +78,7 @@ class Experiment:
     trace_events: bool = False  # each run's trace.json.gz too
 
     def kv_pool(self, system: SystemSpec) -> KVPool:
-        return kv_pool(self.model, self.hardware, self.tensor_parallel, self.dtype_bytes,
+        return kv_pool(self.model, self.hardware, self.tensor_parallel, self.precision,
                        system.block_size, self.kv_cache_gib, self.swap_space_gib)
 
 
@@ -99,8 +101,13 @@ def _flag(value: Any, source: str, key: str) -> bool:
     return value
 
 
-def _dtype_bytes(value: Any, source: str, key: str) -> int:
-    return choice(number(value, source, key, low=1, whole=True), source, key, DTYPE_BYTES)
+def _precision(raw: dict, source: str) -> Precision:
+    """`precision: {weights, kv_cache}`, or the legacy `dtype_bytes` (every byte count), not both."""
+    dtype_bytes = None
+    if "dtype_bytes" in raw:
+        key = "dtype_bytes"
+        dtype_bytes = choice(number(raw[key], source, key, low=1, whole=True), source, key, DTYPE_BYTES)
+    return precision_from_config(raw.get("precision"), dtype_bytes, source)
 
 
 def apply_overrides(raw: dict, overrides: list[str], source: str) -> dict:
@@ -226,7 +233,7 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
         model=_lookup(load_model_spec, raw["model"], source, "model", base_dir),
         hardware=_lookup(load_hardware, raw["hardware"], source, "hardware", base_dir),
         tensor_parallel=positive_int(raw.get("tensor_parallel", 1), source, "tensor_parallel"),
-        dtype_bytes=_dtype_bytes(raw.get("dtype_bytes", 2), source, "dtype_bytes"),
+        precision=_precision(raw, source),
         kv_cache_gib=optional(positive, raw.get("kv_cache_gib"), source, "kv_cache_gib"),
         swap_space_gib=non_negative(raw.get("swap_space_gib", 20), source, "swap_space_gib"),
         cost_model=_cost_model(raw.get("cost_model"), source, base_dir),
@@ -262,7 +269,7 @@ def check_cost_model(exp: Experiment) -> None:
 def clock_for(exp: Experiment, system: SystemSpec) -> CostModel:
     """The cost model one of the experiment's systems runs on (calibrate/registry.py): FasterTransformer ran its
     own dense attention kernel in the paper; vLLM and the Orca baselines the paged one."""
-    clock = Clock(exp.model, exp.hardware, exp.tensor_parallel, exp.dtype_bytes, system.block_size,
+    clock = Clock(exp.model, exp.hardware, exp.tensor_parallel, exp.precision, system.block_size,
                   paged=system.kind != "fastertransformer")
     return build_cost_model(exp.cost_model, clock, exp.source)
 
@@ -310,7 +317,7 @@ def check_fits(exp: Experiment) -> None:
     """The weights and the KV cache fit the GPUs, the pools fit the simulator's memory, and the KV pool
     holds at least one max-length request."""
     src, model, hw, tp = exp.source, exp.model, exp.hardware, exp.tensor_parallel
-    weights = model.weight_bytes(exp.dtype_bytes) / tp
+    weights = exp.precision.weight_memory_bytes(model) / tp
     if weights >= hw.memory_bytes:
         raise SpecError(src, "model", (
             f"{model.name} needs {weights / GIB:.1f} GiB of weights per GPU at tensor_parallel={tp}, "
@@ -332,8 +339,8 @@ def check_fits(exp: Experiment) -> None:
 
 def _check_pool_size(exp: Experiment, system: SystemSpec) -> None:
     """Counted in floats before the pool is built: a huge swap_space_gib would not even convert to blocks."""
-    per_block = block_bytes(exp.model, system.block_size, exp.tensor_parallel, exp.dtype_bytes)
-    gpu = max(kv_cache_bytes_by_rule(exp.model, exp.hardware, exp.tensor_parallel, exp.dtype_bytes), 0) \
+    per_block = block_bytes(exp.model, system.block_size, exp.tensor_parallel, exp.precision)
+    gpu = max(kv_cache_bytes_by_rule(exp.model, exp.hardware, exp.tensor_parallel, exp.precision), 0) \
         if exp.kv_cache_gib is None else exp.kv_cache_gib * GIB
     swap = exp.swap_space_gib * GIB
     blocks = exp.replicas * (gpu + swap) / per_block

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from calibrate.hardware import HardwareSpec
 from calibrate.registry import PROFILE_KINDS, profile_host_model
 from engine.core.system import SystemSpec
 from sim.experiment.config import Experiment
@@ -54,8 +55,10 @@ def file_hash(path: Path) -> str:
 
 
 def spec_values(exp: Experiment) -> dict[str, dict]:
-    """The specs a run loads, as values: an edit to a spec file that changes what it says changes these."""
-    specs = {"model": asdict(exp.model), "hardware": asdict(exp.hardware)}
+    """The specs a run loads, as values: an edit to a spec file that changes what it says changes these. A sheet's
+    FP8 rate counts only where the run's matmuls may read it (FP8 weights), so that every other run's digest
+    stays what it was before sheets gave one."""
+    specs = {"model": asdict(exp.model), "hardware": sheet_values(exp.hardware, exp.precision.reads_fp8_rate)}
     if exp.cost_model.kind == "transfer":
         specs.update(_transfer_specs(exp))
     return specs
@@ -71,8 +74,16 @@ def _transfer_specs(exp: Experiment) -> dict[str, dict]:
     specs = {"profile.model": asdict(load_model_spec(profile.model))}
     measured_on = exp.cost_model.measured_on or hardware_for_device(profile.device_name)
     if measured_on is not None:  # else the run itself stops with the error that says so
-        specs["cost_model.measured_on"] = asdict(load_hardware(measured_on))
+        specs["cost_model.measured_on"] = sheet_values(load_hardware(measured_on), False)  # measured at 16 bits
     return specs
+
+
+def sheet_values(hw: HardwareSpec, reads_fp8_rate: bool) -> dict:
+    """A hardware sheet's values, its FP8 rate among them only where the run may read it."""
+    values = asdict(hw)
+    if not reads_fp8_rate:
+        del values["peak_flops_fp8"]
+    return values
 
 
 def input_digest(exp: Experiment) -> dict:

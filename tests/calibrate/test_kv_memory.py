@@ -23,7 +23,7 @@ def test_opt13b_kv_is_800_kib_per_token(opt13b):
 
 
 def test_table1_opt13b_12_gib(opt13b):
-    pool = kv_pool(opt13b, load_hardware("a100-40gb"), tp=1, dtype_bytes=2, block_size=16,
+    pool = kv_pool(opt13b, load_hardware("a100-40gb"), tp=1, precision=2, block_size=16,
                    kv_cache_gib=12, swap_space_gib=0)
     assert 12 * GIB / opt13b.kv_bytes_per_token(2) == pytest.approx(15728.64)
     assert round(12 * GIB / opt13b.kv_bytes_per_token(2)) == 15729  # Table 1: 15.7K slots
@@ -44,7 +44,7 @@ def test_table1_opt175b_264_gib_over_8_gpus():
     opt175b = load_model_spec("opt-175b")
     assert opt175b.kv_bytes_per_token(2) == 4.5 * MIB
     assert int(264 * GIB / opt175b.kv_bytes_per_token(2)) == 60074
-    pool = kv_pool(opt175b, load_hardware("a100-80gb"), tp=8, dtype_bytes=2, block_size=16,
+    pool = kv_pool(opt175b, load_hardware("a100-80gb"), tp=8, precision=2, block_size=16,
                    kv_cache_gib=264 / 8, swap_space_gib=0)
     assert pool.block_bytes == 16 * 4.5 * MIB / 8
     assert pool.num_gpu_blocks == 3754 == (264 * GIB) // (16 * opt175b.kv_bytes_per_token(2))
@@ -52,7 +52,7 @@ def test_table1_opt175b_264_gib_over_8_gpus():
 
 def test_table1_opt66b_21_gib_over_4_gpus():
     opt66b = load_model_spec("opt-66b")
-    pool = kv_pool(opt66b, load_hardware("a100-40gb"), tp=4, dtype_bytes=2, block_size=16,
+    pool = kv_pool(opt66b, load_hardware("a100-40gb"), tp=4, precision=2, block_size=16,
                    kv_cache_gib=21 / 4, swap_space_gib=0)
     assert pool.num_gpu_blocks == (21 * GIB) // (16 * opt66b.kv_bytes_per_token(2)) == 597  # 9,557 slots
 
@@ -71,7 +71,7 @@ def test_memory_rule_opt13b_on_a100_40gb(opt13b):
     assert 23.8 < weights / GIB < 24.0
     act = max_activation_bytes(opt13b, 2560, 1, 2)
     assert act == 2 * 50272 * 2560 * 2  # the logits term dominates: 2 x vocab per token
-    kv = kv_cache_bytes_by_rule(opt13b, hw, tp=1, dtype_bytes=2)
+    kv = kv_cache_bytes_by_rule(opt13b, hw, tp=1, precision=2)
     assert kv == int(0.95 * hw.memory_bytes - weights - act - GIB)
     assert kv / GIB == pytest.approx(12.2, abs=0.1)  # matches Table 1's 12 GB
     pool = kv_pool(opt13b, hw, 1, 2, 16, kv_cache_gib=None, swap_space_gib=0)

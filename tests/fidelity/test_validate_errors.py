@@ -2,8 +2,9 @@
 import pytest
 
 from calibrate.device import device_name as this_device
+from calibrate.precision import Precision
 from engine.specs.errors import SpecError
-from fidelity.config import load_validation
+from fidelity.config import check_engine_precision, load_validation
 from fidelity.validate import RealSide, validate
 from servesim.cli import main
 from tests.helpers.validate_tiny import TINY_VALIDATION, profile_text
@@ -78,6 +79,8 @@ def test_pool_smaller_than_one_reservation_is_refused(tiny_validation, no_engine
     (("torch_threads: 1", "torch_thread: 1"), "validation.torch_thread"),
     (("seeds: [0]", "seeds: [0, 1]"), "experiment.seeds"),
     (("dtype_bytes: 4", "dtype_bytes: 2"), "experiment.dtype_bytes"),
+    (("dtype_bytes: 4", "precision: {kv_cache: fp8}"), "experiment.precision"),
+    (("dtype_bytes: 4", "precision: {weights: fp16}"), "experiment.precision"),
     (("rates: [4, 12]", "rate: [4, 12]"), "experiment.rate"),
     (("name: tiny", "nam: tiny"), "nam"),
     (("torch_threads: 1", "torch_threads: 1\n  speed_correction: yes please"), "validation.speed_correction"),
@@ -89,3 +92,12 @@ def test_bad_keys_name_the_key(tiny_validation, edit, key):
         load_validation(tiny_validation(TINY_VALIDATION.replace(*edit)))
     assert err.value.key == key
     assert "tiny.yaml" in str(err.value)
+
+
+@pytest.mark.parametrize("precision", [Precision(weights="fp8"), Precision(kv_cache="fp8"), Precision("int4", "fp8")])
+def test_the_engine_refuses_formats_it_does_not_run(precision):
+    with pytest.raises(SpecError) as err:
+        check_engine_precision(precision, "float16", "v.yaml")
+    assert err.value.key == "experiment.precision" and "float16" in err.value.message
+    assert "\n" not in str(err.value)
+    check_engine_precision(Precision("bf16", "bf16"), "bfloat16", "v.yaml")  # its own formats run
