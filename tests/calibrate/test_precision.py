@@ -104,6 +104,14 @@ def test_int4_weights_read_a_quarter_of_the_decoder_weights_and_a_16_bit_head():
     assert int4 - head_s == pytest.approx((fp16 - head_s) / 4, rel=1e-12)
 
 
+@pytest.mark.parametrize("tokens", [1, 7, 512])
+def test_a_mixtures_experts_are_read_at_the_weight_format_too(tokens):
+    mixtral = load_model_spec("mixtral-8x7b")
+    int4, fp16 = (RooflineCostModel(mixtral, H100, tp=2, precision=Precision(weights=w)) for w in ("int4", "fp16"))
+    head_s = mixtral.vocab_size * mixtral.hidden_size / 2 * 2 / (H100.hbm_bytes_per_s * PARAMS.bandwidth_efficiency)
+    assert int4.weights_time(tokens) - head_s == pytest.approx((fp16.weights_time(tokens) - head_s) / 4, rel=1e-12)
+
+
 @pytest.mark.parametrize("hw, rate", [(H100, H100.peak_flops_fp8), (A100, A100.peak_flops)])
 def test_fp8_weights_compute_w8a8_where_the_sheet_has_an_fp8_rate_else_at_the_16_bit_rate(hw, rate):
     batch = prefill([4096, 4096])  # compute-bound: 8192 tokens are past every sheet's ridge
