@@ -5,14 +5,16 @@ Weights: fp16, bf16 (2 bytes), fp8, int8 (1 byte), int4 (half a byte); the KV ca
 
 A quantized format covers the decoder layers' matmul weights (ModelSpec.layer_linear_params): the embedding, the
 LM head, the norms and the biases stay 16-bit, as vLLM's quantization methods replace only its linear layers
-(FP8, AWQ and GPTQ alike; the LM head is left unquantized unless a checkpoint asks otherwise). The group scales
+(FP8, AWQ and GPTQ alike; vLLM's FP8 docs: "all Linear modules (except for the final lm_head) have their weights
+quantized"; the LM head is left unquantized unless a checkpoint asks otherwise). The group scales
 of int4/int8 weight-only formats (AWQ, GPTQ: one 16-bit scale per group of 128 weights) are not counted.
 
 The matmul rate: FP8 weights on a GPU whose spec sheet gives a dense FP8 tensor rate (`peak_flops_fp8`) run
 W8A8, activations quantized to FP8 too, at that rate; everything else runs at the sheet's 16-bit rate
 (`peak_flops`): int8 and int4 weights are weight-only (dequantized to 16 bits before the multiply), and so are
-FP8 weights on a GPU without FP8 tensor cores (A100, A10, A40), where vLLM runs FP8 checkpoints weight-only
-(Marlin kernels). The LM head, and attention, compute at the 16-bit rate in every format.
+FP8 weights on a GPU without FP8 tensor cores (A100, A10, A40): vLLM's FP8 docs (docs.vllm.ai, features/
+quantization/fp8) give W8A8 on Ada, Hopper and Blackwell, and "weight-only W8A16, utilizing FP8 Marlin" on
+Turing and Ampere (vllm-project/vllm PR #5975). The LM head, and attention, compute at the 16-bit rate in every format.
 
 The legacy experiment key `dtype_bytes` is kept as it was: every byte count (weights, KV and activations alike)
 that many, every matmul at the 16-bit rate (`Precision.uniform`).
