@@ -103,3 +103,11 @@ def test_mixtral_on_the_shipped_h100_fit_says_how_it_is_priced():
     cost = transferred_roofline(PROFILES / "a100-80gb.yaml", None, MIXTRAL, H100, TP, 2, 16)
     assert "8 experts, 2 a token" in cost.source and "h100-sxm's own fit" in cost.source
     assert cost.breakdown(BatchShape((), (100,))).device["other_kernels"] > 0
+
+
+def test_a_whole_iteration_profiles_efficiencies_price_mixtral_as_the_roofline_does():
+    cost = transferred_roofline(PROFILES / "h200-opt-13b.yaml", None, MIXTRAL, H100, TP, 2, 16)
+    assert "at efficiencies from h200-opt-13b.yaml" in cost.source
+    assert cost.weights_time(1) < cost.weights_time(4) < cost.weights_time(64)
+    roofline = RooflineCostModel(MIXTRAL, H100, tp=TP, params=cost.params)
+    assert cost.weights_time(3) == roofline.weights_time(3)
