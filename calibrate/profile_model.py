@@ -234,10 +234,6 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
     from calibrate.hardware import load_hardware
     from calibrate.roofline import RooflineCostModel
 
-    if model.is_moe:  # a measured fit's kernels and latencies are those of one dense MLP per layer
-        raise SpecError(str(path), "model", (
-            f"{model.name} is a mixture of experts, which a profile's measured efficiencies do not price; use "
-            f"cost_model: roofline"))
     profile = load_profile(path)
     if profile.device != "cuda":
         raise SpecError(str(path), "device", (
@@ -323,8 +319,10 @@ def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpe
         kernel = (f"paged ({RooflineParams().block_read_overhead_tokens:g} tokens' K/V a block read)" if paged
                   else "dense")
         attention = f"attention at the roofline's defaults, {kernel}"
+    experts = (f"; {model.num_experts} experts, {model.experts_per_token} a token, each the measured dense MLP of its "
+               f"shape over its routed tokens, routing uniform" if model.is_moe else "")
     cost.source = (f"roofline({hardware.name}, tp={tp}) with the linear part measured in {name} "
                    f"(on {profile.device_name}: compute {fit.compute_efficiency:.2f}, bandwidth "
                    f"{fit.bandwidth_efficiency:.2f}, ridge {fit.ridge_efficiency:.2f}, held-out error "
-                   f"{profile.heldout_mape:.1%}{comm}; {attention}{in_series})")
+                   f"{profile.heldout_mape:.1%}{comm}; {attention}{in_series}{experts})")
     return cost

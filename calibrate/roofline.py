@@ -71,6 +71,7 @@ from calibrate.costmodel import (
     stretch_block_sums,
     stretch_context_sums,
 )
+from calibrate.expert_ops import expert_kernels
 from calibrate.expert_routing import expected_experts_read
 from calibrate.hardware import HardwareSpec
 from calibrate.host import host_parts, host_time
@@ -180,6 +181,7 @@ class RooflineCostModel(CostModel):
         # byte counts are powers of two, and scaling by one is exact
         self._s_weights = (linear_params * weight_bytes + head_params * dtype_bytes) / matmul_bandwidth
         self._s_per_expert_read = 0.0  # all layers' weights of one expert, for a mixture of experts
+        self._s_per_expert_kernels = 0.0  # all layers' measured latencies of one expert run
         if model.is_moe:  # the weights read every iteration are those of attention, router and head alone
             resident_params = layers * (model.layer_attention_params() + model.gate_params()) / tp
             self._s_weights = (resident_params * weight_bytes + head_params * dtype_bytes) / matmul_bandwidth
@@ -256,9 +258,14 @@ class RooflineCostModel(CostModel):
         return known
 
     def _kernel_terms(self, dtype_bytes: int) -> tuple[float, float]:
-        """(seconds every iteration, seconds per token) of the measured kernels beyond the roofline's."""
+        """(seconds every iteration, seconds per token) of the measured kernels beyond the roofline's; a mixture
+        of experts' latencies per expert run are kept apart (calibrate/expert_ops.py)."""
         if self.linear is None:
             return 0.0, 0.0
+        if self.model.is_moe:
+            kernels = expert_kernels(self.model, self.linear, self.hw, self.tp, dtype_bytes)
+            self._s_per_expert_kernels = kernels.per_expert_s
+            return kernels.fixed_s, kernels.per_token_s
         shape, layers = LayerShape.of(self.model), self.model.num_layers
         fixed = (GEMMS_PER_LAYER * layers + 1) * self.linear.gemm_latency_s  # + 1: the LM head
         per_token = 0.0
@@ -305,7 +312,7 @@ class RooflineCostModel(CostModel):
             host["per_iteration_s"], host["per_sequence_s"], host["per_prefill_token_s"],
             self.attention is not None, *self._fitted_terms, *self._wave_terms(),
             num_experts=self.model.num_experts, experts_per_token=self.model.experts_per_token,
-            s_per_expert_read=self._s_per_expert_read)
+            s_per_expert_read=self._s_per_expert_read, s_per_expert_kernels=self._s_per_expert_kernels)
 
     def _wave_terms(self) -> tuple:
         """RooflineTerms' decode-wave arguments: none where decode attention is not the waves'."""
@@ -393,8 +400,17 @@ class RooflineCostModel(CostModel):
             ("linear", matmuls), ("attention", attention), ("all_reduce", self._comm_time(tokens)),
             ("block_copies", batch.num_copy_blocks * self._s_per_copied_block), ("overhead", self.params.overhead_s)]
         if self.linear is not None:
-            parts.append(("other_kernels", self._s_kernels_fixed + tokens * self._s_per_token_kernels))
+            parts.append(("other_kernels", self.kernels_time(tokens)))
         return parts
+
+    def kernels_time(self, tokens: int) -> float:
+        """Seconds of the measured kernels beyond the matmul term: latencies and elementwise bytes, a mixture of
+        experts' expert latencies for the distinct experts its tokens are expected to be routed to."""
+        if self._s_per_expert_kernels:
+            model = self.model
+            experts = expected_experts_read(model.num_experts, model.experts_per_token, tokens)
+            return self._s_kernels_fixed + experts * self._s_per_expert_kernels + tokens * self._s_per_token_kernels
+        return self._s_kernels_fixed + tokens * self._s_per_token_kernels
 
     def weights_time(self, tokens: int) -> float:
         """Seconds to read the weights an iteration of `tokens` tokens uses: all of a dense model's; of a mixture

@@ -28,7 +28,7 @@ class RooflineTerms:
                  wave_launch: Callable[[int], tuple[int, int, float]] | None = None, wave_heads: int = 0,
                  wave_tile: int = 0, wave_sm_count: int = 0, wave_blocks_per_sm: int = 0,
                  wave_floors: Sequence[float] = (), s_per_head_token: float = 0.0, num_experts: int = 1,
-                 experts_per_token: int = 1, s_per_expert_read: float = 0.0):
+                 experts_per_token: int = 1, s_per_expert_read: float = 0.0, s_per_expert_kernels: float = 0.0):
         """The tensor-parallel all-reduces: comm_time(tokens), their measured seconds; else (None) the ring
         formula's tokens * s_per_token_comm + s_comm_fixed (0 on one GPU). `fitted`: attention as a measured
         fit prices it (calibrate/attention_fit.py): the decodes' context at s_per_context_token plus
@@ -37,7 +37,8 @@ class RooflineTerms:
         `wave_launch`: decode attention in waves (calibrate/attention_waves.py) instead, its launch per batch size
         (splits, tiles per split, latencies) and the grid's numbers beside it. `num_experts` > 1: a mixture of
         experts, whose weights read add s_per_expert_read per distinct expert the batch is expected to route to
-        (calibrate/expert_routing.py's formula, written out here as RooflineCostModel.weights_time computes it)."""
+        (calibrate/expert_routing.py's formula, written out here as RooflineCostModel.weights_time computes it), and
+        with measured kernels s_per_expert_kernels of their latencies per such expert (calibrate/expert_ops.py)."""
         self.s_per_token_linear = s_per_token_linear
         self.s_per_logit_row = s_per_logit_row
         self.s_weights = s_weights
@@ -75,6 +76,19 @@ class RooflineTerms:
         self.num_experts = num_experts
         self.experts_per_token = experts_per_token
         self.s_per_expert_read = s_per_expert_read
+        self.s_per_expert_kernels = s_per_expert_kernels
+
+    def expected_experts(self, tokens: int) -> float:
+        """The distinct experts a layer is expected to run for `tokens` tokens (expected_experts_read's float)."""
+        unread = (1.0 - self.experts_per_token / self.num_experts) ** float(tokens)
+        return self.num_experts * (1.0 - unread)
+
+    def kernel_time(self, tokens: int) -> float:
+        """The measured kernels beyond the matmul term (RooflineCostModel.kernels_time's float)."""
+        if self.s_per_expert_kernels:
+            fixed = self.s_kernels_fixed + self.expected_experts(tokens) * self.s_per_expert_kernels
+            return fixed + tokens * self.s_per_token_kernels
+        return self.s_kernels_fixed + tokens * self.s_per_token_kernels
 
     def matmul_time(self, tokens: int, num_seqs: int) -> float:
         """The linear layers and the LM head: their compute and their weights' reads under one bent roof
@@ -82,8 +96,7 @@ class RooflineTerms:
         compute = tokens * self.s_per_token_linear + num_seqs * self.s_per_logit_row
         weights = self.s_weights
         if self.num_experts > 1:
-            unread = (1.0 - self.experts_per_token / self.num_experts) ** float(tokens)
-            weights = weights + self.num_experts * (1.0 - unread) * self.s_per_expert_read
+            weights = weights + self.expected_experts(tokens) * self.s_per_expert_read
         if compute > weights:
             big, small = compute, weights
         else:
@@ -125,7 +138,7 @@ class RooflineTerms:
         if self.overhead_s:
             t = t + self.overhead_s
         if self.kernels:
-            t += self.s_kernels_fixed + tokens * self.s_per_token_kernels
+            t += self.kernel_time(tokens)
         if self.charge_host:
             t += self.host_time(num_seqs, batch.num_prefill_tokens)
         return t
@@ -175,7 +188,7 @@ class RooflineTerms:
         comm = self.comm(tokens) if self.has_comm else 0.0
         copies = num_copy_blocks * self.s_per_copied_block
         overhead = self.overhead_s
-        kernels = self.s_kernels_fixed + tokens * self.s_per_token_kernels if self.kernels else 0.0
+        kernels = self.kernel_time(tokens) if self.kernels else 0.0
         host = self.host_time(num_seqs, batch.num_prefill_tokens) if self.charge_host else 0.0
         s_context, s_block, s_prompt_sq = self.s_per_context_token, self.s_per_decode_block, self.s_per_prompt_sq
         fitted = self.fitted

@@ -39,6 +39,8 @@ ROOFLINES = {  # every switch of the inlined expression: ridge bend, overhead, r
     "roofline, mixture of experts, tp 2": RooflineCostModel(MIXTRAL, H100, tp=2),
     "roofline, mixture of experts bent, measured attention": RooflineCostModel(
         MIXTRAL, H100, params=RooflineParams(ridge_efficiency=0.8), attention=MEASURED),
+    "transferred, mixture of experts, tp 2": transferred_roofline(PROFILES / "a100-80gb.yaml", None, MIXTRAL, H100,
+                                                                 2, 2, 16),
     "roofline": RooflineCostModel(OPT13B, A100),
     "roofline dense": RooflineCostModel(OPT13B, A100, paged=False, block_size=32),
     "roofline bent, overhead, tp 2": RooflineCostModel(OPT13B, A100, tp=2, params=RooflineParams(

@@ -7,13 +7,11 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from cost_model_cases import H100, MIXTRAL, PROFILES
+from cost_model_cases import H100, MIXTRAL
 
 from calibrate.expert_routing import expected_experts_read
-from calibrate.profile_model import transferred_roofline
 from calibrate.roofline import RooflineCostModel
 from engine.core.batch import BatchShape
-from engine.specs.errors import SpecError
 
 
 def routed_experts(rng: np.random.Generator, num_experts: int, k: int, tokens: int, trials: int) -> np.ndarray:
@@ -78,11 +76,3 @@ def test_compute_is_the_active_parameters_twice_per_token():
 def test_a_dense_model_reads_all_its_weights_at_any_batch():
     cost = RooflineCostModel(replace(MIXTRAL, num_experts=1, experts_per_token=1), H100)
     assert cost.weights_time(1) == cost.weights_time(4096)
-
-
-def test_a_measured_profile_refuses_a_mixture_of_experts_naming_the_roofline():
-    with pytest.raises(SpecError) as err:
-        transferred_roofline(PROFILES / "a100-80gb-linear.yaml", None, MIXTRAL, H100, 2, 2, 16)
-    message = str(err.value)
-    assert "model:" in message and "mixture of experts" in message and "cost_model: roofline" in message
-    assert "\n" not in message
