@@ -412,13 +412,14 @@ def check_prefix_room(workload: WorkloadConfig, max_seq_len: int, source: str, k
     tokens for each drawn prompt and output: some of the dataset's pairs must fit there (a conversation
     dataset has no prefix: WorkloadConfig refuses it)."""
     prefix = workload.prefix_tokens if prefix is None else prefix
-    lengths = load_lengths(workload.dataset)
+    lengths = load_lengths(workload.dataset, workload.length_filter)
     longest = longest_prefix(lengths, max_seq_len)
     if prefix > longest:
+        where = data_path(workload.dataset, workload.length_filter)
         raise SpecError(source, key, (
             f"a prefix of {prefix} tokens leaves {max_seq_len - prefix} of "
             f"max_seq_len {max_seq_len} for a prompt and an output, and (almost) no pair of {workload.dataset} "
-            f"({data_path(workload.dataset)}) is that short; must be at most {max(longest, 0)}"))
+            f"({where}) is that short; must be at most {max(longest, 0)}"))
 
 
 def read_config(path: str | Path, overrides: list[str] | None = None) -> object:
