@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 
 from engine.specs.errors import SpecError
+from servesim.cli import main
 from sim.experiment.config import load_experiment
 from sim.workload.config import WorkloadConfig, build_trace
 from sim.workload.lengths import load_lengths
 from sim.workload.paths import SHAREGPT_CSV, SHAREGPT_UNCUT_CSV
+from sim.workload.recorded import read_recorded_trace
 from sim.workload.sharegpt import build_sharegpt_csv
 from tests.helpers.sharegpt_json import conversation, turn, words
 
@@ -122,3 +124,13 @@ def test_a_replay_sets_the_filter_aside_with_the_dataset(tmp_path):
     trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,5000,10\n1,10,10\n")
     cfg = WorkloadConfig.from_dict({"trace": str(trace), "length_filter": "model"}, "exp.yaml")
     assert len(build_trace(cfg, None, LLAMA31_POSITIONS, np.random.default_rng(0))) == 2
+
+
+def test_trace_sample_takes_the_filter(tmp_path):
+    out = tmp_path / "t.csv"
+    args = ["trace", "sample", "--dataset", "sharegpt", "--rate", "20", "--duration-s", "600",
+            "--max-seq-len", str(LLAMA31_POSITIONS), "--out", str(out)]
+    assert main([*args, "--length-filter", "model"]) == 0
+    assert read_recorded_trace(out).prompt_len.max() > 1024
+    assert main(args) == 0
+    assert read_recorded_trace(out).prompt_len.max() <= 1024
