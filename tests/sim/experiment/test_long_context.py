@@ -54,3 +54,11 @@ def test_the_one_iteration_policies_run_with_a_cap_that_holds_the_model():
                                     "max_num_batched_tokens: null}]"])
     summary, _ = served(exp)
     assert summary["num_unfinished"] == 0 and summary["num_ignored"] == 0
+
+
+def test_a_request_past_the_models_positions_is_still_dropped_by_the_generator(tmp_path):
+    lengths = tmp_path / "mixed.csv"
+    lengths.write_text("prompt_len,output_len\n131000,72\n32768,8\n")   # 131,072 in all: not under the max
+    exp = load_experiment(EXAMPLE, [*TINY, f"workload.dataset={lengths}", "rates=[0.5]"])
+    summary, requests = served(exp)
+    assert set(requests["prompt_len"].tolist()) == {32768} and summary["num_ignored"] == 0
