@@ -37,6 +37,8 @@ SHIPPED = [
     "calibrate/host_models/servesim-cpu-engine.yaml",
     "sim/workload/data/sharegpt_opt.csv",
     "sim/workload/data/sharegpt_opt_chatbot.csv",
+    "sim/workload/data/sharegpt_opt_uncut.csv",  # workload.length_filter: model
+    "sim/workload/data/arxiv_summarization_llama2.csv",  # with Vidur's licence in its header
 ]
 CONFIG = """\
 name: wheel

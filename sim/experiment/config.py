@@ -287,7 +287,9 @@ def check_parallelism(exp: Experiment) -> None:
 
 def check_batching(exp: Experiment) -> None:
     """vLLM prefills a prompt in one iteration, so its token cap must hold the longest one (the paper-era
-    engine refused a smaller cap), and every system must be able to batch one request's n samples."""
+    engine refused a smaller cap): else the mixed scheduler would leave a longer prompt waiting for good and the
+    separate one ignore it, so the config is refused here, naming chunked prefill, which splits a prompt. And
+    every system must be able to batch one request's n samples."""
     model = exp.model
     for i, system in enumerate(exp.systems):
         cap = system.max_num_batched_tokens
@@ -296,7 +298,9 @@ def check_batching(exp: Experiment) -> None:
                 and cap < model.max_seq_len:
             raise SpecError(exp.source, f"systems[{i}].max_num_batched_tokens", (
                 f"{cap} tokens per iteration cannot prefill a {model.max_seq_len}-token prompt ({model.name}'s "
-                f"max_seq_len); give at least {model.max_seq_len}, or null for no cap"))
+                f"max_seq_len) under prefill_policy {system.prefill_policy}, which prefills a prompt in one "
+                f"iteration; give at least {model.max_seq_len}, null for no cap, or prefill_policy: chunked, "
+                "which splits a prompt over iterations"))
         if exp.workload.n is not None and exp.workload.n > seqs_per_batch(system):
             raise SpecError(exp.source, "workload.n", (
                 f"{exp.workload.n} samples per request can never run together: {system.name} batches at most "
@@ -419,13 +423,14 @@ def check_prefix_room(workload: WorkloadConfig, max_seq_len: int, source: str, k
     tokens for each drawn prompt and output: some of the dataset's pairs must fit there (a conversation
     dataset has no prefix: WorkloadConfig refuses it)."""
     prefix = workload.prefix_tokens if prefix is None else prefix
-    lengths = load_lengths(workload.dataset)
+    lengths = load_lengths(workload.dataset, workload.length_filter)
     longest = longest_prefix(lengths, max_seq_len)
     if prefix > longest:
+        where = data_path(workload.dataset, workload.length_filter)
         raise SpecError(source, key, (
             f"a prefix of {prefix} tokens leaves {max_seq_len - prefix} of "
             f"max_seq_len {max_seq_len} for a prompt and an output, and (almost) no pair of {workload.dataset} "
-            f"({data_path(workload.dataset)}) is that short; must be at most {max(longest, 0)}"))
+            f"({where}) is that short; must be at most {max(longest, 0)}"))
 
 
 def read_config(path: str | Path, overrides: list[str] | None = None) -> object:

@@ -17,7 +17,8 @@ from calibrate.hardware import HardwareSpec
 from calibrate.registry import PROFILE_KINDS, profile_host_model
 from engine.core.system import SystemSpec
 from sim.experiment.config import Experiment
-from sim.workload.paths import CHATBOT_CSV, SHAREGPT_CSV
+from sim.workload.lengths import shipped_file
+from sim.workload.paths import CHATBOT_CSV
 
 # keys that choose which runs a sweep has, not what any one run computes
 SWEEP_KEYS = ("name", "systems", "rates", "seeds")
@@ -29,8 +30,8 @@ def data_files(exp: Experiment) -> dict[str, Path]:
     workload = exp.workload
     if workload.is_replay:
         files["workload.trace"] = Path(workload.trace)
-    elif workload.dataset == "sharegpt":
-        files["workload.dataset"] = SHAREGPT_CSV
+    elif shipped_file(workload.dataset, workload.length_filter) is not None:
+        files["workload.dataset"] = shipped_file(workload.dataset, workload.length_filter)
     elif workload.dataset == "chatbot":
         files["workload.dataset"] = CHATBOT_CSV
     elif Path(workload.dataset).is_file():  # a stand-in is drawn in code and reads no file

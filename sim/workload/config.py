@@ -1,9 +1,12 @@
 """The `workload:` section of an experiment YAML, validated, and the Trace it builds.
 
     workload:
-      dataset: sharegpt      # sharegpt | sharegpt-fig11-standin | sharegpt-standin | alpaca-standin | lengths CSV
-                             # | alpaca_data.json
+      dataset: sharegpt      # sharegpt | arxiv-summarization | sharegpt-fig11-standin | sharegpt-standin
+                             # | alpaca-standin | wmt16-en-de-standin | lengths CSV | alpaca_data.json
                              # | chatbot | a conversation CSV (rounds of conversations: chatbot.py)
+      length_filter: paper   # paper: sharegpt as cut when built (prompt <= 1024, prompt + output < 2048)
+                             # | model: its uncut build, so the model's max_seq_len alone decides (the
+                             # other datasets are cut by the model alone either way)
       arrival: poisson       # poisson (10 ms quanta) | exponential | gamma | constant
       cv: 1.0                # gamma only: coefficient of variation of the gaps
       duration_s: 3600
@@ -38,7 +41,7 @@ from sim.core.beams import DEFAULT_BEAM_CONTINUE
 from .arrivals import ARRIVALS
 from .chatbot import DEFAULT_NEW_CONVERSATION_PROB, chatbot_label, chatbot_requests
 from .conversations import CONVERSATION_NAMES, is_conversation_dataset, load_conversations
-from .lengths import DATASET_NAMES, load_lengths
+from .lengths import DATASET_NAMES, LENGTH_FILTERS, PAPER_CUT_ONLY, load_lengths
 from .paths import resolve_data_path
 from .recorded import Replay, load_recorded
 from .tokens import system_prompt_segments
@@ -86,6 +89,7 @@ def _system_prompt(raw, source: str, values: dict) -> SystemPrompt | None:
 @dataclass(frozen=True)
 class WorkloadConfig:
     dataset: str = "sharegpt"        # a dataset name, or an absolute path once resolved
+    length_filter: str = "paper"     # which build of sharegpt is read (lengths.LENGTH_FILTERS)
     arrival: str = "poisson"
     cv: float = 1.0
     duration_s: float = 3600.0
@@ -137,6 +141,7 @@ class WorkloadConfig:
         if values["trace"] is None:
             values["dataset"] = _dataset(raw.get("dataset", cls.dataset), source, base_dir)
         values.update(_chatbot_options(raw, source, values.get("dataset")))
+        values.update(_length_filter(raw, source, values.get("dataset")))
         values["system_prompt"] = _system_prompt(raw.get("system_prompt"), source, values)
         if values["prefix_tokens"] and values.get("dataset") is not None and _is_conversations(values["dataset"]):
             raise SpecError(source, f"{SECTION}.prefix_tokens", "applies to a length dataset, not to a conversation "
@@ -168,7 +173,7 @@ def build_trace(cfg: WorkloadConfig, rate: float | None, max_seq_len: int,
         prompt, output, segments = chat.prompt_len, chat.output_len, chat.segments
         source = chatbot_label(conversations.source, cfg.new_conversation_prob, chat.cuts)
     else:
-        lengths = load_lengths(cfg.dataset)
+        lengths = load_lengths(cfg.dataset, cfg.length_filter)
         # the prefix goes before each drawn prompt, and a request must fit with it (prefix + input + output)
         system = cfg.system_prompt.tokens if cfg.system_prompt is not None else 0
         prompt, output = lengths.sample(len(arrival_s), max_seq_len - cfg.prefix_tokens - system, rng)
@@ -330,11 +335,26 @@ def _chatbot_options(raw: dict, source: str, dataset: str | None) -> dict:
     return {key: number(raw[key], source, f"{SECTION}.{key}", low=0, high=1)}
 
 
+def _length_filter(raw: dict, source: str, dataset: str | None) -> dict:
+    """length_filter: which build of sharegpt is read (every other dataset is kept by the model's max_seq_len
+    under either); a replay (dataset None) sets the dataset aside, and with it the choice of its build."""
+    key = "length_filter"
+    if raw.get(key) is None:
+        return {}
+    value = choice(raw[key], source, f"{SECTION}.{key}", list(LENGTH_FILTERS))
+    if dataset in PAPER_CUT_ONLY and value != "paper":
+        raise SpecError(source, f"{SECTION}.{key}", (
+            f"{dataset} is matched to Fig. 11's means on the pairs of the paper's cut, so it has no uncut "
+            f"form; use length_filter: paper, or dataset: sharegpt with length_filter: {value}"))
+    return {key: value}
+
+
 def _check_modes(raw: dict, source: str, values: dict) -> None:
     """A key that only applies in one mode refuses to be set without it (the replay keys, prefix_tokens and
     new_conversation_prob check their own), so a setting is never silently ignored. The one documented
-    exception: workload.trace replaces a generated workload, whose dataset, arrival, cv, duration_s and
-    new_conversation_prob then stand aside (so `--set workload.trace=PATH` replays a trace through any config);
+    exception: workload.trace replaces a generated workload, whose dataset, length_filter, arrival, cv,
+    duration_s and new_conversation_prob then stand aside (so `--set workload.trace=PATH` replays a trace
+    through any config);
     prefix_tokens and system_prompt still go before every prompt, replayed ones too."""
     if values["trace"] is None and raw.get("cv") is not None and values["arrival"] != "gamma":
         raise SpecError(source, f"{SECTION}.cv", f"applies only to gamma arrivals (workload.arrival: gamma), "

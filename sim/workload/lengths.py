@@ -1,11 +1,15 @@
 """Where (prompt_len, output_len) pairs come from, and how a trace draws from them.
 
-A dataset is a name (`sharegpt`, `sharegpt-fig11-standin`, `sharegpt-standin`, `alpaca-standin`,
-`wmt16-en-de-standin`) or a file: a CSV of
+A dataset is a name (`sharegpt`, `arxiv-summarization`, `sharegpt-fig11-standin`, `sharegpt-standin`,
+`alpaca-standin`, `wmt16-en-de-standin`) or a file: a CSV of
 `prompt_len,output_len` (leading `#` lines allowed; a trace CSV's length columns also work) or an
 Alpaca `alpaca_data.json`. Drawing follows the authors' generator (paper-facts A,
 benchmark/trace.py): keep pairs with prompt + output < max_seq_len, repeat the kept list
 cyclically to cover the requests needed, cut, and shuffle with the run's rng.
+
+`sharegpt` was also cut when it was built, by the paper's 2,048 tokens (LENGTH_FILTERS): under
+`workload.length_filter: model` it is read from the uncut build instead, so the model's max_seq_len
+alone decides which pairs it keeps.
 """
 from __future__ import annotations
 
@@ -17,7 +21,8 @@ import numpy as np
 
 from engine.specs.errors import SpecError
 
-from .paths import SHAREGPT_CSV
+from .arxiv import ARXIV_SUMMARIZATION
+from .paths import ARXIV_CSV, SHAREGPT_CSV, SHAREGPT_UNCUT_CSV
 from .standin import SHAREGPT_FIG11_SCALE, SHAREGPT_FIG11_STANDIN, STAND_INS, StandIn, scale_pairs
 from .table import find_columns, numeric_column, read_table
 from .trace import STAND_IN
@@ -28,7 +33,13 @@ LENGTH_FORMS = {
     "trace": ("num_prefill_tokens", "num_decode_tokens"),
     "azure": ("ContextTokens", "GeneratedTokens"),
 }
-DATASET_NAMES = ("sharegpt", SHAREGPT_FIG11_STANDIN, *STAND_INS, *TRANSLATION_STAND_INS)
+DATASET_NAMES = ("sharegpt", ARXIV_SUMMARIZATION, SHAREGPT_FIG11_STANDIN, *STAND_INS, *TRANSLATION_STAND_INS)
+# workload.length_filter: `paper` reads sharegpt as cut when built (prompt <= 1024, prompt + output < 2048,
+# the paper's and vLLM's benchmark filter); `model` reads its uncut build. Either way the generator then keeps
+# the pairs with prompt + output < the model's max_seq_len, which is all the other datasets ever had.
+LENGTH_FILTERS = ("paper", "model")
+# the fig11 stand-in's scale constants were solved on the pairs of the paper's cut: uncut, they would miss
+PAPER_CUT_ONLY = (SHAREGPT_FIG11_STANDIN,)
 
 
 class LengthSource(Protocol):
@@ -90,9 +101,18 @@ def longest_prefix(lengths: LengthSource, max_seq_len: int) -> int:
     return max_seq_len - shortest - 1
 
 
-def data_path(dataset: str | Path) -> str:
+def shipped_file(dataset: str | Path, length_filter: str = "paper") -> Path | None:
+    """The shipped file a dataset name reads, or None for a name drawn in code or a user's file."""
+    if str(dataset) == "sharegpt":
+        return SHAREGPT_UNCUT_CSV if length_filter == "model" else SHAREGPT_CSV
+    if str(dataset) == ARXIV_SUMMARIZATION:
+        return ARXIV_CSV
+    return None
+
+
+def data_path(dataset: str | Path, length_filter: str = "paper") -> str:
     """Where a dataset's file really is (the shipped ShareGPT file's label names where it was first kept)."""
-    return str(SHAREGPT_CSV) if str(dataset) == "sharegpt" else str(dataset)
+    return str(shipped_file(dataset, length_filter) or dataset)
 
 
 def read_lengths_csv(path: str | Path) -> LengthTable:
@@ -117,16 +137,26 @@ def read_alpaca_json(path: str | Path) -> LengthTable:
 _cache: dict[tuple, LengthTable] = {}
 
 
-def load_lengths(dataset: str | Path) -> LengthTable | StandIn | TranslationStandIn:
-    """A dataset by name, or by path (already resolved: see paths.resolve_data_path)."""
+def load_lengths(dataset: str | Path, length_filter: str = "paper") -> LengthTable | StandIn | TranslationStandIn:
+    """A dataset by name, or by path (already resolved: see paths.resolve_data_path); `length_filter` chooses
+    between sharegpt's builds (LENGTH_FILTERS), and changes no other dataset."""
     if str(dataset) in STAND_INS:
         return STAND_INS[str(dataset)]
     if str(dataset) in TRANSLATION_STAND_INS:
         return TRANSLATION_STAND_INS[str(dataset)]
+    if str(dataset) == "sharegpt" and length_filter == "model":
+        table = _shipped(SHAREGPT_UNCUT_CSV, "sharegpt-uncut")
+        return LengthTable(table.prompt_len, table.output_len, "sharegpt, uncut (sim/workload/data/"
+                           "sharegpt_opt_uncut.csv; kept by the model's max_seq_len, not the paper's 2,048)")
     if str(dataset) == "sharegpt":
         table = _shipped_sharegpt()
         # The label names the file as first shipped; results (results/reference) carry it, so it stays.
         return LengthTable(table.prompt_len, table.output_len, "sharegpt (traces/sharegpt_opt.csv)")
+    if str(dataset) == ARXIV_SUMMARIZATION:
+        table = _read_cached(ARXIV_CSV)
+        return LengthTable(table.prompt_len, table.output_len, f"{ARXIV_SUMMARIZATION} (Vidur's Arxiv-Summarization "
+                           "trace in Llama-2 tokens, each total at most 4,096: sim/workload/data/"
+                           "arxiv_summarization_llama2.csv)")
     if str(dataset) == SHAREGPT_FIG11_STANDIN:
         table = _shipped_sharegpt()
         prompt, output = scale_pairs(table.prompt_len, table.output_len)
@@ -137,10 +167,14 @@ def load_lengths(dataset: str | Path) -> LengthTable | StandIn | TranslationStan
 
 
 def _shipped_sharegpt() -> LengthTable:
-    if not SHAREGPT_CSV.is_file():
-        raise SpecError("workload", "dataset", f"{SHAREGPT_CSV} is missing; rebuild it with "
-                        "`servesim trace build sharegpt`, or use dataset: sharegpt-standin")
-    return _read_cached(SHAREGPT_CSV)
+    return _shipped(SHAREGPT_CSV, "sharegpt")
+
+
+def _shipped(path: Path, build: str) -> LengthTable:
+    if not path.is_file():
+        raise SpecError("workload", "dataset", f"{path} is missing; rebuild it with "
+                        f"`servesim trace build {build}`, or use dataset: sharegpt-standin")
+    return _read_cached(path)
 
 
 def _read_cached(path: Path) -> LengthTable:

@@ -9,6 +9,10 @@ from engine.specs.errors import SpecError
 # how to rebuild it: traces/README.md in the source tree.
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SHAREGPT_CSV = DATA_DIR / "sharegpt_opt.csv"
+# the same first exchanges without the paper's 2,048-token cut: a longer model keeps what it can hold
+SHAREGPT_UNCUT_CSV = DATA_DIR / "sharegpt_opt_uncut.csv"
+# Arxiv-Summarization request lengths in Llama-2 tokens, as Vidur (microsoft/vidur) ships them
+ARXIV_CSV = DATA_DIR / "arxiv_summarization_llama2.csv"
 # ShareGPT conversations as rounds of (query, response) lengths: the chatbot workload (paper Fig. 17)
 CHATBOT_CSV = DATA_DIR / "sharegpt_opt_chatbot.csv"
 

