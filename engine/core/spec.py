@@ -28,6 +28,11 @@ class ModelSpec:
     # hidden x num_experts matmul), and each token runs experts_per_token of them; 1 and 1 is a dense MLP
     num_experts: int = 1
     experts_per_token: int = 1
+    # RoPE's base: the angle of pair i is position / rope_theta ** (2i / rotary_dim). It moves no weight or KV
+    # byte, so the simulator never reads it; the engine's rotary does
+    rope_theta: float = 10000.0
+    # the share of each head's dimensions that rotate (phi-2: 0.4, the first 32 of 80); the rest pass through
+    partial_rotary_factor: float = 1.0
 
     @property
     def head_dim(self) -> int:
@@ -36,6 +41,11 @@ class ModelSpec:
     @property
     def kv_dim(self) -> int:
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def rotary_dim(self) -> int:
+        """Dimensions of each head that rotary turns (engine.specs.loader checks that this is a whole even number)."""
+        return round(self.head_dim * self.partial_rotary_factor)
 
     @property
     def is_gated_mlp(self) -> bool:

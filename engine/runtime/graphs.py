@@ -188,14 +188,19 @@ class DecodeGraphs:
         self.graphs[bucket] = self.capture(lambda: self.forward(bucket), self.pool)
 
 
-def resolve_cuda_graphs(requested: bool | None, device: torch.device, backend: str) -> tuple[bool, str]:
+def resolve_cuda_graphs(requested: bool | None, device: torch.device, backend: str,
+                        moe: bool = False) -> tuple[bool, str]:
     """Whether decodes replay graphs here, and a line saying why (shown where the mode is reported).
-    `backend` is the resolved kernel backend (triton | torch). Asked for where they cannot run: a warning, eager."""
+    `backend` is the resolved kernel backend (triton | torch); `moe`: the model is a mixture of experts.
+    Asked for where they cannot run: a warning, eager."""
     if device.type != "cuda":
         on, why = False, f"eager: CUDA graphs need a CUDA device, the engine runs on {device.type}"
     elif backend != "triton":
         on, why = False, ("eager: the torch reference kernels read the device on the host (a sync), which a "
                           "CUDA graph cannot capture; graphs need the Triton kernels")
+    elif moe:
+        on, why = False, ("eager: a mixture of experts reads on the host how many tokens each expert gets (a sync), "
+                          "which a CUDA graph cannot capture")
     elif requested is False:
         on, why = False, "eager: engine.cuda_graphs is false"
     else:

@@ -1,10 +1,14 @@
-"""A decoder built from a ModelSpec: OPT and LLaMA in one readable file (gpt-fast style).
+"""A decoder built from a ModelSpec: OPT, LLaMA, Qwen2, phi-2 and Mixtral in one readable file (gpt-fast style).
 
 One forward runs a whole serving iteration. Its tokens are flattened into one batch:
 first every prefill's tokens back to back, then one token per decoding sequence.
 Prefill tokens attend causally to their own prompt; decode tokens attend to the paged
 KV cache through their block tables. Weights are seeded random: serving cost does not
 depend on their values, and nothing is downloaded.
+
+The families differ in a few places, each said where it is built: biases (OPT and phi-2 on every linear,
+Qwen2 on q, k and v only), phi-2's parallel block (attention and MLP read one LayerNorm) and its partial
+rotary, and Mixtral's experts (engine.runtime.moe).
 """
 from __future__ import annotations
 
@@ -16,12 +20,14 @@ from torch import nn
 
 from engine import kernels
 from engine.core.spec import ModelSpec
+from engine.runtime.mlp import MLP, has_linear_biases
+from engine.runtime.moe import SparseMoE
+from engine.runtime.rotary import apply_rotary, rotary_cos_sin
 from engine.specs.errors import SpecError
 
 OPT_POSITION_OFFSET = 2  # OPT's learned position table starts at index 2 (a fairseq legacy)
-ROPE_THETA = 10000.0
 INIT_STD = 0.02
-ENGINE_FAMILIES = ("opt", "llama")  # the decoder layouts built here; the simulator prices every shipped one
+ENGINE_FAMILIES = ("opt", "llama", "qwen2", "phi", "mixtral")  # the decoder layouts built here
 
 
 @dataclass
@@ -94,27 +100,6 @@ def make_norm(spec: ModelSpec) -> nn.Module:
     return nn.LayerNorm(spec.hidden_size, eps=1e-5)
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def rotary_cos_sin(positions: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin [T, 1, head_dim] of LLaMA's rotary angles; computed once per forward."""
-    inv_freq = 1.0 / ROPE_THETA ** (
-        torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
-    angles = positions.float()[:, None] * inv_freq[None, :]
-    angles = torch.cat((angles, angles), dim=-1)[:, None, :]
-    return angles.cos(), angles.sin()
-
-
-def apply_rotary(x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """The HF 'rotate half' layout on x [T, heads, head_dim], in fp32."""
-    cos, sin = cos_sin
-    x32 = x.float()
-    return (x32 * cos + rotate_half(x32) * sin).to(x.dtype)
-
-
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     """One sequence attending to itself: q [L, H, D], k/v [L, KVH, D] -> [L, H, D]."""
     group = q.shape[1] // k.shape[1]
@@ -174,9 +159,9 @@ def paged_attention(q, k, v, meta: AttentionMetadata, cache: LayerKVCache | None
 class Attention(nn.Module):
     def __init__(self, spec: ModelSpec):
         super().__init__()
-        bias = spec.family == "opt"
+        bias = has_linear_biases(spec)
         self.num_heads, self.num_kv_heads, self.head_dim = spec.num_heads, spec.num_kv_heads, spec.head_dim
-        self.wqkv = nn.Linear(spec.hidden_size, spec.hidden_size + 2 * spec.kv_dim, bias=bias)
+        self.wqkv = nn.Linear(spec.hidden_size, spec.hidden_size + 2 * spec.kv_dim, bias=bias or spec.qkv_bias)
         self.wo = nn.Linear(spec.hidden_size, spec.hidden_size, bias=bias)
         self.scale = self.head_dim ** -0.5
 
@@ -192,38 +177,37 @@ class Attention(nn.Module):
         return self.wo(out.reshape(-1, q_dim))
 
 
-class MLP(nn.Module):
-    """OPT: fc2(relu(fc1 x)) with biases. LLaMA: w2(silu(gate x) * up x), no biases."""
-
-    def __init__(self, spec: ModelSpec):
-        super().__init__()
-        self.gated = spec.is_gated_mlp
-        width = 2 * spec.ffn_dim if self.gated else spec.ffn_dim
-        bias = spec.family == "opt"
-        self.w_in = nn.Linear(spec.hidden_size, width, bias=bias)
-        self.w_out = nn.Linear(spec.ffn_dim, spec.hidden_size, bias=bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.w_in(x)
-        if self.gated:
-            gate, up = h.chunk(2, dim=-1)
-            return self.w_out(F.silu(gate) * up)
-        return self.w_out(F.relu(h))
+def make_mlp(spec: ModelSpec) -> nn.Module:
+    return SparseMoE(spec) if spec.is_moe else MLP(spec, bias=has_linear_biases(spec))
 
 
 class DecoderLayer(nn.Module):
-    """Pre-norm residual block (OPT-125m and up, and LLaMA)."""
+    """Pre-norm residual block, attention then MLP (OPT-125m and up, LLaMA, Qwen2, Mixtral)."""
 
     def __init__(self, spec: ModelSpec):
         super().__init__()
         self.attention_norm = make_norm(spec)
         self.attention = Attention(spec)
         self.mlp_norm = make_norm(spec)
-        self.mlp = MLP(spec)
+        self.mlp = make_mlp(spec)
 
     def forward(self, x, rotary, meta, cache):
         x = x + self.attention(self.attention_norm(x), rotary, meta, cache)
         return x + self.mlp(self.mlp_norm(x))
+
+
+class ParallelDecoderLayer(nn.Module):
+    """phi-2: attention and MLP side by side on one LayerNorm, x + attn(ln x) + mlp(ln x)."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.input_norm = make_norm(spec)
+        self.attention = Attention(spec)
+        self.mlp = make_mlp(spec)
+
+    def forward(self, x, rotary, meta, cache):
+        normed = self.input_norm(x)
+        return x + self.attention(normed, rotary, meta, cache) + self.mlp(normed)
 
 
 class Decoder(nn.Module):
@@ -233,10 +217,12 @@ class Decoder(nn.Module):
         self.embed_tokens = nn.Embedding(spec.vocab_size, spec.hidden_size)
         self.embed_positions = (nn.Embedding(spec.max_seq_len + OPT_POSITION_OFFSET, spec.hidden_size)
                                 if spec.position == "learned" else None)
-        self.layers = nn.ModuleList(DecoderLayer(spec) for _ in range(spec.num_layers))
+        layer = ParallelDecoderLayer if spec.family == "phi" else DecoderLayer
+        self.layers = nn.ModuleList(layer(spec) for _ in range(spec.num_layers))
         self.final_norm = make_norm(spec)
-        # OPT ties the LM head to the token embedding; LLaMA has its own
-        self.lm_head = None if spec.family == "opt" else nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
+        # OPT ties the LM head to the token embedding; the others have their own, phi-2's with a bias
+        self.lm_head = None if spec.family == "opt" else nn.Linear(spec.hidden_size, spec.vocab_size,
+                                                                    bias=spec.family == "phi")
 
     @property
     def device(self) -> torch.device:
@@ -254,21 +240,24 @@ class Decoder(nn.Module):
         if self.embed_positions is not None:
             x = x + self.embed_positions(positions + OPT_POSITION_OFFSET)
         else:
-            rotary = rotary_cos_sin(positions, self.spec.head_dim)
+            rotary = rotary_cos_sin(positions, self.spec.rotary_dim, self.spec.rope_theta)
         for i, layer in enumerate(self.layers):
             x = layer(x, rotary, meta, None if kv_caches is None else kv_caches[i])
         return self.final_norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return hidden @ weight.t()
+        if self.lm_head is None:
+            return hidden @ self.embed_tokens.weight.t()
+        logits = hidden @ self.lm_head.weight.t()
+        return logits if self.lm_head.bias is None else logits + self.lm_head.bias
 
 
 def build_decoder(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype, seed: int) -> Decoder:
-    """Seeded random weights, created directly on the device (no fp32 host copy of a 13B model)."""
-    if spec.family not in ENGINE_FAMILIES:  # a llama-shaped decoder would drop the family's biases silently
+    """Seeded random weights and biases, created directly on the device (no fp32 host copy of a 13B model).
+    Biases are drawn like weights: a zero bias would let a decoder that dropped one pass every check."""
+    if spec.family not in ENGINE_FAMILIES:  # a llama-shaped decoder would drop the family's own layers silently
         raise SpecError(spec.name, "family", f"the engine builds {list(ENGINE_FAMILIES)} decoders, not "
-                        f"{spec.family!r} (its layers differ); the simulator prices every shipped family")
+                        f"{spec.family!r}")
     device = torch.device(device)
     with torch.device("meta"):
         model = Decoder(spec)
@@ -278,8 +267,6 @@ def build_decoder(spec: ModelSpec, device: torch.device | str, dtype: torch.dtyp
         for name, param in model.named_parameters():
             if "norm" in name:  # identity norms: LayerNorm weight 1, bias 0
                 param.fill_(1.0 if name.endswith("weight") else 0.0)
-            elif name.endswith("bias"):
-                param.zero_()
             else:
                 param.normal_(0.0, INIT_STD, generator=generator)
     return model.eval().requires_grad_(False)

@@ -118,7 +118,7 @@ class ModelRunner:
         self.attention_backend = attention_backend
         if not isinstance(max_graph_batch, int) or max_graph_batch < 1:
             raise ValueError(f"max_graph_batch must be a positive integer, got {max_graph_batch!r}")
-        graphs_on, self.cuda_graphs_note = resolve_cuda_graphs(cuda_graphs, self.device, kernels)
+        graphs_on, self.cuda_graphs_note = resolve_cuda_graphs(cuda_graphs, self.device, kernels, moe=spec.is_moe)
         if model is None:
             model = build_decoder(spec, self.device, self.dtype, seed)
         check_model_placement(model, spec, self.device, self.dtype)

@@ -6,14 +6,14 @@ install (editable, wheel, or a plain checkout); nothing here depends on the call
 from __future__ import annotations
 
 import re
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, fields, replace
 from pathlib import Path
 
 import yaml
 
 from engine.core.spec import ModelSpec
 from engine.core.system import CHUNKED_TOKEN_BUDGET, PAPER_SYSTEMS, SystemSpec
-from engine.specs.checks import choice, positive_int
+from engine.specs.checks import choice, positive, positive_int, share
 from engine.specs.errors import SpecError
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
@@ -132,7 +132,7 @@ def model_spec_from_dict(raw: dict, source: str) -> ModelSpec:
         raise SpecError(source, missing[0], "missing required key")
     spec = ModelSpec(**values)
     _check_model(spec, source)
-    return spec
+    return _checked_rotary(spec, source)
 
 
 def _check_model(spec: ModelSpec, source: str) -> None:
@@ -149,6 +149,17 @@ def _check_model(spec: ModelSpec, source: str) -> None:
     if spec.experts_per_token > spec.num_experts:
         raise SpecError(source, "experts_per_token", f"{spec.experts_per_token} is more than num_experts "
                         f"{spec.num_experts}; a token runs 1 to num_experts of them")
+
+
+def _checked_rotary(spec: ModelSpec, source: str) -> ModelSpec:
+    """The rotary keys as floats (YAML reads `500000` as an int), or a SpecError naming the bad one."""
+    theta = positive(spec.rope_theta, source, "rope_theta")
+    factor = share(spec.partial_rotary_factor, source, "partial_rotary_factor")
+    dims = spec.head_dim * factor
+    if abs(dims - round(dims)) > 1e-9 or round(dims) % 2:
+        raise SpecError(source, "partial_rotary_factor", f"{factor:g} x head_dim {spec.head_dim} is {dims:g} "
+                        "dimensions; rotary turns pairs of them, so it must be a whole even number")
+    return replace(spec, rope_theta=theta, partial_rotary_factor=factor)
 
 
 # --- systems ----------------------------------------------------------------------------

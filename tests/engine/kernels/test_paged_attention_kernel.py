@@ -70,6 +70,7 @@ CASES = {
     "context_1": ([1, 1], 4, 2, 64, 16),
     "gqa_4_over_2_d128": ([20, 40], 4, 2, 128, 16),
     "gqa_8_over_1": ([9, 70], 8, 1, 64, 8),
+    "gqa_8_over_2": ([25, 3, 40], 8, 2, 64, 16),  # group 4 over several KV heads: head h reads KV head h // 4
     "multi_tile": ([150, 3], 2, 1, 64, 16),
     "head_dim_80": ([30, 7], 2, 2, 80, 16),
     "context_0_padding": ([0, 12], 2, 1, 64, 8),
@@ -217,6 +218,7 @@ SPLIT_CASES = {
     "one_partition": ([12, 16], 2, 2, 32, 8, 16),
     "partition_not_multiple_of_tile": ([45, 9], 2, 1, 32, 4, 24),
     "gqa_8_over_1_many_parts": ([130, 1], 8, 1, 32, 16, 16),
+    "gqa_8_over_2": ([50, 17], 8, 2, 32, 8, 16),
     "context_0_padding": ([0, 33], 2, 1, 32, 8, 16),
 }
 

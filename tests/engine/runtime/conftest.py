@@ -3,6 +3,10 @@
 The runtime tests run the kernels' torch references (attention_backend="torch"): tests/conftest.py
 turns on the Triton interpreter, which is far too slow for whole-model runs. One test in
 test_runtime_triton.py plugs the Triton kernels in.
+
+`spec` is one tiny decoder of every family the engine builds; `attention_spec` only the two whose attention
+differs (OPT's heads, LLaMA's grouped KV heads), for the tests that run the interpreted kernels: the other
+families' attention is LLaMA's.
 """
 import pytest
 
@@ -10,9 +14,16 @@ pytest.importorskip("torch")
 
 from engine.specs.loader import load_model_spec  # noqa: E402
 
+TINY_SPECS = ["opt-tiny", "llama-tiny", "qwen2-tiny", "phi-tiny", "mixtral-tiny"]
+
+
+@pytest.fixture(params=TINY_SPECS)
+def spec(request):
+    return load_model_spec(request.param)
+
 
 @pytest.fixture(params=["opt-tiny", "llama-tiny"])
-def spec(request):
+def attention_spec(request):
     return load_model_spec(request.param)
 
 

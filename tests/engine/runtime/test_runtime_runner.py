@@ -119,15 +119,3 @@ def test_sampling_parameters_are_checked(opt_tiny):
     batch = Batch(prefill_seq_ids=[0], prefill_lens=[2], prefill_sample_ids=[(0,)])
     with pytest.raises(ValueError, match="sampling must be one of"):
         runner.execute(batch, {0: [1, 2]}, {0: [0]}.__getitem__, sampling="beam")
-
-
-@pytest.mark.parametrize("name", ["qwen2.5-7b", "phi-2", "mixtral-8x7b"])
-def test_the_engine_refuses_a_family_whose_layers_it_does_not_build(name):
-    """Qwen2's QKV biases, phi's parallel layers with biases and Mixtral's experts are not the llama layout:
-    refused by name, never built llama-shaped (the simulator prices them)."""
-    from engine.runtime.model import build_decoder
-    from engine.specs.errors import SpecError
-    from engine.specs.loader import load_model_spec
-
-    with pytest.raises(SpecError, match="family.*the engine builds"):
-        build_decoder(load_model_spec(name), "cpu", torch.float32, 0)

@@ -15,19 +15,22 @@ from runtime_reference import StepRecorder  # noqa: E402
 
 from engine.core.system import SystemSpec  # noqa: E402
 from engine.runtime.engine import Engine  # noqa: E402
+from engine.specs.loader import load_model_spec  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 RUNNABLE = DEVICE == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @pytest.mark.skipif(not RUNNABLE, reason="needs CUDA or TRITON_INTERPRET=1")
-def test_engine_runs_on_triton_kernels(opt_tiny):
+@pytest.mark.parametrize("name", ["opt-tiny", "llama-tiny"])  # 4 heads over 4 KV heads, and over 2 (GQA)
+def test_engine_runs_on_triton_kernels(name):
     # n=2 with random sampling: prefill, cache writes, paged decode and copy-on-write all run
+    spec = load_model_spec(name)
     system = SystemSpec("vLLM", "vllm", block_size=4)
     prompts = [[5, 6, 7, 8, 9, 10], [42]]
     runs = {}
     for backend in ("triton", "torch"):
-        engine = Engine(opt_tiny, system, DEVICE, dtype=torch.float32, num_gpu_blocks=16, num_cpu_blocks=4,
+        engine = Engine(spec, system, DEVICE, dtype=torch.float32, num_gpu_blocks=16, num_cpu_blocks=4,
                         attention_backend=backend)
         steps = StepRecorder(engine.runner)
         runs[backend] = (engine.generate(prompts, 4, n=2, sampling="random"), steps)

@@ -59,7 +59,8 @@ def engine_for(spec, backend, **system):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_mixed_prompts_and_parallel_samples_in_one_call(spec, backend, monkeypatch):
+def test_mixed_prompts_and_parallel_samples_in_one_call(attention_spec, backend, monkeypatch):
+    spec = attention_spec
     engine = engine_for(spec, backend)
     steps = StepRecorder(engine.runner)  # wrapped first: the counter sees the recorder's batches
     calls = PrefillCalls(monkeypatch, engine.runner)
@@ -69,8 +70,9 @@ def test_mixed_prompts_and_parallel_samples_in_one_call(spec, backend, monkeypat
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_cached_prefixes_beside_fresh_prompts_in_one_call(spec, backend, monkeypatch):
+def test_cached_prefixes_beside_fresh_prompts_in_one_call(attention_spec, backend, monkeypatch):
     # 9-token shared prefix, 4-token blocks: later prompts attend over 2 cached blocks
+    spec = attention_spec
     engine = engine_for(spec, backend)
     steps = StepRecorder(engine.runner)
     calls = PrefillCalls(monkeypatch, engine.runner)

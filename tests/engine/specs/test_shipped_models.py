@@ -50,6 +50,19 @@ EARLIER_SPECS = {
     "opt-175b": (174_604_468_224, 4_718_592), "opt-tiny": (116_352, 512),
 }
 
+# The tiny decoders of the other families, for the engine's tests: (parameters, KV bytes per token in fp16),
+# counted by hand from each layout (2 layers, width 64, 4 heads of 16, 2 KV heads, MLP 128, vocabulary 512)
+EMBED, HEAD, ATTENTION, SWIGLU = 512 * 64, 512 * 64, 64 * (64 + 2 * 32) + 64 * 64, 3 * 64 * 128
+TINY_SPECS = {
+    # llama-tiny's 139,584 and the q, k and v biases: 64 + 2 x 32 a layer
+    "qwen2-tiny": (EMBED + HEAD + 2 * (ATTENTION + SWIGLU + 2 * 64 + 128) + 64, 256),
+    # one LayerNorm (weight and bias) a layer, biases on q, k, v, dense, fc1, fc2, a head bias, a final LayerNorm
+    "phi-tiny": (EMBED + HEAD + 512 + 2 * (ATTENTION + 2 * 64 * 128 + (64 + 64 + 64 + 128 + 64) + 2 * 64) + 128,
+                 256),
+    # 4 experts and a 64 x 4 router a layer in place of llama-tiny's one MLP
+    "mixtral-tiny": (EMBED + HEAD + 2 * (ATTENTION + 4 * SWIGLU + 64 * 4 + 2 * 64) + 64, 256),
+}
+
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMS))
 def test_parameter_count_within_one_percent_of_the_published_one(name):
@@ -77,9 +90,25 @@ def test_earlier_specs_count_as_before(name):
     spec = load_model_spec(name)
     assert (spec.num_params(), spec.kv_bytes_per_token()) == EARLIER_SPECS[name]
     assert not spec.qkv_bias and spec.sliding_window is None
+    assert (spec.rope_theta, spec.partial_rotary_factor) == (10000.0, 1.0)
     assert (spec.num_experts, spec.experts_per_token) == (1, 1) and not spec.is_moe
     assert spec.active_params() == spec.num_params()
     assert spec.layer_active_linear_params() == spec.layer_linear_params()
+
+
+@pytest.mark.parametrize("name", sorted(TINY_SPECS))
+def test_tiny_specs_count_their_layout(name):
+    spec = load_model_spec(name)
+    assert (spec.num_params(), spec.kv_bytes_per_token()) == TINY_SPECS[name]
+
+
+def test_rotary_keys_are_each_models_public_config():
+    # rope_theta and phi-2's partial_rotary_factor as each config.json gives them (the YAMLs cite the copies)
+    theta = {"llama-2-7b": 1e4, "mistral-7b": 1e4, "llama-3-8b": 5e5, "llama-3.1-70b": 5e5, "qwen2.5-7b": 1e6,
+             "qwen2.5-72b": 1e6, "codellama-34b": 1e6, "mixtral-8x7b": 1e6, "phi-2": 1e4, "opt-13b": 1e4}
+    assert {name: load_model_spec(name).rope_theta for name in theta} == theta
+    phi = load_model_spec("phi-2")
+    assert (phi.partial_rotary_factor, phi.rotary_dim, load_model_spec("llama-3-8b").rotary_dim) == (0.4, 32, 128)
 
 
 def test_mixtral_counts_its_experts_and_its_router():
@@ -118,6 +147,10 @@ def test_names_are_the_ones_users_type():
     ("sliding_windw", 4096, "unknown key"),
     ("num_experts", 0, "positive integer"),
     ("experts_per_token", 9, "more than num_experts 8"),
+    ("rope_theta", 0, "positive number"),
+    ("rope_theta", "1e6x", "positive number"),
+    ("partial_rotary_factor", 1.5, "number in (0, 1]"),
+    ("partial_rotary_factor", 0.3, "whole even number"),
 ])
 def test_bad_new_keys_are_refused_naming_them(tmp_path, key, value, words):
     raw = yaml.safe_load((MODELS_DIR / "mixtral-8x7b.yaml").read_text())
