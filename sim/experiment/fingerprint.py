@@ -15,6 +15,7 @@ import yaml
 
 from calibrate.hardware import HardwareSpec
 from calibrate.registry import PROFILE_KINDS, profile_host_model
+from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
 from sim.experiment.config import Experiment
 from sim.workload.lengths import shipped_file
@@ -22,6 +23,9 @@ from sim.workload.paths import CHATBOT_CSV
 
 # keys that choose which runs a sweep has, not what any one run computes
 SWEEP_KEYS = ("name", "systems", "rates", "seeds")
+# a model's rotary settings shape only the engine's numbers, never a simulated time: a run's result cannot depend
+# on them, and leaving them out keeps every digest what it was before specs carried them
+ENGINE_ONLY_MODEL_FIELDS = ("rope_theta", "partial_rotary_factor")
 
 
 def data_files(exp: Experiment) -> dict[str, Path]:
@@ -59,10 +63,15 @@ def spec_values(exp: Experiment) -> dict[str, dict]:
     """The specs a run loads, as values: an edit to a spec file that changes what it says changes these. A sheet's
     FP8 rate counts only where the run's matmuls may read it (FP8 weights), so that every other run's digest
     stays what it was before sheets gave one."""
-    specs = {"model": asdict(exp.model), "hardware": sheet_values(exp.hardware, exp.precision.reads_fp8_rate)}
+    specs = {"model": model_values(exp.model), "hardware": sheet_values(exp.hardware, exp.precision.reads_fp8_rate)}
     if exp.cost_model.kind == "transfer":
         specs.update(_transfer_specs(exp))
     return specs
+
+
+def model_values(model: ModelSpec) -> dict:
+    """A model spec's values that a simulated run reads."""
+    return {key: value for key, value in asdict(model).items() if key not in ENGINE_ONLY_MODEL_FIELDS}
 
 
 def _transfer_specs(exp: Experiment) -> dict[str, dict]:
@@ -72,7 +81,7 @@ def _transfer_specs(exp: Experiment) -> dict[str, dict]:
     from engine.specs.loader import load_model_spec
 
     profile = load_profile(exp.cost_model.profile_path)
-    specs = {"profile.model": asdict(load_model_spec(profile.model))}
+    specs = {"profile.model": model_values(load_model_spec(profile.model))}
     measured_on = exp.cost_model.measured_on or hardware_for_device(profile.device_name)
     if measured_on is not None:  # else the run itself stops with the error that says so
         specs["cost_model.measured_on"] = sheet_values(load_hardware(measured_on), False)  # measured at 16 bits

@@ -1,0 +1,23 @@
+"""A run's fingerprint reads the model spec's values that a simulated time depends on, and only those: the engine's
+rotary settings move no simulated number, so editing them keeps a resumed sweep's runs, while an edit the
+simulator prices (a layer more) invalidates them."""
+import dataclasses
+
+from sim.experiment.config import load_experiment
+from sim.experiment.fingerprint import config_digest, spec_values
+from tests.helpers.configs import tiny
+
+
+def digest_with_model(exp, **changes):
+    changed = dataclasses.replace(exp, model=dataclasses.replace(exp.model, **changes))
+    return config_digest(changed, changed.systems[0], 1.0, 0, {"specs": spec_values(changed)})
+
+
+def test_rotary_settings_leave_the_digest_and_a_priced_field_moves_it(write_config):
+    exp = load_experiment(write_config(tiny()))
+    plain = digest_with_model(exp)
+    assert digest_with_model(exp, rope_theta=500000.0) == plain
+    assert digest_with_model(exp, partial_rotary_factor=0.5) == plain
+    assert digest_with_model(exp, num_layers=exp.model.num_layers + 1) != plain
+    assert digest_with_model(exp, num_kv_heads=1) != plain
+    assert "rope_theta" not in spec_values(exp)["model"] and "num_layers" in spec_values(exp)["model"]
