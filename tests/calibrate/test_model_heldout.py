@@ -32,3 +32,20 @@ def test_each_model_is_judged_on_a_fit_of_the_others(tmp_path):
 def test_no_tables_is_a_failing_exit(tmp_path, capsys):
     assert model_heldout.main([str(tmp_path)]) == 1
     assert "skipped" in capsys.readouterr().out
+
+
+def test_the_tiled_table_finds_the_tile_a_tiled_law_was_made_with(tmp_path):
+    folder = tmp_path / "a100"
+    folder.mkdir()
+    paths = write_tables(folder, tile=64)  # every GEMM computes its tokens rounded up to 64 rows
+    frame = model_heldout.tiled_per_model(paths, "a100-80gb")
+    assert set(frame.index) == set(MODELS) and (frame["tile"] == 64).all()
+    assert (frame["tile 64"] < 1e-6).all() and (frame["chosen worst"] < 1e-6).all()
+    assert (frame["tile 1"] > 0.01).all() and (frame["tile 128"] > 0.01).all()
+    lines = model_heldout.tiled_lines("a100-80gb", frame)
+    assert lines[0].count("|") == lines[1].count("|") == lines[2].count("|")
+    assert len(lines) == 2 + len(MODELS) and all(line.endswith("| 64 | 0.0% | 0.0% | met |") for line in lines[2:])
+    shares = model_heldout.shares_lines(paths, "a100-80gb")
+    assert [line.split(":")[0] for line in shares] == [f"- a100-80gb, every model, tile {t}" for t in (1, 64, 128)]
+    assert "tile 64: compute share 0.700, bandwidth share 0.800, ridge efficiency 0.700, matmul latency 5.0 us" in (
+        shares[1])
