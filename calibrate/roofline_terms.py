@@ -51,6 +51,9 @@ class RooflineTerms:
         self.s_per_token_comm = s_per_token_comm
         self.s_comm_fixed = s_comm_fixed
         self.comm_time = comm_time
+        # a measured all-reduce is a table lookup in Python: each token count a run meets is priced once, the same
+        # float every later time (a batch's token count repeats across a run's thousands of iterations)
+        self.comm_seconds: dict[int, float] = {}
         # whether an iteration pays for all-reduces at all (measured, or the ring formula with a term not 0)
         self.has_comm = comm_time is not None or bool(s_per_token_comm or s_comm_fixed)
         self.kernels = kernels
@@ -165,7 +168,11 @@ class RooflineTerms:
 
     def comm(self, tokens: int) -> float:
         if self.comm_time is not None:
-            return self.comm_time(tokens)
+            known = self.comm_seconds.get(tokens)
+            if known is None:
+                known = self.comm_time(tokens)
+                self.comm_seconds[tokens] = known
+            return known
         return tokens * self.s_per_token_comm + self.s_comm_fixed
 
     def host_time(self, num_seqs: int, num_prefill_tokens: int) -> float:
