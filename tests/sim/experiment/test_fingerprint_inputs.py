@@ -1,10 +1,11 @@
-"""A run's fingerprint reads the model spec's values that a simulated time depends on, and only those: the engine's
-rotary settings move no simulated number, so editing them keeps a resumed sweep's runs, while an edit the
-simulator prices (a layer more) invalidates them."""
+"""A run's fingerprint reads what a simulated time depends on, and only that: the model spec's priced values (the
+engine's rotary settings move no simulated number, so editing them keeps a resumed sweep's runs, while a layer
+more invalidates them), and every shipped file the lengths come from, a stand-in drawn from real pairs included."""
 import dataclasses
 
 from sim.experiment.config import load_experiment
-from sim.experiment.fingerprint import config_digest, spec_values
+from sim.experiment.fingerprint import config_digest, data_files, spec_values
+from sim.workload.paths import SHAREGPT_CSV
 from tests.helpers.configs import tiny
 
 
@@ -21,3 +22,9 @@ def test_rotary_settings_leave_the_digest_and_a_priced_field_moves_it(write_conf
     assert digest_with_model(exp, num_layers=exp.model.num_layers + 1) != plain
     assert digest_with_model(exp, num_kv_heads=1) != plain
     assert "rope_theta" not in spec_values(exp)["model"] and "num_layers" in spec_values(exp)["model"]
+
+
+def test_the_fig11_standin_is_fingerprinted_by_the_real_pairs_it_scales(write_config):
+    standin = load_experiment(write_config(tiny(workload="{dataset: sharegpt-fig11-standin, duration_s: 30}")))
+    assert data_files(standin) == {"workload.dataset": SHAREGPT_CSV}
+    assert data_files(load_experiment(write_config(tiny()))) == {}  # a lognormal stand-in reads no file
