@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+from batches import decode, prefill
 
 from calibrate.hardware import hardware_from_dict, load_hardware
 from calibrate.memory import kv_pool
@@ -14,16 +15,6 @@ from engine.specs.loader import load_model_spec
 LLAMA3 = load_model_spec("llama-3-8b")
 H100, A100 = load_hardware("h100-sxm"), load_hardware("a100-80gb")
 PARAMS = RooflineParams()
-
-
-def decode(contexts):
-    return Batch(decode_seq_ids=list(range(len(contexts))), decode_context_lens=list(contexts),
-                 num_running_groups=len(contexts))
-
-
-def prefill(lengths):
-    return Batch(prefill_seq_ids=list(range(len(lengths))), prefill_lens=list(lengths),
-                 prefill_sample_ids=[(i,) for i in range(len(lengths))], num_running_groups=len(lengths))
 
 
 def roofline(hw, **formats) -> RooflineCostModel:

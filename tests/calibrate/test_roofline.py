@@ -5,20 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from batches import decode, prefill
 
 from calibrate.hardware import load_hardware
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from engine.core.batch import Batch
-
-
-def decode(contexts):
-    return Batch(decode_seq_ids=list(range(len(contexts))), decode_context_lens=list(contexts),
-                 num_running_groups=len(contexts))
-
-
-def prefill(lengths):
-    return Batch(prefill_seq_ids=list(range(len(lengths))), prefill_lens=list(lengths),
-                 prefill_sample_ids=[(i,) for i in range(len(lengths))], num_running_groups=len(lengths))
 
 
 def test_opt13b_anchors(opt13b, a100):
