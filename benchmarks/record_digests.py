@@ -4,9 +4,9 @@ A refactor of the serving path must leave the records byte-identical: run this b
 after, and compare the lines. Each scenario is small (seconds on one core) and covers one corner of
 the control plane: real ShareGPT lengths, Alpaca, a fleet behind the round-robin router, parallel
 sampling (n = 6), beam search (width 4), a shared 5-shot prefix, Orca (Max) reservations, forced
-swapping, the chatbot's conversations and a recorded trace replayed. Every scenario runs step by step
-(`step`) and fast-forwarded (`fast`); the fleet also with its replicas simulated apart in two processes
-(`jobs2`, sim/core/independent_replicas.py). The three must agree too.
+swapping, the chatbot's conversations, a recorded trace replayed, and vLLM's separate and chunked prefill
+policies. Every scenario runs step by step (`step`) and fast-forwarded (`fast`); the fleet also with its
+replicas simulated apart in two processes (`jobs2`, sim/core/independent_replicas.py). The three must agree too.
 
     python benchmarks/record_digests.py            # every scenario
     python benchmarks/record_digests.py beam swap  # some
@@ -45,6 +45,14 @@ SCENARIOS = {
     # automatic prefix caching: system prompts, hits, evictions and preemptions (docs/prefix-caching.md)
     "apc": ("configs/examples/prefix_caching.yaml", "vLLM + prefix caching", 2.0, 300.0, []),
     "apc_chat": ("configs/examples/prefix_caching_chatbot.yaml", "vLLM + prefix caching", 1.25, 300.0, []),
+    # vLLM's later prefill policies (docs/vllm-policies.md): prompt-only iterations, and chunks; with four
+    # samples a request (swapped out, recomputed apart), and chunks over the prefix cache
+    "separate": ("configs/examples/vllm_policies.yaml", "vLLM separate (v0.2-3)", 2.5, 300.0, []),
+    "chunked": ("configs/examples/vllm_policies.yaml", "vLLM chunked (v0.4+)", 2.5, 300.0, []),
+    "separate_n4": ("configs/examples/vllm_policies.yaml", "vLLM separate (v0.2-3)", 1.0, 300.0, ["workload.n=4"]),
+    "chunked_n4": ("configs/examples/vllm_policies.yaml", "vLLM chunked (v0.4+)", 1.0, 300.0, ["workload.n=4"]),
+    "apc_chunked": ("configs/examples/prefix_caching.yaml", "chunked", 2.0, 300.0,
+                    ["systems=[{preset: vllm, name: chunked, prefix_caching: true, prefill_policy: chunked}]"]),
 }
 
 
