@@ -31,7 +31,7 @@ PREEMPTION_MODES = ("auto", "recompute", "swap")
 #             decode-only one; the budget counts padding (prompts x the longest) and max_paddings
 #   chunked   Sarathi-Serve / vLLM >= 0.4 chunked prefill: decodes first, then prompt chunks filling
 #             max_num_batched_tokens (vLLM's default for it: CHUNKED_TOKEN_BUDGET)
-# The scheduler for each is engine.core.factory's choice (scheduler/vllm_separate.py, vllm_chunked.py).
+# One scheduler runs all three (engine/core/scheduler/vllm.py), each a small difference in its schedule().
 PREFILL_POLICIES = ("mixed", "separate", "chunked")
 # vLLM v0.4.x SchedulerConfig: with enable_chunked_prefill and no max_num_batched_tokens given it picks 512,
 # "the values that have the best balance between ITL and TTFT on A100" (engine.specs.loader applies it)
@@ -50,7 +50,7 @@ VLLM_ONLY_KEYS = {
     "prefill_policy": "vLLM's choice of scheduler (how prompts share iterations with decodes)",
 }
 # The keys only vLLM's prompt-only iterations read (prefill_policy: separate, engine/core/scheduler/
-# vllm_separate.py), each with the vLLM releases that had it
+# vllm.py), each with the vLLM releases that had it
 SEPARATE_ONLY_KEYS = {"max_paddings": "vLLM v0.2-v0.3's", "delay_factor": "vLLM v0.3's"}
 
 

@@ -213,7 +213,7 @@ class StepInvariants(Checker):
 
 
 class ChunkedPrefill(Checker):
-    """vLLM's chunked prefill (engine/core/scheduler/vllm_chunked.py), every step: no iteration holds more
+    """vLLM's chunked prefill (engine/core/scheduler/vllm.py), every step: no iteration holds more
     than the budget; every running sequence not part way through its prompt decodes (decodes go first);
     each chunk starts exactly where the prompt's cache ends (its earlier chunks, or a cached prefix); and a
     prompt's last chunk leaves exactly its tokens in the cache, in exactly their blocks."""
@@ -226,7 +226,7 @@ class ChunkedPrefill(Checker):
         self.progress = dict(sched.prefill_progress)
 
     def after(self, sched, batch: Batch, step: int) -> None:
-        assert batch.num_tokens <= sched.token_budget, f"step {step}: {batch.num_tokens} tokens over the budget"
+        assert batch.num_tokens <= sched.token_cap, f"step {step}: {batch.num_tokens} tokens over the budget"
         group_of = {s.seq_id: g for g in sched.groups_in_system() for s in g.seqs}
         running = {s.seq_id for g in sched.running if g.request_id not in sched.prefill_progress
                    for s in g.seqs if s.status is SeqStatus.RUNNING}

@@ -1,16 +1,44 @@
-"""vLLM's paper-era scheduler: paged blocks on demand, preempt the latest arrival.
+"""vLLM's scheduler: paged blocks on demand, the latest arrivals preempted, and three ways to fit prompts in.
 
-One mixed iteration per step (prompts and decodes together, capped by
-max_num_batched_tokens), as the code behind the paper's figures ran it. How a preempted
-group gives its blocks back is PreemptionMode; `system.preemption` picks the rule (see
-engine.core.system).
+Every schedule() tells the same story, vLLM's `Scheduler._schedule` of the version each policy ports:
+  1. the running sequences each get a slot for their next token, the latest arrivals preempted while the
+     blocks run short (a preempted group swaps out or drops its blocks to re-prefill: PreemptionMode);
+  2. groups swapped out come back, oldest first;
+  3. waiting prompts join in arrival order while `admissible()` finds room for them in the iteration's
+     SchedulingBudget (tokens, sequences, padding) and in the free blocks.
+The prefill policy (SystemSpec.prefill_policy, docs/vllm-policies.md) is how prompts share an iteration:
+  mixed     the paper's code: prompts beside the decodes, new ones only while nothing is swapped out;
+  separate  v0.2-v0.3 (`_schedule` of v0.2.7 through v0.3.3): a prompt-only iteration, padded to its
+            longest prompt (len x longest <= max_num_batched_tokens, padding <= max_paddings), whenever a
+            prompt fits; else the decodes, swapping back in only when nobody was preempted;
+  chunked   v0.4 (`_schedule_chunked_prefill`, Sarathi-Serve): decodes first, then prompt chunks in the
+            budget left, those part way through before new ones, a prompt taking what is left when it
+            does not fit whole.
+separate and chunked ignore a request that can never run when it reaches the head of the queue (vLLM's
+ignored_seq_groups; separate: also a prompt longer than min(max_seq_len, max_num_batched_tokens)); mixed
+refuses it on arrival. The step and the decode stretch ask the same admissible(), so a stretch can never
+promise what a step would decide otherwise (docs/stretch.md).
+
+Where servesim differs from vLLM, because its step must run something or its requests differ:
+- separate: a step that only ignores requests goes on to decode (vLLM returned an empty prompt run), and a
+  request whose fixed output would pass max_seq_len is ignored too (vLLM stopped it at the limit).
+  delay_factor (v0.3's `_passed_delay`): new prompts wait until the oldest waiting one has waited
+  delay_factor x the last prompt run's latency (schedule() to schedule(), on the step's clock, now_s).
+- chunked: a prompt's blocks are allocated whole at its first chunk (as vLLM's block manager did); a later
+  chunk is a prefill of n new tokens over the c its earlier chunks computed, and only the last samples. With
+  automatic prefix caching its cached leading blocks count as computed and each chunk keys the full blocks
+  it fills (BlockManager.prompt_computed). A group preempted part way through its prefill is recomputed
+  whatever the mode (nothing generated is lost); samples recomputed apart prefill whole. And where v0.4
+  starved its swapped groups, new prompts are admitted whatever is swapped out but not into the blocks the
+  oldest swapped group needs to come back (_leaves_room_to_swap_in).
 """
 from __future__ import annotations
 
 import bisect
 import enum
 from collections import deque
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Mapping
+from dataclasses import dataclass
 from itertools import accumulate, chain
 from operator import sub
 
@@ -32,6 +60,8 @@ from engine.core.scheduler.common import QueueScheduler
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
 
+NO_TOKEN_CAP = 1 << 60  # max_num_batched_tokens unset (mixed): no iteration comes near it
+
 
 class PreemptionMode(enum.Enum):
     """How a preempted group frees its GPU blocks (vLLM's enum of the same name).
@@ -47,25 +77,72 @@ class PreemptionMode(enum.Enum):
 
 class StepPlan:
     """What one schedule() decides, as its parts add to it: the groups that decode (and their running
-    sequences, in order) and prefill, the blocks to copy and swap, and the groups preempted in this step
-    (a group preempted now does not come back in the same step)."""
+    sequences, in order), the prompt chunks that prefill, the blocks to copy and swap, and the groups
+    preempted in this step (a group preempted now does not come back in the same step)."""
 
-    __slots__ = ("decode_groups", "decode_seqs", "prefill_groups", "copies", "swap_in", "swap_out", "preempted")
+    __slots__ = ("decode_groups", "decode_seqs", "chunks", "copies", "swap_in", "swap_out", "preempted")
 
     def __init__(self) -> None:  # plain lists: a dataclass's default factories cost a call each, every step
         self.decode_groups: list[SequenceGroup] = []
         self.decode_seqs: list[Sequence] = []
-        self.prefill_groups: list[SequenceGroup] = []
+        self.chunks: list[Chunk] = []
         self.copies: list[tuple[int, int]] = []
         self.swap_in: list[tuple[int, int]] = []
         self.swap_out: list[tuple[int, int]] = []
         self.preempted: set[int] = set()
 
 
+@dataclass(eq=False, slots=True)
+class Chunk:
+    """A group's prompt tokens [start, stop) computed in this iteration: the whole prompt but for a chunked
+    prefill's chunk (samples recomputed apart: each its own history, from start to its length)."""
+
+    group: SequenceGroup
+    start: int
+    stop: int
+
+
+@dataclass(eq=False, slots=True)
+class SchedulingBudget:
+    """What one iteration may still take (vLLM v0.4's SchedulingBudget): num_tokens batched so far against
+    token_cap, num_seqs running against max_num_seqs, and, where prompts are padded to the longest (separate;
+    max_paddings >= 0), their padded size against the cap and their padding against max_paddings."""
+
+    token_cap: int
+    max_num_seqs: int
+    num_tokens: int
+    num_seqs: int
+    max_paddings: int = -1
+    num_prefills: int = 0
+    longest: int = 0
+
+    def fit(self, prefill_lens: list[int], num_seqs: int, chunkable: bool) -> int | None:
+        """The tokens these prefills of num_seqs new sequences add, or None when they do not fit; a
+        chunkable prompt (one prefill) takes what the cap leaves of it."""
+        if self.num_seqs + num_seqs > self.max_num_seqs:
+            return None
+        tokens = sum(prefill_lens)
+        if self.max_paddings >= 0:
+            padded = (self.num_prefills + len(prefill_lens)) * max(self.longest, *prefill_lens)
+            if padded > self.token_cap or padded - (self.num_tokens + tokens) > self.max_paddings:
+                return None
+            return tokens
+        left = self.token_cap - self.num_tokens
+        if chunkable:
+            return min(prefill_lens[0], left) if left > 0 else None
+        return tokens if tokens <= left else None
+
+    def take(self, tokens: int, num_seqs: int, prefill_lens: list[int]) -> None:
+        self.num_tokens += tokens
+        self.num_seqs += num_seqs
+        if self.max_paddings >= 0:
+            self.num_prefills += len(prefill_lens)
+            self.longest = max(self.longest, *prefill_lens)
+
+
 class VLLMScheduler(QueueScheduler):
-    """Each step: a slot for every running sequence (preempting the latest arrivals when the pool is short),
-    swapped groups back in arrival order, then new prompts in arrival order while blocks, the token cap and
-    max_num_seqs allow. Blocks come from a BlockManager, one at a time as sequences grow."""
+    """vLLM under one of its prefill policies (mixed, separate, chunked). Blocks come from a BlockManager,
+    one at a time as sequences grow."""
 
     def __init__(self, system: SystemSpec, max_seq_len: int, num_gpu_blocks: int, num_cpu_blocks: int):
         super().__init__(system, max_seq_len)
@@ -76,8 +153,23 @@ class VLLMScheduler(QueueScheduler):
         self.swapped: deque[SequenceGroup] = deque()
         self.num_swapped_out_blocks = 0
         self.num_swapped_in_blocks = 0
-        token_cap = system.max_num_batched_tokens
-        self.token_cap = token_cap if token_cap is not None else float("inf")
+        self.prompt_only = system.prefill_policy == "separate"
+        self.chunked = system.prefill_policy == "chunked"
+        self.ignores_unservable = self.prompt_only or self.chunked
+        cap = system.max_num_batched_tokens  # never None when chunked (SystemSpec.validate)
+        self.token_cap = cap if cap is not None else NO_TOKEN_CAP
+        # separate: padding, v0.2's prompt_limit min(max_model_len, max_num_batched_tokens), and v0.3's
+        # delay_factor with the last prompt run's latency, measured from schedule() to schedule()
+        self.max_paddings = system.max_paddings if self.prompt_only else -1
+        self.prompt_limit = min(max_seq_len, self.token_cap) if self.prompt_only else NO_TOKEN_CAP
+        self.delay_factor = system.delay_factor
+        self.last_prompt_latency = 0.0
+        self.prev_time_s = 0.0
+        self.prev_prompt = False
+        # chunked: request id -> its prompt tokens in the cache (earlier chunks, a cached prefix), while it
+        # prefills; and this iteration's chunks that are not their prompt's last
+        self.prefill_progress: dict[int, int] = {}
+        self._partial: list[Chunk] = []
         # None: vLLM's own rule per group ("auto"); else the mode the user forced
         self.forced_preemption = None if system.preemption == "auto" else PreemptionMode(system.preemption)
         # beams share generated blocks too, not only the prompt's (forks): per running beam search, the slots
@@ -89,17 +181,31 @@ class VLLMScheduler(QueueScheduler):
 
     # --- one step ----------------------------------------------------------------
     def schedule(self) -> Batch:
-        """The running groups' slots, the swapped groups back, then new prompts while nothing is swapped out."""
         plan = StepPlan()
-        self.blocks.begin_step()
-        self._reserve_running(plan)
-        self._swap_in(plan)
-        if not self.swapped:
-            self._admit(plan)
-        batch = self._batch_for(plan.prefill_groups, plan.decode_groups, plan.decode_seqs)
-        batch.blocks_to_copy, batch.blocks_to_swap_in, batch.blocks_to_swap_out = (
-            plan.copies, plan.swap_in, plan.swap_out)
-        return batch
+        self.blocks.begin_step()  # the prefix cache's clock of least-recently-used
+        if self.prompt_only and not self.swapped:  # a prompt-only iteration whenever a prompt fits
+            self._time_prompt_run()
+            self._admit(plan, self._budget(0))
+            if plan.chunks or self.ignored:  # v0.3 times a prompt run, even of ignored ones only
+                self.prev_prompt = True
+            if plan.chunks:
+                return self._batch(plan)
+        self._reserve_running(plan, self.prefill_progress)  # a prompt part way through needs no slot
+        if not (self.prompt_only or self.chunked) or not plan.preempted:  # v0.2+: only if nobody was preempted
+            self._swap_in(plan)
+        if self.chunked or not (self.prompt_only or self.swapped):
+            budget = self._budget(len(plan.decode_seqs))  # a token per decode
+            self._continue_prefills(plan, budget)
+            self._admit(plan, budget)
+        return self._batch(plan)
+
+    def _budget(self, num_tokens: int) -> SchedulingBudget:
+        return SchedulingBudget(self.token_cap, self.system.max_num_seqs, num_tokens, self.num_running_seqs,
+                                self.max_paddings)
+
+    def next_budget(self) -> SchedulingBudget:
+        """The budget the next schedule()'s prompts would find if it kept every running sequence decoding."""
+        return self._budget(0 if self.prompt_only else self.num_running_seqs)
 
     def _reserve_running(self, plan: StepPlan, prefilling: Container[int] = ()) -> None:
         """A slot for every running sequence, preempting the latest arrivals when short. A group whose
@@ -154,19 +260,113 @@ class VLLMScheduler(QueueScheduler):
             self._insert_running(group)
             plan.decode_groups.append(group)
 
-    def _admit(self, plan: StepPlan) -> None:
-        num_tokens = self.num_running_seqs  # one decode token per running sequence
-        while self.waiting:
+    def _continue_prefills(self, plan: StepPlan, budget: SchedulingBudget) -> None:
+        """Chunked: the next chunk of each prompt part way through its prefill, in arrival order."""
+        progress = self.prefill_progress
+        if not progress:
+            return
+        for group in self.running:
+            left = budget.token_cap - budget.num_tokens
+            if left <= 0:
+                break
+            done = progress.get(group.request_id)
+            if done is not None:
+                stop = min(group.live_seqs()[0].length, done + left)
+                plan.chunks.append(Chunk(group, done, stop))
+                self._computes(group, stop)
+                budget.num_tokens += stop - done
+
+    def _admit(self, plan: StepPlan, budget: SchedulingBudget) -> None:
+        """Waiting prompts in arrival order while admissible() finds them room; one that can never run is
+        ignored on the way (separate, chunked)."""
+        while self.waiting and self._room_for_prompts(budget):
             group = self.waiting[0]
             if id(group) in plan.preempted:
                 break
-            prompt_tokens = self._admission_tokens(group, num_tokens)
-            if prompt_tokens is None:
+            if self._must_ignore(group):
+                self._ignore(self.waiting.popleft())
+                continue
+            tokens = self.admissible(group, budget)
+            if tokens is None:
                 break
+            lens = self._prefill_lens(group) if self.prompt_only else []  # before a prefix is cached
             self.waiting.popleft()
             self._start_prompt(group)
-            num_tokens += prompt_tokens
-            plan.prefill_groups.append(group)
+            budget.take(tokens, len(group.live_seqs()), lens)
+            start = group.num_cached_tokens
+            if self.chunked:
+                self.prefill_progress[group.request_id] = start
+                live = group.live_seqs()
+                self._computes(group, start + tokens if group.shares_prompt else max(s.length for s in live))
+                plan.chunks.append(Chunk(group, start, start + tokens))
+            else:
+                plan.chunks.append(Chunk(group, start, group.live_seqs()[0].length))
+
+    def admissible(self, group: SequenceGroup, budget: SchedulingBudget) -> int | None:
+        """The prompt tokens the group's prefill (chunked: its first chunk) would add to the iteration `budget`
+        describes, or None while it must wait: too few free blocks above the watermark, or those the oldest
+        swapped-out group needs to come back; the budget's tokens, sequences or padding. The step asks it of
+        each waiting prompt, the decode stretch of the oldest: what it refuses, no step admits."""
+        if not self.blocks.can_allocate(group) or not self._leaves_room_to_swap_in(group):
+            return None
+        return budget.fit(self._prefill_lens(group), len(group.live_seqs()), self.chunked and group.shares_prompt)
+
+    def _room_for_prompts(self, budget: SchedulingBudget) -> bool:
+        if self.chunked:
+            return budget.num_tokens < budget.token_cap
+        return not self.prompt_only or self._delay_passed()
+
+    def _prefill_lens(self, group: SequenceGroup) -> list[int]:
+        """The tokens each of the group's prefills computes (its samples share one, unless recomputed apart);
+        a cached prefix is attended over, not computed."""
+        live, cached = group.live_seqs(), self.blocks.cached_tokens(group)
+        if group.shares_prompt:
+            return [live[0].length - cached]
+        return [seq.length - cached for seq in live]
+
+    def _must_ignore(self, group: SequenceGroup) -> bool:
+        if not self.ignores_unservable:
+            return False
+        if group.request_id in self.unservable:
+            return True
+        return self.prompt_only and max(self._prefill_lens(group)) > self.prompt_limit
+
+    def _leaves_room_to_swap_in(self, group: SequenceGroup) -> bool:
+        """Whether admitting the group leaves the oldest swapped-out group the free blocks it needs to come back
+        (can_swap_in). Only chunked admits while a group is swapped out: v0.4 admitted new prompts whatever was
+        swapped out, and while they kept the pool full, every step preempted someone, so no swapped group came
+        back, and groups of several samples piled up in the swap space until it ran out. Holding back only the
+        admissions that would take those blocks keeps v0.4's order (swapped groups before new prompts, new
+        prompts beside them when there is room) and lets the swapped group come back once the running ones
+        give the blocks back."""
+        if not self.swapped:
+            return True
+        blocks = self.blocks
+        needed = blocks.blocks_to_swap_in(self.swapped[0]) + blocks.watermark_blocks
+        return blocks.gpu.num_free - blocks.blocks_to_allocate(group) >= needed
+
+    def _time_prompt_run(self) -> None:
+        """v0.3's _passed_delay, first part: the last prompt run's latency, from its schedule() to this one."""
+        now = self.now_s
+        if self.prev_prompt:
+            self.last_prompt_latency = now - self.prev_time_s
+        self.prev_time_s, self.prev_prompt = now, False
+
+    def _delay_passed(self) -> bool:
+        """v0.3's _passed_delay, asked before each waiting prompt as there: new prompts wait until the oldest of
+        them has waited delay_factor x the last prompt run's latency, or nothing runs."""
+        if not self.delay_factor or not self.waiting:
+            return True
+        earliest = min(group.arrival_s for group in self.waiting)
+        return self.now_s - earliest > self.delay_factor * self.last_prompt_latency or not self.running
+
+    def _computes(self, group: SequenceGroup, stop: int) -> None:
+        """Chunked: this iteration computes the group's prompt up to stop. The prefix cache keys the full blocks
+        it fills (in the iteration that computes them, as a whole prompt's are at admission under mixed), which
+        the cache then holds for the group instead of the group's own token slots."""
+        keyed = self.blocks.prompt_computed(group, stop)
+        if keyed:
+            self.token_slots.slots -= keyed * self.block_size  # a sharing prompt: one table's worth
 
     def _start_prompt(self, group: SequenceGroup) -> None:
         """The group, just taken off the waiting queue, gets its prompt's blocks and runs."""
@@ -176,19 +376,53 @@ class VLLMScheduler(QueueScheduler):
         self._start_running(group)
         self._insert_running(group)
 
-    def _admission_tokens(self, group: SequenceGroup, num_tokens: int) -> int | None:
-        """The prompt tokens the group would add to an iteration already holding num_tokens, or None when
-        it cannot be admitted now: too few free blocks above the watermark, the token cap, max_num_seqs."""
-        if not self.blocks.can_allocate(group):
-            return None
-        live = group.live_seqs()
-        cached = self.blocks.cached_tokens(group)  # a cached prefix is attended over, not computed
-        prompt_tokens = live[0].length - cached if group.shares_prompt else sum(s.length - cached for s in live)
-        if num_tokens + prompt_tokens > self.token_cap:
-            return None
-        if self.num_running_seqs + len(live) > self.system.max_num_seqs:
-            return None
-        return prompt_tokens
+    def _batch(self, plan: StepPlan) -> Batch:
+        """The decodes in the order their slots were given, then a prefill per chunk (per sample recomputed
+        apart); a chunk that is not its prompt's last samples nothing."""
+        decodes = plan.decode_seqs
+        batch = Batch(decode_seq_ids=[seq.seq_id for seq in decodes],
+                      decode_context_lens=[seq.length for seq in decodes], blocks_to_copy=plan.copies,
+                      blocks_to_swap_in=plan.swap_in, blocks_to_swap_out=plan.swap_out,
+                      num_running_groups=len(plan.decode_groups) + len(plan.chunks))
+        ids, lens, cached, samples = batch.prefill_seq_ids, [], [], batch.prefill_sample_ids
+        final: list[SequenceGroup] = []
+        partial: list[Chunk] = []
+        for chunk in plan.chunks:
+            group, start = chunk.group, chunk.start
+            live = group.live_seqs()
+            if not group.shares_prompt:
+                for seq in live:
+                    ids.append(seq.seq_id)
+                    lens.append(seq.length - start)
+                    cached.append(start)
+                    samples.append((seq.seq_id,))
+                final.append(group)
+                continue
+            ids.append(live[0].seq_id)
+            lens.append(chunk.stop - start)
+            cached.append(start)
+            if chunk.stop == live[0].length:
+                samples.append(tuple(seq.seq_id for seq in live))
+                final.append(group)
+            else:
+                samples.append(())
+                partial.append(chunk)
+        batch.prefill_lens, batch.prefill_cached_lens = lens, cached
+        if self.num_running_beam_groups:
+            batch.beam_groups = [tuple(s.seq_id for s in g.live_seqs())
+                                 for g in (*final, *plan.decode_groups) if g.is_beam]
+        self._prefilled, self._decoded, self._partial = final, plan.decode_groups, partial
+        return batch
+
+    def complete(self, batch: Batch, now_s: float,
+                 beam_parents: Mapping[int, int] | None = None) -> list[SequenceGroup]:
+        progress = self.prefill_progress
+        if progress:
+            for chunk in self._partial:
+                progress[chunk.group.request_id] = chunk.stop
+            for group in self._prefilled:  # their last chunk ran: they decode from now on
+                progress.pop(group.request_id, None)
+        return super().complete(batch, now_s, beam_parents)
 
     # --- preemption ----------------------------------------------------------------
     def preemption_mode(self, group: SequenceGroup) -> PreemptionMode:
@@ -196,7 +430,10 @@ class VLLMScheduler(QueueScheduler):
         swapping), swap a group of several. Forced swap swaps every group. Forced recompute
         recomputes every group, except a group of several samples that could not be served
         apart (see _can_serve_apart) and a beam search (its beams are chosen together from one
-        step's scores, which a re-prefill apart would not give back): they swap."""
+        step's scores, which a re-prefill apart would not give back): they swap. A group part way
+        through a chunked prefill is recomputed: it generated nothing to keep."""
+        if group.request_id in self.prefill_progress:
+            return PreemptionMode.RECOMPUTE
         live = group.live_seqs()
         forced = self.forced_preemption
         if forced is PreemptionMode.SWAP or (forced is None and len(live) > 1) or group.is_beam:
@@ -224,8 +461,9 @@ class VLLMScheduler(QueueScheduler):
             self._stop_running(group, SeqStatus.WAITING)
             for seq in live:
                 self.blocks.free(seq)
-            if len(live) > 1:
-                # the samples have diverged: each will re-prefill its own history in its own blocks
+            # samples that diverged re-prefill each its own history in its own blocks; a prompt part way
+            # through its chunks sampled nothing yet, so its samples still share it
+            if self.prefill_progress.pop(group.request_id, None) is None and len(live) > 1:
                 group.shares_prompt = False
             self._insert_waiting(group)
         else:
@@ -302,8 +540,12 @@ class VLLMScheduler(QueueScheduler):
         whose forks share them again, do not get here."""
         if self.swapped or batch.num_swap_blocks:
             return DecodeStretch(batch, 1)
-        if self.waiting and self._admission_tokens(self.waiting[0], self.num_running_seqs) is not None:
-            # admitted next step: refused in this one's schedule() only as just preempted
+        if self.prefill_progress:  # a prompt part way through waits for budget: its chunk changes the batch
+            return DecodeStretch(batch, 1)
+        head = self.waiting[0] if self.waiting else None
+        if head is not None and (self._must_ignore(head) or self.admissible(head, self.next_budget()) is not None):
+            # ignored or admitted next step (refused in this one's schedule() only as just preempted, or
+            # held back by a delay_factor that may pass meanwhile)
             return DecodeStretch(batch, 1)
         growth = self._growth_by_slack()
         if growth is None:
@@ -380,6 +622,7 @@ class VLLMScheduler(QueueScheduler):
         return None
 
     def _aborted(self, group: SequenceGroup) -> SequenceGroup:
+        self.prefill_progress.pop(group.request_id, None)
         group.set_status(SeqStatus.FINISHED)
         for seq in group.seqs:
             self._seqs.pop(seq.seq_id, None)

@@ -16,6 +16,7 @@ from dataclasses import astuple, replace
 import numpy as np
 import pytest
 
+from engine.core.compiled import is_compiled
 from engine.core.factory import make_scheduler
 from engine.core.scheduler.vllm import VLLMScheduler
 from engine.core.sequence import SequenceCounter, make_group
@@ -60,6 +61,10 @@ def state(sched) -> tuple:
     return seqs, queues, tables, blocks, sched.token_slots.slots, astuple(sched.kv_usage()), sched.num_running_seqs
 
 
+def make_scheduler_of(system, model, gpu, cpu):
+    return make_scheduler(system, model, gpu, cpu)
+
+
 def same_batch(stepped, promised) -> None:
     assert not stepped.prefill_seq_ids and not stepped.blocks_to_copy
     assert not stepped.blocks_to_swap_in and not stepped.blocks_to_swap_out
@@ -68,10 +73,11 @@ def same_batch(stepped, promised) -> None:
     assert stepped.num_running_groups == promised.num_running_groups
 
 
-def run_both(name: str, seed: int) -> int:
+def run_both(name: str, seed: int, policy=None) -> int:
+    """policy: a scheduler class of the system's kind to run instead of the factory's."""
     system = SYSTEMS[name]
     gpu, cpu = POOLS[system.kind]
-    stepped, forwarded = (make_scheduler(system, MODEL, gpu, cpu) for _ in range(2))
+    stepped, forwarded = ((policy or make_scheduler_of)(system, MODEL, gpu, cpu) for _ in range(2))
     counters = SequenceCounter(), SequenceCounter()
     rng = np.random.default_rng(seed + 100)
     pending = deque(enumerate(random_requests(seed)))
@@ -119,6 +125,34 @@ def run_both(name: str, seed: int) -> int:
 @pytest.mark.parametrize("seed", range(6))
 def test_a_forwarded_stretch_leaves_the_scheduler_as_stepping_does(name, seed):
     assert run_both(name, seed) > 0
+
+
+class AdmitsOnceContextsGrow(VLLMScheduler):
+    """A deliberately wrong policy: it admits a prompt only once the running contexts add up past a line.
+    The step and the stretch ask the same admissible(), so both agree the head is refused when the stretch
+    is planned; but a decode stretch grows the contexts, so the promise that it stays refused breaks."""
+
+    def __init__(self, system, max_seq_len, num_gpu_blocks, num_cpu_blocks):
+        super().__init__(system, max_seq_len, num_gpu_blocks, num_cpu_blocks)
+
+    def admissible(self, group, budget):
+        contexts = sum(seq.length for g in self.running for seq in g.live_seqs())
+        return super().admissible(group, budget) if contexts >= 40 * len(self.running) else None
+
+
+@pytest.mark.skipif(is_compiled(), reason="a compiled scheduler takes no interpreted subclass; CI runs "
+                    "tests/engine/core on the pure-Python path too")
+def test_an_admission_a_stretch_can_change_is_caught_by_the_stretch_check():
+    for seed in range(6):  # the right policy passes the same check (the test above)
+        run_both("vllm", seed)
+    caught = 0
+    for seed in range(6):
+        try:
+            run_both("vllm", seed, policy=lambda system, model, gpu, cpu: AdmitsOnceContextsGrow(
+                system, model.max_seq_len, gpu, cpu))
+        except AssertionError:
+            caught += 1
+    assert caught, "the stretch check passed a policy whose admission a stretch changes"
 
 
 def test_no_stretch_while_beams_run_or_a_prompt_is_in_the_batch():

@@ -18,11 +18,9 @@ from engine.core.scheduler.fastertransformer import FasterTransformerScheduler
 from engine.core.scheduler.orca import OrcaScheduler
 from engine.core.scheduler.reservation_scheduler import ReservationScheduler
 from engine.core.scheduler.vllm import VLLMScheduler
-from engine.core.scheduler.vllm_chunked import VLLMChunkedScheduler
-from engine.core.scheduler.vllm_separate import VLLMSeparateScheduler
 
 CLASSES = [Scheduler, QueueScheduler, ReservationScheduler, OrcaScheduler, FasterTransformerScheduler,
-           VLLMScheduler, VLLMSeparateScheduler, VLLMChunkedScheduler]
+           VLLMScheduler]
 
 
 def truth(sub: type, base: type) -> bool:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from engine.core.batch import Batch
 from engine.core.blocks import blocks_for
-from engine.core.scheduler.vllm_chunked import VLLMChunkedScheduler
+from engine.core.scheduler.vllm import VLLMScheduler
 from engine.core.sequence import SequenceCounter, make_group
 from engine.core.system import SystemSpec
 from tests.helpers.core_harness import ChunkedPrefill, Req, StepInvariants, check_finished, drive, hyp, scheduler_for
@@ -47,7 +47,7 @@ def test_random_workloads_keep_the_chunked_invariants_and_finish_exactly(reqs, b
 
 def test_a_long_prompt_runs_in_chunks_beside_the_decodes_and_samples_once():
     sched = scheduler_for(chunked(budget=8), 64, max_seq_len=MAX_LEN)
-    assert isinstance(sched, VLLMChunkedScheduler)
+    assert isinstance(sched, VLLMScheduler) and sched.chunked
     counter = SequenceCounter()
     sched.add_request(make_group(0, 0.0, 3, 10, 1, counter))  # decodes from step 1 on
     first = sched.schedule()

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.core.batch import Batch
-from engine.core.scheduler.vllm_separate import VLLMSeparateScheduler
+from engine.core.scheduler.vllm import VLLMScheduler
 from engine.core.sequence import SeqStatus, SequenceCounter, SequenceGroup, make_group
 from engine.core.serving import Request, ServingCore
 from engine.core.system import SystemSpec
@@ -31,7 +31,7 @@ class Fixture:
 
     def __init__(self, system: SystemSpec, num_gpu_blocks: int, num_cpu_blocks: int = 8, max_seq_len: int = 16):
         self.sched = scheduler_for(system, num_gpu_blocks, num_cpu_blocks, max_seq_len)
-        assert isinstance(self.sched, VLLMSeparateScheduler)
+        assert isinstance(self.sched, VLLMScheduler) and self.sched.prompt_only
         self.counter = SequenceCounter()
         self.groups: list[SequenceGroup] = []
         self.step = 0
@@ -164,7 +164,7 @@ class PromptOnly(Checker):
         self.swapped = bool(sched.swapped)
         head = sched.waiting[0] if sched.waiting else None  # the oldest prompt, if it can run alone now
         self.must_prompt = (not self.swapped and head is not None and head.request_id not in sched.unservable
-                            and sched._admission_tokens(head, 0) is not None)
+                            and sched.admissible(head, sched.next_budget()) is not None)
 
     def after(self, sched, batch: Batch, step: int) -> None:
         assert not (batch.prefill_seq_ids and batch.decode_seq_ids), f"step {step}: prompts and decodes mixed"
