@@ -38,7 +38,6 @@ import bisect
 import enum
 from collections import deque
 from collections.abc import Container, Iterable, Mapping
-from dataclasses import dataclass
 from itertools import accumulate, chain
 from operator import sub
 
@@ -92,29 +91,29 @@ class StepPlan:
         self.preempted: set[int] = set()
 
 
-@dataclass(eq=False, slots=True)
 class Chunk:
     """A group's prompt tokens [start, stop) computed in this iteration: the whole prompt but for a chunked
     prefill's chunk (samples recomputed apart: each its own history, from start to its length)."""
 
-    group: SequenceGroup
-    start: int
-    stop: int
+    # plain classes, these two, with their __init__ written out: a dataclass's generated one runs interpreted
+    __slots__ = ("group", "start", "stop")
+
+    def __init__(self, group: SequenceGroup, start: int, stop: int) -> None:
+        self.group, self.start, self.stop = group, start, stop
 
 
-@dataclass(eq=False, slots=True)
 class SchedulingBudget:
     """What one iteration may still take (vLLM v0.4's SchedulingBudget): num_tokens batched so far against
     token_cap, num_seqs running against max_num_seqs, and, where prompts are padded to the longest (separate;
     max_paddings >= 0), their padded size against the cap and their padding against max_paddings."""
 
-    token_cap: int
-    max_num_seqs: int
-    num_tokens: int
-    num_seqs: int
-    max_paddings: int = -1
-    num_prefills: int = 0
-    longest: int = 0
+    __slots__ = ("token_cap", "max_num_seqs", "num_tokens", "num_seqs", "max_paddings", "num_prefills", "longest")
+
+    def __init__(self, token_cap: int, max_num_seqs: int, num_tokens: int, num_seqs: int,
+                 max_paddings: int = -1) -> None:
+        self.token_cap, self.max_num_seqs, self.max_paddings = token_cap, max_num_seqs, max_paddings
+        self.num_tokens, self.num_seqs = num_tokens, num_seqs
+        self.num_prefills, self.longest = 0, 0
 
     def fit(self, prefill_lens: list[int], num_seqs: int, chunkable: bool) -> int | None:
         """The tokens these prefills of num_seqs new sequences add, or None when they do not fit; a
