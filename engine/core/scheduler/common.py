@@ -7,7 +7,8 @@ from collections.abc import Iterable, Mapping
 
 from engine.core.batch import Batch
 from engine.core.errors import RequestTooLarge, RequestTooLong, Unservable
-from engine.core.kv_usage import TokenSlots, UsageColumns, unshared_token_slots
+from engine.core.kv_tracker import ReservedKVTracker
+from engine.core.kv_usage import KVUsage, TokenSlots, UsageColumns
 from engine.core.scheduler.base import DecodeStretch, Scheduler
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
@@ -16,7 +17,11 @@ __all__ = ["QueueScheduler", "RequestTooLarge", "RequestTooLong"]
 
 
 class QueueScheduler(Scheduler):
-    """FCFS queues and the per-step update; subclasses decide admission and memory."""
+    """FCFS queues and the per-step update; subclasses decide admission and memory, and set `kv`, the tracker
+    of the pool's breakdown (engine.core.kv_tracker), told as groups start and stop running."""
+
+    kv: ReservedKVTracker
+    token_slots: TokenSlots  # kv's: the slots the running requests' tokens fill
 
     def __init__(self, system: SystemSpec, max_seq_len: int):
         self.system = system
@@ -31,7 +36,6 @@ class QueueScheduler(Scheduler):
         self.num_running_seqs = 0
         self.num_running_beam_groups = 0
         self._beam_group_of: dict[int, SequenceGroup] = {}  # the running beam searches, by their sequences' ids
-        self.token_slots = TokenSlots(self._token_slots_of)  # for kv_usage()
         # a policy that ignores an unservable request at schedule time (vLLM >= v0.2's ignored_seq_groups)
         # instead of refusing it at admission sets ignores_unservable; `unservable` holds why, by request id,
         # and `ignored` the groups ignored since the data plane last took them (take_ignored)
@@ -123,6 +127,9 @@ class QueueScheduler(Scheduler):
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def kv_usage(self) -> KVUsage:
+        return self.kv.usage(bool(self.waiting))
+
     def release_cache(self) -> None:
         """Reservations keep nothing across requests; the paged scheduler overrides."""
 
@@ -171,8 +178,8 @@ class QueueScheduler(Scheduler):
                        someone_waited: bool) -> UsageColumns:
         """Run the schedule() of the stretch's iterations 2..num_steps (the allocator's part of it) and return
         the KV usage each found, with token_slots filled and someone waiting or not as when the stretch was
-        scheduled. The lengths are already those of iteration num_steps."""
-        raise NotImplementedError
+        scheduled. The lengths are already those of iteration num_steps. Reservations stay as they are."""
+        return self.kv.stretch_usage(token_slots, [], someone_waited)
 
     # --- beam search -------------------------------------------------------------
     def _apply_beam_parents(self, beam_parents: Mapping[int, int]) -> None:
@@ -220,15 +227,11 @@ class QueueScheduler(Scheduler):
         """What the pool must hold for a request beyond its tokens, in words ('' where it holds just them)."""
         return ""
 
-    def _token_slots_of(self, group: SequenceGroup) -> int:
-        """K/V slots a group's tokens fill; a paged pool whose samples share the prompt overrides."""
-        return unshared_token_slots(group)
-
     def _start_running(self, group: SequenceGroup) -> None:
         group.set_status(SeqStatus.RUNNING)
         self.num_running_seqs += len(group.live_seqs())
         self.num_running_beam_groups += group.is_beam
-        self.token_slots.started(group)
+        self.kv.started(group)
         if group.is_beam:
             for seq in group.live_seqs():
                 self._beam_group_of[seq.seq_id] = group
@@ -238,7 +241,7 @@ class QueueScheduler(Scheduler):
         sequences already finished one by one as they sampled their last token)."""
         self.num_running_seqs -= len(group.live_seqs())
         self.num_running_beam_groups -= group.is_beam
-        self.token_slots.stopped(group)
+        self.kv.stopped(group)
         group.set_status(status)
         if group.is_beam:
             for seq in group.seqs:

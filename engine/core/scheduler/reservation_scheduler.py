@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from engine.core.blocks import blocks_for
 from engine.core.buddy import BuddyAllocator
-from engine.core.kv_usage import KVUsage, UsageColumns, reserved_usage, reserved_usage_columns
+from engine.core.kv_tracker import ReservedKVTracker
 from engine.core.reservation import ReservationAllocator
-from engine.core.scheduler.base import DecodeStretch
 from engine.core.scheduler.common import QueueScheduler
 from engine.core.sequence import Sequence, SequenceGroup
 from engine.core.system import SystemSpec
@@ -25,6 +24,8 @@ class ReservationScheduler(QueueScheduler):
         self.num_gpu_blocks = num_gpu_blocks
         self.num_cpu_blocks = num_cpu_blocks
         self.allocator = ReservationAllocator(num_gpu_blocks, system.block_size, max_seq_len, system.reservation)
+        self.kv = ReservedKVTracker(self.allocator)
+        self.token_slots = self.kv.token_slots
         self._pending_copies: list[tuple[int, int]] = []
         self._needed_alone: dict[tuple[int, ...], int] = {}  # _blocks_needed_alone's verdicts, by sorted sizes
 
@@ -72,10 +73,3 @@ class ReservationScheduler(QueueScheduler):
     def _take_copies(self) -> list[tuple[int, int]]:
         copies, self._pending_copies = self._pending_copies, []
         return copies
-
-    def kv_usage(self) -> KVUsage:
-        return reserved_usage(self.allocator, self.token_slots, bool(self.waiting))
-
-    def _stretch_usage(self, stretch: DecodeStretch, num_steps: int, token_slots: range,
-                       someone_waited: bool) -> UsageColumns:
-        return reserved_usage_columns(self.allocator, token_slots, someone_waited)  # reservations stay as they are

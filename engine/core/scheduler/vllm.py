@@ -45,14 +45,8 @@ from engine.core.batch import Batch
 from engine.core.block_manager import appends_fit
 from engine.core.blocks import blocks_for
 from engine.core.errors import SwapSpaceExhausted
-from engine.core.kv_usage import (
-    KVUsage,
-    UsageColumns,
-    paged_usage,
-    paged_usage_columns,
-    shared_prompt_token_slots,
-    unshared_token_slots,
-)
+from engine.core.kv_tracker import PagedKVTracker
+from engine.core.kv_usage import UsageColumns
 from engine.core.prefix_cache import block_manager_for
 from engine.core.scheduler.base import DecodeStretch
 from engine.core.scheduler.common import QueueScheduler
@@ -148,6 +142,8 @@ class VLLMScheduler(QueueScheduler):
         self.num_gpu_blocks = num_gpu_blocks
         self.num_cpu_blocks = num_cpu_blocks
         self.blocks = block_manager_for(system, num_gpu_blocks, num_cpu_blocks)
+        self.paged_kv = PagedKVTracker(self.blocks, self._beam_group_of)
+        self.kv, self.token_slots = self.paged_kv, self.paged_kv.token_slots
         self.caches_prefixes = system.prefix_caching
         self.swapped: deque[SequenceGroup] = deque()
         self.num_swapped_out_blocks = 0
@@ -171,12 +167,6 @@ class VLLMScheduler(QueueScheduler):
         self._partial: list[Chunk] = []
         # None: vLLM's own rule per group ("auto"); else the mode the user forced
         self.forced_preemption = None if system.preemption == "auto" else PreemptionMode(system.preemption)
-        # beams share generated blocks too, not only the prompt's (forks): per running beam search, the slots
-        # its blocks hold less those TokenSlots counts for it, their sum, and the groups to count again at the
-        # next kv_usage() (started, or a table changed: _beam_token_slots)
-        self._beam_sharing: dict[int, int] = {}
-        self.beam_sharing_slots = 0
-        self._beams_to_count: dict[int, SequenceGroup] = {}
 
     # --- one step ----------------------------------------------------------------
     def schedule(self) -> Batch:
@@ -365,13 +355,12 @@ class VLLMScheduler(QueueScheduler):
         the cache then holds for the group instead of the group's own token slots."""
         keyed = self.blocks.prompt_computed(group, stop)
         if keyed:
-            self.token_slots.slots -= keyed * self.block_size  # a sharing prompt: one table's worth
+            self.paged_kv.keyed(keyed)
 
     def _start_prompt(self, group: SequenceGroup) -> None:
         """The group, just taken off the waiting queue, gets its prompt's blocks and runs."""
         self.blocks.allocate(group)
-        if group.prefix_blocks and not group.num_cached_tokens:  # it just cached the prefix
-            self.token_slots.slots += group.prefix_blocks * self.block_size
+        self.paged_kv.prefix_cached(group)
         self._start_running(group)
         self._insert_running(group)
 
@@ -490,46 +479,6 @@ class VLLMScheduler(QueueScheduler):
         keys = [(g.arrival_s, g.request_id) for g in self.running]
         self.running.insert(bisect.bisect(keys, (group.arrival_s, group.request_id)), group)
 
-    # --- accounting ------------------------------------------------------------------
-    def kv_usage(self) -> KVUsage:
-        token_slots = self.token_slots.slots
-        if self.num_running_beam_groups:
-            token_slots += self._beam_token_slots()
-        return paged_usage(self.blocks, token_slots, bool(self.waiting))
-
-    def _beam_token_slots(self) -> int:
-        """Slots the running beam searches' blocks hold, less those TokenSlots counts for them (<= 0: forked
-        beams share blocks). A group is counted (held_token_slots) when it starts running and
-        again only after one of its tables changed: while they stay as they are, schedule() has given each
-        beam a last block of its own that holds its newest token (a shared one is copied on write, a full
-        one followed by a fresh one), so the held slots grow as TokenSlots does, a slot per sampled token.
-        Counting every group at every step instead cost a quarter of a beam run."""
-        for seq_id in self.blocks.take_changed_tables():
-            group = self._beam_group_of.get(seq_id)
-            if group is not None:
-                self._beams_to_count[group.request_id] = group
-        for request_id, group in self._beams_to_count.items():
-            sharing = self.blocks.held_token_slots(group) - shared_prompt_token_slots(group)
-            self.beam_sharing_slots += sharing - self._beam_sharing[request_id]
-            self._beam_sharing[request_id] = sharing
-        self._beams_to_count.clear()
-        return self.beam_sharing_slots
-
-    def _start_running(self, group: SequenceGroup) -> None:
-        super()._start_running(group)
-        if group.is_beam:
-            self.blocks.track_table_changes(True)
-            self._beam_sharing[group.request_id] = 0
-            self._beams_to_count[group.request_id] = group
-
-    def _stop_running(self, group: SequenceGroup, status: SeqStatus) -> None:
-        if group.is_beam:
-            self.beam_sharing_slots -= self._beam_sharing.pop(group.request_id)
-            self._beams_to_count.pop(group.request_id, None)
-        super()._stop_running(group, status)
-        if group.is_beam and not self.num_running_beam_groups:
-            self.blocks.track_table_changes(False)  # nothing to count until a beam search runs again
-
     # --- decode stretches (docs/stretch.md) ----------------------------------------------
     def _decode_stretch(self, batch: Batch) -> DecodeStretch:
         """Until the first sequence finishes, as long as: nothing is swapped out to come back, the oldest
@@ -596,7 +545,7 @@ class VLLMScheduler(QueueScheduler):
         free_blocks = list(accumulate(map(len, grown), sub, initial=self.blocks.gpu.num_free))[1:]
         no_copies: list[tuple[int, int]] = []  # a stretch's appends copy nothing (_decode_stretch)
         self.blocks.append_slots(chain.from_iterable(grown), no_copies)
-        return paged_usage_columns(self.blocks, token_slots, free_blocks, someone_waited)
+        return self.kv.stretch_usage(token_slots, free_blocks, someone_waited)
 
     # --- the rest of the contract ----------------------------------------------------
     def abort(self, request_id: int) -> SequenceGroup | None:
@@ -696,19 +645,8 @@ class VLLMScheduler(QueueScheduler):
                     "watermark,")
         return ", recomputed at its last decode above the watermark,"
 
-    def _token_slots_of(self, group: SequenceGroup) -> int:
-        slots = shared_prompt_token_slots(group) if group.shares_prompt else unshared_token_slots(group)
-        # the cached prefix's slots are counted once, while it is cached (_admit); the prefix cache's, while in use
-        held = group.prefix_blocks + group.cache_blocks
-        if held:
-            tables = 1 if group.shares_prompt else group.num_seqs
-            slots -= tables * held * self.block_size
-        return slots
-
     def release_cache(self) -> None:
-        if self.blocks.prefix_table:
-            self.token_slots.slots -= len(self.blocks.prefix_table) * self.block_size
-            self.blocks.release_prefix()
+        self.paged_kv.cache_released()
 
 
 def insert_fcfs(queue: deque[SequenceGroup], group: SequenceGroup) -> None:

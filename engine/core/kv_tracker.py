@@ -1,0 +1,142 @@
+"""The KV pool's breakdown (paper Fig. 2) kept beside a scheduler, never inside its policy.
+
+A scheduler tells its tracker what happens to the pool's users: a group starts or stops running, its
+sequences sample tokens, a shared prefix or a prompt chunk's blocks become the cache's, the run releases
+the cache. The tracker keeps the one figure the allocator cannot give at any moment, the slots the running
+requests' tokens fill (TokenSlots), and reads everything else off the allocator when the breakdown is
+asked for (engine.core.kv_usage). Reservations (Orca, FasterTransformer) and vLLM's paged pool differ only
+in how a group's tokens fill slots and in what the allocator says; the paged pool's beam searches, whose
+forks share blocks the token count does not see, are counted again where their tables changed.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from engine.core.block_manager import BlockManager
+from engine.core.kv_usage import (
+    KVUsage,
+    TokenSlots,
+    UsageColumns,
+    paged_usage,
+    paged_usage_columns,
+    reserved_usage,
+    reserved_usage_columns,
+    shared_prompt_token_slots,
+    unshared_token_slots,
+)
+from engine.core.reservation import ReservationAllocator
+from engine.core.sequence import SequenceGroup
+
+__all__ = ["PagedKVTracker", "ReservedKVTracker"]
+
+
+class ReservedKVTracker:
+    """Contiguous reservations: every sample holds its own copy of the prompt, nothing is shared."""
+
+    def __init__(self, allocator: ReservationAllocator) -> None:
+        self.allocator = allocator
+        self.token_slots = TokenSlots(self.slots_of)
+
+    def slots_of(self, group: SequenceGroup) -> int:
+        """K/V slots a group's tokens fill now, sampled ones included."""
+        return unshared_token_slots(group)
+
+    def started(self, group: SequenceGroup) -> None:
+        self.token_slots.started(group)
+
+    def stopped(self, group: SequenceGroup) -> None:
+        self.token_slots.stopped(group)
+
+    def usage(self, someone_waits: bool) -> KVUsage:
+        return reserved_usage(self.allocator, self.token_slots, someone_waits)
+
+    def stretch_usage(self, token_slots: range, free_blocks: list[int], someone_waited: bool) -> UsageColumns:
+        """The breakdown at a decode stretch's moments, as columns: reservations stay as they are."""
+        return reserved_usage_columns(self.allocator, token_slots, someone_waited)
+
+
+class PagedKVTracker(ReservedKVTracker):
+    """vLLM's paged pool: the samples of a request share its prompt's blocks, a shared prefix or the prefix
+    cache holds its blocks once for all, and forked beams share generated blocks too.
+
+    beam_group_of: the scheduler's running beam searches by their sequences' ids (read, never written)."""
+
+    def __init__(self, blocks: BlockManager, beam_group_of: Mapping[int, SequenceGroup]) -> None:
+        self.blocks = blocks
+        self.block_size = blocks.block_size
+        self.token_slots = TokenSlots(self.slots_of)
+        self.beam_group_of = beam_group_of
+        # per running beam search, the slots its blocks hold less those TokenSlots counts for it, their sum,
+        # and the groups to count again at the next usage() (started, or a table changed: _beam_token_slots)
+        self._beam_sharing: dict[int, int] = {}
+        self.beam_sharing_slots = 0
+        self._beams_to_count: dict[int, SequenceGroup] = {}
+
+    def slots_of(self, group: SequenceGroup) -> int:
+        slots = shared_prompt_token_slots(group) if group.shares_prompt else unshared_token_slots(group)
+        # the cached prefix's slots are counted once, while it is cached (prefix_cached); the prefix cache's,
+        # while in use (BlockManager.cache_token_slots)
+        held = group.prefix_blocks + group.cache_blocks
+        if held:
+            tables = 1 if group.shares_prompt else group.num_seqs
+            slots -= tables * held * self.block_size
+        return slots
+
+    def started(self, group: SequenceGroup) -> None:
+        self.token_slots.started(group)
+        if group.is_beam:
+            self.blocks.track_table_changes(True)
+            self._beam_sharing[group.request_id] = 0
+            self._beams_to_count[group.request_id] = group
+
+    def stopped(self, group: SequenceGroup) -> None:
+        if group.is_beam:
+            self.beam_sharing_slots -= self._beam_sharing.pop(group.request_id)
+            self._beams_to_count.pop(group.request_id, None)
+            if not self._beam_sharing:
+                self.blocks.track_table_changes(False)  # nothing to count until a beam search runs again
+        self.token_slots.stopped(group)
+
+    def prefix_cached(self, group: SequenceGroup) -> None:
+        """The group was just allocated: if it cached the shared prefix, the prefix's slots count from now."""
+        if group.prefix_blocks and not group.num_cached_tokens:
+            self.token_slots.slots += group.prefix_blocks * self.block_size
+
+    def keyed(self, num_blocks: int) -> None:
+        """A chunk's full blocks became the prefix cache's, which counts them (a sharing prompt: one table's)."""
+        self.token_slots.slots -= num_blocks * self.block_size
+
+    def cache_released(self) -> None:
+        """The run is over: the shared prefix's blocks go back."""
+        if self.blocks.prefix_table:
+            self.token_slots.slots -= len(self.blocks.prefix_table) * self.block_size
+            self.blocks.release_prefix()
+
+    def usage(self, someone_waits: bool) -> KVUsage:
+        token_slots = self.token_slots.slots
+        if self._beam_sharing:
+            token_slots += self._beam_token_slots()
+        return paged_usage(self.blocks, token_slots, someone_waits)
+
+    def stretch_usage(self, token_slots: range, free_blocks: list[int], someone_waited: bool) -> UsageColumns:
+        """The breakdown at a decode stretch's moments, as columns (no beam search runs in a stretch)."""
+        return paged_usage_columns(self.blocks, token_slots, free_blocks, someone_waited)
+
+    def _beam_token_slots(self) -> int:
+        """Slots the running beam searches' blocks hold, less those TokenSlots counts for them (<= 0: forked
+        beams share blocks). A group is counted (held_token_slots) when it starts running and again only after
+        one of its tables changed: while they stay as they are, schedule() has given each beam a last block of
+        its own that holds its newest token (a shared one is copied on write, a full one followed by a fresh
+        one), so the held slots grow as TokenSlots does, a slot per sampled token. Counting every group at
+        every step instead cost a quarter of a beam run."""
+        for seq_id in self.blocks.take_changed_tables():
+            group = self.beam_group_of.get(seq_id)
+            if group is not None:
+                self._beams_to_count[group.request_id] = group
+        for request_id, group in self._beams_to_count.items():
+            sharing = self.blocks.held_token_slots(group) - shared_prompt_token_slots(group)
+            self.beam_sharing_slots += sharing - self._beam_sharing[request_id]
+            self._beam_sharing[request_id] = sharing
+        self._beams_to_count.clear()
+        return self.beam_sharing_slots
+
