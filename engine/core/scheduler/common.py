@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from engine.core.batch import Batch
 from engine.core.errors import RequestTooLarge, RequestTooLong, Unservable
 from engine.core.kv_tracker import ReservedKVTracker
 from engine.core.kv_usage import KVUsage, TokenSlots, UsageColumns
 from engine.core.scheduler.base import DecodeStretch, Scheduler
+from engine.core.scheduler.stretch import running_seqs, steps_to_first_finish
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
 
@@ -150,18 +151,10 @@ class QueueScheduler(Scheduler):
         return self._decode_stretch(batch)
 
     def _decode_stretch(self, batch: Batch) -> DecodeStretch:
-        """decode_stretch for a decode-only batch without beams. Reservations stay as they are while no
-        request finishes, and the oldest waiting request, refused by this schedule(), stays refused: the
-        stretch lasts until the first sequence finishes."""
-        running = SeqStatus.RUNNING
-        return DecodeStretch(batch, self._steps_to_first_finish(
-            seq for group in self._decoded for seq in group.seqs if seq.status is running))
-
-    @staticmethod
-    def _steps_to_first_finish(decoding: Iterable[Sequence]) -> int:
-        """Completion k takes each decoding sequence to length + k: the first to reach its final length
-        ends the stretch (with the completion that finishes it)."""
-        return min([seq.prompt_len + seq.output_len - seq.length for seq in decoding])
+        """decode_stretch for a decode-only batch without beams (engine.core.scheduler.stretch): reservations
+        stay as they are while no request finishes, and the oldest waiting request, refused by this schedule(),
+        stays refused, so the stretch lasts until the first sequence finishes."""
+        return DecodeStretch(batch, steps_to_first_finish(running_seqs(self._decoded)))
 
     def advance_decodes(self, stretch: DecodeStretch, num_steps: int, arrived: int = 0) -> UsageColumns:
         if not 2 <= num_steps <= stretch.num_steps:

@@ -38,8 +38,7 @@ import bisect
 import enum
 from collections import deque
 from collections.abc import Container, Iterable, Mapping
-from itertools import accumulate, chain
-from operator import sub
+from itertools import chain
 
 from engine.core.batch import Batch
 from engine.core.block_manager import appends_fit
@@ -50,6 +49,7 @@ from engine.core.kv_usage import UsageColumns
 from engine.core.prefix_cache import block_manager_for
 from engine.core.scheduler.base import DecodeStretch
 from engine.core.scheduler.common import QueueScheduler
+from engine.core.scheduler.stretch import paged_stretch, stretch_appends
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
 
@@ -479,72 +479,23 @@ class VLLMScheduler(QueueScheduler):
         keys = [(g.arrival_s, g.request_id) for g in self.running]
         self.running.insert(bisect.bisect(keys, (group.arrival_s, group.request_id)), group)
 
-    # --- decode stretches (docs/stretch.md) ----------------------------------------------
+    # --- decode stretches (engine.core.scheduler.stretch) ---------------------------------
     def _decode_stretch(self, batch: Batch) -> DecodeStretch:
-        """Until the first sequence finishes, as long as: nothing is swapped out to come back, the oldest
-        waiting request is refused now (free blocks only shrink while nobody finishes and the rest stays
-        put, so it stays refused), and no step's appends could preempt (_steps_without_preemption). No copy
-        on write either: schedule() just gave every running sequence a last block of its own, and beams,
-        whose forks share them again, do not get here."""
-        if self.swapped or batch.num_swap_blocks:
-            return DecodeStretch(batch, 1)
-        if self.prefill_progress:  # a prompt part way through waits for budget: its chunk changes the batch
+        """Points 2 and 3 of the stretch's argument, the paged pool's way: nothing swapped out to come back,
+        no prompt part way through its chunks, and the oldest waiting request refused now by admissible(), as
+        the next step would ask it; paged_stretch then counts the steps to the first finish or preemption."""
+        if self.swapped or batch.num_swap_blocks or self.prefill_progress:
             return DecodeStretch(batch, 1)
         head = self.waiting[0] if self.waiting else None
         if head is not None and (self._must_ignore(head) or self.admissible(head, self.next_budget()) is not None):
             # ignored or admitted next step (refused in this one's schedule() only as just preempted, or
             # held back by a delay_factor that may pass meanwhile)
             return DecodeStretch(batch, 1)
-        growth = self._growth_by_slack()
-        if growth is None:
-            return DecodeStretch(batch, 1)
-        num_steps = self._steps_without_preemption(self._steps_to_first_finish(chain.from_iterable(growth)), growth)
-        return DecodeStretch(batch, num_steps, growth)
-
-    def _growth_by_slack(self) -> list[list[Sequence]] | None:
-        """The running sequences by the free slots left in their last block, in the order schedule() appends
-        (DecodeStretch.growth); None when schedule() left one a table more than a block long, or short."""
-        bs, tables = self.block_size, self.blocks.block_tables
-        growth: list[list[Sequence]] = [[] for _ in range(bs)]
-        running = SeqStatus.RUNNING
-        for group in self.running:
-            for seq in group.seqs:
-                if seq.status is running:
-                    slack = len(tables[seq.seq_id]) * bs - seq.length
-                    if not 0 <= slack < bs:
-                        return None
-                    growth[slack].append(seq)
-        return growth
-
-    def _steps_without_preemption(self, num_steps: int, growth: list[list[Sequence]]) -> int:
-        """The first iterations of num_steps whose schedule() preempts nobody. Iteration j >= 2 appends a block
-        for each of growth[(j - 2) % block_size]; schedule() then takes its fast path when the free blocks
-        before cover every running sequence, and otherwise preempts nobody when those left after the appends
-        still cover the largest group (each group's can_append then holds in turn). Free blocks only fall,
-        so the first iteration failing both ends the stretch."""
-        bs, free, seqs = self.block_size, self.blocks.gpu.num_free, self.num_running_seqs
-        largest_group = (1 if seqs == len(self.running) else max(len(group.live_seqs()) for group in self.running))
-        cycles, rest = divmod(num_steps - 1, bs)
-        if appends_fit(largest_group, free - cycles * seqs - sum(map(len, growth[:rest]))):
-            return num_steps  # even after the last iteration's appends
-        for j in range(2, num_steps + 1):
-            after = free - len(growth[(j - 2) % bs])
-            if not (appends_fit(seqs, free) or appends_fit(largest_group, after)):
-                return j - 1
-            free = after
-        return num_steps
+        return paged_stretch(batch, self.running, self.blocks, self.num_running_seqs, self.block_size)
 
     def _stretch_usage(self, stretch: DecodeStretch, num_steps: int, token_slots: range,
                        someone_waited: bool) -> UsageColumns:
-        """The schedule() of iterations 2..num_steps appends a block for each of growth[(j - 2) % block_size]
-        and for nobody else: the same append_slots, in one call for them all (the lengths are already the
-        last iteration's), in the order the iterations would append (the same block ids), each sequence
-        listed once per block it takes. The free blocks each iteration found are counted down alongside."""
-        bs, growth = self.block_size, stretch.growth
-        grown = [growth[(j - 2) % bs] for j in range(2, num_steps + 1)]
-        free_blocks = list(accumulate(map(len, grown), sub, initial=self.blocks.gpu.num_free))[1:]
-        no_copies: list[tuple[int, int]] = []  # a stretch's appends copy nothing (_decode_stretch)
-        self.blocks.append_slots(chain.from_iterable(grown), no_copies)
+        free_blocks = stretch_appends(stretch, num_steps, self.blocks, self.block_size)
         return self.kv.stretch_usage(token_slots, free_blocks, someone_waited)
 
     # --- the rest of the contract ----------------------------------------------------
