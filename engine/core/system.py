@@ -23,7 +23,7 @@ RESERVATIONS = ("oracle", "pow2", "max")
 #              max_num_batched_tokens, or unable to grow alone to their final lengths in the
 #              pool, one spare block each) is swapped instead.
 #   swap       swap every group, single sequences too.
-# The scheduler reads these as engine.core.scheduler.vllm.PreemptionMode (None for auto).
+# The scheduler reads these as engine.core.scheduler.preemption.PreemptionMode (None for auto).
 PREEMPTION_MODES = ("auto", "recompute", "swap")
 # vLLM's `prefill_policy`: how new prompts share iterations with decodes (docs/vllm-policies.md).
 #   mixed     the paper-era code: prompts and decodes in one iteration under max_num_batched_tokens

@@ -35,37 +35,23 @@ Where servesim differs from vLLM, because its step must run something or its req
 from __future__ import annotations
 
 import bisect
-import enum
 from collections import deque
 from collections.abc import Container, Iterable, Mapping
 from itertools import chain
 
 from engine.core.batch import Batch
 from engine.core.block_manager import appends_fit
-from engine.core.blocks import blocks_for
-from engine.core.errors import SwapSpaceExhausted
 from engine.core.kv_tracker import PagedKVTracker
 from engine.core.kv_usage import UsageColumns
 from engine.core.prefix_cache import block_manager_for
 from engine.core.scheduler.base import DecodeStretch
 from engine.core.scheduler.common import QueueScheduler
+from engine.core.scheduler.preemption import PreemptionMode, PreemptionRule
 from engine.core.scheduler.stretch import paged_stretch, stretch_appends
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
 
 NO_TOKEN_CAP = 1 << 60  # max_num_batched_tokens unset (mixed): no iteration comes near it
-
-
-class PreemptionMode(enum.Enum):
-    """How a preempted group frees its GPU blocks (vLLM's enum of the same name).
-
-    SWAP: its blocks move to host memory and come back before it runs again.
-    RECOMPUTE: its blocks are dropped; it waits again and re-prefills its prompt and
-    everything it generated so far.
-    """
-
-    SWAP = "swap"
-    RECOMPUTE = "recompute"
 
 
 class StepPlan:
@@ -165,8 +151,7 @@ class VLLMScheduler(QueueScheduler):
         # prefills; and this iteration's chunks that are not their prompt's last
         self.prefill_progress: dict[int, int] = {}
         self._partial: list[Chunk] = []
-        # None: vLLM's own rule per group ("auto"); else the mode the user forced
-        self.forced_preemption = None if system.preemption == "auto" else PreemptionMode(system.preemption)
+        self.preemption = PreemptionRule(system, self.blocks, num_gpu_blocks, self.token_cap)
 
     # --- one step ----------------------------------------------------------------
     def schedule(self) -> Batch:
@@ -414,30 +399,7 @@ class VLLMScheduler(QueueScheduler):
 
     # --- preemption ----------------------------------------------------------------
     def preemption_mode(self, group: SequenceGroup) -> PreemptionMode:
-        """vLLM's rule (auto): recompute a group of one running sequence (cheaper than
-        swapping), swap a group of several. Forced swap swaps every group. Forced recompute
-        recomputes every group, except a group of several samples that could not be served
-        apart (see _can_serve_apart) and a beam search (its beams are chosen together from one
-        step's scores, which a re-prefill apart would not give back): they swap. A group part way
-        through a chunked prefill is recomputed: it generated nothing to keep."""
-        if group.request_id in self.prefill_progress:
-            return PreemptionMode.RECOMPUTE
-        live = group.live_seqs()
-        forced = self.forced_preemption
-        if forced is PreemptionMode.SWAP or (forced is None and len(live) > 1) or group.is_beam:
-            return PreemptionMode.SWAP
-        if len(live) > 1 and not self._can_serve_apart(live):
-            return PreemptionMode.SWAP
-        return PreemptionMode.RECOMPUTE
-
-    def _can_serve_apart(self, live: list[Sequence]) -> bool:
-        """Whether samples recomputed apart can run again: their re-prefills fit one iteration's
-        token cap, and alone in the pool each can grow to its final length in its own blocks
-        (plus the one spare block per sequence that the conservative can_append asks for)."""
-        if sum(s.length for s in live) > self.token_cap:
-            return False
-        blocks = sum(blocks_for(s.final_len, self.block_size) + 1 for s in live)
-        return blocks + self.blocks.watermark_blocks <= self.num_gpu_blocks
+        return self.preemption.mode(group, group.request_id in self.prefill_progress)
 
     def _preempt(self, group: SequenceGroup, plan: StepPlan) -> None:
         plan.preempted.add(id(group))
@@ -456,12 +418,7 @@ class VLLMScheduler(QueueScheduler):
             self._insert_waiting(group)
         else:
             if not self.blocks.can_swap_out(group):
-                why = (" (its samples could not be recomputed apart in this pool or token cap)"
-                       if self.forced_preemption is PreemptionMode.RECOMPUTE else "")
-                raise SwapSpaceExhausted(
-                    f"request {group.request_id}: its {len(group.live_seqs())} sequences must be swapped out to "
-                    f"preempt it{why}, and the CPU swap space has {self.blocks.cpu.num_free} free blocks; "
-                    "raise swap_space_gib (or lower workload.n / workload.beam_width)")
+                raise self.preemption.swap_space_exhausted(group)
             self._stop_running(group, SeqStatus.SWAPPED)  # before the swap changes its prefix_blocks
             mapping = self.blocks.swap_out(group)
             plan.swap_out.extend(mapping)
@@ -560,41 +517,10 @@ class VLLMScheduler(QueueScheduler):
                 f"{blocks.watermark_blocks}); the pool has {self.num_gpu_blocks} blocks, {blocks.gpu.num_free} free")
 
     def _blocks_needed_alone(self, group: SequenceGroup) -> int:
-        """The free blocks a fresh group needs at its most to be sure to finish, by the rules schedule()
-        applies: its prompt's blocks above the watermark to be admitted (can_allocate), and what it takes to
-        come back from a preemption at its last decode, where it holds the most (_comeback_blocks). With
-        fewer, a group preempted there (by others, or by itself: can_append asks a free block per running
-        sequence whether it needs one or not) would wait for good, so it is refused or ignored on arrival."""
-        admit = blocks_for(group.prompt_len, self.block_size) + self.blocks.watermark_blocks
-        if group.output_len < 2:  # its prefill samples its only token: it never decodes
-            return admit
-        return max(admit, self._comeback_blocks(group))
-
-    def _comeback_blocks(self, group: SequenceGroup) -> int:
-        """The free blocks a fresh group needs to run again after a preemption at its last decode.
-
-        Swapped: the blocks it held then (the prompt's full ones shared, the rest each sample's own; at most:
-        forked beams share more), a spare block per sequence and the watermark (can_swap_in), beside a cached
-        shared prefix the manager keeps (the group comes back with its own copy of it). Those cover the spare
-        blocks can_append asks for at its last decode too. Recomputed: its re-prefill's blocks, one table per
-        sample, above the watermark (can_allocate), the prefix cached once; a group that cannot append even
-        alone is then recomputed and gains a token with each re-prefill, so it needs no spare blocks."""
-        bs, n, wm = self.block_size, group.num_seqs, self.blocks.watermark_blocks
-        prefix = self.blocks.prefix_blocks_of(group)
-        longest = group.prompt_len + group.output_len - 1  # its length at its last decode
-        if self.preemption_mode(group) is PreemptionMode.SWAP:
-            shared = group.prompt_len // bs if n > 1 else 0
-            held = shared + n * (blocks_for(longest - 1, bs) - shared)  # before that decode's appends
-            return held + n + wm + prefix
-        return prefix + n * (blocks_for(longest, bs) - prefix) + wm
+        return self.preemption.blocks_needed_alone(group)
 
     def _reservation_note(self, group: SequenceGroup) -> str:
-        if group.output_len < 2:
-            return ""
-        if self.preemption_mode(group) is PreemptionMode.SWAP:
-            return (", swapped out at its last decode and back in with a spare block per sequence and the "
-                    "watermark,")
-        return ", recomputed at its last decode above the watermark,"
+        return self.preemption.note(group)
 
     def release_cache(self) -> None:
         self.paged_kv.cache_released()

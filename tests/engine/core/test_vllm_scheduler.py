@@ -4,7 +4,7 @@ one mode), swapped groups block admissions."""
 from __future__ import annotations
 
 from engine.core.blocks import blocks_for
-from engine.core.scheduler.vllm import PreemptionMode
+from engine.core.scheduler.preemption import PreemptionMode
 from engine.core.sequence import SequenceCounter, make_group
 from engine.core.system import SystemSpec
 from tests.helpers.core_harness import (
