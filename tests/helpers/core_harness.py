@@ -156,8 +156,14 @@ class StepInvariants(Checker):
         assert len(ids) == len(set(ids)), "a sequence appears twice in one batch"
         assert len(ids) <= system.max_num_seqs, (
             f"step {step}: {len(ids)} sequences in the batch > max_num_seqs {system.max_num_seqs}")
-        if isinstance(sched, VLLMScheduler) and system.max_num_batched_tokens is not None:
-            assert batch.num_tokens <= system.max_num_batched_tokens
+        if isinstance(sched, VLLMScheduler):  # the iteration's SchedulingBudget, never exceeded
+            assert batch.num_tokens <= sched.token_cap, f"step {step}: {batch.num_tokens} tokens over the cap"
+            lens = batch.prefill_lens
+            if sched.prompt_only and lens:  # a prompt-only iteration, padded to its longest prompt
+                padded = len(lens) * max(lens)
+                assert not batch.decode_seq_ids, f"step {step}: prompts and decodes in one iteration"
+                assert padded <= sched.token_cap and padded - sum(lens) <= sched.max_paddings, (
+                    f"step {step}: {len(lens)} prompts padded to {max(lens)} exceed the budget")
         assert len(batch.prefill_seq_ids) == len(batch.prefill_lens) == len(batch.prefill_sample_ids)
         assert len(batch.decode_seq_ids) == len(batch.decode_context_lens)
 
