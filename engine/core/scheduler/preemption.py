@@ -49,11 +49,12 @@ class PreemptionRule:
         group part way through a chunked prefill (prefilling) is recomputed: it generated nothing to keep."""
         if prefilling:
             return PreemptionMode.RECOMPUTE
-        live = group.live_seqs()
-        forced = self.forced
-        if forced is PreemptionMode.SWAP or (forced is None and len(live) > 1) or group.is_beam:
+        if self.forced is PreemptionMode.SWAP or group.is_beam:
             return PreemptionMode.SWAP
-        if len(live) > 1 and not self._can_serve_apart(live):
+        live = group.live_seqs()
+        if len(live) <= 1:
+            return PreemptionMode.RECOMPUTE
+        if self.forced is None or not self._can_serve_apart(live):  # auto swaps a group of several
             return PreemptionMode.SWAP
         return PreemptionMode.RECOMPUTE
 

@@ -14,6 +14,8 @@ The prefill policy (SystemSpec.prefill_policy, docs/vllm-policies.md) is how pro
   chunked   v0.4 (`_schedule_chunked_prefill`, Sarathi-Serve): decodes first, then prompt chunks in the
             budget left, those part way through before new ones, a prompt taking what is left when it
             does not fit whole.
+A group whose samples diverged and were preempted by recomputation is "recomputed apart" from then on
+(SequenceGroup.shares_prompt False): each sample re-prefills its own history in its own blocks.
 separate and chunked ignore a request that can never run when it reaches the head of the queue (vLLM's
 ignored_seq_groups; separate: also a prompt longer than min(max_seq_len, max_num_batched_tokens)); mixed
 refuses it on arrival. The step and the decode stretch ask the same admissible(), so a stretch can never
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from itertools import chain
 
 from engine.core.batch import Batch
@@ -87,11 +89,13 @@ class SchedulingBudget:
     token_cap, num_seqs running against max_num_seqs, and, where prompts are padded to the longest (separate;
     max_paddings >= 0), their padded size against the cap and their padding against max_paddings."""
 
-    __slots__ = ("token_cap", "max_num_seqs", "num_tokens", "num_seqs", "max_paddings", "num_prefills", "longest")
+    __slots__ = ("token_cap", "max_num_seqs", "num_tokens", "num_seqs", "padded", "max_paddings", "num_prefills",
+                 "longest")
 
     def __init__(self, token_cap: int, max_num_seqs: int, num_tokens: int, num_seqs: int,
                  max_paddings: int = -1) -> None:
         self.token_cap, self.max_num_seqs, self.max_paddings = token_cap, max_num_seqs, max_paddings
+        self.padded = max_paddings >= 0  # prompts padded to the longest (separate's prompt-only iteration)
         self.num_tokens, self.num_seqs = num_tokens, num_seqs
         self.num_prefills, self.longest = 0, 0
 
@@ -101,7 +105,7 @@ class SchedulingBudget:
         if self.num_seqs + num_seqs > self.max_num_seqs:
             return None
         tokens = sum(prefill_lens)
-        if self.max_paddings >= 0:
+        if self.padded:
             padded = (self.num_prefills + len(prefill_lens)) * max(self.longest, *prefill_lens)
             if padded > self.token_cap or padded - (self.num_tokens + tokens) > self.max_paddings:
                 return None
@@ -112,11 +116,16 @@ class SchedulingBudget:
         return tokens if tokens <= left else None
 
     def take(self, tokens: int, num_seqs: int, prefill_lens: list[int]) -> None:
+        """An admitted prompt's: its tokens, its sequences and (padded) its prefills' lengths."""
         self.num_tokens += tokens
         self.num_seqs += num_seqs
-        if self.max_paddings >= 0:
+        if self.padded:
             self.num_prefills += len(prefill_lens)
             self.longest = max(self.longest, *prefill_lens)
+
+    @property
+    def tokens_left(self) -> int:
+        return self.token_cap - self.num_tokens
 
 
 class VLLMScheduler(QueueScheduler):
@@ -134,8 +143,14 @@ class VLLMScheduler(QueueScheduler):
         self.swapped: deque[SequenceGroup] = deque()
         self.num_swapped_out_blocks = 0
         self.num_swapped_in_blocks = 0
+        # the policies' differences, named: separate runs prompts in iterations of their own; chunked cuts them
+        # to the budget and admits beside swapped-out groups; both swap in only in a step that preempted nobody
+        # (vLLM v0.2+), and ignore a request that can never run where mixed refuses it on arrival
         self.prompt_only = system.prefill_policy == "separate"
         self.chunked = system.prefill_policy == "chunked"
+        self.prompts_beside_decodes = not self.prompt_only
+        self.prompts_while_swapped = self.chunked
+        self.swap_in_after_preemption = not (self.prompt_only or self.chunked)
         self.ignores_unservable = self.prompt_only or self.chunked
         cap = system.max_num_batched_tokens  # never None when chunked (SystemSpec.validate)
         self.token_cap = cap if cap is not None else NO_TOKEN_CAP
@@ -160,14 +175,15 @@ class VLLMScheduler(QueueScheduler):
         if self.prompt_only and not self.swapped:  # a prompt-only iteration whenever a prompt fits
             self._time_prompt_run()
             self._admit(plan, self._budget(0))
-            if plan.chunks or self.ignored:  # v0.3 times a prompt run, even of ignored ones only
+            # v0.3 times a prompt run, even of ignored ones only (the data plane takes them every step)
+            if plan.chunks or self.ignored:
                 self.prev_prompt = True
             if plan.chunks:
                 return self._batch(plan)
-        self._reserve_running(plan, self.prefill_progress)  # a prompt part way through needs no slot
-        if not (self.prompt_only or self.chunked) or not plan.preempted:  # v0.2+: only if nobody was preempted
+        self._reserve_running(plan)
+        if self.swap_in_after_preemption or not plan.preempted:
             self._swap_in(plan)
-        if self.chunked or not (self.prompt_only or self.swapped):
+        if self.prompts_beside_decodes and (self.prompts_while_swapped or not self.swapped):
             budget = self._budget(len(plan.decode_seqs))  # a token per decode
             self._continue_prefills(plan, budget)
             self._admit(plan, budget)
@@ -178,13 +194,15 @@ class VLLMScheduler(QueueScheduler):
                                 self.max_paddings)
 
     def next_budget(self) -> SchedulingBudget:
-        """The budget the next schedule()'s prompts would find if it kept every running sequence decoding."""
+        """The budget the next schedule()'s prompts would find if it kept every running sequence decoding (as
+        in a decode stretch, where no prompt is part way through its chunks: every running sequence decodes)."""
         return self._budget(0 if self.prompt_only else self.num_running_seqs)
 
-    def _reserve_running(self, plan: StepPlan, prefilling: Container[int] = ()) -> None:
-        """A slot for every running sequence, preempting the latest arrivals when short. A group whose
-        request id is in prefilling (part way through a chunked prefill) holds its prompt's blocks already: it
-        keeps running and needs no slot."""
+    def _reserve_running(self, plan: StepPlan) -> None:
+        """A slot for every running sequence, preempting the latest arrivals when short. A group part way
+        through a chunked prefill (prefill_progress) holds its prompt's blocks already: it keeps running and
+        needs no slot."""
+        prefilling = self.prefill_progress
         if appends_fit(self.num_running_seqs, self.blocks.gpu.num_free):
             # each sequence needs at most one new block: nobody can fail can_append
             plan.decode_groups = ([g for g in self.running if g.request_id not in prefilling] if prefilling
@@ -200,12 +218,12 @@ class VLLMScheduler(QueueScheduler):
                 kept.append(group)
                 continue
             seqs = [seq for seq in group.seqs if seq.status is running]  # a victim's preemption leaves them be
-            while not self.blocks.can_append(len(seqs)):
+            while not self.blocks.can_append(len(seqs)):  # preempt the latest arrival, itself when it is the last
                 victim = queue.pop() if queue else group
                 self._preempt(victim, plan)
                 if victim is group:
                     break
-            else:
+            else:  # it can append: it decodes
                 self.blocks.append_slots(seqs, plan.copies)
                 plan.decode_seqs.extend(seqs)
                 plan.decode_groups.append(group)
@@ -240,7 +258,7 @@ class VLLMScheduler(QueueScheduler):
         if not progress:
             return
         for group in self.running:
-            left = budget.token_cap - budget.num_tokens
+            left = budget.tokens_left
             if left <= 0:
                 break
             done = progress.get(group.request_id)
@@ -248,12 +266,12 @@ class VLLMScheduler(QueueScheduler):
                 stop = min(group.live_seqs()[0].length, done + left)
                 plan.chunks.append(Chunk(group, done, stop))
                 self._computes(group, stop)
-                budget.num_tokens += stop - done
+                budget.num_tokens += stop - done  # its sequences run already
 
     def _admit(self, plan: StepPlan, budget: SchedulingBudget) -> None:
         """Waiting prompts in arrival order while admissible() finds them room; one that can never run is
         ignored on the way (separate, chunked)."""
-        while self.waiting and self._room_for_prompts(budget):
+        while self.waiting and self._may_try_next_prompt(budget):
             group = self.waiting[0]
             if id(group) in plan.preempted:
                 break
@@ -263,16 +281,19 @@ class VLLMScheduler(QueueScheduler):
             tokens = self.admissible(group, budget)
             if tokens is None:
                 break
-            lens = self._prefill_lens(group) if self.prompt_only else []  # before a prefix is cached
+            # the padding's lengths before the prompt's blocks are allocated: the first request to use a shared
+            # prefix caches it then, and cached_tokens() would count it for that request too
+            lens = self._prefill_lens(group) if self.prompt_only else []
             self.waiting.popleft()
             self._start_prompt(group)
             budget.take(tokens, len(group.live_seqs()), lens)
             start = group.num_cached_tokens
-            if self.chunked:
+            # a chunk [start, stop); samples recomputed apart prefill whole, each its own length
+            whole = start + tokens if group.shares_prompt else max(s.length for s in group.live_seqs())
+            if self.chunked:  # in progress until complete() sees its last chunk run (this one, if it fit)
                 self.prefill_progress[group.request_id] = start
-                live = group.live_seqs()
-                self._computes(group, start + tokens if group.shares_prompt else max(s.length for s in live))
-                plan.chunks.append(Chunk(group, start, start + tokens))
+                self._computes(group, whole)
+                plan.chunks.append(Chunk(group, start, whole))
             else:
                 plan.chunks.append(Chunk(group, start, group.live_seqs()[0].length))
 
@@ -285,9 +306,11 @@ class VLLMScheduler(QueueScheduler):
             return None
         return budget.fit(self._prefill_lens(group), len(group.live_seqs()), self.chunked and group.shares_prompt)
 
-    def _room_for_prompts(self, budget: SchedulingBudget) -> bool:
+    def _may_try_next_prompt(self, budget: SchedulingBudget) -> bool:
+        """Whether the next waiting prompt is worth asking: chunked, while tokens are left (a prompt may take
+        part of them); separate, while v0.3's delay_factor lets prompts run; mixed, always."""
         if self.chunked:
-            return budget.num_tokens < budget.token_cap
+            return budget.tokens_left > 0
         return not self.prompt_only or self._delay_passed()
 
     def _prefill_lens(self, group: SequenceGroup) -> list[int]:
