@@ -9,11 +9,13 @@ floats as one call each; where the replica knows when its next request comes, on
 replica sleeps until the last of them ends, or until a request reaching
 it cuts the stretch at the iteration in flight, and then hands the iterations' ends to the control
 plane's ServingCore.end_steps, which records them and completes them as it completes one step
-(docs/stretch.md). A request reaching a replica whose waiting queue was not empty when the stretch was
-scheduled cuts nothing: the oldest waiting request stays refused all stretch long (decode_stretch's
-promise), and every scheduler admits in arrival order, so the newcomer queues behind it and changes no
-schedule of the stretch; only the records' waiting count grows, which end_steps is told. A saturated
-replica, whose queue never empties, so runs from one finish to the next on one event.
+(docs/stretch.md). A replica alone on its clock (Replica.serve_known) does not sleep: it hands itself
+the requests arriving before the stretch's end, each of which may cut it, and ends it at once (run_alone).
+A request reaching a replica whose waiting queue was not empty when the stretch was scheduled cuts
+nothing: the oldest waiting request stays refused all stretch long (decode_stretch's promise), and
+every scheduler admits in arrival order, so the newcomer queues behind it and changes no schedule of
+the stretch; only the records' waiting count grows, which end_steps is told. A saturated replica, whose
+queue never empties, so runs from one finish to the next on one event.
 
 Exact, not approximate: the clock is accumulated one iteration at a time, in order, as SimPy does,
 each record holds what the step-by-step loop would have recorded, and a stretch never ends at a time an
@@ -38,6 +40,7 @@ from sim.core.alarm import Alarm
 if TYPE_CHECKING:
     from calibrate.costmodel import CostModel
     from engine.core.batch import Batch
+    from sim.core.known_arrivals import KnownArrivals
     from sim.core.replica import Replica
 
 MAX_STRETCH = 4096  # iterations priced at once; a longer run of decodes continues as the next stretch
@@ -65,7 +68,7 @@ class Stretch:
     step: Step
     ends: list[float]
     num_steps: int  # the iterations it runs: fewer when a request reaching the replica cuts it
-    resume: Event
+    resume: Event | None = field(default=None)  # what the replica's process sleeps on (run)
     alarm: Alarm | None = field(default=None)
     # when each request reached the replica during the stretch and joined the waiting queue behind its refused
     # head (FastForward.arrive): it cut nothing, and each iteration ending after it records it waiting
@@ -110,7 +113,7 @@ class FastForward:
         num_steps = self._before_any_arrival_tie(ends, num_steps, step.start_s)
         if num_steps < 2:
             return None
-        return Stretch(step, ends[:num_steps], num_steps, replica.env.event())
+        return Stretch(step, ends[:num_steps], num_steps)
 
     @staticmethod
     def _ends(cost_model: CostModel, batch: Batch, first_end: float, num_steps: int, until: float,
@@ -171,10 +174,22 @@ class FastForward:
         """The replica's process through the stretch: sleep until its last iteration ends (a request reaching
         the replica may bring that forward, cut()), then record the iterations and complete the last."""
         replica.stretch = stretch
+        resume = stretch.resume = replica.env.event()
         self._arm(replica, stretch)
-        yield stretch.resume
+        yield resume
         replica.stretch = None
         self._finish(replica, stretch)
+
+    def run_alone(self, replica: Replica, stretch: Stretch, arrivals: KnownArrivals) -> float:
+        """run() for a replica alone on its clock, with no event: the requests reaching it before the stretch's
+        last iteration ends (none at an end, see plan) reach it in order, each cutting the stretch as arrive()
+        would, then the iterations are recorded. When the last ended."""
+        while arrivals.next_wake < stretch.ends[stretch.num_steps - 1]:
+            now_s = arrivals.next_wake
+            arrivals.hand_over_next(replica.core)
+            self.cut(stretch, now_s)
+        self._finish(replica, stretch)
+        return stretch.ends[stretch.num_steps - 1]
 
     def arrive(self, replica: Replica, now_s: float) -> None:
         """A request reached the replica at now_s, which admitted it to its waiting queue. With others already
@@ -184,19 +199,27 @@ class FastForward:
         scheduler sees the request next."""
         stretch = replica.stretch
         assert stretch is not None
+        if self.cut(stretch, now_s):
+            self._arm(replica, stretch)
+
+    def cut(self, stretch: Stretch, now_s: float) -> bool:
+        """arrive()'s decision: whether the request reaching the replica at now_s cut the stretch short (else it
+        queued, or reached it during the stretch's last iteration)."""
         if self.arrivals_queue(stretch.step):
             stretch.queued_s.append(now_s)
             self.num_queued += 1
-            return
+            return False
         in_flight = bisect.bisect_right(stretch.ends, now_s, 0, stretch.num_steps) + 1
         if in_flight < stretch.num_steps:
             stretch.num_steps = in_flight
-            self._arm(replica, stretch)
+            return True
+        return False
 
     def _arm(self, replica: Replica, stretch: Stretch) -> None:
         def ring(alarm: Event) -> None:
-            if alarm is stretch.alarm:  # an alarm a cut replaced rings for nobody
-                stretch.resume.succeed()
+            resume = stretch.resume
+            if alarm is stretch.alarm and resume is not None:  # an alarm a cut replaced rings for nobody
+                resume.succeed()
 
         stretch.alarm = Alarm(replica.env, stretch.ends[stretch.num_steps - 1], ring)
 
