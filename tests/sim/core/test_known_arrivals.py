@@ -14,7 +14,7 @@ from sim.core.fast_forward import arrival_event_times
 from sim.core.known_arrivals import KnownArrivals
 from sim.core.simulate import simulate, simulate_runs
 from sim.workload.trace import Trace
-from tests.helpers.simulation import MODEL, ROOFLINE, SYSTEMS, GridCost, NanAfter, random_trace
+from tests.helpers.simulation import MODEL, ROOFLINE, SYSTEMS, GridCost, NanAfter, grid_trace, random_trace
 
 
 class WatchedArrivals(KnownArrivals):
@@ -55,13 +55,6 @@ def test_random_traces_give_the_same_records(seed, replicas, fast_forward):
     name = ("vllm", "vllm-swap", "orca-oracle", "fastertransformer")[seed]
     both_loops(random_trace(seed, count=150, rate=10.0 * replicas, arrivals=arrivals), SYSTEMS[name],
                replicas=replicas, fast_forward=fast_forward)
-
-
-def grid_trace(seed: int, count: int = 150) -> Trace:
-    """Arrivals on the grid GridCost's iterations end on: ties of both orders, again and again."""
-    rng = np.random.default_rng(seed)
-    return Trace(np.sort(rng.integers(0, 400, count)) * 0.125, rng.integers(5, 200, count),
-                 rng.integers(2, 200, count), source="grid")
 
 
 @pytest.mark.parametrize("fast_forward", [True, False])
