@@ -170,7 +170,7 @@ def pure_python(names: list[str], args, code: Path = ROOT) -> list[dict]:
 def against_baseline(names: list[str], args) -> None:
     """This checkout's code against --baseline's, both pure Python in subprocesses, alternating (baseline first)."""
     ref = args.baseline or "main's merge base"
-    asked = ["rev-parse", "--short", f"{args.baseline}^{{commit}}"] if args.baseline else ["merge-base", "HEAD", "main"]
+    asked = ["rev-parse", f"{args.baseline}^{{commit}}"] if args.baseline else ["merge-base", "HEAD", "main"]
     commit = subprocess.run(["git", "-C", str(ROOT), *asked], capture_output=True, text=True)
     if commit.returncode:
         print(f"\nbaseline {ref}: no such commit in this checkout's repository; not compared", flush=True)
