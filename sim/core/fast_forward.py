@@ -61,6 +61,20 @@ def arrival_event_times(arrival_s: list[float]) -> list[float]:
     return times
 
 
+class RouterWakes:
+    """When the router's process wakes: each request's handover time in the fleet, ascending (several may share
+    one), and the same as a set. Shared by the replicas of one fleet."""
+
+    def __init__(self, wakes: list[float]):
+        self.times = wakes
+        self.distinct = set(wakes)
+
+    def first_after(self, now_s: float) -> float:
+        """The router's first wake after now_s (inf: none)."""
+        at = bisect.bisect_right(self.times, now_s)
+        return self.times[at] if at < len(self.times) else math.inf
+
+
 @dataclass(eq=False, slots=True)
 class Stretch:
     """A decode stretch a replica is running: its first iteration as scheduled, and when each would end."""
@@ -82,7 +96,7 @@ class FastForward:
     def __init__(self, arrival_times: list[float], horizon_s: float, by_replica: list[list[float]] | None = None):
         """arrival_times: when each request reaches the router (arrival_event_times); by_replica: the same
         for the requests each replica will get, where the router's choice is known ahead (round robin)."""
-        self.arrival_times = arrival_times
+        self.router = RouterWakes(arrival_times)
         self.by_replica = by_replica
         self.horizon_s = horizon_s
         self.num_forwarded = 0  # iterations run in stretches: what benchmarks/sim_speed.py reports
@@ -161,12 +175,11 @@ class FastForward:
     def _before_any_arrival_tie(self, ends: list[float], num_steps: int, start_s: float) -> int:
         """Stop before the first iteration that would end exactly when the router's process wakes: which of
         the two SimPy processes runs first then depends on event ids the stretch does not reproduce."""
-        times = self.arrival_times
-        lo = bisect.bisect_left(times, start_s)
-        hi = bisect.bisect_right(times, ends[num_steps - 1], lo)
-        for wake in times[lo:hi]:
-            at = bisect.bisect_left(ends, wake, 0, num_steps)
-            if at < num_steps and ends[at] == wake:
+        wakes = self.router.distinct
+        if num_steps == len(ends) and wakes.isdisjoint(ends):  # the common case, in one pass
+            return num_steps
+        for at in range(num_steps):
+            if ends[at] in wakes:
                 return at
         return num_steps
 

@@ -26,7 +26,8 @@ import numpy as np
 import simpy
 
 from engine.core.records import ITERATION_TYPECODES
-from sim.core.known_arrivals import KnownArrivals, RouterWakes
+from sim.core.fast_forward import RouterWakes
+from sim.core.known_arrivals import KnownArrivals
 from sim.core.replica import run_to_end
 from sim.core.router import trace_requests
 from sim.executors.pool import stop_pool, worker_pool
@@ -132,7 +133,8 @@ def serve_replicas(trace: Trace, wakes: list[float], fleet: FleetSetup, indices:
     ReplicaFailure, and the others are still served: one of theirs may come first. `keep` takes each replica's
     records (a worker writes it to a file then, and holds one replica's records at a time, not all of its
     replicas')."""
-    fast_forward, router, runs = fleet.stretches(wakes), RouterWakes(wakes), []
+    fast_forward, runs = fleet.stretches(wakes), []
+    router = fast_forward.router if fast_forward is not None else RouterWakes(wakes)  # a fleet's wakes, held once
     n = fleet.replicas
     for index in indices:
         env = simpy.Environment()

@@ -15,27 +15,13 @@ the router's process on traces full of such ties.
 """
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Iterator
 
 from mypy_extensions import mypyc_attr
 
 from engine.core.serving import Request, ServingCore
-
-
-class RouterWakes:
-    """When the router's process wakes: each request's handover time in the fleet, ascending (several may share
-    one), and the same as a set. Shared by the replicas of one fleet."""
-
-    def __init__(self, wakes: list[float]):
-        self.times = wakes
-        self.distinct = set(wakes)
-
-    def first_after(self, now_s: float) -> float:
-        """The router's first wake after now_s (inf: none)."""
-        at = bisect.bisect_right(self.times, now_s)
-        return self.times[at] if at < len(self.times) else math.inf
+from sim.core.fast_forward import RouterWakes
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled, it stays a base (tests watch the ties it orders)
