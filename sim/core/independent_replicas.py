@@ -131,8 +131,8 @@ def serve_replicas(trace: Trace, wakes: list[float], fleet: FleetSetup, indices:
                    beams: BeamParentModel | None = None) -> list[ReplicaRun | StoredRun | ReplicaFailure]:
     """These replicas of the fleet, one at a time, each on its own clock. A replica that raises is a
     ReplicaFailure, and the others are still served: one of theirs may come first. `keep` takes each replica's
-    records (a worker writes it to a file then, and holds one replica's records at a time, not all of its
-    replicas')."""
+    run as it ends (a worker writes it to a file then, and holds one replica's records at a time, not all of its
+    replicas'). beams: as serve_apart's."""
     fast_forward, runs = fleet.stretches(wakes), []
     router = fast_forward.router if fast_forward is not None else RouterWakes(wakes)  # a fleet's wakes, held once
     n = fleet.replicas

@@ -200,12 +200,14 @@ def test_an_error_apart_is_the_error_the_shared_simulation_meets_first(monkeypat
 
 
 def test_a_broken_apart_path_fails_instead_of_falling_back(monkeypatch, together_calls):
-    import sim.core.known_arrivals
+    import sim.core.independent_replicas
+    from sim.core.known_arrivals import KnownArrivals
 
-    def broken_idle(self, core, now_s):
-        raise RuntimeError("a bug only the apart path runs")
+    class Broken(KnownArrivals):  # a subclass: compiled, KnownArrivals' own methods cannot be patched
+        def idle(self, core, now_s):
+            raise RuntimeError("a bug only the apart path runs")
 
-    monkeypatch.setattr(sim.core.known_arrivals.KnownArrivals, "idle", broken_idle)
+    monkeypatch.setattr(sim.core.independent_replicas, "KnownArrivals", Broken)
     with pytest.raises(RuntimeError, match="a bug only the apart path runs"):
         simulate(random_trace(1, count=60, rate=10.0), MODEL, SYSTEMS["vllm"], ROOFLINE, 96, 256, replicas=3)
     assert together_calls == []
