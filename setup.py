@@ -28,7 +28,8 @@ GROUP = "engine.core.native"  # mypyc's shared library: engine/core/native__mypy
 # the packages' entry points and the module choosing the build; and the values that cross processes pickled and
 # are fingerprinted by their __dict__ (a compiled frozen dataclass has none and does not unpickle), read once a run
 NOT_COMPILED = {"__init__.py", "compiled.py", "system.py", "spec.py", "errors.py"}
-SIM_CORE = ["replica.py", "fast_forward.py", "beams.py"]  # the simulator's loop; the rest runs once
+# the simulator's loop; the rest runs once
+SIM_CORE = ["replica.py", "fast_forward.py", "beams.py", "known_arrivals.py"]
 CALIBRATE = ["roofline_terms.py"]  # the roofline cost model's arithmetic per step; the rest runs once
 
 

@@ -15,6 +15,12 @@ Where the control plane runs compiled (mypyc; docs/compiled.md), each scenario i
 in a subprocess with SERVESIM_PURE_PYTHON=1, --repeats times, alternating with this process's build, and
 a table compares the two (medians, the spread, whether both recorded the same): one line per scenario,
 build=<s> compiled_fast_s=<f> pure_fast_s=<f> build_ratio=<f> (--no-pure: this build alone).
+
+Then the same scenarios on another commit's code, --baseline (default: where this checkout left main, their merge
+base, so that only this checkout's changes are compared), exported with `git archive` and
+timed in pure Python subprocesses --repeats times, alternating with this checkout's code timed the same way (an
+export has no compiled build): medians, spreads, whether both recorded the same, and one line per scenario,
+baseline=<s> ref=<ref> fast_s=<f> base_fast_s=<f> step_s=<f> base_step_s=<f> speedup=<f> (--no-baseline: not).
 """
 from __future__ import annotations
 
@@ -28,19 +34,23 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code, whichever servesim is installed
+# the code timed: this checkout's, whichever servesim is installed, or a baseline's export (--baseline)
+CODE_ENV = "SERVESIM_SPEED_CODE"
+CODE = Path(os.environ.get(CODE_ENV) or Path(__file__).resolve().parents[1])
+sys.path.insert(0, str(CODE))
 import sim.core.simulate
 from engine.core.compiled import PURE_ENV, control_plane_build, is_compiled
 from sim.core.fast_forward import FastForward
 from sim.experiment.config import load_experiment
 from sim.experiment.run import make_cost_model, simulate_trace, trace_for
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[1]  # this checkout
 
 
 class Counted(FastForward):
@@ -63,7 +73,7 @@ SCENARIOS = {
 def measure(name: str, fleet_duration_s: float, jobs: int = 1) -> dict:
     path, rate, overrides, duration_s, target_s = SCENARIOS[name]
     duration_s = duration_s or fleet_duration_s
-    exp = load_experiment(ROOT / path, [*overrides, f"workload.duration_s={duration_s}", "systems=[vllm]",
+    exp = load_experiment(CODE / path, [*overrides, f"workload.duration_s={duration_s}", "systems=[vllm]",
                                         f"rates=[{rate}]", "warmup_s=0"])  # lets a short slice load; nothing else
     system = exp.systems[0]
     trace = trace_for(exp, rate, 0)
@@ -102,6 +112,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="times each build is timed, alternating (the "
                         "comparison with pure Python)")
     parser.add_argument("--no-pure", action="store_true", help="time this build alone, once")
+    parser.add_argument("--baseline", metavar="REF", help="the git commit to compare this checkout's code with, "
+                        "both pure Python, alternating (default: the merge base of HEAD and main)")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the comparison with --baseline")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # the pure subprocess's answer
     args = parser.parse_args()
     unknown = sorted(set(args.scenarios) - set(SCENARIOS))
@@ -140,15 +153,67 @@ def main() -> None:
         print(f"name={r['name']} step_s={r['step_s']:.3f} fast_s={r['fast_s']:.3f} ratio={r['ratio']:.3f}{jobs}")
     if rounds["pure"]:
         compare_builds(names, rounds)
+    if not args.no_baseline:
+        against_baseline(names, args)
 
 
-def pure_python(names: list[str], args) -> list[dict]:
-    """The same scenarios, measured by this script in a subprocess whose control plane runs as pure Python."""
+def pure_python(names: list[str], args, code: Path = ROOT) -> list[dict]:
+    """The same scenarios, measured by this script in a subprocess whose control plane runs as pure Python, on the
+    code at `code` (this checkout's, or a baseline's export)."""
     command = [sys.executable, __file__, *names, "--json", "--fleet-duration-s", str(args.fleet_duration_s),
                "--jobs", str(args.jobs)]
-    env = {**os.environ, PURE_ENV: "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, PURE_ENV: "1", "PYTHONPATH": str(code), CODE_ENV: str(code)}
     result = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     return json.loads(result.stdout.splitlines()[-1])
+
+
+def against_baseline(names: list[str], args) -> None:
+    """This checkout's code against --baseline's, both pure Python in subprocesses, alternating (baseline first)."""
+    ref = args.baseline or "main's merge base"
+    asked = ["rev-parse", f"{args.baseline}^{{commit}}"] if args.baseline else ["merge-base", "HEAD", "main"]
+    commit = subprocess.run(["git", "-C", str(ROOT), *asked], capture_output=True, text=True)
+    if commit.returncode:
+        print(f"\nbaseline {ref}: no such commit in this checkout's repository; not compared", flush=True)
+        return
+    with tempfile.TemporaryDirectory(prefix="servesim-baseline-") as folder:
+        archive = subprocess.Popen(["git", "-C", str(ROOT), "archive", commit.stdout.strip()], stdout=subprocess.PIPE)
+        subprocess.run(["tar", "-x", "-C", folder], stdin=archive.stdout, check=True)
+        if archive.wait():
+            raise SystemExit(f"git archive {ref} failed")
+        rounds: dict[str, list[list[dict]]] = {"this": [], "baseline": []}
+        for repeat in range(args.repeats):
+            rounds["baseline"].append(pure_python(names, args, Path(folder)))
+            rounds["this"].append(pure_python(names, args))
+            print(f"baseline round {repeat + 1}: " + ", ".join(
+                f"{code} {r['name']} {r['fast_s']:.2f} s" for code, runs in rounds.items() for r in runs[-1]),
+                flush=True)
+    compare_with_baseline(names, rounds, f"{ref} ({commit.stdout.strip()[:9]})")
+
+
+def compare_with_baseline(names: list[str], rounds: dict[str, list[list[dict]]], ref: str) -> None:
+    """Medians over the rounds, this checkout's code against the baseline's, each way of running."""
+    print(f"\nthis checkout against {ref}, both pure Python ({PURE_ENV}=1, in subprocesses): median of "
+          f"{len(rounds['this'])}, alternating; spread = (max - min) / median; speedup = baseline / this")
+    print(f"{'scenario':9s} {'way':5s} {'this_s':>8s} {'spread':>7s} {'base_s':>8s} {'spread':>7s} {'speedup':>8s}"
+          "  same records")
+    lines = []
+    for i, name in enumerate(names):
+        same = len({runs[i]["digest"] for code in rounds.values() for runs in code}) == 1
+        medians = {}
+        for way in ("fast_s", "step_s", "jobs_s"):
+            times = {code: [runs[i][way] for runs in rounds[code]] for code in rounds}
+            if any(t is None for code_times in times.values() for t in code_times):
+                continue  # the fleet's jobs way only
+            med = {code: statistics.median(t) for code, t in times.items()}
+            spread = {code: (max(t) - min(t)) / med[code] for code, t in times.items()}
+            medians[way] = med
+            print(f"{name:9s} {way[:-2]:5s} {med['this']:8.2f} {spread['this']:6.0%} {med['baseline']:8.2f} "
+                  f"{spread['baseline']:6.0%} {med['baseline'] / med['this']:7.2f}x  {same}")
+        fast, step = medians["fast_s"], medians["step_s"]
+        lines.append(f"baseline name={name} ref={ref.split()[-1][1:-1]} fast_s={fast['this']:.3f} "
+                     f"base_fast_s={fast['baseline']:.3f} step_s={step['this']:.3f} base_step_s={step['baseline']:.3f} "
+                     f"speedup={fast['baseline'] / fast['this']:.3f} same={same}")
+    print("\n".join(lines))
 
 
 def compare_builds(names: list[str], rounds: dict[str, list[list[dict]]]) -> None:

@@ -24,8 +24,8 @@ class BreakdownRecorder(CostModel):
         self.replicas: dict[int, BreakdownRecorder] = {}
 
     def for_replica(self, index: int) -> BreakdownRecorder:
-        """A fresh clock for replica `index`: a fleet served again from the start (the apart attempt given up)
-        replaces the replica's earlier one."""
+        """A fresh clock for replica `index`, which replaces any earlier one of that index (a fleet served again
+        from the start)."""
         clock = BreakdownRecorder(self.base)
         self.replicas[index] = clock
         return clock

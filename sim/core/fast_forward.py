@@ -9,11 +9,13 @@ floats as one call each; where the replica knows when its next request comes, on
 replica sleeps until the last of them ends, or until a request reaching
 it cuts the stretch at the iteration in flight, and then hands the iterations' ends to the control
 plane's ServingCore.end_steps, which records them and completes them as it completes one step
-(docs/stretch.md). A request reaching a replica whose waiting queue was not empty when the stretch was
-scheduled cuts nothing: the oldest waiting request stays refused all stretch long (decode_stretch's
-promise), and every scheduler admits in arrival order, so the newcomer queues behind it and changes no
-schedule of the stretch; only the records' waiting count grows, which end_steps is told. A saturated
-replica, whose queue never empties, so runs from one finish to the next on one event.
+(docs/stretch.md). A replica alone on its clock (Replica.serve_known) does not sleep: it hands itself
+the requests arriving before the stretch's end, each of which may cut it, and ends it at once (run_alone).
+A request reaching a replica whose waiting queue was not empty when the stretch was scheduled cuts
+nothing: the oldest waiting request stays refused all stretch long (decode_stretch's promise), and
+every scheduler admits in arrival order, so the newcomer queues behind it and changes no schedule of
+the stretch; only the records' waiting count grows, which end_steps is told. A saturated replica, whose
+queue never empties, so runs from one finish to the next on one event.
 
 Exact, not approximate: the clock is accumulated one iteration at a time, in order, as SimPy does,
 each record holds what the step-by-step loop would have recorded, and a stretch never ends at a time an
@@ -38,6 +40,7 @@ from sim.core.alarm import Alarm
 if TYPE_CHECKING:
     from calibrate.costmodel import CostModel
     from engine.core.batch import Batch
+    from sim.core.known_arrivals import KnownArrivals
     from sim.core.replica import Replica
 
 MAX_STRETCH = 4096  # iterations priced at once; a longer run of decodes continues as the next stretch
@@ -58,6 +61,20 @@ def arrival_event_times(arrival_s: list[float]) -> list[float]:
     return times
 
 
+class RouterWakes:
+    """When the router's process wakes: each request's handover time in the fleet, ascending (several may share
+    one), and the same as a set. Shared by the replicas of one fleet."""
+
+    def __init__(self, wakes: list[float]):
+        self.times = wakes
+        self.distinct = set(wakes)
+
+    def first_after(self, now_s: float) -> float:
+        """The router's first wake after now_s (inf: none)."""
+        at = bisect.bisect_right(self.times, now_s)
+        return self.times[at] if at < len(self.times) else math.inf
+
+
 @dataclass(eq=False, slots=True)
 class Stretch:
     """A decode stretch a replica is running: its first iteration as scheduled, and when each would end."""
@@ -65,7 +82,7 @@ class Stretch:
     step: Step
     ends: list[float]
     num_steps: int  # the iterations it runs: fewer when a request reaching the replica cuts it
-    resume: Event
+    resume: Event | None = field(default=None)  # what the replica's process sleeps on (run)
     alarm: Alarm | None = field(default=None)
     # when each request reached the replica during the stretch and joined the waiting queue behind its refused
     # head (FastForward.arrive): it cut nothing, and each iteration ending after it records it waiting
@@ -79,7 +96,7 @@ class FastForward:
     def __init__(self, arrival_times: list[float], horizon_s: float, by_replica: list[list[float]] | None = None):
         """arrival_times: when each request reaches the router (arrival_event_times); by_replica: the same
         for the requests each replica will get, where the router's choice is known ahead (round robin)."""
-        self.arrival_times = arrival_times
+        self.router = RouterWakes(arrival_times)
         self.by_replica = by_replica
         self.horizon_s = horizon_s
         self.num_forwarded = 0  # iterations run in stretches: what benchmarks/sim_speed.py reports
@@ -110,7 +127,7 @@ class FastForward:
         num_steps = self._before_any_arrival_tie(ends, num_steps, step.start_s)
         if num_steps < 2:
             return None
-        return Stretch(step, ends[:num_steps], num_steps, replica.env.event())
+        return Stretch(step, ends[:num_steps], num_steps)
 
     @staticmethod
     def _ends(cost_model: CostModel, batch: Batch, first_end: float, num_steps: int, until: float,
@@ -158,12 +175,11 @@ class FastForward:
     def _before_any_arrival_tie(self, ends: list[float], num_steps: int, start_s: float) -> int:
         """Stop before the first iteration that would end exactly when the router's process wakes: which of
         the two SimPy processes runs first then depends on event ids the stretch does not reproduce."""
-        times = self.arrival_times
-        lo = bisect.bisect_left(times, start_s)
-        hi = bisect.bisect_right(times, ends[num_steps - 1], lo)
-        for wake in times[lo:hi]:
-            at = bisect.bisect_left(ends, wake, 0, num_steps)
-            if at < num_steps and ends[at] == wake:
+        wakes = self.router.distinct
+        if num_steps == len(ends) and wakes.isdisjoint(ends):  # the common case, in one pass
+            return num_steps
+        for at in range(num_steps):
+            if ends[at] in wakes:
                 return at
         return num_steps
 
@@ -171,10 +187,22 @@ class FastForward:
         """The replica's process through the stretch: sleep until its last iteration ends (a request reaching
         the replica may bring that forward, cut()), then record the iterations and complete the last."""
         replica.stretch = stretch
+        resume = stretch.resume = replica.env.event()
         self._arm(replica, stretch)
-        yield stretch.resume
+        yield resume
         replica.stretch = None
         self._finish(replica, stretch)
+
+    def run_alone(self, replica: Replica, stretch: Stretch, arrivals: KnownArrivals) -> float:
+        """run() for a replica alone on its clock, with no event: the requests reaching it before the stretch's
+        last iteration ends (none at an end, see plan) reach it in order, each cutting the stretch as arrive()
+        would, then the iterations are recorded. When the last ended."""
+        while arrivals.next_wake < stretch.ends[stretch.num_steps - 1]:
+            now_s = arrivals.next_wake
+            arrivals.hand_over_next(replica.core)
+            self.cut(stretch, now_s)
+        self._finish(replica, stretch)
+        return stretch.ends[stretch.num_steps - 1]
 
     def arrive(self, replica: Replica, now_s: float) -> None:
         """A request reached the replica at now_s, which admitted it to its waiting queue. With others already
@@ -184,19 +212,27 @@ class FastForward:
         scheduler sees the request next."""
         stretch = replica.stretch
         assert stretch is not None
+        if self.cut(stretch, now_s):
+            self._arm(replica, stretch)
+
+    def cut(self, stretch: Stretch, now_s: float) -> bool:
+        """arrive()'s decision: whether the request reaching the replica at now_s cut the stretch short (else it
+        queued, or reached it during the stretch's last iteration)."""
         if self.arrivals_queue(stretch.step):
             stretch.queued_s.append(now_s)
             self.num_queued += 1
-            return
+            return False
         in_flight = bisect.bisect_right(stretch.ends, now_s, 0, stretch.num_steps) + 1
         if in_flight < stretch.num_steps:
             stretch.num_steps = in_flight
-            self._arm(replica, stretch)
+            return True
+        return False
 
     def _arm(self, replica: Replica, stretch: Stretch) -> None:
         def ring(alarm: Event) -> None:
-            if alarm is stretch.alarm:  # an alarm a cut replaced rings for nobody
-                stretch.resume.succeed()
+            resume = stretch.resume
+            if alarm is stretch.alarm and resume is not None:  # an alarm a cut replaced rings for nobody
+                resume.succeed()
 
         stretch.alarm = Alarm(replica.env, stretch.ends[stretch.num_steps - 1], ring)
 

@@ -2,17 +2,13 @@
 
 Behind the round-robin router request i goes to replica i % n whatever the replicas do, and without beam
 searches (whose parents are drawn from the run's one Generator, in the order the replicas ask) no replica
-reads another's state. Each replica can then be simulated alone, over its own requests, handed over at
-the very times the shared router would hand them (its wakes, to the bit): the same decisions and records,
-and faster, since one replica's state stays in the CPU's caches where 64 interleaved ones did not, and
-replicas can be served in several processes at once.
-
-One thing alone cannot reproduce: an iteration ending at exactly the time the router hands the replica a
-request. Which of the two SimPy processes then runs first depends on event ids that differ between the
-shared simulation and the replica's own. Where that happens (a float tie: rare) serve_apart gives up and
-the caller simulates the fleet together. That tie is the one fallback: an error in a replica is raised, the
-one the shared simulation would meet first (the earliest in simulated time), and an error of this path's own
-is raised too, not hidden behind a second simulation.
+reads another's state. Each replica can then be simulated alone, over its own requests, which it takes itself
+(sim/core/known_arrivals.py) at the very times the shared router would hand them (its wakes, to the bit) and in
+the same order against its iterations' ends, a tie included: the same decisions and records, and faster, since
+one replica's state stays in the CPU's caches where 64 interleaved ones did not, no SimPy event is spent on an
+iteration or an arrival, and replicas can be served in several processes at once. One replica is the fleet of
+one, beam searches or not. An error in a replica is raised, the one the shared simulation would meet first
+(the earliest in simulated time).
 """
 from __future__ import annotations
 
@@ -30,14 +26,16 @@ import numpy as np
 import simpy
 
 from engine.core.records import ITERATION_TYPECODES
-from sim.core.alarm import Alarm
-from sim.core.replica import Replica, run_to_end
+from sim.core.fast_forward import RouterWakes
+from sim.core.known_arrivals import KnownArrivals
+from sim.core.replica import run_to_end
 from sim.core.router import trace_requests
 from sim.executors.pool import stop_pool, worker_pool
 from sim.experiment.records import Records
 from sim.workload.trace import Trace
 
 if TYPE_CHECKING:
+    from sim.core.beams import BeamParentModel
     from sim.core.simulate import FleetSetup
 
 
@@ -79,18 +77,20 @@ class ReplicaFailure:
     error: Exception
 
 
-def serve_apart(trace: Trace, wakes: list[float], fleet: FleetSetup, jobs: int = 1) -> list[ReplicaRun] | None:
-    """Every replica simulated alone, in `jobs` processes (replica i in process i % jobs); None only when one of
-    them ended an iteration exactly when a request reached it (see the module's docstring). A replica that fails
+def serve_apart(trace: Trace, wakes: list[float], fleet: FleetSetup, jobs: int = 1,
+                beams: BeamParentModel | None = None) -> list[ReplicaRun]:
+    """Every replica simulated alone, in `jobs` processes (replica i in process i % jobs). A replica that fails
     raises its error; when several do, the one the shared simulation meets first: the earliest in simulated time
-    (at the same instant, the lowest replica)."""
+    (at the same instant, the lowest replica). beams: the beam searches' parents, for a fleet of one (several
+    replicas draw from one Generator in the order of the shared clock)."""
     jobs = max(1, min(jobs, fleet.replicas))
     if jobs == 1:
-        served = serve_replicas(trace, wakes, fleet, range(fleet.replicas))
-        if served is None:
-            return None
-        return _raise_first_failure(served)
-    # the workers' files: removed with the last run that holds this (or at once, on an error or a tie)
+        try:
+            return _raise_first_failure(serve_replicas(trace, wakes, fleet, range(fleet.replicas), beams=beams))
+        finally:
+            if beams is not None:
+                beams.settle()
+    # the workers' files: removed with the last run that holds this (or at once, on an error)
     folder = WorkerFiles()
     pool = worker_pool(jobs)  # as a sweep's: workers that leave with their parent, Ctrl-C left to it
     try:
@@ -101,9 +101,6 @@ def serve_apart(trace: Trace, wakes: list[float], fleet: FleetSetup, jobs: int =
         folder.remove()
         raise
     pool.shutdown()
-    if any(part is None for part in parts):
-        folder.remove()
-        return None
     try:
         _raise_first_failure([item for part in parts for item in part if isinstance(item, ReplicaFailure)])
         runs = [_read_run(item, folder) for part in parts for item in part if isinstance(item, StoredRun)]
@@ -130,25 +127,24 @@ def _raise_first_failure(served: list) -> list[ReplicaRun]:
 
 
 def serve_replicas(trace: Trace, wakes: list[float], fleet: FleetSetup, indices: Sequence[int],
-                   keep: Callable[[ReplicaRun], ReplicaRun | StoredRun] = lambda run: run
-                   ) -> list[ReplicaRun | StoredRun | ReplicaFailure] | None:
-    """These replicas of the fleet, one at a time, each on its own clock; None at an arrival tie. A replica
-    that raises is a ReplicaFailure, and the others are still served: one of theirs may come first. `keep`
-    takes each replica's run as it ends (a worker writes it to a file then, and holds one replica's records
-    at a time, not all of its replicas')."""
+                   keep: Callable[[ReplicaRun], ReplicaRun | StoredRun] = lambda run: run,
+                   beams: BeamParentModel | None = None) -> list[ReplicaRun | StoredRun | ReplicaFailure]:
+    """These replicas of the fleet, one at a time, each on its own clock. A replica that raises is a
+    ReplicaFailure, and the others are still served: one of theirs may come first. `keep` takes each replica's
+    run as it ends (a worker writes it to a file then, and holds one replica's records at a time, not all of its
+    replicas'). beams: as serve_apart's."""
     fast_forward, runs = fleet.stretches(wakes), []
+    router = fast_forward.router if fast_forward is not None else RouterWakes(wakes)  # a fleet's wakes, held once
+    n = fleet.replicas
     for index in indices:
         env = simpy.Environment()
-        replica = fleet.replica(env, index, fast_forward)
-        own_wakes = wakes[index::fleet.replicas]
-        env.process(replica_arrivals(env, trace, replica, range(index, len(trace), fleet.replicas), own_wakes))
+        arrivals = KnownArrivals(trace_requests(trace, range(index, len(trace), n)), wakes[index::n], router)
+        replica = fleet.replica(env, index, fast_forward, beams, arrivals)
         failure = None
         try:
             run_to_end(env, [replica])
         except Exception as error:  # the shared simulation meets it too, unless another replica's comes first
             failure = ReplicaFailure(index, env.now, error)
-        if not set(own_wakes).isdisjoint(replica.iteration_ends):
-            return None
         runs.append(failure or keep(ReplicaRun(index, replica.core.records, replica.iteration_ends)))
     return runs
 
@@ -163,12 +159,10 @@ class StoredRun:
 
 
 def _serve_to_files(trace: Trace, wakes: list[float], fleet: FleetSetup, indices: Sequence[int], folder: str
-                    ) -> list[StoredRun | ReplicaFailure] | None:
+                    ) -> list[StoredRun | ReplicaFailure]:
     """serve_replicas in a worker: each replica's records go to a file in `folder`, not back through the pool's
     pipe (a pickled result is a second copy of the records in the worker and a third in the parent)."""
     runs = serve_replicas(trace, wakes, fleet, indices, keep=lambda run: _write_run(run, Path(folder)))
-    if runs is None:
-        return None
     return [run for run in runs if isinstance(run, (StoredRun, ReplicaFailure))]
 
 
@@ -200,14 +194,3 @@ def _read_run(stored: StoredRun, keep: object) -> ReplicaRun:
             ends.fromfile(source, stored.num_iterations)
         records.request_values, records.dropped_values = pickle.load(source)
     return ReplicaRun(stored.index, records, ends, stored, keep)
-
-
-def replica_arrivals(env: simpy.Environment, trace: Trace, replica: Replica, request_ids: range,
-                     wakes: list[float]):
-    """A SimPy process: the router of sim.core.router.arrivals as one replica sees it, handing it each of its
-    requests at the time the shared router would (an absolute time: now + (wake - now) need not be wake)."""
-    for request, wake in zip(trace_requests(trace, request_ids), wakes):
-        if wake > env.now:
-            yield Alarm(env, wake, lambda _: None)
-        replica.submit(request)
-    replica.close()

@@ -3,28 +3,35 @@
 The step is engine.core's `ServingCore`, the same one the real engine runs; only the clock
 differs: here an iteration lasts CostModel.step_time(batch) on the SimPy clock instead of a
 measured forward. A run of decode-only iterations that nothing can change may pass on one SimPy
-event (sim/core/fast_forward.py), with the same records.
+event (sim/core/fast_forward.py), with the same records. A replica alone on its clock whose arrivals
+are known ahead (sim/core/known_arrivals.py) takes them itself, and runs with no SimPy event at all.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Generator
 
 import simpy
+from simpy.events import Event
 
 from calibrate.costmodel import CostModel
 from engine.core.records import ServingRecords
 from engine.core.scheduler.base import Scheduler
 from engine.core.serving import Request, ServingCore
 from engine.specs.errors import SpecError
+from sim.core.alarm import Alarm
 from sim.core.beams import BeamParentModel
 from sim.core.fast_forward import FastForward, Stretch
 from sim.core.faults import ClockFault
+from sim.core.known_arrivals import KnownArrivals
 
 
 class Replica:
     def __init__(self, env: simpy.Environment, index: int, scheduler: Scheduler, cost_model: CostModel,
                  records: ServingRecords, horizon_s: float, beams: BeamParentModel | None = None,
-                 fast_forward: FastForward | None = None):
+                 fast_forward: FastForward | None = None, arrivals: KnownArrivals | None = None):
+        """arrivals: the replica's requests known ahead, for a replica alone on `env`, which takes them itself
+        (serve_known); None: the router's process submits them."""
         self.env = env
         self.index = index
         self.core = ServingCore(scheduler, records, replica=index)
@@ -36,7 +43,8 @@ class Replica:
         self.stretch: Stretch | None = None  # the one running now
         self.iteration_ends: list[float] = []  # when each recorded iteration ended, to merge a fleet's records
         self._wake = env.event()
-        self.process = env.process(self.serve())
+        self.now_s = 0.0  # serve_known's clock, which SimPy's joins only where the loop fails
+        self.process = env.process(self.serve() if arrivals is None else self.serve_known(arrivals))
 
     @property
     def outstanding(self) -> int:
@@ -75,7 +83,7 @@ class Replica:
                 continue
             seconds = self.cost_model.step_time(step.batch)
             if not 0.0 <= seconds < math.inf:  # NaN fails both comparisons
-                raise ClockFault(self._bad_step_time(seconds, step.batch))
+                raise ClockFault(self._bad_step_time(seconds, step.batch, env.now))
             stretch = fast_forward.plan(self, step, seconds) if fast_forward is not None else None
             if stretch is not None and fast_forward is not None:
                 yield from fast_forward.run(self, stretch)
@@ -84,6 +92,50 @@ class Replica:
             core.end_step(step, env.now, self._beam_parents(step.batch))
             self.iteration_ends.append(env.now)
 
+    def serve_known(self, arrivals: KnownArrivals) -> Generator[Event, None, None]:
+        """The process of a replica alone on its clock: the whole loop runs without a SimPy event (serve_alone);
+        one that fails sets SimPy's clock where it stopped first, for whoever reads env.now then."""
+        error: Exception | None = None
+        try:
+            self.serve_alone(arrivals)
+        except Exception as exc:  # raised again below, from the process, as serve's would be
+            error = exc
+        if error is not None:
+            yield Alarm(self.env, self.now_s, _nobody)
+            raise error
+
+    def serve_alone(self, arrivals: KnownArrivals) -> None:
+        """serve's loop on a clock of its own: `now + seconds` as SimPy's timeouts add it, the requests taken from
+        `arrivals` where the router's process would hand them over, and idle time skipped to the next."""
+        core, fast_forward = self.core, self.fast_forward
+        now = self.now_s
+        while now < self.horizon_s:
+            step = core.start_step(now)
+            if step is None:
+                if core.idle_preempted:  # what it preempted runs at the next schedule(), now
+                    continue
+                now = arrivals.idle(core, now)
+                if now == math.inf:
+                    core.check_schedulable()
+                    return
+                self.now_s = now
+                continue
+            seconds = self.cost_model.step_time(step.batch)
+            if not 0.0 <= seconds < math.inf:  # NaN fails both comparisons
+                raise ClockFault(self._bad_step_time(seconds, step.batch, now))
+            stretch = fast_forward.plan(self, step, seconds) if fast_forward is not None else None
+            if stretch is not None and fast_forward is not None:
+                now = fast_forward.run_alone(self, stretch, arrivals)
+                arrivals.stretch_ended()
+            else:
+                end = now + seconds
+                arrivals.iteration_ends(core, now, end)
+                core.end_step(step, end, self._beam_parents(step.batch))
+                self.iteration_ends.append(end)
+                now = end
+            self.now_s = now
+        arrivals.hand_over_rest(core)
+
     def _beam_parents(self, batch) -> dict[int, int] | None:
         if not batch.beam_groups:
             return None
@@ -91,14 +143,18 @@ class Replica:
             raise ValueError("the trace has beam searches but the replica has no BeamParentModel to choose parents")
         return self.beams.parents(batch)
 
-    def _bad_step_time(self, seconds: float, batch) -> SpecError:
+    def _bad_step_time(self, seconds: float, batch, now_s: float) -> SpecError:
         """A cost model's garbage would reach SimPy as "Negative delay" or freeze the clock at NaN: name
         the cost model (where the numbers came from) and the batch it was asked about instead."""
         swaps = f", {batch.num_swap_blocks} blocks to swap" if batch.num_swap_blocks else ""
         return SpecError(self.cost_model.source, "", (
             f"step time {seconds!r} s for a batch of {batch.num_prefills} prefills ({batch.num_prefill_tokens} "
-            f"tokens) and {batch.num_decodes} decodes{swaps}, at {self.env.now:.6g} s on replica {self.index}; "
+            f"tokens) and {batch.num_decodes} decodes{swaps}, at {now_s:.6g} s on replica {self.index}; "
             f"every step must take a finite, non-negative number of seconds"))
+
+
+def _nobody(event: Event) -> None:
+    """An alarm's callback where only its time matters."""
 
 
 def run_to_end(env: simpy.Environment, fleet: list[Replica]) -> None:

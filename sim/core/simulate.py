@@ -20,6 +20,7 @@ from sim.core.beams import DEFAULT_BEAM_CONTINUE, BeamParentModel
 from sim.core.breakdown import BreakdownRecorder
 from sim.core.fast_forward import FastForward, arrival_event_times
 from sim.core.independent_replicas import ReplicaRun, serve_apart
+from sim.core.known_arrivals import KnownArrivals
 from sim.core.replica import Replica, run_to_end
 from sim.core.router import arrivals
 from sim.experiment.records import Records
@@ -37,7 +38,8 @@ def fast_forward_default() -> bool:
 def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: CostModel, num_gpu_blocks: int,
              num_cpu_blocks: int, *, replicas: int = 1, router: str = "round_robin",
              horizon_s: float = math.inf, rng: np.random.Generator | None = None,
-             beam_continue: float = DEFAULT_BEAM_CONTINUE, fast_forward: bool | None = None, jobs: int = 1) -> Records:
+             beam_continue: float = DEFAULT_BEAM_CONTINUE, fast_forward: bool | None = None, jobs: int = 1,
+             router_process: bool = False) -> Records:
     """Every request of the trace, served until all finish or the clock reaches horizon_s (requests
     still in the system then are recorded without a finish time).
 
@@ -49,11 +51,11 @@ def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: Cost
     the same either way. A cost model that cannot price iterations ahead (prices_ahead) runs step by step.
 
     jobs: processes for a fleet whose replicas share nothing (independent_replicas.py), each serving some of them; the
-    same records with any number.
+    same records with any number. router_process: see simulate_runs.
     """
     runs = simulate_runs(trace, spec, system, cost_model, num_gpu_blocks, num_cpu_blocks, replicas=replicas,
                          router=router, horizon_s=horizon_s, rng=rng, beam_continue=beam_continue,
-                         fast_forward=fast_forward, jobs=jobs)
+                         fast_forward=fast_forward, jobs=jobs, router_process=router_process)
     with older_objects_frozen():
         return merged_records(runs)
 
@@ -62,9 +64,13 @@ def simulate_runs(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model:
                   num_cpu_blocks: int, *, replicas: int = 1, router: str = "round_robin",
                   horizon_s: float = math.inf, rng: np.random.Generator | None = None,
                   beam_continue: float = DEFAULT_BEAM_CONTINUE, fast_forward: bool | None = None,
-                  jobs: int = 1) -> list[ReplicaRun]:
+                  jobs: int = 1, router_process: bool = False) -> list[ReplicaRun]:
     """simulate's replicas' records before they are merged (merged_records), in replica order: for a caller that
-    reads a fleet's records in time order without holding them merged (sim/experiment/merged.py)."""
+    reads a fleet's records in time order without holding them merged (sim/experiment/merged.py).
+
+    router_process: every replica on one SimPy clock behind the router's process, even where each could take its
+    arrivals itself (independent_replicas.py): the same records, slower; the reference the tests hold the
+    faster way to."""
     if trace.has_beams and rng is None:
         raise ValueError("a trace with beam searches needs the run's seeded rng to choose the beams' parents")
     if fast_forward is None:
@@ -76,10 +82,9 @@ def simulate_runs(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model:
     beams = BeamParentModel(beam_continue, rng) if trace.has_beams and rng is not None else None
     with older_objects_frozen():
         wakes = arrival_event_times(trace.arrival_s.tolist())
-        if replicas > 1 and fleet.known_ahead and beams is None:  # replicas that share nothing: apart
-            runs = serve_apart(trace, wakes, fleet, jobs)
-            if runs is not None:
-                return runs
+        # replicas that share nothing (a lone one draws its beams' parents alone too): apart, each on its own clock
+        if fleet.known_ahead and (beams is None or replicas == 1) and not router_process:
+            return serve_apart(trace, wakes, fleet, jobs, beams)
         return serve_together(trace, wakes, fleet, router, beams)
 
 
@@ -106,12 +111,13 @@ class FleetSetup:
         return FastForward(wakes, self.horizon_s, [wakes[i::n] for i in range(n)] if self.known_ahead else None)
 
     def replica(self, env: simpy.Environment, index: int, fast_forward: FastForward | None,
-                beams: BeamParentModel | None = None) -> Replica:
+                beams: BeamParentModel | None = None, arrivals: KnownArrivals | None = None) -> Replica:
+        """Replica `index`; with `arrivals`, alone on `env`, taking them itself (Replica.serve_known)."""
         scheduler = make_scheduler(self.system, self.spec, self.num_gpu_blocks, self.num_cpu_blocks)
         cost_model = self.cost_model
         if isinstance(cost_model, BreakdownRecorder):  # each replica keeps its own iterations' breakdowns
             cost_model = cost_model.for_replica(index)
-        return Replica(env, index, scheduler, cost_model, Records(), self.horizon_s, beams, fast_forward)
+        return Replica(env, index, scheduler, cost_model, Records(), self.horizon_s, beams, fast_forward, arrivals)
 
 
 @contextmanager

@@ -48,6 +48,14 @@ def random_trace(seed: int, count: int = 120, *, rate: float = 8.0, n: int = 1, 
     return Trace(arrival, prompt, output, samples, source="test", prefix_len=prefix, beam_width=width)
 
 
+def grid_trace(seed: int, count: int = 150) -> Trace:
+    """Arrivals on the binary grid GridCost's iterations end on: ties of an arrival and an iteration's end, again and
+    again, both ways round."""
+    rng = np.random.default_rng(seed)
+    return Trace(np.sort(rng.integers(0, 400, count)) * 0.125, rng.integers(5, 200, count),
+                 rng.integers(2, 200, count), source="grid")
+
+
 class GridCost(CostModel):
     """Times on a binary grid: iterations end exactly when requests arrive, as often as possible."""
 

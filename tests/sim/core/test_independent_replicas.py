@@ -1,20 +1,19 @@
 """A round-robin fleet simulated one replica at a time (sim/core/independent_replicas.py) against the fleet
-simulated together: the same records, to the last bit, and the shared simulation wherever alone cannot promise that."""
+simulated together behind the router's process: the same records, to the last bit, ties of an iteration's end and
+an arrival included."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-import sim.core.independent_replicas
 import sim.core.simulate
 from sim.core.simulate import simulate
-from sim.workload.trace import Trace
-from tests.helpers.simulation import MODEL, ROOFLINE, SYSTEMS, GridCost, random_trace
+from tests.helpers.simulation import MODEL, ROOFLINE, SYSTEMS, GridCost, grid_trace, random_trace
 
 
 @pytest.fixture
 def apart_calls(monkeypatch):
-    """What serve_apart returned, call by call (a fleet, or None: simulated together)."""
+    """What serve_apart returned, call by call."""
     calls = []
     serve_apart = sim.core.simulate.serve_apart
 
@@ -30,9 +29,8 @@ def apart_calls(monkeypatch):
 def apart_and_together(monkeypatch, trace, system, cost=ROOFLINE, gpu_blocks=96, **kwargs):
     """The same fleet both ways; asserts the same bytes, returns the records of the default way."""
     default = simulate(trace, MODEL, system, cost, gpu_blocks, 256, rng=np.random.default_rng(0), **kwargs)
-    with monkeypatch.context() as patch:
-        patch.setattr(sim.core.simulate, "serve_apart", lambda *args, **kwargs: None)
-        together = simulate(trace, MODEL, system, cost, gpu_blocks, 256, rng=np.random.default_rng(0), **kwargs)
+    together = simulate(trace, MODEL, system, cost, gpu_blocks, 256, rng=np.random.default_rng(0), router_process=True,
+                        **kwargs)
     for frame in ("requests_frame", "iterations_frame"):
         assert getattr(default, frame)().to_csv(index=False) == getattr(together, frame)().to_csv(index=False)
     return default
@@ -59,25 +57,41 @@ def test_parallel_samples_a_shared_prefix_and_a_horizon(monkeypatch, apart_calls
     assert len(apart_calls) == 3 and all(fleet is not None for fleet in apart_calls)
 
 
-def test_an_iteration_ending_as_a_request_arrives_falls_back_to_together(monkeypatch, apart_calls):
-    rng = np.random.default_rng(8)  # every time on a binary grid: iterations end exactly at arrivals
-    trace = Trace(np.sort(rng.integers(0, 400, 150)) * 0.125, rng.integers(5, 200, 150),
-                               rng.integers(2, 200, 150), source="grid")
-    apart_and_together(monkeypatch, trace, SYSTEMS["vllm"], GridCost(), replicas=2)
-    assert apart_calls == [None]
+@pytest.mark.parametrize("replicas", [2, 3])
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_an_iteration_ending_as_a_request_arrives_is_ordered_as_together(monkeypatch, apart_calls, replicas,
+                                                                         fast_forward):
+    for seed in (8, 9):
+        records = apart_and_together(monkeypatch, grid_trace(seed), SYSTEMS["vllm"], GridCost(), replicas=replicas,
+                                     fast_forward=fast_forward)
+        ends = set(records.iterations_frame().eval("start_s + duration_s"))
+        assert len(ends & set(records.requests_frame()["arrival_s"])) > 20  # ties, many
+    assert len(apart_calls) == 2  # both served apart
 
 
-@pytest.mark.parametrize("kwargs", [{"router": "least_outstanding"}, {"replicas": 1}])
-def test_only_a_round_robin_fleet_goes_apart(monkeypatch, apart_calls, kwargs):
-    apart_and_together(monkeypatch, random_trace(1, count=100, rate=20.0), SYSTEMS["vllm"],
-                       **{"replicas": 3, **kwargs})
+def test_only_a_round_robin_fleet_or_one_replica_goes_apart(monkeypatch, apart_calls):
+    apart_and_together(monkeypatch, random_trace(1, count=100, rate=20.0), SYSTEMS["vllm"], replicas=3,
+                       router="least_outstanding")
     assert apart_calls == []
+    apart_and_together(monkeypatch, random_trace(1, count=100, rate=20.0), SYSTEMS["vllm"], replicas=1)
+    assert len(apart_calls) == 1
 
 
 def test_beam_searches_draw_from_one_generator_together(monkeypatch, apart_calls):
     apart_and_together(monkeypatch, random_trace(10, count=120, rate=20.0, beams=2), SYSTEMS["vllm"],
                        gpu_blocks=160, replicas=3)
     assert apart_calls == []
+
+
+def test_a_lone_replica_with_beam_searches_goes_apart_and_leaves_the_generator_as_together(monkeypatch,
+                                                                                         apart_calls):
+    trace = random_trace(10, count=120, rate=20.0, beams=2)
+    rngs = [np.random.default_rng(0) for _ in range(2)]
+    runs = [simulate(trace, MODEL, SYSTEMS["vllm"], ROOFLINE, 160, 256, rng=rng, router_process=together)
+            for rng, together in zip(rngs, (False, True))]
+    for frame in ("requests_frame", "iterations_frame"):
+        assert getattr(runs[0], frame)().to_csv(index=False) == getattr(runs[1], frame)().to_csv(index=False)
+    assert len(apart_calls) == 1 and rngs[0].random() == rngs[1].random()  # both settled where they drew
 
 
 def test_the_collector_freeze_is_undone_and_leaves_anothers_alone():
@@ -129,12 +143,9 @@ def test_replicas_in_other_processes_hand_their_records_over_in_files_removed_af
     assert not list(tmp_path.iterdir())
 
 
-def test_an_arrival_tie_in_another_process_falls_back_to_together(monkeypatch, apart_calls):
-    rng = np.random.default_rng(8)
-    trace = Trace(np.sort(rng.integers(0, 400, 150)) * 0.125, rng.integers(5, 200, 150),
-                  rng.integers(2, 200, 150), source="grid")
-    apart_and_together(monkeypatch, trace, SYSTEMS["vllm"], GridCost(), replicas=2, jobs=2)
-    assert apart_calls == [None]
+def test_arrival_ties_in_other_processes_are_ordered_as_together(monkeypatch, apart_calls):
+    apart_and_together(monkeypatch, grid_trace(8), SYSTEMS["vllm"], GridCost(), replicas=2, jobs=2)
+    assert apart_calls and apart_calls[0] is not None
 
 
 def test_a_sweep_gives_its_idle_processes_to_a_fleets_replicas(write_config, small, tmp_path):
@@ -179,12 +190,9 @@ def test_an_error_apart_is_the_error_the_shared_simulation_meets_first(monkeypat
 
     messages = []
     for together in (False, True):
-        with monkeypatch.context() as patch:
-            if together:
-                patch.setattr(sim.core.simulate, "serve_apart", lambda *args, **kwargs: None)
-            with pytest.raises(SpecError) as err:
-                simulate(random_trace(1, count=60, rate=10.0), MODEL, SYSTEMS["vllm"], NanAfter(), 96, 256,
-                         replicas=3, jobs=jobs)
+        with pytest.raises(SpecError) as err:
+            simulate(random_trace(1, count=60, rate=10.0), MODEL, SYSTEMS["vllm"], NanAfter(), 96, 256,
+                     replicas=3, jobs=jobs, router_process=together)
         messages.append(str(err.value))
         # apart raised it without simulating the fleet again; together is the one simulation
         assert len(together_calls) == int(together)
@@ -192,11 +200,14 @@ def test_an_error_apart_is_the_error_the_shared_simulation_meets_first(monkeypat
 
 
 def test_a_broken_apart_path_fails_instead_of_falling_back(monkeypatch, together_calls):
-    def broken_arrivals(env, *args):
-        yield env.timeout(0.5)
-        raise RuntimeError("a bug only the apart path runs")
+    import sim.core.independent_replicas
+    from sim.core.known_arrivals import KnownArrivals
 
-    monkeypatch.setattr(sim.core.independent_replicas, "replica_arrivals", broken_arrivals)
+    class Broken(KnownArrivals):  # a subclass: compiled, KnownArrivals' own methods cannot be patched
+        def idle(self, core, now_s):
+            raise RuntimeError("a bug only the apart path runs")
+
+    monkeypatch.setattr(sim.core.independent_replicas, "KnownArrivals", Broken)
     with pytest.raises(RuntimeError, match="a bug only the apart path runs"):
         simulate(random_trace(1, count=60, rate=10.0), MODEL, SYSTEMS["vllm"], ROOFLINE, 96, 256, replicas=3)
     assert together_calls == []
