@@ -183,7 +183,8 @@ class VLLMScheduler(QueueScheduler):
         self._reserve_running(plan)
         if self.swap_in_after_preemption or not plan.preempted:
             self._swap_in(plan)
-        if self.prompts_beside_decodes and (self.prompts_while_swapped or not self.swapped):
+        if (self.waiting or self.prefill_progress) and self.prompts_beside_decodes and (
+                self.prompts_while_swapped or not self.swapped):
             budget = self._budget(len(plan.decode_seqs))  # a token per decode
             self._continue_prefills(plan, budget)
             self._admit(plan, budget)
@@ -286,16 +287,17 @@ class VLLMScheduler(QueueScheduler):
             lens = self._prefill_lens(group) if self.prompt_only else []
             self.waiting.popleft()
             self._start_prompt(group)
-            budget.take(tokens, len(group.live_seqs()), lens)
+            live = group.live_seqs()
+            budget.take(tokens, len(live), lens)
             start = group.num_cached_tokens
             # a chunk [start, stop); samples recomputed apart prefill whole, each its own length
-            whole = start + tokens if group.shares_prompt else max(s.length for s in group.live_seqs())
+            whole = start + tokens if group.shares_prompt else max(s.length for s in live)
             if self.chunked:  # in progress until complete() sees its last chunk run (this one, if it fit)
                 self.prefill_progress[group.request_id] = start
                 self._computes(group, whole)
                 plan.chunks.append(Chunk(group, start, whole))
             else:
-                plan.chunks.append(Chunk(group, start, group.live_seqs()[0].length))
+                plan.chunks.append(Chunk(group, start, live[0].length))
 
     def admissible(self, group: SequenceGroup, budget: SchedulingBudget) -> int | None:
         """The prompt tokens the group's prefill (chunked: its first chunk) would add to the iteration `budget`
@@ -304,7 +306,8 @@ class VLLMScheduler(QueueScheduler):
         each waiting prompt, the decode stretch of the oldest: what it refuses, no step admits."""
         if not self.blocks.can_allocate(group) or not self._leaves_room_to_swap_in(group):
             return None
-        return budget.fit(self._prefill_lens(group), len(group.live_seqs()), self.chunked and group.shares_prompt)
+        live = group.live_seqs()
+        return budget.fit(self._prefill_lens(group, live), len(live), self.chunked and group.shares_prompt)
 
     def _may_try_next_prompt(self, budget: SchedulingBudget) -> bool:
         """Whether the next waiting prompt is worth asking: chunked, while tokens are left (a prompt may take
@@ -313,10 +316,11 @@ class VLLMScheduler(QueueScheduler):
             return budget.tokens_left > 0
         return not self.prompt_only or self._delay_passed()
 
-    def _prefill_lens(self, group: SequenceGroup) -> list[int]:
+    def _prefill_lens(self, group: SequenceGroup, live: list[Sequence] | None = None) -> list[int]:
         """The tokens each of the group's prefills computes (its samples share one, unless recomputed apart);
-        a cached prefix is attended over, not computed."""
-        live, cached = group.live_seqs(), self.blocks.cached_tokens(group)
+        a cached prefix is attended over, not computed. live: the group's live sequences, where the caller has them."""
+        live = group.live_seqs() if live is None else live
+        cached = self.blocks.cached_tokens(group)
         if group.shares_prompt:
             return [live[0].length - cached]
         return [seq.length - cached for seq in live]
