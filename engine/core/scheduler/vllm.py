@@ -6,6 +6,8 @@ Every schedule() tells the same story, vLLM's `Scheduler._schedule` of the versi
   2. groups swapped out come back, oldest first;
   3. waiting prompts join in arrival order while `admissible()` finds room for them in the iteration's
      SchedulingBudget (tokens, sequences, padding) and in the free blocks.
+The running and swapped-out groups are kept in the scheduler's Order (engine.core.scheduler.order): first
+come, first served unless another is given, so "the latest arrivals" are the last in that order.
 The prefill policy (SystemSpec.prefill_policy, docs/vllm-policies.md) is how prompts share an iteration:
   mixed     the paper's code: prompts beside the decodes, new ones only while nothing is swapped out;
   separate  v0.2-v0.3 (`_schedule` of v0.2.7 through v0.3.3): a prompt-only iteration, padded to its
@@ -48,6 +50,7 @@ from engine.core.kv_usage import UsageColumns
 from engine.core.prefix_cache import block_manager_for
 from engine.core.scheduler.base import DecodeStretch
 from engine.core.scheduler.common import QueueScheduler
+from engine.core.scheduler.order import FirstComeFirstServed, Order, insert_in_order
 from engine.core.scheduler.preemption import PreemptionMode, PreemptionRule
 from engine.core.scheduler.stretch import paged_stretch, stretch_appends
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
@@ -132,8 +135,10 @@ class VLLMScheduler(QueueScheduler):
     """vLLM under one of its prefill policies (mixed, separate, chunked). Blocks come from a BlockManager,
     one at a time as sequences grow."""
 
-    def __init__(self, system: SystemSpec, max_seq_len: int, num_gpu_blocks: int, num_cpu_blocks: int):
+    def __init__(self, system: SystemSpec, max_seq_len: int, num_gpu_blocks: int, num_cpu_blocks: int,
+                 order: Order | None = None):
         super().__init__(system, max_seq_len)
+        self.order = order if order is not None else FirstComeFirstServed()  # engine.core.scheduler.order
         self.num_gpu_blocks = num_gpu_blocks
         self.num_cpu_blocks = num_cpu_blocks
         self.blocks = block_manager_for(system, num_gpu_blocks, num_cpu_blocks)
@@ -450,18 +455,19 @@ class VLLMScheduler(QueueScheduler):
             mapping = self.blocks.swap_out(group)
             plan.swap_out.extend(mapping)
             self.num_swapped_out_blocks += len(mapping)
-            insert_fcfs(self.swapped, group)
+            insert_in_order(self.swapped, group, self.order)
 
     def _insert_waiting(self, group: SequenceGroup) -> None:
-        insert_fcfs(self.waiting, group)
+        insert_in_order(self.waiting, group, self.order)
 
     def _insert_running(self, group: SequenceGroup) -> None:
-        if not self.running or (self.running[-1].arrival_s, self.running[-1].request_id) <= (
-                group.arrival_s, group.request_id):
+        order = self.order
+        key = order.key(group)
+        if not self.running or order.key(self.running[-1]) <= key:
             self.running.append(group)
             return
-        keys = [(g.arrival_s, g.request_id) for g in self.running]
-        self.running.insert(bisect.bisect(keys, (group.arrival_s, group.request_id)), group)
+        keys = [order.key(g) for g in self.running]
+        self.running.insert(bisect.bisect(keys, key), group)
 
     # --- decode stretches (engine.core.scheduler.stretch) ---------------------------------
     def _decode_stretch(self, batch: Batch) -> DecodeStretch:
@@ -552,10 +558,3 @@ class VLLMScheduler(QueueScheduler):
     def release_cache(self) -> None:
         self.paged_kv.cache_released()
 
-
-def insert_fcfs(queue: deque[SequenceGroup], group: SequenceGroup) -> None:
-    """Put a preempted group back in arrival order. It is older than nearly everything
-    queued (admission is FCFS), so the scan from the front is short."""
-    key = (group.arrival_s, group.request_id)
-    index = next((i for i, g in enumerate(queue) if (g.arrival_s, g.request_id) > key), len(queue))
-    queue.insert(index, group)

@@ -4,7 +4,9 @@ one mode), swapped groups block admissions."""
 from __future__ import annotations
 
 from engine.core.blocks import blocks_for
+from engine.core.scheduler.order import FirstComeFirstServed, Order
 from engine.core.scheduler.preemption import PreemptionMode
+from engine.core.scheduler.vllm import VLLMScheduler
 from engine.core.sequence import SequenceCounter, make_group
 from engine.core.system import SystemSpec
 from tests.helpers.core_harness import (
@@ -76,6 +78,35 @@ def test_latest_arrival_is_preempted_first_and_recomputed():
     assert a.num_preemptions == 0 and order[:3] == [3, 2, 1]
     assert sched.num_swapped_out_blocks == 0  # single-sequence groups are recomputed, never swapped
     assert a.finish_s == 20.0  # the oldest request runs undisturbed, one token per step
+
+
+class LatestFirst(Order):
+    """An order of another scheduler: the latest arrival is the most urgent."""
+
+    def key(self, group):
+        return (-group.arrival_s, -group.request_id)
+
+
+def test_another_order_keeps_the_running_in_it_and_preempts_its_last():
+    # the same workload as above, served latest first: now A, the last in that order, is preempted first
+    reqs = [Req(0, 8, 20), Req(1, 4, 20), Req(2, 4, 20), Req(3, 4, 4)]
+    system = vllm(4)
+    sched = VLLMScheduler(system, 64, 10, 0, order=LatestFirst())
+    preempted = []
+
+    class Record(Checker):
+        def before(self, s, step):
+            self.counts = {g.request_id: g.num_preemptions for g in s.running}
+
+        def after(self, s, batch, step):
+            assert [g.request_id for g in s.running] == sorted((g.request_id for g in s.running), reverse=True)
+            preempted.extend(g.request_id for g in s.waiting
+                             if g.request_id in self.counts and g.num_preemptions > self.counts[g.request_id])
+
+    run = drive(sched, reqs, (StepInvariants(), Record()))
+    check_finished(run, reqs)
+    assert preempted and preempted[0] == 0
+    assert isinstance(scheduler_for(system, 10, 0).order, FirstComeFirstServed)  # the default
 
 
 def test_recompute_prefills_prompt_plus_generated_tokens():
