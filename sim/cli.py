@@ -25,9 +25,7 @@ def workload_label(workload) -> str:
 def _cmd_run(args) -> int:
     from engine.core.compiled import control_plane_build
     from sim.experiment.checked import run_arguments
-    from sim.experiment.output import write_columns_csv, write_text
-    from sim.experiment.report import summary_table, unmeasured_warnings
-    from sim.experiment.sweep import summary_columns, summary_frame, sweep_rows
+    from sim.experiment.run_plots import PlotProcess
 
     # the plot is drawn last, after every run: its arguments are checked first, or a bad one would
     # leave the runs done and summary.csv written, and then fail
@@ -42,8 +40,19 @@ def _cmd_run(args) -> int:
           f"{runs} runs ({len(exp.systems)} systems x {len(exp.rates)} rates x {len(exp.seeds)} seeds) -> {out_dir}")
     print(f"servesim: control plane: {control_plane_build()}")  # compiled or pure Python: docs/compiled.md
     started = time.perf_counter()
+    if args.no_plots:
+        return _run_and_report(args, exp, out_dir, executor, started, None)
+    with PlotProcess() as plots:  # matplotlib imported while the runs simulate (sim/experiment/run_plots.py)
+        return _run_and_report(args, exp, out_dir, executor, started, plots)
+
+
+def _run_and_report(args, exp, out_dir: Path, executor, started: float, plots) -> int:
+    from sim.experiment.output import write_columns_csv, write_text
+    from sim.experiment.report import summary_table, unmeasured_warnings
+    from sim.experiment.sweep import summary_columns, sweep_rows
+
     # the summary's rows, written without pandas (the bytes its to_csv writes): a run that writes no Parquet
-    # and draws no plots never imports pandas, nor the pyarrow pandas 3 imports with it
+    # never imports pandas, nor the pyarrow pandas 3 imports with it (the plots' process does)
     rows = sweep_rows(exp, out_dir, executor, iterations=args.iterations)
     for line in unmeasured_warnings(rows, exp.warmup_s):
         print(f"servesim: warning: {line}", file=sys.stderr)
@@ -58,27 +67,13 @@ def _cmd_run(args) -> int:
             names.append(row["system"])
     for source, systems in systems_by_model.items():
         print(f"cost model: {source}" + (f" ({', '.join(systems)})" if len(systems_by_model) > 1 else ""))
-    # the plots come last: the summary is on disk whatever drawing costs (matplotlib's import alone is
-    # a third of a second), and --no-plots never imports matplotlib at all
-    plots = [] if args.no_plots else _draw_plots(exp, summary_frame(rows), out_dir, args.ylim)
-    print(f"wrote {out_dir}/" + ", ".join(["summary.csv", "summary.txt", *plots, "runs/"])
+    # the plots come last: the summary is on disk whatever drawing costs, and --no-plots never starts the
+    # process that draws them
+    title = f"{exp.model.name}, {exp.tensor_parallel}x {exp.hardware.name}, {workload_label(exp.workload)}"
+    written = [] if plots is None else plots.draw(title, rows, out_dir, args.ylim, max(exp.rates))
+    print(f"wrote {out_dir}/" + ", ".join(["summary.csv", "summary.txt", *written, "runs/"])
           + f" in {time.perf_counter() - started:.1f} s")
     return 0
-
-
-def _draw_plots(exp, summary, out_dir: Path, ylim: float) -> list[str]:
-    """The run's figures; the names of the files written."""
-    from sim.experiment.plots import (  # matplotlib: only once there is something to plot
-        kv_usage_plot,
-        latency_plots,
-        normalized_latency_plot,
-    )
-
-    title = f"{exp.model.name}, {exp.tensor_parallel}x {exp.hardware.name}, {workload_label(exp.workload)}"
-    written = [normalized_latency_plot(summary, out_dir / "normalized_latency.png", title=title, ylim=ylim),
-               *latency_plots(summary, out_dir, title),
-               kv_usage_plot(summary, out_dir / "kv_usage.png", rate=max(exp.rates))]
-    return [path.name for path in written]
 
 
 def add_executor_options(parser: argparse.ArgumentParser, what: str) -> None:

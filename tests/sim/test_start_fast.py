@@ -1,7 +1,7 @@
 """`servesim run` imports only what the run needs. Each check runs the command in a fresh interpreter, where
 sys.modules is the truth.
 
-What "needed" means: matplotlib only to draw the two plots (not with --no-plots); pyarrow only to write the
+What "needed" means: matplotlib never (the plots are drawn in a process of their own); pyarrow only to write the
 per-iteration records as Parquet (the default; not with --iterations csv or none); pandas only for those two
 (the plots group the summary with it, and pyarrow's writer takes a frame; pandas 3 imports pyarrow itself
 whenever it is installed, so a run that loads pandas loads pyarrow). Everything else a run writes
@@ -11,6 +11,9 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
+import sim.experiment.run_plots
+from servesim.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -72,10 +75,23 @@ def test_a_run_writing_parquet_loads_pyarrow_but_not_matplotlib(write_config, tm
     assert list(out.glob("runs/*/iterations.parquet"))
 
 
-def test_a_run_with_plots_still_draws_them(write_config, tmp_path):
+def test_a_run_with_plots_draws_them_in_a_process_of_their_own(write_config, tmp_path):
     out = tmp_path / "plotted"
     loaded = loaded_by(small_run(write_config(), out, "--iterations", "none"))
-    assert "matplotlib" in loaded
+    assert "matplotlib" not in loaded  # sim/experiment/run_plots.py: imported and drawn beside the runs
     for name in ("summary.csv", "summary.txt", "normalized_latency.png", "kv_usage.png"):
         assert (out / name).stat().st_size > 0, name
     assert (out / "kv_usage.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def broken_figure(*args, **kwargs):
+    raise RuntimeError("the figure could not be drawn")
+
+
+def test_a_figure_that_fails_fails_the_run_after_the_summary_is_written(write_config, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sim.experiment.run_plots, "draw_plots", broken_figure)  # the drawing process forks
+    out = tmp_path / "broken"
+    assert main(small_run(write_config(), out, "--iterations", "none")) != 0
+    assert "the figure could not be drawn" in capsys.readouterr().err
+    assert (out / "summary.csv").stat().st_size > 0
+    assert not list(out.glob("*.png"))

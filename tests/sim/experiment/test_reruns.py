@@ -336,7 +336,7 @@ def _interrupted_sweep(config: Path, out: Path, jobs: str):
 def test_ctrl_c_exits_130_in_one_line_and_stops_the_workers(slow_reference, tmp_path, jobs):
     config, reference = slow_reference
     with _interrupted_sweep(config, tmp_path / "out", jobs) as (proc, workers):
-        assert len(workers) == (2 if jobs == "2" else 0)
+        assert len(workers) == (2 if jobs == "2" else 0) + 1  # and the process that will draw the plots
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=60) == 130
         assert all_exit(workers, within_s=10.0), "workers outlived their parent"
@@ -349,7 +349,7 @@ def test_ctrl_c_exits_130_in_one_line_and_stops_the_workers(slow_reference, tmp_
 def test_sigkill_leaves_no_worker_and_the_rerun_resumes(slow_reference, tmp_path, jobs):
     config, reference = slow_reference
     with _interrupted_sweep(config, tmp_path / "out", jobs) as (proc, workers):
-        assert len(workers) == (2 if jobs == "2" else 0)
+        assert len(workers) == (2 if jobs == "2" else 0) + 1  # and the process that will draw the plots
         proc.kill()
         proc.wait(timeout=60)
         assert all_exit(workers, within_s=10.0), "workers outlived their parent"
