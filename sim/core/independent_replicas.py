@@ -138,7 +138,9 @@ def serve_replicas(trace: Trace, wakes: list[float], fleet: FleetSetup, indices:
     n = fleet.replicas
     for index in indices:
         env = simpy.Environment()
-        arrivals = KnownArrivals(trace_requests(trace, range(index, len(trace), n)), wakes[index::n], router)
+        own_wakes = fast_forward.by_replica[index] if fast_forward is not None and fast_forward.by_replica else \
+            wakes[index::n]  # FastForward holds each replica's already
+        arrivals = KnownArrivals(trace_requests(trace, range(index, len(trace), n)), own_wakes, router)
         replica = fleet.replica(env, index, fast_forward, beams, arrivals)
         failure = None
         try:

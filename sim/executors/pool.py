@@ -176,5 +176,7 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
     processes = list((pool._processes or {}).values())  # no public handle before Python 3.14's terminate_workers
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
-        process.terminate()
+        # SIGKILL, not SIGTERM: a worker forked a moment ago may not have run _start_worker yet, and would meet
+        # this process's SIGTERM handler (sim/cli.py: KeyboardInterrupt) and go on as a copy of the command
+        process.kill()
     pool.shutdown(wait=True)

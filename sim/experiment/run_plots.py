@@ -4,15 +4,15 @@ matplotlib's import is half a second and the four figures about as much again: d
 command's own process, they were a third of a one-run `servesim run`. The drawing process imports them while
 the runs simulate (on another core, where there is one), and draws once the summary is written; the command
 waits for it, so the figures are on disk when it ends, and an error drawing them is the command's error. The
-process is one of the sweep pool's kind (sim/executors/pool.py): it ignores Ctrl-C, leaves when the command
-does (after its import, at most), and leaves if the command dies.
+process is one of the sweep pool's kind (sim/executors/pool.py): it ignores Ctrl-C, the command stops it, and
+it leaves if the command dies.
 """
 from __future__ import annotations
 
 from concurrent.futures import Future
 from pathlib import Path
 
-from sim.executors.pool import worker_pool
+from sim.executors.pool import stop_pool, worker_pool
 
 
 class PlotProcess:
@@ -31,10 +31,10 @@ class PlotProcess:
         return self
 
     def __exit__(self, kind, error, trace) -> None:
-        # on an error or Ctrl-C too, the process is let finish its import and leave, not terminated: a process
-        # forked a moment ago may not have replaced this one's SIGTERM handler yet (sim/cli.py turns SIGTERM
-        # into KeyboardInterrupt), and would then go on as a copy of this command
-        self.pool.shutdown(wait=True, cancel_futures=kind is not None)
+        if kind is None:
+            self.pool.shutdown()
+        else:  # an error or Ctrl-C: nothing will be drawn
+            stop_pool(self.pool)
 
 
 def _import_plots() -> None:

@@ -61,10 +61,6 @@ def state(sched) -> tuple:
     return seqs, queues, tables, blocks, sched.token_slots.slots, astuple(sched.kv_usage()), sched.num_running_seqs
 
 
-def make_scheduler_of(system, model, gpu, cpu):
-    return make_scheduler(system, model, gpu, cpu)
-
-
 def same_batch(stepped, promised) -> None:
     assert not stepped.prefill_seq_ids and not stepped.blocks_to_copy
     assert not stepped.blocks_to_swap_in and not stepped.blocks_to_swap_out
@@ -77,7 +73,7 @@ def run_both(name: str, seed: int, policy=None) -> int:
     """policy: a scheduler class of the system's kind to run instead of the factory's."""
     system = SYSTEMS[name]
     gpu, cpu = POOLS[system.kind]
-    stepped, forwarded = ((policy or make_scheduler_of)(system, MODEL, gpu, cpu) for _ in range(2))
+    stepped, forwarded = ((policy or make_scheduler)(system, MODEL, gpu, cpu) for _ in range(2))
     counters = SequenceCounter(), SequenceCounter()
     rng = np.random.default_rng(seed + 100)
     pending = deque(enumerate(random_requests(seed)))
@@ -131,9 +127,6 @@ class AdmitsOnceContextsGrow(VLLMScheduler):
     """A deliberately wrong policy: it admits a prompt only once the running contexts add up past a line.
     The step and the stretch ask the same admissible(), so both agree the head is refused when the stretch
     is planned; but a decode stretch grows the contexts, so the promise that it stays refused breaks."""
-
-    def __init__(self, system, max_seq_len, num_gpu_blocks, num_cpu_blocks):
-        super().__init__(system, max_seq_len, num_gpu_blocks, num_cpu_blocks)
 
     def admissible(self, group, budget):
         contexts = sum(seq.length for g in self.running for seq in g.live_seqs())
