@@ -1,10 +1,59 @@
-"""vLLM's paged KV cache bookkeeping (paper-era rules, Kwon et al. 2023 section 4)."""
+"""vLLM's paged KV cache: block tables over reference-counted blocks (Kwon et al. 2023 section 4), and the
+prefix cache that lets requests share the leading blocks their token streams share.
+
+A sequence of `length` tokens holds ceil(length / block_size) blocks: the slot of its last sampled token is
+reserved when that token is fed back as the next decode's input. The samples of a request share its prompt's
+blocks, forked beams share their parent's, a shared last block is copied on write.
+
+The prefix cache (vLLM >= 0.4's `enable_prefix_caching`, block_manager_v1 and its evictor, with the
+differences said). The control plane sees lengths, not token ids: a request carries opaque block keys
+(SequenceGroup.block_keys), key i naming the tokens [0, (i + 1) block_size) of its stream (a chained hash the
+data plane makes from token ids or from the workload's token identities).
+
+- A full block gets its key (is registered) when its KV is computed: a prompt's full blocks when the prompt
+  is admitted (the prefill computes them in that step's batch, so a request admitted later in the same step
+  may already attend over them); a block of generated tokens, or any full block not registered yet, when its
+  sequence frees it (finished, preempted, swapped out). vLLM registers a generated block as soon as it fills;
+  here it waits for its holder to let go, which a later chat round, sent after the answer it continues, never
+  notices, and which keeps a decode stretch's promise (docs/stretch.md) that nothing changes for a waiting
+  request until someone finishes. Only one block per key: a recomputed copy of a cached block stays its
+  sequence's own. Under chunked prefill a prompt's full blocks are keyed chunk by chunk instead, in the
+  iteration whose chunk fills them (prompt_computed), so nobody hits a block a later chunk has yet to compute.
+- Admission looks the request's leading keys up: the cached ones (hits) are reused (a reference more, no
+  prefill for their tokens: its prefill is n new tokens over c cached, Batch.prefill_cached_lens); the first
+  miss ends the hits. A prefill computes at least its last token, so the hits stop one block short of a prompt
+  of whole blocks all cached (vLLM leaves out the last block for the same reason). Admission asks for every
+  block of the prompt, hit or not, as vLLM v0.4's can_allocate does, except the pinned ones (below): the cache
+  shortens prefills, not the room a request must find.
+- A partial last block is never keyed, so never shared across requests.
+- A registered block whose last reference goes is not free-listed: it waits, still keyed, in the evictor, and
+  counts as free (engine.core.block_allocator).
+- Samples and beams diverge after the prompt: a group of several sequences uses only its prompt's keys.
+- Swapping moves a group's blocks to host memory and back into fresh blocks; their cached GPU copies stay in
+  the evictor for whoever asks for them next.
+
+The paper's explicit shared prefix (SequenceGroup.prefix_len: a workload's few-shot examples, as the authors'
+`allocate_with_prefix`) is the same mechanism with its keys pinned: its whole blocks are keyed (by
+shared_prefix_keys when the system has no prefix cache, by the request's own keys when it has one), the
+manager holds a reference to each of them from the moment the first request using them registers them until
+the run ends (unpin), so they are never evicted, and admission does not ask room for the pinned blocks it
+hits (they are not free, and never will be while pinned). Without a prefix cache, the shared prefix's keys
+are the only ones registered. What is left of the prefix past its last whole block is part of each request's
+own prompt, as in the authors' generator.
+
+KV usage (paper Fig. 2): a keyed block running requests hold, pinned ones included, holds a token's K/V in
+every slot, counted once however many requests hold it (cache_token_slots; each group leaves its
+cache_blocks out of its own count). A cached block nobody holds is free space.
+"""
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from engine.core.block_allocator import BlockAllocator, CachingBlockAllocator
 from engine.core.blocks import blocks_for
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
+
+SHARED_PREFIX = -1  # block i of the explicit shared prefix is keyed hash((SHARED_PREFIX, i))
 
 
 def appends_fit(num_seqs: int, num_free: int) -> bool:
@@ -14,71 +63,34 @@ def appends_fit(num_seqs: int, num_free: int) -> bool:
     return num_seqs <= num_free
 
 
-class BlockAllocator:
-    """A free list of physical blocks with reference counts.
-
-    `num_shared_refs` is the sum over used blocks of (ref_count - 1): the references beyond the
-    first, i.e. the blocks sharing saves. It is kept as references come and go (allocate, incref,
-    free), so every change to a block table that goes through them is counted, and reading it is O(1).
-    """
-
-    def __init__(self, num_blocks: int, name: str = "gpu"):
-        self.num_blocks = num_blocks
-        self.name = name
-        # pop() from the end hands out low block ids first: easier to read in a trace
-        self._free = list(range(num_blocks - 1, -1, -1))
-        self.ref_counts = [0] * num_blocks
-        self.num_shared_refs = 0
-
-    @property
-    def num_free(self) -> int:
-        return len(self._free)
-
-    def allocate(self) -> int:
-        if not self._free:
-            raise RuntimeError(f"out of {self.name} blocks")
-        block = self._free.pop()
-        self.ref_counts[block] = 1
-        return block
-
-    def incref(self, block: int, by: int = 1) -> None:
-        if self.ref_counts[block] <= 0:
-            raise RuntimeError(f"reference to free {self.name} block {block}")
-        self.ref_counts[block] += by
-        self.num_shared_refs += by
-
-    def free(self, block: int) -> None:
-        refs = self.ref_counts[block]
-        if refs <= 0:
-            raise RuntimeError(f"double free of {self.name} block {block}")
-        self.ref_counts[block] = refs - 1
-        if refs == 1:
-            self._free.append(block)
-        else:
-            self.num_shared_refs -= 1
+def shared_prefix_keys(num_blocks: int) -> tuple[int, ...]:
+    """The keys of the explicit shared prefix's first num_blocks blocks, where no prefix cache keys prompts
+    (a hash of a tuple of ints: the same on every machine and run)."""
+    return tuple(hash((SHARED_PREFIX, i)) for i in range(num_blocks))
 
 
 class BlockManager:
-    """Maps each sequence's logical blocks to physical ones, sharing by reference count.
+    """Maps each sequence's logical blocks to physical ones, sharing by reference count and by key (module
+    docstring). prefix_caching: every request's prompt blocks are keyed (automatic prefix caching), else only
+    an explicit shared prefix's; by_chunk (chunked prefill): a prompt's blocks are keyed chunk by chunk."""
 
-    A sequence of `length` tokens holds ceil(length / block_size) blocks: the slot of its
-    last sampled token is reserved when that token is fed back as the next decode's input.
-
-    A workload's shared prefix (one per run, as the authors' `allocate_with_prefix`): its whole
-    blocks are allocated once, when the first request using it is admitted, and stay cached until
-    `release_prefix` (the scheduler calls it when the run ends). The manager holds one reference to
-    each of them itself; every block table of a request using the prefix starts with them and
-    holds one more. What is left of the prefix past its last whole block is part of each request's
-    own prompt, as in the authors' generator.
-    """
-
-    def __init__(self, block_size: int, num_gpu_blocks: int, num_cpu_blocks: int, watermark: float = 0.01):
+    def __init__(self, block_size: int, num_gpu_blocks: int, num_cpu_blocks: int, watermark: float = 0.01,
+                 prefix_caching: bool = False, by_chunk: bool = False):
         self.block_size = block_size
-        self.gpu = BlockAllocator(num_gpu_blocks, "gpu")
+        self.gpu = CachingBlockAllocator(num_gpu_blocks, "gpu")
         self.cpu = BlockAllocator(num_cpu_blocks, "cpu")
         self.watermark_blocks = int(watermark * num_gpu_blocks)
+        self.prefix_caching = prefix_caching
+        self.by_chunk = by_chunk
         self.block_tables: dict[int, list[int]] = {}
-        self.prefix_table: list[int] = []  # the cached shared prefix's GPU blocks
+        self.pinned: list[int] = []  # the explicit shared prefix's blocks, held by the manager itself
+        self._pin_keys: set[int] = set()  # the keys whose blocks are pinned once registered
+        self._prefix_keys: tuple[int, ...] = ()  # shared_prefix_keys, as many as a request has asked for
+        self._seq_keys: dict[int, tuple[int, ...]] = {}  # each sequence's usable keys, until it is freed
+        self._next_key: dict[int, int] = {}  # by_chunk: a prefilling prompt's next block to key, by its first seq
+        self.tick = 0  # schedule() calls so far: the clock of least-recently-used
+        self.num_prompt_tokens = 0  # prefix caching, at first admissions: prompt tokens, and those found cached
+        self.num_hit_tokens = 0
         # the sequences whose block tables changed (made, grown, copied on write, forked, moved, freed) since
         # the owner last took them (take_changed_tables); kept only once track_table_changes() is called
         self._changed_tables: set[int] | None = None
@@ -101,90 +113,153 @@ class BlockManager:
         if self._changed_tables is not None:
             self._changed_tables.add(seq_id)
 
-    # --- automatic prefix caching (engine.core.prefix_cache overrides) ---------------
     def begin_step(self) -> None:
-        """schedule() starts a step: the prefix cache's clock for least-recently-used (nothing here)."""
+        """schedule() starts a step: the clock of least-recently-used moves on."""
+        self.tick += 1
+        self.gpu.stamp = self.tick
 
-    def prompt_computed(self, group: SequenceGroup, num_tokens: int) -> int:
-        """Chunked prefill: this iteration's chunk computes the group's prompt up to num_tokens. The
-        prefix cache keys the full blocks computed so far; returns how many blocks it keyed now (none here)."""
-        return 0
-
-    @property
-    def cache_token_slots(self) -> int:
-        """Slots of the blocks the prefix cache holds for running requests, counted once (none here)."""
-        return 0
-
-    # --- the shared prefix -------------------------------------------------------
-    def prefix_blocks_of(self, group: SequenceGroup) -> int:
-        """Blocks of the group's prompt the shared prefix fills whole (the rest is its own input)."""
+    # --- keys and lookups ------------------------------------------------------------
+    def pinned_blocks_of(self, group: SequenceGroup) -> int:
+        """Blocks of the group's prompt the explicit shared prefix fills whole (the rest is its own input)."""
         return group.prefix_len // self.block_size
 
-    def _blocks_to_cache(self, prefix_blocks: int) -> int:
-        if not prefix_blocks or self.prefix_table:
-            return 0
-        return prefix_blocks
+    def _keys(self, group: SequenceGroup) -> tuple[int, ...]:
+        """The keys the group's sequences all share: with a prefix cache, the request's (every one for one
+        sequence, the prompt's for several); without, its shared prefix's."""
+        if self.prefix_caching:
+            if group.num_seqs > 1:
+                return group.block_keys[:group.prompt_len // self.block_size]
+            return group.block_keys
+        num_blocks = group.prefix_len // self.block_size
+        if not num_blocks:
+            return ()
+        if len(self._prefix_keys) < num_blocks:
+            self._prefix_keys = shared_prefix_keys(num_blocks)
+        return self._prefix_keys[:num_blocks]
 
-    def _use_prefix(self, prefix_blocks: int) -> int:
-        """The cached prefix's blocks, caching them now if no request has; returns the prompt tokens
-        already cached: 0 for the request that caches them (its prefill computes them, once)."""
-        if not prefix_blocks:
-            return 0
-        if self.prefix_table:
-            if len(self.prefix_table) != prefix_blocks:
-                raise ValueError(f"one shared prefix per run: {len(self.prefix_table)} blocks are cached, "
-                                 f"a request asks for {prefix_blocks}")
-            return prefix_blocks * self.block_size
-        self.prefix_table = [self.gpu.allocate() for _ in range(prefix_blocks)]
-        return 0
+    def _hits(self, group: SequenceGroup) -> list[int]:
+        """The cached blocks of the group's leading keys, up to the first miss, leaving each prefill at least
+        one token to compute."""
+        keys = self._keys(group)
+        if not keys:
+            return []
+        shortest = min(s.length for s in group.live_seqs())
+        limit = min(len(keys), (shortest - 1) // self.block_size)
+        lookup, hits = self.gpu.block_of_key, []
+        for key in keys[:limit]:
+            block = lookup.get(key)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
 
     def cached_tokens(self, group: SequenceGroup) -> int:
-        """Prompt tokens of the group whose KV is already in the cache: the shared prefix's whole
-        blocks, once a request has cached them (what allocate() will set as num_cached_tokens)."""
-        return self.prefix_blocks_of(group) * self.block_size if self.prefix_table else 0
+        """Prompt tokens of the group whose KV is already cached (what allocate() will set as num_cached_tokens)."""
+        return len(self._hits(group)) * self.block_size
 
-    def release_prefix(self) -> None:
-        """Drop the manager's own hold on the prefix (tables still holding it keep their references)."""
-        for block in self.prefix_table:
+    def _register(self, block: int, key: int, depth: int) -> None:
+        """The block's KV is that of the key's tokens: later requests may hit it; a shared prefix's, pinned."""
+        self.gpu.register(block, key, depth)
+        if key in self._pin_keys:
+            self.gpu.incref(block)
+            self.pinned.append(block)
+
+    def unpin(self) -> None:
+        """The run is over: the manager lets go of the shared prefix (tables still holding it keep theirs)."""
+        for block in self.pinned:
             self.gpu.free(block)
-        self.prefix_table = []
+        self.pinned = []
 
-    # --- admission -------------------------------------------------------------
+    # --- admission -------------------------------------------------------------------
     def blocks_to_allocate(self, group: SequenceGroup) -> int:
         seqs = group.live_seqs()
-        prefix = self.prefix_blocks_of(group)
-        cache = self._blocks_to_cache(prefix)
+        pinned = min(len(self._hits(group)), self.pinned_blocks_of(group)) if group.prefix_len else 0
         if group.shares_prompt:
-            return cache + blocks_for(seqs[0].length, self.block_size) - prefix
-        return cache + sum(blocks_for(s.length, self.block_size) - prefix for s in seqs)
+            return blocks_for(seqs[0].length, self.block_size) - pinned
+        return sum(blocks_for(s.length, self.block_size) - pinned for s in seqs)
 
     def can_allocate(self, group: SequenceGroup) -> bool:
         return self.gpu.num_free - self.blocks_to_allocate(group) >= self.watermark_blocks
 
     def allocate(self, group: SequenceGroup) -> None:
-        """The prompt's blocks, once, shared by every live sequence of the group; or, for a
-        group whose samples diverged and are recomputed apart, each sample's own blocks. Either
-        way a table starts with the cached shared prefix when the group uses one. Sets the
-        group's prefix_blocks and num_cached_tokens (see SequenceGroup)."""
-        seqs = group.live_seqs()
-        prefix_blocks = self.prefix_blocks_of(group)
-        group.num_cached_tokens = self._use_prefix(prefix_blocks)
-        group.prefix_blocks = prefix_blocks
-        prefix = self.prefix_table if prefix_blocks else []
-        for block in prefix:
-            self.gpu.incref(block, len(seqs))
-        if not group.shares_prompt:
+        """Every table starts with the hits; then fresh blocks, the prompt's full ones registered (when the
+        group's samples share them). Sets num_cached_tokens, cache_blocks and, with a prefix cache, at the
+        group's first admission, cached_prompt_tokens."""
+        seqs, cache, bs = group.live_seqs(), self.gpu, self.block_size
+        keys, hits = self._keys(group), self._hits(group)
+        if group.prefix_len:
+            self._pin_keys.update(keys[:self.pinned_blocks_of(group)])
+        for block in hits:  # before any fresh block: an allocation may evict from the evictor
+            cache.reuse(block)
+            if len(seqs) > 1:
+                cache.incref(block, len(seqs) - 1)
+        num_hits = len(hits)
+        group.num_cached_tokens, group.cache_blocks = num_hits * bs, num_hits
+        if self.prefix_caching and group.first_token_s is None and not group.num_preemptions:
+            group.cached_prompt_tokens = num_hits * bs  # (a chunked prompt may be preempted before its first token)
+            self.num_prompt_tokens += group.prompt_len
+            self.num_hit_tokens += num_hits * bs
+        if self.by_chunk:  # nothing computed beyond the hits yet: prompt_computed keys the rest
             for seq in seqs:
-                num_blocks = blocks_for(seq.length, self.block_size) - prefix_blocks
-                self.block_tables[seq.seq_id] = prefix + [self.gpu.allocate() for _ in range(num_blocks)]
+                self._seq_keys[seq.seq_id] = keys[:num_hits]
+            if group.shares_prompt and keys:
+                self._next_key[seqs[0].seq_id] = num_hits
+        elif keys:
+            for seq in seqs:
+                self._seq_keys[seq.seq_id] = keys
+        if not group.shares_prompt:  # diverged samples: each its own blocks after the hits
+            for seq in seqs:
+                self.block_tables[seq.seq_id] = hits + [cache.allocate()
+                                                        for _ in range(blocks_for(seq.length, bs) - num_hits)]
                 self._table_changed(seq.seq_id)
             return
-        own = [self.gpu.allocate() for _ in range(blocks_for(seqs[0].length, self.block_size) - prefix_blocks)]
+        own = [cache.allocate() for _ in range(blocks_for(seqs[0].length, bs) - num_hits)]
         for block in own:
-            self.gpu.incref(block, len(seqs) - 1)
+            cache.incref(block, len(seqs) - 1)
+        if not self.by_chunk and keys:
+            group.cache_blocks += self._register_prompt(own, keys, num_hits, seqs[0].length)
         for seq in seqs:
-            self.block_tables[seq.seq_id] = prefix + own
+            self.block_tables[seq.seq_id] = hits + own
             self._table_changed(seq.seq_id)
+
+    def _register_prompt(self, own: list[int], keys: tuple[int, ...], first: int, length: int) -> int:
+        """Key the full blocks the prefill computes, from block `first`, up to the first key cached already;
+        returns how many (they follow the hits in every table)."""
+        lookup, end = self.gpu.block_of_key, min(len(keys), length // self.block_size)
+        for i in range(first, end):
+            if keys[i] in lookup:
+                return i - first
+            self._register(own[i - first], keys[i], i)
+        return max(end - first, 0)
+
+    def prompt_computed(self, group: SequenceGroup, num_tokens: int) -> int:
+        """Chunked prefill, in the iteration whose chunk computes the prompt up to num_tokens: key the full
+        blocks it fills, from where the last chunk left off up to the first key cached already (as
+        _register_prompt does for a whole prompt; none after that one), and let a preemption or a finish key
+        only what is computed. Adds them to the group's cache_blocks and returns how many."""
+        keys, bs = self._keys(group), self.block_size
+        if not keys:
+            return 0
+        seqs = group.live_seqs()
+        done = min(len(keys), num_tokens // bs)
+        computed = keys if num_tokens >= seqs[0].length else keys[:done]
+        for seq in seqs:
+            self._seq_keys[seq.seq_id] = computed
+        first = self._next_key.get(seqs[0].seq_id)
+        if first is None or done <= first:
+            return 0
+        table, lookup = self.block_tables[seqs[0].seq_id], self.gpu.block_of_key
+        keyed = 0
+        for i in range(first, done):
+            if keys[i] in lookup:  # someone keyed it first: this prompt keys no more
+                del self._next_key[seqs[0].seq_id]
+                break
+            self._register(table[i], keys[i], i)
+            keyed += 1
+        else:
+            self._next_key[seqs[0].seq_id] = done
+        group.cache_blocks += keyed
+        return keyed
 
     # --- growth ----------------------------------------------------------------
     def can_append(self, num_running_seqs: int) -> bool:
@@ -252,14 +327,39 @@ class BlockManager:
                 slots += min(bs, length - i * bs)
         return slots
 
+    # --- giving blocks back ------------------------------------------------------------
+    def _register_computed(self, seq: Sequence) -> None:
+        """Key the sequence's full blocks whose KV is computed (all its tokens but the last sampled) and that it
+        alone holds, so that they stay cached once it lets go of them."""
+        keys = self._seq_keys.get(seq.seq_id, ())
+        if not keys:
+            return
+        table, cache = self.block_tables[seq.seq_id], self.gpu
+        computed = min(len(keys), (seq.length - 1) // self.block_size, len(table))
+        lookup, ref_counts = cache.block_of_key, cache.ref_counts
+        for i in range(computed):
+            block = table[i]
+            if ref_counts[block] == 1 and block not in cache.key_of_block and keys[i] not in lookup:
+                self._register(block, keys[i], i)
+
     def free(self, seq: Sequence) -> None:
-        table = self.block_tables.pop(seq.seq_id, None)
+        table = self.block_tables.get(seq.seq_id)
         if table is None:
             return
+        if seq.status is SeqStatus.SWAPPED:
+            allocator = self.cpu
+        else:
+            allocator = self.gpu
+            # a sequence preempted in this schedule() last ran in the one before; a finished one in this one
+            self.gpu.stamp = self.tick - 1 if seq.status is SeqStatus.WAITING else self.tick
+            self._register_computed(seq)
+        self._seq_keys.pop(seq.seq_id, None)
+        self._next_key.pop(seq.seq_id, None)
+        del self.block_tables[seq.seq_id]
         self._table_changed(seq.seq_id)
-        allocator = self.cpu if seq.status is SeqStatus.SWAPPED else self.gpu
         for block in table:
             allocator.free(block)
+        self.gpu.stamp = self.tick
 
     # --- swapping --------------------------------------------------------------
     def _unique_blocks(self, group: SequenceGroup) -> int:
@@ -277,10 +377,15 @@ class BlockManager:
         return self.gpu.num_free - self.blocks_to_swap_in(group) >= self.watermark_blocks
 
     def swap_out(self, group: SequenceGroup) -> list[tuple[int, int]]:
-        """Every block of the group to host memory; the shared prefix's too, as a private copy: the
-        group comes back holding its own copy of the prefix (the cache keeps the original)."""
-        group.prefix_blocks = 0
-        return self._move(group, self.gpu, self.cpu)
+        """Every block of the group to host memory, a cached one's too, as a private copy: the group comes back
+        in fresh blocks of its own, and the GPU copies of its computed full blocks stay cached (evictable)."""
+        self.gpu.stamp = self.tick - 1  # preempted in this schedule(): last ran in the one before
+        for seq in group.live_seqs():
+            self._register_computed(seq)
+        group.cache_blocks = 0
+        mapping = self._move(group, self.gpu, self.cpu)
+        self.gpu.stamp = self.tick
+        return mapping
 
     def swap_in(self, group: SequenceGroup) -> list[tuple[int, int]]:
         return self._move(group, self.cpu, self.gpu)
@@ -306,21 +411,31 @@ class BlockManager:
         return self.gpu.num_blocks - self.gpu.num_free
 
     @property
+    def cache_token_slots(self) -> int:
+        """Slots of the keyed blocks running requests hold, the pinned prefix's included, counted once."""
+        return self.gpu.num_in_use * self.block_size
+
+    @property
     def num_unshared_blocks(self) -> int:
-        """GPU blocks the sequences would hold without sharing: one per block-table entry. The
-        cached prefix's own hold is not a sequence's, so its blocks count only in tables."""
-        return self.num_used_gpu_blocks + self.gpu.num_shared_refs - len(self.prefix_table)
+        """GPU blocks the sequences would hold without sharing: one per block-table entry. The manager's own
+        hold on a pinned block is not a sequence's, so a pinned block counts only in tables."""
+        return self.num_used_gpu_blocks + self.gpu.num_shared_refs - len(self.pinned)
 
     @property
     def num_saved_blocks(self) -> int:
-        """GPU blocks sharing saves now: num_unshared_blocks less the distinct blocks the sequences
-        hold. Every reference beyond a block's first, except the cache's hold on a prefix block
-        that some table holds too: k requests over a P-block prefix save (k - 1) P, not k P."""
+        """GPU blocks sharing saves now: num_unshared_blocks less the distinct blocks the sequences hold. Every
+        reference beyond a block's first, except the manager's hold on a pinned block some table holds too:
+        k requests over a P-block shared prefix save (k - 1) P, not k P."""
         saved = self.gpu.num_shared_refs
-        prefix = self.prefix_table
-        if prefix and self.gpu.ref_counts[prefix[0]] > 1:  # every table holding the prefix holds all of it
-            saved -= len(prefix)
+        if self.pinned:
+            ref_counts = self.gpu.ref_counts
+            saved -= sum(1 for block in self.pinned if ref_counts[block] > 1)
         return saved
+
+    @property
+    def hit_rate(self) -> float:
+        """Prompt tokens found cached over prompt tokens, at first admissions (nan before any)."""
+        return self.num_hit_tokens / self.num_prompt_tokens if self.num_prompt_tokens else float("nan")
 
 
 def shared_prefix(table: list[int], other: list[int]) -> int:

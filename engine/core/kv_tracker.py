@@ -1,7 +1,7 @@
 """The KV pool's breakdown (paper Fig. 2) kept beside a scheduler, never inside its policy.
 
 A scheduler tells its tracker what happens to the pool's users: a group starts or stops running, its
-sequences sample tokens, a shared prefix or a prompt chunk's blocks become the cache's, the run releases
+sequences sample tokens, a prompt chunk's blocks become the cache's, the run releases
 the cache. The tracker keeps the one figure the allocator cannot give at any moment, the slots the running
 requests' tokens fill (TokenSlots), and reads everything else off the allocator when the breakdown is
 asked for (engine.core.kv_usage). Reservations (Orca, FasterTransformer) and vLLM's paged pool differ only
@@ -74,12 +74,11 @@ class PagedKVTracker(ReservedKVTracker):
 
     def slots_of(self, group: SequenceGroup) -> int:
         slots = shared_prompt_token_slots(group) if group.shares_prompt else unshared_token_slots(group)
-        # the cached prefix's slots are counted once, while it is cached (prefix_cached); the prefix cache's,
-        # while in use (BlockManager.cache_token_slots)
-        held = group.prefix_blocks + group.cache_blocks
-        if held:
+        # the keyed blocks the cache holds for it (a shared prefix's among them) are counted once, by the cache,
+        # while some table holds them (BlockManager.cache_token_slots)
+        if group.cache_blocks:
             tables = 1 if group.shares_prompt else group.num_seqs
-            slots -= tables * held * self.block_size
+            slots -= tables * group.cache_blocks * self.block_size
         return slots
 
     def started(self, group: SequenceGroup) -> None:
@@ -97,20 +96,13 @@ class PagedKVTracker(ReservedKVTracker):
                 self.blocks.track_table_changes(False)  # nothing to count until a beam search runs again
         self.token_slots.stopped(group)
 
-    def prefix_cached(self, group: SequenceGroup) -> None:
-        """The group was just allocated: if it cached the shared prefix, the prefix's slots count from now."""
-        if group.prefix_blocks and not group.num_cached_tokens:
-            self.token_slots.slots += group.prefix_blocks * self.block_size
-
     def keyed(self, num_blocks: int) -> None:
         """A chunk's full blocks became the prefix cache's, which counts them (a sharing prompt: one table's)."""
         self.token_slots.slots -= num_blocks * self.block_size
 
     def cache_released(self) -> None:
-        """The run is over: the shared prefix's blocks go back."""
-        if self.blocks.prefix_table:
-            self.token_slots.slots -= len(self.blocks.prefix_table) * self.block_size
-            self.blocks.release_prefix()
+        """The run is over: the shared prefix's blocks go back (the cache stops counting them by itself)."""
+        self.blocks.unpin()
 
     def usage(self, someone_waits: bool) -> KVUsage:
         token_slots = self.token_slots.slots

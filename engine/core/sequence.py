@@ -49,21 +49,20 @@ class SequenceGroup:
     # False once a recompute has thrown away samples that diverged: each re-prefills its own.
     shares_prompt: bool = True
     # tokens at the start of the prompt that are the workload's shared prefix (0: none); the prompt
-    # includes them. Whether they are shared is the allocator's business (vLLM: whole blocks).
+    # includes them. Whether they are shared is the allocator's business (vLLM: whole blocks, pinned).
     prefix_len: int = 0
-    # set by the paged allocator when it (re)allocates the group: the leading blocks of each of its
-    # block tables that are the cached shared prefix, and the prompt tokens already in the cache,
-    # which its prefill attends over but does not compute (0 for the request that caches the prefix:
+    # set by the paged allocator when it (re)allocates the group: the prompt tokens already in the cache,
+    # which its prefill attends over but does not compute (0 for the request that caches a shared prefix:
     # its prefill computes it, once, for every later one)
-    prefix_blocks: int = 0
     num_cached_tokens: int = 0
     # beam search: the sequences are beams, and after each decode step the data plane says which
     # beam each surviving candidate continues (engine.core.beam); False: independent samples
     is_beam: bool = False
-    # automatic prefix caching (engine.core.prefix_cache): opaque keys of the request's full blocks, key i
-    # naming tokens [0, (i + 1) block_size) (a chained hash; the data plane makes them); how many leading
-    # blocks of each of its tables the prefix cache holds (counted once, by the cache, in the KV usage);
-    # and the prompt tokens found cached when it was first admitted (-1: no prefix cache)
+    # prefix caching (engine.core.block_manager): opaque keys of the request's full blocks, key i naming
+    # tokens [0, (i + 1) block_size) (a chained hash; the data plane makes them); how many leading blocks of
+    # each of its tables are keyed blocks the cache holds (counted once, by the cache, in the KV usage: a
+    # shared prefix's among them); and the prompt tokens found cached when it was first admitted (-1: no
+    # prefix cache)
     block_keys: tuple[int, ...] = ()
     cache_blocks: int = 0
     cached_prompt_tokens: int = -1

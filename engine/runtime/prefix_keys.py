@@ -3,7 +3,7 @@ token identities (a replayed trace's segments), so that equal identities are equ
 
 Key i chains key i - 1 with the token ids of block i (Python's hash of a tuple of ints: the same on every
 machine and run), so two prompts' keys agree on exactly the leading full blocks whose tokens agree. Only
-the prompt is keyed: the engine does not know the tokens it will generate (engine.core.prefix_cache keys
+the prompt is keyed: the engine does not know the tokens it will generate (engine.core.block_manager keys
 the blocks it has when their sequence lets go of them only where the request carries keys for them).
 """
 from __future__ import annotations

@@ -7,7 +7,7 @@ the id (a system prompt, a conversation's query or response, a request's own tex
 the same token wherever they hold the same position of the same segment.
 
 A block's key chains the block before it with the token runs it covers, so two requests' block keys
-agree exactly on the leading full blocks their streams share (engine.core.prefix_cache). Keys are
+agree exactly on the leading full blocks their streams share (engine.core.block_manager). Keys are
 Python's hash of tuples of ints: the same on every machine and run (only str and bytes hashes are
 salted).
 """

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field, replace
 from hypothesis import HealthCheck, settings
 
 from engine.core.batch import Batch
+from engine.core.block_allocator import CachingBlockAllocator
 from engine.core.block_manager import BlockManager
 from engine.core.factory import make_scheduler
-from engine.core.prefix_cache import CachingBlockAllocator, PrefixCachingBlockManager
 from engine.core.scheduler.reservation_scheduler import ReservationScheduler
 from engine.core.scheduler.vllm import VLLMScheduler
 from engine.core.sequence import SeqStatus, SequenceCounter, SequenceGroup, make_group
@@ -97,7 +97,7 @@ def batch_seq_ids(batch: Batch) -> list[int]:
 
 
 def check_block_manager(bm: BlockManager, status_of) -> None:
-    """Ref counts equal block-table entries per pool (plus the manager's own hold on a cached shared
+    """Ref counts equal block-table entries per pool (plus the manager's own hold on a pinned shared
     prefix); free list and referenced blocks are disjoint; the shared-reference count is their excess."""
     for allocator, on_cpu in ((bm.gpu, False), (bm.cpu, True)):
         refs: Counter = Counter()
@@ -105,7 +105,7 @@ def check_block_manager(bm: BlockManager, status_of) -> None:
             if (status_of(seq_id) is SeqStatus.SWAPPED) == on_cpu:
                 refs.update(table)
         if not on_cpu:
-            refs.update(bm.prefix_table)
+            refs.update(bm.pinned)
         free = allocator._free
         assert len(free) == len(set(free)), f"{allocator.name}: a block is twice in the free list"
         assert all(0 <= b < allocator.num_blocks for b in list(refs) + free)
@@ -190,13 +190,12 @@ class StepInvariants(Checker):
             else:
                 assert chunked and cached + length < seq.length, "only a prompt's earlier chunks sample nothing"
             table = sched.block_table(seq_id)
-            if cached and not chunked and isinstance(sched.blocks, PrefixCachingBlockManager):
-                # the cached tokens are blocks found by their keys
-                keys = sched.blocks._seq_keys[seq_id]
-                assert cached % bs == 0 and [sched.blocks.cache.key_of_block[b] for b in table[:cached // bs]] == \
+            if cached and not chunked:  # the cached tokens are blocks found by their keys, which nobody writes
+                keys, blocks = sched.blocks._seq_keys[seq_id], sched.blocks
+                assert cached % bs == 0 and [blocks.gpu.key_of_block[b] for b in table[:cached // bs]] == \
                     list(keys[:cached // bs])
-            elif cached and not chunked:  # the cached tokens are the shared prefix's blocks, which nobody writes
-                assert cached % bs == 0 and table[:cached // bs] == sched.blocks.prefix_table
+                if not blocks.prefix_caching:  # only a shared prefix is keyed, and it is pinned
+                    assert table[:cached // bs] == blocks.pinned[:cached // bs]
             for pos in range(cached, cached + length):
                 write(table, pos, seq_id)
         for seq_id, ctx in zip(batch.decode_seq_ids, batch.decode_context_lens):
@@ -291,8 +290,8 @@ def check_prefix_cache(sched) -> None:
     """The prefix cache's bookkeeping: keys and blocks one to one; a keyed block nobody holds is in the
     evictor, and only such a block; the keyed blocks in use counted; each running group's cache_blocks
     leading blocks keyed by its own keys."""
-    bm: PrefixCachingBlockManager = sched.blocks
-    cache = bm.cache
+    bm: BlockManager = sched.blocks
+    cache = bm.gpu
     assert {b: k for k, b in cache.block_of_key.items()} == cache.key_of_block, "keys and blocks one to one"
     assert set(cache.depth_of_block) == set(cache.key_of_block)
     assert not set(cache._free) & set(cache.key_of_block), "a keyed block on the free list"
@@ -302,7 +301,7 @@ def check_prefix_cache(sched) -> None:
     assert len(live) == len(cache._evictable), "every evictable block has one live evictor entry"
     for group in sched.running:
         for seq in group.live_seqs():
-            table, keys = bm.block_tables[seq.seq_id], bm._seq_keys[seq.seq_id]
+            table, keys = bm.block_tables[seq.seq_id], bm._seq_keys.get(seq.seq_id, ())
             for i in range(group.cache_blocks):
                 assert cache.key_of_block.get(table[i]) == keys[i], f"seq {seq.seq_id}: block {i} not its key's"
 
@@ -315,7 +314,7 @@ class KeyedOnceComputed(Checker):
     def after(self, sched, batch: Batch, step: int) -> None:
         stop_of = {seq_id: cached + length for seq_id, cached, length
                    in zip(batch.prefill_seq_ids, batch.prefill_cached_lens, batch.prefill_lens)}
-        keyed, bs = sched.blocks.cache.key_of_block, sched.block_size
+        keyed, bs = sched.blocks.gpu.key_of_block, sched.block_size
         for group in sched.running:
             done = sched.prefill_progress.get(group.request_id)
             if done is None:

@@ -96,7 +96,7 @@ class PreemptionRule:
         sample, above the watermark (can_allocate), the prefix cached once; a group that cannot append even
         alone is then recomputed and gains a token with each re-prefill, so it needs no spare blocks."""
         bs, n, wm = self.block_size, group.num_seqs, self.blocks.watermark_blocks
-        prefix = self.blocks.prefix_blocks_of(group)
+        prefix = self.blocks.pinned_blocks_of(group)
         longest = group.prompt_len + group.output_len - 1  # its length at its last decode
         if self.mode(group) is PreemptionMode.SWAP:
             shared = group.prompt_len // bs if n > 1 else 0

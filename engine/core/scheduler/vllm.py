@@ -44,10 +44,9 @@ from collections.abc import Iterable, Mapping
 from itertools import chain
 
 from engine.core.batch import Batch
-from engine.core.block_manager import appends_fit
+from engine.core.block_manager import BlockManager, appends_fit
 from engine.core.kv_tracker import PagedKVTracker
 from engine.core.kv_usage import UsageColumns
-from engine.core.prefix_cache import block_manager_for
 from engine.core.scheduler.base import DecodeStretch
 from engine.core.scheduler.common import QueueScheduler
 from engine.core.scheduler.order import FirstComeFirstServed, Order, insert_in_order
@@ -141,7 +140,8 @@ class VLLMScheduler(QueueScheduler):
         self.order = order if order is not None else FirstComeFirstServed()  # engine.core.scheduler.order
         self.num_gpu_blocks = num_gpu_blocks
         self.num_cpu_blocks = num_cpu_blocks
-        self.blocks = block_manager_for(system, num_gpu_blocks, num_cpu_blocks)
+        self.blocks = BlockManager(system.block_size, num_gpu_blocks, num_cpu_blocks, system.watermark,
+                                   system.prefix_caching, system.prefill_policy == "chunked")
         self.paged_kv = PagedKVTracker(self.blocks, self._beam_group_of)
         self.kv, self.token_slots = self.paged_kv, self.paged_kv.token_slots
         self.caches_prefixes = system.prefix_caching
@@ -377,7 +377,6 @@ class VLLMScheduler(QueueScheduler):
     def _start_prompt(self, group: SequenceGroup) -> None:
         """The group, just taken off the waiting queue, gets its prompt's blocks and runs."""
         self.blocks.allocate(group)
-        self.paged_kv.prefix_cached(group)
         self._start_running(group)
         self._insert_running(group)
 
@@ -451,7 +450,7 @@ class VLLMScheduler(QueueScheduler):
         else:
             if not self.blocks.can_swap_out(group):
                 raise self.preemption.swap_space_exhausted(group)
-            self._stop_running(group, SeqStatus.SWAPPED)  # before the swap changes its prefix_blocks
+            self._stop_running(group, SeqStatus.SWAPPED)  # before the swap changes its cache_blocks
             mapping = self.blocks.swap_out(group)
             plan.swap_out.extend(mapping)
             self.num_swapped_out_blocks += len(mapping)

@@ -1,4 +1,4 @@
-"""Automatic prefix caching in the control plane (engine/core/prefix_cache.py): hypothesis-driven runs of
+"""Automatic prefix caching in the control plane (engine/core/block_manager.py): hypothesis-driven runs of
 requests with shared prefixes keep the ref-count, evictor and free-count invariants at every step; a
 hand-built case's hits are exact; the evictor takes the least recently used block first, the deepest on a
 tie; and without the option nothing changes."""
@@ -9,7 +9,7 @@ import dataclasses
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.core.prefix_cache import CachingBlockAllocator, PrefixCachingBlockManager
+from engine.core.block_manager import BlockManager
 from engine.core.sequence import SeqStatus, SequenceCounter, make_group
 from engine.core.system import PAPER_SYSTEMS, SystemSpec
 from engine.specs.errors import SpecError
@@ -66,7 +66,7 @@ def test_single_sequences_keep_the_invariants_and_count_tokens_exactly(reqs, pre
     sched = scheduler_for(caching(preemption), num_gpu_blocks, num_cpu_blocks=64)
     run = drive(sched, reqs, (StepInvariants(), PrefixCacheInvariants(exact_tokens=True)))
     check_finished(run, reqs)
-    cache = sched.blocks.cache
+    cache = sched.blocks.gpu
     assert cache.num_in_use == 0 and all(r == 0 for r in cache.ref_counts)
     assert cache.num_free == num_gpu_blocks, "every block free or evictable at the end"
 
@@ -78,7 +78,7 @@ def test_samples_keep_the_invariants(reqs, preemption, num_gpu_blocks):
     sched = scheduler_for(caching(preemption), num_gpu_blocks, num_cpu_blocks=128)
     run = drive(sched, reqs, (StepInvariants(), PrefixCacheInvariants()))
     check_finished(run, reqs)
-    assert sched.blocks.cache.num_in_use == 0
+    assert sched.blocks.gpu.num_in_use == 0
 
 
 def test_hits_of_a_hand_built_case_are_exact():
@@ -107,7 +107,7 @@ def lone_group(counter, rid: int, keys: tuple[int, ...], length: int):
 
 
 def test_the_evictor_takes_the_least_recently_used_block_then_the_deepest():
-    bm = PrefixCachingBlockManager(BS, 10, 0, watermark=0.0)
+    bm = BlockManager(BS, 10, 0, watermark=0.0, prefix_caching=True)
     counter = SequenceCounter()
     groups = [lone_group(counter, rid, (10 * rid + 1, 10 * rid + 2), 9) for rid in range(3)]  # 2 keyed + 1
     bm.begin_step()
@@ -118,20 +118,20 @@ def test_the_evictor_takes_the_least_recently_used_block_then_the_deepest():
     for group in (groups[1], groups[0]):  # freed in one step: on the tie, the deepest first, then the first freed
         group.seqs[0].status = SeqStatus.FINISHED
         bm.free(group.seqs[0])
-    assert bm.cache.num_evictable == 4 and bm.gpu.num_free == 4 + 3  # the never-keyed ones are plain free
-    of = bm.cache.block_of_key
-    assert bm.cache.eviction_order() == [of[12], of[2], of[11], of[1]]
+    assert bm.gpu.num_evictable == 4 and bm.gpu.num_free == 4 + 3  # the never-keyed ones are plain free
+    of = bm.gpu.block_of_key
+    assert bm.gpu.eviction_order() == [of[12], of[2], of[11], of[1]]
     bm.begin_step()
     groups[2].seqs[0].status = SeqStatus.FINISHED
     bm.free(groups[2].seqs[0])  # used later: evicted last
-    assert bm.cache.eviction_order() == [of[12], of[2], of[11], of[1], of[22], of[21]]
+    assert bm.gpu.eviction_order() == [of[12], of[2], of[11], of[1], of[22], of[21]]
     fresh = [bm.gpu.allocate() for _ in range(6)]  # the 4 plain free ones go first, then the least recently used
     assert 12 not in of and 2 not in of and {11, 1, 22, 21} <= set(of)
-    assert len(set(fresh)) == 6 and bm.cache.num_evictions == 2
+    assert len(set(fresh)) == 6 and bm.gpu.num_evictions == 2
 
 
 def test_a_hit_brings_a_block_back_from_the_evictor():
-    bm = PrefixCachingBlockManager(BS, 6, 0, watermark=0.0)
+    bm = BlockManager(BS, 6, 0, watermark=0.0, prefix_caching=True)
     counter = SequenceCounter()
     first = lone_group(counter, 0, (1, 2), 9)
     bm.begin_step()
@@ -141,7 +141,7 @@ def test_a_hit_brings_a_block_back_from_the_evictor():
     again = lone_group(counter, 1, (1, 2), 10)
     assert bm.blocks_to_allocate(again) == 3, "admission asks for every block, hit or not (vLLM v0.4)"
     bm.allocate(again)
-    assert again.num_cached_tokens == 8 and bm.cache.num_evictable == 0 and bm.cache.num_in_use == 2
+    assert again.num_cached_tokens == 8 and bm.gpu.num_evictable == 0 and bm.gpu.num_in_use == 2
 
 
 def test_the_option_is_checked():
@@ -153,8 +153,8 @@ def test_the_option_is_checked():
         raise AssertionError("Orca with prefix caching accepted")
     for policy in ("separate", "chunked"):  # vLLM >= 0.4 runs the cache with chunked prefill
         dataclasses.replace(caching(), prefill_policy=policy).validate("c.yaml", "systems[0]")
-    assert isinstance(scheduler_for(caching(), 8).blocks.gpu, CachingBlockAllocator)
-    assert not isinstance(scheduler_for(PAPER_SYSTEMS["vllm"], 8).blocks.gpu, CachingBlockAllocator)
+    assert scheduler_for(caching(), 8).blocks.prefix_caching
+    assert not scheduler_for(PAPER_SYSTEMS["vllm"], 8).blocks.prefix_caching
 
 
 # --- under the later prefill policies ------------------------------------------------------------
@@ -173,7 +173,7 @@ def test_chunked_prompts_with_cached_blocks_keep_every_invariant(reqs, preemptio
     run = drive(sched, reqs, (StepInvariants(), PrefixCacheInvariants(exact_tokens=True), chunks,
                               KeyedOnceComputed()))
     check_finished(run, reqs)
-    cache = sched.blocks.cache
+    cache = sched.blocks.gpu
     assert cache.num_in_use == 0 and all(r == 0 for r in cache.ref_counts) and not sched.prefill_progress
     assert cache.num_free == num_gpu_blocks, "every block free or evictable at the end"
     # hits counted once per request, at its first admission (a prompt preempted part way is admitted again)
@@ -191,7 +191,7 @@ def test_samples_keep_the_invariants_under_the_later_policies(reqs, preemption, 
         (ChunkedPrefill(), KeyedOnceComputed()) if policy == "chunked" else ())
     run = drive(sched, reqs, checkers)
     check_finished(run, reqs)
-    assert sched.blocks.cache.num_in_use == 0
+    assert sched.blocks.gpu.num_in_use == 0
 
 
 @hyp(max_examples=40)
@@ -202,7 +202,7 @@ def test_separate_prompt_runs_keep_the_invariants(reqs, preemption, num_gpu_bloc
     sched = scheduler_for(caching(preemption, prefill_policy="separate"), num_gpu_blocks, num_cpu_blocks=64)
     run = drive(sched, reqs, (StepInvariants(), PrefixCacheInvariants()))
     check_finished(run, reqs)
-    assert sched.blocks.cache.num_free == num_gpu_blocks
+    assert sched.blocks.gpu.num_free == num_gpu_blocks
     assert sched.blocks.tick == run.num_steps, "schedule() advances the LRU clock every step"
 
 
@@ -232,10 +232,10 @@ def test_a_prompt_stopped_part_way_leaves_only_its_computed_blocks_cached():
     sched.add_request(make_group(0, 0.0, 20, 2, 1, counter, block_keys=stream_keys(0, 3, 0, 5)))
     batch = sched.schedule()
     assert (batch.prefill_lens, batch.prefill_sample_ids) == ([8], [()])
-    assert len(sched.blocks.cache.key_of_block) == 2, "only the computed blocks are keyed"
+    assert len(sched.blocks.gpu.key_of_block) == 2, "only the computed blocks are keyed"
     sched.complete(batch, 1.0)
     sched.abort(0)
-    assert sched.blocks.cache.num_evictable == 2 and sched.blocks.cache.num_free == 64
+    assert sched.blocks.gpu.num_evictable == 2 and sched.blocks.gpu.num_free == 64
     later = make_group(1, 1.0, 14, 2, 1, counter, block_keys=stream_keys(0, 3, 1, 3))
     sched.add_request(later)
     batch = sched.schedule()

@@ -77,8 +77,8 @@ def test_a_prefix_shared_by_three_requests_saves_two_copies_not_three():
         bm.allocate(group)
         cached.append(group.num_cached_tokens)
     assert cached == [0, 8, 8], "the first request computes the prefix, the others attend over it"
-    assert [bm.block_tables[g.seqs[0].seq_id][:2] for g in groups] == [bm.prefix_table] * 3
-    assert [bm.gpu.ref_counts[b] for b in bm.prefix_table] == [4, 4], "3 tables + the cache's own hold"
+    assert [bm.block_tables[g.seqs[0].seq_id][:2] for g in groups] == [bm.pinned] * 3
+    assert [bm.gpu.ref_counts[b] for b in bm.pinned] == [4, 4], "3 tables + the manager's own hold (pinned)"
     # without sharing: 3 tables x 3 blocks = 9; with it: 2 prefix blocks + 3 own = 5; saved (3 - 1) x 2
     assert bm.num_used_gpu_blocks == 5
     assert (bm.num_unshared_blocks, bm.num_saved_blocks) == (9, 4)
@@ -89,7 +89,7 @@ def test_a_prefix_shared_by_three_requests_saves_two_copies_not_three():
     bm.free(groups[2].seqs[0])
     assert (bm.num_unshared_blocks, bm.num_saved_blocks) == (0, 0)
     assert bm.num_used_gpu_blocks == 2, "the cache still holds the prefix"
-    bm.release_prefix()
+    bm.unpin()
     assert bm.gpu.num_free == 32 and bm.gpu.num_shared_refs == 0
 
 
@@ -101,12 +101,12 @@ def test_a_swapped_group_takes_a_copy_of_the_prefix_and_comes_back_with_it():
     bm.allocate(second)
     mapping = bm.swap_out(second)
     second.set_status(SeqStatus.SWAPPED)
-    assert len(mapping) == 3 and second.prefix_blocks == 0  # 2 prefix blocks + 1 own block, copied
+    assert len(mapping) == 3 and second.cache_blocks == 0  # 2 prefix blocks + 1 own block, copied
     check_block_manager(bm, status_of([first, second]))
     bm.swap_in(second)
     second.set_status(SeqStatus.RUNNING)
     table = bm.block_tables[second.seqs[0].seq_id]
-    assert table[:2] != bm.prefix_table, "its own copy of the prefix now"
+    assert table[:2] != bm.pinned, "its own copy of the prefix now"
     check_block_manager(bm, status_of([first, second]))
 
 
@@ -120,9 +120,28 @@ def test_vllm_computes_the_prefix_once_and_attends_over_it_after():
     # step 0: the first request caches and computes the prefix; the second, admitted with it, reads it
     assert (first.prefill_lens, first.prefill_cached_lens) == ([12, 14 - 8], [0, 8])
     assert (second.prefill_lens, second.prefill_cached_lens) == ([13 - 8, 5], [8, 0])
-    assert sched.blocks.prefix_table and sched.blocks.gpu.num_free == 40 - 2, "the prefix stays cached"
+    assert sched.blocks.pinned and sched.blocks.gpu.num_free == 40 - 2, "the prefix stays cached"
     sched.release_cache()
     assert sched.blocks.gpu.num_free == 40 and sched.kv_usage().idle == 40 * BS
+
+
+def test_chunked_prefill_pins_the_prefix_block_by_block_as_chunks_compute_it():
+    """The shared prefix is keyed as the prefix cache keys a chunked prompt, in the iteration whose chunk
+    computes it: nobody attends over a prefix block a later chunk has yet to compute."""
+    system = replace(PAPER_SYSTEMS["vllm"], block_size=BS, prefill_policy="chunked", max_num_batched_tokens=6,
+                     max_num_seqs=8)
+    sched = scheduler_for(system, num_gpu_blocks=40, max_seq_len=MAX_LEN)
+    ids = SequenceCounter()
+    for rid in range(2):
+        sched.add_request(make_group(rid, 0.0, 12, 3, 1, ids, prefix_len=8))
+    first = sched.schedule()
+    assert (first.prefill_lens, first.prefill_cached_lens) == ([6], [0])
+    assert len(sched.blocks.pinned) == 1, "6 tokens computed: the prefix's first block, keyed and pinned"
+    assert sched.blocks.cached_tokens(sched.waiting[0]) == 4, "the second block is not computed yet"
+    sched.complete(first, 1.0)
+    second = sched.schedule()
+    assert (second.prefill_lens, second.prefill_cached_lens) == ([6], [6])
+    assert len(sched.blocks.pinned) == 2 and sched.blocks.cached_tokens(sched.waiting[0]) == 8
 
 
 @pytest.mark.parametrize("name", ["orca-oracle", "orca-max", "fastertransformer"])
@@ -137,15 +156,18 @@ def test_reservations_hold_the_prefix_inside_every_request(name):
     assert usage.saved_blocks == 0
 
 
-def test_one_prefix_per_run_and_shorter_than_the_prompt():
+def test_a_prefix_shorter_than_the_prompt_and_longer_prefixes_sharing_its_blocks():
     sched = scheduler_for(replace(PAPER_SYSTEMS["vllm"], block_size=BS), num_gpu_blocks=40, max_seq_len=MAX_LEN)
     ids = SequenceCounter()
     with pytest.raises(ValueError, match="shorter than its prompt"):
         sched.add_request(make_group(0, 0.0, 8, 3, 1, ids, prefix_len=8))
     sched.add_request(make_group(1, 0.0, 12, 3, 1, ids, prefix_len=8))
     sched.add_request(make_group(2, 0.0, 20, 3, 1, ids, prefix_len=16))
-    with pytest.raises(ValueError, match="one shared prefix per run"):
-        sched.schedule()
+    batch = sched.schedule()
+    # the shared prefix is one text: the longer prefix's first two blocks are the shorter one's, cached by
+    # the first request in this step; its next two blocks it computes, and they are pinned too
+    assert (batch.prefill_lens, batch.prefill_cached_lens) == ([12, 20 - 8], [0, 8])
+    assert len(sched.blocks.pinned) == 4
 
 
 # --- random workloads -----------------------------------------------------------------------
@@ -178,10 +200,10 @@ def test_random_prefix_workloads_keep_the_invariants(name, preemption, data, blo
     if isinstance(sched, VLLMScheduler):
         bm = sched.blocks
         assert not bm.block_tables and bm.cpu.num_free == bm.cpu.num_blocks
-        held = len(bm.prefix_table)
+        held = len(bm.pinned)
         assert held == (prefix // block_size if any(r.prefix >= block_size for r in reqs) else 0)
         assert bm.gpu.num_free == bm.gpu.num_blocks - held, "everything but the cached prefix is free"
-        assert all(bm.gpu.ref_counts[b] == 1 for b in bm.prefix_table), "held by the cache alone"
+        assert all(bm.gpu.ref_counts[b] == 1 for b in bm.pinned), "held by the cache alone"
         assert (bm.num_unshared_blocks, bm.num_saved_blocks) == (0, 0)
     sched.release_cache()
     assert sched.token_slots.slots == 0
