@@ -291,10 +291,10 @@ class BlockManager:
         self.gpu.free(last)
         return last, fresh
 
-    def fork(self, parent: Sequence, child: Sequence) -> None:
+    def fork(self, parent: Sequence, child: Sequence, copies: list[tuple[int, int]]) -> None:
         """Beam search: the child drops its blocks and continues the parent's, shared by reference
         count (paper-era `fork`: the table is copied, every block gains a holder, nothing is
-        allocated). A shared last block is copied on the next append_slots."""
+        allocated, nothing copied now). A shared last block is copied on the next append_slots."""
         table = self.block_tables[parent.seq_id]
         for block in table:
             self.gpu.incref(block)
@@ -406,6 +406,13 @@ class BlockManager:
         return list(mapping.items())
 
     # --- accounting ------------------------------------------------------------
+    def block_table(self, seq: Sequence) -> list[int]:
+        return self.block_tables[seq.seq_id]
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.gpu.num_free
+
     @property
     def num_used_gpu_blocks(self) -> int:
         return self.gpu.num_blocks - self.gpu.num_free

@@ -1,6 +1,7 @@
 """Orca's contiguous per-sequence reservations over a buddy allocator (authors' rule)."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from engine.core.blocks import blocks_for
@@ -75,6 +76,27 @@ class ReservationAllocator:
             self.buddy.free(res.start)
             self.num_estimated_tokens -= res.estimate_len
             self.num_needed_tokens -= min(res.estimate_len, seq.final_len)
+
+    def append_slots(self, seqs: Iterable[Sequence], copies: list[tuple[int, int]]) -> None:
+        """Nothing to do: a reservation holds every slot its sequence will fill from admission on."""
+
+    def fork(self, parent: Sequence, child: Sequence, copies: list[tuple[int, int]]) -> None:
+        """Nothing is shared: the parent's blocks are copied into the child's own reservation (the authors'
+        Orca baseline), before the next forward reads them."""
+        copies.extend(zip(self.table_blocks(parent), self.table_blocks(child)))
+
+    def can_swap_out(self, group: SequenceGroup) -> bool:
+        """Never: a reservation is held to the end (Orca and FasterTransformer never preempt)."""
+        return False
+
+    def swap_out(self, group: SequenceGroup) -> list[tuple[int, int]]:
+        raise RuntimeError("reservations are never swapped out")
+
+    def can_swap_in(self, group: SequenceGroup) -> bool:
+        return False
+
+    def swap_in(self, group: SequenceGroup) -> list[tuple[int, int]]:
+        raise RuntimeError("reservations are never swapped out")
 
     def block_table(self, seq: Sequence) -> list[int]:
         return list(self.table_blocks(seq))

@@ -5,6 +5,7 @@ import math
 from collections import deque
 from collections.abc import Mapping
 
+from engine.core.allocator import KVAllocator
 from engine.core.batch import Batch
 from engine.core.errors import RequestTooLarge, RequestTooLong, Unservable
 from engine.core.kv_tracker import ReservedKVTracker
@@ -18,9 +19,11 @@ __all__ = ["QueueScheduler", "RequestTooLarge", "RequestTooLong"]
 
 
 class QueueScheduler(Scheduler):
-    """FCFS queues and the per-step update; subclasses decide admission and memory, and set `kv`, the tracker
-    of the pool's breakdown (engine.core.kv_tracker), told as groups start and stop running."""
+    """FCFS queues and the per-step update; subclasses decide admission and memory, and set `allocator`, their
+    KV memory as the skeleton sees it (engine.core.allocator), and `kv`, the tracker of the pool's breakdown
+    (engine.core.kv_tracker), told as groups start and stop running."""
 
+    allocator: KVAllocator
     kv: ReservedKVTracker
     token_slots: TokenSlots  # kv's: the slots the running requests' tokens fill
 
@@ -33,6 +36,7 @@ class QueueScheduler(Scheduler):
         self._seqs: dict[int, Sequence] = {}
         self._prefilled: list[SequenceGroup] = []
         self._decoded: list[SequenceGroup] = []
+        self._pending_copies: list[tuple[int, int]] = []  # the forks' block copies, for the next batch
         self.num_preemptions = 0
         self.num_running_seqs = 0
         self.num_running_beam_groups = 0
@@ -196,8 +200,14 @@ class QueueScheduler(Scheduler):
                 self._fork_beam(self._seqs[parent], seq)
 
     def _fork_beam(self, parent: Sequence, child: Sequence) -> None:
-        """The child continues the parent's beam: its KV becomes the parent's (the allocator's way)."""
-        raise NotImplementedError
+        """The child continues the parent's beam: its KV becomes the parent's (the allocator's way: shared by
+        the paged pool, copied before the next forward by reservations)."""
+        self.allocator.fork(parent, child, self._pending_copies)
+
+    def _take_copies(self) -> list[tuple[int, int]]:
+        """The block copies forks asked for since the last step, for the next batch."""
+        copies, self._pending_copies = self._pending_copies, []
+        return copies
 
     # --- shared steps ----------------------------------------------------------
     def _finish_seq(self, seq: Sequence) -> None:
@@ -273,4 +283,7 @@ class QueueScheduler(Scheduler):
         return batch
 
     def _free_seq(self, seq: Sequence) -> None:
-        raise NotImplementedError
+        self.allocator.free(seq)  # by its status: host blocks when swapped out
+
+    def block_table(self, seq_id: int) -> list[int]:
+        return self.allocator.block_table(self._seqs[seq_id])

@@ -142,6 +142,7 @@ class VLLMScheduler(QueueScheduler):
         self.num_cpu_blocks = num_cpu_blocks
         self.blocks = BlockManager(system.block_size, num_gpu_blocks, num_cpu_blocks, system.watermark,
                                    system.prefix_caching, system.prefill_policy == "chunked")
+        self.allocator = self.blocks  # the skeleton's view of it (engine.core.allocator)
         self.paged_kv = PagedKVTracker(self.blocks, self._beam_group_of)
         self.kv, self.token_slots = self.paged_kv, self.paged_kv.token_slots
         self.caches_prefixes = system.prefix_caching
@@ -176,6 +177,7 @@ class VLLMScheduler(QueueScheduler):
     # --- one step ----------------------------------------------------------------
     def schedule(self) -> Batch:
         plan = StepPlan()
+        plan.copies = self._take_copies()  # none: a paged fork shares, and copies on the next append
         self.blocks.begin_step()  # the prefix cache's clock of least-recently-used
         if self.prompt_only and not self.swapped:  # a prompt-only iteration whenever a prompt fits
             self._time_prompt_run()
@@ -522,15 +524,6 @@ class VLLMScheduler(QueueScheduler):
 
     def groups_in_system(self) -> list[SequenceGroup]:
         return [*self.waiting, *self.running, *self.swapped]
-
-    def block_table(self, seq_id: int) -> list[int]:
-        return self.blocks.block_tables[seq_id]
-
-    def _free_seq(self, seq: Sequence) -> None:
-        self.blocks.free(seq)
-
-    def _fork_beam(self, parent: Sequence, child: Sequence) -> None:
-        self.blocks.fork(parent, child)
 
     def stall_culprit(self) -> str | None:
         """The oldest swapped-out group, which comes back before anything waiting runs (or, chunked, before the

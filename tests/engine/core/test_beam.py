@@ -103,7 +103,7 @@ def test_block_manager_books_hold_after_every_beam_step(run):
         if step:  # the prefill's step has one row of logits for every beam: nothing to fork
             ids = [s.seq_id for s in group.seqs]
             for child, parent in beam_parents(ids, [ids[j] for j in choice]).items():
-                bm.fork(seqs[parent], seqs[child])
+                bm.fork(seqs[parent], seqs[child], [])
                 assert bm.block_tables[child] == bm.block_tables[parent]
             check_block_manager(bm, status)
     for seq in group.seqs:
@@ -120,7 +120,7 @@ def test_fork_shares_the_parent_blocks_and_allocates_nothing():
         seq.length += 1
         append_one(bm, seq)  # 7 tokens: the shared second block is copied for b
     free = bm.gpu.num_free
-    bm.fork(a, b)
+    bm.fork(a, b, [])
     assert bm.block_tables[b.seq_id] == bm.block_tables[a.seq_id]
     assert bm.gpu.num_free == free + 1, "b's own copy is freed; nothing new is allocated"
     assert [bm.gpu.ref_counts[x] for x in bm.block_tables[a.seq_id]] == [2, 2]

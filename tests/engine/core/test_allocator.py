@@ -1,0 +1,60 @@
+"""Both KV allocators answer the one interface (engine.core.allocator), and the schedulers' shared skeleton
+frees, forks and reads tables through it alone."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from engine.core.allocator import KVAllocator
+from engine.core.block_manager import BlockManager
+from engine.core.reservation import ReservationAllocator
+from engine.core.sequence import SequenceCounter, make_group
+from engine.core.system import PAPER_SYSTEMS
+from tests.helpers.core_harness import Req, check_finished, drive, scheduler_for
+
+
+def test_the_paged_pool_and_the_reservations_are_kv_allocators():
+    assert isinstance(BlockManager(4, 8, 8), KVAllocator)
+    assert isinstance(ReservationAllocator(8, 4, 16, "max"), KVAllocator)
+    assert not isinstance(object(), KVAllocator)
+
+
+def test_reservations_append_nothing_never_swap_and_fork_by_copying():
+    pool = ReservationAllocator(16, 4, 16, "oracle")
+    ids = SequenceCounter()
+    parent, child = (make_group(i, 0.0, 6, 4, 1, ids) for i in range(2))
+    pool.allocate(parent)
+    pool.allocate(child)
+    copies: list[tuple[int, int]] = []
+    pool.append_slots(parent.seqs, copies)
+    assert copies == [] and not pool.can_swap_out(parent) and not pool.can_swap_in(parent)
+    with pytest.raises(RuntimeError, match="never swapped out"):
+        pool.swap_out(parent)
+    pool.fork(parent.seqs[0], child.seqs[0], copies)
+    assert copies == list(zip(pool.block_table(parent.seqs[0]), pool.block_table(child.seqs[0])))
+
+
+class Recording:
+    """An allocator standing in for the scheduler's own, noting what the skeleton asks of it."""
+
+    def __init__(self, inner):
+        self.inner, self.freed = inner, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def free(self, seq):
+        self.freed.append(seq.seq_id)
+        self.inner.free(seq)
+
+
+@pytest.mark.parametrize("name", ["vllm", "orca-oracle", "fastertransformer"])
+def test_the_skeleton_frees_every_finished_sequence_through_the_interface(name):
+    sched = scheduler_for(replace(PAPER_SYSTEMS[name], block_size=4), num_gpu_blocks=64)
+    recording = Recording(sched.allocator)
+    sched.allocator = recording
+    reqs = [Req(0, 5, 3), Req(0, 7, 2, n=2), Req(1, 3, 4)]
+    run = drive(sched, reqs)
+    check_finished(run, reqs)
+    assert sorted(recording.freed) == sorted(s.seq_id for g in run.finished for s in g.seqs)
