@@ -3,9 +3,10 @@
 Past saturation the engine completes fewer requests per second than arrive, its waiting line grows
 through the trace, and a trace's normalized latency grows with the trace's length: a 1% error in the
 service rate then becomes a latency error many times larger (on the project's 2-core VM,
-FasterTransformer at 2 req/s missed the 10% target by itself in two of three repeats). Such a point is still reported by its latency
-error, and is additionally judged on the time the engine took to serve the whole trace (the makespan),
-which past saturation is the sum of the work and stays proportional to the service rate's error.
+FasterTransformer at 2 req/s missed the 10% target by itself in two of three repeats). Such a point is
+still reported by its latency error, and is additionally judged on the time the engine took to serve the
+whole trace (the makespan), which past saturation is the sum of the work and stays proportional to the
+service rate's error.
 
 The rule reads only the real replays' records, never the simulator's, so the simulator cannot move a
 point into the rule by being wrong about it. A request's time to first token (TTFT) is how long it waited
