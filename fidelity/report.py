@@ -1,4 +1,4 @@
-"""The fidelity table: per system, the issue's targets beside the real engine's own noise, as CSV rows and text."""
+"""The fidelity table: per system, the targets (TARGETS) beside the real engine's own noise, as CSV rows and text."""
 from __future__ import annotations
 
 import numpy as np
@@ -25,8 +25,9 @@ def noise_band(summary: pd.DataFrame) -> pd.Series:
 
 
 def fidelity_table(summary: pd.DataFrame, sustainable: pd.DataFrame, exact: pd.DataFrame) -> pd.DataFrame:
-    """Per system, the issue's three targets: normalized-latency error below saturation, p90 per-request
-    error (below saturation), sustainable rate; with the real run-to-run spread beside them."""
+    """Per system, the three targets (TARGETS): normalized-latency error below saturation within 5%, p90
+    per-request error (below saturation) within 10%, sustainable rate within 5%; with the real run-to-run
+    spread beside them."""
     rows = []
     for system, rows_ in summary.groupby("system", sort=False):
         below = rows_[rows_["below_saturation"]]

@@ -1,11 +1,12 @@
 """A cost model fitted on the real replays' own served iterations, judged on a trace it never saw.
 
 The grid profile is timed minutes before the replays, each shape alone, in its own order; on a shared
-machine that is another machine by the time the replays run (issue 22: a new VM under-predicted every
-point by 13% through it). Here the cost model is fitted on what the engine served during this very
-validation, the same batches between the same host work at the same hour, and the simulator is judged
-leave-one-trace-out: every system replays the same trace at a rate, so for each rate the model is fitted
-on the served iterations of every *other* rate (all systems, all repeats) and predicts the held-out one.
+machine that is another machine by the time the replays run (on a quiet shared Intel Xeon VM it
+under-predicted all 20 points, -12.8% on average). Here the cost model is fitted on what the engine served
+during this very validation, the same batches between the same host work at the same hour, and the
+simulator is judged leave-one-trace-out: every system replays the same trace at a rate, so for each rate
+the model is fitted on the served iterations of every *other* rate (all systems, all repeats) and
+predicts the held-out one.
 No iteration of the held-out trace enters its fit (`fit_without`).
 
 The fit is calibrate/fit.py's (the token-cost table plus the TERMS, non-negative, on relative error) over

@@ -14,7 +14,7 @@ Writes results/validation/<name>/: summary.csv, sustainable.csv, fidelity.csv, r
 per-request join), iterations.csv (every real iteration beside the cost model's prediction),
 speed.csv (each real replay's probe medians and speed factor), exact.csv, validation.json,
 summary.txt, normalized_latency.png, request_scatter.png; and the verdict's (fidelity/heldout.py,
-docs/fidelity.md): loo.csv (each held-out rate's fits), served.csv (every served iteration they read)
+docs/concepts/fidelity.md): loo.csv (each held-out rate's fits), served.csv (every served iteration they read)
 and headline.json (the headline figures, written last).
 """
 from __future__ import annotations

@@ -42,12 +42,12 @@ def test_held_out_it_beats_todays_roofline_per_iteration_and_per_matmul(profile)
         assert heldout[way]["per_op_all"]["matmuls_mape"] < roofline["per_op_all"]["matmuls_mape"]
     assert profile.heldout_mape == heldout["by_model"]["per_iteration"]["mape"]
     assert len(profile.linear["models"]) == 8 and sorted(profile.all_reduce) == [2, 4, 8]
-    # the bend the issue saw: near the ridge measured matmuls reach well under both roofs
+    # the bend Vidur's A100 timings show: near the ridge measured matmuls reach well under both roofs
     assert 0.5 < profile.linear["ridge_efficiency"] < 0.8
 
 
 def test_it_reproduces_llama_7b_measured_decode_linear_part(profile):
-    """The issue's figure: 9.1-9.2 ms of non-attention work per decode step of 16 on an A100-80GB."""
+    """Vidur's published timings: 9.1-9.2 ms of non-attention work per decode step of 16 on an A100-80GB."""
     spec, hw = load_model_spec("llama-7b"), load_hardware("a100-80gb")
     headless = RooflineCostModel(replace(spec, vocab_size=0), hw, linear=LinearFit.from_dict(profile.linear))
     measured = profile.token_costs_s[profile.token_knots.index(16)]

@@ -1,4 +1,4 @@
-"""The verdict (issue 22): leave-one-trace-out on served iterations, a speed correction kept only where it
+"""The verdict: leave-one-trace-out on served iterations, a speed correction kept only where it
 helps, the within-noise count, and --repeat's spread and resume. Synthetic iterations: no engine runs."""
 import json
 
@@ -87,7 +87,7 @@ def drifting_factors(seed: int = 1) -> dict:
 
 
 def test_a_speed_correction_that_worsens_the_fit_is_reported_and_not_applied():
-    # the probe reads 0.83-1.04 (the issue's VM), but the served iterations ran at one speed
+    # the probe read 0.83-1.04 on a shared 2-core VM, but the served iterations ran at one speed
     rows = synthetic_served(drifting_factors(), times_follow_factor=False)
     left = fit_without(rows, 1.0)
     assert left.at_speed is not None  # measured and reported ...

@@ -1,6 +1,6 @@
-"""Issue 11's bad inputs, each kept as a regression test: a one-line SpecError before anything runs.
+"""Bad configs, overrides and traces, each kept as a regression test: a one-line SpecError before anything runs.
 
-The cases the issue found from the command line run `python -m servesim` in subprocesses (started
+The cases met at the command line run `python -m servesim` in subprocesses (started
 together, so they cost about one start-up) and check the exit status 2, one line on stderr and
 nothing written; the rest load in-process and check the message.
 """

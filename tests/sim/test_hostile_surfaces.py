@@ -1,5 +1,6 @@
-"""Issue 26's cases, each a regression test at the command line: a one-line error with exit status 2, or
-the right answer, in --jobs 1 and --jobs 2 where the command takes --jobs.
+"""Hostile inputs at every surface (capacity's search, trace rows, calibrate CSVs, config keys, command-line
+flags), each a regression test at the command line: a one-line error with exit status 2, or the right
+answer, in --jobs 1 and --jobs 2 where the command takes --jobs.
 
 Every case runs the command's main() in this process (as test_hostile_inputs.py does); only the signal
 test starts a subprocess, since a signal is what it is about.

@@ -1,5 +1,5 @@
-"""Issue 26's surfaces at random, as test_config_fuzz.py does for configs: capacity's search and arguments,
-trace rows, calibrate CSVs and command-line flags. Every input either gives the right answer or a one-line
+"""The surfaces beside a config, at random, as test_config_fuzz.py does for configs: capacity's search and
+arguments, trace rows, calibrate CSVs and command-line flags. Every input either gives the right answer or a one-line
 user error (a SpecError, exit 2); never a traceback, a wrap-around or a search without end.
 
 Bounded for CI: derandomized, a few dozen examples each, and the commands stop (a sentinel raised in place

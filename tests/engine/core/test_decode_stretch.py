@@ -1,4 +1,4 @@
-"""Decode stretches in the control plane (Scheduler.decode_stretch / advance_decodes, docs/stretch.md).
+"""Decode stretches in the control plane (Scheduler.decode_stretch / advance_decodes, docs/concepts/fast-forward.md).
 
 Two schedulers get the same requests at the same steps. One runs every iteration; the other, at each
 batch that decode_stretch lets repeat k >= 2 times, advances a random number m <= k of them in one call

@@ -1,4 +1,4 @@
-"""Processes, reruns and outputs, as a user meets them from the command line (issue 11).
+"""Processes, reruns and outputs, as a user meets them from the command line.
 
 An error raised in a worker reads as with --jobs 1; every error is one stderr line and an exit
 status (2 user error, 130 interrupted), a traceback only with --debug; workers die with their
