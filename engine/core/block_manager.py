@@ -15,7 +15,7 @@ data plane makes from token ids or from the workload's token identities).
   may already attend over them); a block of generated tokens, or any full block not registered yet, when its
   sequence frees it (finished, preempted, swapped out). vLLM registers a generated block as soon as it fills;
   here it waits for its holder to let go, which a later chat round, sent after the answer it continues, never
-  notices, and which keeps a decode stretch's promise (docs/stretch.md) that nothing changes for a waiting
+  notices, and which keeps a decode stretch's promise (docs/concepts/fast-forward.md) that nothing changes for a waiting
   request until someone finishes. Only one block per key: a recomputed copy of a cached block stays its
   sequence's own. Under chunked prefill a prompt's full blocks are keyed chunk by chunk instead, in the
   iteration whose chunk fills them (prompt_computed), so nobody hits a block a later chunk has yet to compute.
@@ -271,7 +271,7 @@ class BlockManager:
         copies on write to `copies`: a block when its last one is full, else a copy of a shared last block.
         schedule() calls it for the whole batch (one call: most sequences need nothing, and a call per
         sequence cost more than that); a decode stretch calls it once for the blocks its iterations take
-        (docs/stretch.md)."""
+        (docs/concepts/fast-forward.md)."""
         tables, bs, gpu = self.block_tables, self.block_size, self.gpu
         ref_counts, allocate = gpu.ref_counts, gpu.allocate
         for seq in seqs:

@@ -11,7 +11,7 @@ Only the middle differs between the planes, so `ServingCore` does the rest:
 
 so a real run and a simulated run of one trace take the same decisions by construction. A simulator
 may also let a decode-only step repeat (`decode_stretch`) and end several iterations at once
-(`end_steps`); one step is that stretch's one-iteration case (docs/stretch.md).
+(`end_steps`); one step is that stretch's one-iteration case (docs/concepts/fast-forward.md).
 """
 from __future__ import annotations
 

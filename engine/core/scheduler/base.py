@@ -92,7 +92,7 @@ class Scheduler:
         it is not in the system (finished, ignored or never admitted)."""
         raise NotImplementedError(f"{type(self).__name__} cannot abort a request (vLLM's schedulers can)")
 
-    # --- decode stretches: what a simulator may advance in one go (docs/stretch.md) ---------------
+    # --- decode stretches: what a simulator may advance in one go (docs/concepts/fast-forward.md) ---------------
     def decode_stretch(self, batch: Batch) -> DecodeStretch:
         """Right after schedule() returned `batch`: how many iterations, `batch` first, repeat it with
         every decode context one longer per step, with nothing decided differently (no admission,

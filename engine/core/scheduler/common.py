@@ -148,7 +148,7 @@ class QueueScheduler(Scheduler):
     def sequence(self, seq_id: int) -> Sequence:
         return self._seqs[seq_id]
 
-    # --- decode stretches (docs/stretch.md) ---------------------------------------------
+    # --- decode stretches (docs/concepts/fast-forward.md) ---------------------------------------------
     def decode_stretch(self, batch: Batch) -> DecodeStretch:
         if batch.prefill_seq_ids or not batch.decode_seq_ids or self.num_running_beam_groups:
             return DecodeStretch(batch, 1)  # a prompt changes the next batch; beams fork as the data plane draws

@@ -1,4 +1,4 @@
-"""Why a decode stretch is exact, stated once for every scheduler (docs/stretch.md).
+"""Why a decode stretch is exact, stated once for every scheduler (docs/concepts/fast-forward.md).
 
 Right after schedule() returned a decode-only batch, the next iterations repeat it, every context one
 longer per step, with nothing decided differently, for as long as all of this holds:

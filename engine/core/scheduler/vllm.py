@@ -21,7 +21,7 @@ A group whose samples diverged and were preempted by recomputation is "recompute
 separate and chunked ignore a request that can never run when it reaches the head of the queue (vLLM's
 ignored_seq_groups; separate: also a prompt longer than min(max_seq_len, max_num_batched_tokens)); mixed
 refuses it on arrival. The step and the decode stretch ask the same admissible(), so a stretch can never
-promise what a step would decide otherwise (docs/stretch.md).
+promise what a step would decide otherwise (docs/concepts/fast-forward.md).
 
 Where servesim differs from vLLM, because its step must run something or its requests differ:
 - separate: a step that only ignores requests goes on to decode (vLLM returned an empty prompt run), and a
