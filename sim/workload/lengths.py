@@ -150,8 +150,7 @@ def load_lengths(dataset: str | Path, length_filter: str = "paper") -> LengthTab
                            "sharegpt_opt_uncut.csv; kept by the model's max_seq_len, not the paper's 2,048)")
     if str(dataset) == "sharegpt":
         table = _shipped_sharegpt()
-        # The label names the file as first shipped; results (results/reference) carry it, so it stays.
-        return LengthTable(table.prompt_len, table.output_len, "sharegpt (traces/sharegpt_opt.csv)")
+        return LengthTable(table.prompt_len, table.output_len, "sharegpt (sim/workload/data/sharegpt_opt.csv)")
     if str(dataset) == ARXIV_SUMMARIZATION:
         table = _read_cached(ARXIV_CSV)
         return LengthTable(table.prompt_len, table.output_len, f"{ARXIV_SUMMARIZATION} (Vidur's Arxiv-Summarization "

@@ -92,7 +92,7 @@ def test_shipped_sharegpt_lengths_are_package_data():
     assert SHAREGPT_CSV.is_file()
     assert SHAREGPT_CSV.parent == Path(sim.workload.__file__).resolve().parent / "data"
     lengths = load_lengths("sharegpt")
-    assert len(lengths) == 15270 and lengths.source == "sharegpt (traces/sharegpt_opt.csv)"
+    assert len(lengths) == 15270 and lengths.source == "sharegpt (sim/workload/data/sharegpt_opt.csv)"
 
 
 @pytest.mark.parametrize("arrival", ["poisson", "exponential", "gamma", "constant"])

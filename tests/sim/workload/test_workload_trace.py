@@ -67,7 +67,7 @@ def test_fit_to_drops_rather_than_truncates():
 
 def test_stand_in_is_read_from_the_source_label():
     assert make_trace(source="sharegpt-standin (parametric stand-in: ...)").is_stand_in
-    assert not make_trace(source="sharegpt (traces/sharegpt_opt.csv)").is_stand_in
+    assert not make_trace(source="sharegpt (sim/workload/data/sharegpt_opt.csv)").is_stand_in
 
 
 def test_csv_round_trip_without_n(tmp_path):
