@@ -6,7 +6,7 @@ CPU (`engine.kernels.paged_attention_decode`, backend auto). The paged side read
 tables of scattered blocks, as a serving pool holds them; the dense side is
 `scaled_dot_product_attention` over contiguous K/V of the same sizes (both built, and timed, by
 benchmarks/gpu_check.py's helpers: do_bench on a GPU, medians on a CPU). Prints both, their ratio,
-and the roofline's A100 figures for the same shapes (calibrate/ablations.py). The paper measured its
+and the roofline's A100 figures for the same shapes (sim/reproduce/ablations.py). The paper measured its
 paged kernel 20-26% slower than FasterTransformer's dense one on an A100; the issue's target is 1.3x.
 On a GPU the paged side is timed twice: one pass (one program per sequence and head) and as chosen
 automatically (flash-decoding where one pass leaves the GPU underfilled); `split` is the partition
@@ -21,12 +21,12 @@ import argparse
 import torch
 
 from benchmarks.gpu_check import DECODE_TARGET, auto_partition, build_decode, dense_attention, time_cpu, time_gpu
-from calibrate.ablations import FIG18A_BATCHES, FIG18A_CONTEXTS, kernel_latency
 from calibrate.device import device_name
 from calibrate.hardware import load_hardware
 from engine.kernels import paged_attention_decode
 from engine.kernels.backend import resolve_backend
 from engine.specs.loader import load_model_spec
+from sim.reproduce.ablations import FIG18A_BATCHES, FIG18A_CONTEXTS, kernel_latency
 
 
 def time_shape(batch: int, context: int, block_size: int, device: torch.device, repeats: int) -> dict:

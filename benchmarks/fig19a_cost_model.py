@@ -3,7 +3,7 @@
 Fig. 19a: bringing back a preempted sequence (default 512 tokens of OPT-13B on one A100-40GB),
 recomputed (a prefill of its tokens) or swapped out and in, at block sizes 1-256, from the roofline's
 defaults. Fig. 18a: one layer's decode attention, paged against dense, at the paper's shapes.
-Both tables come from calibrate/ablations.py, which `servesim reproduce` reads too.
+Both tables come from sim/reproduce/ablations.py, which `servesim reproduce` reads too.
 
     PYTHONPATH=. python benchmarks/fig19a_cost_model.py [--model opt-13b] [--hardware a100-40gb] [--tokens 512]
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import argparse
 
-from calibrate.ablations import FIG19A_TOKENS, fig18a_frame, fig19a_frame, roofline_at
 from calibrate.hardware import load_hardware
 from engine.specs.loader import load_model_spec
+from sim.reproduce.ablations import FIG19A_TOKENS, fig18a_frame, fig19a_frame, roofline_at
 
 
 def main() -> None:

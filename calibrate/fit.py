@@ -30,6 +30,7 @@ from calibrate.features import (
     term_matrix,
     token_costs,
 )
+from calibrate.folds import assign_folds
 from calibrate.host_fit import HOST_COLUMN, MIN_ROWS, fit_host, host_observations
 from calibrate.nnls import nnls
 from calibrate.profile_file import DTYPE_BYTES, Profile
@@ -49,15 +50,6 @@ DEVICE_COLUMN = "device_s"  # a profiled shape's device seconds (raw CSVs from b
 class FitResult:
     profile: Profile
     predictions: pd.DataFrame  # every row: predicted_s (final fit), heldout_predicted_s, ape of the latter, fold
-
-
-def assign_folds(raw: pd.DataFrame, folds: int, seed: int) -> np.ndarray:
-    """A fold number per row, stratified by iteration kind, so every kind is in every fold."""
-    rng = np.random.default_rng(seed)
-    fold = np.zeros(len(raw), dtype=int)
-    for _, idx in raw.groupby("kind", sort=True).indices.items():
-        fold[rng.permutation(idx)] = np.arange(len(idx)) % folds
-    return fold
 
 
 @dataclass

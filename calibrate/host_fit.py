@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from calibrate.folds import assign_folds  # one fold assignment for both parts
 from calibrate.host import HOST_TERMS
 from calibrate.nnls import nnls
 
@@ -62,8 +63,6 @@ def fit_host(rows: pd.DataFrame, folds: int = 5, seed: int = 0, replay_column: s
     """HOST_TERMS fitted non-negative on absolute seconds, with the k-fold held-out error of each row's
     prediction: mean |error| in seconds (and its p95), and relative to the row's host time (mean and p95,
     over rows with a positive host time), overall and, where both kinds of row were measured, by kind."""
-    from calibrate.fit import assign_folds  # one fold assignment for both parts
-
     x, y = host_matrix(rows), rows["time_s"].to_numpy(float)
     kinds = rows["source"] if "source" in rows.columns else pd.Series("host", index=rows.index)
     fold = assign_folds(rows.assign(kind=kinds), folds, seed)

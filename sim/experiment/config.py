@@ -9,7 +9,6 @@ from typing import Any
 from calibrate.costmodel import CostModel
 from calibrate.hardware import HardwareSpec, available_hardware, load_hardware
 from calibrate.host_model import available_host_models, host_model_path
-from calibrate.memory import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool
 from calibrate.precision import Precision, precision_from_config
 from calibrate.registry import KINDS, PROFILE_KINDS, Clock, CostModelConfig, build_cost_model
 from calibrate.roofline import RooflineParams
@@ -18,6 +17,7 @@ from engine.core.system import PAPER_SYSTEMS, SystemSpec
 from engine.specs.checks import choice, non_negative, number, optional, positive, positive_int, share
 from engine.specs.errors import SpecError
 from engine.specs.loader import load_model_spec, parse_yaml, read_yaml, system_from_dict
+from sim.experiment.kv_pool import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool
 from sim.workload.config import WorkloadConfig, recorded, replayed
 from sim.workload.lengths import data_path, load_lengths, longest_prefix
 from sim.workload.paths import resolve_data_path

@@ -5,7 +5,7 @@ them (no simulation, no device): the panels of Figs. 18a and 19a and the claims 
   FasterTransformer's dense kernel, at batch 8 and 32 and contexts 64-256. A decode iteration's time
   less the same iteration with nothing to attend to is its attention; a cost model whose attention
   does not depend on block size predicts no overhead.
-- Fig. 19a: bringing back a preempted sequence (calibrate/ablations.py), recomputed or swapped out and
+- Fig. 19a: bringing back a preempted sequence (sim/reproduce/ablations.py), recomputed or swapped out and
   in, at block sizes 1-256.
 """
 from __future__ import annotations
@@ -14,12 +14,12 @@ from dataclasses import replace
 
 import pandas as pd
 
-from calibrate.ablations import FIG18A_BATCHES, FIG18A_CONTEXTS, fig19a_frame
 from calibrate.costmodel import CostModel
 from engine.core.batch import BatchShape
 from engine.core.system import PAPER_SYSTEMS
 from sim.experiment.config import Experiment
 from sim.experiment.run import make_cost_model
+from sim.reproduce.ablations import FIG18A_BATCHES, FIG18A_CONTEXTS, fig19a_frame
 
 PAGED_BLOCK_SIZE = 16  # the paper's default, at which it timed Fig. 18a
 

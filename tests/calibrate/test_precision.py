@@ -1,11 +1,11 @@
-"""Weights and KV cache formats apart: their bytes, the matmul rate, and what the roofline and the pool make of them."""
+"""Weights and KV cache formats apart: their bytes, the matmul rate, and what the roofline makes of them (the KV
+pool's blocks at each format: tests/sim/experiment/test_kv_pool.py)."""
 from __future__ import annotations
 
 import pytest
 from batches import decode, prefill
 
 from calibrate.hardware import hardware_from_dict, load_hardware
-from calibrate.memory import kv_pool
 from calibrate.precision import Precision, precision_from_config
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from engine.core.batch import Batch
@@ -129,16 +129,3 @@ def test_the_defaults_price_as_dtype_bytes_did():
         new = RooflineCostModel(LLAMA3, H100, precision=precision)
         assert new.iteration_time(batch) == old.iteration_time(batch) and new.swap_time(5) == old.swap_time(5)
     assert RooflineCostModel(LLAMA3, H100, precision=Precision()).source == old.source
-
-
-# --- the pool ---------------------------------------------------------------------------------------------------
-def test_an_fp8_kv_cache_holds_twice_the_blocks_and_fp8_weights_free_more():
-    def blocks(**formats):
-        return kv_pool(LLAMA3, H100, 1, Precision(**formats), 16, None, 4).num_gpu_blocks
-
-    fp16, fp8_kv, fp8_all = blocks(), blocks(kv_cache="fp8"), blocks(weights="fp8", kv_cache="fp8")
-    assert abs(fp8_kv - 2 * fp16) <= 1  # the same bytes, half a block's
-    assert fp8_all > fp8_kv
-    quantized = LLAMA3.num_layers * LLAMA3.layer_linear_params()
-    assert Precision(weights="fp8").weight_memory_bytes(LLAMA3) == LLAMA3.weight_bytes(2) - quantized
-    assert Precision().weight_memory_bytes(LLAMA3) == LLAMA3.weight_bytes(2)

