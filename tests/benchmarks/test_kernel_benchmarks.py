@@ -4,7 +4,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from benchmarks import gpu_check, prefill_kernel  # noqa: E402
+from benchmarks.gpu import gpu_check, prefill_kernel  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +45,7 @@ def test_kernel_registers_builds_for_sm90_without_a_gpu():
     root = Path(__file__).resolve().parents[2]
     # Every variant: building for a GPU catches what the interpreter lets through (types that
     # differ between branches, tiles that cannot fit).
-    done = subprocess.run([sys.executable, "benchmarks/kernel_registers.py"], cwd=root,
+    done = subprocess.run([sys.executable, "benchmarks/gpu/kernel_registers.py"], cwd=root,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [line for line in done.stdout.splitlines() if " registers " in line and "bytes spill" in line]
