@@ -117,7 +117,7 @@ fi
 if ! stage smoke 60 env SMOKE_DEVICE=$SMOKE_DEVICE $( (( DRY )) && echo TRITON_INTERPRET=1 ) python3 - <<'EOF'
 import os
 import torch
-from benchmarks.gpu.gpu_check import build_decode
+from benchmarks.gpu.kernel_inputs import build_decode
 from engine.kernels import paged_attention_decode, paged_attention_decode_ref
 device = os.environ["SMOKE_DEVICE"]
 dtype = torch.float16 if device == "cuda" else torch.float32

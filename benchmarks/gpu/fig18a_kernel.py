@@ -21,7 +21,9 @@ import argparse
 
 import torch
 
-from benchmarks.gpu.gpu_check import DECODE_TARGET, auto_partition, build_decode, dense_attention, time_cpu, time_gpu
+from benchmarks.gpu.gpu_check import DECODE_TARGET, auto_partition
+from benchmarks.gpu.kernel_inputs import build_decode, dense_attention
+from benchmarks.gpu.kernel_timing import time_cpu, time_gpu
 from calibrate.ablations import FIG18A_BATCHES, FIG18A_CONTEXTS, kernel_latency
 from calibrate.device import device_name
 from calibrate.hardware import load_hardware

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -32,11 +31,11 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
-from engine.core.blocks import blocks_for  # noqa: E402
+from benchmarks.gpu.kernel_inputs import build_decode, dense_attention  # noqa: E402
+from benchmarks.gpu.kernel_timing import format_table, time_cpu, time_gpu  # noqa: E402
+from benchmarks.gpu.prefill_kernel import prefill_rows, targets_line  # noqa: E402
 from engine.kernels import paged_attention_decode, paged_attention_decode_ref  # noqa: E402
-from engine.kernels.paged_attention_ref import gather_tokens, token_rows  # noqa: E402
 
 GPU_BATCHES = (8, 32, 128)
 GPU_CONTEXTS = (64, 128, 256, 512, 1024, 2048)
@@ -78,56 +77,6 @@ def run_kernel_tests(timeout_s: int, workers: int) -> bool:
     print(f"== compiled kernel tests {'PASSED' if passed else 'FAILED'} "
           f"in {time.perf_counter() - started:.1f}s\n", flush=True)
     return passed
-
-
-def shuffled_pool(num_seqs, tokens, heads, head_dim, block_size, dtype, device, gen):
-    """num_seqs sequences of `tokens` random K/V each, in a paged pool in shuffled block order: the caches,
-    the block tables and the context lengths."""
-    blocks_per_seq = blocks_for(tokens, block_size)
-    shape = (num_seqs * blocks_per_seq, block_size, heads, head_dim)
-    key_cache = torch.randn(shape, generator=gen, device=device, dtype=dtype)
-    value_cache = torch.randn(shape, generator=gen, device=device, dtype=dtype)
-    order = torch.randperm(shape[0], generator=gen, device=device)
-    block_tables = order.to(torch.int32).reshape(num_seqs, blocks_per_seq)
-    context_lens = torch.full((num_seqs,), tokens, dtype=torch.int32, device=device)
-    return key_cache, value_cache, block_tables, context_lens
-
-
-def dense_kv(key_cache, value_cache, block_tables, context_lens, block_size, tokens):
-    """The same K/V laid out densely for SDPA: [sequences, heads, tokens, dim] each."""
-    block_ids, rows, _ = token_rows(block_tables, context_lens, block_size, tokens)
-    return gather_tokens(key_cache, block_ids, rows), gather_tokens(value_cache, block_ids, rows)
-
-
-def build_decode(batch, context, heads, head_dim, block_size, dtype, device, seed):
-    """A paged pool in shuffled block order, plus the same K/V laid out densely for SDPA."""
-    gen = torch.Generator(device=device).manual_seed(seed)
-    key_cache, value_cache, block_tables, context_lens = shuffled_pool(
-        batch, context, heads, head_dim, block_size, dtype, device, gen)
-    query = torch.randn(batch, heads, head_dim, generator=gen, device=device, dtype=dtype)
-    dense_k, dense_v = dense_kv(key_cache, value_cache, block_tables, context_lens, block_size, context)
-    paged = (query, key_cache, value_cache, block_tables, context_lens, head_dim ** -0.5)
-    return paged, (query[:, :, None, :], dense_k, dense_v)
-
-
-def dense_attention(query, keys, values, scale):
-    return F.scaled_dot_product_attention(query, keys, values, scale=scale)[:, :, 0, :]
-
-
-def time_gpu(fn) -> float:
-    import triton.testing
-
-    return triton.testing.do_bench(fn, warmup=10, rep=50) * 1e3  # ms -> us
-
-
-def time_cpu(fn, repeats=5) -> float:
-    fn()  # warm-up
-    samples = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples) * 1e6
 
 
 def measure(batch, context, cuda: bool, heads, head_dim, dtype) -> dict:
@@ -181,21 +130,6 @@ def auto_partition(paged, context) -> int | None:
                                    kernel._PROGRAMS_PER_SM * sms)
 
 
-def format_cell(column: str, value) -> str:
-    if column == "max_abs_diff":
-        return f"{value:>12.2e}"
-    if isinstance(value, float):
-        return f"{value:>12.2f}"
-    return f"{value!s:>12}"
-
-
-def format_table(rows: list[dict], title: str) -> str:
-    columns = list(rows[0])
-    lines = [title, "  ".join(f"{c:>12}" for c in columns)]
-    lines += ["  ".join(format_cell(c, row[c]) for c in columns) for row in rows]
-    return "\n".join(lines)
-
-
 def write_outputs(rows: list[dict], table: str, name: str = "kernel_timing") -> None:
     folder = out_dir()
     if not folder:
@@ -235,8 +169,6 @@ def benchmark(cuda: bool, quick: bool) -> bool:
 
 def benchmark_prefill(cuda: bool, quick: bool) -> bool:
     """Varlen prefill vs SDPA over the same tokens (benchmarks/gpu/prefill_kernel.py)."""
-    from benchmarks.gpu.prefill_kernel import prefill_rows, targets_line
-
     rows, title = prefill_rows(cuda, quick, repeats=5)
     table = format_table(rows, title) + "\n" + targets_line()
     print(table, flush=True)

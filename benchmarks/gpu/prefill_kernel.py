@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from benchmarks.gpu.gpu_check import dense_kv, format_table, shuffled_pool, time_cpu, time_gpu  # noqa: E402
+from benchmarks.gpu.kernel_inputs import dense_kv, shuffled_pool  # noqa: E402
+from benchmarks.gpu.kernel_timing import format_table, time_cpu, time_gpu  # noqa: E402
 from engine.kernels import prefill_attention  # noqa: E402
 from engine.kernels.backend import resolve_backend  # noqa: E402
 

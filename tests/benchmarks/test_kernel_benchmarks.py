@@ -33,6 +33,20 @@ def test_decode_check_matches_dense():
     assert row["match"], row
 
 
+def test_prefill_benchmark_stands_below_the_gpu_check():
+    """gpu_check runs the prefill timings; the prefill benchmark takes its inputs and clock from the modules below
+    both, so importing it alone loads no gpu_check (the two once imported each other)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; import benchmarks.gpu.prefill_kernel; "
+            "sys.exit('benchmarks.gpu.gpu_check' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_kernel_registers_builds_for_sm90_without_a_gpu():
     import subprocess
     import sys
