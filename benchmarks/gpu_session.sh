@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything a GPU session measures for issue 21, in one device call (device time is scarce: one start, one run):
+# Everything a GPU session measures against the GPU targets (benchmarks/gpu/gpu_targets.py), in one device call (device time is scarce: one start, one run):
 #   bash benchmarks/gpu_session.sh                on the GPU machine, repo root ($OUT set by the device tool)
 #   bash benchmarks/gpu_session.sh --cpu-dry-run  every stage on a tiny model on this CPU: the script is known to work
 # At most GPU_SESSION_BUDGET_S seconds (530 on a GPU: 9 minutes less the packing; 470 for the dry run); every
@@ -17,7 +17,7 @@
 #                  against its own fresh profile (simpy travels as a wheel in .whl/: the device image has none)
 #   fig18a         paged vs dense decode attention at the paper's Fig. 18a shapes (benchmarks/gpu/fig18a_kernel.py)
 #   profile-b-*    profile + fit MODEL_B (LLaMA-7B), both modes
-#   targets        benchmarks/gpu/gpu_targets.py: every target of the issue next to its floor (always runs)
+#   targets        benchmarks/gpu/gpu_targets.py: every GPU target next to its floor (always runs)
 # Everything lands in $RES (/tmp/gpu_session), packed into $OUT/gpu_session.tgz after every stage, so a stage
 # that runs out of time still returns what the earlier ones measured; session.log and targets.txt are also
 # copied to $OUT as they are.

@@ -2,7 +2,7 @@
 
     python benchmarks/cost_models/transfer.py
 
-Targets (issue 24), on the GPU held out: mean |error| <= 8%, worst <= 15%, below the roofline's in every
+The transfer targets, on the GPU held out: mean |error| <= 8%, worst <= 15%, below the roofline's in every
 regime. Reads the shipped A100 profile (calibrate/profiles/a100-80gb-linear.yaml) and the engine's H200
 measurements (calibrate/profiles/h200-*.raw.csv); where Vidur's A100 tables are checked out
 (/work/shared/reference/gpu-measurements or $SERVESIM_A100_TABLES) it also prints the A100 fit's error on
@@ -107,8 +107,8 @@ def gpu_table() -> None:
         print(f"| {name} | {ridge_tokens(hw):.0f} | " + " | ".join(cells) + " |")
 
 
-def issue_h100_check() -> None:
-    """The issue's H100 comparison as far as it can be redone without its withheld measurements: the linear,
+def h100_reference_check() -> None:
+    """The reference H100 comparison as far as it can be redone without its withheld measurements: the linear,
     norm and elementwise work of LLaMA-7B's 32 layers (no LM head, no attention), device only."""
     spec, hw = replace(load_model_spec("llama-7b"), vocab_size=0), load_hardware("h100-sxm")
     fit = LinearFit.from_dict(load_profile(A100).linear)
@@ -129,7 +129,7 @@ def main() -> None:
     print()
     gpu_table()
     print()
-    issue_h100_check()
+    h100_reference_check()
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Fidelity: how far the simulator lands from the real engine, against the issue's targets.
+"""Fidelity: how far the simulator lands from the real engine, against the fidelity targets.
 
 Runs `servesim validate` on a validation config (default: configs/validation/cpu-opt-125m.yaml, about
 8-10 minutes on a 2-core CPU) and prints, per system: the largest mean normalized-latency error at

@@ -7,7 +7,7 @@ tables of scattered blocks, as a serving pool holds them; the dense side is
 `scaled_dot_product_attention` over contiguous K/V of the same sizes (both built, and timed, by
 benchmarks/gpu/gpu_check.py's helpers: do_bench on a GPU, medians on a CPU). Prints both, their ratio,
 and the roofline's A100 figures for the same shapes (calibrate/ablations.py). The paper measured its
-paged kernel 20-26% slower than FasterTransformer's dense one on an A100; the issue's target is 1.3x.
+paged kernel 20-26% slower than FasterTransformer's dense one on an A100; the target is 1.3x.
 On a GPU the paged side is timed twice: one pass (one program per sequence and head) and as chosen
 automatically (flash-decoding where one pass leaves the GPU underfilled); `split` is the partition
 size that choice took (0: one pass).
@@ -86,7 +86,7 @@ def main() -> None:
             print(f"{batch:>5} {context:>7} {t['dense']:>9.1f} {t['paged']:>9.1f} {t['paged'] / t['dense']:>6.2f}"
                   f"{one_pass}   {predicted.dense_s * 1e6:>17.1f} {predicted.paged_s * 1e6:>6.1f} "
                   f"{predicted.ratio:>6.2f}")
-    print(f"target: paged/dense <= {DECODE_TARGET} (the issue; the paper's CUDA kernel: 1.20-1.26)"
+    print(f"target: paged/dense <= {DECODE_TARGET} (the paper's CUDA kernel: 1.20-1.26)"
           + ("" if cuda else "; this CPU run times the torch path, not a GPU figure"))
 
 

@@ -1,4 +1,4 @@
-"""Issue 21's targets, read from what a GPU session measured, each printed next to its floor.
+"""The GPU targets, read from what a GPU session measured, each printed next to its floor.
 
     PYTHONPATH=. python benchmarks/gpu/gpu_targets.py /tmp/gpu_session [--hardware h200] [--gemm]
 
@@ -216,7 +216,7 @@ def main() -> int:
     targets += [validation_target(args.results, mode) for mode in MODES]
     header = f"{'':<7} {'target':<52} {'measured':<34} {'floor / reference':<34} goal"
     lines = ([args.note] if args.note else []) + [
-        f"issue 21 targets from {args.results} (decode floor at {args.hardware}'s {hbm / 1e12:.2f} TB/s)", header]
+        f"GPU targets from {args.results} (decode floor at {args.hardware}'s {hbm / 1e12:.2f} TB/s)", header]
     lines += [t.line() for t in targets]
     counts = {v: sum(t.passed is v for t in targets) for v in (True, False, None)}
     lines.append(f"{counts[True]} pass, {counts[False]} miss, {counts[None]} missing")

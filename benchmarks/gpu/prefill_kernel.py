@@ -7,7 +7,7 @@ through shuffled block tables as a serving pool holds them; the dense side is on
 `scaled_dot_product_attention(is_causal=True)` over contiguous [k, heads, T/k, head_dim] K/V.
 Printed: both times, their ratio, the same prompts as one call each (`per_prompt_us`, the
 engine's way before), and the varlen call's time against its own one-prompt time at the same T
-(`vs_one`; the issue's target: k prompts within 15% of one; at the kernel k prompts do 1/k of
+(`vs_one`; the target: k prompts within 15% of one; at the kernel k prompts do 1/k of
 one prompt's attention work, so anything much above 1 is per-prompt overhead).
 
     PYTHONPATH=. python benchmarks/gpu/prefill_kernel.py [--device auto|cpu|cuda] [--quick] [--repeats 10]
@@ -30,7 +30,7 @@ from benchmarks.gpu.kernel_timing import format_table, time_cpu, time_gpu  # noq
 from engine.kernels import prefill_attention  # noqa: E402
 from engine.kernels.backend import resolve_backend  # noqa: E402
 
-RATIO_TARGET = 1.3  # the kernel-against-dense target (stated for paged decode)
+RATIO_TARGET = 1.3  # the kernel-against-dense target, stated for paged decode (gpu_check.DECODE_TARGET)
 PROMPTS_TARGET = 1.15  # k prompts of T tokens within 15% of one prompt of T
 GPU_TOTALS, GPU_PROMPTS = (512, 2048), (1, 2, 4, 8)
 CPU_TOTALS, CPU_PROMPTS = (128, 256), (1, 4)
@@ -126,7 +126,7 @@ def prefill_rows(cuda: bool, quick: bool, repeats: int = 10) -> tuple[list[dict]
 
 
 def targets_line() -> str:
-    return (f"targets: varlen/SDPA ratio <= {RATIO_TARGET} (the issue's kernel target); "
+    return (f"targets: varlen/SDPA ratio <= {RATIO_TARGET} (the paged decode kernel's target); "
             f"k prompts within {PROMPTS_TARGET:.2f}x of one prompt of the same T (vs_one)")
 
 

@@ -1,7 +1,7 @@
 """A fleet's simulation in worker processes: wall time and peak memory of the parent and of its workers.
 
-The issue's fleet (benchmarks/speed/sim_speed.py's `fleet`): configs/quickstart.yaml with 64 replicas behind the
-round-robin router at 128 req/s, vLLM, seed 0, its replicas served apart in --jobs processes
+The fleet of the speed targets (benchmarks/speed/sim_speed.py's `fleet`): configs/quickstart.yaml with 64 replicas
+behind the round-robin router at 128 req/s, vLLM, seed 0, its replicas served apart in --jobs processes
 (sim/core/independent_replicas.py). Each repeat runs in a fresh interpreter, so that its peaks are its own:
 
   simulate  `simulate_trace(..., jobs=N)` alone (the trace built before the timing), as sim_speed times it

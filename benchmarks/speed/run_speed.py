@@ -2,9 +2,9 @@
 
 One hour of ShareGPT traffic at 2 req/s under vLLM, one run, `--jobs 1`, in a fresh output folder each
 time: OPT-13B on an A100-40GB (the quickstart's deployment, as benchmarks/speed/sim_speed.py) and LLaMA-7B on
-an A100-80GB (the issue's comparison with Vidur). Each format is timed in the same session, alternating,
-`--repeats` times; the median is printed. `csv` is the writer every run used before Parquet (pandas and
-gzip), so csv / parquet is the before / after ratio. Peak RSS is the process's own (os.wait4).
+an A100-80GB (the trace of the comparison with Vidur, benchmarks/peers/vs_vidur.py). Each format is timed in the
+same session, alternating, `--repeats` times; the median is printed. `csv` is the writer every run used before
+Parquet (pandas and gzip), so csv / parquet is the before / after ratio. Peak RSS is the process's own (os.wait4).
 Where the control plane is compiled (mypyc; docs/compiled.md), every run is made twice, alternating: as built,
 and as pure Python (SERVESIM_PURE_PYTHON=1), and the compiled / pure ratio is printed (--builds compiled: the
 build alone).

@@ -1,6 +1,6 @@
 """Simulator speed, step by step against fast-forward (sim/core/fast_forward.py), measured in the same run.
 
-Three of issue 14's targets, each simulated both ways on one core (vLLM, seed 0):
+Three simulator-speed targets, each simulated both ways on one core (vLLM, seed 0):
   sharegpt  one hour of OPT-13B / A100-40GB / real ShareGPT lengths at 2 req/s (configs/quickstart.yaml, with
             the roofline its earlier record was made with)                          target <= 1 s
   alpaca    one hour of configs/paper/fig12d_alpaca_opt13b.yaml at 30 req/s          target <= 3 s

@@ -1,4 +1,4 @@
-"""benchmarks/gpu/gpu_targets.py: each target of issue 21 read from a session folder and set beside its floor."""
+"""benchmarks/gpu/gpu_targets.py: each GPU target read from a session folder and set beside its floor."""
 import pandas as pd
 import pytest
 
