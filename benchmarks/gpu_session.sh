@@ -1,23 +1,23 @@
 #!/usr/bin/env bash
-# Everything a GPU session measures for issue 21, in one device call (device time is scarce: one start, one run):
+# Everything a GPU session measures against the GPU targets (benchmarks/gpu/gpu_targets.py), in one device call (device time is scarce: one start, one run):
 #   bash benchmarks/gpu_session.sh                on the GPU machine, repo root ($OUT set by the device tool)
 #   bash benchmarks/gpu_session.sh --cpu-dry-run  every stage on a tiny model on this CPU: the script is known to work
 # At most GPU_SESSION_BUDGET_S seconds (530 on a GPU: 9 minutes less the packing; 470 for the dry run); every
 # stage runs under its own time limit and is skipped when less than half of it is left. Stages, in priority order:
 #   env            nvidia-smi, torch / triton / simpy versions
-#   kernel-tests   the kernel tests compiled for the GPU (benchmarks/gpu_check.py --tests-only; on the CPU dry run
+#   kernel-tests   the kernel tests compiled for the GPU (benchmarks/gpu/gpu_check.py --tests-only; on the CPU dry run
 #                  one stage, `kernels`, runs both)
 #   kernel-timings paged decode vs dense SDPA (one pass, split, tl.dot tiles) and varlen prefill vs SDPA
-#                  (benchmarks/gpu_check.py --skip-tests --quick)
+#                  (benchmarks/gpu/gpu_check.py --skip-tests --quick)
 #   smoke          one Triton paged decode against its torch reference; on failure the later stages use the
 #                  torch reference kernels (and eager decodes: graphs need Triton) and say so
 #   graphs         graph-vs-eager equality and the one-sync check (tests/engine/runtime/test_runtime_cuda.py)
-#   profile-a-*    profile + fit MODEL_A (OPT-13B) with CUDA graphs, then eager (benchmarks/gpu_calibrate.py)
+#   profile-a-*    profile + fit MODEL_A (OPT-13B) with CUDA graphs, then eager (benchmarks/gpu/gpu_calibrate.py)
 #   validate-*     servesim validate VALIDATION_CONFIG at 2 rates x 5 systems x 2 real replays, each mode
 #                  against its own fresh profile (simpy travels as a wheel in .whl/: the device image has none)
-#   fig18a         paged vs dense decode attention at the paper's Fig. 18a shapes (benchmarks/fig18a_kernel.py)
+#   fig18a         paged vs dense decode attention at the paper's Fig. 18a shapes (benchmarks/gpu/fig18a_kernel.py)
 #   profile-b-*    profile + fit MODEL_B (LLaMA-7B), both modes
-#   targets        benchmarks/gpu_targets.py: every target of the issue next to its floor (always runs)
+#   targets        benchmarks/gpu/gpu_targets.py: every GPU target next to its floor (always runs)
 # Everything lands in $RES (/tmp/gpu_session), packed into $OUT/gpu_session.tgz after every stage, so a stage
 # that runs out of time still returns what the earlier ones measured; session.log and targets.txt are also
 # copied to $OUT as they are.
@@ -83,7 +83,7 @@ stage() {  # stage NAME LIMIT_S COMMAND...
   return $rc
 }
 profile_stage() {  # profile_stage NAME MODEL MODE LIMIT_S
-  stage "$1" "$4" env OUT="$RES/profiles" python3 benchmarks/gpu_calibrate.py --models "$2" --backend "$BACKEND" \
+  stage "$1" "$4" env OUT="$RES/profiles" python3 benchmarks/gpu/gpu_calibrate.py --models "$2" --backend "$BACKEND" \
     --cuda-graphs "$3" "${CAL_ARGS[@]}"
 }
 validate_stage() {  # validate_stage MODE LIMIT_S
@@ -104,20 +104,20 @@ fi
 
 if (( DRY )); then
   stage env 20 bash -c 'uname -a; lscpu | head -n 15; uptime; python3 -c "import torch; print(\"torch\", torch.__version__)"; python3 -c "import simpy; print(\"simpy\", simpy.__version__)"'
-  stage kernels 90 env OUT="$RES/kernels" python3 benchmarks/gpu_check.py
+  stage kernels 90 env OUT="$RES/kernels" python3 benchmarks/gpu/gpu_check.py
   SMOKE_DEVICE=cpu
 else
   stage env 20 bash -c 'nvidia-smi; python3 -c "import torch, triton; print(\"torch\", torch.__version__, \"triton\", triton.__version__, torch.cuda.get_device_name())"; python3 -c "import simpy; print(\"simpy\", simpy.__version__)"'
   # the compiled tests and the timings apart: each sweep (partition sizes, tiles, tl.dot) needs its own budget
-  stage kernel-tests 100 env OUT="$RES/kernels" python3 benchmarks/gpu_check.py --tests-only --workers 8 --test-timeout 90
-  stage kernel-timings 90 env OUT="$RES/kernels" python3 benchmarks/gpu_check.py --skip-tests --quick
+  stage kernel-tests 100 env OUT="$RES/kernels" python3 benchmarks/gpu/gpu_check.py --tests-only --workers 8 --test-timeout 90
+  stage kernel-timings 90 env OUT="$RES/kernels" python3 benchmarks/gpu/gpu_check.py --skip-tests --quick
   SMOKE_DEVICE=cuda
 fi
 # on a CPU the Triton kernel runs in the interpreter, at a small shape
 if ! stage smoke 60 env SMOKE_DEVICE=$SMOKE_DEVICE $( (( DRY )) && echo TRITON_INTERPRET=1 ) python3 - <<'EOF'
 import os
 import torch
-from benchmarks.gpu_check import build_decode
+from benchmarks.gpu.kernel_inputs import build_decode
 from engine.kernels import paged_attention_decode, paged_attention_decode_ref
 device = os.environ["SMOKE_DEVICE"]
 dtype = torch.float16 if device == "cuda" else torch.float32
@@ -140,14 +140,14 @@ validate_stage graphs "$LIMIT_VALIDATE"
 profile_stage profile-a-eager "$MODEL_A" off "$LIMIT_PROFILE"
 validate_stage eager $(( LIMIT_VALIDATE + 20 ))  # eager decodes take longer
 if (( DRY )); then
-  stage fig18a 40 python3 benchmarks/fig18a_kernel.py --device cpu --repeats 3
+  stage fig18a 40 python3 benchmarks/gpu/fig18a_kernel.py --device cpu --repeats 3
 else
-  stage fig18a 40 python3 benchmarks/fig18a_kernel.py
+  stage fig18a 40 python3 benchmarks/gpu/fig18a_kernel.py
 fi
 profile_stage profile-b-graphs "$MODEL_B" on 60
 profile_stage profile-b-eager "$MODEL_B" off 60
 TARGETS_RESERVE=0
-stage targets 25 python3 benchmarks/gpu_targets.py "$RES" --models "$MODEL_A" "$MODEL_B" --gemm --note "$NOTE"
+stage targets 25 python3 benchmarks/gpu/gpu_targets.py "$RES" --models "$MODEL_A" "$MODEL_B" --gemm --note "$NOTE"
 cat "$RES/targets.txt" 2>/dev/null
 log "done in $(elapsed)s"
 pack

@@ -1,7 +1,7 @@
 """How fast the machine is right now: a fixed pair of iterations, timed now and then.
 
 A shared machine does not run at one speed: on the project's 2-core VM the same decode takes
-anywhere from 45 to 78 ms within minutes (benchmarks/cpu_drift.py). A cost model fitted at
+anywhere from 45 to 78 ms within minutes (benchmarks/fidelity/cpu_drift.py). A cost model fitted at
 one moment then mispredicts a replay measured at another by however much the machine sped up
 or slowed down, whatever its terms. The probe separates the two: the profiler times it all
 through the grid (its median is the profile's `speed_reference`), the validator times it all

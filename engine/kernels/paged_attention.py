@@ -257,7 +257,7 @@ def paged_attention_decode_triton(query: torch.Tensor, key_cache: torch.Tensor,
     `use_dot` (None: USE_DOT) computes each tile with tl.dot, the query group padded to 16 rows:
     wasted multiply-adds, but Triton software-pipelines the K/V loads that feed a dot, which a
     memory-bound kernel may want more (the one-pass kernel read K/V at a third of dense SDPA's
-    rate on the H200). benchmarks/gpu_check.py times both.
+    rate on the H200). benchmarks/gpu/gpu_check.py times both.
     """
     num_seqs, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = key_cache.shape

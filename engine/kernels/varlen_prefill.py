@@ -92,7 +92,7 @@ def _prefill_kernel(
 def tile_config(dtype: torch.dtype, head_p2: int, max_query_len: int, max_context: int) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps), shrunk to the longest prompt and context (tl.dot needs 16).
 
-    Sized so that an sm_90 build does not spill (ptxas -v, benchmarks/kernel_registers.py):
+    Sized so that an sm_90 build does not spill (ptxas -v, benchmarks/gpu/kernel_registers.py):
     fp16/bf16 64 x 64 at head_dim <= 128 (64 x 32 above); fp32, whose exact dot runs without
     tensor cores, 32 x 32 (16 x 16 above head_dim 128).
     """

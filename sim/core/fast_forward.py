@@ -99,7 +99,7 @@ class FastForward:
         self.router = RouterWakes(arrival_times)
         self.by_replica = by_replica
         self.horizon_s = horizon_s
-        self.num_forwarded = 0  # iterations run in stretches: what benchmarks/sim_speed.py reports
+        self.num_forwarded = 0  # iterations run in stretches: what benchmarks/speed/sim_speed.py reports
         self.num_queued = 0  # requests that reached a replica during a stretch and queued without cutting it
 
     def plan(self, replica: Replica, step: Step, seconds: float) -> Stretch | None:

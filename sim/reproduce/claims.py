@@ -305,7 +305,7 @@ def read_kernel_overhead(results: Results) -> Reading:
                    "one layer of OPT-13B decode attention at batch 8 and 32, context 64, 128, 256 (fig18/plotted.csv "
                    "panel a): the cost model's attention time through 16-token blocks over FasterTransformer's "
                    f"dense one, from {kernel['cost_model'].iloc[0]}; lands if every shape's is in the range",
-                   "needs a GPU to measure (benchmarks/fig18a_kernel.py); " + PREDICTION)
+                   "needs a GPU to measure (benchmarks/gpu/fig18a_kernel.py); " + PREDICTION)
 
 
 def block_size_best(label: str, paper_sizes: list[int]):

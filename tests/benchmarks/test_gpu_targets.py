@@ -1,8 +1,8 @@
-"""benchmarks/gpu_targets.py: each target of issue 21 read from a session folder and set beside its floor."""
+"""benchmarks/gpu/gpu_targets.py: each GPU target read from a session folder and set beside its floor."""
 import pandas as pd
 import pytest
 
-from benchmarks import gpu_targets
+from benchmarks.gpu import gpu_targets
 from engine.specs.loader import load_model_spec
 
 HBM = 4.8e12

@@ -1,7 +1,8 @@
-"""benchmarks/host_models.py without /work/shared: a folder whose tables are not the shipped fits' says so."""
+"""benchmarks/cost_models/host_models.py without /work/shared: a folder whose tables are not the shipped fits' says
+so."""
 from __future__ import annotations
 
-from benchmarks import host_models
+from benchmarks.cost_models import host_models
 from tests.calibrate.synthetic_host import write_table
 
 

@@ -4,7 +4,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from benchmarks import gpu_check, prefill_kernel  # noqa: E402
+from benchmarks.gpu import gpu_check, prefill_kernel  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -33,6 +33,20 @@ def test_decode_check_matches_dense():
     assert row["match"], row
 
 
+def test_prefill_benchmark_stands_below_the_gpu_check():
+    """gpu_check runs the prefill timings; the prefill benchmark takes its inputs and clock from the modules below
+    both, so importing it alone loads no gpu_check (the two once imported each other)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; import benchmarks.gpu.prefill_kernel; "
+            "sys.exit('benchmarks.gpu.gpu_check' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_kernel_registers_builds_for_sm90_without_a_gpu():
     import subprocess
     import sys
@@ -45,7 +59,7 @@ def test_kernel_registers_builds_for_sm90_without_a_gpu():
     root = Path(__file__).resolve().parents[2]
     # Every variant: building for a GPU catches what the interpreter lets through (types that
     # differ between branches, tiles that cannot fit).
-    done = subprocess.run([sys.executable, "benchmarks/kernel_registers.py"], cwd=root,
+    done = subprocess.run([sys.executable, "benchmarks/gpu/kernel_registers.py"], cwd=root,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [line for line in done.stdout.splitlines() if " registers " in line and "bytes spill" in line]

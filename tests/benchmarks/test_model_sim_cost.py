@@ -1,12 +1,13 @@
-"""benchmarks/model_sim_cost.py at a tiny scale: both deployments run the same arrivals, alternating, and the record
-has a row per deployment with its medians and spreads and the ratio against the target (never a time asserted)."""
+"""benchmarks/speed/model_sim_cost.py at a tiny scale: both deployments run the same arrivals, alternating, and the
+record has a row per deployment with its medians and spreads and the ratio against the target (never a time
+asserted)."""
 from __future__ import annotations
 
 import re
 
 import pytest
 
-from benchmarks import model_sim_cost
+from benchmarks.speed import model_sim_cost
 
 
 def test_a_tiny_run_times_both_deployments_and_writes_the_record(tmp_path, capsys):

@@ -1,5 +1,5 @@
-"""benchmarks/paper_ablation.py's machinery at a tiny scale: each variant's config is the default's with exactly the
-keys it names changed (and host off keeps the device clock), a curve climbs its grid to its first crossing and reads
+"""benchmarks/paper/paper_ablation.py's machinery at a tiny scale: each variant's config is the default's with exactly
+the keys it names changed (and host off keeps the device clock), a curve climbs its grid to its first crossing and reads
 as the whole grid would, a grid over the bound is refused in one line, and the printed tables have a row per
 variant with a value or a reason in every cell."""
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import paper_ablation
-from benchmarks.ablation_sweep import DOWN_STEPS, Ladder, check_bound
-from benchmarks.ablation_table import curve_frame
-from benchmarks.ablation_variants import (
+from benchmarks.paper import paper_ablation
+from benchmarks.paper.ablation_sweep import DOWN_STEPS, Ladder, check_bound
+from benchmarks.paper.ablation_table import curve_frame
+from benchmarks.paper.ablation_variants import (
     REMOVED,
     WHOLE_A100,
     apply_sets,

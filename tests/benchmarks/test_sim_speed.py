@@ -1,5 +1,5 @@
-"""benchmarks/sim_speed.py at a tiny scale, against a baseline's code: the baseline is exported and timed beside this
-checkout's, and both recorded the same (never a time asserted)."""
+"""benchmarks/speed/sim_speed.py at a tiny scale, against a baseline's code: the baseline is exported and timed beside
+this checkout's, and both recorded the same (never a time asserted)."""
 from __future__ import annotations
 
 import os
@@ -20,7 +20,8 @@ def test_a_tiny_fleet_is_timed_beside_the_baselines_code():
     if head.returncode:
         pytest.skip("not a git checkout: no baseline to export")
     env = {**os.environ, PURE_ENV: "1", "PYTHONPATH": str(REPO)}
-    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "sim_speed.py"), "fleet", "--fleet-duration-s",
+    script = REPO / "benchmarks" / "speed" / "sim_speed.py"
+    result = subprocess.run([sys.executable, str(script), "fleet", "--fleet-duration-s",
                              "0.5", "--repeats", "2", "--jobs", "1", "--baseline", "HEAD"], env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr

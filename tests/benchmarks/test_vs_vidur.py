@@ -1,4 +1,4 @@
-"""benchmarks/vs_vidur.py's parts that need neither Vidur, the network nor /work/shared: the trace it
+"""benchmarks/peers/vs_vidur.py's parts that need neither Vidur, the network nor /work/shared: the trace it
 exports (the run's own requests, in Vidur's trace-replay columns and units), the attention stand-in
 (Vidur's attention-file columns on its profiler's grid, priced by servesim's cost model), the offline
 dataset layout, Vidur's command line, and the skip when Vidur or the measurements are missing."""
@@ -12,14 +12,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmarks import vs_vidur
-from benchmarks.run_speed import ROOT, TRACES
-from benchmarks.vidur_attention import COLUMNS as ATTENTION_COLUMNS
-from benchmarks.vidur_attention import attention_table, seq_lengths
-from benchmarks.vidur_profiles import Datasets, repo_folder, write_datasets
-from benchmarks.vidur_run import VidurRun, trained_models, vidur_command, vidur_env
-from benchmarks.vidur_trace import COLUMNS as TRACE_COLUMNS
-from benchmarks.vidur_trace import DATE, servesim_trace, vidur_trace_frame, write_vidur_trace
+from benchmarks.peers import vs_vidur
+from benchmarks.peers.vidur_attention import COLUMNS as ATTENTION_COLUMNS
+from benchmarks.peers.vidur_attention import attention_table, seq_lengths
+from benchmarks.peers.vidur_profiles import Datasets, repo_folder, write_datasets
+from benchmarks.peers.vidur_run import VidurRun, trained_models, vidur_command, vidur_env
+from benchmarks.peers.vidur_trace import COLUMNS as TRACE_COLUMNS
+from benchmarks.peers.vidur_trace import DATE, servesim_trace, vidur_trace_frame, write_vidur_trace
+from benchmarks.speed.run_speed import ROOT, TRACES
 from engine.core.batch import BatchShape
 from servesim.cli import main as servesim
 from sim.experiment.config import load_experiment

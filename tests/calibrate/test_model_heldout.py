@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from synthetic_ops import MODELS, write_tables
 
-from benchmarks import model_heldout
+from benchmarks.cost_models import model_heldout
 
 
 def test_each_model_is_judged_on_a_fit_of_the_others(tmp_path):

@@ -125,7 +125,7 @@ def test_a_prefill_over_a_cached_prefix_costs_its_attention_not_its_linear_layer
 
 
 def test_attention_times_are_what_attention_adds_to_an_iteration(opt13b, a100):
-    """decode_attention_time and prefill_attention_time (benchmarks/vidur_attention.py tabulates them) are the
+    """decode_attention_time and prefill_attention_time (benchmarks/peers/vidur_attention.py tabulates them) are the
     part of iteration_time that the contexts and the cached prefix change, and nothing else."""
     from engine.core.batch import BatchShape
 

@@ -42,8 +42,8 @@ def has_columns(path, columns):
 
 
 def load_benchmark(name: str):
-    """A script of benchmarks/ as a module (benchmarks/ is no package)."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
+    """A script of benchmarks/fidelity/ as a module (that folder is no package: its scripts run by path)."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "fidelity" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -114,7 +114,8 @@ def test_validate_writes_every_output(tiny_validation, tmp_path, capsys):
     assert headline["verdict"]["within_target_with_rule"] == int(summary["judged_within_target"].sum())
     assert "per-point target" in (out / "summary.txt").read_text()
     assert "how the verdict judged them" in (out / "summary.txt").read_text()
-    # benchmarks/fidelity.py --other-profile with the run's own grid profile gives the grid's error as calibrated
+    # benchmarks/fidelity/fidelity.py --other-profile with the run's own grid profile gives the grid's error as
+    # calibrated
     bench = load_benchmark("fidelity")
     again = bench.other_profile_headline(str(config), [], out, str(config.parent / "profile.yaml"))
     assert again["mean_abs_error"] == pytest.approx(headline["grid_as_calibrated"]["mean_abs_error"])
