@@ -149,7 +149,8 @@ def test_arrival_ties_in_other_processes_are_ordered_as_together(monkeypatch, ap
 
 
 def test_a_sweep_gives_its_idle_processes_to_a_fleets_replicas(write_config, small, tmp_path):
-    from sim.executors.pool import PoolWorkers, Workers
+    from sim.executors.pool import PoolWorkers
+    from sim.executors.workers import Workers
     from sim.experiment.config import load_experiment
     from sim.experiment.sweep import replica_jobs, sweep
 
