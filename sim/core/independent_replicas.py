@@ -28,10 +28,10 @@ import simpy
 from engine.core.records import ITERATION_TYPECODES
 from sim.core.fast_forward import RouterWakes
 from sim.core.known_arrivals import KnownArrivals
+from sim.core.records import Records
 from sim.core.replica import run_to_end
 from sim.core.router import trace_requests
 from sim.executors.pool import stop_pool, worker_pool
-from sim.experiment.records import Records
 from sim.workload.trace import Trace
 
 if TYPE_CHECKING:

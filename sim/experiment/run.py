@@ -14,12 +14,12 @@ from engine.core.records import DROPPED_COLUMNS, ITERATION_COLUMNS
 from engine.core.system import SystemSpec
 from sim.core.breakdown import BreakdownRecorder
 from sim.core.independent_replicas import ReplicaRun
+from sim.core.records import Records, request_arrays
 from sim.core.simulate import merged_records, simulate_runs
 from sim.experiment.breakdown import breakdown_columns, breakdown_shares, recorded_steps
 from sim.experiment.config import Experiment, clock_for
 from sim.experiment.merged import MergedIterations
 from sim.experiment.metrics import SUMMARY_METRICS, summarize
-from sim.experiment.records import Records, request_arrays
 from sim.workload.config import build_trace
 from sim.workload.trace import Trace
 
