@@ -29,7 +29,7 @@ GROUP = "engine.core.native"  # mypyc's shared library: engine/core/native__mypy
 # are fingerprinted by their __dict__ (a compiled frozen dataclass has none and does not unpickle), read once a run
 NOT_COMPILED = {"__init__.py", "compiled.py", "system.py", "spec.py", "errors.py"}
 # the simulator's loop; the rest runs once
-SIM_CORE = ["replica.py", "fast_forward.py", "beams.py", "known_arrivals.py"]
+SIM_CORE = ["replica.py", "fast_forward.py", "router_wakes.py", "beams.py", "known_arrivals.py"]
 CALIBRATE = ["roofline_terms.py"]  # the roofline cost model's arithmetic per step; the rest runs once
 
 

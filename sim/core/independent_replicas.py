@@ -26,11 +26,11 @@ import numpy as np
 import simpy
 
 from engine.core.records import ITERATION_TYPECODES
-from sim.core.fast_forward import RouterWakes
 from sim.core.known_arrivals import KnownArrivals
 from sim.core.records import Records
 from sim.core.replica import run_to_end
 from sim.core.router import trace_requests
+from sim.core.router_wakes import RouterWakes
 from sim.executors.pool import stop_pool, worker_pool
 from sim.workload.trace import Trace
 

@@ -54,8 +54,9 @@ class Replica:
     # --- called by the router ----------------------------------------------------------
     def submit(self, request: Request) -> None:
         self.core.admit(request)
-        if self.stretch is not None and self.fast_forward is not None:  # a stretch runs only fast-forwarded
-            self.fast_forward.arrive(self, self.env.now)
+        stretch = self.stretch
+        if stretch is not None and self.fast_forward is not None:  # a stretch runs only fast-forwarded
+            self.fast_forward.arrive(self.env, stretch, self.env.now)
         self._notify()
 
     def close(self) -> None:
@@ -84,9 +85,13 @@ class Replica:
             seconds = self.cost_model.step_time(step.batch)
             if not 0.0 <= seconds < math.inf:  # NaN fails both comparisons
                 raise ClockFault(self._bad_step_time(seconds, step.batch, env.now))
-            stretch = fast_forward.plan(self, step, seconds) if fast_forward is not None else None
+            stretch = fast_forward.plan(core, self.cost_model, self.index, step, seconds) \
+                if fast_forward is not None else None
             if stretch is not None and fast_forward is not None:
-                yield from fast_forward.run(self, stretch)
+                self.stretch = stretch  # a request submitted meanwhile may cut it
+                ends = yield from fast_forward.run(env, core, stretch)
+                self.stretch = None
+                self.iteration_ends.extend(ends)
                 continue
             yield env.timeout(seconds)
             core.end_step(step, env.now, self._beam_parents(step.batch))
@@ -123,9 +128,12 @@ class Replica:
             seconds = self.cost_model.step_time(step.batch)
             if not 0.0 <= seconds < math.inf:  # NaN fails both comparisons
                 raise ClockFault(self._bad_step_time(seconds, step.batch, now))
-            stretch = fast_forward.plan(self, step, seconds) if fast_forward is not None else None
+            stretch = fast_forward.plan(core, self.cost_model, self.index, step, seconds) \
+                if fast_forward is not None else None
             if stretch is not None and fast_forward is not None:
-                now = fast_forward.run_alone(self, stretch, arrivals)
+                ends = fast_forward.run_alone(core, stretch, arrivals)
+                self.iteration_ends.extend(ends)
+                now = ends[-1]
                 arrivals.stretch_ended()
             else:
                 end = now + seconds

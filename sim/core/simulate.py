@@ -18,12 +18,13 @@ from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
 from sim.core.beams import BeamParentModel
 from sim.core.breakdown import BreakdownRecorder
-from sim.core.fast_forward import FastForward, arrival_event_times
+from sim.core.fast_forward import FastForward
 from sim.core.independent_replicas import ReplicaRun, serve_apart
 from sim.core.known_arrivals import KnownArrivals
 from sim.core.records import Records
 from sim.core.replica import Replica, run_to_end
 from sim.core.router import arrivals
+from sim.core.router_wakes import arrival_event_times
 from sim.workload.beams import DEFAULT_BEAM_CONTINUE
 from sim.workload.tokens import with_block_keys
 from sim.workload.trace import Trace

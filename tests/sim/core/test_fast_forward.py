@@ -43,9 +43,9 @@ class Stretches(FastForward):
         self.num_cuts += cut
         return cut
 
-    def _finish(self, replica, stretch):
+    def _finish(self, core, stretch):
         self.num_stretches += 1
-        super()._finish(replica, stretch)
+        return super()._finish(core, stretch)
 
 
 @pytest.fixture(autouse=True)
