@@ -19,7 +19,7 @@ class Workers:
     # else it sends the files back (a pool's pipe would carry megabytes, and a worker terminated
     # halfway through sending would leave the pool's reader waiting for the rest forever)
     same_machine = True
-    # processes a run may start of its own (a fleet's replicas: sim/core/independent_replicas.py), sharing the
+    # processes a run may start of its own (a fleet's replicas: sim/executors/replica_pool.py), sharing the
     # machine's width
     nests_processes = False
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import sim.core.simulate
+import sim.core.fleet
 from calibrate.costmodel import CostModel
 from engine.specs.errors import SpecError
 from sim.core.fast_forward import FastForward
@@ -50,7 +50,7 @@ class Stretches(FastForward):
 
 @pytest.fixture(autouse=True)
 def counted(monkeypatch):
-    monkeypatch.setattr(sim.core.simulate, "FastForward", Stretches)
+    monkeypatch.setattr(sim.core.fleet, "FastForward", Stretches)
     Stretches.last = None
 
 
