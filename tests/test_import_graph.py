@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_import_rules import REPO, _without_main_blocks, module_name
+from tests.helpers.import_scan import REPO, module_name, without_main_blocks
 
 # not the tree's modules: the tests themselves, virtual environments, and what builds, docs and runs write
 SKIPPED = {"tests", "build", "site", "results"}
@@ -53,10 +53,10 @@ def in_tree(name: str, modules: set[str] | dict[str, Path]) -> str | None:
 
 
 def imported_from_tree(source: str, module: str, is_package: bool, modules: set[str] | dict[str, Path]) -> set[str]:
-    """The modules of the tree that `source`'s import statements import (as tests/test_import_rules.py's scan
+    """The modules of the tree that `source`'s import statements import (as tests/helpers/import_scan.py
     reads them). `from package import name` imports the submodule where `name` is one, else the package."""
     found = set()
-    for node in ast.walk(_without_main_blocks(ast.parse(source))):
+    for node in ast.walk(without_main_blocks(ast.parse(source))):
         if isinstance(node, ast.Import):
             found.update(in_tree(alias.name, modules) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
