@@ -71,6 +71,7 @@ class Replica:
     # --- the process ----------------------------------------------------------------------
     def serve(self):
         core, env, fast_forward = self.core, self.env, self.fast_forward
+        cost_model, index = self.cost_model, self.index
         while env.now < self.horizon_s:
             step = core.start_step(env.now)
             if step is None:
@@ -82,11 +83,10 @@ class Replica:
                 self._wake = env.event()  # idle until the router brings a request
                 yield self._wake
                 continue
-            seconds = self.cost_model.step_time(step.batch)
+            seconds = cost_model.step_time(step.batch)
             if not 0.0 <= seconds < math.inf:  # NaN fails both comparisons
                 raise ClockFault(self._bad_step_time(seconds, step.batch, env.now))
-            stretch = fast_forward.plan(core, self.cost_model, self.index, step, seconds) \
-                if fast_forward is not None else None
+            stretch = fast_forward.plan(core, cost_model, index, step, seconds) if fast_forward is not None else None
             if stretch is not None and fast_forward is not None:
                 self.stretch = stretch  # a request submitted meanwhile may cut it
                 ends = yield from fast_forward.run(env, core, stretch)
@@ -113,6 +113,7 @@ class Replica:
         """serve's loop on a clock of its own: `now + seconds` as SimPy's timeouts add it, the requests taken from
         `arrivals` where the router's process would hand them over, and idle time skipped to the next."""
         core, fast_forward = self.core, self.fast_forward
+        cost_model, index = self.cost_model, self.index
         now = self.now_s
         while now < self.horizon_s:
             step = core.start_step(now)
@@ -125,11 +126,10 @@ class Replica:
                     return
                 self.now_s = now
                 continue
-            seconds = self.cost_model.step_time(step.batch)
+            seconds = cost_model.step_time(step.batch)
             if not 0.0 <= seconds < math.inf:  # NaN fails both comparisons
                 raise ClockFault(self._bad_step_time(seconds, step.batch, now))
-            stretch = fast_forward.plan(core, self.cost_model, self.index, step, seconds) \
-                if fast_forward is not None else None
+            stretch = fast_forward.plan(core, cost_model, index, step, seconds) if fast_forward is not None else None
             if stretch is not None and fast_forward is not None:
                 ends = fast_forward.run_alone(core, stretch, arrivals)
                 self.iteration_ends.extend(ends)
