@@ -14,9 +14,8 @@ import traceback
 
 from calibrate.cli import register as register_calibrate
 from engine.core.errors import Unservable
-from engine.specs.errors import SpecError
+from engine.specs.errors import SpecError, one_line
 from fidelity.cli import register as register_validate
-from sim.cli import one_line
 from sim.cli import register as register_sim
 
 # every room's commands, in the order `servesim --help` lists them; imports stay light (no simpy or

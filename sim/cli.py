@@ -1,15 +1,13 @@
 """The simulator's commands (`servesim run`, `capacity`, `reproduce`, `trace`); the front door is servesim/cli.py."""
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
-from engine.specs.arguments import Spelling, per_core
-from engine.specs.arguments import jobs as jobs_argument
+from engine.specs.arguments import Spelling
 from engine.specs.checks import option, positive
-from engine.specs.errors import SpecError
+from sim.executors.options import add_executor_options, executor_spec
 
 # `servesim run`'s flags for the arguments servesim.run takes (sim/experiment/checked.py checks both)
 RUN_FLAGS = Spelling(overrides="--set", out_dir="--out", jobs="--jobs", iterations="--iterations")
@@ -76,29 +74,6 @@ def _run_and_report(args, exp, out_dir: Path, executor, started: float, plots) -
     return 0
 
 
-def add_executor_options(parser: argparse.ArgumentParser, what: str) -> None:
-    """--jobs, --executor and --scheduler: where a command's runs go (sim/executors/pool.py)."""
-    parser.add_argument("--jobs", type=int, default=0,
-                        help=f"{what} in parallel: processes, or a local Dask cluster's workers; default one per core")
-    parser.add_argument("--executor", choices=("process", "dask"), default=None,
-                        help="process (default): a local process pool; dask: a local Dask cluster "
-                        "(needs servesim[dask])")
-    parser.add_argument("--scheduler", metavar="tcp://HOST:PORT",
-                        help=f"send the {what} to the existing Dask cluster whose scheduler is there")
-
-
-def executor_spec(args, runs: int):
-    """The executor the options ask for; --jobs 0 is one worker per core; never more workers than runs
-    (more would only sit idle, each a process forked for nothing)."""
-    from sim.executors.pool import ExecutorSpec
-
-    kind = args.executor or ("dask" if args.scheduler else "process")
-    asked = jobs_argument(args.jobs, "--jobs")  # the check servesim.run's jobs= goes through
-    if args.scheduler and asked:
-        raise SpecError("--jobs", str(asked), "the cluster at --scheduler has its own workers; drop --jobs")
-    return ExecutorSpec(kind, per_core(asked, runs), args.scheduler)
-
-
 def register(sub) -> None:
     """The simulator's commands: run, capacity, reproduce and trace (the front door, servesim/cli.py, calls this)."""
     run = sub.add_parser("run", help="simulate every system x rate x seed of an experiment")
@@ -129,12 +104,6 @@ def register(sub) -> None:
 
     for register_room in (register_capacity, register_reproduce, register_trace):
         register_room(sub)
-
-
-def one_line(err: BaseException) -> str:
-    """An error's message on one line: a YAML parser's, for one, spans several."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    return "; ".join(lines) or type(err).__name__
 
 
 if __name__ == "__main__":

@@ -11,14 +11,14 @@ program, not the module (it never runs on an import), so the scan leaves it out.
 """
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers.import_scan import REPO, imported_modules, module_name
+
 ENGINE = REPO / "engine"
 CORE = ENGINE / "core"
 
@@ -29,44 +29,6 @@ FORBIDDEN = [  # (folder, modules (and their submodules) no file under it may im
     (REPO / "sim", {"fidelity", "engine.runtime", "engine.kernels", "torch", "triton", "servesim"}),
     (REPO / "fidelity", {"servesim"}),
 ]
-
-
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(REPO).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def imported_modules(source: str, module: str, is_package: bool = False) -> set[str]:
-    """Every module an import statement in `source` names, relative imports made absolute."""
-    found = set()
-    for node in ast.walk(_without_main_blocks(ast.parse(source))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                package = module.split(".")
-                package = package[:len(package) - node.level + (1 if is_package else 0)]
-                base = ".".join(package + ([node.module] if node.module else []))
-            else:
-                base = node.module
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
-    return found
-
-
-def _is_main_guard(node: ast.stmt) -> bool:
-    test = getattr(node, "test", None)
-    return (isinstance(node, ast.If) and isinstance(test, ast.Compare) and isinstance(test.left, ast.Name)
-            and test.left.id == "__name__" and len(test.comparators) == 1 and isinstance(test.ops[0], ast.Eq)
-            and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == "__main__")
-
-
-def _without_main_blocks(tree: ast.Module) -> ast.Module:
-    """The module as an import runs it: a top-level `if __name__ == "__main__":` block never does."""
-    tree.body = [node for node in tree.body if not _is_main_guard(node)]
-    return tree
 
 
 def violations(folder: Path, banned: set[str]) -> list[str]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from engine.core.system import SystemSpec
 from engine.specs.errors import SpecError
-from sim.executors.pool import ExecutorSpec
+from sim.executors.spec import ExecutorSpec
 from sim.experiment.config import Experiment
 from sim.experiment.fingerprint import config_digest, input_digest
 from sim.experiment.progress import Eta

@@ -24,12 +24,13 @@ import numpy as np
 import simpy
 
 from engine.core.factory import make_scheduler
-from sim.core.beams import DEFAULT_BEAM_CONTINUE, BeamParentModel
+from sim.core.beams import BeamParentModel
+from sim.core.records import Records
 from sim.core.replica import Replica
 from sim.core.router import arrivals
 from sim.experiment.config import load_experiment
-from sim.experiment.records import Records
 from sim.experiment.run import make_cost_model, trace_for
+from sim.workload.beams import DEFAULT_BEAM_CONTINUE
 
 ROOT = Path(__file__).resolve().parents[2]
 WIDTHS = (2, 4, 6)

@@ -16,3 +16,9 @@ class SpecError(ValueError):
         # An error raised in a worker process (or a Dask worker) travels back pickled; the default
         # rebuilds it from the one formatted message and fails on this three-argument __init__.
         return self.__class__, (self.source, self.key, self.message), self.__dict__
+
+
+def one_line(err: BaseException) -> str:
+    """An error's message on one line: a YAML parser's, for one, spans several."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return "; ".join(lines) or type(err).__name__

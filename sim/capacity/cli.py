@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sim.executors.options import add_executor_options, executor_spec
+
 
 def _cmd_capacity(args) -> int:
     import pandas as pd
 
     from sim.capacity.plan import FLAGS, plan_capacity, run_capacity
-    from sim.cli import executor_spec
     from sim.experiment.config import load_experiment
     from sim.experiment.output import prepare_out_dir, write_csv
 
@@ -39,7 +40,5 @@ def register(sub) -> None:
     cap.add_argument("--tolerance", type=float, default=0.05, help="relative precision of the rate search")
     cap.add_argument("--out")
     cap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    from sim.cli import add_executor_options
-
     add_executor_options(cap, "probes")
     cap.set_defaults(func=_cmd_capacity)

@@ -76,7 +76,7 @@ def _lookahead(job: Job, width: int) -> list:
 
 
 def run_searches(jobs: list[Job], probe_fn: Callable, workers, on_probe: Callable[[int, Any], None]) -> None:
-    """Run every job to its end on `workers` (sim/pool.Workers), in rounds; on_probe(job index, probe)
+    """Run every job to its end on `workers` (sim.executors.workers.Workers), in rounds; on_probe(job index, probe)
     is called for each probe on a search's path, in the order the search took them."""
     for i, job in enumerate(jobs):
         _advance(i, job, on_probe)

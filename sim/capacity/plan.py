@@ -27,7 +27,7 @@ from sim.capacity.search import (
     run_jobs,
 )
 from sim.capacity.targets import Target, judge, label, parse_targets
-from sim.executors.pool import Workers
+from sim.executors.workers import Workers
 from sim.experiment.config import MAX_REQUESTS, Experiment
 
 ALL = "all"  # the metric column of the joint row

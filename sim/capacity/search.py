@@ -21,7 +21,7 @@ from engine.core.system import SystemSpec
 from engine.specs.errors import SpecError
 from sim.capacity.parallel import Job, run_searches
 from sim.capacity.targets import SERVED_KEYS, TARGET_METRICS, Target, judge
-from sim.executors.pool import Workers
+from sim.executors.workers import Workers
 from sim.experiment.config import MAX_REQUESTS, Experiment
 from sim.experiment.run import run_one
 

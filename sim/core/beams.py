@@ -9,11 +9,8 @@ candidates into the group's slots, and the control plane shares or copies the pa
 beam_continue = 1 never forks (the beams share only the prompt, like parallel samples); lower values
 fork more often, so the beams share longer histories and save more memory under vLLM.
 
-DEFAULT_BEAM_CONTINUE was fitted once, on Alpaca-shaped lengths (alpaca-standin), to the memory
-saving the paper reports for beam search there (Fig. 15: 37.6% at width 2 to 55.2% at width 6):
-0.93 gives 36.5%, 51.0% and 56.3% at widths 2, 4 and 6. It was not refitted for ShareGPT, which lands
-at 46.2%, 67.5% and 75.0% (the paper: 44.3%-66.3%). benchmarks/paper/beam_saving.py --fit refits and
-reports both; benchmarks/results/beam_saving.md records the run.
+Its default, fitted to the paper's beam-search memory saving, is the workload's
+(sim.workload.beams.DEFAULT_BEAM_CONTINUE).
 
 Draws come from the run's one seeded numpy Generator, in batch order, so a run is deterministic. They are
 taken from it a block at a time (UniformDraws) and handed out as one call per step would have drawn them;
@@ -30,7 +27,6 @@ import numpy as np
 from engine.core.batch import Batch
 from engine.core.beam import beam_parents
 
-DEFAULT_BEAM_CONTINUE = 0.93
 DRAW_BLOCK = 4096  # uniform draws taken from the Generator at once
 # bit generators whose advance(k) is k draws of random(): one 64-bit output per double
 ADVANCES_BY_DRAW = ("PCG64", "PCG64DXSM")

@@ -36,43 +36,19 @@ from simpy.events import Event
 
 from engine.core.serving import Step
 from sim.core.alarm import Alarm
+from sim.core.router_wakes import RouterWakes
 
 if TYPE_CHECKING:
+    from simpy import Environment
+
     from calibrate.costmodel import CostModel
     from engine.core.batch import Batch
+    from engine.core.serving import ServingCore
     from sim.core.known_arrivals import KnownArrivals
-    from sim.core.replica import Replica
 
 MAX_STRETCH = 4096  # iterations priced at once; a longer run of decodes continues as the next stretch
 # a stretch shorter than this costs more to plan than the iterations it spares: run them one by one
 MIN_STRETCH = 3
-
-
-def arrival_event_times(arrival_s: list[float]) -> list[float]:
-    """When the router's process (sim.core.router.arrivals) hands each request over, to the bit: it sleeps
-    `arrival - now` and SimPy adds that back to now, which need not give the arrival time exactly; a
-    request arriving at the time it woke at comes in the same wake."""
-    now, times = 0.0, []
-    for arrival in arrival_s:
-        delay = arrival - now
-        if delay > 0:
-            now = now + delay
-        times.append(now)
-    return times
-
-
-class RouterWakes:
-    """When the router's process wakes: each request's handover time in the fleet, ascending (several may share
-    one), and the same as a set. Shared by the replicas of one fleet."""
-
-    def __init__(self, wakes: list[float]):
-        self.times = wakes
-        self.distinct = set(wakes)
-
-    def first_after(self, now_s: float) -> float:
-        """The router's first wake after now_s (inf: none)."""
-        at = bisect.bisect_right(self.times, now_s)
-        return self.times[at] if at < len(self.times) else math.inf
 
 
 @dataclass(eq=False, slots=True)
@@ -102,22 +78,24 @@ class FastForward:
         self.num_forwarded = 0  # iterations run in stretches: what benchmarks/speed/sim_speed.py reports
         self.num_queued = 0  # requests that reached a replica during a stretch and queued without cutting it
 
-    def plan(self, replica: Replica, step: Step, seconds: float) -> Stretch | None:
-        """The stretch starting with `step` (just scheduled, costing `seconds`), or None when it would
-        not reach a second iteration: the replica then runs the step as it always does."""
+    def plan(self, core: ServingCore, cost_model: CostModel, index: int, step: Step, seconds: float
+             ) -> Stretch | None:
+        """The stretch starting with `step` (just scheduled on replica `index`, whose serving core and cost model
+        these are, costing `seconds`), or None when it would not reach a second iteration: the replica then runs
+        the step as it always does."""
         batch = step.batch
         if batch.prefill_seq_ids:  # the next batch differs (Scheduler.decode_stretch): the common case, checked first
             return None
         queued = self.arrivals_queue(step)
         # a request reaching the replica (unless it only queues) cuts the stretch at the iteration in flight then
-        next_arrival = math.inf if queued else self._next_arrival(replica, step.start_s)
+        next_arrival = math.inf if queued else self._next_arrival(index, step.start_s)
         if next_arrival < step.start_s + MIN_STRETCH * seconds:
             return None  # the request reaching the replica would cut it short
-        allowed = replica.core.decode_stretch(step)
+        allowed = core.decode_stretch(step)
         if allowed < MIN_STRETCH:
             return None
         # the stretch's iterations, none moving blocks (only the first may, and it costs `seconds`)
-        ends = self._ends(replica.cost_model, batch, step.start_s + seconds, min(allowed, MAX_STRETCH), next_arrival,
+        ends = self._ends(cost_model, batch, step.start_s + seconds, min(allowed, MAX_STRETCH), next_arrival,
                           seconds)
         num_steps = len(ends)
         if num_steps < 2:
@@ -163,12 +141,12 @@ class FastForward:
         when it was scheduled: the module's doc), or may be admitted next and so cuts the stretch."""
         return step.num_waiting > 0
 
-    def _next_arrival(self, replica: Replica, now_s: float) -> float:
-        """When the next request reaches the replica, where the router's choice is known ahead; else inf
+    def _next_arrival(self, index: int, now_s: float) -> float:
+        """When the next request reaches replica `index`, where the router's choice is known ahead; else inf
         (any request might, and the one that does cuts the stretch)."""
         if self.by_replica is None:
             return math.inf
-        times = self.by_replica[replica.index]
+        times = self.by_replica[index]
         at = bisect.bisect_left(times, now_s)
         return times[at] if at < len(times) else math.inf
 
@@ -183,37 +161,33 @@ class FastForward:
                 return at
         return num_steps
 
-    def run(self, replica: Replica, stretch: Stretch) -> Generator[Event, None, None]:
-        """The replica's process through the stretch: sleep until its last iteration ends (a request reaching
-        the replica may bring that forward, cut()), then record the iterations and complete the last."""
-        replica.stretch = stretch
-        resume = stretch.resume = replica.env.event()
-        self._arm(replica, stretch)
+    def run(self, env: Environment, core: ServingCore, stretch: Stretch) -> Generator[Event, None, list[float]]:
+        """The replica's process through the stretch (on `env`, serving with `core`): sleep until its last
+        iteration ends (a request reaching the replica may bring that forward, arrive()), then record the
+        iterations and complete the last. When each recorded iteration ended."""
+        resume = stretch.resume = env.event()
+        self._arm(env, stretch)
         yield resume
-        replica.stretch = None
-        self._finish(replica, stretch)
+        return self._finish(core, stretch)
 
-    def run_alone(self, replica: Replica, stretch: Stretch, arrivals: KnownArrivals) -> float:
+    def run_alone(self, core: ServingCore, stretch: Stretch, arrivals: KnownArrivals) -> list[float]:
         """run() for a replica alone on its clock, with no event: the requests reaching it before the stretch's
         last iteration ends (none at an end, see plan) reach it in order, each cutting the stretch as arrive()
-        would, then the iterations are recorded. When the last ended."""
+        would, then the iterations are recorded. When each ended."""
         while arrivals.next_wake < stretch.ends[stretch.num_steps - 1]:
             now_s = arrivals.next_wake
-            arrivals.hand_over_next(replica.core)
+            arrivals.hand_over_next(core)
             self.cut(stretch, now_s)
-        self._finish(replica, stretch)
-        return stretch.ends[stretch.num_steps - 1]
+        return self._finish(core, stretch)
 
-    def arrive(self, replica: Replica, now_s: float) -> None:
-        """A request reached the replica at now_s, which admitted it to its waiting queue. With others already
-        waiting when the stretch was scheduled it queues behind them and changes no schedule of the stretch
-        (the module's doc): noted for the records. Otherwise it may be admitted next: the iteration then in
-        flight (the first to end after now_s; none ends at it, see plan) is the stretch's last, and the
+    def arrive(self, env: Environment, stretch: Stretch, now_s: float) -> None:
+        """A request reached the replica running `stretch` at now_s, which admitted it to its waiting queue. With
+        others already waiting when the stretch was scheduled it queues behind them and changes no schedule of
+        the stretch (the module's doc): noted for the records. Otherwise it may be admitted next: the iteration
+        then in flight (the first to end after now_s; none ends at it, see plan) is the stretch's last, and the
         scheduler sees the request next."""
-        stretch = replica.stretch
-        assert stretch is not None
         if self.cut(stretch, now_s):
-            self._arm(replica, stretch)
+            self._arm(env, stretch)
 
     def cut(self, stretch: Stretch, now_s: float) -> bool:
         """arrive()'s decision: whether the request reaching the replica at now_s cut the stretch short (else it
@@ -228,16 +202,17 @@ class FastForward:
             return True
         return False
 
-    def _arm(self, replica: Replica, stretch: Stretch) -> None:
+    def _arm(self, env: Environment, stretch: Stretch) -> None:
         def ring(alarm: Event) -> None:
             resume = stretch.resume
             if alarm is stretch.alarm and resume is not None:  # an alarm a cut replaced rings for nobody
                 resume.succeed()
 
-        stretch.alarm = Alarm(replica.env, stretch.ends[stretch.num_steps - 1], ring)
+        stretch.alarm = Alarm(env, stretch.ends[stretch.num_steps - 1], ring)
 
-    def _finish(self, replica: Replica, stretch: Stretch) -> None:
+    def _finish(self, core: ServingCore, stretch: Stretch) -> list[float]:
+        """The stretch's iterations recorded and the last completed; when each ended."""
         ends = stretch.ends[:stretch.num_steps]
         self.num_forwarded += len(ends)
-        replica.core.end_steps(stretch.step, ends, queued_s=stretch.queued_s)
-        replica.iteration_ends.extend(ends)
+        core.end_steps(stretch.step, ends, queued_s=stretch.queued_s)
+        return ends

@@ -2,7 +2,7 @@
 
 Where the router's choice is known ahead (one replica, or a round-robin fleet without beam searches, served
 apart), a replica alone on its clock needs no router process: its requests and the times the router would hand
-them over (sim.core.fast_forward.arrival_event_times, to the bit) are arrays, and Replica.serve_known takes them
+them over (sim.core.router_wakes.arrival_event_times, to the bit) are arrays, and Replica.serve_known takes them
 from there between its iterations, with no SimPy event per iteration or per arrival.
 
 One order needs care: a request handed over at the very instant an iteration ends. SimPy runs two events of one
@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from mypy_extensions import mypyc_attr
 
 from engine.core.serving import Request, ServingCore
-from sim.core.fast_forward import RouterWakes
+from sim.core.router_wakes import RouterWakes
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled, it stays a base (tests watch the ties it orders)

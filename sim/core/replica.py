@@ -54,8 +54,9 @@ class Replica:
     # --- called by the router ----------------------------------------------------------
     def submit(self, request: Request) -> None:
         self.core.admit(request)
-        if self.stretch is not None and self.fast_forward is not None:  # a stretch runs only fast-forwarded
-            self.fast_forward.arrive(self, self.env.now)
+        stretch = self.stretch
+        if stretch is not None and self.fast_forward is not None:  # a stretch runs only fast-forwarded
+            self.fast_forward.arrive(self.env, stretch, self.env.now)
         self._notify()
 
     def close(self) -> None:
@@ -70,6 +71,7 @@ class Replica:
     # --- the process ----------------------------------------------------------------------
     def serve(self):
         core, env, fast_forward = self.core, self.env, self.fast_forward
+        cost_model, index = self.cost_model, self.index
         while env.now < self.horizon_s:
             step = core.start_step(env.now)
             if step is None:
@@ -81,12 +83,15 @@ class Replica:
                 self._wake = env.event()  # idle until the router brings a request
                 yield self._wake
                 continue
-            seconds = self.cost_model.step_time(step.batch)
+            seconds = cost_model.step_time(step.batch)
             if not 0.0 <= seconds < math.inf:  # NaN fails both comparisons
                 raise ClockFault(self._bad_step_time(seconds, step.batch, env.now))
-            stretch = fast_forward.plan(self, step, seconds) if fast_forward is not None else None
+            stretch = fast_forward.plan(core, cost_model, index, step, seconds) if fast_forward is not None else None
             if stretch is not None and fast_forward is not None:
-                yield from fast_forward.run(self, stretch)
+                self.stretch = stretch  # a request submitted meanwhile may cut it
+                ends = yield from fast_forward.run(env, core, stretch)
+                self.stretch = None
+                self.iteration_ends.extend(ends)
                 continue
             yield env.timeout(seconds)
             core.end_step(step, env.now, self._beam_parents(step.batch))
@@ -108,6 +113,7 @@ class Replica:
         """serve's loop on a clock of its own: `now + seconds` as SimPy's timeouts add it, the requests taken from
         `arrivals` where the router's process would hand them over, and idle time skipped to the next."""
         core, fast_forward = self.core, self.fast_forward
+        cost_model, index = self.cost_model, self.index
         now = self.now_s
         while now < self.horizon_s:
             step = core.start_step(now)
@@ -120,12 +126,14 @@ class Replica:
                     return
                 self.now_s = now
                 continue
-            seconds = self.cost_model.step_time(step.batch)
+            seconds = cost_model.step_time(step.batch)
             if not 0.0 <= seconds < math.inf:  # NaN fails both comparisons
                 raise ClockFault(self._bad_step_time(seconds, step.batch, now))
-            stretch = fast_forward.plan(self, step, seconds) if fast_forward is not None else None
+            stretch = fast_forward.plan(core, cost_model, index, step, seconds) if fast_forward is not None else None
             if stretch is not None and fast_forward is not None:
-                now = fast_forward.run_alone(self, stretch, arrivals)
+                ends = fast_forward.run_alone(core, stretch, arrivals)
+                self.iteration_ends.extend(ends)
+                now = ends[-1]
                 arrivals.stretch_ended()
             else:
                 end = now + seconds

@@ -18,10 +18,10 @@ from concurrent.futures import CancelledError
 from contextlib import contextmanager
 from functools import partial
 
-from engine.specs.errors import SpecError
-from sim.cli import one_line
-from sim.executors.pool import DASK_MISSING, Workers, call_detached, first_error_in_order
+from engine.specs.errors import SpecError, one_line
+from sim.executors.workers import Workers, call_detached, first_error_in_order
 
+DASK_MISSING = "needs dask's distributed scheduler: pip install 'servesim[dask]' (dask and distributed)"
 # distributed's logs are not the user's news: a run's error comes back through its future, a lost worker
 # as KilledWorker, and a worker logs errors of its own when its scheduler closes under it (Ctrl-C)
 QUIET = logging.CRITICAL

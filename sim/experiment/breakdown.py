@@ -19,7 +19,7 @@ from sim.core.breakdown import BreakdownRecorder
 
 
 class ReplicaRun(Protocol):
-    """What a replica's run (sim.core.independent_replicas.ReplicaRun) tells of its iterations."""
+    """What a replica's run (sim.core.replica_run.ReplicaRun) tells of its iterations."""
 
     index: int
     num_iterations: int
@@ -31,7 +31,7 @@ PARTS = ("device_s", "host_s", "swap_s")
 def recorded_steps(clock: BreakdownRecorder, runs: Sequence[ReplicaRun]) -> list[IterationTime]:
     """Every recorded iteration's breakdown, in the order of the run's merged records: each replica's in the order
     it ran them (the ones it priced, less one cut off by the horizon), a fleet's by end time then replica, as
-    sim.core.simulate.merged_records orders its records."""
+    sim.core.merge.merged_records orders its records."""
     per_replica = []
     for run in runs:
         steps = clock.replica_steps(run.index)

@@ -15,7 +15,7 @@ from engine.specs.arguments import API, Spelling, path_argument, per_core, strin
 from engine.specs.arguments import jobs as jobs_argument
 from engine.specs.checks import number, option, positive
 from engine.specs.errors import SpecError
-from sim.executors.pool import ExecutorSpec
+from sim.executors.spec import ExecutorSpec
 from sim.experiment.config import Experiment, load_experiment
 from sim.experiment.output import check_iterations_format, prepare_out_dir
 

@@ -1,7 +1,7 @@
 """A fleet's iterations in the order they ended, read from its replicas' records as they are needed, never
 held merged.
 
-sim.core.simulate.merged_records builds the fleet's records in memory: an hour of 64 replicas is 1.1 GB
+sim.core.merge.merged_records builds the fleet's records in memory: an hour of 64 replicas is 1.1 GB
 of columns, on top of what the replicas hold (their files, where workers served them; their own records,
 where this process did). A run needs less: its summary reads a few columns whole (one at a time), and its
 iterations file is written a row group at a time. MergedIterations gives both, in merged_records' order
@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 
 from engine.core.records import ITERATION_COLUMNS, ITERATION_TYPECODES
-from sim.core.independent_replicas import ReplicaRun
+from sim.core.replica_run import ReplicaRun
 
 
 class MergedIterations(Mapping[str, np.ndarray]):

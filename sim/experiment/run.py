@@ -13,13 +13,15 @@ from engine.core.errors import Unservable
 from engine.core.records import DROPPED_COLUMNS, ITERATION_COLUMNS
 from engine.core.system import SystemSpec
 from sim.core.breakdown import BreakdownRecorder
-from sim.core.independent_replicas import ReplicaRun
-from sim.core.simulate import merged_records, simulate_runs
+from sim.core.merge import merged_records
+from sim.core.records import Records, request_arrays
+from sim.core.replica_run import ReplicaRun
+from sim.core.simulate import simulate_runs
+from sim.executors.replica_pool import ProcessReplicaPool
 from sim.experiment.breakdown import breakdown_columns, breakdown_shares, recorded_steps
 from sim.experiment.config import Experiment, clock_for
 from sim.experiment.merged import MergedIterations
 from sim.experiment.metrics import SUMMARY_METRICS, summarize
-from sim.experiment.records import Records, request_arrays
 from sim.workload.config import build_trace
 from sim.workload.trace import Trace
 
@@ -85,7 +87,8 @@ def simulate_trace(exp: Experiment, system: SystemSpec, trace: Trace, cost_model
                    jobs: int = 1) -> tuple[Records, float]:
     """Serve a trace on exp.replicas replicas; returns the records and the horizon used. `rng` is the
     run's Generator, which a trace of beam searches draws their parents from (sim.core.beams); fast_forward and
-    jobs (processes for the replicas, where they share nothing) as sim.core.simulate's."""
+    jobs: processes for the replicas, where they share nothing (sim/executors/replica_pool.py); fast_forward as
+    sim.core.simulate's."""
     runs, horizon_s = serve_trace(exp, system, trace, cost_model, rng, fast_forward, jobs)
     return merged_records(runs), horizon_s
 
@@ -100,7 +103,8 @@ def serve_trace(exp: Experiment, system: SystemSpec, trace: Trace, cost_model: C
     horizon_s = max(span, exp.warmup_s, 1.0) * exp.max_time_factor
     runs = simulate_runs(trace, exp.model, system, cost_model, pool.num_gpu_blocks, pool.num_cpu_blocks,
                          replicas=exp.replicas, router=exp.router, horizon_s=horizon_s, rng=rng,
-                         beam_continue=exp.workload.beam_continue, fast_forward=fast_forward, jobs=jobs)
+                         beam_continue=exp.workload.beam_continue, fast_forward=fast_forward,
+                         replica_pool=ProcessReplicaPool(jobs) if jobs > 1 else None)
     return runs, horizon_s
 
 

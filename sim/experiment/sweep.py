@@ -1,4 +1,4 @@
-"""Many runs: every system x rate x seed of an experiment, over any Workers (sim/executors/pool.py), resumable.
+"""Many runs: every system x rate x seed of an experiment, over any Workers (sim/executors/workers.py), resumable.
 
 Each finished run leaves DIR/runs/<key>/ (summary.json, requests.csv.gz, dropped.csv.gz where it dropped
 requests unserved (vLLM's ignored, or aborted), and its per-iteration
@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.core.system import SystemSpec
-from sim.executors.pool import ExecutorSpec, Workers
+from sim.executors.spec import ExecutorSpec
+from sim.executors.workers import Workers
 from sim.experiment.config import Experiment
 from sim.experiment.fingerprint import config_digest, input_digest
 from sim.experiment.output import (

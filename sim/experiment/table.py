@@ -6,8 +6,8 @@ and the csv module do. What must not change is a single byte of the files: the r
 `DataFrame.to_csv(index=False)` (pandas 3, `get_values_for_csv`), and tests/sim/experiment/test_table.py
 checks them against pandas itself.
 
-- A column's type is inferred from its values as pandas infers a column of a list of rows: all bools
-  -> bool, all ints -> int64, ints, floats and None -> float64 (None is NaN), anything else -> object.
+- A column's type is inferred from its values as pandas infers a column of a list of rows
+  (sim/core/columns.py, which a simulation's request records are typed by too).
 - float64 is written as numpy's `astype(str)` writes it (the shortest text that reads back the same
   value), NaN as an empty field; int64 and bool as `str`; an object value as `str`, None or NaN empty.
 - Rows go through `csv.writer` with minimal quoting and "\n" line ends, as pandas' writer does.
@@ -21,22 +21,10 @@ from typing import TextIO
 
 import numpy as np
 
+from sim.core.columns import infer_column
+
 Columns = Mapping[str, np.ndarray]  # a table: each column's values, all of one length, in column order
 CSV_CHUNK_ROWS = 100_000  # rows formatted at a time: bounds the text held for a large table
-
-
-def infer_column(values: Sequence) -> np.ndarray:
-    """A list of one column's values as the array pandas would make of it (see the module's docstring)."""
-    kinds = {type(value) for value in values}
-    if kinds and kinds <= {bool, np.bool_}:
-        return np.array(values, dtype=bool)
-    if kinds and kinds <= {int, np.int64}:
-        return np.array(values, dtype=np.int64)
-    if kinds and kinds <= {int, float, np.int64, np.float64, type(None)} and kinds & {float, np.float64, int, np.int64}:
-        return np.array([math.nan if value is None else value for value in values], dtype=np.float64)
-    column = np.empty(len(values), dtype=object)
-    column[:] = list(values)
-    return column
 
 
 def rows_to_columns(rows: Sequence[Mapping], names: Sequence[str]) -> dict[str, np.ndarray]:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from engine.atomic import remove_stale_temporaries
-from sim.executors.pool import ExecutorSpec
+from sim.executors.spec import ExecutorSpec
 from sim.experiment.config import Experiment, apply_overrides, experiment_from_dict, load_experiment, read_config
 from sim.experiment.output import DEFAULT_ITERATIONS, prepare_out_dir, write_csv
 from sim.experiment.progress import Eta, duration_text

@@ -36,9 +36,9 @@ import numpy as np
 
 from engine.specs.checks import choice, is_number, number, positive, positive_int
 from engine.specs.errors import SpecError
-from sim.core.beams import DEFAULT_BEAM_CONTINUE
 
 from .arrivals import ARRIVALS
+from .beams import DEFAULT_BEAM_CONTINUE
 from .chatbot import DEFAULT_NEW_CONVERSATION_PROB, chatbot_label, chatbot_requests
 from .conversations import CONVERSATION_NAMES, is_conversation_dataset, load_conversations
 from .lengths import DATASET_NAMES, LENGTH_FILTERS, PAPER_CUT_ONLY, load_lengths

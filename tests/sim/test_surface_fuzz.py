@@ -22,7 +22,7 @@ from engine.specs.errors import SpecError
 from servesim.cli import main
 from sim.capacity.parallel import Job, run_searches
 from sim.capacity.search import MAX_PROBES, MIN_REL_TOL, rate_search
-from sim.executors.pool import Workers
+from sim.executors.workers import Workers
 from sim.experiment.config import MAX_REQUESTS, load_experiment
 from sim.experiment.metrics import SIGNED_METRICS, SUMMARY_METRICS
 from sim.experiment.run import run_one

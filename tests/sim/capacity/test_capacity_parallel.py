@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from servesim.cli import main
 from sim.capacity.parallel import Job, run_searches
 from sim.capacity.search import capacity_search, rate_search
-from sim.executors.pool import Workers
+from sim.executors.workers import Workers
 from tests.helpers.doors import FakeProbe, fake_holds
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import sim.core.simulate
+import sim.core.fleet
 from calibrate.costmodel import CostModel
 from engine.specs.errors import SpecError
 from sim.core.fast_forward import FastForward
@@ -43,14 +43,14 @@ class Stretches(FastForward):
         self.num_cuts += cut
         return cut
 
-    def _finish(self, replica, stretch):
+    def _finish(self, core, stretch):
         self.num_stretches += 1
-        super()._finish(replica, stretch)
+        return super()._finish(core, stretch)
 
 
 @pytest.fixture(autouse=True)
 def counted(monkeypatch):
-    monkeypatch.setattr(sim.core.simulate, "FastForward", Stretches)
+    monkeypatch.setattr(sim.core.fleet, "FastForward", Stretches)
     Stretches.last = None
 
 

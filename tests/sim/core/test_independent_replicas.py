@@ -1,4 +1,5 @@
-"""A round-robin fleet simulated one replica at a time (sim/core/independent_replicas.py) against the fleet
+"""A round-robin fleet simulated one replica at a time (sim/core/independent_replicas.py; in several processes,
+sim/executors/replica_pool.py) against the fleet
 simulated together behind the router's process: the same records, to the last bit, ties of an iteration's end and
 an arrival included."""
 from __future__ import annotations
@@ -7,7 +8,9 @@ import numpy as np
 import pytest
 
 import sim.core.simulate
+from sim.core.independent_replicas import raise_first_failure, serve_replicas
 from sim.core.simulate import simulate
+from sim.executors.replica_pool import ProcessReplicaPool
 from tests.helpers.simulation import MODEL, ROOFLINE, SYSTEMS, GridCost, grid_trace, random_trace
 
 
@@ -113,8 +116,31 @@ def test_the_collector_freeze_is_undone_and_leaves_anothers_alone():
 @pytest.mark.parametrize("jobs", [2, 3])
 def test_replicas_served_in_other_processes_give_the_same_records(monkeypatch, apart_calls, jobs):
     trace = random_trace(4, count=200, rate=30.0)
-    apart_and_together(monkeypatch, trace, SYSTEMS["vllm"], replicas=4, jobs=jobs)
+    apart_and_together(monkeypatch, trace, SYSTEMS["vllm"], replicas=4, replica_pool=ProcessReplicaPool(jobs))
     assert apart_calls and apart_calls[0] is not None and [run.index for run in apart_calls[0]] == [0, 1, 2, 3]
+
+
+def test_a_fleet_goes_to_the_pool_passed_in_and_a_lone_replica_stays_here():
+    class InThisProcess:
+        """A pool that serves the fleets it is handed here, as its workers would, and notes their sizes."""
+
+        def __init__(self):
+            self.fleets = []
+
+        def serve(self, trace, wakes, fleet):
+            self.fleets.append(fleet.replicas)
+            return raise_first_failure(serve_replicas(trace, wakes, fleet, range(fleet.replicas)))
+
+    pool, trace = InThisProcess(), random_trace(4, count=60, rate=20.0)
+    for replicas in (3, 1):
+        simulate(trace, MODEL, SYSTEMS["vllm"], ROOFLINE, 96, 256, replicas=replicas, replica_pool=pool)
+    assert pool.fleets == [3]
+
+
+def test_a_replica_pool_of_fewer_than_two_processes_is_refused():
+    for jobs in (1, 0):
+        with pytest.raises(ValueError, match=f"of {jobs} processes: it needs at least 2"):
+            ProcessReplicaPool(jobs)
 
 
 def test_replicas_in_other_processes_hand_their_records_over_in_files_removed_after(monkeypatch, tmp_path):
@@ -135,7 +161,7 @@ def test_replicas_in_other_processes_hand_their_records_over_in_files_removed_af
 
     monkeypatch.setattr(sim.core.simulate, "merged_records", spy)
     records = simulate(random_trace(4, count=120, rate=30.0), MODEL, SYSTEMS["vllm"], ROOFLINE, 96, 256,
-                       rng=np.random.default_rng(0), replicas=3, jobs=2)
+                       rng=np.random.default_rng(0), replicas=3, replica_pool=ProcessReplicaPool(2))
     # every replica's columns came from its file, not the pool's pipe
     assert len(seen[0]) == 3 and all(stored and held == 0 and count > 0 for stored, held, count in seen[0])
     assert len(records.iteration_columns[0]) == sum(count for _, _, count in seen[0])
@@ -144,12 +170,14 @@ def test_replicas_in_other_processes_hand_their_records_over_in_files_removed_af
 
 
 def test_arrival_ties_in_other_processes_are_ordered_as_together(monkeypatch, apart_calls):
-    apart_and_together(monkeypatch, grid_trace(8), SYSTEMS["vllm"], GridCost(), replicas=2, jobs=2)
+    apart_and_together(monkeypatch, grid_trace(8), SYSTEMS["vllm"], GridCost(), replicas=2,
+                       replica_pool=ProcessReplicaPool(2))
     assert apart_calls and apart_calls[0] is not None
 
 
 def test_a_sweep_gives_its_idle_processes_to_a_fleets_replicas(write_config, small, tmp_path):
-    from sim.executors.pool import PoolWorkers, Workers
+    from sim.executors.pool import PoolWorkers
+    from sim.executors.workers import Workers
     from sim.experiment.config import load_experiment
     from sim.experiment.sweep import replica_jobs, sweep
 
@@ -192,7 +220,8 @@ def test_an_error_apart_is_the_error_the_shared_simulation_meets_first(monkeypat
     for together in (False, True):
         with pytest.raises(SpecError) as err:
             simulate(random_trace(1, count=60, rate=10.0), MODEL, SYSTEMS["vllm"], NanAfter(), 96, 256,
-                     replicas=3, jobs=jobs, router_process=together)
+                     replicas=3, replica_pool=ProcessReplicaPool(jobs) if jobs > 1 else None,
+                     router_process=together)
         messages.append(str(err.value))
         # apart raised it without simulating the fleet again; together is the one simulation
         assert len(together_calls) == int(together)

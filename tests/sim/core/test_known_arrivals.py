@@ -10,8 +10,8 @@ import simpy
 
 import sim.core.independent_replicas
 from engine.specs.errors import SpecError
-from sim.core.fast_forward import arrival_event_times
 from sim.core.known_arrivals import KnownArrivals
+from sim.core.router_wakes import arrival_event_times
 from sim.core.simulate import simulate, simulate_runs
 from sim.workload.trace import Trace
 from tests.helpers.simulation import MODEL, ROOFLINE, SYSTEMS, GridCost, NanAfter, grid_trace, random_trace

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.executors.pool import first_error_in_order
+from sim.executors.workers import first_error_in_order
 
 
 def _getter(value):

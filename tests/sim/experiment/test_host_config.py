@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import sim.core.simulate
+import sim.core.fleet
 from calibrate.host import host_time
 from calibrate.host_model import available_host_models, host_model_path, load_host_model
 from engine.core.batch import Batch
@@ -128,7 +128,7 @@ def test_every_iteration_pays_the_named_host_time_in_both_paths(tmp_path, monkey
     cost = make_cost_model(exp, system)
     device = make_cost_model(experiment(tmp_path, "roofline", None), system)
     trace = random_trace(3, count=60, rate=4.0)
-    monkeypatch.setattr(sim.core.simulate, "FastForward", Forwarded)
+    monkeypatch.setattr(sim.core.fleet, "FastForward", Forwarded)
     runs = {fast: simulate(trace, model, system, cost, 400, 256, rng=np.random.default_rng(0), fast_forward=fast)
             for fast in (False, True)}
     step, fast = (runs[f].iterations_frame() for f in (False, True))

@@ -14,6 +14,7 @@ from engine.core.system import PAPER_SYSTEMS
 from engine.specs.errors import SpecError
 from engine.specs.loader import load_model_spec
 from sim.core.simulate import simulate
+from sim.executors.replica_pool import ProcessReplicaPool
 from sim.experiment.metrics import summarize
 from sim.workload.chatbot import chatbot_requests
 from sim.workload.config import WorkloadConfig, build_trace
@@ -175,8 +176,8 @@ def test_a_fleet_served_apart_keeps_the_cached_tokens_column():
     trace = build_trace(parse({"dataset": "sharegpt-standin", "duration_s": 60,
                                "system_prompt": {"tokens": 200, "count": 2}}), 4.0, 2048, np.random.default_rng(0))
     system = dataclasses.replace(PAPER_SYSTEMS["vllm"], prefix_caching=True)
-    runs = [simulate(trace, SPEC, system, records_cost(), 400, 200, replicas=2, horizon_s=1e9, jobs=jobs)
-            for jobs in (1, 2)]
+    runs = [simulate(trace, SPEC, system, records_cost(), 400, 200, replicas=2, horizon_s=1e9, replica_pool=pool)
+            for pool in (None, ProcessReplicaPool(2))]
     assert runs[0].request_values == runs[1].request_values
     assert runs[0].iteration_columns == runs[1].iteration_columns
     assert list(runs[1].requests_frame().columns)[-1] == "cached_tokens"

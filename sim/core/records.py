@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engine.core.records import CACHED_COLUMN, ITERATION_COLUMNS, REQUEST_COLUMNS, ServingRecords
-from sim.experiment.table import infer_column
+from sim.core.columns import infer_column
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,7 +37,7 @@ class Records(ServingRecords):
 
 def request_arrays(request_values: list[tuple]) -> dict[str, np.ndarray]:
     """A column per field of RequestRecord, rows ordered by request id (ties: as recorded), each column typed as
-    pandas would type it (sim.experiment.table.infer_column), so both write the same CSV."""
+    pandas would type it (sim.core.columns.infer_column), so both write the same CSV."""
     if not request_values:  # typed all the same, for the metrics (the times are floats)
         return {name: np.empty(0, dtype=np.float64 if name.endswith("_s") else np.int64) for name in REQUEST_COLUMNS}
     # a run with prefix caching: every row one value longer (engine.core.records.CACHED_COLUMN)
