@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from calibrate.op_table import MS, check_columns, numeric, read_csv
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 REQUIRED_COLUMNS = ("size", "num_workers", "devices_per_node", "time_stats.all_reduce.median")
 THIN_RTOL = 0.01  # points kept where dropping them would move the interpolated time by more than 1%

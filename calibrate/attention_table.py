@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from calibrate.op_table import MS, check_columns, read_csv
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 if TYPE_CHECKING:
     import pandas as pd

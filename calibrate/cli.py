@@ -5,8 +5,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from engine.errors import SpecError
 from engine.specs.checks import existing_file, number, option, output_file, positive_int
-from engine.specs.errors import SpecError
 
 
 def _cmd_profile(args) -> int:

@@ -36,7 +36,7 @@ from calibrate.nnls import nnls
 from calibrate.profile_file import DTYPE_BYTES, Profile
 from calibrate.serving import PLAUSIBLE, serving_factor
 from calibrate.speed import PROBE_SHAPES, SpeedSamples
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 
 # rows that are not an iteration shape to fit: swap rows time PCIe; probe rows the machine, over and over;

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from engine.errors import SpecError
 from engine.specs.checks import number, positive
-from engine.specs.errors import SpecError
 from engine.specs.loader import read_named_yaml
 
 HARDWARE_DIR = Path(__file__).resolve().parent / "hardware_specs"

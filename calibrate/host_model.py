@@ -28,8 +28,8 @@ from calibrate.host import HOST_TERMS
 from calibrate.host_features import FEATURES, ITERATION, PREFILL_TOKEN, SEQUENCE, ModelSize
 from engine.atomic import write_text_atomic
 from engine.core.spec import ModelSpec
+from engine.errors import SpecError
 from engine.specs.checks import non_negative
-from engine.specs.errors import SpecError
 from engine.specs.loader import read_yaml
 
 FORMAT = "servesim-host-model/1"

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from calibrate.host_features import ModelSize
+from engine.errors import SpecError
 from engine.specs.checks import existing_file
-from engine.specs.errors import SpecError
 
 MS = 1e-3
 # the iteration's host work, each a term of the host model, from the first of its columns the file has

@@ -27,7 +27,7 @@ from calibrate.profile_file import Profile, load_profile
 from calibrate.transfer import REGIMES, regimes_of
 from calibrate.transfer_judge import RegimeError, judge_profile, report_lines
 from calibrate.transfer_two_gpus import GpuTables, HoldOut, both_ways, judgement, two_gpu_choice
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 
 TOKEN_BANDS = ((1, 64), (65, 512), (513, 4096))  # memory-bound, around the ridge, compute-bound (A100)

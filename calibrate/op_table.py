@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from calibrate.layer_ops import GEMMS, OPS, LayerShape, gemm_work
+from engine.errors import SpecError
 from engine.specs.checks import existing_file
-from engine.specs.errors import SpecError
 
 ARCH_COLUMNS = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "use_gated_mlp")
 POINT_COLUMNS = ("num_tokens", "num_tensor_parallel_workers")

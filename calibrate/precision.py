@@ -27,7 +27,7 @@ from typing import Any
 
 from calibrate.hardware import HardwareSpec
 from engine.core.spec import ModelSpec
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 WEIGHT_FORMATS: dict[str, float] = {"fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 KV_CACHE_FORMATS: dict[str, int] = {"fp16": 2, "bf16": 2, "fp8": 1}

@@ -12,8 +12,8 @@ from calibrate.host import HOST_TERMS
 from calibrate.layer_ops import ELEMENTWISE
 from calibrate.serving import PLAUSIBLE
 from engine.atomic import write_text_atomic
+from engine.errors import SpecError
 from engine.specs.checks import choice, non_negative, number, optional, positive, positive_int, share
-from engine.specs.errors import SpecError
 from engine.specs.loader import available_models, load_model_spec, read_yaml
 
 # /3 added per_prefill_s and mixed_s; /4 decode_block_s, block_sizes, and the swap's cost per transfer and

@@ -15,7 +15,7 @@ from calibrate.profile_file import DTYPE_BYTES, Profile, load_profile
 from calibrate.roofline import RooflineParams, swap_block_seconds, swap_transfers_per_block, waves_note
 from engine.core.batch import ShapeMetrics
 from engine.core.spec import ModelSpec
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 
 

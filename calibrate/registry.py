@@ -31,7 +31,7 @@ from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from calibrate.transfer_cost import RegimeCostModel
 from engine.core.spec import ModelSpec
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ vidur/config/model_config.py lists them.
 """
 from __future__ import annotations
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 LAYERS = {
     "Qwen_Qwen-72B": 80,

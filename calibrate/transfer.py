@@ -25,7 +25,7 @@ from calibrate.hardware import HardwareSpec
 from calibrate.layer_ops import GEMMS, LAYER_ELEMENTWISE, LayerShape, gemm_work
 from calibrate.linear_model import LinearFit
 from calibrate.ridge import bent_roofs, ridge_exponent
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 MEMORY_BOUND, RIDGE, COMPUTE_BOUND = "memory-bound decode", "ridge", "compute-bound prefill"
 REGIMES = (MEMORY_BOUND, RIDGE, COMPUTE_BOUND)

@@ -20,7 +20,7 @@ from calibrate.hardware import HardwareSpec
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from calibrate.transfer import REGIMES, RegimeChoice, regime_of, same_chip
 from engine.core.spec import ModelSpec
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 
 class RegimeCostModel(CostModel):

@@ -15,7 +15,7 @@ from calibrate.profile_file import Profile
 from calibrate.regime_errors import RegimeError
 from calibrate.transfer import RegimeChoice, same_chip
 from calibrate.transfer_two_gpus import two_gpu_choice
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 
 def stored_judgement(profile: Profile) -> list[RegimeError]:

@@ -34,7 +34,7 @@ from calibrate.regime_errors import RegimeError, choose
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from calibrate.transfer import COMPUTE_BOUND, REGIMES, regime_of
 from engine.core.batch import Batch
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 
 PROFILES = Path(__file__).resolve().parent / "profiles"

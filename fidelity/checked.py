@@ -46,7 +46,7 @@ def check_device(device: str, source: str) -> None:
         import torch
 
         if not torch.cuda.is_available():
-            from engine.specs.errors import SpecError
+            from engine.errors import SpecError
 
             raise SpecError(source, "validation.device", "cuda, but torch finds no CUDA device on this machine; "
                             "run it on a GPU machine, or set validation.device: cpu (with a CPU profile)")

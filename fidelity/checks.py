@@ -9,7 +9,7 @@ from calibrate.profile_file import Profile, load_profile
 from engine.core.blocks import blocks_for
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from fidelity.config import DTYPE_NAMES, ValidationConfig
 from sim.workload.trace import Trace
 

@@ -13,7 +13,7 @@ def _cmd_validate(args) -> int:
     from fidelity.verdict import correction_text, headline_text
 
     if args.repeat < 1 or (args.repeat > 1 and args.exact):
-        from engine.specs.errors import SpecError
+        from engine.errors import SpecError
 
         raise SpecError("command line", "--repeat", (
             f"must be a whole number >= 1, got {args.repeat}" if args.repeat < 1 else

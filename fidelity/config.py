@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from calibrate.precision import Precision
+from engine.errors import SpecError
 from engine.runtime.options import EngineOptions, engine_options_from_dict
 from engine.specs.checks import choice, number, optional, positive
-from engine.specs.errors import SpecError
 from sim.experiment.config import Experiment, experiment_from_dict, read_config
 
 TOP_LEVEL_KEYS = {"name": "label for outputs (default: the file's stem)",

@@ -138,7 +138,7 @@ def build_traces(cfg: ValidationConfig, spec, seed: int) -> dict[float, Trace]:
     for rate in cfg.experiment.rates:
         trace = trace_for(cfg.experiment, rate, seed)
         if len(trace) == 0:
-            from engine.specs.errors import SpecError
+            from engine.errors import SpecError
             raise SpecError(cfg.source, "experiment.workload.duration_s",
                             f"the trace at {rate:g} req/s has no request; lengthen the workload")
         check_trace(trace, spec, cfg.source, what=f"experiment.workload (rate {rate:g} req/s)")

@@ -29,7 +29,7 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = ()) -> Experime
     """An experiment config, read and checked as `servesim run` reads it.
 
     `overrides` are `--set` strings: dotted keys, values parsed as YAML (a lone str is one override;
-    None is none). A bad config or argument raises `engine.specs.errors.SpecError` naming the file and
+    None is none). A bad config or argument raises `engine.errors.SpecError` naming the file and
     the key, or the argument, and what is valid.
 
     Example::

@@ -13,8 +13,7 @@ import threading
 import traceback
 
 from calibrate.cli import register as register_calibrate
-from engine.core.errors import Unservable
-from engine.specs.errors import SpecError, one_line
+from engine.errors import SpecError, Unservable, one_line
 from fidelity.cli import register as register_validate
 from sim.cli import register as register_sim
 

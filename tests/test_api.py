@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 import servesim
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from tests.helpers.configs import tiny
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import servesim
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from servesim.cli import main
 from tests.helpers.doors import Reached, write_api_folder
 from tests.helpers.doors import reached as _reached

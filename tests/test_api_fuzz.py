@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import servesim
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from tests.helpers.doors import Reached, write_api_folder
 from tests.helpers.doors import reached as _reached
 

@@ -18,8 +18,8 @@ import pytest
 
 from calibrate.hardware import HARDWARE_DIR, hardware_from_dict
 from calibrate.host_model import available_host_models
+from engine.errors import SpecError
 from engine.runtime.options import engine_options_from_dict
-from engine.specs.errors import SpecError
 from engine.specs.loader import MODELS_DIR, model_spec_from_dict
 from fidelity.config import options_from_dict, validation_from_dict
 from servesim.cli import build_parser

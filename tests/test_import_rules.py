@@ -50,7 +50,7 @@ def test_the_scan_sees_every_kind_of_import():
               "def f():\n    import torch.nn as nn\n    from numpy import zeros\n"
               "class C:\n    def g(self):\n        from .. import errors\n")
     names = imported_modules(source, "engine.core.scheduler.vllm")
-    assert {"sim.experiment.config", "torch.nn", "numpy", "engine.core.errors"} <= names
+    assert {"sim.experiment.config", "torch.nn", "numpy", "engine.errors"} <= names
 
 
 def test_the_scan_leaves_out_only_a_top_level_main_block():

@@ -6,9 +6,8 @@ import pickle
 
 import pytest
 
-from engine.core.errors import SwapSpaceExhausted, Unschedulable, Unservable
 from engine.core.scheduler.common import RequestTooLarge, RequestTooLong
-from engine.specs.errors import SpecError
+from engine.errors import SpecError, SwapSpaceExhausted, Unschedulable, Unservable
 from servesim.cli import USER_ERRORS
 
 EXAMPLES = [

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine.core.system import SystemSpec
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from sim.executors.spec import ExecutorSpec
 from sim.experiment.config import Experiment
 from sim.experiment.fingerprint import config_digest, input_digest

@@ -40,7 +40,7 @@ from benchmarks.paper.ablation_table import (
     readings_table,
 )
 from benchmarks.paper.ablation_variants import REMOVED, Variant, apply_sets, paper_raw, variants, write_variant_files
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from sim.experiment.config import experiment_from_dict
 from sim.experiment.progress import duration_text
 from sim.reproduce.figures import FIG13_RATES, paper_config

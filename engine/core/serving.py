@@ -22,11 +22,11 @@ from itertools import chain, repeat
 from operator import sub
 
 from engine.core.batch import Batch
-from engine.core.errors import Unschedulable
 from engine.core.kv_usage import usage_values
 from engine.core.records import ServingRecords
 from engine.core.scheduler.base import DecodeStretch, KVUsage, Scheduler
 from engine.core.sequence import SequenceCounter, SequenceGroup, make_group
+from engine.errors import Unschedulable
 
 
 @dataclass(frozen=True, slots=True)

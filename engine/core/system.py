@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, fields
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 KINDS = ("vllm", "orca", "fastertransformer")
 RESERVATIONS = ("oracle", "pow2", "max")

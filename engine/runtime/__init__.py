@@ -29,7 +29,7 @@ def require_torch(command: str) -> None:
     try:
         import torch  # noqa: F401
     except ImportError:
-        from engine.specs.errors import SpecError
+        from engine.errors import SpecError
 
         raise SpecError(command, "", f"needs the real engine, and torch is not installed: {INSTALL_ENGINE}") from None
 

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.core.spec import ModelSpec
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 ACTIVATIONS = {
     "relu": F.relu,

@@ -20,10 +20,10 @@ from torch import nn
 
 from engine import kernels
 from engine.core.spec import ModelSpec
+from engine.errors import SpecError
 from engine.runtime.mlp import MLP, has_linear_biases
 from engine.runtime.moe import SparseMoE
 from engine.runtime.rotary import apply_rotary, rotary_cos_sin
-from engine.specs.errors import SpecError
 
 OPT_POSITION_OFFSET = 2  # OPT's learned position table starts at index 2 (a fairseq legacy)
 INIT_STD = 0.02

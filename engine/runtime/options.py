@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 ENGINE_OPTION_HELP = {
     "cuda_graphs": "true | false | null: decode iterations replay a CUDA graph captured per batch-size bucket "

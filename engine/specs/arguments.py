@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine.errors import SpecError
 from engine.specs.checks import is_whole, number
-from engine.specs.errors import SpecError
 
 
 class Spelling(dict):

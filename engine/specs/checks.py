@@ -11,7 +11,7 @@ import math
 import numbers
 from typing import Any
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 
 def is_number(value: Any) -> bool:

@@ -13,8 +13,8 @@ import yaml
 
 from engine.core.spec import ModelSpec
 from engine.core.system import CHUNKED_TOKEN_BUDGET, PAPER_SYSTEMS, SystemSpec
+from engine.errors import SpecError
 from engine.specs.checks import choice, positive, positive_int, share
-from engine.specs.errors import SpecError
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 

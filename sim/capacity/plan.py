@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from engine.core.system import SystemSpec
+from engine.errors import SpecError
 from engine.specs.arguments import API, Spelling
 from engine.specs.checks import number, option, positive
-from engine.specs.errors import SpecError
 from sim.capacity.search import (
     MIN_REL_TOL,
     Probe,

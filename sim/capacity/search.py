@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.core.system import SystemSpec
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from sim.capacity.parallel import Job, run_searches
 from sim.capacity.targets import SERVED_KEYS, TARGET_METRICS, Target, judge
 from sim.executors.workers import Workers

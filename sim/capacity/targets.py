@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 TARGET_METRICS = ("normalized_latency", "normalized_latency_p90", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
                   "tpot_mean_s", "tpot_p90_s", "tpot_p99_s", "latency_mean_s")

@@ -18,7 +18,7 @@ from calibrate.costmodel import CostModel
 from engine.core.records import ServingRecords
 from engine.core.scheduler.base import Scheduler
 from engine.core.serving import Request, ServingCore
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from sim.core.alarm import Alarm
 from sim.core.beams import BeamParentModel
 from sim.core.fast_forward import FastForward, Stretch

@@ -18,7 +18,7 @@ from concurrent.futures import CancelledError
 from contextlib import contextmanager
 from functools import partial
 
-from engine.specs.errors import SpecError, one_line
+from engine.errors import SpecError, one_line
 from sim.executors.workers import Workers, call_detached, first_error_in_order
 
 DASK_MISSING = "needs dask's distributed scheduler: pip install 'servesim[dask]' (dask and distributed)"

@@ -4,9 +4,9 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from engine.errors import SpecError
 from engine.specs.arguments import jobs as jobs_argument
 from engine.specs.arguments import per_core
-from engine.specs.errors import SpecError
 
 if TYPE_CHECKING:
     from sim.executors.spec import ExecutorSpec

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from sim.executors.cluster import DASK_MISSING, DaskWorkers
 from sim.executors.pool import PoolWorkers
 from sim.executors.workers import Workers

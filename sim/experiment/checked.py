@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.system import PAPER_SYSTEMS, SystemSpec
+from engine.errors import SpecError
 from engine.specs.arguments import API, Spelling, path_argument, per_core, strings
 from engine.specs.arguments import jobs as jobs_argument
 from engine.specs.checks import number, option, positive
-from engine.specs.errors import SpecError
 from sim.executors.spec import ExecutorSpec
 from sim.experiment.config import Experiment, load_experiment
 from sim.experiment.output import check_iterations_format, prepare_out_dir

@@ -14,8 +14,8 @@ from calibrate.registry import KINDS, PROFILE_KINDS, Clock, CostModelConfig, bui
 from calibrate.roofline import RooflineParams
 from engine.core.spec import ModelSpec
 from engine.core.system import PAPER_SYSTEMS, SystemSpec
+from engine.errors import SpecError
 from engine.specs.checks import choice, non_negative, number, optional, positive, positive_int, share
-from engine.specs.errors import SpecError
 from engine.specs.loader import load_model_spec, parse_yaml, read_yaml, system_from_dict
 from sim.experiment.kv_pool import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool
 from sim.workload.config import WorkloadConfig, recorded, replayed

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from engine.atomic import remove_stale_temporaries
 from engine.atomic import write_atomic as _atomic
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from sim.experiment.table import Columns, row_groups, write_csv_text
 
 if TYPE_CHECKING:

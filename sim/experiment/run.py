@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from calibrate.costmodel import CostModel
-from engine.core.errors import Unservable
 from engine.core.records import DROPPED_COLUMNS, ITERATION_COLUMNS
 from engine.core.system import SystemSpec
+from engine.errors import Unservable
 from sim.core.breakdown import BreakdownRecorder
 from sim.core.merge import merged_records
 from sim.core.records import Records, request_arrays
@@ -112,7 +112,7 @@ def run_one(exp: Experiment, system: SystemSpec, rate: float, seed: int, jobs: i
     """One run; `jobs` processes serve a fleet's replicas where they share nothing (the same results). A fleet's
     iterations are read merged, a column or a row group at a time, not held merged (sim/experiment/merged.py).
 
-    A request found unservable (engine.core.errors.Unservable) stops the run with an error that begins with the
+    A request found unservable (engine.errors.Unservable) stops the run with an error that begins with the
     run's system, rate and seed: the scheduler that finds it knows its pool, not which of a sweep's systems
     (and so which `systems[i]` keys, or swap_space_gib for which) the user has to change."""
     named: Unservable | None = None

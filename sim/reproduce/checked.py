@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.errors import SpecError
 from engine.specs.arguments import API, Spelling, path_argument, per_core, strings, switch
 from engine.specs.arguments import jobs as jobs_argument
-from engine.specs.errors import SpecError
 from sim.experiment.output import check_out_dir
 from sim.reproduce import scale as scales
 from sim.reproduce.figures import select

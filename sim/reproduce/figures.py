@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 # The paper orders its legends so (Figs. 12-14, 17); every figure here keeps that order and its colours.
 SYSTEM_ORDER = ("FasterTransformer", "Orca (Max)", "Orca (Pow2)", "Orca (Oracle)", "vLLM")

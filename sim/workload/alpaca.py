@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 SHAPE = 'a JSON list of {"instruction": str, "input": str, "output": str}'
 

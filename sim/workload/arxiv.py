@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.atomic import write_text_atomic
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 from .paths import ARXIV_CSV
 from .table import find_columns, numeric_column, read_table

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 from .conversations import Conversations
 from .tokens import TokenSegments, chatbot_segments

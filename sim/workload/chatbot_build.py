@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.atomic import write_text_atomic
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 from .conversations import COLUMNS
 from .paths import CHATBOT_CSV

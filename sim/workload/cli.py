@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.errors import SpecError
 from engine.specs.checks import existing_file, number, option, output_file, positive, positive_int
-from engine.specs.errors import SpecError
 
 from .arrivals import ARRIVALS
 from .chatbot import ChatbotCuts, every_round

@@ -34,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.errors import SpecError
 from engine.specs.checks import choice, is_number, number, positive, positive_int
-from engine.specs.errors import SpecError
 
 from .arrivals import ARRIVALS
 from .beams import DEFAULT_BEAM_CONTINUE

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 from .paths import CHATBOT_CSV
 from .table import Table, find_columns, numeric_column, read_table, row_error

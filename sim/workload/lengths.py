@@ -19,7 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 from .arxiv import ARXIV_SUMMARIZATION
 from .paths import ARXIV_CSV, SHAREGPT_CSV, SHAREGPT_UNCUT_CSV

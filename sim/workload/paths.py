@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 # Package data (sim/workload/data/), found beside this module in any install; its provenance and
 # how to rebuild it: traces/README.md in the source tree.

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 from .table import (
     Table,

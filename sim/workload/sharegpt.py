@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.atomic import write_text_atomic
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 from .paths import SHAREGPT_CSV
 from .tokenizer import DATA_EXTRA, package_dir

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 # the largest whole numbers a float64 holds exactly: 2**53 (the CSV's numbers are parsed as floats)
 MAX_COUNT = 2**53

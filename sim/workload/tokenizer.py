@@ -15,7 +15,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 # SHA-256 of GPT-2's files as published by OpenAI (the same hashes tiktoken pins for "gpt2").
 VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"

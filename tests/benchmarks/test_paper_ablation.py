@@ -23,7 +23,7 @@ from benchmarks.paper.ablation_variants import (
 )
 from calibrate.profile_file import load_profile
 from engine.core.batch import BatchShape
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from sim.experiment.config import experiment_from_dict
 from sim.experiment.run import make_cost_model
 from sim.reproduce.figures import paper_config

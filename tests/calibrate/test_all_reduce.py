@@ -7,7 +7,7 @@ from calibrate.all_reduce import AllReduceTable, isotonic, read_all_reduce, thin
 from calibrate.hardware import load_hardware
 from calibrate.roofline import ALLREDUCE_LATENCY_S, RooflineCostModel
 from engine.core.batch import Batch
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 
 TABLE = AllReduceTable({2: ((1000.0, 2000.0, 4000.0), (10e-6, 20e-6, 30e-6)),

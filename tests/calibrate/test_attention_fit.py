@@ -19,7 +19,7 @@ from calibrate.attention_table import read_attention_table
 from calibrate.hardware import load_hardware
 from calibrate.roofline import RooflineCostModel
 from engine.core.batch import BatchShape
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 
 HW = load_hardware(HARDWARE)

@@ -14,7 +14,7 @@ from calibrate.op_import import add_attention, with_host_model
 from calibrate.profile_file import load_profile
 from calibrate.profile_model import transferred_roofline
 from engine.core.batch import BatchShape
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 from servesim.cli import main
 from sim.experiment.config import load_experiment

@@ -17,7 +17,7 @@ from calibrate.profile_file import _check_attention
 from calibrate.roofline import RooflineCostModel
 from calibrate.roofline_terms import wave_tokens_float
 from engine.core.batch import BatchShape
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 from tests.helpers.core_harness import hyp
 

@@ -12,7 +12,7 @@ from calibrate.fit import fit_profile
 from calibrate.profile_file import FORMAT, load_profile
 from calibrate.profile_model import ProfileCostModel
 from engine.core.batch import Batch
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from servesim.cli import main
 from tests.helpers.synthetic_profile import HOST_TRUE, LAUNCH_S, TRUE, gpu_like_token_cost, split_raw  # noqa: E402
 

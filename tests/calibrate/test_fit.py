@@ -9,7 +9,7 @@ from calibrate.features import TERMS
 from calibrate.fit import fit_profile
 from calibrate.folds import assign_folds
 from calibrate.grid import GRIDS
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from tests.helpers.synthetic_profile import TRUE, gpu_like_token_cost, synthetic_raw  # noqa: E402
 
 

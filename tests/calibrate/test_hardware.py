@@ -14,7 +14,7 @@ from calibrate.hardware import (
     hardware_from_dict,
     load_hardware,
 )
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 GOOD = dict(name="my-gpu", peak_flops=312e12, hbm_bytes_per_s=1.555e12, memory_gib=39.59,
             nvlink_bytes_per_s=300e9, pcie_bytes_per_s=32e9)
@@ -146,7 +146,7 @@ def test_a_user_sheet_may_name_its_device_and_a_malformed_list_is_refused(tmp_pa
     import pytest
 
     from calibrate.hardware import load_hardware
-    from engine.specs.errors import SpecError
+    from engine.errors import SpecError
 
     base = ("name: mine\npeak_flops: 1.0e+14\nhbm_bytes_per_s: 1.0e+12\nmemory_gib: 16\nnvlink_bytes_per_s: 1.0e+11\n"
             "pcie_bytes_per_s: 3.0e+10\n")
@@ -163,7 +163,7 @@ def test_every_shipped_sheet_loads_with_its_sm_count_and_a_malformed_one_is_refu
     import pytest
 
     from calibrate.hardware import available_hardware, load_hardware
-    from engine.specs.errors import SpecError
+    from engine.errors import SpecError
 
     counts = {name: load_hardware(name).sm_count for name in available_hardware()}
     assert counts["a100-80gb"] == counts["a100-40gb"] == 108

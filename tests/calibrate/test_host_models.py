@@ -28,7 +28,7 @@ from calibrate.host_model_fit import (
 )
 from calibrate.host_table import CSV_MODELS, TERM_COLUMNS, read_host_table
 from calibrate.profile_file import load_profile
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from engine.specs.loader import available_models, load_model_spec
 from tests.calibrate.synthetic_host import TRUE_TERMS, rows, write_table
 

@@ -9,7 +9,7 @@ from calibrate.hardware import hardware_from_dict, load_hardware
 from calibrate.precision import Precision, precision_from_config
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from engine.core.batch import Batch
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 
 LLAMA3 = load_model_spec("llama-3-8b")

@@ -14,7 +14,7 @@ from calibrate.profile_model import (
 )
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from engine.core.batch import Batch
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 
 

@@ -13,7 +13,7 @@ from calibrate.profile_model import ProfileCostModel
 from calibrate.registry import KINDS, Clock, CostModelConfig, build_cost_model
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from engine.core.batch import Batch
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 from sim.experiment.config import experiment_from_dict
 from tests.helpers.configs import tiny

@@ -8,7 +8,7 @@ from calibrate.hardware import load_hardware
 from calibrate.ridge import bent_roof, bent_roofs, ridge_exponent
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from engine.core.batch import Batch
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 from sim.experiment.config import load_experiment
 from sim.experiment.run import make_cost_model

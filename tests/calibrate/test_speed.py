@@ -19,7 +19,7 @@ from calibrate.speed import (
 )
 from engine.core.batch import Batch
 from engine.core.blocks import blocks_for
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from tests.helpers.synthetic_profile import synthetic_raw
 
 

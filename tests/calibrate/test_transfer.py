@@ -26,7 +26,7 @@ from calibrate.transfer import (
     same_chip,
 )
 from calibrate.transfer_judge import RegimeError, choose, device_rows, h200_to_a100
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 
 # two made-up GPUs: the "true" one the fit sees and another with other peaks
 TRUE_GPU = HardwareSpec("true-gpu", peak_flops=300e12, hbm_bytes_per_s=2.0e12, memory_gib=80,

@@ -22,7 +22,7 @@ from calibrate.transfer_joint import stored_choice
 from calibrate.transfer_judge import PROFILES, RegimeError
 from calibrate.transfer_two_gpus import GpuTables, hold_out, judgement, two_gpu_choice
 from engine.core.batch import Batch
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 from servesim.cli import main
 

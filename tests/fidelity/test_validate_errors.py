@@ -3,7 +3,7 @@ import pytest
 
 from calibrate.device import device_name as this_device
 from calibrate.precision import Precision
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from fidelity.config import check_engine_precision, load_validation
 from fidelity.validate import RealSide, validate
 from servesim.cli import main

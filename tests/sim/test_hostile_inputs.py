@@ -19,7 +19,7 @@ import pytest
 
 from calibrate.costmodel import CostModel
 from calibrate.features import TERMS
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from servesim.cli import main
 from sim.experiment.config import load_experiment
 from sim.experiment.metrics import summarize

@@ -140,7 +140,7 @@ def test_an_unservable_run_of_a_two_system_sweep_names_its_system(here, capsys, 
 
 
 def test_an_unservable_error_keeps_its_type_with_the_run_named(here):
-    from engine.core.errors import SwapSpaceExhausted
+    from engine.errors import SwapSpaceExhausted
     from sim.experiment.config import load_experiment
     from sim.experiment.run import run_one
 
@@ -254,7 +254,7 @@ def test_prefix_at_the_documented_maximum_is_refused_at_load_naming_the_key_and_
 
 
 def test_the_largest_prefix_the_refusal_offers_runs(here):
-    from engine.specs.errors import SpecError
+    from engine.errors import SpecError
     from sim.experiment.config import load_experiment
     from sim.experiment.run import run_one
 

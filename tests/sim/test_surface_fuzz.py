@@ -17,8 +17,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from engine.core.errors import Unservable
-from engine.specs.errors import SpecError
+from engine.errors import SpecError, Unservable
 from servesim.cli import main
 from sim.capacity.parallel import Job, run_searches
 from sim.capacity.search import MAX_PROBES, MIN_REL_TOL, rate_search

@@ -7,13 +7,13 @@ from collections.abc import Mapping
 
 from engine.core.allocator import KVAllocator
 from engine.core.batch import Batch
-from engine.core.errors import RequestTooLarge, RequestTooLong, Unservable
 from engine.core.kv_tracker import ReservedKVTracker
 from engine.core.kv_usage import KVUsage, TokenSlots, UsageColumns
 from engine.core.scheduler.base import DecodeStretch, Scheduler
 from engine.core.scheduler.stretch import running_seqs, steps_to_first_finish
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
+from engine.errors import RequestTooLarge, RequestTooLong, Unservable
 
 __all__ = ["QueueScheduler", "RequestTooLarge", "RequestTooLong"]
 

@@ -11,9 +11,9 @@ import enum
 
 from engine.core.block_manager import BlockManager
 from engine.core.blocks import blocks_for
-from engine.core.errors import SwapSpaceExhausted
 from engine.core.sequence import Sequence, SequenceGroup
 from engine.core.system import SystemSpec
+from engine.errors import SwapSpaceExhausted
 
 __all__ = ["PreemptionMode", "PreemptionRule"]
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from engine.core.block_manager import BlockManager
 from engine.core.sequence import SeqStatus, SequenceCounter, make_group
 from engine.core.system import PAPER_SYSTEMS, SystemSpec
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from tests.helpers.core_harness import (
     ChunkedPrefill,
     KeyedOnceComputed,

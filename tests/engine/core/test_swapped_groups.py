@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from engine.core.beam import beam_parents
 from engine.core.blocks import blocks_for
-from engine.core.errors import RequestTooLarge, Unschedulable, Unservable
 from engine.core.serving import Request, ServingCore
 from engine.core.system import PAPER_SYSTEMS, SystemSpec
+from engine.errors import RequestTooLarge, Unschedulable, Unservable
 from tests.helpers.core_harness import StepInvariants, hyp, scheduler_for
 
 

@@ -15,7 +15,7 @@ from engine.core.scheduler.vllm import VLLMScheduler
 from engine.core.sequence import SeqStatus, SequenceCounter, SequenceGroup, make_group
 from engine.core.serving import Request, ServingCore
 from engine.core.system import SystemSpec
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from tests.helpers.core_harness import Checker, Req, StepInvariants, check_finished, drive, hyp, scheduler_for
 
 

@@ -8,9 +8,9 @@ pytest.importorskip("engine.core.factory")
 
 from runtime_reference import BACKEND, StepRecorder, dense_greedy  # noqa: E402
 
-from engine.core.errors import Unschedulable  # noqa: E402
 from engine.core.records import ITERATION_COLUMNS, REQUEST_COLUMNS  # noqa: E402
 from engine.core.system import PAPER_SYSTEMS, SystemSpec  # noqa: E402
+from engine.errors import Unschedulable  # noqa: E402
 from engine.runtime.engine import Engine  # noqa: E402
 
 # lengths around block boundaries (block_size 8): inside one block, exactly one, just over, several

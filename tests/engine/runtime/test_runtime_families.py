@@ -12,9 +12,9 @@ from hf_reference import reference_logits  # noqa: E402
 from runtime_reference import BACKEND, StepRecorder, dense_logits  # noqa: E402
 
 from engine.core.system import SystemSpec  # noqa: E402
+from engine.errors import SpecError  # noqa: E402
 from engine.runtime.engine import Engine  # noqa: E402
 from engine.runtime.model import ENGINE_FAMILIES, Decoder, build_decoder  # noqa: E402
-from engine.specs.errors import SpecError  # noqa: E402
 from engine.specs.loader import FAMILIES, load_model_spec  # noqa: E402
 
 PROMPTS = [[5, 9, 2, 7, 1], list(range(40, 53)), [3]]

@@ -12,6 +12,7 @@ from runtime_reference import BACKEND, StepRecorder  # noqa: E402
 from engine.core.batch import Batch  # noqa: E402
 from engine.core.blocks import blocks_for  # noqa: E402
 from engine.core.system import SystemSpec  # noqa: E402
+from engine.errors import SpecError  # noqa: E402
 from engine.runtime.engine import Engine  # noqa: E402
 from engine.runtime.graphs import (  # noqa: E402
     PAD_SLOT,
@@ -26,7 +27,6 @@ from engine.runtime.graphs import (  # noqa: E402
 from engine.runtime.inputs import HostInputs  # noqa: E402
 from engine.runtime.options import engine_options_from_dict, parse_cuda_graphs  # noqa: E402
 from engine.runtime.runner import ModelRunner  # noqa: E402
-from engine.specs.errors import SpecError  # noqa: E402
 
 BLOCK = 4
 

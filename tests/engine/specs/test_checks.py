@@ -5,8 +5,8 @@ import math
 
 import pytest
 
+from engine.errors import SpecError
 from engine.specs.checks import choice, non_negative, number, positive, positive_int, share
-from engine.specs.errors import SpecError
 from engine.specs.loader import parse_yaml, read_yaml
 
 

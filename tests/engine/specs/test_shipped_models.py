@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from engine.specs.loader import MODELS_DIR, available_models, load_model_spec
 
 # Exact counts, not the card's rounded "7B": the Hugging Face safetensors metadata (parameters by dtype) or the

@@ -8,7 +8,7 @@ import yaml
 
 from engine.core.spec import ModelSpec
 from engine.core.system import PAPER_SYSTEMS, SystemSpec
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from engine.specs.loader import (
     MODELS_DIR,
     available_models,

@@ -8,7 +8,7 @@ from dataclasses import fields
 import pytest
 
 from engine.core.system import PAPER_SYSTEMS, SystemSpec
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from engine.specs.loader import system_from_dict
 
 CHUNKED = {"preset": "vllm", "prefill_policy": "chunked"}

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from engine.errors import SpecError
 from engine.specs import loader
-from engine.specs.errors import SpecError
 
 ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = sorted(p for folder in ("configs", "calibrate", "engine/specs", "sim", "fidelity")

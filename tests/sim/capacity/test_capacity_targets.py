@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import servesim
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from servesim.cli import main
 from sim.capacity.targets import TARGET_METRICS, Target, judge, parse_targets
 from tests.helpers.doors import Reached, reached

@@ -8,7 +8,7 @@ import pytest
 import sim.core.simulate
 from engine.core.batch import Batch
 from engine.core.beam import beam_parents
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from sim.core.beams import DRAW_BLOCK, BeamParentModel, UniformDraws
 from sim.core.simulate import simulate
 from sim.experiment.config import load_experiment

@@ -15,7 +15,7 @@ import pytest
 
 import sim.core.fleet
 from calibrate.costmodel import CostModel
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from sim.core.fast_forward import FastForward
 from sim.core.simulate import simulate
 from sim.experiment.config import load_experiment

@@ -213,7 +213,7 @@ def together_calls(monkeypatch):
 
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_an_error_apart_is_the_error_the_shared_simulation_meets_first(monkeypatch, together_calls, jobs):
-    from engine.specs.errors import SpecError
+    from engine.errors import SpecError
     from tests.helpers.simulation import NanAfter
 
     messages = []

@@ -9,7 +9,7 @@ import pytest
 import simpy
 
 import sim.core.independent_replicas
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from sim.core.known_arrivals import KnownArrivals
 from sim.core.router_wakes import arrival_event_times
 from sim.core.simulate import simulate, simulate_runs

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from servesim.cli import main
 from tests.helpers.configs import TINY
 from tests.helpers.processes import all_exit, children, reap

@@ -12,7 +12,7 @@ import yaml
 
 from calibrate.breakdown import fold
 from engine.core.records import ITERATION_COLUMNS
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from sim.experiment.config import experiment_from_dict
 from sim.experiment.run import run_one
 from sim.experiment.sweep import execute, summary_columns

@@ -1,7 +1,7 @@
 """Every user error stops with a message naming the file, the key path and what is valid."""
 import pytest
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from servesim.cli import main
 from sim.experiment.config import load_experiment
 

@@ -19,8 +19,7 @@ from calibrate.host import HOST_TERMS
 from calibrate.profile_file import load_profile
 from calibrate.profile_model import ProfileCostModel
 from engine.core.batch import BatchShape
-from engine.core.errors import Unservable
-from engine.specs.errors import SpecError
+from engine.errors import SpecError, Unservable
 from sim.experiment.config import load_experiment
 from sim.experiment.metrics import SIGNED_METRICS, SUMMARY_METRICS
 from sim.experiment.run import run_one

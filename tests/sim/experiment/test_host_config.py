@@ -11,7 +11,7 @@ import sim.core.fleet
 from calibrate.host import host_time
 from calibrate.host_model import available_host_models, host_model_path, load_host_model
 from engine.core.batch import Batch
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from sim.core.fast_forward import FastForward
 from sim.core.simulate import simulate
 from sim.experiment.config import load_experiment

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from sim.experiment.config import load_experiment
 from sim.experiment.run import run_one
 

@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 
 from engine.core.records import ITERATION_COLUMNS, REQUEST_COLUMNS
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from sim.experiment.config import load_experiment
 from sim.experiment.metrics import memory_saving, summarize
 from sim.experiment.run import run_one

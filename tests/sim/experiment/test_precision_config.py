@@ -8,7 +8,7 @@ import pytest
 from calibrate.hardware import load_hardware
 from calibrate.precision import Precision
 from calibrate.registry import Clock, CostModelConfig, build_cost_model
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 from servesim.cli import main
 from sim.experiment.config import load_experiment

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine.core.scheduler.common import RequestTooLong
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from sim.core.simulate import simulate
 from sim.experiment.config import load_experiment
 from sim.workload.trace import Trace

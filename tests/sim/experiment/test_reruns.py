@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from servesim.cli import main
 from sim.capacity.search import Target, max_rate, replicas_for
 from sim.experiment.config import load_experiment

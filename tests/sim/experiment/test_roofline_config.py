@@ -2,7 +2,7 @@
 import pytest
 
 from engine.core.batch import Batch
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from sim.experiment.config import load_experiment
 from sim.experiment.run import make_cost_model
 

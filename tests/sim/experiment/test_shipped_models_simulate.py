@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from calibrate.host_model import host_model_path
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from sim.experiment.config import load_experiment
 from sim.experiment.run import run_one
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from servesim.cli import main
 from sim.workload.arxiv import MIT_NOTICE, build_arxiv_csv
 from sim.workload.config import WorkloadConfig, build_trace

@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from sim.workload.chatbot import ChatbotCuts, chatbot_requests
 from sim.workload.config import WorkloadConfig, build_trace
 from sim.workload.conversations import Conversations

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from servesim.cli import main
 from sim.workload.chatbot import ChatbotCuts, every_round
 from sim.workload.chatbot_build import build_chatbot_csv

@@ -4,7 +4,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from sim.workload.config import WorkloadConfig, build_trace
 from sim.workload.lengths import load_lengths
 from sim.workload.paths import SHAREGPT_CSV

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from servesim.cli import main
 from sim.workload.conversations import is_conversation_dataset, load_conversations, read_conversations_csv
 

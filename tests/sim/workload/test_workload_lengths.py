@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from sim.workload.alpaca import alpaca_lengths
 from sim.workload.lengths import LengthTable, load_lengths, read_lengths_csv
 from sim.workload.standin import FIG11_MEANS, SHAREGPT_FIG11_SCALE, STAND_INS, scale_pairs

@@ -3,7 +3,7 @@ that carry a prefix."""
 import numpy as np
 import pytest
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from sim.workload.config import WorkloadConfig, build_trace
 from sim.workload.lengths import DATASET_NAMES, load_lengths
 from sim.workload.recorded import read_recorded_trace

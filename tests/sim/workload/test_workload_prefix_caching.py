@@ -11,7 +11,7 @@ import pytest
 from calibrate.hardware import load_hardware
 from calibrate.roofline import RooflineCostModel
 from engine.core.system import PAPER_SYSTEMS
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 from sim.core.simulate import simulate
 from sim.executors.replica_pool import ProcessReplicaPool

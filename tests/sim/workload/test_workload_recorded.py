@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from sim.workload.recorded import load_recorded, read_recorded_trace
 
 SECONDS = "arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,100,10\n1.0,200,20\n2.5,1900,200\n4.0,300,30\n"

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from engine.specs.errors import SpecError
+from engine.errors import SpecError
 from sim.workload.sharegpt import build_sharegpt_csv
 from tests.helpers.sharegpt_json import conversation, needs_the_real_tokenizer, truncated_json, turn, words
 
