@@ -5,7 +5,7 @@ tables, the median of a few runs). A serving engine runs the same shape between 
 over block tables the block manager scattered through the pool, once; and what latency sums is
 every iteration's time, not the typical one. On the project's 2-core CPUs that made every served
 shape 2-3% slower than the grid said, in every kind of iteration, and a validation under-predicted
-all its points by about that much (benchmarks/results/fidelity-history.md).
+all its points by about that much (benchmarks/measurements/fidelity-history.md).
 
 So calibration measures it on the engine: the calibration replay's iterations (calibrate/host.py)
 are re-timed alone, shape by shape, right after the replay, and the ratio of the two sums is the

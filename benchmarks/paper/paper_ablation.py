@@ -6,7 +6,7 @@ host, ShareGPT lengths scaled to Fig. 11), one change from it each, and the old 
 rates to where it first reaches 0.5 s/token (benchmarks/paper/ablation_sweep.py); the readings are reproduce's
 (sim/reproduce/readings.py), printed beside the paper's (benchmarks/paper/ablation_table.py). It compares and never
 fits: nothing here is chosen for its effect on the paper's numbers. Prints markdown on stdout (the record,
-benchmarks/results/paper_ablation.md), a line per run on stderr.
+benchmarks/measurements/paper_ablation.md), a line per run on stderr.
 
     python benchmarks/paper/paper_ablation.py                                     # the record: 20-minute traces
     python benchmarks/paper/paper_ablation.py --duration 300 --variants host-off  # a quick look (default always runs)

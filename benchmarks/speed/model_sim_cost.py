@@ -26,7 +26,7 @@ from sim.experiment.run import run_one
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "configs" / "quickstart.yaml"
-RECORD = ROOT / "benchmarks" / "results" / "model_sim_cost.md"
+RECORD = ROOT / "benchmarks" / "measurements" / "model_sim_cost.md"
 HOUR_S, WARMUP_S, RATE = 3600, 60, 2.0
 SETTINGS = {  # name: --set overrides of the quickstart
     "OPT-13B, 1 A100-40GB (the quickstart)": ["systems=[vllm]"],

@@ -51,7 +51,7 @@ MIN_GROWTH_REQUESTS = 5
 # ... and by more than this many times the backlog's spread about its line: a stable backlog wanders (a burst
 # raises it for a while), and over a minute of arrivals its line may slope by more than 5% while staying within
 # about 3 spreads; over 15 minutes a stable one's stays within 1.1 and an overloaded one's grows by 10 or more
-# (benchmarks/results/saturation.md)
+# (benchmarks/measurements/saturation.md)
 TREND_OVER_SPREAD = 3.0
 
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
-RESULTS = BENCHMARKS / "results"
+MEASUREMENTS = BENCHMARKS / "measurements"
 
 
 def links(markdown: Path) -> set[str]:
@@ -18,13 +18,13 @@ def scripts() -> set[str]:
 
 
 def records() -> set[str]:
-    return {p.name for p in RESULTS.glob("*.md") if p.name != "README.md"}
+    return {p.name for p in MEASUREMENTS.glob("*.md") if p.name != "README.md"}
 
 
 def test_every_script_and_record_is_in_the_index():
     indexed = links(BENCHMARKS / "README.md")
     assert scripts() - indexed == set()
-    assert {f"results/{name}" for name in records()} - indexed == set()
+    assert {f"measurements/{name}" for name in records()} - indexed == set()
 
 
 def test_every_link_of_the_index_leads_to_a_file():
@@ -33,9 +33,9 @@ def test_every_link_of_the_index_leads_to_a_file():
 
 
 def test_every_record_is_listed_and_shown_in_the_docs():
-    assert records() - links(RESULTS / "README.md") == set()
+    assert records() - links(MEASUREMENTS / "README.md") == set()
     included = set()
-    for page in (ROOT / "docs" / "results").glob("*.md"):
-        included |= set(re.findall(r'--8<-- "benchmarks/results/([^"]+)"', page.read_text()))
+    for page in (ROOT / "docs" / "measurements").glob("*.md"):
+        included |= set(re.findall(r'--8<-- "benchmarks/measurements/([^"]+)"', page.read_text()))
     assert records() - included == set()
     assert {name for name in included if name != "README.md"} - records() == set()

@@ -40,7 +40,7 @@ def test_shipped_profile_loads_with_its_provenance(path):
 
 
 def test_the_cpu_profile_is_what_its_command_makes_of_its_measurements_and_says_how_wrong_it_is():
-    """Re-profiled on each engine that changes the CPU's speed (benchmarks/results/cpu_profile.md): whatever
+    """Re-profiled on each engine that changes the CPU's speed (benchmarks/measurements/cpu_profile.md): whatever
     its figures, it must be the fit of the raw CSV beside it, measured in both parts, its error in its header."""
     profile = load_profile(CPU_PROFILE)
     raw = pd.read_csv(CPU_PROFILE.with_suffix("").with_suffix(".raw.csv"))

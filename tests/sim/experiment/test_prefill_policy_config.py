@@ -54,7 +54,7 @@ def test_the_policies_example_compares_the_three_on_the_quickstart_setup():
     assert [s.prefill_policy for s in exp.systems] == ["mixed", "separate", "chunked"]
     assert (exp.model, exp.hardware, exp.kv_cache_gib) == (quickstart.model, quickstart.hardware,
                                                            quickstart.kv_cache_gib)
-    # on the real ShareGPT pairs and the linear A100 clock its record (benchmarks/results/vllm_policies.md) was
+    # on the real ShareGPT pairs and the linear A100 clock its record (benchmarks/measurements/vllm_policies.md) was
     # made with; the quickstart moved to the paper's Fig. 11 lengths and the whole A100 clock
     assert exp.workload.dataset == "sharegpt" and "a100-80gb-linear.yaml" in str(exp.cost_model.profile_path)
 
