@@ -15,9 +15,9 @@ Per layer, on one GPU (q query heads, k KV heads, head dimension d, dtype bytes 
            sizes, or costs as much): fitted on the causal count alone the mean error is about twice as large.
 The input reshape is part of every row's time too; the published A100 table measures it at 0 ms.
 
-Shares are of the measured GPU's spec sheet (calibrate/hardware.py), so that the fit carries to other GPUs by their
-sheets, and through bytes and FLOPs to other head counts and head dimensions: bytes scale with the KV heads (GQA),
-FLOPs with the query heads. Latencies carry as measured.
+Shares are of the measured GPU's spec sheet (calibrate/hardware/hardware.py), so that the fit carries to other GPUs
+by their sheets, and through bytes and FLOPs to other head counts and head dimensions: bytes scale with the KV heads
+(GQA), FLOPs with the query heads. Latencies carry as measured.
 
 The paged kernel: the table's kernel reads K/V through a block table at `block_size` (16), so its times include
 its own paging. The roofline's per-KV-block term (RooflineParams.block_read_overhead_tokens: the paper's Fig. 18a,
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from calibrate.attention_waves import DecodeGrid, WaveFit, fit_waves
-from calibrate.hardware import HardwareSpec
+from calibrate.hardware.hardware import HardwareSpec
 from calibrate.nnls import nnls
 
 if TYPE_CHECKING:

@@ -42,7 +42,7 @@ from calibrate.nnls import nnls
 if TYPE_CHECKING:
     import pandas as pd
 
-    from calibrate.hardware import HardwareSpec
+    from calibrate.hardware.hardware import HardwareSpec
 
 MAX_SPLITS = 128
 QUERY_ROWS_PER_BLOCK = 64  # the split kernel's kBlockM: a grouped-query decode's query heads per block

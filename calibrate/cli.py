@@ -300,7 +300,7 @@ def parse_block_sizes(text: str) -> tuple[int, ...]:
 
 def register(sub) -> None:
     from calibrate.grid import GRIDS
-    from calibrate.hardware import available_hardware
+    from calibrate.hardware.hardware import available_hardware
 
     cal = sub.add_parser("calibrate", help="profile the engine, fit a cost model, import per-operation GPU timings, "
                                            "fit a host model, show a profile or a host model")

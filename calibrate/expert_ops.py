@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from calibrate.hardware import HardwareSpec
+from calibrate.hardware.hardware import HardwareSpec
 from calibrate.layer_ops import ITERATION_ELEMENTWISE, LAYER_ELEMENTWISE, LayerShape
 from calibrate.linear_model import LinearFit
 from engine.core.spec import ModelSpec

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from calibrate.hardware import HardwareSpec
+from calibrate.hardware.hardware import HardwareSpec
 from calibrate.layer_ops import GEMMS, ITERATION_ELEMENTWISE
 from calibrate.ridge import bent_roofs, ridge_exponent
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from calibrate.hardware import HardwareSpec
+from calibrate.hardware.hardware import HardwareSpec
 from calibrate.layer_ops import GEMMS
 from calibrate.linear_model import LinearFit
 from calibrate.nnls import nnls

@@ -18,7 +18,7 @@ import pandas as pd
 
 from calibrate.all_reduce import read_all_reduce
 from calibrate.features import TERMS, choose_knots
-from calibrate.hardware import HardwareSpec, load_hardware
+from calibrate.hardware.hardware import HardwareSpec, load_hardware
 from calibrate.layer_ops import ELEMENTWISE, GEMMS, ITERATION_ELEMENTWISE, LayerShape
 from calibrate.linear_model import LinearFit
 from calibrate.op_fit import fit_linear, fit_linear_on, today_roofline
@@ -234,7 +234,7 @@ def add_attention(profile_path: str | Path, attention_path: str | Path, command:
     calibrate/profiles/a100-80gb.yaml is made from a100-h100-linear.yaml)."""
     from dataclasses import replace
 
-    from calibrate.hardware import hardware_for_device
+    from calibrate.hardware.hardware import hardware_for_device
 
     profile = load_profile(profile_path)
     if profile.linear is None:

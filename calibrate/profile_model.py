@@ -8,7 +8,7 @@ import numpy as np
 
 from calibrate.breakdown import IterationTime, fold
 from calibrate.costmodel import CostModel, per_step, stretch_block_sums, stretch_context_sums
-from calibrate.hardware import HardwareSpec, hardware_for_device
+from calibrate.hardware.hardware import HardwareSpec, hardware_for_device
 from calibrate.host import host_parts
 from calibrate.host import host_time as host_seconds
 from calibrate.profile_file import DTYPE_BYTES, Profile, load_profile
@@ -231,7 +231,7 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
     """The roofline of (model, hardware, tp) at the efficiencies a profile measured elsewhere; `paged=False`
     prices decode attention as a dense kernel (FasterTransformer's). `host` (HOST_TERMS) is charged in series
     instead of the profile's own host work where given."""
-    from calibrate.hardware import load_hardware
+    from calibrate.hardware.hardware import load_hardware
     from calibrate.roofline import RooflineCostModel
 
     profile = load_profile(path)

@@ -3,7 +3,7 @@
 Where a second of simulated time comes from, in order:
 1. an experiment's `cost_model` (sim/experiment/config.py reads it into a CostModelConfig) names a kind;
 2. `build_cost_model` calls that kind's builder here (BUILDERS), for the config's model, hardware,
-   tensor parallelism, precision (calibrate/precision.py) and a system's block size and attention kernel
+   tensor parallelism, precision (calibrate/hardware/precision.py) and a system's block size and attention kernel
    (Clock), with the host time of the engine `cost_model.host` names (calibrate/host_model.py) in place of the
    kind's own where it names one;
 3. the simulator asks the CostModel (calibrate/costmodel.py) for each iteration's `step_time(batch)`;
@@ -23,9 +23,9 @@ from functools import partial
 from pathlib import Path
 
 from calibrate.costmodel import CostModel
-from calibrate.hardware import HardwareSpec
+from calibrate.hardware.hardware import HardwareSpec
+from calibrate.hardware.precision import Precision
 from calibrate.host_model import charged_host, host_model_path, load_host_model
-from calibrate.precision import Precision
 from calibrate.profile_file import load_profile
 from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.roofline import RooflineCostModel, RooflineParams

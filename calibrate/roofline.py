@@ -15,7 +15,7 @@ at achieved (not peak) FLOP/s and bandwidth:
   swaps          per block: a latency per transfer (K and V of each layer) plus its bytes / PCIe bandwidth
   precision      the decoder matmuls' weight bytes at the weights' format, the LM head's 16-bit; every KV read,
                  write, copy and swap at the KV cache's; the matmuls at the sheet's FP8 rate for W8A8, else its
-                 16-bit rate (calibrate/precision.py)
+                 16-bit rate (calibrate/hardware/precision.py)
 The default efficiencies reproduce FasterTransformer's OPT-13B-class timings on one
 A100-40GB (decode 22 ms/token at batch 1, 512-token prefill 63 ms; kipply's table).
 
@@ -73,11 +73,11 @@ from calibrate.costmodel import (
 )
 from calibrate.expert_ops import expert_kernels
 from calibrate.expert_routing import expected_experts_read
-from calibrate.hardware import HardwareSpec
+from calibrate.hardware.hardware import HardwareSpec
+from calibrate.hardware.precision import Precision
 from calibrate.host import host_parts, host_time
 from calibrate.layer_ops import ITERATION_ELEMENTWISE, LAYER_ELEMENTWISE, LayerShape
 from calibrate.linear_model import LinearFit
-from calibrate.precision import Precision
 from calibrate.ridge import bent_roof, ridge_exponent
 from calibrate.roofline_terms import RooflineTerms, prefill_pairs
 from engine.core.batch import ShapeMetrics
@@ -145,7 +145,7 @@ class RooflineCostModel(CostModel):
         `host`: calibrate/host.py's HOST_TERMS; `paged=False` prices decode attention as a dense kernel
         (FasterTransformer's): no per-block term; `attention`: decode and prefill attention as that fit prices
         them (the kernel it measured, paged or not as measured) instead of at params'; `precision`: the weights'
-        and KV cache's formats (calibrate/precision.py), in place of `dtype_bytes` for every byte count."""
+        and KV cache's formats (calibrate/hardware/precision.py), in place of `dtype_bytes` for every byte count."""
         self.model, self.hw, self.tp, self.params = model, hw, tp, params
         self.attention = attention
         self.precision = precision if precision is not None else Precision.uniform(dtype_bytes)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from calibrate.hardware import HardwareSpec
+from calibrate.hardware.hardware import HardwareSpec
 from calibrate.layer_ops import GEMMS, LAYER_ELEMENTWISE, LayerShape, gemm_work
 from calibrate.linear_model import LinearFit
 from calibrate.ridge import bent_roofs, ridge_exponent

@@ -16,7 +16,7 @@ import numpy as np
 
 from calibrate.breakdown import IterationTime
 from calibrate.costmodel import BatchLike, CostModel
-from calibrate.hardware import HardwareSpec
+from calibrate.hardware.hardware import HardwareSpec
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from calibrate.transfer import REGIMES, RegimeChoice, regime_of, same_chip
 from engine.core.spec import ModelSpec

@@ -9,7 +9,7 @@ the judgement is read from the profile, so a run never needs the held-out tables
 """
 from __future__ import annotations
 
-from calibrate.hardware import HardwareSpec, load_hardware
+from calibrate.hardware.hardware import HardwareSpec, load_hardware
 from calibrate.linear_model import LinearFit
 from calibrate.profile_file import Profile
 from calibrate.regime_errors import RegimeError

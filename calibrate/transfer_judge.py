@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.hardware import HardwareSpec, load_hardware
+from calibrate.hardware.hardware import HardwareSpec, load_hardware
 from calibrate.linear_model import LinearFit
 from calibrate.nnls import nnls
 from calibrate.op_table import read_csv
@@ -184,7 +184,7 @@ def report_lines(errors: list[RegimeError]) -> list[str]:
 def fit_lines(raw_path: str | Path) -> list[str]:
     """What `calibrate fit` adds for an engine profile of a GPU: that GPU held out from the shipped A100 fit,
     and its own compute share carried to the A100 (nothing for a CPU profile: no GPU to carry to)."""
-    from calibrate.hardware import hardware_for_device
+    from calibrate.hardware.hardware import hardware_for_device
     from calibrate.profile_file import load_profile
 
     head = read_csv(raw_path, "raw engine profile").head(1)

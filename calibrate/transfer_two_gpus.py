@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from calibrate.hardware import HardwareSpec
+from calibrate.hardware.hardware import HardwareSpec
 from calibrate.layer_ops import ITERATION_ELEMENTWISE
 from calibrate.linear_model import LinearFit
 from calibrate.op_fit import fit_linear, today_roofline

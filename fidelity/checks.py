@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from calibrate.device import device_name
+from calibrate.hardware.device import device_name
 from calibrate.profile_file import Profile, load_profile
 from engine.core.blocks import blocks_for
 from engine.core.spec import ModelSpec

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from calibrate.precision import Precision
+from calibrate.hardware.precision import Precision
 from engine.errors import SpecError
 from engine.runtime.options import EngineOptions, engine_options_from_dict
 from engine.specs.checks import choice, number, optional, positive

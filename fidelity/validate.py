@@ -29,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from calibrate.costmodel import ScaledCostModel
-from calibrate.device import device_name
+from calibrate.hardware.device import device_name
 from engine.core.system import SystemSpec
 from fidelity.calibration import calibrate_here, with_profile
 from fidelity.checks import Pool, check_profile, check_trace, pool_for, serving_spec

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from calibrate.hardware import load_hardware
+from calibrate.hardware.hardware import load_hardware
 from calibrate.host import host_time
 from calibrate.linear_model import LinearFit
 from calibrate.profile_file import load_profile

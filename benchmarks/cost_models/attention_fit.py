@@ -20,7 +20,7 @@ import numpy as np
 
 from calibrate.attention_fit import AttentionWork, fit_attention, heldout_errors
 from calibrate.attention_table import AttentionTable, read_attention_table
-from calibrate.hardware import HardwareSpec, load_hardware
+from calibrate.hardware.hardware import HardwareSpec, load_hardware
 from calibrate.roofline import RooflineParams
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from calibrate.fit import fit_host
-from calibrate.hardware import load_hardware
+from calibrate.hardware.hardware import load_hardware
 from calibrate.host import HOST_TERMS, calibration_replay, host_rows, host_time
 from calibrate.profile_model import transferred_roofline
 from engine.core.batch import Batch

@@ -14,7 +14,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from calibrate.hardware import load_hardware
+from calibrate.hardware.hardware import load_hardware
 from calibrate.linear_model import LinearFit
 from calibrate.profile_file import load_profile
 from calibrate.profile_model import transferred_roofline

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from calibrate.hardware import load_hardware
+from calibrate.hardware.hardware import load_hardware
 from calibrate.layer_ops import GEMMS
 from calibrate.op_fit import fit_linear_on
 from calibrate.op_import import load_tables

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import pandas as pd  # noqa: E402
 
-from calibrate.hardware import load_hardware  # noqa: E402
+from calibrate.hardware.hardware import load_hardware  # noqa: E402
 from engine.atomic import write_text_atomic  # noqa: E402
 from engine.specs.loader import load_model_spec  # noqa: E402
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from calibrate.hardware import HardwareSpec
+from calibrate.hardware.hardware import HardwareSpec
 from calibrate.registry import PROFILE_KINDS, profile_host_model
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
@@ -79,7 +79,7 @@ def model_values(model: ModelSpec) -> dict:
 
 def _transfer_specs(exp: Experiment) -> dict[str, dict]:
     """A transferred roofline also reads the profiled model's spec and the hardware it was measured on."""
-    from calibrate.hardware import hardware_for_device, load_hardware
+    from calibrate.hardware.hardware import hardware_for_device, load_hardware
     from calibrate.profile_file import load_profile
     from engine.specs.loader import load_model_spec
 

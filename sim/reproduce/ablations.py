@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from calibrate.costmodel import CostModel
-from calibrate.hardware import HardwareSpec
+from calibrate.hardware.hardware import HardwareSpec
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from engine.core.batch import BatchShape
 from engine.core.blocks import blocks_for

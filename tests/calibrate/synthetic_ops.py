@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.hardware import load_hardware
+from calibrate.hardware.hardware import load_hardware
 from calibrate.layer_ops import GEMMS, LayerShape, gemm_work
 from calibrate.linear_model import LinearFit
 

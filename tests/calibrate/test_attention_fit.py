@@ -16,7 +16,7 @@ from calibrate.attention_fit import (
     region_masks,
 )
 from calibrate.attention_table import read_attention_table
-from calibrate.hardware import load_hardware
+from calibrate.hardware.hardware import load_hardware
 from calibrate.roofline import RooflineCostModel
 from engine.core.batch import BatchShape
 from engine.errors import SpecError

@@ -10,7 +10,7 @@ from hypothesis import given
 
 from calibrate.breakdown import DEVICE_KINDS, KIND_MEANINGS, IterationTime, fold
 from calibrate.costmodel import ScaledCostModel
-from calibrate.hardware import load_hardware
+from calibrate.hardware.hardware import load_hardware
 from calibrate.profile_model import transferred_roofline
 from calibrate.roofline import RooflineCostModel
 from calibrate.transfer_cost import RegimeCostModel

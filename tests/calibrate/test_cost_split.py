@@ -259,7 +259,7 @@ def test_a_simulation_charges_the_host_part_on_every_iteration(split_fit, tmp_pa
 
 
 def test_the_transfer_model_prices_its_host_work_apart_too():
-    from calibrate.hardware import load_hardware
+    from calibrate.hardware.hardware import load_hardware
     from calibrate.profile_model import transferred_roofline
     from engine.specs.loader import load_model_spec
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from calibrate.hardware import (
+from calibrate.hardware.hardware import (
     GIB,
     HARDWARE_DIR,
     available_hardware,
@@ -126,7 +126,7 @@ def test_the_docs_name_every_shipped_sheet():
 
 
 def test_a_profiled_device_is_matched_to_its_sheet_by_the_names_the_sheet_lists():
-    from calibrate.hardware import available_hardware, hardware_for_device, load_hardware
+    from calibrate.hardware.hardware import available_hardware, hardware_for_device, load_hardware
 
     owners: dict[str, str] = {}
     for name in available_hardware():
@@ -145,7 +145,7 @@ def test_a_profiled_device_is_matched_to_its_sheet_by_the_names_the_sheet_lists(
 def test_a_user_sheet_may_name_its_device_and_a_malformed_list_is_refused(tmp_path):
     import pytest
 
-    from calibrate.hardware import load_hardware
+    from calibrate.hardware.hardware import load_hardware
     from engine.errors import SpecError
 
     base = ("name: mine\npeak_flops: 1.0e+14\nhbm_bytes_per_s: 1.0e+12\nmemory_gib: 16\nnvlink_bytes_per_s: 1.0e+11\n"
@@ -162,7 +162,7 @@ def test_a_user_sheet_may_name_its_device_and_a_malformed_list_is_refused(tmp_pa
 def test_every_shipped_sheet_loads_with_its_sm_count_and_a_malformed_one_is_refused_by_name(tmp_path):
     import pytest
 
-    from calibrate.hardware import available_hardware, load_hardware
+    from calibrate.hardware.hardware import available_hardware, load_hardware
     from engine.errors import SpecError
 
     counts = {name: load_hardware(name).sm_count for name in available_hardware()}

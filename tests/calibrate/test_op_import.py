@@ -7,7 +7,7 @@ import pytest
 import yaml
 from synthetic_ops import HARDWARE, MODELS, TRUE_FIT, assert_same_fit, table, write_all_reduce, write_tables
 
-from calibrate.hardware import load_hardware
+from calibrate.hardware.hardware import load_hardware
 from calibrate.layer_ops import ELEMENTWISE, LayerShape
 from calibrate.linear_model import LinearFit
 from calibrate.op_fit import fit_linear, octave_weights

@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from calibrate.features import TERMS
-from calibrate.hardware import load_hardware
+from calibrate.hardware.hardware import load_hardware
 from calibrate.profile_file import FORMAT, Profile, load_profile
 from calibrate.profile_model import (
     ProfileCostModel,

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from calibrate.hardware import load_hardware
+from calibrate.hardware.hardware import load_hardware
 from calibrate.host_model import host_model_path
 from calibrate.profile_file import load_profile
 from calibrate.profile_model import ProfileCostModel

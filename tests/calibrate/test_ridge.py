@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from calibrate.hardware import load_hardware
+from calibrate.hardware.hardware import load_hardware
 from calibrate.ridge import bent_roof, bent_roofs, ridge_exponent
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from engine.core.batch import Batch

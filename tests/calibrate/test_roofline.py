@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from batches import decode, prefill
 
-from calibrate.hardware import load_hardware
+from calibrate.hardware.hardware import load_hardware
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from engine.core.batch import Batch
 

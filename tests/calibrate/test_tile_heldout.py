@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from synthetic_ops import HARDWARE, MODELS, TRUE_FIT, assert_same_fit, write_tables
 
-from calibrate.hardware import load_hardware
+from calibrate.hardware.hardware import load_hardware
 from calibrate.layer_ops import LayerShape
 from calibrate.op_fit import fit_linear
 from calibrate.op_import import heldout

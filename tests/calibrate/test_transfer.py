@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from synthetic_ops import MODELS, TRUE_FIT, write_tables
 
-from calibrate.hardware import HardwareSpec, load_hardware
+from calibrate.hardware.hardware import HardwareSpec, load_hardware
 from calibrate.layer_ops import LayerShape
 from calibrate.op_fit import fit_linear
 from calibrate.op_table import read_op_table
@@ -103,7 +103,7 @@ def test_a_missing_hardware_field_names_it():
 
 @pytest.mark.parametrize("name", NEW_GPUS)
 def test_a_hardware_yaml_without_a_field_is_one_line_naming_it(tmp_path, name):
-    from calibrate.hardware import HARDWARE_DIR
+    from calibrate.hardware.hardware import HARDWARE_DIR
 
     text = (HARDWARE_DIR / f"{name}.yaml").read_text()
     cut = "\n".join(line for line in text.splitlines() if not line.startswith("hbm_bytes_per_s"))

@@ -4,7 +4,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from calibrate.hardware import load_hardware
+from calibrate.hardware.hardware import load_hardware
 from calibrate.profile_file import load_profile
 from calibrate.profile_model import transferred_roofline
 from calibrate.roofline import RooflineCostModel

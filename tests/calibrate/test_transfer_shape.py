@@ -16,7 +16,7 @@ from synthetic_ops import (
     write_two_gpus,
 )
 
-from calibrate.hardware import load_hardware
+from calibrate.hardware.hardware import load_hardware
 from calibrate.layer_ops import GEMMS
 from calibrate.op_table import read_op_table
 from calibrate.transfer_shape import (

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from synthetic_ops import HARDWARE, LAYERS, SECOND_HARDWARE, TRUE_FIT, assert_same_fit, write_all_reduce, write_two_gpus
 
-from calibrate.hardware import load_hardware
+from calibrate.hardware.hardware import load_hardware
 from calibrate.linear_model import LinearFit
 from calibrate.op_fit import fit_linear, fit_linear_on
 from calibrate.op_import import import_profile, report

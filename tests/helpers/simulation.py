@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from calibrate.costmodel import CostModel
-from calibrate.hardware import load_hardware
+from calibrate.hardware.hardware import load_hardware
 from calibrate.roofline import RooflineCostModel
 from engine.core.system import PAPER_SYSTEMS
 from engine.specs.loader import load_model_spec

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from calibrate.hardware import load_hardware
+from calibrate.hardware.hardware import load_hardware
 from calibrate.roofline import RooflineCostModel
 from engine.core.system import PAPER_SYSTEMS
 from engine.errors import SpecError

@@ -8,7 +8,7 @@ from engine.errors import SpecError
 from engine.specs.checks import number, positive
 from engine.specs.loader import read_named_yaml
 
-HARDWARE_DIR = Path(__file__).resolve().parent / "hardware_specs"
+HARDWARE_DIR = Path(__file__).resolve().parents[1] / "hardware_specs"
 GIB = 1 << 30
 OPTIONAL_KEYS = ("device_names", "peak_flops_fp8", "sm_count")
 MAX_MEMORY_GIB = 2.0**20  # a PiB per device: far past any accelerator, and still a whole number of bytes
@@ -30,7 +30,7 @@ class HardwareSpec:
     # blocks run on them in waves (calibrate/attention_waves.py); None where no source gives it
     sm_count: int | None = None
     # dense FP8 tensor-core FLOP/s (no sparsity) where the datasheet gives one: FP8 weights run W8A8 at it
-    # (calibrate/precision.py); None on a part without FP8 tensor cores
+    # (calibrate/hardware/precision.py); None on a part without FP8 tensor cores
     peak_flops_fp8: float | None = None
 
     @property
