@@ -24,7 +24,7 @@ KIND_MEANINGS = {
     "other_kernels": "measured kernels the roofline leaves out: norms, rotary, activation, residual adds, "
                      "embedding, each GEMM's launch latency",
     "forward": "the whole forward, where a model does not price it by kind",
-    # a fitted profile's terms (calibrate/features.py), where "linear" is its token-cost table
+    # a fitted profile's terms (calibrate/work/features.py), where "linear" is its token-cost table
     "per_sequence": "a fitted profile's cost per sequence in the batch",
     "prefill": "a fitted profile's prefill attention (per prompt token pair) and cost per prompt",
     "mixed": "a fitted profile's extra cost of an iteration that mixes prefills and decodes",

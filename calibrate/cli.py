@@ -156,7 +156,7 @@ def fit_report(profile) -> str:
 def device_report(profile) -> list[str]:
     """The device part: where it was measured, its held-out error, its token-cost table and coefficients, and
     the serving factor it is charged at (docs/cost-model-split.md)."""
-    from calibrate.features import TERMS
+    from calibrate.work.features import TERMS
 
     if profile.linear:
         source = "the imported per-operation timings"

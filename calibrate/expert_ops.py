@@ -8,7 +8,7 @@ A layer of a mixture runs, over its batch's T tokens:
   the gate    a hidden x num_experts matmul over all T tokens (its latency here, its FLOPs and weights in the
               roofline's matmul term with the rest);
   experts     the distinct experts its tokens are routed to, D(T) = E (1 - (1 - k/E)^T) of them on average
-              (calibrate/expert_routing.py: uniform routing), each the dense MLP of the expert's shape (up and
+              (calibrate/work/expert_routing.py: uniform routing), each the dense MLP of the expert's shape (up and
               gate matmul, activation, down matmul) over T k / D tokens on average: D x mlp_ops(T k / D);
   all-reduce  after attention and after the experts, as a dense layer at the same tensor parallelism.
 
@@ -36,8 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from calibrate.hardware.hardware import HardwareSpec
-from calibrate.layer_ops import ITERATION_ELEMENTWISE, LAYER_ELEMENTWISE, LayerShape
 from calibrate.linear_model import LinearFit
+from calibrate.work.layer_ops import ITERATION_ELEMENTWISE, LAYER_ELEMENTWISE, LayerShape
 from engine.core.spec import ModelSpec
 
 ATTENTION_GEMMS = 2  # QKV and output projection, over every token, as the gate (router) is where there is one

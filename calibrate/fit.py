@@ -7,7 +7,7 @@ inside the forward too). The host part (calibrate/host_fit.py) is the rest of th
 
 Least squares on relative error (each row divided by its time, so a 2 ms decode counts as
 much as a 2 s prefill), with non-negative coefficients: every term is a physical cost, and
-so is every value of the token-cost table (calibrate/features.py). The table's knots are
+so is every value of the token-cost table (calibrate/work/features.py). The table's knots are
 placed at the token counts of the rows a fit may see; the reported error is k-fold
 cross-validated, each shape predicted by a fit (knots included) that never saw it.
 """
@@ -21,7 +21,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.features import (
+from calibrate.folds import assign_folds
+from calibrate.host_fit import HOST_COLUMN, MIN_ROWS, fit_host, host_observations
+from calibrate.nnls import nnls
+from calibrate.profile_file import DTYPE_BYTES, Profile
+from calibrate.serving import PLAUSIBLE, serving_factor
+from calibrate.speed import PROBE_SHAPES, SpeedSamples
+from calibrate.work.features import (
     FEATURE_COLUMNS,
     TERMS,
     block_term_measurable,
@@ -30,12 +36,6 @@ from calibrate.features import (
     term_matrix,
     token_costs,
 )
-from calibrate.folds import assign_folds
-from calibrate.host_fit import HOST_COLUMN, MIN_ROWS, fit_host, host_observations
-from calibrate.nnls import nnls
-from calibrate.profile_file import DTYPE_BYTES, Profile
-from calibrate.serving import PLAUSIBLE, serving_factor
-from calibrate.speed import PROBE_SHAPES, SpeedSamples
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 

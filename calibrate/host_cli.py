@@ -30,7 +30,7 @@ def host_model_report(model) -> str:
     lines = [f"host model {model.name}: {model.measured}", f"  source: {model.source}", f"  licence: {model.licence}"]
     lines += heldout_lines(model.heldout)
     lines.append("  terms (seconds; each coefficient times its feature):")
-    from calibrate.host_features import FEATURES
+    from calibrate.work.host_features import FEATURES
 
     for term, coefficients in model.terms.items():
         lines.append(f"    {term}:")

@@ -3,7 +3,7 @@
 An iteration's time is device time plus host time (docs/cost-model-split.md). The host time belongs to
 the serving engine on its host CPU: scheduling, sampling, building inputs, processing outputs, talking to
 its workers. A HostModel holds one engine's measured host work as named terms, each a sum of coefficients
-times the features of calibrate/host_features.py (per iteration, per sequence, per prompt token, scaled by
+times the features of calibrate/work/host_features.py (per iteration, per sequence, per prompt token, scaled by
 the model's vocabulary or context, or by the tensor-parallel workers). For a (ModelSpec, tensor_parallel)
 it resolves to calibrate/host.py's three HOST_TERMS, the floats RooflineCostModel and ProfileCostModel
 already charge, so the cost models' arithmetic is unchanged.
@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from calibrate.host import HOST_TERMS
-from calibrate.host_features import FEATURES, ITERATION, PREFILL_TOKEN, SEQUENCE, ModelSize
+from calibrate.work.host_features import FEATURES, ITERATION, PREFILL_TOKEN, SEQUENCE, ModelSize
 from engine.atomic import write_text_atomic
 from engine.core.spec import ModelSpec
 from engine.errors import SpecError
@@ -39,7 +39,7 @@ KEYS = ("format", "name", "measured", "source", "licence", "terms", "heldout")
 
 @dataclass(frozen=True)
 class HostModel:
-    """`terms`: term -> {feature (calibrate/host_features.FEATURES) -> coefficient}, in the order they are
+    """`terms`: term -> {feature (calibrate/work/host_features.FEATURES) -> coefficient}, in the order they are
     summed; `measured`: what the engine and machine were, in words; `heldout`: the fit's held-out errors
     (calibrate/host_model_fit.py), or where the figures were cited from and how they were judged."""
 

@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from calibrate.host_features import FEATURES, ITERATION, SEQUENCE
 from calibrate.host_model import HostModel
 from calibrate.host_table import HostTable
 from calibrate.nnls import nnls
+from calibrate.work.host_features import FEATURES, ITERATION, SEQUENCE
 
 TARGET = 0.10  # held-out mean |error| of the per-iteration total host time
 TERM_FEATURES = {

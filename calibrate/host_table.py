@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from calibrate.host_features import ModelSize
+from calibrate.work.host_features import ModelSize
 from engine.errors import SpecError
 from engine.specs.checks import existing_file
 

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from calibrate.hardware.hardware import HardwareSpec
-from calibrate.layer_ops import GEMMS, ITERATION_ELEMENTWISE
 from calibrate.ridge import bent_roofs, ridge_exponent
+from calibrate.work.layer_ops import GEMMS, ITERATION_ELEMENTWISE
 
 if TYPE_CHECKING:  # the frames come from the callers that fit and check the part; pricing an iteration needs none
     import pandas as pd

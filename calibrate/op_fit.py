@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 
 from calibrate.hardware.hardware import HardwareSpec
-from calibrate.layer_ops import GEMMS
 from calibrate.linear_model import LinearFit
 from calibrate.nnls import nnls
 from calibrate.ridge import bent_roofs, ridge_exponent
 from calibrate.roofline import RooflineParams
+from calibrate.work.layer_ops import GEMMS
 
 RIDGE_GRID = np.round(np.arange(0.40, 0.995, 0.02), 3)  # then refined in steps of 0.002
 LATENCY_GRID_S = np.arange(0.0, 12.5e-6, 1e-6)  # then refined in steps of 0.2 us

@@ -17,9 +17,7 @@ import numpy as np
 import pandas as pd
 
 from calibrate.all_reduce import read_all_reduce
-from calibrate.features import TERMS, choose_knots
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
-from calibrate.layer_ops import ELEMENTWISE, GEMMS, ITERATION_ELEMENTWISE, LayerShape
 from calibrate.linear_model import LinearFit
 from calibrate.op_fit import fit_linear, fit_linear_on, today_roofline
 from calibrate.op_table import OpTable, read_op_table
@@ -27,6 +25,8 @@ from calibrate.profile_file import Profile, load_profile
 from calibrate.transfer import REGIMES, regimes_of
 from calibrate.transfer_judge import RegimeError, judge_profile, report_lines
 from calibrate.transfer_two_gpus import GpuTables, HoldOut, both_ways, judgement, two_gpu_choice
+from calibrate.work.features import TERMS, choose_knots
+from calibrate.work.layer_ops import ELEMENTWISE, GEMMS, ITERATION_ELEMENTWISE, LayerShape
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 

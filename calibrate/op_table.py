@@ -1,6 +1,6 @@
 """Per-operation GPU timing tables (Vidur's profiling format), read into one row per measured kernel.
 
-A table holds one model's non-attention operations (calibrate/layer_ops.py) timed at many token counts
+A table holds one model's non-attention operations (calibrate/work/layer_ops.py) timed at many token counts
 and tensor-parallel degrees: its architecture in `n_head`, `n_kv_head`, `n_embd`, `n_expanded_embd`,
 `use_gated_mlp`, and `time_stats.<op>.median` in milliseconds. Each row becomes one row per operation
 with its work beside its time: FLOPs and weight bytes for the matmuls, bytes moved for the rest.
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from calibrate.layer_ops import GEMMS, OPS, LayerShape, gemm_work
+from calibrate.work.layer_ops import GEMMS, OPS, LayerShape, gemm_work
 from engine.errors import SpecError
 from engine.specs.checks import existing_file
 

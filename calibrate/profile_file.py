@@ -7,10 +7,10 @@ from pathlib import Path
 import yaml
 
 from calibrate.all_reduce import AllReduceTable
-from calibrate.features import TERMS, TERMS_ADDED_IN_3, TERMS_ADDED_IN_4
 from calibrate.host import HOST_TERMS
-from calibrate.layer_ops import ELEMENTWISE
 from calibrate.serving import PLAUSIBLE
+from calibrate.work.features import TERMS, TERMS_ADDED_IN_3, TERMS_ADDED_IN_4
+from calibrate.work.layer_ops import ELEMENTWISE
 from engine.atomic import write_text_atomic
 from engine.errors import SpecError
 from engine.specs.checks import choice, non_negative, number, optional, positive, positive_int, share

@@ -158,7 +158,7 @@ class ProfileCostModel(CostModel):
                                                              decode_blocks)) * self.serving_factor
 
     def token_cost(self, tokens: int) -> float:
-        """The token-cost table at `tokens` (calibrate/features.token_costs, one value at a time)."""
+        """The token-cost table at `tokens` (calibrate/work/features.token_costs, one value at a time)."""
         knots, costs = self._knots, self._token_costs
         if tokens <= knots[0]:
             return costs[0]

@@ -5,7 +5,7 @@ at achieved (not peak) FLOP/s and bandwidth:
   linear layers  max(2 * params * tokens / flops, weight bytes / bandwidth), or bent at the ridge
                  (calibrate/ridge.py) when ridge_efficiency < 1; a mixture of experts computes with the
                  experts each token runs (experts_per_token) and reads the weights of the distinct experts
-                 the batch's tokens are routed to, E (1 - (1 - k/E)^tokens) of them (calibrate/expert_routing.py)
+                 the batch's tokens are routed to, E (1 - (1 - k/E)^tokens) of them (calibrate/work/expert_routing.py)
   prefill attn   2 * prompt_len^2 * hidden * layers FLOPs (causal QK^T and AV, halved); a prefill of
                  n tokens after c cached ones (a shared prefix) 2 * n (n + 2c) * hidden * layers FLOPs,
                  plus reading the c cached tokens' KV as a decode reads its context
@@ -72,14 +72,14 @@ from calibrate.costmodel import (
     stretch_context_sums,
 )
 from calibrate.expert_ops import expert_kernels
-from calibrate.expert_routing import expected_experts_read
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.hardware.precision import Precision
 from calibrate.host import host_parts, host_time
-from calibrate.layer_ops import ITERATION_ELEMENTWISE, LAYER_ELEMENTWISE, LayerShape
 from calibrate.linear_model import LinearFit
 from calibrate.ridge import bent_roof, ridge_exponent
 from calibrate.roofline_terms import RooflineTerms, prefill_pairs
+from calibrate.work.expert_routing import expected_experts_read
+from calibrate.work.layer_ops import ITERATION_ELEMENTWISE, LAYER_ELEMENTWISE, LayerShape
 from engine.core.batch import ShapeMetrics
 from engine.core.spec import ModelSpec
 

@@ -37,8 +37,9 @@ class RooflineTerms:
         `wave_launch`: decode attention in waves (calibrate/attention_waves.py) instead, its launch per batch size
         (splits, tiles per split, latencies) and the grid's numbers beside it. `num_experts` > 1: a mixture of
         experts, whose weights read add s_per_expert_read per distinct expert the batch is expected to route to
-        (calibrate/expert_routing.py's formula, written out here as RooflineCostModel.weights_time computes it), and
-        with measured kernels s_per_expert_kernels of their latencies per such expert (calibrate/expert_ops.py)."""
+        (calibrate/work/expert_routing.py's formula, written out here as RooflineCostModel.weights_time computes
+        it), and with measured kernels s_per_expert_kernels of their latencies per such expert
+        (calibrate/expert_ops.py)."""
         self.s_per_token_linear = s_per_token_linear
         self.s_per_logit_row = s_per_logit_row
         self.s_weights = s_weights

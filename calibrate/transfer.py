@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from calibrate.hardware.hardware import HardwareSpec
-from calibrate.layer_ops import GEMMS, LAYER_ELEMENTWISE, LayerShape, gemm_work
 from calibrate.linear_model import LinearFit
 from calibrate.ridge import bent_roofs, ridge_exponent
+from calibrate.work.layer_ops import GEMMS, LAYER_ELEMENTWISE, LayerShape, gemm_work
 from engine.errors import SpecError
 
 MEMORY_BOUND, RIDGE, COMPUTE_BOUND = "memory-bound decode", "ridge", "compute-bound prefill"

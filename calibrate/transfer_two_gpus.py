@@ -15,12 +15,12 @@ import numpy as np
 import pandas as pd
 
 from calibrate.hardware.hardware import HardwareSpec
-from calibrate.layer_ops import ITERATION_ELEMENTWISE
 from calibrate.linear_model import LinearFit
 from calibrate.op_fit import fit_linear, today_roofline
 from calibrate.regime_errors import RegimeError, choose
 from calibrate.table_models import layers_of
 from calibrate.transfer import FINE_REGIMES, RegimeChoice, regimes_of
+from calibrate.work.layer_ops import ITERATION_ELEMENTWISE
 
 REFERENCE_MODEL = "meta-llama_Llama-2-7b-hf"  # the decode target's model: LLaMA-2-7B at tp 1, 1-1,024 tokens
 REFERENCE_TP, REFERENCE_MAX_TOKENS = 1, 1024

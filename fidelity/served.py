@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from calibrate.features import FEATURE_COLUMNS, TERMS
 from calibrate.fit import Fit, fit_rows
+from calibrate.work.features import FEATURE_COLUMNS, TERMS
 
 KEY_COLUMNS = ("system", "rate", "repeat")
 SERVED_COLUMNS = (*KEY_COLUMNS, *FEATURE_COLUMNS, "time_s", "speed_factor")

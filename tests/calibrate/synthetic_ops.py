@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from calibrate.hardware.hardware import load_hardware
-from calibrate.layer_ops import GEMMS, LayerShape, gemm_work
 from calibrate.linear_model import LinearFit
+from calibrate.work.layer_ops import GEMMS, LayerShape, gemm_work
 
 # on the fit's grids (calibrate/op_fit.py), so the fit can land on them exactly
 TRUE_FIT = LinearFit(compute_efficiency=0.7, bandwidth_efficiency=0.8, ridge_efficiency=0.7, gemm_latency_s=5e-6,

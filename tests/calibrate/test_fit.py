@@ -5,10 +5,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.features import TERMS
 from calibrate.fit import fit_profile
 from calibrate.folds import assign_folds
 from calibrate.grid import GRIDS
+from calibrate.work.features import TERMS
 from engine.errors import SpecError
 from tests.helpers.synthetic_profile import TRUE, gpu_like_token_cost, synthetic_raw  # noqa: E402
 
@@ -85,7 +85,7 @@ def test_grids_stay_inside_the_model_and_memory():
 
 
 def test_knots_are_every_small_count_then_every_twenty_percent():
-    from calibrate.features import choose_knots
+    from calibrate.work.features import choose_knots
 
     assert choose_knots([1, 2, 3, 5, 16, 17, 18, 20, 24, 100]) == [1, 2, 3, 5, 16, 20, 24, 100]
     # the largest count ends the table, replacing a knot a few tokens before it

@@ -8,7 +8,6 @@ import pytest
 import yaml
 
 from calibrate.host import HOST_TERMS, host_time
-from calibrate.host_features import ModelSize
 from calibrate.host_model import (
     HostModel,
     available_host_models,
@@ -28,6 +27,7 @@ from calibrate.host_model_fit import (
 )
 from calibrate.host_table import CSV_MODELS, TERM_COLUMNS, read_host_table
 from calibrate.profile_file import load_profile
+from calibrate.work.host_features import ModelSize
 from engine.errors import SpecError
 from engine.specs.loader import available_models, load_model_spec
 from tests.calibrate.synthetic_host import TRUE_TERMS, rows, write_table
@@ -210,7 +210,7 @@ def test_resolve_and_breakdown_add_up_to_the_charged_host_time(tmp_path):
 
 
 def _true(term, size, tp, seqs):
-    from calibrate.host_features import FEATURES, SEQUENCE
+    from calibrate.work.host_features import FEATURES, SEQUENCE
 
     return sum(c * FEATURES[f].scale(size, tp) * (seqs if FEATURES[f].paid == SEQUENCE else 1)
                for f, c in TRUE_TERMS[term].items())

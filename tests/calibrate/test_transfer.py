@@ -7,7 +7,6 @@ import pytest
 from synthetic_ops import MODELS, TRUE_FIT, write_tables
 
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
-from calibrate.layer_ops import LayerShape
 from calibrate.op_fit import fit_linear
 from calibrate.op_table import read_op_table
 from calibrate.transfer import (
@@ -26,6 +25,7 @@ from calibrate.transfer import (
     same_chip,
 )
 from calibrate.transfer_judge import RegimeError, choose, device_rows, h200_to_a100
+from calibrate.work.layer_ops import LayerShape
 from engine.errors import SpecError
 
 # two made-up GPUs: the "true" one the fit sees and another with other peaks
@@ -199,8 +199,8 @@ def test_import_reports_each_regime_and_the_gpu_the_fit_never_saw(tmp_path, meas
 
 
 def test_the_roofline_cost_model_charges_what_the_regime_terms_add_up_to():
-    from calibrate.layer_ops import ITERATION_ELEMENTWISE
     from calibrate.roofline import RooflineCostModel
+    from calibrate.work.layer_ops import ITERATION_ELEMENTWISE
     from engine.core.batch import Batch
     from engine.specs.loader import load_model_spec
 

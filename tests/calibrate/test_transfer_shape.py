@@ -17,7 +17,6 @@ from synthetic_ops import (
 )
 
 from calibrate.hardware.hardware import load_hardware
-from calibrate.layer_ops import GEMMS
 from calibrate.op_table import read_op_table
 from calibrate.transfer_shape import (
     choose_tile,
@@ -28,6 +27,7 @@ from calibrate.transfer_shape import (
     tile_hold_out,
 )
 from calibrate.transfer_two_gpus import GpuTables, hold_out
+from calibrate.work.layer_ops import GEMMS
 
 TILE = 64
 

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from calibrate.costmodel import CostModel
-from calibrate.features import TERMS
+from calibrate.work.features import TERMS
 from engine.errors import SpecError
 from servesim.cli import main
 from sim.experiment.config import load_experiment
