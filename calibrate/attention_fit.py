@@ -25,7 +25,7 @@ paper-era vLLM's paged kernel 20-26% slower than FasterTransformer's dense one) 
 and is not added on top of a fit: a cost model with an AttentionFit prices decode attention as the measured
 kernel, paged as it was measured, and the Fig. 18a factor stays the roofline's, for the roofline's own attention.
 
-The fit is non-negative least squares on relative error (calibrate/nnls.py), decode and prefill apart.
+The fit is non-negative least squares on relative error (calibrate/maths/nnls.py), decode and prefill apart.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ import numpy as np
 
 from calibrate.attention_waves import DecodeGrid, WaveFit, fit_waves
 from calibrate.hardware.hardware import HardwareSpec
-from calibrate.nnls import nnls
+from calibrate.maths.nnls import nnls
 
 if TYPE_CHECKING:
     import pandas as pd

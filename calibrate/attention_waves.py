@@ -26,7 +26,7 @@ cost 0.37 of a full one, not all of it, nor the 4/108 a pure bandwidth model giv
 the wave's slots this is wave efficiency = grid blocks / (waves x SMs x blocks per SM) exactly. A split's
 blocks read their tiles of the keys (the last of a context the rest), empty splits none.
 
-The fit: NNLS on relative error for the latencies and the bandwidth (calibrate/nnls.py), over a small grid of
+The fit: NNLS on relative error for the latencies and the bandwidth (calibrate/maths/nnls.py), over a small grid of
 the integers (the heuristic's SM multiple, blocks per SM, each floor in blocks) chosen on the rows fitted only.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from calibrate.nnls import nnls
+from calibrate.maths.nnls import nnls
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -23,7 +23,7 @@ import pandas as pd
 
 from calibrate.folds import assign_folds
 from calibrate.host_fit import HOST_COLUMN, MIN_ROWS, fit_host, host_observations
-from calibrate.nnls import nnls
+from calibrate.maths.nnls import nnls
 from calibrate.profile_file import DTYPE_BYTES, Profile
 from calibrate.serving import PLAUSIBLE, serving_factor
 from calibrate.speed import PROBE_SHAPES, SpeedSamples

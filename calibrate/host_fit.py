@@ -22,7 +22,7 @@ import pandas as pd
 
 from calibrate.folds import assign_folds  # one fold assignment for both parts
 from calibrate.host import HOST_TERMS
-from calibrate.nnls import nnls
+from calibrate.maths.nnls import nnls
 
 HOST_COLUMN = "host_s"  # a profiled shape's host seconds (raw CSVs from before the split lack it)
 REPLAY = "host replay"  # a row's source, as the held-out error by source names it

@@ -1,6 +1,6 @@
 """A host model fitted to a measured table of host work (calibrate/host_table.py), with its held-out error.
 
-Each term is fitted apart, non-negative (calibrate/nnls.py), on the features TERM_FEATURES gives it, every row
+Each term is fitted apart, non-negative (calibrate/maths/nnls.py), on the features TERM_FEATURES gives it, every row
 weighted by 1 / its total host time, so that the fit minimises the relative error of the per-iteration total
 (the figure judged). A feature that scales with something the training rows do not vary (one vocabulary, one
 context, one tensor-parallel degree) is left out of that fit: the rows cannot say what it costs, and its
@@ -33,7 +33,7 @@ import numpy as np
 
 from calibrate.host_model import HostModel
 from calibrate.host_table import HostTable
-from calibrate.nnls import nnls
+from calibrate.maths.nnls import nnls
 from calibrate.work.host_features import FEATURES, ITERATION, SEQUENCE
 
 TARGET = 0.10  # held-out mean |error| of the per-iteration total host time

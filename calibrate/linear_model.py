@@ -1,6 +1,6 @@
 """The linear (non-attention) part of an iteration as per-operation GPU timings describe it.
 
-Matmuls follow the bent roofline (calibrate/ridge.py): t = latency + (c^p + m^p)^(1/p), c the FLOPs at
+Matmuls follow the bent roofline (calibrate/maths/ridge.py): t = latency + (c^p + m^p)^(1/p), c the FLOPs at
 a share of peak FLOP/s, m the weight bytes at a share of peak bandwidth. Elementwise kernels cost a
 latency plus their bytes at their own share of bandwidth. All shares are of the measured GPU's spec
 sheet, so they carry to other models, tensor-parallel degrees and GPUs. calibrate/op_fit.py fits it;
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from calibrate.hardware.hardware import HardwareSpec
-from calibrate.ridge import bent_roofs, ridge_exponent
+from calibrate.maths.ridge import bent_roofs, ridge_exponent
 from calibrate.work.layer_ops import GEMMS, ITERATION_ELEMENTWISE
 
 if TYPE_CHECKING:  # the frames come from the callers that fit and check the part; pricing an iteration needs none

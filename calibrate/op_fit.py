@@ -11,8 +11,8 @@ import pandas as pd
 
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.linear_model import LinearFit
-from calibrate.nnls import nnls
-from calibrate.ridge import bent_roofs, ridge_exponent
+from calibrate.maths.nnls import nnls
+from calibrate.maths.ridge import bent_roofs, ridge_exponent
 from calibrate.roofline import RooflineParams
 from calibrate.work.layer_ops import GEMMS
 

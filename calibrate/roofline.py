@@ -3,7 +3,7 @@
 Each part of an iteration runs at the slower of its compute time and its memory time,
 at achieved (not peak) FLOP/s and bandwidth:
   linear layers  max(2 * params * tokens / flops, weight bytes / bandwidth), or bent at the ridge
-                 (calibrate/ridge.py) when ridge_efficiency < 1; a mixture of experts computes with the
+                 (calibrate/maths/ridge.py) when ridge_efficiency < 1; a mixture of experts computes with the
                  experts each token runs (experts_per_token) and reads the weights of the distinct experts
                  the batch's tokens are routed to, E (1 - (1 - k/E)^tokens) of them (calibrate/work/expert_routing.py)
   prefill attn   2 * prompt_len^2 * hidden * layers FLOPs (causal QK^T and AV, halved); a prefill of
@@ -76,7 +76,7 @@ from calibrate.hardware.hardware import HardwareSpec
 from calibrate.hardware.precision import Precision
 from calibrate.host import host_parts, host_time
 from calibrate.linear_model import LinearFit
-from calibrate.ridge import bent_roof, ridge_exponent
+from calibrate.maths.ridge import bent_roof, ridge_exponent
 from calibrate.roofline_terms import RooflineTerms, prefill_pairs
 from calibrate.work.expert_routing import expected_experts_read
 from calibrate.work.layer_ops import ITERATION_ELEMENTWISE, LAYER_ELEMENTWISE, LayerShape
@@ -98,7 +98,7 @@ class RooflineParams:
     pcie_efficiency: float = 0.8
     overhead_s: float = 0.0  # fixed per-iteration cost (launches, scheduling)
     # share of the roof the linear layers reach where compute and weight reads take equally long;
-    # 1 is the hard max (calibrate/ridge.py)
+    # 1 is the hard max (calibrate/maths/ridge.py)
     ridge_efficiency: float = 1.0
     # each KV block a paged decode reads costs as much as reading this many more tokens' K/V
     block_read_overhead_tokens: float = DEFAULT_BLOCK_READ_OVERHEAD_TOKENS

@@ -6,7 +6,7 @@ A kernel's device time is split three ways:
             since it does not shrink with a faster memory or more FLOP/s
   memory    bytes moved / (the GPU's peak bandwidth x the kind's bandwidth share)
   compute   FLOPs / (the GPU's peak FLOP/s x the kind's compute share)
-with memory and compute overlapping (the bent roofline, calibrate/ridge.py). The shares belong to a kind
+with memory and compute overlapping (the bent roofline, calibrate/maths/ridge.py). The shares belong to a kind
 of kernel (GEMM, each elementwise kernel, attention, all-reduce) and are fitted where it was measured
 (calibrate/op_fit.py for GEMMs and elementwise kernels); another GPU's time is its spec sheet at the
 same shares. The host part is carried as measured, scaled by the host CPU's speed where both are known.
@@ -23,7 +23,7 @@ import numpy as np
 
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.linear_model import LinearFit
-from calibrate.ridge import bent_roofs, ridge_exponent
+from calibrate.maths.ridge import bent_roofs, ridge_exponent
 from calibrate.work.layer_ops import GEMMS, LAYER_ELEMENTWISE, LayerShape, gemm_work
 from engine.errors import SpecError
 
@@ -33,7 +33,7 @@ LATENCY = "fixed latency"
 # the regimes a judge with per-operation tables on both GPUs tells apart (calibrate/transfer_two_gpus.py)
 FINE_REGIMES = (LATENCY, *REGIMES)
 # a batch is memory-bound below half the ridge's tokens, compute-bound above twice them: within a factor
-# of two of the ridge neither roof holds alone (the bend, calibrate/ridge.py)
+# of two of the ridge neither roof holds alone (the bend, calibrate/maths/ridge.py)
 RIDGE_BAND = 2.0
 # below a sixteenth of the ridge's tokens the elementwise kernels move a few bytes each (LLaMA-7B on an A100:
 # 9 tokens' norms, rotary embedding and activation take ~1 us at peak against ~17 us of fixed latencies), so

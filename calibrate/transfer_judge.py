@@ -27,7 +27,7 @@ import pandas as pd
 
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
 from calibrate.linear_model import LinearFit
-from calibrate.nnls import nnls
+from calibrate.maths.nnls import nnls
 from calibrate.op_table import read_csv
 from calibrate.profile_file import Profile
 from calibrate.regime_errors import RegimeError, choose

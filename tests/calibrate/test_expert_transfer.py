@@ -11,8 +11,8 @@ from cost_model_cases import H100, MIXTRAL, PROFILES
 from synthetic_ops import TRUE_FIT
 
 from calibrate.expert_ops import expert_kernels
+from calibrate.maths.ridge import bent_roofs, ridge_exponent
 from calibrate.profile_model import transferred_roofline
-from calibrate.ridge import bent_roofs, ridge_exponent
 from calibrate.roofline import RooflineCostModel
 from calibrate.work.expert_routing import expected_experts_read
 from calibrate.work.layer_ops import LayerShape, gemm_work

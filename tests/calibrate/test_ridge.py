@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from calibrate.hardware.hardware import load_hardware
-from calibrate.ridge import bent_roof, bent_roofs, ridge_exponent
+from calibrate.maths.ridge import bent_roof, bent_roofs, ridge_exponent
 from calibrate.roofline import RooflineCostModel, RooflineParams
 from engine.core.batch import Batch
 from engine.errors import SpecError
