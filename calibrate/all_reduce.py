@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from calibrate.op_table import MS, check_columns, numeric, read_csv
+from calibrate.tables.op_table import MS, check_columns, numeric, read_csv
 from engine.errors import SpecError
 
 REQUIRED_COLUMNS = ("size", "num_workers", "devices_per_node", "time_stats.all_reduce.median")

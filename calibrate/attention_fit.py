@@ -1,4 +1,5 @@
-"""Attention as measured attention kernels describe it (calibrate/attention_table.py): latencies and shares of peaks.
+"""Attention as measured attention kernels describe it (calibrate/tables/attention_table.py): latencies and shares
+of peaks.
 
 Per layer, on one GPU (q query heads, k KV heads, head dimension d, dtype bytes e):
   decode   latency + K/V bytes read / (decode share x HBM bandwidth), the bytes 2 k d e per context token of every
@@ -41,7 +42,7 @@ from calibrate.maths.nnls import nnls
 if TYPE_CHECKING:
     import pandas as pd
 
-    from calibrate.attention_table import AttentionShape, AttentionTable
+    from calibrate.tables.attention_table import AttentionShape, AttentionTable
     from engine.core.spec import ModelSpec
 
 HELD_OUT_SHARE = 0.75  # held-out regions: the rows at or above this share of the largest context / chunk
@@ -269,7 +270,7 @@ def import_attention(path, hw: HardwareSpec, source: str = "", dtype_bytes: int 
     """The fit on every row of the table at `path`, with its held-out errors and where it came from."""
     from pathlib import Path
 
-    from calibrate.attention_table import read_attention_table
+    from calibrate.tables.attention_table import read_attention_table
 
     table = read_attention_table(path)
     fit = fit_attention(table, hw, dtype_bytes)

@@ -10,7 +10,7 @@ from engine.specs.checks import existing_file, output_file
 def cmd_host(args) -> int:
     from calibrate.host_model import save_host_model
     from calibrate.host_model_fit import fit_host_model
-    from calibrate.host_table import WHAT, read_host_table
+    from calibrate.tables.host_table import WHAT, read_host_table
 
     existing_file(args.table, args.table, what=f"a {WHAT}")
     output_file(args.out, "--out")

@@ -1,4 +1,4 @@
-"""A host model fitted to a measured table of host work (calibrate/host_table.py), with its held-out error.
+"""A host model fitted to a measured table of host work (calibrate/tables/host_table.py), with its held-out error.
 
 Each term is fitted apart, non-negative (calibrate/maths/nnls.py), on the features TERM_FEATURES gives it, every row
 weighted by 1 / its total host time, so that the fit minimises the relative error of the per-iteration total
@@ -32,8 +32,8 @@ from __future__ import annotations
 import numpy as np
 
 from calibrate.host_model import HostModel
-from calibrate.host_table import HostTable
 from calibrate.maths.nnls import nnls
+from calibrate.tables.host_table import HostTable
 from calibrate.work.host_features import FEATURES, ITERATION, SEQUENCE
 
 TARGET = 0.10  # held-out mean |error| of the per-iteration total host time

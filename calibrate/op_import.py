@@ -20,8 +20,8 @@ from calibrate.all_reduce import read_all_reduce
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
 from calibrate.linear_model import LinearFit
 from calibrate.op_fit import fit_linear, fit_linear_on, today_roofline
-from calibrate.op_table import OpTable, read_op_table
 from calibrate.profile_file import Profile, load_profile
+from calibrate.tables.op_table import OpTable, read_op_table
 from calibrate.transfer import REGIMES, regimes_of
 from calibrate.transfer_judge import RegimeError, judge_profile, report_lines
 from calibrate.transfer_two_gpus import GpuTables, HoldOut, both_ways, judgement, two_gpu_choice
@@ -136,8 +136,8 @@ def import_profile(table_paths, all_reduce_path, model: str, measured_on: str, c
                    attention_path: str | None = None) -> ImportResult:
     """`also_tables`: a second GPU's tables (`also_measured_on`): the profile's linear part is then fitted on
     both GPUs' tables together, and each GPU is held out from a fit on the other (calibrate/transfer_two_gpus.py);
-    `layers`: the tables' models' layer counts (default calibrate/table_models.LAYERS); `attention_path`: a measured
-    attention table (Vidur's attention.csv), fitted into the profile's `attention`."""
+    `layers`: the tables' models' layer counts (default calibrate/tables/table_models.LAYERS); `attention_path`: a
+    measured attention table (Vidur's attention.csv), fitted into the profile's `attention`."""
     if also_tables:
         return _import_two_gpus(table_paths, all_reduce_path, model, measured_on, command, host_profile,
                                 max_tokens, provenance, also_tables, also_measured_on, layers, attention_path)

@@ -28,10 +28,10 @@ import pandas as pd
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
 from calibrate.linear_model import LinearFit
 from calibrate.maths.nnls import nnls
-from calibrate.op_table import read_csv
 from calibrate.profile_file import Profile
 from calibrate.regime_errors import RegimeError, choose
 from calibrate.roofline import RooflineCostModel, RooflineParams
+from calibrate.tables.op_table import read_csv
 from calibrate.transfer import COMPUTE_BOUND, REGIMES, regime_of
 from engine.core.batch import Batch
 from engine.errors import SpecError

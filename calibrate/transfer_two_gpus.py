@@ -18,7 +18,7 @@ from calibrate.hardware.hardware import HardwareSpec
 from calibrate.linear_model import LinearFit
 from calibrate.op_fit import fit_linear, today_roofline
 from calibrate.regime_errors import RegimeError, choose
-from calibrate.table_models import layers_of
+from calibrate.tables.table_models import layers_of
 from calibrate.transfer import FINE_REGIMES, RegimeChoice, regimes_of
 from calibrate.work.layer_ops import ITERATION_ELEMENTWISE
 
@@ -28,10 +28,10 @@ REFERENCE_TP, REFERENCE_MAX_TOKENS = 1, 1024
 
 @dataclass(frozen=True)
 class GpuTables:
-    """One GPU's per-operation rows (calibrate/op_table.py, every model's together) and its spec sheet."""
+    """One GPU's per-operation rows (calibrate/tables/op_table.py, every model's together) and its spec sheet."""
     hw: HardwareSpec
     ops: pd.DataFrame
-    layers: dict[str, int] | None = None  # label -> layers; None: calibrate/table_models.LAYERS
+    layers: dict[str, int] | None = None  # label -> layers; None: calibrate/tables/table_models.LAYERS
 
 
 def iterations(fit: LinearFit, gpu: GpuTables) -> pd.DataFrame:

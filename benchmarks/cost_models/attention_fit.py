@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from calibrate.attention_fit import AttentionWork, fit_attention, heldout_errors
-from calibrate.attention_table import AttentionTable, read_attention_table
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
 from calibrate.roofline import RooflineParams
+from calibrate.tables.attention_table import AttentionTable, read_attention_table
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT.parent / "shared" / "reference" / "gpu-measurements"

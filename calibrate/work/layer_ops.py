@@ -1,7 +1,7 @@
 """One decoder layer's non-attention operations as work: FLOPs and weight bytes of its matmuls, bytes per
 token of its elementwise kernels.
 
-The per-operation import (calibrate/op_table.py) reads these from a measured table's architecture columns,
+The per-operation import (calibrate/tables/op_table.py) reads these from a measured table's architecture columns,
 the roofline (calibrate/roofline.py) from a ModelSpec, so that the fit and the cost model count the same work.
 Names are the per-operation tables' (Vidur's profiling): `attn_pre_proj` is the QKV matmul, `mlp_up_proj`
 the up (and gate) matmul, and so on. Norms and the residual add run whole on every tensor-parallel GPU;

@@ -77,7 +77,7 @@ def write_all_reduce(path: Path) -> Path:
 
 # a second GPU measured with the same shares and latencies of its own spec sheet, as a two-GPU fit assumes
 SECOND_HARDWARE = "h100-sxm"
-# the tables' models' layers (calibrate/table_models.py): an iteration is layers x one layer + the embedding
+# the tables' models' layers (calibrate/tables/table_models.py): an iteration is layers x one layer + the embedding
 LAYERS = {"meta-llama_Llama-2-7b-hf": 32, "synthetic_gqa-20b": 60, "synthetic_plain-3b": 24}
 
 

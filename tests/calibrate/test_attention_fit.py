@@ -15,9 +15,9 @@ from calibrate.attention_fit import (
     region_fit,
     region_masks,
 )
-from calibrate.attention_table import read_attention_table
 from calibrate.hardware.hardware import load_hardware
 from calibrate.roofline import RooflineCostModel
+from calibrate.tables.attention_table import read_attention_table
 from engine.core.batch import BatchShape
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec

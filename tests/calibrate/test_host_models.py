@@ -25,8 +25,8 @@ from calibrate.host_model_fit import (
     largest_batches,
     model_folds,
 )
-from calibrate.host_table import CSV_MODELS, TERM_COLUMNS, read_host_table
 from calibrate.profile_file import load_profile
+from calibrate.tables.host_table import CSV_MODELS, TERM_COLUMNS, read_host_table
 from calibrate.work.host_features import ModelSize
 from engine.errors import SpecError
 from engine.specs.loader import available_models, load_model_spec

@@ -11,10 +11,10 @@ from calibrate.hardware.hardware import load_hardware
 from calibrate.linear_model import LinearFit
 from calibrate.op_fit import fit_linear, octave_weights
 from calibrate.op_import import import_profile
-from calibrate.op_table import read_op_table
 from calibrate.profile_file import load_profile
 from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.roofline import RooflineCostModel
+from calibrate.tables.op_table import read_op_table
 from calibrate.work.layer_ops import ELEMENTWISE, LayerShape
 from engine.core.batch import Batch
 from engine.errors import SpecError

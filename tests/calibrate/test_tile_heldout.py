@@ -9,7 +9,7 @@ from synthetic_ops import HARDWARE, MODELS, TRUE_FIT, assert_same_fit, write_tab
 from calibrate.hardware.hardware import load_hardware
 from calibrate.op_fit import fit_linear
 from calibrate.op_import import heldout
-from calibrate.op_table import read_op_table
+from calibrate.tables.op_table import read_op_table
 from calibrate.tile_heldout import chosen, heldout_at
 from calibrate.transfer_shape import padded_gemms
 from calibrate.work.layer_ops import LayerShape

@@ -8,7 +8,7 @@ from synthetic_ops import MODELS, TRUE_FIT, write_tables
 
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
 from calibrate.op_fit import fit_linear
-from calibrate.op_table import read_op_table
+from calibrate.tables.op_table import read_op_table
 from calibrate.transfer import (
     COMPUTE_BOUND,
     MEMORY_BOUND,

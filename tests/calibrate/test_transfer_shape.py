@@ -17,7 +17,7 @@ from synthetic_ops import (
 )
 
 from calibrate.hardware.hardware import load_hardware
-from calibrate.op_table import read_op_table
+from calibrate.tables.op_table import read_op_table
 from calibrate.transfer_shape import (
     choose_tile,
     padded_gemms,

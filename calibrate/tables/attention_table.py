@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from calibrate.op_table import MS, check_columns, read_csv
+from calibrate.tables.op_table import MS, check_columns, read_csv
 from engine.errors import SpecError
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ LAYERS = {
 
 
 def layers_of(label: str, source: str, layers: dict[str, int] | None = None) -> int:
-    """The layer count of the model a table measures (its label, calibrate/op_table.table_label)."""
+    """The layer count of the model a table measures (its label, calibrate/tables/op_table.table_label)."""
     known = LAYERS if layers is None else layers
     if label not in known:
         raise SpecError(source, "model", f"no layer count for {label!r}: an iteration is layers x one layer's "
