@@ -188,11 +188,11 @@ def device_report(profile) -> list[str]:
 def host_report(profile) -> list[str]:
     """The host part: where it was measured, its held-out error (relative, where the profile has it, and in
     seconds) and its terms; or that none was measured, and so none is charged."""
-    from calibrate.host import HOST_TERMS
+    from calibrate.parts.host import HOST_TERMS
 
     h = profile.host
     if profile.host_model is not None:
-        from calibrate.host_model import load_host_model
+        from calibrate.parts.host_model import load_host_model
 
         named = load_host_model(profile.host_model)
         return [f"host part: the host model {named.name}, the profile's default ({named.what}; "
@@ -235,7 +235,7 @@ def linear_report(profile) -> list[str]:
     if profile.provenance:
         lines.append("provenance: " + "; ".join(f"{k}: {v}" for k, v in profile.provenance.items()))
     if profile.attention is not None:
-        from calibrate.attention_fit import AttentionFit, report_lines
+        from calibrate.parts.attention_fit import AttentionFit, report_lines
 
         lines += report_lines(AttentionFit.from_dict(profile.attention))
         lines.append("use it as cost_model: {kind: transfer, path: ...}: attention as measured, shares of the "
@@ -343,7 +343,7 @@ def register(sub) -> None:
                      help="the shipped hardware spec of the GPU the --also tables were measured on")
     imp.add_argument("--host", help="a profile that measured the engine's host work, charged in series")
     imp.add_argument("--attention", help="measured attention kernels (Vidur's attention.csv), fitted into the "
-                                         "profile's attention part (calibrate/attention_fit.py)")
+                                         "profile's attention part (calibrate/parts/attention_fit.py)")
     imp.add_argument("--max-tokens", type=int, default=4096, help="fit rows up to this many tokens")
     imp.add_argument("--source", default="", help="where the tables came from, kept in the profile")
     imp.add_argument("--licence", default="", help="the tables' licence, kept in the profile")

@@ -22,7 +22,7 @@ class CostModel(ABC):
     #: shown in every output so a reader knows where the times came from
     source: str = ""
     _charge_host: bool = False
-    #: the host work by the named terms of the engine's host model (calibrate/host_model.py), as a function of a
+    #: the host work by the named terms of the engine's host model (calibrate/parts/host_model.py), as a function of a
     #: batch's sequences and prompt tokens; None: by the three HOST_TERMS parts the clock adds
     named_host_terms: Callable[[int, int], dict[str, float]] | None = None
     #: whether a step's time is a function of its batch alone, so that the simulator may price the

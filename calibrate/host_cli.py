@@ -8,8 +8,8 @@ from engine.specs.checks import existing_file, output_file
 
 
 def cmd_host(args) -> int:
-    from calibrate.host_model import save_host_model
     from calibrate.host_model_fit import fit_host_model
+    from calibrate.parts.host_model import save_host_model
     from calibrate.tables.host_table import WHAT, read_host_table
 
     existing_file(args.table, args.table, what=f"a {WHAT}")
@@ -65,7 +65,7 @@ def show_host_model(name_or_path: str) -> bool:
     """Print a host model named or at a path, if that is what it is; False for anything else (a profile)."""
     from pathlib import Path
 
-    from calibrate.host_model import available_host_models, is_host_model_file, load_host_model
+    from calibrate.parts.host_model import available_host_models, is_host_model_file, load_host_model
 
     if name_or_path in available_host_models() or (Path(name_or_path).is_file() and
                                                     is_host_model_file(name_or_path)):

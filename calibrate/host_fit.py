@@ -4,7 +4,7 @@ An iteration's wall time is device time (the forward's kernels) plus host time (
 scheduling, building inputs, completing sequences). Two kinds of row measure host time:
 
 - profiled shapes whose raw CSV has `host_s`: the rest of the iteration's wall time beyond its `device_s`;
-- the host replay's iterations (kind "host", calibrate/host.py): a served step beyond its forward, in
+- the host replay's iterations (kind "host", calibrate/parts/host.py): a served step beyond its forward, in
   `host_s` where the profiler wrote it, else in `time_s` (every raw CSV from before the split).
 
 Host time is small and its relative error on the smallest rows would dominate a relative fit, so the
@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 
 from calibrate.folds import assign_folds  # one fold assignment for both parts
-from calibrate.host import HOST_TERMS
 from calibrate.maths.nnls import nnls
+from calibrate.parts.host import HOST_TERMS
 
 HOST_COLUMN = "host_s"  # a profiled shape's host seconds (raw CSVs from before the split lack it)
 REPLAY = "host replay"  # a row's source, as the held-out error by source names it

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from calibrate.host_model import HostModel
 from calibrate.maths.nnls import nnls
+from calibrate.parts.host_model import HostModel
 from calibrate.tables.host_table import HostTable
 from calibrate.work.host_features import FEATURES, ITERATION, SEQUENCE
 
@@ -113,7 +113,7 @@ def heldout_predictions(table: HostTable) -> dict[str, np.ndarray]:
 
 
 def heldout_errors(table: HostTable) -> dict:
-    """The held-out figures a host model file keeps (calibrate/host_model.py), each beside its target."""
+    """The held-out figures a host model file keeps (calibrate/parts/host_model.py), each beside its target."""
     total = table.total_s
     predicted = heldout_predictions(table)
     error = {k: np.abs(p / total - 1) for k, p in predicted.items()}

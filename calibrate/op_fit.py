@@ -1,4 +1,4 @@
-"""The linear part of an iteration (calibrate/linear_model.py) fitted to per-operation GPU timings.
+"""The linear part of an iteration (calibrate/parts/linear_model.py) fitted to per-operation GPU timings.
 
 The fit is least squares on relative error, as `calibrate fit`'s. For a fixed ridge efficiency and
 matmul latency, (t - latency)^p = (FLOPs/F)^p + (bytes/B)^p is linear in F^-p and B^-p: a
@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 
 from calibrate.hardware.hardware import HardwareSpec
-from calibrate.linear_model import LinearFit
 from calibrate.maths.nnls import nnls
 from calibrate.maths.ridge import bent_roofs, ridge_exponent
+from calibrate.parts.linear_model import LinearFit
 from calibrate.roofline import RooflineParams
 from calibrate.work.layer_ops import GEMMS
 

@@ -16,13 +16,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.all_reduce import read_all_reduce
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
-from calibrate.linear_model import LinearFit
 from calibrate.op_fit import fit_linear, fit_linear_on, today_roofline
+from calibrate.parts.all_reduce import read_all_reduce
+from calibrate.parts.linear_model import LinearFit
+from calibrate.parts.transfer import REGIMES, regimes_of
 from calibrate.profile_file import Profile, load_profile
 from calibrate.tables.op_table import OpTable, read_op_table
-from calibrate.transfer import REGIMES, regimes_of
 from calibrate.transfer_judge import RegimeError, judge_profile, report_lines
 from calibrate.transfer_two_gpus import GpuTables, HoldOut, both_ways, judgement, two_gpu_choice
 from calibrate.work.features import TERMS, choose_knots
@@ -56,7 +56,7 @@ class Errors:
 
 def with_errors(ops: pd.DataFrame, layers: pd.DataFrame, predicted_ops: np.ndarray,
                 hw: HardwareSpec | None = None) -> Errors:
-    """`hw`: the measured GPU, whose own ridge sets each iteration's regime (calibrate/transfer.py)."""
+    """`hw`: the measured GPU, whose own ridge sets each iteration's regime (calibrate/parts/transfer.py)."""
     ops = ops.assign(predicted_s=predicted_ops, ape=np.abs(predicted_ops - ops["time_s"]) / ops["time_s"])
     layers = layers.assign(ape=np.abs(layers["predicted_s"] - layers["time_s"]) / layers["time_s"])
     if hw is not None:
@@ -218,10 +218,10 @@ def _by_model_dict(holdout: HoldOut) -> dict:
 
 
 def _attention(path: str | None, hw: HardwareSpec, provenance: dict | None) -> dict | None:
-    """The measured attention kernels' fit (calibrate/attention_fit.py), with its held-out errors."""
+    """The measured attention kernels' fit (calibrate/parts/attention_fit.py), with its held-out errors."""
     if path is None:
         return None
-    from calibrate.attention_fit import import_attention
+    from calibrate.parts.attention_fit import import_attention
 
     source = "; ".join(f"{k}: {v}" for k, v in (provenance or {}).items() if v)
     return import_attention(path, hw, source).to_dict()
@@ -253,7 +253,7 @@ def with_host_model(profile: Profile, name: str) -> Profile:
     its own measured host work."""
     from dataclasses import replace
 
-    from calibrate.host_model import available_host_models
+    from calibrate.parts.host_model import available_host_models
 
     if name not in available_host_models():
         raise SpecError("host_model", name, f"not a shipped host model; valid: {available_host_models()}")
@@ -261,7 +261,7 @@ def with_host_model(profile: Profile, name: str) -> Profile:
 
 
 def _host_terms(path: str | None) -> dict | None:
-    """The engine's host work as another profile measured it (calibrate/host.py), to charge in series."""
+    """The engine's host work as another profile measured it (calibrate/parts/host.py), to charge in series."""
     if path is None:
         return None
     source = load_profile(path)
@@ -310,8 +310,8 @@ def report(result: ImportResult) -> str:
         per_tp = result.by_tp.layers.groupby("tp")["ape"].mean()
         lines.append("per iteration, each tp held out: " + ", ".join(f"tp {t} {v:.1%}" for t, v in per_tp.items()))
     if result.profile.attention is not None:
-        from calibrate.attention_fit import AttentionFit
-        from calibrate.attention_fit import report_lines as attention_lines
+        from calibrate.parts.attention_fit import AttentionFit
+        from calibrate.parts.attention_fit import report_lines as attention_lines
 
         lines += attention_lines(AttentionFit.from_dict(result.profile.attention))
     if result.two_gpus:

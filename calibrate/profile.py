@@ -15,7 +15,7 @@ import pandas as pd
 from calibrate.block_sweep import BlockSweep
 from calibrate.grid import GRIDS, Grid, Shape
 from calibrate.hardware.device import device_name
-from calibrate.host import calibration_replay, host_rows
+from calibrate.parts.host import calibration_replay, host_rows
 from calibrate.rows import shape_row, swap_rows
 from calibrate.serving import serving_rows
 from calibrate.speed import PROBE_SHAPES, SpeedProbe, SpeedSamples, probe_blocks

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from calibrate.all_reduce import AllReduceTable
-from calibrate.host import HOST_TERMS
+from calibrate.parts.all_reduce import AllReduceTable
+from calibrate.parts.host import HOST_TERMS
 from calibrate.serving import PLAUSIBLE
 from calibrate.work.features import TERMS, TERMS_ADDED_IN_3, TERMS_ADDED_IN_4
 from calibrate.work.layer_ops import ELEMENTWISE
@@ -60,7 +60,7 @@ class Profile:
     speed_reference: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
     grid: dict = field(default_factory=dict)
-    # the engine's host work around the forward (calibrate/host.py): HOST_TERMS and their held-out error;
+    # the engine's host work around the forward (calibrate/parts/host.py): HOST_TERMS and their held-out error;
     # None where it was not measured (the simulator then charges the forward alone). From /5 also its
     # held-out error relative to each row's host time (heldout_mape, heldout_p95_ape) and measured_from
     host: dict | None = None
@@ -76,7 +76,7 @@ class Profile:
     linear: dict | None = None
     all_reduce: dict | None = None
     provenance: dict = field(default_factory=dict)
-    # measured attention kernels (calibrate/attention_fit.AttentionFit: latencies and shares of the measured GPU's
+    # measured attention kernels (calibrate/parts/attention_fit.AttentionFit: latencies and shares of the measured GPU's
     # peaks, with their held-out errors); None where none were imported: attention then at the roofline's defaults
     attention: dict | None = None
     # the engine's host model (calibrate/host_models/) a config that names none is charged with, in place of `host`:
@@ -178,7 +178,7 @@ def _swap_per_block_to_bytes(raw: dict, per_block, source: str) -> None:
 def _check_host_model(name, source: str) -> None:
     if name is None:
         return
-    from calibrate.host_model import available_host_models
+    from calibrate.parts.host_model import available_host_models
 
     choice(name, source, "host_model", available_host_models())
 
@@ -233,7 +233,7 @@ JUDGED_ERRORS = ("mean", "worst", "roofline_mean", "roofline_worst")
 
 def _check_two_gpu_judgement(judged, source: str) -> None:
     """Each entry one direction's regime: which, over how many rows, its errors and the roofline's."""
-    from calibrate.transfer import FINE_REGIMES
+    from calibrate.parts.transfer import FINE_REGIMES
 
     if not isinstance(judged, list) or not judged:
         raise SpecError(source, "linear.heldout.two_gpus", "must list each direction's error per regime")
@@ -263,7 +263,7 @@ def _check_attention(attention, source: str) -> None:
         return
     if not isinstance(attention, dict):
         raise SpecError(source, "attention", "must map the measured attention's latencies and shares "
-                        "(calibrate/attention_fit.py)")
+                        "(calibrate/parts/attention_fit.py)")
     for key in attention:
         if key not in ATTENTION_KEYS:
             raise SpecError(source, f"attention.{key}", f"unknown key; valid keys are {list(ATTENTION_KEYS)}")
@@ -283,11 +283,11 @@ def _check_attention(attention, source: str) -> None:
 
 
 def _check_waves(waves, source: str) -> None:
-    """The decode wave model (calibrate/attention_waves.WaveFit), where one was fitted."""
+    """The decode wave model (calibrate/parts/attention_waves.WaveFit), where one was fitted."""
     if waves is None:
         return
     if not isinstance(waves, dict):
-        raise SpecError(source, "attention.waves", f"must map {list(WAVE_KEYS)} (calibrate/attention_waves.py)")
+        raise SpecError(source, "attention.waves", f"must map {list(WAVE_KEYS)} (calibrate/parts/attention_waves.py)")
     for key in waves:
         if key not in WAVE_KEYS:
             raise SpecError(source, f"attention.waves.{key}", f"unknown key; valid keys are {list(WAVE_KEYS)}")
@@ -370,7 +370,7 @@ def load_profile(path: str | Path) -> Profile:
 def _attention_line(attention: dict | None) -> str:
     if not attention or not attention.get("heldout"):
         return ""
-    from calibrate.attention_fit import AttentionFit
+    from calibrate.parts.attention_fit import AttentionFit
 
     return f"# held-out error of the attention part: {AttentionFit.from_dict(attention).heldout_summary()}\n"
 

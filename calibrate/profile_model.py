@@ -9,8 +9,8 @@ import numpy as np
 from calibrate.breakdown import IterationTime, fold
 from calibrate.costmodel import CostModel, per_step, stretch_block_sums, stretch_context_sums
 from calibrate.hardware.hardware import HardwareSpec, hardware_for_device
-from calibrate.host import host_parts
-from calibrate.host import host_time as host_seconds
+from calibrate.parts.host import host_parts
+from calibrate.parts.host import host_time as host_seconds
 from calibrate.profile_file import DTYPE_BYTES, Profile, load_profile
 from calibrate.roofline import RooflineParams, swap_block_seconds, swap_transfers_per_block, waves_note
 from engine.core.batch import ShapeMetrics
@@ -51,7 +51,7 @@ class ProfileCostModel(CostModel):
                        f"{self._block_note()})")
 
     def replace_host(self, host: dict) -> None:
-        """Charge `host` (HOST_TERMS, e.g. a host model's, calibrate/host_model.py) as the host part, not the
+        """Charge `host` (HOST_TERMS, e.g. a host model's, calibrate/parts/host_model.py) as the host part, not the
         profile's own."""
         self.host = host
         self.charge_host = True
@@ -287,10 +287,10 @@ def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpe
     bend, its kernels' latencies and bandwidths; `fit` in its place where given), its all-reduce table (over
     links as fast as the target's, relative to the measured GPU's) and `host` in series (None: the profile's
     own host work); attention from the profile's measured attention kernels where it has them
-    (calibrate/attention_fit.py: their shares of the target's peaks), else from the roofline."""
-    from calibrate.all_reduce import AllReduceTable
-    from calibrate.attention_fit import AttentionFit
-    from calibrate.linear_model import LinearFit
+    (calibrate/parts/attention_fit.py: their shares of the target's peaks), else from the roofline."""
+    from calibrate.parts.all_reduce import AllReduceTable
+    from calibrate.parts.attention_fit import AttentionFit
+    from calibrate.parts.linear_model import LinearFit
     from calibrate.roofline import RooflineCostModel
 
     fit = fit or LinearFit.from_dict(profile.linear)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from calibrate.transfer import REGIMES, RegimeChoice
+from calibrate.parts.transfer import REGIMES, RegimeChoice
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Where a second of simulated time comes from, in order:
 1. an experiment's `cost_model` (sim/experiment/config.py reads it into a CostModelConfig) names a kind;
 2. `build_cost_model` calls that kind's builder here (BUILDERS), for the config's model, hardware,
    tensor parallelism, precision (calibrate/hardware/precision.py) and a system's block size and attention kernel
-   (Clock), with the host time of the engine `cost_model.host` names (calibrate/host_model.py) in place of the
+   (Clock), with the host time of the engine `cost_model.host` names (calibrate/parts/host_model.py) in place of the
    kind's own where it names one;
 3. the simulator asks the CostModel (calibrate/costmodel.py) for each iteration's `step_time(batch)`;
 4. the model's `breakdown(batch)` (calibrate/breakdown.py) is that time by device kernel kind and host term,
@@ -25,7 +25,7 @@ from pathlib import Path
 from calibrate.costmodel import CostModel
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.hardware.precision import Precision
-from calibrate.host_model import charged_host, host_model_path, load_host_model
+from calibrate.parts.host_model import charged_host, host_model_path, load_host_model
 from calibrate.profile_file import load_profile
 from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.roofline import RooflineCostModel, RooflineParams
@@ -46,7 +46,7 @@ class CostModelConfig:
     # the profile prices (RooflineCostModel.charge_block_reads); None: the profile's own (none over measured
     # attention, the roofline's default per-block term otherwise)
     block_read_overhead_tokens: float | None = None
-    host: Path | None = None  # any kind: a host model's file (calibrate/host_model.py), charged as the host time
+    host: Path | None = None  # any kind: a host model's file (calibrate/parts/host_model.py), charged as the host time
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ at achieved (not peak) FLOP/s and bandwidth:
                  plus reading the c cached tokens' KV as a decode reads its context
   decode attn    context * KV bytes per token / bandwidth, plus a cost per KV block read (paged kernels)
   tensor par.    work / tp, plus two all-reduces of the activations per layer: a ring formula, or
-                 a measured table (calibrate/all_reduce.py)
+                 a measured table (calibrate/parts/all_reduce.py)
   swaps          per block: a latency per transfer (K and V of each layer) plus its bytes / PCIe bandwidth
   precision      the decoder matmuls' weight bytes at the weights' format, the LM head's 16-bit; every KV read,
                  write, copy and swap at the KV cache's; the matmuls at the sheet's FP8 rate for W8A8, else its
@@ -19,15 +19,15 @@ at achieved (not peak) FLOP/s and bandwidth:
 The default efficiencies reproduce FasterTransformer's OPT-13B-class timings on one
 A100-40GB (decode 22 ms/token at batch 1, 512-token prefill 63 ms; kipply's table).
 
-With a measured linear part (calibrate/linear_model.LinearFit, from an imported profile through
+With a measured linear part (calibrate/parts/linear_model.LinearFit, from an imported profile through
 `cost_model: {kind: transfer}`) the matmuls run at its efficiencies and bend instead of the params',
 each with its fixed latency, and the elementwise kernels the roofline leaves out (norms, rotary
 embedding, activation, residual add, embedding lookup) are charged at their measured latency and
 share of bandwidth; attention, copies and swaps stay at the params'. With a measured attention part
-(calibrate/attention_fit.AttentionFit, a profile's `attention`) decode and prefill attention are priced by it
+(calibrate/parts/attention_fit.AttentionFit, a profile's `attention`) decode and prefill attention are priced by it
 instead: its shares of this hardware's peaks, its latencies per layer once an iteration has decodes /
 prefills, and no per-block term on top (the measured kernel's paging is in its times). Where the fit has its
-decode waves (calibrate/attention_waves.py) and this hardware's sheet gives its sm_count, decode attention is
+decode waves (calibrate/parts/attention_waves.py) and this hardware's sheet gives its sm_count, decode attention is
 the waves': the kernel's grid for the batch's decodes counted over this GPU's SMs, read at the decodes' mean
 context (a stretch's batch does not change, so its launch and latencies are one per stretch); a sheet without
 an sm_count prices decode attention by the fit's bytes and latency instead, and the source says which. With a
@@ -59,9 +59,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from calibrate.all_reduce import AllReduceTable
-from calibrate.attention_fit import AttentionFit, AttentionWork
-from calibrate.attention_waves import DecodeGrid, WaveFit, wave_tokens
 from calibrate.breakdown import IterationTime, fold
 from calibrate.costmodel import (
     SCALAR_STEPS,
@@ -71,12 +68,15 @@ from calibrate.costmodel import (
     stretch_block_sums,
     stretch_context_sums,
 )
-from calibrate.expert_ops import expert_kernels
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.hardware.precision import Precision
-from calibrate.host import host_parts, host_time
-from calibrate.linear_model import LinearFit
 from calibrate.maths.ridge import bent_roof, ridge_exponent
+from calibrate.parts.all_reduce import AllReduceTable
+from calibrate.parts.attention_fit import AttentionFit, AttentionWork
+from calibrate.parts.attention_waves import DecodeGrid, WaveFit, wave_tokens
+from calibrate.parts.expert_ops import expert_kernels
+from calibrate.parts.host import host_parts, host_time
+from calibrate.parts.linear_model import LinearFit
 from calibrate.roofline_terms import RooflineTerms, prefill_pairs
 from calibrate.work.expert_routing import expected_experts_read
 from calibrate.work.layer_ops import ITERATION_ELEMENTWISE, LAYER_ELEMENTWISE, LayerShape
@@ -142,7 +142,7 @@ class RooflineCostModel(CostModel):
                  host: dict | None = None, paged: bool = True, attention: AttentionFit | None = None,
                  precision: Precision | None = None):
         """`all_reduce`: measured times by GPU count over the target's links (AllReduceTable.scaled);
-        `host`: calibrate/host.py's HOST_TERMS; `paged=False` prices decode attention as a dense kernel
+        `host`: calibrate/parts/host.py's HOST_TERMS; `paged=False` prices decode attention as a dense kernel
         (FasterTransformer's): no per-block term; `attention`: decode and prefill attention as that fit prices
         them (the kernel it measured, paged or not as measured) instead of at params'; `precision`: the weights'
         and KV cache's formats (calibrate/hardware/precision.py), in place of `dtype_bytes` for every byte count."""
@@ -259,7 +259,7 @@ class RooflineCostModel(CostModel):
 
     def _kernel_terms(self, dtype_bytes: int) -> tuple[float, float]:
         """(seconds every iteration, seconds per token) of the measured kernels beyond the roofline's; a mixture
-        of experts' latencies per expert run are kept apart (calibrate/expert_ops.py)."""
+        of experts' latencies per expert run are kept apart (calibrate/parts/expert_ops.py)."""
         if self.linear is None:
             return 0.0, 0.0
         if self.model.is_moe:
@@ -437,7 +437,7 @@ class RooflineCostModel(CostModel):
         return fold(value for _, value in self._device_parts(batch, batch.sum_decode_context, blocks))
 
     def host_parts(self, batch: ShapeMetrics) -> dict[str, float]:
-        """host_time by term, in the order it adds them (calibrate/host.py)."""
+        """host_time by term, in the order it adds them (calibrate/parts/host.py)."""
         return host_parts(self.host, batch.num_seqs, batch.num_prefill_tokens)
 
     def _fitted_attention(self, batch: ShapeMetrics, sum_decode_context):

@@ -31,15 +31,15 @@ class RooflineTerms:
                  experts_per_token: int = 1, s_per_expert_read: float = 0.0, s_per_expert_kernels: float = 0.0):
         """The tensor-parallel all-reduces: comm_time(tokens), their measured seconds; else (None) the ring
         formula's tokens * s_per_token_comm + s_comm_fixed (0 on one GPU). `fitted`: attention as a measured
-        fit prices it (calibrate/attention_fit.py): the decodes' context at s_per_context_token plus
+        fit prices it (calibrate/parts/attention_fit.py): the decodes' context at s_per_context_token plus
         decode_latency where there are decodes, each prefill's new-by-key pairs, K/V tokens and new tokens plus
         prefill_latency where there are prefills, and the per-block term where one is charged (s_per_decode_block).
-        `wave_launch`: decode attention in waves (calibrate/attention_waves.py) instead, its launch per batch size
+        `wave_launch`: decode attention in waves (calibrate/parts/attention_waves.py) instead, its launch per batch size
         (splits, tiles per split, latencies) and the grid's numbers beside it. `num_experts` > 1: a mixture of
         experts, whose weights read add s_per_expert_read per distinct expert the batch is expected to route to
         (calibrate/work/expert_routing.py's formula, written out here as RooflineCostModel.weights_time computes
         it), and with measured kernels s_per_expert_kernels of their latencies per such expert
-        (calibrate/expert_ops.py)."""
+        (calibrate/parts/expert_ops.py)."""
         self.s_per_token_linear = s_per_token_linear
         self.s_per_logit_row = s_per_logit_row
         self.s_weights = s_weights
@@ -233,7 +233,7 @@ class RooflineTerms:
 
 def wave_tokens_float(mean_context: float, blocks_per_split: int, tile: int, splits: int, tiles_per_split: int,
                       sm_count: int, blocks_per_sm: int, floors: list[float]) -> float:
-    """calibrate.attention_waves.wave_tokens on floats, step for step (each step's value is a whole number or
+    """calibrate.parts.attention_waves.wave_tokens on floats, step for step (each step's value is a whole number or
     the same IEEE operation on the same doubles, so the same float)."""
     tiles = math.ceil(mean_context / tile)
     busy = max(min(math.ceil(tiles / tiles_per_split), splits), 1)

@@ -7,7 +7,7 @@ every iteration's time, not the typical one. On the project's 2-core CPUs that m
 shape 2-3% slower than the grid said, in every kind of iteration, and a validation under-predicted
 all its points by about that much (benchmarks/results/fidelity-history.md).
 
-So calibration measures it on the engine: the calibration replay's iterations (calibrate/host.py)
+So calibration measures it on the engine: the calibration replay's iterations (calibrate/parts/host.py)
 are re-timed alone, shape by shape, right after the replay, and the ratio of the two sums is the
 profile's serving factor, which the cost model multiplies its forward time by.
 """

@@ -3,7 +3,7 @@ where a held-out GPU showed it beats the spec-sheet roofline, the roofline elsew
 
 On the measured chip itself the measured model prices every regime (held-out models judge it there).
 Elsewhere the regime of a batch is its token count against the target GPU's own ridge
-(calibrate/transfer.py); attention, copies and swaps are the roofline's in both models, and the
+(calibrate/parts/transfer.py); attention, copies and swaps are the roofline's in both models, and the
 engine's host work is carried as measured in both.
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ import numpy as np
 from calibrate.breakdown import IterationTime
 from calibrate.costmodel import BatchLike, CostModel
 from calibrate.hardware.hardware import HardwareSpec
+from calibrate.parts.transfer import REGIMES, RegimeChoice, regime_of, same_chip
 from calibrate.roofline import RooflineCostModel, RooflineParams
-from calibrate.transfer import REGIMES, RegimeChoice, regime_of, same_chip
 from engine.core.spec import ModelSpec
 from engine.errors import SpecError
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from calibrate.linear_model import LinearFit
 from calibrate.op_fit import fit_linear, today_roofline
+from calibrate.parts.linear_model import LinearFit
+from calibrate.parts.transfer import regimes_of
 from calibrate.tables.table_models import layers_of
-from calibrate.transfer import regimes_of
 from calibrate.transfer_two_gpus import GpuTables, HoldOut, iterations, operations
 from calibrate.work.layer_ops import GEMMS, ITERATION_ELEMENTWISE
 

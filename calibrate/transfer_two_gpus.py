@@ -3,7 +3,7 @@ tables, both ways round, per regime of the target's own ridge, beside the spec-s
 
 Each direction is a GPU the fit never saw: its rows enter nothing but the errors. Errors are per iteration
 (a model's layers x one layer's non-attention operations + the embedding lookup, at each token count and
-tensor-parallel degree) and per operation. The regimes are calibrate/transfer.py's four (FINE_REGIMES):
+tensor-parallel degree) and per operation. The regimes are calibrate/parts/transfer.py's four (FINE_REGIMES):
 fixed latency, memory-bound decode, the ridge, compute-bound prefill. The default for a GPU nobody measured
 (`choose`) takes the fit in a regime only where it beat the roofline in both directions.
 """
@@ -15,11 +15,11 @@ import numpy as np
 import pandas as pd
 
 from calibrate.hardware.hardware import HardwareSpec
-from calibrate.linear_model import LinearFit
 from calibrate.op_fit import fit_linear, today_roofline
+from calibrate.parts.linear_model import LinearFit
+from calibrate.parts.transfer import FINE_REGIMES, RegimeChoice, regimes_of
 from calibrate.regime_errors import RegimeError, choose
 from calibrate.tables.table_models import layers_of
-from calibrate.transfer import FINE_REGIMES, RegimeChoice, regimes_of
 from calibrate.work.layer_ops import ITERATION_ELEMENTWISE
 
 REFERENCE_MODEL = "meta-llama_Llama-2-7b-hf"  # the decode target's model: LLaMA-2-7B at tp 1, 1-1,024 tokens

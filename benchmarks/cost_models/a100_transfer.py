@@ -12,8 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from calibrate.hardware.hardware import load_hardware
-from calibrate.host import host_time
-from calibrate.linear_model import LinearFit
+from calibrate.parts.host import host_time
+from calibrate.parts.linear_model import LinearFit
 from calibrate.profile_file import load_profile
 from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.roofline import RooflineCostModel

@@ -19,8 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.cost_models.transfer_two_gpus import DEFAULT_TABLES, GPUS, read, verdict  # noqa: E402
+from calibrate.parts.transfer import FINE_REGIMES  # noqa: E402
 from calibrate.tables.table_models import layers_of  # noqa: E402
-from calibrate.transfer import FINE_REGIMES  # noqa: E402
 from calibrate.transfer_shape import choose_tile, ratio_hold_out, residual_correlation, tile_hold_out  # noqa: E402
 from calibrate.transfer_two_gpus import REFERENCE_MODEL, hold_out  # noqa: E402
 from calibrate.work.layer_ops import ITERATION_ELEMENTWISE  # noqa: E402

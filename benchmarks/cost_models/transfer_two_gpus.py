@@ -19,7 +19,7 @@ import pandas as pd
 from calibrate.hardware.hardware import load_hardware
 from calibrate.op_fit import fit_linear_on
 from calibrate.op_import import load_tables
-from calibrate.transfer import LATENCY_BAND, RIDGE_BAND, ridge_tokens
+from calibrate.parts.transfer import LATENCY_BAND, RIDGE_BAND, ridge_tokens
 from calibrate.transfer_two_gpus import GpuTables, both_ways, judgement, two_gpu_choice
 from calibrate.work.layer_ops import GEMMS
 

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from calibrate.host_model import HostModel, save_host_model
+from calibrate.parts.host_model import HostModel, save_host_model
 from calibrate.profile_file import dump_profile, load_profile
 from engine.atomic import write_text_atomic
 from sim.reproduce.figures import paper_config

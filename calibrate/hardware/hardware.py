@@ -27,7 +27,7 @@ class HardwareSpec:
     # its sheet by its device_name: adding a GPU is its sheet alone
     device_names: tuple[str, ...] = ()
     # streaming multiprocessors (the datasheet's or the architecture whitepaper's count): a kernel's thread
-    # blocks run on them in waves (calibrate/attention_waves.py); None where no source gives it
+    # blocks run on them in waves (calibrate/parts/attention_waves.py); None where no source gives it
     sm_count: int | None = None
     # dense FP8 tensor-core FLOP/s (no sparsity) where the datasheet gives one: FP8 weights run W8A8 at it
     # (calibrate/hardware/precision.py); None on a part without FP8 tensor cores

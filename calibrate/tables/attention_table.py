@@ -7,7 +7,7 @@ tokens after `kv_cache_size` cached ones. Each row's time is its kernel (`attn_d
 the reshapes around it (`attn_input_reshape`, `attn_output_reshape`), medians in milliseconds, per layer:
 they run in every attention layer, so they are part of attention's time. Rows measured twice are averaged.
 An optional `max_model_len` (one value) is the width of the block table the kernel was launched with: the
-paged kernel counts its tiles of keys over it (calibrate/attention_waves.py); without it, the longest context.
+paged kernel counts its tiles of keys over it (calibrate/parts/attention_waves.py); without it, the longest context.
 """
 from __future__ import annotations
 

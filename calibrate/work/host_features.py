@@ -1,10 +1,10 @@
 """What a host model's coefficients multiply: the batch, the model's size and the tensor-parallel workers.
 
-A host model (calibrate/host_model.py) prices each of its terms as a sum of coefficients, each times one
+A host model (calibrate/parts/host_model.py) prices each of its terms as a sum of coefficients, each times one
 feature below. A feature is paid once per iteration, once per sequence in the batch, or once per prompt token,
 and may scale with the model's size (its vocabulary or its context length, the two sizes the public
 measurements order the engines' host work by) or with the tensor-parallel degree. So for any (model,
-tensor_parallel) a host model folds into calibrate/host.py's three HOST_TERMS, which the cost models charge.
+tensor_parallel) a host model folds into calibrate/parts/host.py's three HOST_TERMS, which the cost models charge.
 """
 from __future__ import annotations
 

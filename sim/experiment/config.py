@@ -9,7 +9,7 @@ from typing import Any
 from calibrate.costmodel import CostModel
 from calibrate.hardware.hardware import HardwareSpec, available_hardware, load_hardware
 from calibrate.hardware.precision import Precision, precision_from_config
-from calibrate.host_model import available_host_models, host_model_path
+from calibrate.parts.host_model import available_host_models, host_model_path
 from calibrate.registry import KINDS, PROFILE_KINDS, Clock, CostModelConfig, build_cost_model
 from calibrate.roofline import RooflineParams
 from engine.core.spec import ModelSpec

@@ -1,4 +1,4 @@
-"""Per-operation tables in Vidur's format whose times come from a known linear part (calibrate/linear_model.py).
+"""Per-operation tables in Vidur's format whose times come from a known linear part (calibrate/parts/linear_model.py).
 
 Tests build them in a temporary folder; none reads the published measurements.
 """
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from calibrate.hardware.hardware import load_hardware
-from calibrate.linear_model import LinearFit
+from calibrate.parts.linear_model import LinearFit
 from calibrate.work.layer_ops import GEMMS, LayerShape, gemm_work
 
 # on the fit's grids (calibrate/op_fit.py), so the fit can land on them exactly

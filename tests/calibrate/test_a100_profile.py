@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from calibrate.hardware.hardware import load_hardware
-from calibrate.linear_model import LinearFit
+from calibrate.parts.linear_model import LinearFit
 from calibrate.profile_file import load_profile
 from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.roofline import RooflineCostModel

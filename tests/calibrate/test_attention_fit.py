@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 from synthetic_attention import HARDWARE, TRUE_FIT, rows, write_table
 
-from calibrate.attention_fit import (
+from calibrate.hardware.hardware import load_hardware
+from calibrate.parts.attention_fit import (
     AttentionFit,
     AttentionWork,
     fit_attention,
@@ -15,7 +16,6 @@ from calibrate.attention_fit import (
     region_fit,
     region_masks,
 )
-from calibrate.hardware.hardware import load_hardware
 from calibrate.roofline import RooflineCostModel
 from calibrate.tables.attention_table import read_attention_table
 from engine.core.batch import BatchShape

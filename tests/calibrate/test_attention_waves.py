@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from synthetic_attention import HARDWARE, TRUE_FIT, TRUE_WAVES, WAVE_BATCHES, rows, write_table
 
-from calibrate.attention_fit import AttentionFit, heldout_errors, import_attention, region_fit, region_masks
-from calibrate.attention_waves import DecodeGrid, fit_waves, key_tile, num_splits, wave_tokens
 from calibrate.hardware.hardware import load_hardware
+from calibrate.parts.attention_fit import AttentionFit, heldout_errors, import_attention, region_fit, region_masks
+from calibrate.parts.attention_waves import DecodeGrid, fit_waves, key_tile, num_splits, wave_tokens
 from calibrate.profile_file import _check_attention
 from calibrate.roofline import RooflineCostModel
 from calibrate.roofline_terms import wave_tokens_float

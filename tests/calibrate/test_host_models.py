@@ -7,15 +7,6 @@ import numpy as np
 import pytest
 import yaml
 
-from calibrate.host import HOST_TERMS, host_time
-from calibrate.host_model import (
-    HostModel,
-    available_host_models,
-    charged_host,
-    host_model_path,
-    load_host_model,
-    save_host_model,
-)
 from calibrate.host_model_fit import (
     TERM_FEATURES,
     fit_host_model,
@@ -24,6 +15,15 @@ from calibrate.host_model_fit import (
     heldout_predictions,
     largest_batches,
     model_folds,
+)
+from calibrate.parts.host import HOST_TERMS, host_time
+from calibrate.parts.host_model import (
+    HostModel,
+    available_host_models,
+    charged_host,
+    host_model_path,
+    load_host_model,
+    save_host_model,
 )
 from calibrate.profile_file import load_profile
 from calibrate.tables.host_table import CSV_MODELS, TERM_COLUMNS, read_host_table

@@ -8,9 +8,9 @@ import yaml
 from synthetic_ops import HARDWARE, MODELS, TRUE_FIT, assert_same_fit, table, write_all_reduce, write_tables
 
 from calibrate.hardware.hardware import load_hardware
-from calibrate.linear_model import LinearFit
 from calibrate.op_fit import fit_linear, octave_weights
 from calibrate.op_import import import_profile
+from calibrate.parts.linear_model import LinearFit
 from calibrate.profile_file import load_profile
 from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.roofline import RooflineCostModel

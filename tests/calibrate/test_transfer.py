@@ -8,8 +8,7 @@ from synthetic_ops import MODELS, TRUE_FIT, write_tables
 
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
 from calibrate.op_fit import fit_linear
-from calibrate.tables.op_table import read_op_table
-from calibrate.transfer import (
+from calibrate.parts.transfer import (
     COMPUTE_BOUND,
     MEMORY_BOUND,
     REGIMES,
@@ -24,6 +23,7 @@ from calibrate.transfer import (
     ridge_tokens,
     same_chip,
 )
+from calibrate.tables.op_table import read_op_table
 from calibrate.transfer_judge import RegimeError, choose, device_rows, h200_to_a100
 from calibrate.work.layer_ops import LayerShape
 from engine.errors import SpecError

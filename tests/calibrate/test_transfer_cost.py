@@ -5,10 +5,10 @@ import pandas as pd
 import pytest
 
 from calibrate.hardware.hardware import load_hardware
+from calibrate.parts.transfer import COMPUTE_BOUND, MEMORY_BOUND, RegimeChoice
 from calibrate.profile_file import load_profile
 from calibrate.profile_model import transferred_roofline
 from calibrate.roofline import RooflineCostModel
-from calibrate.transfer import COMPUTE_BOUND, MEMORY_BOUND, RegimeChoice
 from calibrate.transfer_cost import RegimeCostModel, by_regime
 from calibrate.transfer_judge import PROFILES, choose, judge_profile
 from engine.core.batch import Batch
@@ -50,7 +50,7 @@ def test_every_new_gpu_prices_a_batch_by_default_and_with_the_transfer(name):
 
 def test_by_regime_prices_each_regime_with_its_chosen_model():
     spec, h100, a100 = load_model_spec("llama-7b"), load_hardware("h100-sxm"), load_hardware("a100-80gb")
-    from calibrate.linear_model import LinearFit
+    from calibrate.parts.linear_model import LinearFit
 
     fit = LinearFit.from_dict(load_profile(A100_PROFILE).linear)
     measured = RooflineCostModel(spec, h100, linear=fit)
@@ -147,7 +147,7 @@ warmup_s: 0
 
 
 def test_the_judge_tells_a_wrong_compute_share_from_a_right_one():
-    from calibrate.linear_model import LinearFit
+    from calibrate.parts.linear_model import LinearFit
     from calibrate.transfer_judge import a100_to_h200
 
     shipped = LinearFit.from_dict(load_profile(A100_PROFILE).linear)

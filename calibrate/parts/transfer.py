@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from calibrate.hardware.hardware import HardwareSpec
-from calibrate.linear_model import LinearFit
 from calibrate.maths.ridge import bent_roofs, ridge_exponent
+from calibrate.parts.linear_model import LinearFit
 from calibrate.work.layer_ops import GEMMS, LAYER_ELEMENTWISE, LayerShape, gemm_work
 from engine.errors import SpecError
 
@@ -187,12 +187,12 @@ def same_chip(measured: HardwareSpec, target: HardwareSpec) -> bool:
 
 def carried_host(host: dict | None, measured_cpu_speed: float | None = None,
                  target_cpu_speed: float | None = None) -> dict | None:
-    """The engine's host terms (calibrate/host.py) carried as measured; scaled by measured / target CPU
+    """The engine's host terms (calibrate/parts/host.py) carried as measured; scaled by measured / target CPU
     speed where both are known (a host twice as fast halves them). The hook for profiles that record it."""
     if host is None or not measured_cpu_speed or not target_cpu_speed:
         return host
     factor = measured_cpu_speed / target_cpu_speed
-    from calibrate.host import HOST_TERMS
+    from calibrate.parts.host import HOST_TERMS
     return {k: (v * factor if k in HOST_TERMS else v) for k, v in host.items()}
 
 

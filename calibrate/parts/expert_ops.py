@@ -1,4 +1,4 @@
-"""A mixture of experts' layer as a per-operation fit prices it (calibrate/linear_model.LinearFit, the measured
+"""A mixture of experts' layer as a per-operation fit prices it (calibrate/parts/linear_model.LinearFit, the measured
 linear part of `cost_model: {kind: transfer}`): the kernels' fixed latencies and bytes beyond the roofline's
 matmul term, per iteration, per distinct expert run and per token.
 
@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from calibrate.hardware.hardware import HardwareSpec
-from calibrate.linear_model import LinearFit
+from calibrate.parts.linear_model import LinearFit
 from calibrate.work.layer_ops import ITERATION_ELEMENTWISE, LAYER_ELEMENTWISE, LayerShape
 from engine.core.spec import ModelSpec
 

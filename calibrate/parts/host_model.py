@@ -5,7 +5,7 @@ the serving engine on its host CPU: scheduling, sampling, building inputs, proce
 its workers. A HostModel holds one engine's measured host work as named terms, each a sum of coefficients
 times the features of calibrate/work/host_features.py (per iteration, per sequence, per prompt token, scaled by
 the model's vocabulary or context, or by the tensor-parallel workers). For a (ModelSpec, tensor_parallel)
-it resolves to calibrate/host.py's three HOST_TERMS, the floats RooflineCostModel and ProfileCostModel
+it resolves to calibrate/parts/host.py's three HOST_TERMS, the floats RooflineCostModel and ProfileCostModel
 already charge, so the cost models' arithmetic is unchanged.
 
 Its per-term breakdown of one batch sums each term's own per-iteration, per-sequence and per-prompt-token
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from calibrate.host import HOST_TERMS
+from calibrate.parts.host import HOST_TERMS
 from calibrate.work.host_features import FEATURES, ITERATION, PREFILL_TOKEN, SEQUENCE, ModelSize
 from engine.atomic import write_text_atomic
 from engine.core.spec import ModelSpec
@@ -33,7 +33,7 @@ from engine.specs.checks import non_negative
 from engine.specs.loader import read_yaml
 
 FORMAT = "servesim-host-model/1"
-SHIPPED_DIR = Path(__file__).resolve().parent / "host_models"
+SHIPPED_DIR = Path(__file__).resolve().parents[1] / "host_models"
 KEYS = ("format", "name", "measured", "source", "licence", "terms", "heldout")
 
 
@@ -75,7 +75,7 @@ class HostModel:
 
     def breakdown(self, spec: ModelSpec | ModelSize, tp: int, num_seqs: int,
                   num_prefill_tokens: int = 0) -> dict[str, float]:
-        """Each term's seconds for one batch; they add up to calibrate.host.host_time(resolve(...)) within
+        """Each term's seconds for one batch; they add up to calibrate.parts.host.host_time(resolve(...)) within
         rounding (the module's docstring says why not always to the bit)."""
         out = {}
         for term in self.terms:

@@ -5,7 +5,7 @@ Per layer, on one GPU (q query heads, k KV heads, head dimension d, dtype bytes 
   decode   latency + K/V bytes read / (decode share x HBM bandwidth), the bytes 2 k d e per context token of every
            sequence (K and V). A per-sequence term was tried and left out: the fit gives it nothing (with it the
            held-out error moves by under 0.1%). What the rows' spread does follow, the kernel's thread blocks
-           filling the GPU's SMs in waves, is `waves` (calibrate/attention_waves.py), fitted where the measured
+           filling the GPU's SMs in waves, is `waves` (calibrate/parts/attention_waves.py), fitted where the measured
            GPU's sheet gives its sm_count; the cost model uses it on GPUs whose sheets give theirs.
   prefill  latency + FLOPs / (compute share x peak FLOP/s) + K/V bytes / (its share of HBM) + output bytes / (its
            share of HBM), for n new tokens after c cached ones: FLOPs 4 q d n (n + c) (QK^T and AV, a multiply and
@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from calibrate.attention_waves import DecodeGrid, WaveFit, fit_waves
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.maths.nnls import nnls
+from calibrate.parts.attention_waves import DecodeGrid, WaveFit, fit_waves
 
 if TYPE_CHECKING:
     import pandas as pd
