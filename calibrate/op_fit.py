@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from calibrate.clock.roofline import RooflineParams
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.maths.nnls import nnls
 from calibrate.maths.ridge import bent_roofs, ridge_exponent
 from calibrate.parts.linear_model import LinearFit
-from calibrate.roofline import RooflineParams
 from calibrate.work.layer_ops import GEMMS
 
 RIDGE_GRID = np.round(np.arange(0.40, 0.995, 0.02), 3)  # then refined in steps of 0.002

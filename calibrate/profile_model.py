@@ -6,13 +6,13 @@ from pathlib import Path
 
 import numpy as np
 
-from calibrate.breakdown import IterationTime, fold
-from calibrate.costmodel import CostModel, per_step, stretch_block_sums, stretch_context_sums
+from calibrate.clock.breakdown import IterationTime, fold
+from calibrate.clock.costmodel import CostModel, per_step, stretch_block_sums, stretch_context_sums
+from calibrate.clock.roofline import RooflineParams, swap_block_seconds, swap_transfers_per_block, waves_note
 from calibrate.hardware.hardware import HardwareSpec, hardware_for_device
 from calibrate.parts.host import host_parts
 from calibrate.parts.host import host_time as host_seconds
 from calibrate.profile_file import DTYPE_BYTES, Profile, load_profile
-from calibrate.roofline import RooflineParams, swap_block_seconds, swap_transfers_per_block, waves_note
 from engine.core.batch import ShapeMetrics
 from engine.core.spec import ModelSpec
 from engine.errors import SpecError
@@ -231,8 +231,8 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
     """The roofline of (model, hardware, tp) at the efficiencies a profile measured elsewhere; `paged=False`
     prices decode attention as a dense kernel (FasterTransformer's). `host` (HOST_TERMS) is charged in series
     instead of the profile's own host work where given."""
+    from calibrate.clock.roofline import RooflineCostModel
     from calibrate.hardware.hardware import load_hardware
-    from calibrate.roofline import RooflineCostModel
 
     profile = load_profile(path)
     if profile.device != "cuda":
@@ -288,10 +288,10 @@ def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpe
     links as fast as the target's, relative to the measured GPU's) and `host` in series (None: the profile's
     own host work); attention from the profile's measured attention kernels where it has them
     (calibrate/parts/attention_fit.py: their shares of the target's peaks), else from the roofline."""
+    from calibrate.clock.roofline import RooflineCostModel
     from calibrate.parts.all_reduce import AllReduceTable
     from calibrate.parts.attention_fit import AttentionFit
     from calibrate.parts.linear_model import LinearFit
-    from calibrate.roofline import RooflineCostModel
 
     fit = fit or LinearFit.from_dict(profile.linear)
     host = profile.host if host is None else host

@@ -6,11 +6,11 @@ Where a second of simulated time comes from, in order:
    tensor parallelism, precision (calibrate/hardware/precision.py) and a system's block size and attention kernel
    (Clock), with the host time of the engine `cost_model.host` names (calibrate/parts/host_model.py) in place of the
    kind's own where it names one;
-3. the simulator asks the CostModel (calibrate/costmodel.py) for each iteration's `step_time(batch)`;
-4. the model's `breakdown(batch)` (calibrate/breakdown.py) is that time by device kernel kind and host term,
+3. the simulator asks the CostModel (calibrate/clock/costmodel.py) for each iteration's `step_time(batch)`;
+4. the model's `breakdown(batch)` (calibrate/clock/breakdown.py) is that time by device kernel kind and host term,
    the one formula its fast copies (RooflineTerms, a decode stretch's arrays) are checked against to the bit.
 
-The kinds: `roofline`, spec-sheet physics at stated efficiencies (calibrate/roofline.py); `profile`, an engine's
+The kinds: `roofline`, spec-sheet physics at stated efficiencies (calibrate/clock/roofline.py); `profile`, an engine's
 fitted measurements of one model on one device (calibrate/profile_model.py); `transfer`, a measured profile's
 efficiencies carried to the config's model and hardware, by regime where a held-out GPU judged the carry
 (calibrate/profile_model.py transferred_roofline, calibrate/transfer_cost.py).
@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from calibrate.costmodel import CostModel
+from calibrate.clock.costmodel import CostModel
+from calibrate.clock.roofline import RooflineCostModel, RooflineParams
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.hardware.precision import Precision
 from calibrate.parts.host_model import charged_host, host_model_path, load_host_model
 from calibrate.profile_file import load_profile
 from calibrate.profile_model import ProfileCostModel, transferred_roofline
-from calibrate.roofline import RooflineCostModel, RooflineParams
 from calibrate.transfer_cost import RegimeCostModel
 from engine.core.spec import ModelSpec
 from engine.errors import SpecError

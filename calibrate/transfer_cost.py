@@ -14,11 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
-from calibrate.breakdown import IterationTime
-from calibrate.costmodel import BatchLike, CostModel
+from calibrate.clock.breakdown import IterationTime
+from calibrate.clock.costmodel import BatchLike, CostModel
+from calibrate.clock.roofline import RooflineCostModel, RooflineParams
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.parts.transfer import REGIMES, RegimeChoice, regime_of, same_chip
-from calibrate.roofline import RooflineCostModel, RooflineParams
 from engine.core.spec import ModelSpec
 from engine.errors import SpecError
 

@@ -25,13 +25,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from calibrate.clock.roofline import RooflineCostModel, RooflineParams
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
 from calibrate.maths.nnls import nnls
 from calibrate.parts.linear_model import LinearFit
 from calibrate.parts.transfer import COMPUTE_BOUND, REGIMES, regime_of
 from calibrate.profile_file import Profile
 from calibrate.regime_errors import RegimeError, choose
-from calibrate.roofline import RooflineCostModel, RooflineParams
 from calibrate.tables.op_table import read_csv
 from engine.core.batch import Batch
 from engine.errors import SpecError

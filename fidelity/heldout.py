@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from calibrate.costmodel import ScaledCostModel
+from calibrate.clock.costmodel import ScaledCostModel
 from calibrate.profile_model import ProfileCostModel
 from fidelity.metrics import normalized_latency, relative_error
 from fidelity.served import as_profile, fit_error, fit_without, replay_error, served_rows

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from calibrate.costmodel import ScaledCostModel
+from calibrate.clock.costmodel import ScaledCostModel
 from calibrate.hardware.device import device_name
 from engine.core.system import SystemSpec
 from fidelity.calibration import calibrate_here, with_profile

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from calibrate.clock.roofline import RooflineParams
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
 from calibrate.parts.attention_fit import AttentionWork, fit_attention, heldout_errors
-from calibrate.roofline import RooflineParams
 from calibrate.tables.attention_table import AttentionTable, read_attention_table
 
 ROOT = Path(__file__).resolve().parents[2]

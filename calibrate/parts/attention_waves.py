@@ -128,7 +128,7 @@ class WaveFit:
     def read_tokens(self, grid: DecodeGrid, sm_count: int, batch: int, launch: Launch, mean_context):
         """Tokens of one head's K/V whose read at the fitted bandwidth takes as long as the waves of busy blocks,
         for `batch` sequences of `mean_context` tokens each (a number or an array). The same steps as
-        calibrate.roofline_terms.wave_tokens_float takes on floats (a test holds the two equal to the bit)."""
+        calibrate.clock.roofline_terms.wave_tokens_float takes on floats (a test holds the two equal to the bit)."""
         return wave_tokens(mean_context, batch * grid.heads, grid.tile, launch.splits, launch.tiles_per_split,
                             sm_count, self.blocks_per_sm, np.asarray(self.floors(sm_count)))
 

@@ -2,7 +2,7 @@
 token of its elementwise kernels.
 
 The per-operation import (calibrate/tables/op_table.py) reads these from a measured table's architecture columns,
-the roofline (calibrate/roofline.py) from a ModelSpec, so that the fit and the cost model count the same work.
+the roofline (calibrate/clock/roofline.py) from a ModelSpec, so that the fit and the cost model count the same work.
 Names are the per-operation tables' (Vidur's profiling): `attn_pre_proj` is the QKV matmul, `mlp_up_proj`
 the up (and gate) matmul, and so on. Norms and the residual add run whole on every tensor-parallel GPU;
 the matmuls, the rotary embedding and the activation are split across them.

@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from calibrate.costmodel import CostModel
+from calibrate.clock.costmodel import CostModel
+from calibrate.clock.roofline import RooflineParams
 from calibrate.hardware.hardware import HardwareSpec, available_hardware, load_hardware
 from calibrate.hardware.precision import Precision, precision_from_config
 from calibrate.parts.host_model import available_host_models, host_model_path
 from calibrate.registry import KINDS, PROFILE_KINDS, Clock, CostModelConfig, build_cost_model
-from calibrate.roofline import RooflineParams
 from engine.core.spec import ModelSpec
 from engine.core.system import PAPER_SYSTEMS, SystemSpec
 from engine.errors import SpecError

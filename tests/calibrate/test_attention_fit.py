@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 from synthetic_attention import HARDWARE, TRUE_FIT, rows, write_table
 
+from calibrate.clock.roofline import RooflineCostModel
 from calibrate.hardware.hardware import load_hardware
 from calibrate.parts.attention_fit import (
     AttentionFit,
@@ -16,7 +17,6 @@ from calibrate.parts.attention_fit import (
     region_fit,
     region_masks,
 )
-from calibrate.roofline import RooflineCostModel
 from calibrate.tables.attention_table import read_attention_table
 from engine.core.batch import BatchShape
 from engine.errors import SpecError

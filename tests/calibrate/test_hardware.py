@@ -88,7 +88,7 @@ ADDED = {"a40": 149.7e12, "l4": 121e12, "a10": 125e12, "gh200": 989e12, "mi300x"
 
 @pytest.mark.parametrize("name,dense_fp16", sorted(ADDED.items()))
 def test_the_added_gpus_price_a_decode_batch(name, dense_fp16):
-    from calibrate.roofline import RooflineCostModel
+    from calibrate.clock.roofline import RooflineCostModel
     from engine.core.batch import Batch
     from engine.specs.loader import load_model_spec
 
@@ -100,7 +100,7 @@ def test_the_added_gpus_price_a_decode_batch(name, dense_fp16):
 
 
 def test_gh200_swaps_kv_over_nvlink_c2c_not_pcie():
-    from calibrate.roofline import RooflineCostModel, RooflineParams, swap_transfers_per_block
+    from calibrate.clock.roofline import RooflineCostModel, RooflineParams, swap_transfers_per_block
     from engine.specs.loader import load_model_spec
 
     spec = load_model_spec("llama-7b")

@@ -4,6 +4,7 @@ import dataclasses
 import pytest
 import yaml
 
+from calibrate.clock.roofline import RooflineCostModel, RooflineParams
 from calibrate.hardware.hardware import load_hardware
 from calibrate.profile_file import FORMAT, Profile, load_profile
 from calibrate.profile_model import (
@@ -11,7 +12,6 @@ from calibrate.profile_model import (
     implied_efficiency,
     transferred_roofline,
 )
-from calibrate.roofline import RooflineCostModel, RooflineParams
 from calibrate.work.features import TERMS
 from engine.core.batch import Batch
 from engine.errors import SpecError

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from batches import decode, prefill
 
+from calibrate.clock.roofline import RooflineCostModel, RooflineParams
 from calibrate.hardware.hardware import load_hardware
-from calibrate.roofline import RooflineCostModel, RooflineParams
 from engine.core.batch import Batch
 
 

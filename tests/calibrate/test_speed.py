@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.costmodel import ScaledCostModel
+from calibrate.clock.costmodel import ScaledCostModel
+from calibrate.clock.roofline import RooflineCostModel
 from calibrate.fit import fit_profile
 from calibrate.profile import probe_rows
-from calibrate.roofline import RooflineCostModel
 from calibrate.speed import (
     PROBE_SHAPES,
     SpeedProbe,

@@ -199,7 +199,7 @@ def test_import_reports_each_regime_and_the_gpu_the_fit_never_saw(tmp_path, meas
 
 
 def test_the_roofline_cost_model_charges_what_the_regime_terms_add_up_to():
-    from calibrate.roofline import RooflineCostModel
+    from calibrate.clock.roofline import RooflineCostModel
     from calibrate.work.layer_ops import ITERATION_ELEMENTWISE
     from engine.core.batch import Batch
     from engine.specs.loader import load_model_spec

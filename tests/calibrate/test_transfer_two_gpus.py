@@ -8,6 +8,7 @@ import pytest
 import yaml
 from synthetic_ops import HARDWARE, LAYERS, SECOND_HARDWARE, TRUE_FIT, assert_same_fit, write_all_reduce, write_two_gpus
 
+from calibrate.clock.roofline import RooflineCostModel
 from calibrate.hardware.hardware import load_hardware
 from calibrate.op_fit import fit_linear, fit_linear_on
 from calibrate.op_import import import_profile, report
@@ -15,7 +16,6 @@ from calibrate.parts.linear_model import LinearFit
 from calibrate.parts.transfer import COMPUTE_BOUND, FINE_REGIMES, LATENCY, MEMORY_BOUND, RIDGE, regime_of
 from calibrate.profile_file import load_profile
 from calibrate.profile_model import transferred_roofline
-from calibrate.roofline import RooflineCostModel
 from calibrate.tables.op_table import read_op_table
 from calibrate.transfer_cost import RegimeCostModel
 from calibrate.transfer_joint import stored_choice

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.costmodel import CostModel
+from calibrate.clock.costmodel import CostModel
 from calibrate.work.features import TERMS
 from engine.errors import SpecError
 from servesim.cli import main

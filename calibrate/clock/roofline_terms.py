@@ -256,7 +256,7 @@ def prefill_pairs(prefill_lens: Sequence[int], prefill_cached_lens: Sequence[int
 
 def stretch_block_list(contexts: Sequence[int], num_steps: int, block_size: int) -> list[int]:
     """The KV blocks a decode stretch's contexts span at each of its num_steps steps, every context one longer
-    per step (calibrate.costmodel.stretch_block_sums, whose comment tells how): ceil(context / block_size)
+    per step (calibrate.clock.costmodel.stretch_block_sums, whose comment tells how): ceil(context / block_size)
     summed at the first step, then what the contexts crossing into a new block add at each next."""
     first, last = 0, block_size - 1
     crossing = [0] * block_size

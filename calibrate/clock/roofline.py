@@ -59,8 +59,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from calibrate.breakdown import IterationTime, fold
-from calibrate.costmodel import (
+from calibrate.clock.breakdown import IterationTime, fold
+from calibrate.clock.costmodel import (
     SCALAR_STEPS,
     CostModel,
     per_step,
@@ -68,6 +68,7 @@ from calibrate.costmodel import (
     stretch_block_sums,
     stretch_context_sums,
 )
+from calibrate.clock.roofline_terms import RooflineTerms, prefill_pairs
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.hardware.precision import Precision
 from calibrate.maths.ridge import bent_roof, ridge_exponent
@@ -77,7 +78,6 @@ from calibrate.parts.attention_waves import DecodeGrid, WaveFit, wave_tokens
 from calibrate.parts.expert_ops import expert_kernels
 from calibrate.parts.host import host_parts, host_time
 from calibrate.parts.linear_model import LinearFit
-from calibrate.roofline_terms import RooflineTerms, prefill_pairs
 from calibrate.work.expert_routing import expected_experts_read
 from calibrate.work.layer_ops import ITERATION_ELEMENTWISE, LAYER_ELEMENTWISE, LayerShape
 from engine.core.batch import ShapeMetrics
@@ -370,7 +370,7 @@ class RooflineCostModel(CostModel):
         return t
 
     def _device_parts(self, batch: ShapeMetrics, sum_decode_context, decode_blocks) -> list[tuple[str, object]]:
-        """The device's seconds by kind (calibrate/breakdown.DEVICE_KINDS), in the order the clock adds them:
+        """The device's seconds by kind (calibrate/clock/breakdown.DEVICE_KINDS), in the order the clock adds them:
         the one formula of this model, which iteration_time's and a stretch's fast copies (RooflineTerms) are
         checked against to the bit."""
         tokens = batch.num_tokens
@@ -422,7 +422,7 @@ class RooflineCostModel(CostModel):
                 + expected_experts_read(model.num_experts, model.experts_per_token, tokens) * self._s_per_expert_read)
 
     def breakdown(self, batch: ShapeMetrics) -> IterationTime:
-        """iteration_time by kind and term (calibrate/breakdown.py): its parts add up to it to the bit."""
+        """iteration_time by kind and term (calibrate/clock/breakdown.py): its parts add up to it to the bit."""
         blocks = batch.decode_blocks(self.block_size) if self._paged_decodes(batch) else None
         device = {kind: float(value) for kind, value in self._device_parts(batch, batch.sum_decode_context, blocks)}
         host = self.host_parts_of(batch, self.host_parts(batch)) if self.charge_host else {}

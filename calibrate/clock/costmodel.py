@@ -6,8 +6,8 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from calibrate.breakdown import IterationTime, whole_forward
-from calibrate.roofline_terms import stretch_block_list as block_list
+from calibrate.clock.breakdown import IterationTime, whole_forward
+from calibrate.clock.roofline_terms import stretch_block_list as block_list
 from engine.core.batch import Batch, BatchShape
 
 BatchLike = Batch | BatchShape  # a live batch, or its shape kept after it ran
@@ -57,7 +57,7 @@ class CostModel(ABC):
         return 0.0
 
     def breakdown(self, batch: BatchLike) -> IterationTime:
-        """iteration_time by kernel kind and host term (calibrate/breakdown.py). This default knows only the two
+        """iteration_time by kernel kind and host term (calibrate/clock/breakdown.py). This default knows only the two
         parts: all of the device's is "forward"; a model that prices kinds apart overrides it."""
         swaps = batch.num_swap_blocks
         return whole_forward(self.device_time(batch), self.host_time(batch), self.swap_time(swaps) if swaps else 0.0)
