@@ -20,8 +20,8 @@ def _cmd_profile(args) -> int:
     require_torch("servesim calibrate profile")
     check_device(args.device)
     from calibrate.fit import NOT_SHAPES
-    from calibrate.grid import default_grid
-    from calibrate.profile import profile, save_raw
+    from calibrate.profiling.grid import default_grid
+    from calibrate.profiling.profile import profile, save_raw
     from engine.specs.loader import load_model_spec
 
     spec = load_model_spec(args.model)
@@ -299,8 +299,8 @@ def parse_block_sizes(text: str) -> tuple[int, ...]:
 
 
 def register(sub) -> None:
-    from calibrate.grid import GRIDS
     from calibrate.hardware.hardware import available_hardware
+    from calibrate.profiling.grid import GRIDS
 
     cal = sub.add_parser("calibrate", help="profile the engine, fit a cost model, import per-operation GPU timings, "
                                            "fit a host model, show a profile or a host model")

@@ -25,8 +25,8 @@ from calibrate.folds import assign_folds
 from calibrate.host_fit import HOST_COLUMN, MIN_ROWS, fit_host, host_observations
 from calibrate.maths.nnls import nnls
 from calibrate.profile_file import DTYPE_BYTES, Profile
-from calibrate.serving import PLAUSIBLE, serving_factor
-from calibrate.speed import PROBE_SHAPES, SpeedSamples
+from calibrate.profiling.serving import PLAUSIBLE, serving_factor
+from calibrate.profiling.speed import PROBE_SHAPES, SpeedSamples
 from calibrate.work.features import (
     FEATURE_COLUMNS,
     TERMS,
@@ -146,7 +146,7 @@ def speed_reference(raw: pd.DataFrame, source: str) -> dict:
 
 
 def fit_swap(rows: pd.DataFrame, source: str) -> tuple[float | None, float | None]:
-    """(seconds per transfer, seconds per byte) from the swap rows (calibrate/profile.py swap_rows), fitted
+    """(seconds per transfer, seconds per byte) from the swap rows (calibrate/profiling/profile.py swap_rows), fitted
     non-negative on relative error; (None, None) without swap rows. A CSV from before transfers were counted
     has swap_s_per_block, timed on one run of blocks per layer: read as bytes, nothing per transfer."""
     if rows.empty:

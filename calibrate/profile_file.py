@@ -8,7 +8,7 @@ import yaml
 
 from calibrate.parts.all_reduce import AllReduceTable
 from calibrate.parts.host import HOST_TERMS
-from calibrate.serving import PLAUSIBLE
+from calibrate.profiling.serving import PLAUSIBLE
 from calibrate.work.features import TERMS, TERMS_ADDED_IN_3, TERMS_ADDED_IN_4
 from calibrate.work.layer_ops import ELEMENTWISE
 from engine.atomic import write_text_atomic
@@ -48,14 +48,15 @@ class Profile:
     heldout_rows: int
     created: str
     command: str
-    # a swap's cost (calibrate/profile.py swap_rows): per copy issued and per byte moved; None where not measured
+    # a swap's cost (calibrate/profiling/profile.py swap_rows): per copy issued and per byte moved; None where not
+    # measured
     swap_s_per_transfer: float | None = None
     swap_s_per_byte: float | None = None
     # block sizes the decodes were timed at; decode_block_s is fitted only from two or more (empty: block_size)
     block_sizes: list[int] = field(default_factory=list)
     torch_threads: int | None = None  # CPU profiles: intra-op threads the engine ran with
     heldout_method: str = ""
-    # the speed probe's median times while the grid was measured (calibrate/speed.py); a validation
+    # the speed probe's median times while the grid was measured (calibrate/profiling/speed.py); a validation
     # compares its own probes against these to tell machine drift from cost-model error
     speed_reference: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
@@ -64,7 +65,7 @@ class Profile:
     # None where it was not measured (the simulator then charges the forward alone). From /5 also its
     # held-out error relative to each row's host time (heldout_mape, heldout_p95_ape) and measured_from
     host: dict | None = None
-    # a replay's iterations served against the same shapes timed alone (calibrate/serving.py): the
+    # a replay's iterations served against the same shapes timed alone (calibrate/profiling/serving.py): the
     # forward is charged x factor; None where not measured (x1)
     serving: dict | None = None
     # an imported per-operation profile (calibrate/op_import.py): the linear part's fitted parameters

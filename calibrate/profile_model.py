@@ -39,7 +39,7 @@ class ProfileCostModel(CostModel):
         self._per_block = c["decode_block_s"]
         self.host = profile.host  # None: not measured; the forward alone is charged
         self.charge_host = profile.host is not None
-        # what a shape costs served, against timed alone (calibrate/serving.py); 1 where not measured
+        # what a shape costs served, against timed alone (calibrate/profiling/serving.py); 1 where not measured
         self.serving_factor = profile.serving["factor"] if profile.serving else 1.0
         self._swap_per_block = swap_seconds_per_block(profile, self.block_size, dtype_bytes, hardware)
         # the times are the profiled device's, whatever the config's hardware says: tell the reader

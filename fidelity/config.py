@@ -171,7 +171,7 @@ def options_from_dict(raw: Any, source: str) -> ValidationOptions:
 
 
 def _grid(value: Any, source: str, key: str) -> str | None:
-    from calibrate.grid import GRIDS
+    from calibrate.profiling.grid import GRIDS
 
     return optional(lambda v, s, k: choice(v, s, k, list(GRIDS)), value, source, key)
 

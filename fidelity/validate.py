@@ -6,7 +6,7 @@ with the profile cost model, over the same KV pool. Each real replay's measured 
 also fed back to the simulator in order (`exact`): it must then take the engine's decisions one for
 one, which proves that a real-vs-simulated difference is the cost model's error and nothing else.
 
-A speed probe (calibrate/speed.py) is timed through every real replay; against the profile's
+A speed probe (calibrate/profiling/speed.py) is timed through every real replay; against the profile's
 speed_reference it gives the machine's speed during that replay, and the simulator runs the trace
 at that speed (validation.speed_correction), with the as-calibrated error reported beside.
 

@@ -121,7 +121,7 @@ def other_profile_headline(config: str, sets: list[str], run_dir: Path, profile:
 def probed_speeds(speed: pd.DataFrame, reference: dict, profile: str) -> dict[tuple[str, float], float]:
     """Per (system, rate): the geometric mean over its real replays of the machine's speed factor, each replay's
     probe medians against `reference` (a profile's speed_reference), as validate computes it for its own."""
-    from calibrate.speed import machine_speed
+    from calibrate.profiling.speed import machine_speed
 
     if not reference:
         raise SystemExit(f"{profile}: no speed_reference (made without the speed probe): use it as calibrated")

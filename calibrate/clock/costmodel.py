@@ -164,7 +164,7 @@ def decode_shapes(batch: BatchLike, num_steps: int) -> Iterator[BatchShape]:
 
 class ScaledCostModel(CostModel):
     """Another cost model's times, all multiplied by one factor: the same machine running slower
-    (factor > 1) or faster than when it was calibrated (see calibrate/speed.py)."""
+    (factor > 1) or faster than when it was calibrated (see calibrate/profiling/speed.py)."""
 
     def __init__(self, base: CostModel, factor: float):
         if not factor > 0:

@@ -29,7 +29,7 @@ def calibration_trace(spec: ModelSpec, seed: int = 0) -> list[tuple[float, int, 
     """(arrival_s, prompt_len, output_len, n): short chat-like requests, a burst and then a trickle.
 
     Both matter: a served batch costs more than the same batch timed alone by an amount that
-    does not scale with its size (calibrate/serving.py), so a replay of large batches alone
+    does not scale with its size (calibrate/profiling/serving.py), so a replay of large batches alone
     under-states it for the small ones a lightly loaded server runs."""
     rng = np.random.default_rng(seed)
     count = NUM_BURST + NUM_TRICKLE

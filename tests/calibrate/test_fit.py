@@ -7,7 +7,7 @@ import pytest
 
 from calibrate.fit import fit_profile
 from calibrate.folds import assign_folds
-from calibrate.grid import GRIDS
+from calibrate.profiling.grid import GRIDS
 from calibrate.work.features import TERMS
 from engine.errors import SpecError
 from tests.helpers.synthetic_profile import TRUE, gpu_like_token_cost, synthetic_raw  # noqa: E402
@@ -122,7 +122,7 @@ def test_the_simulator_charges_the_host_work_a_profile_measured():
 
 
 def test_the_serving_factor_is_the_time_weighted_ratio_of_served_to_alone():
-    from calibrate.serving import serving_factor
+    from calibrate.profiling.serving import serving_factor
 
     served, alone = [0.11, 0.22, 0.33], [0.1, 0.2, 0.3]
     assert serving_factor(served, alone) == {"factor": pytest.approx(1.1), "iterations": 3,

@@ -10,7 +10,7 @@ def raw():
     pytest.importorskip("torch")
     import os
 
-    from calibrate.profile import profile
+    from calibrate.profiling.profile import profile
     from engine.specs.loader import load_model_spec
 
     interpreting = os.environ.pop("TRITON_INTERPRET", None)  # the torch kernels, as a CPU engine runs them

@@ -9,8 +9,8 @@ import pytest
 from calibrate.clock.costmodel import ScaledCostModel
 from calibrate.clock.roofline import RooflineCostModel
 from calibrate.fit import fit_profile
-from calibrate.profile import probe_rows
-from calibrate.speed import (
+from calibrate.profiling.profile import probe_rows
+from calibrate.profiling.speed import (
     PROBE_SHAPES,
     SpeedProbe,
     SpeedSamples,

@@ -2,8 +2,8 @@
 import numpy as np
 import pandas as pd
 
-from calibrate.grid import Grid
-from calibrate.rows import shape_row
+from calibrate.profiling.grid import Grid
+from calibrate.profiling.rows import shape_row
 from calibrate.work.features import TERMS, term_matrix
 
 TRUE = {term: 0.0 for term in TERMS}

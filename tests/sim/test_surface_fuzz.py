@@ -187,7 +187,7 @@ CSV_CELLS = ["nan", "inf", "-1", "0", "1e308", "1e-300", "abc", "", "3.5", str(2
 
 @pytest.fixture(scope="module")
 def raw_profile():
-    from calibrate.grid import GRIDS
+    from calibrate.profiling.grid import GRIDS
     from tests.helpers.synthetic_profile import synthetic_raw
 
     return synthetic_raw(0.02, grid=GRIDS["tiny"])

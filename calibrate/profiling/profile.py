@@ -12,13 +12,13 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from calibrate.block_sweep import BlockSweep
-from calibrate.grid import GRIDS, Grid, Shape
 from calibrate.hardware.device import device_name
 from calibrate.parts.host import calibration_replay, host_rows
-from calibrate.rows import shape_row, swap_rows
-from calibrate.serving import serving_rows
-from calibrate.speed import PROBE_SHAPES, SpeedProbe, SpeedSamples, probe_blocks
+from calibrate.profiling.block_sweep import BlockSweep
+from calibrate.profiling.grid import GRIDS, Grid, Shape
+from calibrate.profiling.rows import shape_row, swap_rows
+from calibrate.profiling.serving import serving_rows
+from calibrate.profiling.speed import PROBE_SHAPES, SpeedProbe, SpeedSamples, probe_blocks
 from engine.core.blocks import blocks_for
 from engine.core.spec import ModelSpec
 

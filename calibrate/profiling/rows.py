@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from calibrate.clock.roofline import swap_transfers_per_block
-from calibrate.grid import Shape
+from calibrate.profiling.grid import Shape
 from calibrate.work.features import BLOCKS_COLUMN
 from engine.core.batch import BatchShape
 

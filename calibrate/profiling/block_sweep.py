@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from calibrate.grid import Shape
-from calibrate.rows import shape_row, swap_rows
+from calibrate.profiling.grid import Shape
+from calibrate.profiling.rows import shape_row, swap_rows
 from engine.core.blocks import blocks_for
 
 # (block_size, gpu blocks, cpu blocks) -> a runner over the profile's model with pools of that block size
