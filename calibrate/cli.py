@@ -19,7 +19,7 @@ def _cmd_profile(args) -> int:
 
     require_torch("servesim calibrate profile")
     check_device(args.device)
-    from calibrate.fit import NOT_SHAPES
+    from calibrate.fitting.fit import NOT_SHAPES
     from calibrate.profiling.grid import default_grid
     from calibrate.profiling.profile import profile, save_raw
     from engine.specs.loader import load_model_spec
@@ -44,7 +44,7 @@ def _cmd_profile(args) -> int:
 
 
 def _cmd_fit(args) -> int:
-    from calibrate.fit import check_raw, fit_and_save
+    from calibrate.fitting.fit import check_raw, fit_and_save
 
     fit_options(args)
     raw = check_raw(read_raw(args.raw), args.raw)
@@ -124,7 +124,7 @@ def read_raw(path: str):
 
 def check_folds(folds: int, raw, source: str) -> None:
     """At most one fold per profiled shape: a fold with no shape to hold out measures nothing."""
-    from calibrate.fit import NOT_SHAPES
+    from calibrate.fitting.fit import NOT_SHAPES
 
     shapes = int((~raw["kind"].isin(NOT_SHAPES)).sum()) if "kind" in raw.columns else len(raw)
     if folds > shapes:
@@ -263,8 +263,8 @@ def swap_line(profile) -> str:
 
 
 def _cmd_show(args) -> int:
+    from calibrate.fitting.profile_file import load_profile
     from calibrate.host_cli import show_host_model
-    from calibrate.profile_file import load_profile
 
     if show_host_model(args.profile):
         return 0

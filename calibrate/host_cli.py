@@ -8,7 +8,7 @@ from engine.specs.checks import existing_file, output_file
 
 
 def cmd_host(args) -> int:
-    from calibrate.host_model_fit import fit_host_model
+    from calibrate.fitting.host_model_fit import fit_host_model
     from calibrate.parts.host_model import save_host_model
     from calibrate.tables.host_table import WHAT, read_host_table
 

@@ -1,7 +1,7 @@
 """`servesim calibrate import`: per-operation GPU timings (Vidur's profiling tables) into a servesim profile.
 
 The profile times the linear (non-attention) part of an iteration on the measured GPU: its parameters
-(calibrate/op_fit.LinearFit) fitted on every table, the measured all-reduce table, and, as a servesim
+(calibrate/fitting/op_fit.LinearFit) fitted on every table, the measured all-reduce table, and, as a servesim
 token-cost table, the measured linear part of the profile's own model (layers x one layer's operations +
 the embedding, at tensor parallelism 1). Its error is reported as `calibrate fit` reports one, on what the
 fit never saw: each model predicted by a fit on the others, each tensor-parallel degree by a fit on the
@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from calibrate.fitting.op_fit import fit_linear, fit_linear_on, today_roofline
+from calibrate.fitting.profile_file import Profile, load_profile
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
-from calibrate.op_fit import fit_linear, fit_linear_on, today_roofline
 from calibrate.parts.all_reduce import read_all_reduce
 from calibrate.parts.linear_model import LinearFit
 from calibrate.parts.transfer import REGIMES, regimes_of
-from calibrate.profile_file import Profile, load_profile
 from calibrate.tables.op_table import OpTable, read_op_table
 from calibrate.transfer_judge import RegimeError, judge_profile, report_lines
 from calibrate.transfer_two_gpus import GpuTables, HoldOut, both_ways, judgement, two_gpu_choice

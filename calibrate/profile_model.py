@@ -9,10 +9,10 @@ import numpy as np
 from calibrate.clock.breakdown import IterationTime, fold
 from calibrate.clock.costmodel import CostModel, per_step, stretch_block_sums, stretch_context_sums
 from calibrate.clock.roofline import RooflineParams, swap_block_seconds, swap_transfers_per_block, waves_note
+from calibrate.fitting.profile_file import DTYPE_BYTES, Profile, load_profile
 from calibrate.hardware.hardware import HardwareSpec, hardware_for_device
 from calibrate.parts.host import host_parts
 from calibrate.parts.host import host_time as host_seconds
-from calibrate.profile_file import DTYPE_BYTES, Profile, load_profile
 from engine.core.batch import ShapeMetrics
 from engine.core.spec import ModelSpec
 from engine.errors import SpecError

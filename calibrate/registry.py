@@ -24,10 +24,10 @@ from pathlib import Path
 
 from calibrate.clock.costmodel import CostModel
 from calibrate.clock.roofline import RooflineCostModel, RooflineParams
+from calibrate.fitting.profile_file import load_profile
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.hardware.precision import Precision
 from calibrate.parts.host_model import charged_host, host_model_path, load_host_model
-from calibrate.profile_file import load_profile
 from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.transfer_cost import RegimeCostModel
 from engine.core.spec import ModelSpec

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from calibrate.fitting.op_fit import fit_linear
 from calibrate.hardware.hardware import HardwareSpec
-from calibrate.op_fit import fit_linear
 from calibrate.op_import import Errors, with_errors
 from calibrate.transfer_shape import TILES, padded_gemms
 

@@ -85,7 +85,7 @@ class RegimeCostModel(CostModel):
 @lru_cache(maxsize=8)
 def _judged_choice(path: str, mtime: float, measured_on: str) -> RegimeChoice:
     """The held-out GPU judgement of an imported profile (calibrate/transfer_judge.py), once per file."""
-    from calibrate.profile_file import load_profile
+    from calibrate.fitting.profile_file import load_profile
     from calibrate.transfer_judge import choose, judge_profile
 
     unjudged = RegimeChoice(frozenset(), {r: "no held-out GPU measured it" for r in REGIMES})

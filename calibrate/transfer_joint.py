@@ -9,10 +9,10 @@ the judgement is read from the profile, so a run never needs the held-out tables
 """
 from __future__ import annotations
 
+from calibrate.fitting.profile_file import Profile
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
 from calibrate.parts.linear_model import LinearFit
 from calibrate.parts.transfer import RegimeChoice, same_chip
-from calibrate.profile_file import Profile
 from calibrate.regime_errors import RegimeError
 from calibrate.transfer_two_gpus import two_gpu_choice
 from engine.errors import SpecError

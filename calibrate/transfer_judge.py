@@ -26,11 +26,11 @@ import numpy as np
 import pandas as pd
 
 from calibrate.clock.roofline import RooflineCostModel, RooflineParams
+from calibrate.fitting.profile_file import Profile
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
 from calibrate.maths.nnls import nnls
 from calibrate.parts.linear_model import LinearFit
 from calibrate.parts.transfer import COMPUTE_BOUND, REGIMES, regime_of
-from calibrate.profile_file import Profile
 from calibrate.regime_errors import RegimeError, choose
 from calibrate.tables.op_table import read_csv
 from engine.core.batch import Batch
@@ -184,8 +184,8 @@ def report_lines(errors: list[RegimeError]) -> list[str]:
 def fit_lines(raw_path: str | Path) -> list[str]:
     """What `calibrate fit` adds for an engine profile of a GPU: that GPU held out from the shipped A100 fit,
     and its own compute share carried to the A100 (nothing for a CPU profile: no GPU to carry to)."""
+    from calibrate.fitting.profile_file import load_profile
     from calibrate.hardware.hardware import hardware_for_device
-    from calibrate.profile_file import load_profile
 
     head = read_csv(raw_path, "raw engine profile").head(1)
     if "device" not in head.columns or str(head["device"].iloc[0]) != "cuda":

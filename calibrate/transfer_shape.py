@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from calibrate.op_fit import fit_linear, today_roofline
+from calibrate.fitting.op_fit import fit_linear, today_roofline
 from calibrate.parts.linear_model import LinearFit
 from calibrate.parts.transfer import regimes_of
 from calibrate.tables.table_models import layers_of

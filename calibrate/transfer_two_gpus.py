@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from calibrate.fitting.op_fit import fit_linear, today_roofline
 from calibrate.hardware.hardware import HardwareSpec
-from calibrate.op_fit import fit_linear, today_roofline
 from calibrate.parts.linear_model import LinearFit
 from calibrate.parts.transfer import FINE_REGIMES, RegimeChoice, regimes_of
 from calibrate.regime_errors import RegimeError, choose

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from calibrate.fit import fit_and_save
+from calibrate.fitting.fit import fit_and_save
 from calibrate.profiling.grid import default_grid
 from fidelity.config import ValidationConfig
 

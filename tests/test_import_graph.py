@@ -239,9 +239,9 @@ def test_an_upward_import_in_sim_and_an_import_of_calibrates_commands_are_named(
         "sim.capacity.cli (commands) imports sim.cli (sim.cli): not a layer below",
         "sim.capacity.plan (capacity/reproduce) imports sim.reproduce.table (capacity/reproduce): not a layer below",
         "sim.core.replica (core) imports sim.experiment.run (experiment): not a layer below"]
-    graph = {"calibrate.fit": {"calibrate.host_cli"}, "calibrate.cli": {"calibrate.host_cli"},
+    graph = {"calibrate.fitting.fit": {"calibrate.host_cli"}, "calibrate.cli": {"calibrate.host_cli"},
              "calibrate.host_cli": set()}
-    assert calibrate_violations(graph) == ["calibrate.fit imports the command line's calibrate.host_cli"]
+    assert calibrate_violations(graph) == ["calibrate.fitting.fit imports the command line's calibrate.host_cli"]
 
 
 def test_a_module_of_sim_in_no_layer_is_named():

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from calibrate.fit import fit_host
+from calibrate.fitting.fit import fit_host
 from calibrate.hardware.hardware import load_hardware
 from calibrate.parts.host import HOST_TERMS, calibration_replay, host_rows, host_time
 from calibrate.profile_model import transferred_roofline

@@ -22,8 +22,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from calibrate.fitting.op_fit import fit_linear, today_roofline  # noqa: E402
 from calibrate.hardware.hardware import load_hardware  # noqa: E402
-from calibrate.op_fit import fit_linear, today_roofline  # noqa: E402
 from calibrate.op_import import heldout, in_sample, load_tables  # noqa: E402
 from calibrate.tile_heldout import chosen, heldout_at  # noqa: E402
 from calibrate.transfer_shape import padded_gemms  # noqa: E402

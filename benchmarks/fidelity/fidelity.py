@@ -94,7 +94,7 @@ def other_profile_headline(config: str, sets: list[str], run_dir: Path, profile:
     at_speed at the speed this run's probes measured against that profile's own probe times (carried to this
     machine as validate carries its own profile), its normalized latency against the run's real mean
     (summary.csv), as verdict.headline reads it."""
-    from calibrate.profile_file import load_profile
+    from calibrate.fitting.profile_file import load_profile
     from fidelity.calibration import with_profile
     from fidelity.config import load_validation
     from fidelity.heldout import simulated_error

@@ -173,7 +173,7 @@ def kernel_target(results: Path) -> Target:
 
 
 def profile_target(results: Path, model: str, mode: str) -> Target:
-    from calibrate.profile_file import load_profile
+    from calibrate.fitting.profile_file import load_profile
 
     name = f"{model} profile held-out error ({mode})"
     path = find(results / "profiles", f"*-{model}-{mode}.yaml")

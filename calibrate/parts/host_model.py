@@ -15,7 +15,7 @@ always to the bit.
 
 Where the shipped fits differ from Vidur's predictor (which adds schedule, sampler_e2e, prepare_inputs_e2e,
 process_model_outputs medians and ray_comm_time's mean to each iteration, interpolated by batch size within
-one model's and one tensor-parallel degree's rows): calibrate/host_model_fit.py, docs/host-models.md.
+one model's and one tensor-parallel degree's rows): calibrate/fitting/host_model_fit.py, docs/host-models.md.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ KEYS = ("format", "name", "measured", "source", "licence", "terms", "heldout")
 class HostModel:
     """`terms`: term -> {feature (calibrate/work/host_features.FEATURES) -> coefficient}, in the order they are
     summed; `measured`: what the engine and machine were, in words; `heldout`: the fit's held-out errors
-    (calibrate/host_model_fit.py), or where the figures were cited from and how they were judged."""
+    (calibrate/fitting/host_model_fit.py), or where the figures were cited from and how they were judged."""
 
     name: str
     measured: str

@@ -3,7 +3,7 @@
 Matmuls follow the bent roofline (calibrate/maths/ridge.py): t = latency + (c^p + m^p)^(1/p), c the FLOPs at
 a share of peak FLOP/s, m the weight bytes at a share of peak bandwidth. Elementwise kernels cost a
 latency plus their bytes at their own share of bandwidth. All shares are of the measured GPU's spec
-sheet, so they carry to other models, tensor-parallel degrees and GPUs. calibrate/op_fit.py fits it;
+sheet, so they carry to other models, tensor-parallel degrees and GPUs. calibrate/fitting/op_fit.py fits it;
 the roofline cost model charges it in place of its spec-sheet matmuls.
 """
 from __future__ import annotations

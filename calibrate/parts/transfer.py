@@ -8,7 +8,7 @@ A kernel's device time is split three ways:
   compute   FLOPs / (the GPU's peak FLOP/s x the kind's compute share)
 with memory and compute overlapping (the bent roofline, calibrate/maths/ridge.py). The shares belong to a kind
 of kernel (GEMM, each elementwise kernel, attention, all-reduce) and are fitted where it was measured
-(calibrate/op_fit.py for GEMMs and elementwise kernels); another GPU's time is its spec sheet at the
+(calibrate/fitting/op_fit.py for GEMMs and elementwise kernels); another GPU's time is its spec sheet at the
 same shares. The host part is carried as measured, scaled by the host CPU's speed where both are known.
 
 Whether the carried shares beat the spec-sheet roofline is a question for a GPU the fit never saw:

@@ -37,7 +37,7 @@ def swap_rows(runner, repeats: int, warmup: int, num_blocks: int) -> list[dict]:
     """A swap's seconds (a decode with `num_blocks` swapped out and in, less the same decode without), twice:
     the blocks as neighbours (the engine copies each layer's K and V in one run) and scattered (a copy per
     block, as paper-era vLLM always copied). Each row counts its copies and bytes, so a fit tells the cost
-    per transfer from the cost per byte (calibrate/fit.py fit_swap)."""
+    per transfer from the cost per byte (calibrate/fitting/fit.py fit_swap)."""
     base = float(np.median(runner.time_batch([], [16], repeats, warmup=warmup)))
     rows = []
     for scattered in (False, True):

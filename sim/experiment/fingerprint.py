@@ -79,8 +79,8 @@ def model_values(model: ModelSpec) -> dict:
 
 def _transfer_specs(exp: Experiment) -> dict[str, dict]:
     """A transferred roofline also reads the profiled model's spec and the hardware it was measured on."""
+    from calibrate.fitting.profile_file import load_profile
     from calibrate.hardware.hardware import hardware_for_device, load_hardware
-    from calibrate.profile_file import load_profile
     from engine.specs.loader import load_model_spec
 
     profile = load_profile(exp.cost_model.profile_path)

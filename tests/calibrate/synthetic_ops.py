@@ -12,7 +12,7 @@ from calibrate.hardware.hardware import load_hardware
 from calibrate.parts.linear_model import LinearFit
 from calibrate.work.layer_ops import GEMMS, LayerShape, gemm_work
 
-# on the fit's grids (calibrate/op_fit.py), so the fit can land on them exactly
+# on the fit's grids (calibrate/fitting/op_fit.py), so the fit can land on them exactly
 TRUE_FIT = LinearFit(compute_efficiency=0.7, bandwidth_efficiency=0.8, ridge_efficiency=0.7, gemm_latency_s=5e-6,
                      elementwise={"input_layernorm": (3e-6, 0.45), "attn_rope": (2e-6, 0.5),
                                   "post_attention_layernorm": (3e-6, 0.4), "mlp_act": (2e-6, 0.55),

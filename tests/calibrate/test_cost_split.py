@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from calibrate.fit import fit_profile
-from calibrate.profile_file import FORMAT, load_profile
+from calibrate.fitting.fit import fit_profile
+from calibrate.fitting.profile_file import FORMAT, load_profile
 from calibrate.profile_model import ProfileCostModel
 from engine.core.batch import Batch
 from engine.errors import SpecError

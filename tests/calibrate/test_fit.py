@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.fit import fit_profile
-from calibrate.folds import assign_folds
+from calibrate.fitting.fit import fit_profile
+from calibrate.fitting.folds import assign_folds
 from calibrate.profiling.grid import GRIDS
 from calibrate.work.features import TERMS
 from engine.errors import SpecError
@@ -94,7 +94,7 @@ def test_knots_are_every_small_count_then_every_twenty_percent():
 
 
 def test_the_host_fit_recovers_a_known_host_cost_from_noisy_iterations():
-    from calibrate.fit import fit_host
+    from calibrate.fitting.fit import fit_host
 
     rng = np.random.default_rng(1)
     seqs, tokens = rng.integers(1, 40, 400), rng.integers(0, 600, 400) * (rng.random(400) < 0.3)
@@ -186,7 +186,7 @@ def swap_row(transfers: int, num_bytes: int, seconds: float) -> dict:
 
 
 def test_the_swap_fit_separates_the_cost_per_transfer_from_the_cost_per_byte():
-    from calibrate.fit import fit_swap
+    from calibrate.fitting.fit import fit_swap
 
     per_transfer, per_byte = 5e-6, 1 / 25e9
     rows = pd.DataFrame([swap_row(t, b, t * per_transfer + b * per_byte)
@@ -196,7 +196,7 @@ def test_the_swap_fit_separates_the_cost_per_transfer_from_the_cost_per_byte():
 
 
 def test_a_csv_from_before_transfers_were_counted_reads_its_swap_as_bytes():
-    from calibrate.fit import fit_swap
+    from calibrate.fitting.fit import fit_swap
 
     rows = pd.DataFrame([{"kind": "swap", "swap_s_per_block": 2e-4, "model": "opt-13b", "dtype": "float16",
                           "block_size": 16}])

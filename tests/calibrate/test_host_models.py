@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import yaml
 
-from calibrate.host_model_fit import (
+from calibrate.fitting.host_model_fit import (
     TERM_FEATURES,
     fit_host_model,
     fit_terms,
@@ -16,6 +16,7 @@ from calibrate.host_model_fit import (
     largest_batches,
     model_folds,
 )
+from calibrate.fitting.profile_file import load_profile
 from calibrate.parts.host import HOST_TERMS, host_time
 from calibrate.parts.host_model import (
     HostModel,
@@ -25,7 +26,6 @@ from calibrate.parts.host_model import (
     load_host_model,
     save_host_model,
 )
-from calibrate.profile_file import load_profile
 from calibrate.tables.host_table import CSV_MODELS, TERM_COLUMNS, read_host_table
 from calibrate.work.host_features import ModelSize
 from engine.errors import SpecError

@@ -5,8 +5,8 @@ import pytest
 import yaml
 
 from calibrate.clock.roofline import RooflineCostModel, RooflineParams
+from calibrate.fitting.profile_file import FORMAT, Profile, load_profile
 from calibrate.hardware.hardware import load_hardware
-from calibrate.profile_file import FORMAT, Profile, load_profile
 from calibrate.profile_model import (
     ProfileCostModel,
     implied_efficiency,

@@ -2,7 +2,7 @@
 rest of its wall time), beside the time_s it always had."""
 import pytest
 
-from calibrate.fit import NOT_SHAPES
+from calibrate.fitting.fit import NOT_SHAPES
 
 
 @pytest.fixture(scope="module")

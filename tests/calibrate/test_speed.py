@@ -8,7 +8,7 @@ import pytest
 
 from calibrate.clock.costmodel import ScaledCostModel
 from calibrate.clock.roofline import RooflineCostModel
-from calibrate.fit import fit_profile
+from calibrate.fitting.fit import fit_profile
 from calibrate.profiling.profile import probe_rows
 from calibrate.profiling.speed import (
     PROBE_SHAPES,

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 from synthetic_ops import HARDWARE, MODELS, TRUE_FIT, assert_same_fit, write_tables
 
+from calibrate.fitting.op_fit import fit_linear
 from calibrate.hardware.hardware import load_hardware
-from calibrate.op_fit import fit_linear
 from calibrate.op_import import heldout
 from calibrate.tables.op_table import read_op_table
 from calibrate.tile_heldout import chosen, heldout_at

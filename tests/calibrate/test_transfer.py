@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 from synthetic_ops import MODELS, TRUE_FIT, write_tables
 
+from calibrate.fitting.op_fit import fit_linear
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
-from calibrate.op_fit import fit_linear
 from calibrate.parts.transfer import (
     COMPUTE_BOUND,
     MEMORY_BOUND,
@@ -130,7 +130,7 @@ def test_a_profile_without_device_dominated_prefills_names_the_regime(tmp_path):
 
 
 def test_a_token_table_without_compute_bound_rows_names_the_regime():
-    from calibrate.profile_file import load_profile
+    from calibrate.fitting.profile_file import load_profile
     from calibrate.transfer_judge import PROFILES
 
     profile = load_profile(PROFILES / "a100-80gb-linear.yaml")

@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 
 from calibrate.clock.roofline import RooflineCostModel
+from calibrate.fitting.profile_file import load_profile
 from calibrate.hardware.hardware import load_hardware
 from calibrate.parts.transfer import COMPUTE_BOUND, MEMORY_BOUND, RegimeChoice
-from calibrate.profile_file import load_profile
 from calibrate.profile_model import transferred_roofline
 from calibrate.transfer_cost import RegimeCostModel, by_regime
 from calibrate.transfer_judge import PROFILES, choose, judge_profile

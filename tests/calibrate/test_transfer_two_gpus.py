@@ -9,12 +9,12 @@ import yaml
 from synthetic_ops import HARDWARE, LAYERS, SECOND_HARDWARE, TRUE_FIT, assert_same_fit, write_all_reduce, write_two_gpus
 
 from calibrate.clock.roofline import RooflineCostModel
+from calibrate.fitting.op_fit import fit_linear, fit_linear_on
+from calibrate.fitting.profile_file import load_profile
 from calibrate.hardware.hardware import load_hardware
-from calibrate.op_fit import fit_linear, fit_linear_on
 from calibrate.op_import import import_profile, report
 from calibrate.parts.linear_model import LinearFit
 from calibrate.parts.transfer import COMPUTE_BOUND, FINE_REGIMES, LATENCY, MEMORY_BOUND, RIDGE, regime_of
-from calibrate.profile_file import load_profile
 from calibrate.profile_model import transferred_roofline
 from calibrate.tables.op_table import read_op_table
 from calibrate.transfer_cost import RegimeCostModel

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from calibrate.profile_file import Profile
+from calibrate.fitting.profile_file import Profile
 from calibrate.work.features import TERMS
 from tests.helpers.configs import tiny
 

@@ -1,5 +1,5 @@
 """Which fold of a k-fold held-out error each row falls in: one assignment that the device part's fit
-(calibrate/fit.py) and the host part's (calibrate/host_fit.py) both use."""
+(calibrate/fitting/fit.py) and the host part's (calibrate/fitting/host_fit.py) both use."""
 from __future__ import annotations
 
 import numpy as np

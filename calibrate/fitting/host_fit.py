@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from calibrate.folds import assign_folds  # one fold assignment for both parts
+from calibrate.fitting.folds import assign_folds  # one fold assignment for both parts
 from calibrate.maths.nnls import nnls
 from calibrate.parts.host import HOST_TERMS
 

@@ -69,7 +69,7 @@ class Profile:
     # forward is charged x factor; None where not measured (x1)
     serving: dict | None = None
     # an imported per-operation profile (calibrate/op_import.py): the linear part's fitted parameters
-    # (calibrate/op_fit.LinearFit, with its held-out errors), the measured all-reduce table by GPU count, and
+    # (calibrate/fitting/op_fit.LinearFit, with its held-out errors), the measured all-reduce table by GPU count, and
     # where the measurements came from. Such a profile times only the non-attention part of an iteration:
     # its token-cost table and zero attention coefficients are not an iteration's cost, so it is used
     # through `cost_model: {kind: transfer}`, which prices attention from first principles, or by its
@@ -195,7 +195,7 @@ def _check_linear(linear, source: str) -> None:
     if linear is None:
         return
     if not isinstance(linear, dict):
-        raise SpecError(source, "linear", "must map the linear part's fitted parameters (calibrate/op_fit.py)")
+        raise SpecError(source, "linear", "must map the linear part's fitted parameters (calibrate/fitting/op_fit.py)")
     _check_fit(linear, source, "linear")
     gpus = linear.get("gpus", {})
     if not isinstance(gpus, dict):

@@ -3,7 +3,7 @@
 The model has two parts (docs/cost-model-split.md). The device part, fitted here, is the forward's device
 time: `device_s` where the raw CSV has it (the CUDA-event span of the forward's kernels; on a CPU the
 forward's wall time), else `time_s` (a CSV from before the split, whose forward time holds the host work
-inside the forward too). The host part (calibrate/host_fit.py) is the rest of the iteration's wall time.
+inside the forward too). The host part (calibrate/fitting/host_fit.py) is the rest of the iteration's wall time.
 
 Least squares on relative error (each row divided by its time, so a 2 ms decode counts as
 much as a 2 s prefill), with non-negative coefficients: every term is a physical cost, and
@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.folds import assign_folds
-from calibrate.host_fit import HOST_COLUMN, MIN_ROWS, fit_host, host_observations
+from calibrate.fitting.folds import assign_folds
+from calibrate.fitting.host_fit import HOST_COLUMN, MIN_ROWS, fit_host, host_observations
+from calibrate.fitting.profile_file import DTYPE_BYTES, Profile
 from calibrate.maths.nnls import nnls
-from calibrate.profile_file import DTYPE_BYTES, Profile
 from calibrate.profiling.serving import PLAUSIBLE, serving_factor
 from calibrate.profiling.speed import PROBE_SHAPES, SpeedSamples
 from calibrate.work.features import (
@@ -251,7 +251,7 @@ def device_times(shapes: pd.DataFrame) -> tuple[np.ndarray, str]:
 
 
 def fit_host_part(raw: pd.DataFrame, folds: int, seed: int) -> dict | None:
-    """The host part (calibrate/host_fit.py) from every row that measured host time; None with fewer than
+    """The host part (calibrate/fitting/host_fit.py) from every row that measured host time; None with fewer than
     MIN_ROWS of them (the simulator then charges the device part alone)."""
     rows = host_observations(raw, ~raw["kind"].isin(NOT_SHAPES))
     if len(rows) < MIN_ROWS:
