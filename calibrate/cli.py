@@ -54,7 +54,7 @@ def _cmd_fit(args) -> int:
     plot = Path(args.plot) if args.plot else Path(args.out).with_suffix(".png")
     result = fit_and_save(raw, args.raw, command, args.out, plot, folds=args.folds, seed=args.seed)
     print(fit_report(result.profile))
-    from calibrate.transfer_judge import fit_lines  # a GPU profile: the transfer judged with this GPU held out
+    from calibrate.judging.transfer_judge import fit_lines  # a GPU profile: the transfer judged with this GPU held out
 
     for line in fit_lines(args.raw):
         print(line)
@@ -63,7 +63,7 @@ def _cmd_fit(args) -> int:
 
 
 def _cmd_import(args) -> int:
-    from calibrate.op_import import import_profile, report
+    from calibrate.judging.op_import import import_profile, report
 
     for table in (*args.tables, *args.also):
         existing_file(table, table, what="a per-operation table (Vidur's mlp.csv)")
@@ -221,7 +221,7 @@ def host_report(profile) -> list[str]:
 
 
 def linear_report(profile) -> list[str]:
-    """An imported profile's linear part, all-reduce table and provenance (calibrate/op_import.py)."""
+    """An imported profile's linear part, all-reduce table and provenance (calibrate/judging/op_import.py)."""
     lin = profile.linear
     lines = [f"linear part (non-attention; imported, fitted on {len(lin.get('models', []))} models up to "
              f"{lin.get('max_tokens')} tokens): compute {lin['compute_efficiency']:.3f} of peak, bandwidth "

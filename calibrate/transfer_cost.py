@@ -84,9 +84,9 @@ class RegimeCostModel(CostModel):
 
 @lru_cache(maxsize=8)
 def _judged_choice(path: str, mtime: float, measured_on: str) -> RegimeChoice:
-    """The held-out GPU judgement of an imported profile (calibrate/transfer_judge.py), once per file."""
+    """The held-out GPU judgement of an imported profile (calibrate/judging/transfer_judge.py), once per file."""
     from calibrate.fitting.profile_file import load_profile
-    from calibrate.transfer_judge import choose, judge_profile
+    from calibrate.judging.transfer_judge import choose, judge_profile
 
     unjudged = RegimeChoice(frozenset(), {r: "no held-out GPU measured it" for r in REGIMES})
     if not measured_on.startswith("a100"):  # the shipped held-out GPU data judges A100 fits only

@@ -68,7 +68,7 @@ class Profile:
     # a replay's iterations served against the same shapes timed alone (calibrate/profiling/serving.py): the
     # forward is charged x factor; None where not measured (x1)
     serving: dict | None = None
-    # an imported per-operation profile (calibrate/op_import.py): the linear part's fitted parameters
+    # an imported per-operation profile (calibrate/judging/op_import.py): the linear part's fitted parameters
     # (calibrate/fitting/op_fit.LinearFit, with its held-out errors), the measured all-reduce table by GPU count, and
     # where the measurements came from. Such a profile times only the non-attention part of an iteration:
     # its token-cost table and zero attention coefficients are not an iteration's cost, so it is used
@@ -208,7 +208,7 @@ def _check_linear(linear, source: str) -> None:
     judged = heldout.get("two_gpus") if isinstance(heldout, dict) else None
     if gpus and judged is None:
         raise SpecError(source, "linear.heldout.two_gpus", "missing: a fit on two GPUs keeps its held-out "
-                        "judgement (calibrate/transfer_two_gpus.py), which sets its default by regime")
+                        "judgement (calibrate/judging/transfer_two_gpus.py), which sets its default by regime")
     if judged is not None:
         _check_two_gpu_judgement(judged, source)
 

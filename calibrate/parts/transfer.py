@@ -12,7 +12,7 @@ of kernel (GEMM, each elementwise kernel, attention, all-reduce) and are fitted 
 same shares. The host part is carried as measured, scaled by the host CPU's speed where both are known.
 
 Whether the carried shares beat the spec-sheet roofline is a question for a GPU the fit never saw:
-calibrate/transfer_judge.py answers it per regime, and `RegimeChoice` keeps the roofline in every
+calibrate/judging/transfer_judge.py answers it per regime, and `RegimeChoice` keeps the roofline in every
 regime where the answer was no, or where no held-out GPU could answer.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ from engine.errors import SpecError
 MEMORY_BOUND, RIDGE, COMPUTE_BOUND = "memory-bound decode", "ridge", "compute-bound prefill"
 REGIMES = (MEMORY_BOUND, RIDGE, COMPUTE_BOUND)
 LATENCY = "fixed latency"
-# the regimes a judge with per-operation tables on both GPUs tells apart (calibrate/transfer_two_gpus.py)
+# the regimes a judge with per-operation tables on both GPUs tells apart (calibrate/judging/transfer_two_gpus.py)
 FINE_REGIMES = (LATENCY, *REGIMES)
 # a batch is memory-bound below half the ridge's tokens, compute-bound above twice them: within a factor
 # of two of the ridge neither roof holds alone (the bend, calibrate/maths/ridge.py)

@@ -9,7 +9,7 @@ from synthetic_ops import write_all_reduce, write_tables
 
 from calibrate.fitting.profile_file import load_profile
 from calibrate.hardware.hardware import load_hardware
-from calibrate.op_import import add_attention, with_host_model
+from calibrate.judging.op_import import add_attention, with_host_model
 from calibrate.parts.attention_fit import AttentionFit
 from calibrate.parts.attention_waves import DecodeGrid
 from calibrate.profile_model import transferred_roofline

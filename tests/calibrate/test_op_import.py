@@ -11,7 +11,7 @@ from calibrate.clock.roofline import RooflineCostModel
 from calibrate.fitting.op_fit import fit_linear, octave_weights
 from calibrate.fitting.profile_file import load_profile
 from calibrate.hardware.hardware import load_hardware
-from calibrate.op_import import import_profile
+from calibrate.judging.op_import import import_profile
 from calibrate.parts.linear_model import LinearFit
 from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.tables.op_table import read_op_table

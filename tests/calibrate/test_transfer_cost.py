@@ -7,10 +7,10 @@ import pytest
 from calibrate.clock.roofline import RooflineCostModel
 from calibrate.fitting.profile_file import load_profile
 from calibrate.hardware.hardware import load_hardware
+from calibrate.judging.transfer_judge import PROFILES, choose, judge_profile
 from calibrate.parts.transfer import COMPUTE_BOUND, MEMORY_BOUND, RegimeChoice
 from calibrate.profile_model import transferred_roofline
 from calibrate.transfer_cost import RegimeCostModel, by_regime
-from calibrate.transfer_judge import PROFILES, choose, judge_profile
 from engine.core.batch import Batch
 from engine.specs.loader import load_model_spec
 from servesim.cli import main
@@ -112,7 +112,7 @@ def test_calibrate_fit_of_a_cpu_profile_prints_no_gpu_judgement(tmp_path, capsys
 def test_without_the_held_out_gpu_rows_nothing_is_judged(tmp_path, monkeypatch):
     import shutil
 
-    from calibrate import transfer_judge
+    from calibrate.judging import transfer_judge
     from calibrate.transfer_cost import default_choice
 
     profile = tmp_path / "a100.yaml"
@@ -147,8 +147,8 @@ warmup_s: 0
 
 
 def test_the_judge_tells_a_wrong_compute_share_from_a_right_one():
+    from calibrate.judging.transfer_judge import a100_to_h200
     from calibrate.parts.linear_model import LinearFit
-    from calibrate.transfer_judge import a100_to_h200
 
     shipped = LinearFit.from_dict(load_profile(A100_PROFILE).linear)
     wrong = LinearFit(0.3, shipped.bandwidth_efficiency, shipped.ridge_efficiency, shipped.gemm_latency_s,

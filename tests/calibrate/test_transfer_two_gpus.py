@@ -12,15 +12,15 @@ from calibrate.clock.roofline import RooflineCostModel
 from calibrate.fitting.op_fit import fit_linear, fit_linear_on
 from calibrate.fitting.profile_file import load_profile
 from calibrate.hardware.hardware import load_hardware
-from calibrate.op_import import import_profile, report
+from calibrate.judging.op_import import import_profile, report
+from calibrate.judging.transfer_judge import PROFILES, RegimeError
+from calibrate.judging.transfer_two_gpus import GpuTables, hold_out, judgement, two_gpu_choice
 from calibrate.parts.linear_model import LinearFit
 from calibrate.parts.transfer import COMPUTE_BOUND, FINE_REGIMES, LATENCY, MEMORY_BOUND, RIDGE, regime_of
 from calibrate.profile_model import transferred_roofline
 from calibrate.tables.op_table import read_op_table
 from calibrate.transfer_cost import RegimeCostModel
 from calibrate.transfer_joint import stored_choice
-from calibrate.transfer_judge import PROFILES, RegimeError
-from calibrate.transfer_two_gpus import GpuTables, hold_out, judgement, two_gpu_choice
 from engine.core.batch import Batch
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec

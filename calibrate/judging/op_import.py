@@ -19,12 +19,12 @@ import pandas as pd
 from calibrate.fitting.op_fit import fit_linear, fit_linear_on, today_roofline
 from calibrate.fitting.profile_file import Profile, load_profile
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
+from calibrate.judging.transfer_judge import RegimeError, judge_profile, report_lines
+from calibrate.judging.transfer_two_gpus import GpuTables, HoldOut, both_ways, judgement, two_gpu_choice
 from calibrate.parts.all_reduce import read_all_reduce
 from calibrate.parts.linear_model import LinearFit
 from calibrate.parts.transfer import REGIMES, regimes_of
 from calibrate.tables.op_table import OpTable, read_op_table
-from calibrate.transfer_judge import RegimeError, judge_profile, report_lines
-from calibrate.transfer_two_gpus import GpuTables, HoldOut, both_ways, judgement, two_gpu_choice
 from calibrate.work.features import TERMS, choose_knots
 from calibrate.work.layer_ops import ELEMENTWISE, GEMMS, ITERATION_ELEMENTWISE, LayerShape
 from engine.errors import SpecError
@@ -86,7 +86,8 @@ class ImportResult:
     by_model: Errors
     by_tp: Errors | None  # None where every table has one tensor-parallel degree
     roofline: Errors  # today's roofline: nothing fitted, so every row is held out
-    gpu: list[RegimeError] = field(default_factory=list)  # on a GPU the fit never saw (calibrate/transfer_judge.py)
+    # on a GPU the fit never saw (calibrate/judging/transfer_judge.py)
+    gpu: list[RegimeError] = field(default_factory=list)
     # with a second GPU's tables (--also): the fit on both, each GPU held out from a fit on the other
     joint: LinearFit | None = None
     two_gpus: list[HoldOut] = field(default_factory=list)
@@ -135,9 +136,10 @@ def import_profile(table_paths, all_reduce_path, model: str, measured_on: str, c
                    also_tables=(), also_measured_on: str = "h100-sxm", layers: dict[str, int] | None = None,
                    attention_path: str | None = None) -> ImportResult:
     """`also_tables`: a second GPU's tables (`also_measured_on`): the profile's linear part is then fitted on
-    both GPUs' tables together, and each GPU is held out from a fit on the other (calibrate/transfer_two_gpus.py);
-    `layers`: the tables' models' layer counts (default calibrate/tables/table_models.LAYERS); `attention_path`: a
-    measured attention table (Vidur's attention.csv), fitted into the profile's `attention`."""
+    both GPUs' tables together, and each GPU is held out from a fit on the other
+    (calibrate/judging/transfer_two_gpus.py); `layers`: the tables' models' layer counts (default
+    calibrate/tables/table_models.LAYERS); `attention_path`: a measured attention table (Vidur's attention.csv),
+    fitted into the profile's `attention`."""
     if also_tables:
         return _import_two_gpus(table_paths, all_reduce_path, model, measured_on, command, host_profile,
                                 max_tokens, provenance, also_tables, also_measured_on, layers, attention_path)

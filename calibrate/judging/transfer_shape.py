@@ -1,5 +1,5 @@
 """Two ways to carry the measured kernels' shape (their steps between neighbouring batch sizes) from one GPU
-to another, judged as calibrate/transfer_two_gpus.py judges the smooth fit: the target's tables enter
+to another, judged as calibrate/judging/transfer_two_gpus.py judges the smooth fit: the target's tables enter
 nothing but the errors.
 
 - **Ratio carry**: for a (model, tp, tokens, operation) the source GPU measured, the target's time is the
@@ -17,10 +17,10 @@ import numpy as np
 import pandas as pd
 
 from calibrate.fitting.op_fit import fit_linear, today_roofline
+from calibrate.judging.transfer_two_gpus import GpuTables, HoldOut, iterations, operations
 from calibrate.parts.linear_model import LinearFit
 from calibrate.parts.transfer import regimes_of
 from calibrate.tables.table_models import layers_of
-from calibrate.transfer_two_gpus import GpuTables, HoldOut, iterations, operations
 from calibrate.work.layer_ops import GEMMS, ITERATION_ELEMENTWISE
 
 OP_KEY = ["model", "tp", "tokens", "op"]

@@ -16,9 +16,9 @@ import pandas as pd
 
 from calibrate.fitting.op_fit import fit_linear, today_roofline
 from calibrate.hardware.hardware import HardwareSpec
+from calibrate.judging.regime_errors import RegimeError, choose
 from calibrate.parts.linear_model import LinearFit
 from calibrate.parts.transfer import FINE_REGIMES, RegimeChoice, regimes_of
-from calibrate.regime_errors import RegimeError, choose
 from calibrate.tables.table_models import layers_of
 from calibrate.work.layer_ops import ITERATION_ELEMENTWISE
 

@@ -1,5 +1,5 @@
 """The tile-aware GEMM form held out on one GPU: each matmul's FLOPs counted on its token rows padded up to a
-whole tile (calibrate/transfer_shape.padded_gemms), fitted as the smooth form is, and judged with a value of
+whole tile (calibrate/judging/transfer_shape.padded_gemms), fitted as the smooth form is, and judged with a value of
 `by` (a model, a tensor-parallel degree) held out.
 
 A tensor-core GEMM computes every tile of rows it launches, full or not, so its compute steps where the tokens
@@ -16,8 +16,8 @@ import pandas as pd
 
 from calibrate.fitting.op_fit import fit_linear
 from calibrate.hardware.hardware import HardwareSpec
-from calibrate.op_import import Errors, with_errors
-from calibrate.transfer_shape import TILES, padded_gemms
+from calibrate.judging.op_import import Errors, with_errors
+from calibrate.judging.transfer_shape import TILES, padded_gemms
 
 
 @dataclass

@@ -28,16 +28,16 @@ import pandas as pd
 from calibrate.clock.roofline import RooflineCostModel, RooflineParams
 from calibrate.fitting.profile_file import Profile
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
+from calibrate.judging.regime_errors import RegimeError, choose
 from calibrate.maths.nnls import nnls
 from calibrate.parts.linear_model import LinearFit
 from calibrate.parts.transfer import COMPUTE_BOUND, REGIMES, regime_of
-from calibrate.regime_errors import RegimeError, choose
 from calibrate.tables.op_table import read_csv
 from engine.core.batch import Batch
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 
-PROFILES = Path(__file__).resolve().parent / "profiles"
+PROFILES = Path(__file__).resolve().parents[1] / "profiles"
 H200_RAW = (PROFILES / "h200-llama-7b.raw.csv", PROFILES / "h200-opt-13b.raw.csv")
 DEVICE_DOMINATED_TOKENS = 2048  # prefills at least this long: 4x and more the engine's host-bound floor
 SHARE_GRID = np.round(np.arange(0.30, 1.0001, 0.01), 2)
