@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from calibrate.cost_models.profile_model import transferred_roofline
 from calibrate.fitting.fit import fit_host
 from calibrate.hardware.hardware import load_hardware
 from calibrate.parts.host import HOST_TERMS, calibration_replay, host_rows, host_time
-from calibrate.profile_model import transferred_roofline
 from engine.core.batch import Batch
 from engine.specs.loader import load_model_spec
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from calibrate.cost_models.registry import PROFILE_KINDS, profile_host_model
 from calibrate.hardware.hardware import HardwareSpec
-from calibrate.registry import PROFILE_KINDS, profile_host_model
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
 from sim.experiment.config import Experiment

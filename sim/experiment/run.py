@@ -71,7 +71,8 @@ class RunResult:
 
 
 def make_cost_model(exp: Experiment, system: SystemSpec) -> CostModel:
-    """The cost model a run of `system` prices its iterations with (calibrate/registry.py, through clock_for)."""
+    """The cost model a run of `system` prices its iterations with (calibrate/cost_models/registry.py, through
+    clock_for)."""
     return clock_for(exp, system)
 
 

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from calibrate.clock.costmodel import CostModel, ScaledCostModel, decode_shapes
 from calibrate.clock.roofline import RooflineCostModel, RooflineParams
+from calibrate.cost_models.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.hardware.hardware import load_hardware
-from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from engine.core.batch import Batch
 from engine.specs.loader import load_model_spec
 from tests.helpers.core_harness import hyp

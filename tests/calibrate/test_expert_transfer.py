@@ -11,9 +11,9 @@ from cost_model_cases import H100, MIXTRAL, PROFILES
 from synthetic_ops import TRUE_FIT
 
 from calibrate.clock.roofline import RooflineCostModel
+from calibrate.cost_models.profile_model import transferred_roofline
 from calibrate.maths.ridge import bent_roofs, ridge_exponent
 from calibrate.parts.expert_ops import expert_kernels
-from calibrate.profile_model import transferred_roofline
 from calibrate.work.expert_routing import expected_experts_read
 from calibrate.work.layer_ops import LayerShape, gemm_work
 from engine.core.batch import BatchShape

@@ -109,7 +109,7 @@ def test_the_host_fit_recovers_a_known_host_cost_from_noisy_iterations():
 
 
 def test_the_simulator_charges_the_host_work_a_profile_measured():
-    from calibrate.profile_model import ProfileCostModel
+    from calibrate.cost_models.profile_model import ProfileCostModel
     from engine.core.batch import Batch
 
     profile = fit_profile(synthetic_raw(noise=0.0), "synthetic.csv", "test").profile
@@ -132,7 +132,7 @@ def test_the_serving_factor_is_the_time_weighted_ratio_of_served_to_alone():
 
 
 def test_a_fit_measures_the_serving_factor_from_serving_rows_and_the_simulator_charges_it():
-    from calibrate.profile_model import ProfileCostModel
+    from calibrate.cost_models.profile_model import ProfileCostModel
     from engine.core.batch import Batch
 
     raw = synthetic_raw(noise=0.0)

@@ -26,7 +26,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from calibrate.clock.costmodel import decode_shapes, reference_block_sums, stretch_block_sums
-from calibrate.profile_model import transferred_roofline
+from calibrate.cost_models.profile_model import transferred_roofline
 from engine.core.batch import BatchShape
 from tests.helpers.core_harness import hyp
 

@@ -8,12 +8,12 @@ import yaml
 from synthetic_ops import HARDWARE, MODELS, TRUE_FIT, assert_same_fit, table, write_all_reduce, write_tables
 
 from calibrate.clock.roofline import RooflineCostModel
+from calibrate.cost_models.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.fitting.op_fit import fit_linear, octave_weights
 from calibrate.fitting.profile_file import load_profile
 from calibrate.hardware.hardware import load_hardware
 from calibrate.judging.op_import import import_profile
 from calibrate.parts.linear_model import LinearFit
-from calibrate.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.tables.op_table import read_op_table
 from calibrate.work.layer_ops import ELEMENTWISE, LayerShape
 from engine.core.batch import Batch

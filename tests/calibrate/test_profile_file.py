@@ -5,13 +5,13 @@ import pytest
 import yaml
 
 from calibrate.clock.roofline import RooflineCostModel, RooflineParams
-from calibrate.fitting.profile_file import FORMAT, Profile, load_profile
-from calibrate.hardware.hardware import load_hardware
-from calibrate.profile_model import (
+from calibrate.cost_models.profile_model import (
     ProfileCostModel,
     implied_efficiency,
     transferred_roofline,
 )
+from calibrate.fitting.profile_file import FORMAT, Profile, load_profile
+from calibrate.hardware.hardware import load_hardware
 from calibrate.work.features import TERMS
 from engine.core.batch import Batch
 from engine.errors import SpecError

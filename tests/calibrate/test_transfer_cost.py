@@ -5,12 +5,12 @@ import pandas as pd
 import pytest
 
 from calibrate.clock.roofline import RooflineCostModel
+from calibrate.cost_models.profile_model import transferred_roofline
+from calibrate.cost_models.transfer_cost import RegimeCostModel, by_regime
 from calibrate.fitting.profile_file import load_profile
 from calibrate.hardware.hardware import load_hardware
 from calibrate.judging.transfer_judge import PROFILES, choose, judge_profile
 from calibrate.parts.transfer import COMPUTE_BOUND, MEMORY_BOUND, RegimeChoice
-from calibrate.profile_model import transferred_roofline
-from calibrate.transfer_cost import RegimeCostModel, by_regime
 from engine.core.batch import Batch
 from engine.specs.loader import load_model_spec
 from servesim.cli import main
@@ -112,8 +112,8 @@ def test_calibrate_fit_of_a_cpu_profile_prints_no_gpu_judgement(tmp_path, capsys
 def test_without_the_held_out_gpu_rows_nothing_is_judged(tmp_path, monkeypatch):
     import shutil
 
+    from calibrate.cost_models.transfer_cost import default_choice
     from calibrate.judging import transfer_judge
-    from calibrate.transfer_cost import default_choice
 
     profile = tmp_path / "a100.yaml"
     shutil.copy(A100_PROFILE, profile)

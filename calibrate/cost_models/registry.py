@@ -10,10 +10,10 @@ Where a second of simulated time comes from, in order:
 4. the model's `breakdown(batch)` (calibrate/clock/breakdown.py) is that time by device kernel kind and host term,
    the one formula its fast copies (RooflineTerms, a decode stretch's arrays) are checked against to the bit.
 
-The kinds: `roofline`, spec-sheet physics at stated efficiencies (calibrate/clock/roofline.py); `profile`, an engine's
-fitted measurements of one model on one device (calibrate/profile_model.py); `transfer`, a measured profile's
-efficiencies carried to the config's model and hardware, by regime where a held-out GPU judged the carry
-(calibrate/profile_model.py transferred_roofline, calibrate/transfer_cost.py).
+The kinds: `roofline`, spec-sheet physics at stated efficiencies (calibrate/clock/roofline.py); `profile`, an
+engine's fitted measurements of one model on one device (calibrate/cost_models/profile_model.py); `transfer`, a
+measured profile's efficiencies carried to the config's model and hardware, by regime where a held-out GPU judged
+the carry (calibrate/cost_models/profile_model.py transferred_roofline, calibrate/cost_models/transfer_cost.py).
 """
 from __future__ import annotations
 
@@ -24,12 +24,12 @@ from pathlib import Path
 
 from calibrate.clock.costmodel import CostModel
 from calibrate.clock.roofline import RooflineCostModel, RooflineParams
+from calibrate.cost_models.profile_model import ProfileCostModel, transferred_roofline
+from calibrate.cost_models.transfer_cost import RegimeCostModel
 from calibrate.fitting.profile_file import load_profile
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.hardware.precision import Precision
 from calibrate.parts.host_model import charged_host, host_model_path, load_host_model
-from calibrate.profile_model import ProfileCostModel, transferred_roofline
-from calibrate.transfer_cost import RegimeCostModel
 from engine.core.spec import ModelSpec
 from engine.errors import SpecError
 

@@ -247,7 +247,9 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
             f"cannot tell which shipped hardware spec {profile.device_name!r} is; set cost_model.measured_on"))
     measured = load_hardware(name)
     if profile.linear is not None:
-        from calibrate.transfer_cost import by_regime  # off the measured chip: the roofline where it is no worse
+        from calibrate.cost_models.transfer_cost import (
+            by_regime,  # off the measured chip: the roofline where it is no worse
+        )
 
         host = profile.host if host is None else host
         cost = _measured_linear_roofline(profile, Path(path).name, measured, model, hardware, tp, dtype_bytes,
@@ -263,10 +265,11 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
 
 def _two_gpu_roofline(profile: Profile, path: str | Path, model: ModelSpec, hardware: HardwareSpec, tp: int,
                       dtype_bytes: int, block_size: int, paged: bool, host: dict | None):
-    """A profile fitted on two GPUs (calibrate/transfer_joint.py): on either of them its own fit in every regime;
-    elsewhere the fit on both, by the regimes its stored held-out judgement chose. `host` as transferred_roofline's."""
-    from calibrate.transfer_cost import by_regime
-    from calibrate.transfer_joint import fit_for, stored_choice
+    """A profile fitted on two GPUs (calibrate/cost_models/transfer_joint.py): on either of them its own fit in every
+    regime; elsewhere the fit on both, by the regimes its stored held-out judgement chose. `host` as
+    transferred_roofline's."""
+    from calibrate.cost_models.transfer_cost import by_regime
+    from calibrate.cost_models.transfer_joint import fit_for, stored_choice
 
     all_reduce_on, fit, own = fit_for(profile, str(path), hardware)
     cost = _measured_linear_roofline(profile, Path(path).name, all_reduce_on, model, hardware, tp, dtype_bytes,

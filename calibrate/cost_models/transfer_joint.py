@@ -4,7 +4,7 @@
 On either measured GPU (or the same chip with other memory) that GPU's own fit prices every regime: its
 own tables judge it there, and its latencies and GEMM bandwidth share are its own (they differ between
 the two GPUs, docs/transfer.md). On any other GPU the fit on both prices the regimes where it beat the
-spec-sheet roofline in both held-out directions, the roofline the rest (calibrate/transfer_cost.by_regime);
+spec-sheet roofline in both held-out directions, the roofline the rest (calibrate/cost_models/transfer_cost.by_regime);
 the judgement is read from the profile, so a run never needs the held-out tables.
 """
 from __future__ import annotations
