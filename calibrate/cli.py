@@ -19,9 +19,9 @@ def _cmd_profile(args) -> int:
 
     require_torch("servesim calibrate profile")
     check_device(args.device)
-    from calibrate.fit import NOT_SHAPES
-    from calibrate.grid import default_grid
-    from calibrate.profile import profile, save_raw
+    from calibrate.fitting.fit import NOT_SHAPES
+    from calibrate.profiling.grid import default_grid
+    from calibrate.profiling.profile import profile, save_raw
     from engine.specs.loader import load_model_spec
 
     spec = load_model_spec(args.model)
@@ -44,7 +44,7 @@ def _cmd_profile(args) -> int:
 
 
 def _cmd_fit(args) -> int:
-    from calibrate.fit import check_raw, fit_and_save
+    from calibrate.fitting.fit import check_raw, fit_and_save
 
     fit_options(args)
     raw = check_raw(read_raw(args.raw), args.raw)
@@ -54,7 +54,7 @@ def _cmd_fit(args) -> int:
     plot = Path(args.plot) if args.plot else Path(args.out).with_suffix(".png")
     result = fit_and_save(raw, args.raw, command, args.out, plot, folds=args.folds, seed=args.seed)
     print(fit_report(result.profile))
-    from calibrate.transfer_judge import fit_lines  # a GPU profile: the transfer judged with this GPU held out
+    from calibrate.judging.transfer_judge import fit_lines  # a GPU profile: the transfer judged with this GPU held out
 
     for line in fit_lines(args.raw):
         print(line)
@@ -63,7 +63,7 @@ def _cmd_fit(args) -> int:
 
 
 def _cmd_import(args) -> int:
-    from calibrate.op_import import import_profile, report
+    from calibrate.judging.op_import import import_profile, report
 
     for table in (*args.tables, *args.also):
         existing_file(table, table, what="a per-operation table (Vidur's mlp.csv)")
@@ -124,7 +124,7 @@ def read_raw(path: str):
 
 def check_folds(folds: int, raw, source: str) -> None:
     """At most one fold per profiled shape: a fold with no shape to hold out measures nothing."""
-    from calibrate.fit import NOT_SHAPES
+    from calibrate.fitting.fit import NOT_SHAPES
 
     shapes = int((~raw["kind"].isin(NOT_SHAPES)).sum()) if "kind" in raw.columns else len(raw)
     if folds > shapes:
@@ -156,7 +156,7 @@ def fit_report(profile) -> str:
 def device_report(profile) -> list[str]:
     """The device part: where it was measured, its held-out error, its token-cost table and coefficients, and
     the serving factor it is charged at (docs/cost-model-split.md)."""
-    from calibrate.features import TERMS
+    from calibrate.work.features import TERMS
 
     if profile.linear:
         source = "the imported per-operation timings"
@@ -188,11 +188,11 @@ def device_report(profile) -> list[str]:
 def host_report(profile) -> list[str]:
     """The host part: where it was measured, its held-out error (relative, where the profile has it, and in
     seconds) and its terms; or that none was measured, and so none is charged."""
-    from calibrate.host import HOST_TERMS
+    from calibrate.parts.host import HOST_TERMS
 
     h = profile.host
     if profile.host_model is not None:
-        from calibrate.host_model import load_host_model
+        from calibrate.parts.host_model import load_host_model
 
         named = load_host_model(profile.host_model)
         return [f"host part: the host model {named.name}, the profile's default ({named.what}; "
@@ -221,7 +221,7 @@ def host_report(profile) -> list[str]:
 
 
 def linear_report(profile) -> list[str]:
-    """An imported profile's linear part, all-reduce table and provenance (calibrate/op_import.py)."""
+    """An imported profile's linear part, all-reduce table and provenance (calibrate/judging/op_import.py)."""
     lin = profile.linear
     lines = [f"linear part (non-attention; imported, fitted on {len(lin.get('models', []))} models up to "
              f"{lin.get('max_tokens')} tokens): compute {lin['compute_efficiency']:.3f} of peak, bandwidth "
@@ -235,7 +235,7 @@ def linear_report(profile) -> list[str]:
     if profile.provenance:
         lines.append("provenance: " + "; ".join(f"{k}: {v}" for k, v in profile.provenance.items()))
     if profile.attention is not None:
-        from calibrate.attention_fit import AttentionFit, report_lines
+        from calibrate.parts.attention_fit import AttentionFit, report_lines
 
         lines += report_lines(AttentionFit.from_dict(profile.attention))
         lines.append("use it as cost_model: {kind: transfer, path: ...}: attention as measured, shares of the "
@@ -263,8 +263,8 @@ def swap_line(profile) -> str:
 
 
 def _cmd_show(args) -> int:
+    from calibrate.fitting.profile_file import load_profile
     from calibrate.host_cli import show_host_model
-    from calibrate.profile_file import load_profile
 
     if show_host_model(args.profile):
         return 0
@@ -299,8 +299,8 @@ def parse_block_sizes(text: str) -> tuple[int, ...]:
 
 
 def register(sub) -> None:
-    from calibrate.grid import GRIDS
-    from calibrate.hardware import available_hardware
+    from calibrate.hardware.hardware import available_hardware
+    from calibrate.profiling.grid import GRIDS
 
     cal = sub.add_parser("calibrate", help="profile the engine, fit a cost model, import per-operation GPU timings, "
                                            "fit a host model, show a profile or a host model")
@@ -343,7 +343,7 @@ def register(sub) -> None:
                      help="the shipped hardware spec of the GPU the --also tables were measured on")
     imp.add_argument("--host", help="a profile that measured the engine's host work, charged in series")
     imp.add_argument("--attention", help="measured attention kernels (Vidur's attention.csv), fitted into the "
-                                         "profile's attention part (calibrate/attention_fit.py)")
+                                         "profile's attention part (calibrate/parts/attention_fit.py)")
     imp.add_argument("--max-tokens", type=int, default=4096, help="fit rows up to this many tokens")
     imp.add_argument("--source", default="", help="where the tables came from, kept in the profile")
     imp.add_argument("--licence", default="", help="the tables' licence, kept in the profile")

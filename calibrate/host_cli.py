@@ -8,9 +8,9 @@ from engine.specs.checks import existing_file, output_file
 
 
 def cmd_host(args) -> int:
-    from calibrate.host_model import save_host_model
-    from calibrate.host_model_fit import fit_host_model
-    from calibrate.host_table import WHAT, read_host_table
+    from calibrate.fitting.host_model_fit import fit_host_model
+    from calibrate.parts.host_model import save_host_model
+    from calibrate.tables.host_table import WHAT, read_host_table
 
     existing_file(args.table, args.table, what=f"a {WHAT}")
     output_file(args.out, "--out")
@@ -30,7 +30,7 @@ def host_model_report(model) -> str:
     lines = [f"host model {model.name}: {model.measured}", f"  source: {model.source}", f"  licence: {model.licence}"]
     lines += heldout_lines(model.heldout)
     lines.append("  terms (seconds; each coefficient times its feature):")
-    from calibrate.host_features import FEATURES
+    from calibrate.work.host_features import FEATURES
 
     for term, coefficients in model.terms.items():
         lines.append(f"    {term}:")
@@ -65,7 +65,7 @@ def show_host_model(name_or_path: str) -> bool:
     """Print a host model named or at a path, if that is what it is; False for anything else (a profile)."""
     from pathlib import Path
 
-    from calibrate.host_model import available_host_models, is_host_model_file, load_host_model
+    from calibrate.parts.host_model import available_host_models, is_host_model_file, load_host_model
 
     if name_or_path in available_host_models() or (Path(name_or_path).is_file() and
                                                     is_host_model_file(name_or_path)):

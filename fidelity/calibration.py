@@ -9,15 +9,15 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from calibrate.fit import fit_and_save
-from calibrate.grid import default_grid
+from calibrate.fitting.fit import fit_and_save
+from calibrate.profiling.grid import default_grid
 from fidelity.config import ValidationConfig
 
 
 def calibrate_here(cfg: ValidationConfig, out_dir: Path, log: Callable[[str], None] = print) -> Path:
     """Profile the config's model on validation.device (its dtype, threads and attention backend), fit it,
     and write <out>/profile/<device>-<model>.{raw.csv,yaml,png}; returns the profile's path."""
-    from calibrate.profile import profile, save_raw
+    from calibrate.profiling.profile import profile, save_raw
     from fidelity.real import torch_threads
 
     exp, opts = cfg.experiment, cfg.options

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from calibrate.device import device_name
-from calibrate.profile_file import Profile, load_profile
+from calibrate.fitting.profile_file import Profile, load_profile
+from calibrate.hardware.device import device_name
 from engine.core.blocks import blocks_for
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec

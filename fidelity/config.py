@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from calibrate.precision import Precision
+from calibrate.hardware.precision import Precision
 from engine.errors import SpecError
 from engine.runtime.options import EngineOptions, engine_options_from_dict
 from engine.specs.checks import choice, number, optional, positive
@@ -171,7 +171,7 @@ def options_from_dict(raw: Any, source: str) -> ValidationOptions:
 
 
 def _grid(value: Any, source: str, key: str) -> str | None:
-    from calibrate.grid import GRIDS
+    from calibrate.profiling.grid import GRIDS
 
     return optional(lambda v, s, k: choice(v, s, k, list(GRIDS)), value, source, key)
 

@@ -14,8 +14,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from calibrate.costmodel import ScaledCostModel
-from calibrate.profile_model import ProfileCostModel
+from calibrate.clock.costmodel import ScaledCostModel
+from calibrate.cost_models.profile_model import ProfileCostModel
 from fidelity.metrics import normalized_latency, relative_error
 from fidelity.served import as_profile, fit_error, fit_without, replay_error, served_rows
 from fidelity.verdict import grid_correction_by_rate, within_noise

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from calibrate.speed import MachineSpeed, machine_speed
+from calibrate.profiling.speed import MachineSpeed, machine_speed
 from engine.core.system import SystemSpec
 from fidelity.checks import Pool
 from fidelity.config import ValidationConfig
@@ -78,7 +78,7 @@ class RealSide:
         return engine
 
     def _speed_probe(self, block_size: int):
-        from calibrate.speed import SpeedProbe, probe_blocks
+        from calibrate.profiling.speed import SpeedProbe, probe_blocks
         from engine.runtime.runner import ModelRunner
 
         opts = self.cfg.options

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from calibrate.costmodel import BatchLike, CostModel
+from calibrate.clock.costmodel import BatchLike, CostModel
 from engine.core.batch import Batch, BatchShape
 
 # what a batch is, for the schedule comparison and the per-iteration cost-model check

@@ -9,7 +9,7 @@ the model is fitted on the served iterations of every *other* rate (all systems,
 predicts the held-out one.
 No iteration of the held-out trace enters its fit (`fit_without`).
 
-The fit is calibrate/fit.py's (the token-cost table plus the TERMS, non-negative, on relative error) over
+The fit is calibrate/fitting/fit.py's (the token-cost table plus the TERMS, non-negative, on relative error) over
 the served step time (the forward plus the engine's host work, as the real clock counts it). An
 iteration that swapped is left out (its time holds the swap, which the grid profile prices), and so is
 each replay's first (it pays one-off costs no later one does).
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from calibrate.features import FEATURE_COLUMNS, TERMS
-from calibrate.fit import Fit, fit_rows
+from calibrate.fitting.fit import Fit, fit_rows
+from calibrate.work.features import FEATURE_COLUMNS, TERMS
 
 KEY_COLUMNS = ("system", "rate", "repeat")
 SERVED_COLUMNS = (*KEY_COLUMNS, *FEATURE_COLUMNS, "time_s", "speed_factor")

@@ -6,7 +6,7 @@ with the profile cost model, over the same KV pool. Each real replay's measured 
 also fed back to the simulator in order (`exact`): it must then take the engine's decisions one for
 one, which proves that a real-vs-simulated difference is the cost model's error and nothing else.
 
-A speed probe (calibrate/speed.py) is timed through every real replay; against the profile's
+A speed probe (calibrate/profiling/speed.py) is timed through every real replay; against the profile's
 speed_reference it gives the machine's speed during that replay, and the simulator runs the trace
 at that speed (validation.speed_correction), with the as-calibrated error reported beside.
 
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from calibrate.costmodel import ScaledCostModel
-from calibrate.device import device_name
+from calibrate.clock.costmodel import ScaledCostModel
+from calibrate.hardware.device import device_name
 from engine.core.system import SystemSpec
 from fidelity.calibration import calibrate_here, with_profile
 from fidelity.checks import Pool, check_profile, check_trace, pool_for, serving_spec

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from calibrate.hardware import HARDWARE_DIR, hardware_from_dict
-from calibrate.host_model import available_host_models
+from calibrate.hardware.hardware import HARDWARE_DIR, hardware_from_dict
+from calibrate.parts.host_model import available_host_models
 from engine.errors import SpecError
 from engine.runtime.options import engine_options_from_dict
 from engine.specs.loader import MODELS_DIR, model_spec_from_dict

@@ -6,8 +6,8 @@ anywhere in a file (top level, inside functions, under `if TYPE_CHECKING:`), a t
 "__main__":` block left out. A circle (modules that each reach the others) is named with one path round it.
 
 Inside sim/ each room sits in a layer (SIM_LAYERS) and imports its own room or the layers below, never one above:
-what two rooms share lives in the lower one. Inside calibrate/ the commands (calibrate.cli, calibrate.host_cli)
-are imported by no other module of the room.
+what two rooms share lives in the lower one. Inside calibrate/ each subfolder sits in a layer (CALIBRATE_LAYERS) the
+same way, and the commands (calibrate.cli, calibrate.host_cli) are imported by no other module of the room.
 """
 from __future__ import annotations
 
@@ -31,6 +31,18 @@ SIM_LAYERS = (  # lowest first: a module of sim/ imports its own room or a lower
     ("capacity", "reproduce"),  # questions answered by running experiments; neither imports the other
     ("commands",),  # each room's command line, sim/<room>/cli.py
     ("sim.cli",),  # registers every room's commands; the front door (servesim/cli.py) calls it
+)
+CALIBRATE_LAYERS = (  # lowest first: a module of calibrate/ imports its own subfolder or a lower layer
+    ("hardware", "work", "maths"),  # spec sheets and number formats; an iteration's work counted; NNLS, the bent roof
+    ("tables",),  # public measurement tables read into rows
+    ("parts",),  # each part of an iteration priced: matmuls, attention, all-reduce, experts, host, carried by regime
+    ("clock",),  # the CostModel contract, the breakdown, the spec-sheet roofline
+    ("profiling",),  # timing the real engine
+    ("fitting",),  # the fits and the profile file they make
+    ("judging",),  # the transfer judged on GPUs and models a fit never saw; the import of per-operation tables
+    ("cost_models",),  # the profile and transfer cost models, and the registry that builds any of them
+    ("commands",),  # `calibrate host` and `calibrate show` of a host model, calibrate/host_cli.py
+    ("calibrate.cli",),  # `servesim calibrate`: registers the host commands; the front door (servesim/cli.py) calls it
 )
 CALIBRATE_COMMANDS = {"calibrate.cli", "calibrate.host_cli"}
 
@@ -168,6 +180,29 @@ def sim_layer_violations(graph: dict[str, set[str]]) -> list[str]:
     return bad
 
 
+def calibrate_layer(module: str) -> tuple[int, str]:
+    """A module of calibrate/'s layer in CALIBRATE_LAYERS and its room (its subfolder); a module at calibrate/'s top
+    is a command line, a room of its own."""
+    parts = module.split(".")
+    room = module if module == "calibrate.cli" else "commands" if len(parts) == 2 else parts[1]
+    for layer, rooms in enumerate(CALIBRATE_LAYERS):
+        if room in rooms:
+            return layer, (module if room == "commands" else room)
+    raise ValueError(f"{module}: its room {room!r} is in no layer of CALIBRATE_LAYERS; add it where it belongs")
+
+
+def calibrate_layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for module in sorted(m for m in graph if m.startswith("calibrate.")):
+        layer, room = calibrate_layer(module)
+        for target in sorted(t for t in graph[module] if t.startswith("calibrate.")):
+            target_layer, target_room = calibrate_layer(target)
+            if target_room != room and target_layer >= layer:
+                bad.append(f"{module} ({'/'.join(CALIBRATE_LAYERS[layer])}) imports {target} "
+                           f"({'/'.join(CALIBRATE_LAYERS[target_layer])}): not a layer below")
+    return bad
+
+
 def calibrate_violations(graph: dict[str, set[str]]) -> list[str]:
     return [f"{module} imports the command line's {target}" for module in sorted(graph)
             if module.startswith("calibrate.") and module not in CALIBRATE_COMMANDS
@@ -193,6 +228,11 @@ def test_the_tree_has_no_import_circle():
 def test_inside_sim_imports_go_down_the_layers():
     assert len([m for m in GRAPH if m.startswith("sim.")]) > 50
     assert sim_layer_violations(GRAPH) == []
+
+
+def test_inside_calibrate_imports_go_down_the_layers():
+    assert len([m for m in GRAPH if m.startswith("calibrate.")]) > 40
+    assert calibrate_layer_violations(GRAPH) == []
 
 
 def test_inside_calibrate_only_the_commands_import_the_commands():
@@ -239,9 +279,28 @@ def test_an_upward_import_in_sim_and_an_import_of_calibrates_commands_are_named(
         "sim.capacity.cli (commands) imports sim.cli (sim.cli): not a layer below",
         "sim.capacity.plan (capacity/reproduce) imports sim.reproduce.table (capacity/reproduce): not a layer below",
         "sim.core.replica (core) imports sim.experiment.run (experiment): not a layer below"]
-    graph = {"calibrate.fit": {"calibrate.host_cli"}, "calibrate.cli": {"calibrate.host_cli"},
+    graph = {"calibrate.fitting.fit": {"calibrate.host_cli"}, "calibrate.cli": {"calibrate.host_cli"},
              "calibrate.host_cli": set()}
-    assert calibrate_violations(graph) == ["calibrate.fit imports the command line's calibrate.host_cli"]
+    assert calibrate_violations(graph) == ["calibrate.fitting.fit imports the command line's calibrate.host_cli"]
+
+
+def test_an_upward_import_in_calibrate_is_named():
+    graph = {"calibrate.clock.roofline": {"calibrate.fitting.op_fit", "calibrate.parts.host",
+                                          "calibrate.clock.breakdown"},
+             "calibrate.fitting.op_fit": {"calibrate.clock.roofline"},
+             "calibrate.tables.op_table": {"calibrate.maths.nnls"},
+             "calibrate.hardware.precision": {"calibrate.hardware.hardware", "calibrate.work.layer_ops"},
+             "calibrate.host_cli": {"calibrate.cli"}, "calibrate.cli": {"calibrate.host_cli", "calibrate.fitting.fit"}}
+    assert calibrate_layer_violations(graph) == [
+        "calibrate.clock.roofline (clock) imports calibrate.fitting.op_fit (fitting): not a layer below",
+        "calibrate.hardware.precision (hardware/work/maths) imports calibrate.work.layer_ops (hardware/work/maths): "
+        "not a layer below",
+        "calibrate.host_cli (commands) imports calibrate.cli (calibrate.cli): not a layer below"]
+
+
+def test_a_module_of_calibrate_in_no_layer_is_named():
+    with pytest.raises(ValueError, match="calibrate.tools.helper: its room 'tools' is in no layer"):
+        calibrate_layer("calibrate.tools.helper")
 
 
 def test_a_module_of_sim_in_no_layer_is_named():

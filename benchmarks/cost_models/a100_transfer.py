@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from calibrate.hardware import load_hardware
-from calibrate.host import host_time
-from calibrate.linear_model import LinearFit
-from calibrate.profile_file import load_profile
-from calibrate.profile_model import ProfileCostModel, transferred_roofline
-from calibrate.roofline import RooflineCostModel
+from calibrate.clock.roofline import RooflineCostModel
+from calibrate.cost_models.profile_model import ProfileCostModel, transferred_roofline
+from calibrate.fitting.profile_file import load_profile
+from calibrate.hardware.hardware import load_hardware
+from calibrate.parts.host import host_time
+from calibrate.parts.linear_model import LinearFit
 from engine.core.batch import Batch
 from engine.specs.loader import load_model_spec
 

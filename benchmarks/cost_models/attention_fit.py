@@ -3,11 +3,11 @@
     python benchmarks/cost_models/attention_fit.py [GPU_MEASUREMENTS]
 
 Reads Vidur's A100 attention table (GPU_MEASUREMENTS/a100-attention/attention.csv; default
-../shared/reference/gpu-measurements from the repository root), fits calibrate/attention_fit.py's model and
+../shared/reference/gpu-measurements from the repository root), fits calibrate/parts/attention_fit.py's model and
 reports, per kind, the mean |error| on the held-out region (the longest decode contexts, the largest prefill
 chunks) fitted on the rest, on a 5-fold random split, and in sample; the roofline's default attention
 (RooflineParams, nothing fitted) priced on the same rows beside them. The decode rows are judged twice: by
-today's fit (latency + bytes) and by the wave model (calibrate/attention_waves.py: the kernel's grid counted in
+today's fit (latency + bytes) and by the wave model (calibrate/parts/attention_waves.py: the kernel's grid counted in
 waves over the A100's 108 SMs), on the same regions and folds. Target: held-out mean |error| <= 5%.
 Deterministic (a least-squares fit, a seeded split). Prints numbers; fails on none.
 """
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from calibrate.attention_fit import AttentionWork, fit_attention, heldout_errors
-from calibrate.attention_table import AttentionTable, read_attention_table
-from calibrate.hardware import HardwareSpec, load_hardware
-from calibrate.roofline import RooflineParams
+from calibrate.clock.roofline import RooflineParams
+from calibrate.hardware.hardware import HardwareSpec, load_hardware
+from calibrate.parts.attention_fit import AttentionWork, fit_attention, heldout_errors
+from calibrate.tables.attention_table import AttentionTable, read_attention_table
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT.parent / "shared" / "reference" / "gpu-measurements"

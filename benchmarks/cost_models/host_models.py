@@ -13,10 +13,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from calibrate.host import host_time
-from calibrate.host_model import HostModel, available_host_models, load_host_model
-from calibrate.host_model_fit import TARGET, fit_host_model
-from calibrate.host_table import read_host_table
+from calibrate.fitting.host_model_fit import TARGET, fit_host_model
+from calibrate.parts.host import host_time
+from calibrate.parts.host_model import HostModel, available_host_models, load_host_model
+from calibrate.tables.host_table import read_host_table
 from engine.specs.loader import load_model_spec
 
 ROOT = Path(__file__).resolve().parents[2]

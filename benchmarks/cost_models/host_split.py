@@ -2,9 +2,9 @@
 
     python benchmarks/cost_models/host_split.py [--model opt-125m] [--threads 1] [--replays 3]
 
-Replays calibrate/host.py's calibration trace on the CPU engine with clock="step" (the same replay
+Replays calibrate/parts/host.py's calibration trace on the CPU engine with clock="step" (the same replay
 `servesim calibrate profile` runs): every iteration's timed forward, and the host work around it
-(scheduling, block tables, inputs, sampling's host side, completion, records). Fits calibrate/host.py's
+(scheduling, block tables, inputs, sampling's host side, completion, records). Fits calibrate/parts/host.py's
 terms on them and prints the host share of a CPU iteration by batch size, then what the fitted terms
 add, in series, to the A100 iterations of the shipped A100 profile's transfer at batch 1, 32 and 128.
 Prints numbers; fails on none.
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from calibrate.fit import fit_host
-from calibrate.hardware import load_hardware
-from calibrate.host import HOST_TERMS, calibration_replay, host_rows, host_time
-from calibrate.profile_model import transferred_roofline
+from calibrate.cost_models.profile_model import transferred_roofline
+from calibrate.fitting.fit import fit_host
+from calibrate.hardware.hardware import load_hardware
+from calibrate.parts.host import HOST_TERMS, calibration_replay, host_rows, host_time
 from engine.core.batch import Batch
 from engine.specs.loader import load_model_spec
 

@@ -1,12 +1,12 @@
 """Each model of the public per-operation tables held out in turn: the device clock's error on its own table.
 
 For every model of Vidur's A100 (8 models) and H100 (6) tables, the linear part is fitted on the other models'
-tables of the same GPU (calibrate/op_import.heldout) and priced on the held-out model's rows: each (tensor-parallel
-degree, token count) a layer's non-attention operations, as `calibrate import` judges it. Beside it, the spec-sheet
-roofline (nothing fitted, so every row is held out). Prints a markdown table, each model's mean |error| beside the
-5% target; deterministic (least squares), the machine changes only the time.
+tables of the same GPU (calibrate/judging/op_import.heldout) and priced on the held-out model's rows: each
+(tensor-parallel degree, token count) a layer's non-attention operations, as `calibrate import` judges it. Beside
+it, the spec-sheet roofline (nothing fitted, so every row is held out). Prints a markdown table, each model's mean
+|error| beside the 5% target; deterministic (least squares), the machine changes only the time.
 
-A second table per GPU: the tile-aware GEMM form (calibrate/tile_heldout.py), each matmul's FLOPs on its tokens
+A second table per GPU: the tile-aware GEMM form (calibrate/judging/tile_heldout.py), each matmul's FLOPs on its tokens
 padded to whole tiles of rows, at fixed tiles and at the tile chosen on the other models alone, beside today's
 smooth form; the chosen form's verdict against the same target.
 
@@ -22,11 +22,11 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from calibrate.hardware import load_hardware  # noqa: E402
-from calibrate.op_fit import fit_linear, today_roofline  # noqa: E402
-from calibrate.op_import import heldout, in_sample, load_tables  # noqa: E402
-from calibrate.tile_heldout import chosen, heldout_at  # noqa: E402
-from calibrate.transfer_shape import padded_gemms  # noqa: E402
+from calibrate.fitting.op_fit import fit_linear, today_roofline  # noqa: E402
+from calibrate.hardware.hardware import load_hardware  # noqa: E402
+from calibrate.judging.op_import import heldout, in_sample, load_tables  # noqa: E402
+from calibrate.judging.tile_heldout import chosen, heldout_at  # noqa: E402
+from calibrate.judging.transfer_shape import padded_gemms  # noqa: E402
 
 TARGET = 0.05
 GPUS = (("a100", "a100-80gb"), ("h100", "h100-sxm"))

@@ -14,13 +14,13 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from calibrate.hardware import load_hardware
-from calibrate.linear_model import LinearFit
-from calibrate.profile_file import load_profile
-from calibrate.profile_model import transferred_roofline
-from calibrate.roofline import RooflineCostModel
-from calibrate.transfer import REGIMES, ridge_tokens
-from calibrate.transfer_judge import choose, judge_profile
+from calibrate.clock.roofline import RooflineCostModel
+from calibrate.cost_models.profile_model import transferred_roofline
+from calibrate.fitting.profile_file import load_profile
+from calibrate.hardware.hardware import load_hardware
+from calibrate.judging.transfer_judge import choose, judge_profile
+from calibrate.parts.linear_model import LinearFit
+from calibrate.parts.transfer import REGIMES, ridge_tokens
 from engine.core.batch import Batch
 from engine.specs.loader import load_model_spec
 
@@ -58,8 +58,8 @@ def cross_gpu_table(errors) -> None:
 
 def same_gpu_table() -> None:
     """The A100 fit on held-out models, per regime of the A100's own ridge (needs Vidur's tables)."""
-    from calibrate.op_fit import today_roofline
-    from calibrate.op_import import heldout, in_sample, load_tables
+    from calibrate.fitting.op_fit import today_roofline
+    from calibrate.judging.op_import import heldout, in_sample, load_tables
 
     paths = sorted((TABLES / "a100").glob("*.mlp.csv"))
     if not paths:

@@ -4,7 +4,7 @@ benchmarks/cost_models/transfer_two_gpus.py judges the fit: the same rows, regim
 
     python benchmarks/cost_models/transfer_shape.py [TABLES]   # default ../shared/reference/gpu-measurements
 
-Candidates (calibrate/transfer_shape.py): the ratio carry (the source's measured time x the fit's price on the
+Candidates (calibrate/judging/transfer_shape.py): the ratio carry (the source's measured time x the fit's price on the
 target's sheet / on the source's), and the tile-aware GEMM roofline (FLOPs on the tokens padded to a tile, the
 tile chosen on the source GPU's own held-out models). A tile of 64 for both directions is printed too, as a
 sensitivity: it was picked knowing these figures, so it is not a candidate. A candidate wins a regime where it
@@ -19,11 +19,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.cost_models.transfer_two_gpus import DEFAULT_TABLES, GPUS, read, verdict  # noqa: E402
-from calibrate.layer_ops import ITERATION_ELEMENTWISE  # noqa: E402
-from calibrate.table_models import layers_of  # noqa: E402
-from calibrate.transfer import FINE_REGIMES  # noqa: E402
-from calibrate.transfer_shape import choose_tile, ratio_hold_out, residual_correlation, tile_hold_out  # noqa: E402
-from calibrate.transfer_two_gpus import REFERENCE_MODEL, hold_out  # noqa: E402
+from calibrate.judging.transfer_shape import choose_tile, ratio_hold_out, residual_correlation, tile_hold_out  # noqa: E402
+from calibrate.judging.transfer_two_gpus import REFERENCE_MODEL, hold_out  # noqa: E402
+from calibrate.parts.transfer import FINE_REGIMES  # noqa: E402
+from calibrate.tables.table_models import layers_of  # noqa: E402
+from calibrate.work.layer_ops import ITERATION_ELEMENTWISE  # noqa: E402
 
 SENSITIVITY_TILE = 64
 

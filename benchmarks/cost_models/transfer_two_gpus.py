@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from calibrate.hardware import load_hardware
-from calibrate.layer_ops import GEMMS
-from calibrate.op_fit import fit_linear_on
-from calibrate.op_import import load_tables
-from calibrate.transfer import LATENCY_BAND, RIDGE_BAND, ridge_tokens
-from calibrate.transfer_two_gpus import GpuTables, both_ways, judgement, two_gpu_choice
+from calibrate.fitting.op_fit import fit_linear_on
+from calibrate.hardware.hardware import load_hardware
+from calibrate.judging.op_import import load_tables
+from calibrate.judging.transfer_two_gpus import GpuTables, both_ways, judgement, two_gpu_choice
+from calibrate.parts.transfer import LATENCY_BAND, RIDGE_BAND, ridge_tokens
+from calibrate.work.layer_ops import GEMMS
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TABLES = ROOT.parent / "shared" / "reference" / "gpu-measurements"

@@ -94,7 +94,7 @@ def other_profile_headline(config: str, sets: list[str], run_dir: Path, profile:
     at_speed at the speed this run's probes measured against that profile's own probe times (carried to this
     machine as validate carries its own profile), its normalized latency against the run's real mean
     (summary.csv), as verdict.headline reads it."""
-    from calibrate.profile_file import load_profile
+    from calibrate.fitting.profile_file import load_profile
     from fidelity.calibration import with_profile
     from fidelity.config import load_validation
     from fidelity.heldout import simulated_error
@@ -121,7 +121,7 @@ def other_profile_headline(config: str, sets: list[str], run_dir: Path, profile:
 def probed_speeds(speed: pd.DataFrame, reference: dict, profile: str) -> dict[tuple[str, float], float]:
     """Per (system, rate): the geometric mean over its real replays of the machine's speed factor, each replay's
     probe medians against `reference` (a profile's speed_reference), as validate computes it for its own."""
-    from calibrate.speed import machine_speed
+    from calibrate.profiling.speed import machine_speed
 
     if not reference:
         raise SystemExit(f"{profile}: no speed_reference (made without the speed probe): use it as calibrated")

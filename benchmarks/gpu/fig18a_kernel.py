@@ -24,8 +24,8 @@ import torch
 from benchmarks.gpu.gpu_check import DECODE_TARGET, auto_partition
 from benchmarks.gpu.kernel_inputs import build_decode, dense_attention
 from benchmarks.gpu.kernel_timing import time_cpu, time_gpu
-from calibrate.device import device_name
-from calibrate.hardware import load_hardware
+from calibrate.hardware.device import device_name
+from calibrate.hardware.hardware import load_hardware
 from engine.kernels import paged_attention_decode
 from engine.kernels.backend import resolve_backend
 from engine.specs.loader import load_model_spec

@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from calibrate.cli import fit_report, parse_block_sizes  # noqa: E402
-from calibrate.fit import fit_and_save  # noqa: E402
-from calibrate.profile import profile, save_raw  # noqa: E402
+from calibrate.fitting.fit import fit_and_save  # noqa: E402
+from calibrate.profiling.profile import profile, save_raw  # noqa: E402
 from engine.atomic import write_text_atomic  # noqa: E402
 from engine.runtime.options import parse_cuda_graphs  # noqa: E402
 from engine.specs.loader import load_model_spec  # noqa: E402

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import pandas as pd  # noqa: E402
 
-from calibrate.hardware import load_hardware  # noqa: E402
+from calibrate.hardware.hardware import load_hardware  # noqa: E402
 from engine.atomic import write_text_atomic  # noqa: E402
 from engine.specs.loader import load_model_spec  # noqa: E402
 
@@ -173,7 +173,7 @@ def kernel_target(results: Path) -> Target:
 
 
 def profile_target(results: Path, model: str, mode: str) -> Target:
-    from calibrate.profile_file import load_profile
+    from calibrate.fitting.profile_file import load_profile
 
     name = f"{model} profile held-out error ({mode})"
     path = find(results / "profiles", f"*-{model}-{mode}.yaml")

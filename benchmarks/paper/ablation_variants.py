@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from calibrate.host_model import HostModel, save_host_model
-from calibrate.profile_file import dump_profile, load_profile
+from calibrate.fitting.profile_file import dump_profile, load_profile
+from calibrate.parts.host_model import HostModel, save_host_model
 from engine.atomic import write_text_atomic
 from sim.reproduce.figures import paper_config
 from sim.workload.standin import SHAREGPT_FIG11_STANDIN

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from calibrate.hardware import load_hardware
+from calibrate.hardware.hardware import load_hardware
 from engine.specs.loader import load_model_spec
 from sim.reproduce.ablations import FIG19A_TOKENS, fig18a_frame, fig19a_frame, roofline_at
 

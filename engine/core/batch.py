@@ -72,7 +72,7 @@ class ShapeMetrics:
         return sum([(c + last) // block_size for c in self.decode_context_lens])
 
     def features(self) -> dict[str, int]:
-        """The terms a profile is fitted on (calibrate/features.py)."""
+        """The terms a profile is fitted on (calibrate/work/features.py)."""
         num_decodes = len(self.decode_context_lens)
         return {
             "num_tokens": self.num_tokens,

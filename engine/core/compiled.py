@@ -1,6 +1,6 @@
 """Which build of the control plane and the simulator's loop runs: compiled (mypyc) or pure Python.
 
-setup.py compiles the modules of `engine/core`, `sim/core` and `calibrate/roofline_terms.py` to C extensions
+setup.py compiles the modules of `engine/core`, `sim/core` and `calibrate/clock/roofline_terms.py` to C extensions
 where it can, and writes `engine/core/_compiled.json`: each compiled module's name and the SHA-256 of the
 source it was compiled from. Python's import system prefers a module's extension to its .py, so this module,
 imported first by `engine/core/__init__.py` (which, like every `__init__.py` and this file, is never

@@ -1,4 +1,4 @@
-"""A replica's clock that keeps each iteration's breakdown (calibrate/breakdown.py) as it prices it.
+"""A replica's clock that keeps each iteration's breakdown (calibrate/clock/breakdown.py) as it prices it.
 
 A run asked for its breakdown serves every iteration on its own event, priced when it starts and in order, so
 the iterations a replica priced are the ones it recorded, and in the same order (the last may be cut off by
@@ -7,8 +7,8 @@ runs, so this clock does not price ahead; the records are the same either way (t
 """
 from __future__ import annotations
 
-from calibrate.breakdown import IterationTime
-from calibrate.costmodel import BatchLike, CostModel
+from calibrate.clock.breakdown import IterationTime
+from calibrate.clock.costmodel import BatchLike, CostModel
 
 
 class BreakdownRecorder(CostModel):

@@ -41,7 +41,7 @@ from sim.core.router_wakes import RouterWakes
 if TYPE_CHECKING:
     from simpy import Environment
 
-    from calibrate.costmodel import CostModel
+    from calibrate.clock.costmodel import CostModel
     from engine.core.batch import Batch
     from engine.core.serving import ServingCore
     from sim.core.known_arrivals import KnownArrivals

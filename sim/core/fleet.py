@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import simpy
 
-from calibrate.costmodel import CostModel
+from calibrate.clock.costmodel import CostModel
 from engine.core.factory import make_scheduler
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec

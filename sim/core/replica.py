@@ -14,7 +14,7 @@ from collections.abc import Generator
 import simpy
 from simpy.events import Event
 
-from calibrate.costmodel import CostModel
+from calibrate.clock.costmodel import CostModel
 from engine.core.records import ServingRecords
 from engine.core.scheduler.base import Scheduler
 from engine.core.serving import Request, ServingCore

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import simpy
 
-from calibrate.costmodel import CostModel
+from calibrate.clock.costmodel import CostModel
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
 from sim.core.beams import BeamParentModel

@@ -3,7 +3,7 @@ summary, and its trace events (sim/experiment/trace_events.py).
 
 Columns, after the iterations file's own: `device_s` and `host_s` (the cost model's two parts; with `swap_s`
 they add up to duration_s), then `device_<kind>_s` for each kernel kind and `host_<term>_s` for each host term
-the cost model priced (calibrate/breakdown.py), 0 where an iteration had none of it. The summary's shares are
+the cost model priced (calibrate/clock/breakdown.py), 0 where an iteration had none of it. The summary's shares are
 each column's total over the run's total duration_s: `share_device`, `share_host`, `share_swap`, and
 `share_device_<kind>`, `share_host_<term>`.
 """
@@ -14,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
-from calibrate.breakdown import IterationTime
+from calibrate.clock.breakdown import IterationTime
 from sim.core.breakdown import BreakdownRecorder
 
 

@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from calibrate.costmodel import CostModel
-from calibrate.hardware import HardwareSpec, available_hardware, load_hardware
-from calibrate.host_model import available_host_models, host_model_path
-from calibrate.precision import Precision, precision_from_config
-from calibrate.registry import KINDS, PROFILE_KINDS, Clock, CostModelConfig, build_cost_model
-from calibrate.roofline import RooflineParams
+from calibrate.clock.costmodel import CostModel
+from calibrate.clock.roofline import RooflineParams
+from calibrate.cost_models.registry import KINDS, PROFILE_KINDS, Clock, CostModelConfig, build_cost_model
+from calibrate.hardware.hardware import HardwareSpec, available_hardware, load_hardware
+from calibrate.hardware.precision import Precision, precision_from_config
+from calibrate.parts.host_model import available_host_models, host_model_path
 from engine.core.spec import ModelSpec
 from engine.core.system import PAPER_SYSTEMS, SystemSpec
 from engine.errors import SpecError
@@ -267,8 +267,8 @@ def check_cost_model(exp: Experiment) -> None:
 
 
 def clock_for(exp: Experiment, system: SystemSpec) -> CostModel:
-    """The cost model one of the experiment's systems runs on (calibrate/registry.py): FasterTransformer ran its
-    own dense attention kernel in the paper; vLLM and the Orca baselines the paged one."""
+    """The cost model one of the experiment's systems runs on (calibrate/cost_models/registry.py): FasterTransformer
+    ran its own dense attention kernel in the paper; vLLM and the Orca baselines the paged one."""
     clock = Clock(exp.model, exp.hardware, exp.tensor_parallel, exp.precision, system.block_size,
                   paged=system.kind != "fastertransformer")
     return build_cost_model(exp.cost_model, clock, exp.source)

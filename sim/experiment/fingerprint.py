@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from calibrate.hardware import HardwareSpec
-from calibrate.registry import PROFILE_KINDS, profile_host_model
+from calibrate.cost_models.registry import PROFILE_KINDS, profile_host_model
+from calibrate.hardware.hardware import HardwareSpec
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
 from sim.experiment.config import Experiment
@@ -79,8 +79,8 @@ def model_values(model: ModelSpec) -> dict:
 
 def _transfer_specs(exp: Experiment) -> dict[str, dict]:
     """A transferred roofline also reads the profiled model's spec and the hardware it was measured on."""
-    from calibrate.hardware import hardware_for_device, load_hardware
-    from calibrate.profile_file import load_profile
+    from calibrate.fitting.profile_file import load_profile
+    from calibrate.hardware.hardware import hardware_for_device, load_hardware
     from engine.specs.loader import load_model_spec
 
     profile = load_profile(exp.cost_model.profile_path)

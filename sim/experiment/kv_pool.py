@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from calibrate.hardware import GIB, HardwareSpec
-from calibrate.precision import Precision
+from calibrate.hardware.hardware import GIB, HardwareSpec
+from calibrate.hardware.precision import Precision
 from engine.core.spec import ModelSpec
 
 

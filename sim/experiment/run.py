@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from calibrate.costmodel import CostModel
+from calibrate.clock.costmodel import CostModel
 from engine.core.records import DROPPED_COLUMNS, ITERATION_COLUMNS
 from engine.core.system import SystemSpec
 from engine.errors import Unservable
@@ -71,7 +71,8 @@ class RunResult:
 
 
 def make_cost_model(exp: Experiment, system: SystemSpec) -> CostModel:
-    """The cost model a run of `system` prices its iterations with (calibrate/registry.py, through clock_for)."""
+    """The cost model a run of `system` prices its iterations with (calibrate/cost_models/registry.py, through
+    clock_for)."""
     return clock_for(exp, system)
 
 

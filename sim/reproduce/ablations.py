@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from calibrate.costmodel import CostModel
-from calibrate.hardware import HardwareSpec
-from calibrate.roofline import RooflineCostModel, RooflineParams
+from calibrate.clock.costmodel import CostModel
+from calibrate.clock.roofline import RooflineCostModel, RooflineParams
+from calibrate.hardware.hardware import HardwareSpec
 from engine.core.batch import BatchShape
 from engine.core.blocks import blocks_for
 from engine.core.spec import ModelSpec

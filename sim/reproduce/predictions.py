@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import pandas as pd
 
-from calibrate.costmodel import CostModel
+from calibrate.clock.costmodel import CostModel
 from engine.core.batch import BatchShape
 from engine.core.system import PAPER_SYSTEMS
 from sim.experiment.config import Experiment

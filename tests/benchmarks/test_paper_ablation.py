@@ -21,7 +21,7 @@ from benchmarks.paper.ablation_variants import (
     variants,
     write_variant_files,
 )
-from calibrate.profile_file import load_profile
+from calibrate.fitting.profile_file import load_profile
 from engine.core.batch import BatchShape
 from engine.errors import SpecError
 from sim.experiment.config import experiment_from_dict

@@ -1,6 +1,6 @@
 import pytest
 
-from calibrate.hardware import load_hardware
+from calibrate.hardware.hardware import load_hardware
 from engine.specs.loader import load_model_spec
 
 

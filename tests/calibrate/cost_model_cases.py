@@ -9,11 +9,11 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
-from calibrate.attention_fit import AttentionFit
-from calibrate.attention_waves import WaveFit
-from calibrate.hardware import load_hardware
-from calibrate.profile_model import ProfileCostModel, transferred_roofline
-from calibrate.roofline import RooflineCostModel, RooflineParams
+from calibrate.clock.roofline import RooflineCostModel, RooflineParams
+from calibrate.cost_models.profile_model import ProfileCostModel, transferred_roofline
+from calibrate.hardware.hardware import load_hardware
+from calibrate.parts.attention_fit import AttentionFit
+from calibrate.parts.attention_waves import WaveFit
 from engine.core.batch import Batch
 from engine.specs.loader import load_model_spec
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from calibrate.attention_fit import AttentionFit, AttentionWork
-from calibrate.attention_waves import DecodeGrid, WaveFit
-from calibrate.hardware import load_hardware
+from calibrate.hardware.hardware import load_hardware
+from calibrate.parts.attention_fit import AttentionFit, AttentionWork
+from calibrate.parts.attention_waves import DecodeGrid, WaveFit
 
 HARDWARE = "a100-80gb"
 TRUE_FIT = AttentionFit(decode_latency_s=15e-6, decode_bandwidth_efficiency=0.75, prefill_latency_s=12e-6,

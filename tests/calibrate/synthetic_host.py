@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from calibrate.host_features import FEATURES, ITERATION, SEQUENCE
-from calibrate.host_table import CSV_MODELS
+from calibrate.tables.host_table import CSV_MODELS
+from calibrate.work.host_features import FEATURES, ITERATION, SEQUENCE
 
 # what the synthetic engine costs: (term, feature) -> seconds; every feature the fit has, so that each can
 # be seen recovered

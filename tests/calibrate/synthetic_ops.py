@@ -1,4 +1,4 @@
-"""Per-operation tables in Vidur's format whose times come from a known linear part (calibrate/linear_model.py).
+"""Per-operation tables in Vidur's format whose times come from a known linear part (calibrate/parts/linear_model.py).
 
 Tests build them in a temporary folder; none reads the published measurements.
 """
@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.hardware import load_hardware
-from calibrate.layer_ops import GEMMS, LayerShape, gemm_work
-from calibrate.linear_model import LinearFit
+from calibrate.hardware.hardware import load_hardware
+from calibrate.parts.linear_model import LinearFit
+from calibrate.work.layer_ops import GEMMS, LayerShape, gemm_work
 
-# on the fit's grids (calibrate/op_fit.py), so the fit can land on them exactly
+# on the fit's grids (calibrate/fitting/op_fit.py), so the fit can land on them exactly
 TRUE_FIT = LinearFit(compute_efficiency=0.7, bandwidth_efficiency=0.8, ridge_efficiency=0.7, gemm_latency_s=5e-6,
                      elementwise={"input_layernorm": (3e-6, 0.45), "attn_rope": (2e-6, 0.5),
                                   "post_attention_layernorm": (3e-6, 0.4), "mlp_act": (2e-6, 0.55),
@@ -77,7 +77,7 @@ def write_all_reduce(path: Path) -> Path:
 
 # a second GPU measured with the same shares and latencies of its own spec sheet, as a two-GPU fit assumes
 SECOND_HARDWARE = "h100-sxm"
-# the tables' models' layers (calibrate/table_models.py): an iteration is layers x one layer + the embedding
+# the tables' models' layers (calibrate/tables/table_models.py): an iteration is layers x one layer + the embedding
 LAYERS = {"meta-llama_Llama-2-7b-hf": 32, "synthetic_gqa-20b": 60, "synthetic_plain-3b": 24}
 
 

@@ -3,9 +3,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.all_reduce import AllReduceTable, isotonic, read_all_reduce, thin
-from calibrate.hardware import load_hardware
-from calibrate.roofline import ALLREDUCE_LATENCY_S, RooflineCostModel
+from calibrate.clock.roofline import ALLREDUCE_LATENCY_S, RooflineCostModel
+from calibrate.hardware.hardware import load_hardware
+from calibrate.parts.all_reduce import AllReduceTable, isotonic, read_all_reduce, thin
 from engine.core.batch import Batch
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec

@@ -6,7 +6,9 @@ import pandas as pd
 import pytest
 from synthetic_attention import HARDWARE, TRUE_FIT, rows, write_table
 
-from calibrate.attention_fit import (
+from calibrate.clock.roofline import RooflineCostModel
+from calibrate.hardware.hardware import load_hardware
+from calibrate.parts.attention_fit import (
     AttentionFit,
     AttentionWork,
     fit_attention,
@@ -15,9 +17,7 @@ from calibrate.attention_fit import (
     region_fit,
     region_masks,
 )
-from calibrate.attention_table import read_attention_table
-from calibrate.hardware import load_hardware
-from calibrate.roofline import RooflineCostModel
+from calibrate.tables.attention_table import read_attention_table
 from engine.core.batch import BatchShape
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec

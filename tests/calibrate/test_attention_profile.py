@@ -7,12 +7,12 @@ import yaml
 from synthetic_attention import HARDWARE, TRUE_FIT, write_table
 from synthetic_ops import write_all_reduce, write_tables
 
-from calibrate.attention_fit import AttentionFit
-from calibrate.attention_waves import DecodeGrid
-from calibrate.hardware import load_hardware
-from calibrate.op_import import add_attention, with_host_model
-from calibrate.profile_file import load_profile
-from calibrate.profile_model import transferred_roofline
+from calibrate.cost_models.profile_model import transferred_roofline
+from calibrate.fitting.profile_file import load_profile
+from calibrate.hardware.hardware import load_hardware
+from calibrate.judging.op_import import add_attention, with_host_model
+from calibrate.parts.attention_fit import AttentionFit
+from calibrate.parts.attention_waves import DecodeGrid
 from engine.core.batch import BatchShape
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec

@@ -9,13 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from synthetic_attention import HARDWARE, TRUE_FIT, TRUE_WAVES, WAVE_BATCHES, rows, write_table
 
-from calibrate.attention_fit import AttentionFit, heldout_errors, import_attention, region_fit, region_masks
-from calibrate.attention_table import read_attention_table
-from calibrate.attention_waves import DecodeGrid, fit_waves, key_tile, num_splits, wave_tokens
-from calibrate.hardware import load_hardware
-from calibrate.profile_file import _check_attention
-from calibrate.roofline import RooflineCostModel
-from calibrate.roofline_terms import wave_tokens_float
+from calibrate.clock.roofline import RooflineCostModel
+from calibrate.clock.roofline_terms import wave_tokens_float
+from calibrate.fitting.profile_file import _check_attention
+from calibrate.hardware.hardware import load_hardware
+from calibrate.parts.attention_fit import AttentionFit, heldout_errors, import_attention, region_fit, region_masks
+from calibrate.parts.attention_waves import DecodeGrid, fit_waves, key_tile, num_splits, wave_tokens
+from calibrate.tables.attention_table import read_attention_table
 from engine.core.batch import BatchShape
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec

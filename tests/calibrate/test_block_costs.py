@@ -3,7 +3,7 @@ so Fig. 18a's paged-over-dense gap and Fig. 19a's swap-against-recompute crossov
 themselves: tests/sim/reproduce/test_ablations.py)."""
 import pytest
 
-from calibrate.roofline import RooflineCostModel, RooflineParams
+from calibrate.clock.roofline import RooflineCostModel, RooflineParams
 from engine.core.batch import Batch, BatchShape
 
 KV_BYTES = 819_200  # OPT-13B fp16: 2 x 40 layers x 5120 x 2 bytes per token

@@ -8,12 +8,12 @@ import math
 from cost_model_cases import LLAMA7B, PROFILE_MODELS, PROFILES, ROOFLINES, batches, bits
 from hypothesis import given
 
-from calibrate.breakdown import DEVICE_KINDS, KIND_MEANINGS, IterationTime, fold
-from calibrate.costmodel import ScaledCostModel
-from calibrate.hardware import load_hardware
-from calibrate.profile_model import transferred_roofline
-from calibrate.roofline import RooflineCostModel
-from calibrate.transfer_cost import RegimeCostModel
+from calibrate.clock.breakdown import DEVICE_KINDS, KIND_MEANINGS, IterationTime, fold
+from calibrate.clock.costmodel import ScaledCostModel
+from calibrate.clock.roofline import RooflineCostModel
+from calibrate.cost_models.profile_model import transferred_roofline
+from calibrate.cost_models.transfer_cost import RegimeCostModel
+from calibrate.hardware.hardware import load_hardware
 from engine.core.batch import Batch
 from tests.helpers.core_harness import hyp
 

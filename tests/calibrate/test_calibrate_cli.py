@@ -2,8 +2,8 @@
 import pandas as pd
 import pytest
 
-from calibrate.fit import NOT_SHAPES
-from calibrate.profile_file import load_profile
+from calibrate.fitting.fit import NOT_SHAPES
+from calibrate.fitting.profile_file import load_profile
 from servesim.cli import main
 
 EXPERIMENT = """

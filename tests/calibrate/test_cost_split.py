@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from calibrate.fit import fit_profile
-from calibrate.profile_file import FORMAT, load_profile
-from calibrate.profile_model import ProfileCostModel
+from calibrate.cost_models.profile_model import ProfileCostModel
+from calibrate.fitting.fit import fit_profile
+from calibrate.fitting.profile_file import FORMAT, load_profile
 from engine.core.batch import Batch
 from engine.errors import SpecError
 from servesim.cli import main
@@ -259,8 +259,8 @@ def test_a_simulation_charges_the_host_part_on_every_iteration(split_fit, tmp_pa
 
 
 def test_the_transfer_model_prices_its_host_work_apart_too():
-    from calibrate.hardware import load_hardware
-    from calibrate.profile_model import transferred_roofline
+    from calibrate.cost_models.profile_model import transferred_roofline
+    from calibrate.hardware.hardware import load_hardware
     from engine.specs.loader import load_model_spec
 
     path = ROOT / "calibrate" / "profiles" / "a100-80gb-linear.yaml"  # with host work measured on a CPU

@@ -12,10 +12,10 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from calibrate.costmodel import CostModel, ScaledCostModel, decode_shapes
-from calibrate.hardware import load_hardware
-from calibrate.profile_model import ProfileCostModel, transferred_roofline
-from calibrate.roofline import RooflineCostModel, RooflineParams
+from calibrate.clock.costmodel import CostModel, ScaledCostModel, decode_shapes
+from calibrate.clock.roofline import RooflineCostModel, RooflineParams
+from calibrate.cost_models.profile_model import ProfileCostModel, transferred_roofline
+from calibrate.hardware.hardware import load_hardware
 from engine.core.batch import Batch
 from engine.specs.loader import load_model_spec
 from tests.helpers.core_harness import hyp

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from cost_model_cases import H100, MIXTRAL
 
-from calibrate.expert_routing import expected_experts_read
-from calibrate.roofline import RooflineCostModel
+from calibrate.clock.roofline import RooflineCostModel
+from calibrate.work.expert_routing import expected_experts_read
 from engine.core.batch import BatchShape
 
 

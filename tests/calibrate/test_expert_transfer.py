@@ -10,12 +10,12 @@ import pytest
 from cost_model_cases import H100, MIXTRAL, PROFILES
 from synthetic_ops import TRUE_FIT
 
-from calibrate.expert_ops import expert_kernels
-from calibrate.expert_routing import expected_experts_read
-from calibrate.layer_ops import LayerShape, gemm_work
-from calibrate.profile_model import transferred_roofline
-from calibrate.ridge import bent_roofs, ridge_exponent
-from calibrate.roofline import RooflineCostModel
+from calibrate.clock.roofline import RooflineCostModel
+from calibrate.cost_models.profile_model import transferred_roofline
+from calibrate.maths.ridge import bent_roofs, ridge_exponent
+from calibrate.parts.expert_ops import expert_kernels
+from calibrate.work.expert_routing import expected_experts_read
+from calibrate.work.layer_ops import LayerShape, gemm_work
 from engine.core.batch import BatchShape
 from engine.specs.loader import load_model_spec
 
@@ -68,7 +68,7 @@ def test_one_token_runs_its_k_experts_and_a_large_batch_all_e():
 
 @pytest.mark.parametrize("tokens", [1, 5, 64])
 def test_d_experts_priced_one_by_one_are_the_routed_tokens_and_d_weight_reads(tokens):
-    # the derivation in calibrate/expert_ops.py: the bend is homogeneous of degree one
+    # the derivation in calibrate/parts/expert_ops.py: the bend is homogeneous of degree one
     shape, k = LayerShape.of(MIXTRAL), MIXTRAL.experts_per_token
     experts = expected_experts_read(MIXTRAL.num_experts, k, tokens)
     flops, weights = gemm_work(shape.gemm_dims(TP)["mlp_up_proj"], tokens * k / experts)

@@ -5,10 +5,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.features import TERMS
-from calibrate.fit import fit_profile
-from calibrate.folds import assign_folds
-from calibrate.grid import GRIDS
+from calibrate.fitting.fit import fit_profile
+from calibrate.fitting.folds import assign_folds
+from calibrate.profiling.grid import GRIDS
+from calibrate.work.features import TERMS
 from engine.errors import SpecError
 from tests.helpers.synthetic_profile import TRUE, gpu_like_token_cost, synthetic_raw  # noqa: E402
 
@@ -85,7 +85,7 @@ def test_grids_stay_inside_the_model_and_memory():
 
 
 def test_knots_are_every_small_count_then_every_twenty_percent():
-    from calibrate.features import choose_knots
+    from calibrate.work.features import choose_knots
 
     assert choose_knots([1, 2, 3, 5, 16, 17, 18, 20, 24, 100]) == [1, 2, 3, 5, 16, 20, 24, 100]
     # the largest count ends the table, replacing a knot a few tokens before it
@@ -94,7 +94,7 @@ def test_knots_are_every_small_count_then_every_twenty_percent():
 
 
 def test_the_host_fit_recovers_a_known_host_cost_from_noisy_iterations():
-    from calibrate.fit import fit_host
+    from calibrate.fitting.fit import fit_host
 
     rng = np.random.default_rng(1)
     seqs, tokens = rng.integers(1, 40, 400), rng.integers(0, 600, 400) * (rng.random(400) < 0.3)
@@ -109,7 +109,7 @@ def test_the_host_fit_recovers_a_known_host_cost_from_noisy_iterations():
 
 
 def test_the_simulator_charges_the_host_work_a_profile_measured():
-    from calibrate.profile_model import ProfileCostModel
+    from calibrate.cost_models.profile_model import ProfileCostModel
     from engine.core.batch import Batch
 
     profile = fit_profile(synthetic_raw(noise=0.0), "synthetic.csv", "test").profile
@@ -122,7 +122,7 @@ def test_the_simulator_charges_the_host_work_a_profile_measured():
 
 
 def test_the_serving_factor_is_the_time_weighted_ratio_of_served_to_alone():
-    from calibrate.serving import serving_factor
+    from calibrate.profiling.serving import serving_factor
 
     served, alone = [0.11, 0.22, 0.33], [0.1, 0.2, 0.3]
     assert serving_factor(served, alone) == {"factor": pytest.approx(1.1), "iterations": 3,
@@ -132,7 +132,7 @@ def test_the_serving_factor_is_the_time_weighted_ratio_of_served_to_alone():
 
 
 def test_a_fit_measures_the_serving_factor_from_serving_rows_and_the_simulator_charges_it():
-    from calibrate.profile_model import ProfileCostModel
+    from calibrate.cost_models.profile_model import ProfileCostModel
     from engine.core.batch import Batch
 
     raw = synthetic_raw(noise=0.0)
@@ -186,7 +186,7 @@ def swap_row(transfers: int, num_bytes: int, seconds: float) -> dict:
 
 
 def test_the_swap_fit_separates_the_cost_per_transfer_from_the_cost_per_byte():
-    from calibrate.fit import fit_swap
+    from calibrate.fitting.fit import fit_swap
 
     per_transfer, per_byte = 5e-6, 1 / 25e9
     rows = pd.DataFrame([swap_row(t, b, t * per_transfer + b * per_byte)
@@ -196,7 +196,7 @@ def test_the_swap_fit_separates_the_cost_per_transfer_from_the_cost_per_byte():
 
 
 def test_a_csv_from_before_transfers_were_counted_reads_its_swap_as_bytes():
-    from calibrate.fit import fit_swap
+    from calibrate.fitting.fit import fit_swap
 
     rows = pd.DataFrame([{"kind": "swap", "swap_s_per_block": 2e-4, "model": "opt-13b", "dtype": "float16",
                           "block_size": 16}])

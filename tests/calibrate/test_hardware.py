@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from calibrate.hardware import (
+from calibrate.hardware.hardware import (
     GIB,
     HARDWARE_DIR,
     available_hardware,
@@ -88,7 +88,7 @@ ADDED = {"a40": 149.7e12, "l4": 121e12, "a10": 125e12, "gh200": 989e12, "mi300x"
 
 @pytest.mark.parametrize("name,dense_fp16", sorted(ADDED.items()))
 def test_the_added_gpus_price_a_decode_batch(name, dense_fp16):
-    from calibrate.roofline import RooflineCostModel
+    from calibrate.clock.roofline import RooflineCostModel
     from engine.core.batch import Batch
     from engine.specs.loader import load_model_spec
 
@@ -100,7 +100,7 @@ def test_the_added_gpus_price_a_decode_batch(name, dense_fp16):
 
 
 def test_gh200_swaps_kv_over_nvlink_c2c_not_pcie():
-    from calibrate.roofline import RooflineCostModel, RooflineParams, swap_transfers_per_block
+    from calibrate.clock.roofline import RooflineCostModel, RooflineParams, swap_transfers_per_block
     from engine.specs.loader import load_model_spec
 
     spec = load_model_spec("llama-7b")
@@ -126,7 +126,7 @@ def test_the_docs_name_every_shipped_sheet():
 
 
 def test_a_profiled_device_is_matched_to_its_sheet_by_the_names_the_sheet_lists():
-    from calibrate.hardware import available_hardware, hardware_for_device, load_hardware
+    from calibrate.hardware.hardware import available_hardware, hardware_for_device, load_hardware
 
     owners: dict[str, str] = {}
     for name in available_hardware():
@@ -145,7 +145,7 @@ def test_a_profiled_device_is_matched_to_its_sheet_by_the_names_the_sheet_lists(
 def test_a_user_sheet_may_name_its_device_and_a_malformed_list_is_refused(tmp_path):
     import pytest
 
-    from calibrate.hardware import load_hardware
+    from calibrate.hardware.hardware import load_hardware
     from engine.errors import SpecError
 
     base = ("name: mine\npeak_flops: 1.0e+14\nhbm_bytes_per_s: 1.0e+12\nmemory_gib: 16\nnvlink_bytes_per_s: 1.0e+11\n"
@@ -162,7 +162,7 @@ def test_a_user_sheet_may_name_its_device_and_a_malformed_list_is_refused(tmp_pa
 def test_every_shipped_sheet_loads_with_its_sm_count_and_a_malformed_one_is_refused_by_name(tmp_path):
     import pytest
 
-    from calibrate.hardware import available_hardware, load_hardware
+    from calibrate.hardware.hardware import available_hardware, load_hardware
     from engine.errors import SpecError
 
     counts = {name: load_hardware(name).sm_count for name in available_hardware()}

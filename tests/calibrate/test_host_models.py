@@ -7,17 +7,7 @@ import numpy as np
 import pytest
 import yaml
 
-from calibrate.host import HOST_TERMS, host_time
-from calibrate.host_features import ModelSize
-from calibrate.host_model import (
-    HostModel,
-    available_host_models,
-    charged_host,
-    host_model_path,
-    load_host_model,
-    save_host_model,
-)
-from calibrate.host_model_fit import (
+from calibrate.fitting.host_model_fit import (
     TERM_FEATURES,
     fit_host_model,
     fit_terms,
@@ -26,8 +16,18 @@ from calibrate.host_model_fit import (
     largest_batches,
     model_folds,
 )
-from calibrate.host_table import CSV_MODELS, TERM_COLUMNS, read_host_table
-from calibrate.profile_file import load_profile
+from calibrate.fitting.profile_file import load_profile
+from calibrate.parts.host import HOST_TERMS, host_time
+from calibrate.parts.host_model import (
+    HostModel,
+    available_host_models,
+    charged_host,
+    host_model_path,
+    load_host_model,
+    save_host_model,
+)
+from calibrate.tables.host_table import CSV_MODELS, TERM_COLUMNS, read_host_table
+from calibrate.work.host_features import ModelSize
 from engine.errors import SpecError
 from engine.specs.loader import available_models, load_model_spec
 from tests.calibrate.synthetic_host import TRUE_TERMS, rows, write_table
@@ -210,7 +210,7 @@ def test_resolve_and_breakdown_add_up_to_the_charged_host_time(tmp_path):
 
 
 def _true(term, size, tp, seqs):
-    from calibrate.host_features import FEATURES, SEQUENCE
+    from calibrate.work.host_features import FEATURES, SEQUENCE
 
     return sum(c * FEATURES[f].scale(size, tp) * (seqs if FEATURES[f].paid == SEQUENCE else 1)
                for f, c in TRUE_TERMS[term].items())

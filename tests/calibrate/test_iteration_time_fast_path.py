@@ -25,8 +25,8 @@ from cost_model_cases import (
 from hypothesis import given
 from hypothesis import strategies as st
 
-from calibrate.costmodel import decode_shapes, reference_block_sums, stretch_block_sums
-from calibrate.profile_model import transferred_roofline
+from calibrate.clock.costmodel import decode_shapes, reference_block_sums, stretch_block_sums
+from calibrate.cost_models.profile_model import transferred_roofline
 from engine.core.batch import BatchShape
 from tests.helpers.core_harness import hyp
 
@@ -93,7 +93,7 @@ def test_a_stretch_as_python_floats_is_its_step_times(batch, num_steps):
 
 
 def test_a_roofline_pickled_or_with_its_host_work_turned_off_prices_as_the_reference():
-    # the bound terms (calibrate/roofline_terms.py, compiled where the control plane is) are bound again on
+    # the bound terms (calibrate/clock/roofline_terms.py, compiled where the control plane is) are bound again on
     # arrival in a worker process, and when a validation turns charge_host off after construction
     batch = BatchShape((3, 900), (16, 32, 33), 2, 3, 5, (0, 16))
     for name, model in ROOFLINES.items():

@@ -7,15 +7,15 @@ import pytest
 import yaml
 from synthetic_ops import HARDWARE, MODELS, TRUE_FIT, assert_same_fit, table, write_all_reduce, write_tables
 
-from calibrate.hardware import load_hardware
-from calibrate.layer_ops import ELEMENTWISE, LayerShape
-from calibrate.linear_model import LinearFit
-from calibrate.op_fit import fit_linear, octave_weights
-from calibrate.op_import import import_profile
-from calibrate.op_table import read_op_table
-from calibrate.profile_file import load_profile
-from calibrate.profile_model import ProfileCostModel, transferred_roofline
-from calibrate.roofline import RooflineCostModel
+from calibrate.clock.roofline import RooflineCostModel
+from calibrate.cost_models.profile_model import ProfileCostModel, transferred_roofline
+from calibrate.fitting.op_fit import fit_linear, octave_weights
+from calibrate.fitting.profile_file import load_profile
+from calibrate.hardware.hardware import load_hardware
+from calibrate.judging.op_import import import_profile
+from calibrate.parts.linear_model import LinearFit
+from calibrate.tables.op_table import read_op_table
+from calibrate.work.layer_ops import ELEMENTWISE, LayerShape
 from engine.core.batch import Batch
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
@@ -185,7 +185,7 @@ def test_every_octave_of_token_counts_weighs_alike():
 
 
 def test_a_fit_on_one_tp_degree_predicts_another(tmp_path):
-    """Work splits across GPUs as calibrate/layer_ops.py says: a fit on tp 1 alone prices tp 4 exactly."""
+    """Work splits across GPUs as calibrate/work/layer_ops.py says: a fit on tp 1 alone prices tp 4 exactly."""
     hw = load_hardware(HARDWARE)
     ops = pd.concat([read_op_table(p).ops for p in write_tables(tmp_path, tps=(1,))])
     fit = fit_linear(ops, hw)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from batches import decode, prefill
 
-from calibrate.hardware import hardware_from_dict, load_hardware
-from calibrate.precision import Precision, precision_from_config
-from calibrate.roofline import RooflineCostModel, RooflineParams
+from calibrate.clock.roofline import RooflineCostModel, RooflineParams
+from calibrate.hardware.hardware import hardware_from_dict, load_hardware
+from calibrate.hardware.precision import Precision, precision_from_config
 from engine.core.batch import Batch
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec

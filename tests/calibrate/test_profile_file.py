@@ -4,15 +4,15 @@ import dataclasses
 import pytest
 import yaml
 
-from calibrate.features import TERMS
-from calibrate.hardware import load_hardware
-from calibrate.profile_file import FORMAT, Profile, load_profile
-from calibrate.profile_model import (
+from calibrate.clock.roofline import RooflineCostModel, RooflineParams
+from calibrate.cost_models.profile_model import (
     ProfileCostModel,
     implied_efficiency,
     transferred_roofline,
 )
-from calibrate.roofline import RooflineCostModel, RooflineParams
+from calibrate.fitting.profile_file import FORMAT, Profile, load_profile
+from calibrate.hardware.hardware import load_hardware
+from calibrate.work.features import TERMS
 from engine.core.batch import Batch
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
@@ -243,7 +243,7 @@ def test_the_simulator_and_the_fit_read_the_table_alike():
     and within the knots the fit's hat basis times the table is that function too."""
     import numpy as np
 
-    from calibrate.features import token_basis, token_costs
+    from calibrate.work.features import token_basis, token_costs
 
     for costs in ([0.01, 0.013, 0.03, 0.05], [0.01, 0.013, 0.05, 0.03]):  # rising, and falling at the end
         profile = make_profile(token_costs_s=costs)

@@ -1,9 +1,9 @@
 """The profiler's progress line goes to the stderr of the moment it is written, not to the one there was when
-calibrate.profile was first imported (under pytest, a capture that an earlier test has closed since)."""
+calibrate.profiling.profile was first imported (under pytest, a capture that an earlier test has closed since)."""
 import io
 import sys
 
-from calibrate.profile import Progress
+from calibrate.profiling.profile import Progress
 
 
 def test_progress_writes_to_the_current_stderr(monkeypatch):

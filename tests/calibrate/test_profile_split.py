@@ -2,7 +2,7 @@
 rest of its wall time), beside the time_s it always had."""
 import pytest
 
-from calibrate.fit import NOT_SHAPES
+from calibrate.fitting.fit import NOT_SHAPES
 
 
 @pytest.fixture(scope="module")
@@ -10,7 +10,7 @@ def raw():
     pytest.importorskip("torch")
     import os
 
-    from calibrate.profile import profile
+    from calibrate.profiling.profile import profile
     from engine.specs.loader import load_model_spec
 
     interpreting = os.environ.pop("TRITON_INTERPRET", None)  # the torch kernels, as a CPU engine runs them

@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from calibrate.hardware import load_hardware
-from calibrate.host_model import host_model_path
-from calibrate.profile_file import load_profile
-from calibrate.profile_model import ProfileCostModel
-from calibrate.registry import KINDS, Clock, CostModelConfig, build_cost_model
-from calibrate.roofline import RooflineCostModel, RooflineParams
+from calibrate.clock.roofline import RooflineCostModel, RooflineParams
+from calibrate.cost_models.profile_model import ProfileCostModel
+from calibrate.cost_models.registry import KINDS, Clock, CostModelConfig, build_cost_model
+from calibrate.fitting.profile_file import load_profile
+from calibrate.hardware.hardware import load_hardware
+from calibrate.parts.host_model import host_model_path
 from engine.core.batch import Batch
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec

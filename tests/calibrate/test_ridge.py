@@ -4,9 +4,9 @@ import math
 import numpy as np
 import pytest
 
-from calibrate.hardware import load_hardware
-from calibrate.ridge import bent_roof, bent_roofs, ridge_exponent
-from calibrate.roofline import RooflineCostModel, RooflineParams
+from calibrate.clock.roofline import RooflineCostModel, RooflineParams
+from calibrate.hardware.hardware import load_hardware
+from calibrate.maths.ridge import bent_roof, bent_roofs, ridge_exponent
 from engine.core.batch import Batch
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from batches import decode, prefill
 
-from calibrate.hardware import load_hardware
-from calibrate.roofline import RooflineCostModel, RooflineParams
+from calibrate.clock.roofline import RooflineCostModel, RooflineParams
+from calibrate.hardware.hardware import load_hardware
 from engine.core.batch import Batch
 
 
@@ -107,7 +107,7 @@ def test_empty_batch_costs_at_most_the_weight_read(opt13b, a100):
 
 
 def test_a_prefill_over_a_cached_prefix_costs_its_attention_not_its_linear_layers(opt13b, a100):
-    from calibrate.profile_model import ProfileCostModel
+    from calibrate.cost_models.profile_model import ProfileCostModel
     from engine.core.batch import BatchShape
 
     own, cached = BatchShape((40,)), BatchShape((40,), prefill_cached_lens=(336,))

@@ -4,8 +4,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from calibrate.fit import fit_profile
-from calibrate.profile_file import load_profile
+from calibrate.fitting.fit import fit_profile
+from calibrate.fitting.profile_file import load_profile
 from fidelity.replay import ReplayedTimes
 from sim.experiment.config import load_experiment
 from sim.experiment.run import simulate_trace, trace_for

@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.costmodel import ScaledCostModel
-from calibrate.fit import fit_profile
-from calibrate.profile import probe_rows
-from calibrate.roofline import RooflineCostModel
-from calibrate.speed import (
+from calibrate.clock.costmodel import ScaledCostModel
+from calibrate.clock.roofline import RooflineCostModel
+from calibrate.fitting.fit import fit_profile
+from calibrate.profiling.profile import probe_rows
+from calibrate.profiling.speed import (
     PROBE_SHAPES,
     SpeedProbe,
     SpeedSamples,
@@ -117,7 +117,7 @@ def test_an_unknown_probe_name_is_refused_naming_the_file():
 
 
 def test_a_scaled_cost_model_scales_every_cost():
-    from calibrate.hardware import load_hardware
+    from calibrate.hardware.hardware import load_hardware
     from engine.specs.loader import load_model_spec
 
     base = RooflineCostModel(load_model_spec("opt-13b"), load_hardware("a100-40gb"))
@@ -140,7 +140,7 @@ def test_machine_speed_per_kind():
 
 def test_the_simulator_on_a_machine_twice_as_slow_takes_twice_as_long():
     """One request at a time (no queueing): every latency doubles exactly."""
-    from calibrate.hardware import load_hardware
+    from calibrate.hardware.hardware import load_hardware
     from engine.core.system import PAPER_SYSTEMS
     from engine.specs.loader import load_model_spec
     from sim.core.simulate import simulate

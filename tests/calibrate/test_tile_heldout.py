@@ -6,13 +6,13 @@ import pandas as pd
 import pytest
 from synthetic_ops import HARDWARE, MODELS, TRUE_FIT, assert_same_fit, write_tables
 
-from calibrate.hardware import load_hardware
-from calibrate.layer_ops import LayerShape
-from calibrate.op_fit import fit_linear
-from calibrate.op_import import heldout
-from calibrate.op_table import read_op_table
-from calibrate.tile_heldout import chosen, heldout_at
-from calibrate.transfer_shape import padded_gemms
+from calibrate.fitting.op_fit import fit_linear
+from calibrate.hardware.hardware import load_hardware
+from calibrate.judging.op_import import heldout
+from calibrate.judging.tile_heldout import chosen, heldout_at
+from calibrate.judging.transfer_shape import padded_gemms
+from calibrate.tables.op_table import read_op_table
+from calibrate.work.layer_ops import LayerShape
 
 TILE = 64
 

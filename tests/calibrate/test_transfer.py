@@ -6,11 +6,10 @@ import pandas as pd
 import pytest
 from synthetic_ops import MODELS, TRUE_FIT, write_tables
 
-from calibrate.hardware import HardwareSpec, load_hardware
-from calibrate.layer_ops import LayerShape
-from calibrate.op_fit import fit_linear
-from calibrate.op_table import read_op_table
-from calibrate.transfer import (
+from calibrate.fitting.op_fit import fit_linear
+from calibrate.hardware.hardware import HardwareSpec, load_hardware
+from calibrate.judging.transfer_judge import RegimeError, choose, device_rows, h200_to_a100
+from calibrate.parts.transfer import (
     COMPUTE_BOUND,
     MEMORY_BOUND,
     REGIMES,
@@ -25,7 +24,8 @@ from calibrate.transfer import (
     ridge_tokens,
     same_chip,
 )
-from calibrate.transfer_judge import RegimeError, choose, device_rows, h200_to_a100
+from calibrate.tables.op_table import read_op_table
+from calibrate.work.layer_ops import LayerShape
 from engine.errors import SpecError
 
 # two made-up GPUs: the "true" one the fit sees and another with other peaks
@@ -103,7 +103,7 @@ def test_a_missing_hardware_field_names_it():
 
 @pytest.mark.parametrize("name", NEW_GPUS)
 def test_a_hardware_yaml_without_a_field_is_one_line_naming_it(tmp_path, name):
-    from calibrate.hardware import HARDWARE_DIR
+    from calibrate.hardware.hardware import HARDWARE_DIR
 
     text = (HARDWARE_DIR / f"{name}.yaml").read_text()
     cut = "\n".join(line for line in text.splitlines() if not line.startswith("hbm_bytes_per_s"))
@@ -130,8 +130,8 @@ def test_a_profile_without_device_dominated_prefills_names_the_regime(tmp_path):
 
 
 def test_a_token_table_without_compute_bound_rows_names_the_regime():
-    from calibrate.profile_file import load_profile
-    from calibrate.transfer_judge import PROFILES
+    from calibrate.fitting.profile_file import load_profile
+    from calibrate.judging.transfer_judge import PROFILES
 
     profile = load_profile(PROFILES / "a100-80gb-linear.yaml")
     short = replace(profile, token_knots=profile.token_knots[:5], token_costs_s=profile.token_costs_s[:5])
@@ -183,7 +183,7 @@ def test_elementwise_terms_are_measured_kinds_only():
 
 @pytest.mark.parametrize("measured_on", ["a100-80gb", "h100-sxm"])
 def test_import_reports_each_regime_and_the_gpu_the_fit_never_saw(tmp_path, measured_on):
-    from calibrate.op_import import import_profile, report
+    from calibrate.judging.op_import import import_profile, report
 
     result = import_profile(write_tables(tmp_path), None, "llama-7b", measured_on, "test")
     assert set(result.by_model.summary()["per_iteration_by_regime"]) == set(REGIMES)
@@ -199,8 +199,8 @@ def test_import_reports_each_regime_and_the_gpu_the_fit_never_saw(tmp_path, meas
 
 
 def test_the_roofline_cost_model_charges_what_the_regime_terms_add_up_to():
-    from calibrate.layer_ops import ITERATION_ELEMENTWISE
-    from calibrate.roofline import RooflineCostModel
+    from calibrate.clock.roofline import RooflineCostModel
+    from calibrate.work.layer_ops import ITERATION_ELEMENTWISE
     from engine.core.batch import Batch
     from engine.specs.loader import load_model_spec
 
@@ -217,7 +217,7 @@ def test_the_roofline_cost_model_charges_what_the_regime_terms_add_up_to():
 
 
 def test_device_time_measured_apart_is_judged_in_place_of_the_whole_forward(tmp_path):
-    from calibrate.transfer_judge import H200_RAW
+    from calibrate.judging.transfer_judge import H200_RAW
 
     raw = pd.read_csv(H200_RAW[0])
     raw.assign(device_s=raw["time_s"] * 0.5).to_csv(tmp_path / "split.raw.csv", index=False)

@@ -4,13 +4,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from calibrate.hardware import load_hardware
-from calibrate.profile_file import load_profile
-from calibrate.profile_model import transferred_roofline
-from calibrate.roofline import RooflineCostModel
-from calibrate.transfer import COMPUTE_BOUND, MEMORY_BOUND, RegimeChoice
-from calibrate.transfer_cost import RegimeCostModel, by_regime
-from calibrate.transfer_judge import PROFILES, choose, judge_profile
+from calibrate.clock.roofline import RooflineCostModel
+from calibrate.cost_models.profile_model import transferred_roofline
+from calibrate.cost_models.transfer_cost import RegimeCostModel, by_regime
+from calibrate.fitting.profile_file import load_profile
+from calibrate.hardware.hardware import load_hardware
+from calibrate.judging.transfer_judge import PROFILES, choose, judge_profile
+from calibrate.parts.transfer import COMPUTE_BOUND, MEMORY_BOUND, RegimeChoice
 from engine.core.batch import Batch
 from engine.specs.loader import load_model_spec
 from servesim.cli import main
@@ -50,7 +50,7 @@ def test_every_new_gpu_prices_a_batch_by_default_and_with_the_transfer(name):
 
 def test_by_regime_prices_each_regime_with_its_chosen_model():
     spec, h100, a100 = load_model_spec("llama-7b"), load_hardware("h100-sxm"), load_hardware("a100-80gb")
-    from calibrate.linear_model import LinearFit
+    from calibrate.parts.linear_model import LinearFit
 
     fit = LinearFit.from_dict(load_profile(A100_PROFILE).linear)
     measured = RooflineCostModel(spec, h100, linear=fit)
@@ -112,8 +112,8 @@ def test_calibrate_fit_of_a_cpu_profile_prints_no_gpu_judgement(tmp_path, capsys
 def test_without_the_held_out_gpu_rows_nothing_is_judged(tmp_path, monkeypatch):
     import shutil
 
-    from calibrate import transfer_judge
-    from calibrate.transfer_cost import default_choice
+    from calibrate.cost_models.transfer_cost import default_choice
+    from calibrate.judging import transfer_judge
 
     profile = tmp_path / "a100.yaml"
     shutil.copy(A100_PROFILE, profile)
@@ -147,8 +147,8 @@ warmup_s: 0
 
 
 def test_the_judge_tells_a_wrong_compute_share_from_a_right_one():
-    from calibrate.linear_model import LinearFit
-    from calibrate.transfer_judge import a100_to_h200
+    from calibrate.judging.transfer_judge import a100_to_h200
+    from calibrate.parts.linear_model import LinearFit
 
     shipped = LinearFit.from_dict(load_profile(A100_PROFILE).linear)
     wrong = LinearFit(0.3, shipped.bandwidth_efficiency, shipped.ridge_efficiency, shipped.gemm_latency_s,

@@ -16,10 +16,8 @@ from synthetic_ops import (
     write_two_gpus,
 )
 
-from calibrate.hardware import load_hardware
-from calibrate.layer_ops import GEMMS
-from calibrate.op_table import read_op_table
-from calibrate.transfer_shape import (
+from calibrate.hardware.hardware import load_hardware
+from calibrate.judging.transfer_shape import (
     choose_tile,
     padded_gemms,
     ratio_hold_out,
@@ -27,7 +25,9 @@ from calibrate.transfer_shape import (
     residual_correlation,
     tile_hold_out,
 )
-from calibrate.transfer_two_gpus import GpuTables, hold_out
+from calibrate.judging.transfer_two_gpus import GpuTables, hold_out
+from calibrate.tables.op_table import read_op_table
+from calibrate.work.layer_ops import GEMMS
 
 TILE = 64
 

@@ -8,19 +8,19 @@ import pytest
 import yaml
 from synthetic_ops import HARDWARE, LAYERS, SECOND_HARDWARE, TRUE_FIT, assert_same_fit, write_all_reduce, write_two_gpus
 
-from calibrate.hardware import load_hardware
-from calibrate.linear_model import LinearFit
-from calibrate.op_fit import fit_linear, fit_linear_on
-from calibrate.op_import import import_profile, report
-from calibrate.op_table import read_op_table
-from calibrate.profile_file import load_profile
-from calibrate.profile_model import transferred_roofline
-from calibrate.roofline import RooflineCostModel
-from calibrate.transfer import COMPUTE_BOUND, FINE_REGIMES, LATENCY, MEMORY_BOUND, RIDGE, regime_of
-from calibrate.transfer_cost import RegimeCostModel
-from calibrate.transfer_joint import stored_choice
-from calibrate.transfer_judge import PROFILES, RegimeError
-from calibrate.transfer_two_gpus import GpuTables, hold_out, judgement, two_gpu_choice
+from calibrate.clock.roofline import RooflineCostModel
+from calibrate.cost_models.profile_model import transferred_roofline
+from calibrate.cost_models.transfer_cost import RegimeCostModel
+from calibrate.cost_models.transfer_joint import stored_choice
+from calibrate.fitting.op_fit import fit_linear, fit_linear_on
+from calibrate.fitting.profile_file import load_profile
+from calibrate.hardware.hardware import load_hardware
+from calibrate.judging.op_import import import_profile, report
+from calibrate.judging.transfer_judge import PROFILES, RegimeError
+from calibrate.judging.transfer_two_gpus import GpuTables, hold_out, judgement, two_gpu_choice
+from calibrate.parts.linear_model import LinearFit
+from calibrate.parts.transfer import COMPUTE_BOUND, FINE_REGIMES, LATENCY, MEMORY_BOUND, RIDGE, regime_of
+from calibrate.tables.op_table import read_op_table
 from engine.core.batch import Batch
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec

@@ -1,8 +1,8 @@
 """Bad input stops before anything runs, with a message that names the file, the key or row, and both sides."""
 import pytest
 
-from calibrate.device import device_name as this_device
-from calibrate.precision import Precision
+from calibrate.hardware.device import device_name as this_device
+from calibrate.hardware.precision import Precision
 from engine.errors import SpecError
 from fidelity.config import check_engine_precision, load_validation
 from fidelity.validate import RealSide, validate

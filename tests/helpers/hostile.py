@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from calibrate.features import TERMS
-from calibrate.profile_file import Profile
+from calibrate.fitting.profile_file import Profile
+from calibrate.work.features import TERMS
 from tests.helpers.configs import tiny
 
 TINY = tiny(workload="{dataset: sharegpt-standin, arrival: poisson, duration_s: 20}", systems="[vllm]", rates="[1]",

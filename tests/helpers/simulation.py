@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from calibrate.costmodel import CostModel
-from calibrate.hardware import load_hardware
-from calibrate.roofline import RooflineCostModel
+from calibrate.clock.costmodel import CostModel
+from calibrate.clock.roofline import RooflineCostModel
+from calibrate.hardware.hardware import load_hardware
 from engine.core.system import PAPER_SYSTEMS
 from engine.specs.loader import load_model_spec
 from sim.workload.trace import Trace

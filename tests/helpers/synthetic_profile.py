@@ -2,9 +2,9 @@
 import numpy as np
 import pandas as pd
 
-from calibrate.features import TERMS, term_matrix
-from calibrate.grid import Grid
-from calibrate.rows import shape_row
+from calibrate.profiling.grid import Grid
+from calibrate.profiling.rows import shape_row
+from calibrate.work.features import TERMS, term_matrix
 
 TRUE = {term: 0.0 for term in TERMS}
 TRUE.update({"prefill_attention_s": 3e-9, "decode_context_s": 5e-7, "per_sequence_s": 1e-4,

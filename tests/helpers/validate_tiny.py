@@ -5,7 +5,7 @@ runs, refuses bad input and proves the two control planes agree, not how good a 
 """
 import textwrap
 
-from calibrate.device import device_name as this_device
+from calibrate.hardware.device import device_name as this_device
 
 TINY_LENGTHS = """\
 prompt_len,output_len

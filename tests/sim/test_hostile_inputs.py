@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.costmodel import CostModel
-from calibrate.features import TERMS
+from calibrate.clock.costmodel import CostModel
+from calibrate.work.features import TERMS
 from engine.errors import SpecError
 from servesim.cli import main
 from sim.experiment.config import load_experiment

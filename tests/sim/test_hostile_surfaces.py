@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from calibrate.profile_file import FORMAT, load_profile
+from calibrate.fitting.profile_file import FORMAT, load_profile
 from servesim.cli import main
 from tests.helpers.hostile import TINY, profile
 

@@ -187,7 +187,7 @@ CSV_CELLS = ["nan", "inf", "-1", "0", "1e308", "1e-300", "abc", "", "3.5", str(2
 
 @pytest.fixture(scope="module")
 def raw_profile():
-    from calibrate.grid import GRIDS
+    from calibrate.profiling.grid import GRIDS
     from tests.helpers.synthetic_profile import synthetic_raw
 
     return synthetic_raw(0.02, grid=GRIDS["tiny"])
@@ -200,7 +200,7 @@ def raw_profile():
        folds=st.one_of(st.integers(2, 12), st.integers(-1, 20)))
 def test_a_calibrate_csv_is_fitted_or_refused_in_one_line(tmp_path, raw_profile, cells, drop, keep, folds):
     from calibrate.cli import check_folds, read_raw
-    from calibrate.fit import check_raw, fit_profile
+    from calibrate.fitting.fit import check_raw, fit_profile
     from engine.specs.checks import number, option
 
     raw = raw_profile.astype(object).head(keep)

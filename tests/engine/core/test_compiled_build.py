@@ -83,7 +83,7 @@ def _python(code: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
 
 
 # calibrate's compiled module first: its package's __init__ must have chosen the build before it is found
-WHERE = ("import calibrate.roofline_terms as d, engine.core.serving as a, engine.core.scheduler.vllm as b, "
+WHERE = ("import calibrate.clock.roofline_terms as d, engine.core.serving as a, engine.core.scheduler.vllm as b, "
          "sim.core.replica as c, engine.core as e; "
          "print(e.compiled.BUILD); print(a.__file__); print(b.__file__); print(c.__file__); print(d.__file__)")
 

@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from calibrate.costmodel import CostModel  # noqa: E402
+from calibrate.clock.costmodel import CostModel  # noqa: E402
 from engine.runtime.model import AttentionMetadata, Decoder  # noqa: E402
 
 BACKEND = "torch"

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import sim.core.fleet
-from calibrate.costmodel import CostModel
+from calibrate.clock.costmodel import CostModel
 from engine.errors import SpecError
 from sim.core.fast_forward import FastForward
 from sim.core.simulate import simulate

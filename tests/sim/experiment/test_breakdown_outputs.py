@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from calibrate.breakdown import fold
+from calibrate.clock.breakdown import fold
 from engine.core.records import ITERATION_COLUMNS
 from engine.errors import SpecError
 from sim.experiment.config import experiment_from_dict

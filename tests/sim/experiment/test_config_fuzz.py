@@ -14,10 +14,10 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from calibrate.features import TERMS
-from calibrate.host import HOST_TERMS
-from calibrate.profile_file import load_profile
-from calibrate.profile_model import ProfileCostModel
+from calibrate.cost_models.profile_model import ProfileCostModel
+from calibrate.fitting.profile_file import load_profile
+from calibrate.parts.host import HOST_TERMS
+from calibrate.work.features import TERMS
 from engine.core.batch import BatchShape
 from engine.errors import SpecError, Unservable
 from sim.experiment.config import load_experiment

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import sim.core.fleet
-from calibrate.host import host_time
-from calibrate.host_model import available_host_models, host_model_path, load_host_model
+from calibrate.parts.host import host_time
+from calibrate.parts.host_model import available_host_models, host_model_path, load_host_model
 from engine.core.batch import Batch
 from engine.errors import SpecError
 from sim.core.fast_forward import FastForward

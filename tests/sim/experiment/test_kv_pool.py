@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from calibrate.hardware import GIB, load_hardware
-from calibrate.precision import Precision
+from calibrate.hardware.hardware import GIB, load_hardware
+from calibrate.hardware.precision import Precision
 from engine.specs.loader import load_model_spec
 from sim.experiment.kv_pool import (
     block_bytes,

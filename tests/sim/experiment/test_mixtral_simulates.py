@@ -2,7 +2,7 @@
 the KV tokens its 8 KV heads allow, and serves one on the shipped A100 clock, whose H100 fit prices it there."""
 from __future__ import annotations
 
-from calibrate.host_model import host_model_path
+from calibrate.parts.host_model import host_model_path
 from sim.experiment.config import clock_for, load_experiment
 from sim.experiment.run import run_one
 

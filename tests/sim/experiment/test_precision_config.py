@@ -5,9 +5,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from calibrate.hardware import load_hardware
-from calibrate.precision import Precision
-from calibrate.registry import Clock, CostModelConfig, build_cost_model
+from calibrate.cost_models.registry import Clock, CostModelConfig, build_cost_model
+from calibrate.hardware.hardware import load_hardware
+from calibrate.hardware.precision import Precision
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 from servesim.cli import main

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from calibrate.host_model import host_model_path
+from calibrate.parts.host_model import host_model_path
 from engine.errors import SpecError
 from sim.experiment.config import load_experiment
 from sim.experiment.run import run_one

@@ -2,7 +2,7 @@
 paper's shapes, and swapping against recomputing a preempted sequence across block sizes."""
 import pytest
 
-from calibrate.hardware import load_hardware
+from calibrate.hardware.hardware import load_hardware
 from engine.specs.loader import load_model_spec
 from sim.reproduce.ablations import fig18a_frame, fig19a_frame, kernel_latency, preemption_cost, roofline_at
 

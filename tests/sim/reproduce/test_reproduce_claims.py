@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from calibrate.costmodel import CostModel
+from calibrate.clock.costmodel import CostModel
 from sim.reproduce.claims import CLAIMS, prompt_share
 from sim.reproduce.figures import FIGURES
 from sim.reproduce.predictions import kernel_frame

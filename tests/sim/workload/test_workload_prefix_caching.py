@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from calibrate.hardware import load_hardware
-from calibrate.roofline import RooflineCostModel
+from calibrate.clock.roofline import RooflineCostModel
+from calibrate.hardware.hardware import load_hardware
 from engine.core.system import PAPER_SYSTEMS
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec

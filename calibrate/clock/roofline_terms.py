@@ -1,0 +1,270 @@
+"""The roofline's arithmetic per iteration, on floats: what the simulator asks of its clock at every step.
+
+RooflineCostModel (roofline.py) works out its constants once and binds them here; this module is compiled by
+mypyc with the control plane (setup.py), so that pricing a step costs C arithmetic on doubles rather than
+the interpreter's. Its operations are those of RooflineCostModel._time, in the same order, on the same IEEE
+doubles, so compiled and pure Python give the same floats, and both the same as the array expression a long
+decode stretch is priced with (tests/calibrate/test_iteration_time_fast_path.py).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from engine.core.batch import ShapeMetrics
+
+
+class RooflineTerms:
+    """Seconds per token, per sequence, per block and per iteration of one roofline, and the sums over a batch."""
+
+    def __init__(self, s_per_token_linear: float, s_per_logit_row: float, s_weights: float, ridge_p: float,
+                 s_per_context_token: float, s_per_decode_block: float, s_per_prompt_sq: float,
+                 s_per_copied_block: float, overhead_s: float, s_per_token_comm: float, s_comm_fixed: float,
+                 comm_time: Callable[[int], float] | None,
+                 kernels: bool, s_kernels_fixed: float, s_per_token_kernels: float, charge_host: bool,
+                 host_per_iteration: float, host_per_sequence: float, host_per_prefill_token: float,
+                 fitted: bool = False, decode_latency: float = 0.0, s_per_prefill_pair: float = 0.0,
+                 s_per_prefill_kv_token: float = 0.0, s_per_prefill_token: float = 0.0, prefill_latency: float = 0.0,
+                 wave_launch: Callable[[int], tuple[int, int, float]] | None = None, wave_heads: int = 0,
+                 wave_tile: int = 0, wave_sm_count: int = 0, wave_blocks_per_sm: int = 0,
+                 wave_floors: Sequence[float] = (), s_per_head_token: float = 0.0, num_experts: int = 1,
+                 experts_per_token: int = 1, s_per_expert_read: float = 0.0, s_per_expert_kernels: float = 0.0):
+        """The tensor-parallel all-reduces: comm_time(tokens), their measured seconds; else (None) the ring
+        formula's tokens * s_per_token_comm + s_comm_fixed (0 on one GPU). `fitted`: attention as a measured
+        fit prices it (calibrate/parts/attention_fit.py): the decodes' context at s_per_context_token plus
+        decode_latency where there are decodes, each prefill's new-by-key pairs, K/V tokens and new tokens plus
+        prefill_latency where there are prefills, and the per-block term where one is charged (s_per_decode_block).
+        `wave_launch`: decode attention in waves (calibrate/parts/attention_waves.py) instead, its launch per batch size
+        (splits, tiles per split, latencies) and the grid's numbers beside it. `num_experts` > 1: a mixture of
+        experts, whose weights read add s_per_expert_read per distinct expert the batch is expected to route to
+        (calibrate/work/expert_routing.py's formula, written out here as RooflineCostModel.weights_time computes
+        it), and with measured kernels s_per_expert_kernels of their latencies per such expert
+        (calibrate/parts/expert_ops.py)."""
+        self.s_per_token_linear = s_per_token_linear
+        self.s_per_logit_row = s_per_logit_row
+        self.s_weights = s_weights
+        self.ridge_p = ridge_p
+        self.s_per_context_token = s_per_context_token
+        self.s_per_decode_block = s_per_decode_block
+        self.s_per_prompt_sq = s_per_prompt_sq
+        self.s_per_copied_block = s_per_copied_block
+        self.overhead_s = overhead_s
+        self.s_per_token_comm = s_per_token_comm
+        self.s_comm_fixed = s_comm_fixed
+        self.comm_time = comm_time
+        # a measured all-reduce is a table lookup in Python: each token count a run meets is priced once, the same
+        # float every later time (a batch's token count repeats across a run's thousands of iterations)
+        self.comm_seconds: dict[int, float] = {}
+        # whether an iteration pays for all-reduces at all (measured, or the ring formula with a term not 0)
+        self.has_comm = comm_time is not None or bool(s_per_token_comm or s_comm_fixed)
+        self.kernels = kernels
+        self.s_kernels_fixed = s_kernels_fixed
+        self.s_per_token_kernels = s_per_token_kernels
+        self.charge_host = charge_host
+        self.host_per_iteration = host_per_iteration
+        self.host_per_sequence = host_per_sequence
+        self.host_per_prefill_token = host_per_prefill_token
+        self.fitted = fitted
+        self.decode_latency = decode_latency
+        self.s_per_prefill_pair = s_per_prefill_pair
+        self.s_per_prefill_kv_token = s_per_prefill_kv_token
+        self.s_per_prefill_token = s_per_prefill_token
+        self.prefill_latency = prefill_latency
+        self.wave_launch = wave_launch
+        self.wave_heads = wave_heads
+        self.wave_tile = wave_tile
+        self.wave_sm_count = wave_sm_count
+        self.wave_blocks_per_sm = wave_blocks_per_sm
+        self.wave_floors = list(wave_floors)
+        self.s_per_head_token = s_per_head_token
+        self.num_experts = num_experts
+        self.experts_per_token = experts_per_token
+        self.s_per_expert_read = s_per_expert_read
+        self.s_per_expert_kernels = s_per_expert_kernels
+
+    def expected_experts(self, tokens: int) -> float:
+        """The distinct experts a layer is expected to run for `tokens` tokens (expected_experts_read's float)."""
+        unread = (1.0 - self.experts_per_token / self.num_experts) ** float(tokens)
+        return self.num_experts * (1.0 - unread)
+
+    def kernel_time(self, tokens: int) -> float:
+        """The measured kernels beyond the matmul term (RooflineCostModel.kernels_time's float)."""
+        if self.s_per_expert_kernels:
+            fixed = self.s_kernels_fixed + self.expected_experts(tokens) * self.s_per_expert_kernels
+            return fixed + tokens * self.s_per_token_kernels
+        return self.s_kernels_fixed + tokens * self.s_per_token_kernels
+
+    def matmul_time(self, tokens: int, num_seqs: int) -> float:
+        """The linear layers and the LM head: their compute and their weights' reads under one bent roof
+        (bent_roof, as _time computes it; the hard max at p = inf, both taking the larger then)."""
+        compute = tokens * self.s_per_token_linear + num_seqs * self.s_per_logit_row
+        weights = self.s_weights
+        if self.num_experts > 1:
+            weights = weights + self.expected_experts(tokens) * self.s_per_expert_read
+        if compute > weights:
+            big, small = compute, weights
+        else:
+            big, small = weights, compute
+        p = self.ridge_p
+        return big if p == math.inf or small <= 0.0 else big * (1.0 + (small / big) ** p) ** (1.0 / p)
+
+    def iteration_time(self, batch: ShapeMetrics, num_copy_blocks: int, block_size: int) -> float:
+        """One iteration's seconds (RooflineCostModel.reference_iteration_time's float); num_copy_blocks: the
+        batch's (a Batch's property, a BatchShape's field)."""
+        tokens = batch.num_tokens
+        num_seqs = batch.num_seqs
+        matmuls = self.matmul_time(tokens, num_seqs)
+        if self.fitted:
+            attention = self.fitted_decode(batch.sum_decode_context, batch.num_decodes)
+            if batch.num_prefills:
+                attention = attention + self.fitted_prefill(batch)
+            if self.s_per_decode_block and batch.num_decodes:
+                attention = attention + batch.decode_blocks(block_size) * self.s_per_decode_block
+        else:
+            cached = batch.sum_prefill_cached
+            sum_decode_context = batch.sum_decode_context
+            kv_read = sum_decode_context + cached if cached else sum_decode_context
+            attention = kv_read * self.s_per_context_token
+            if self.s_per_decode_block and batch.num_decodes:
+                attention = attention + batch.decode_blocks(block_size) * self.s_per_decode_block
+            prefill_sq = batch.sum_prefill_sq
+            if prefill_sq:
+                attention = prefill_sq * self.s_per_prompt_sq + attention
+        t = matmuls + attention
+        if self.has_comm:
+            comm = self.comm(tokens)
+            if comm:
+                t = t + comm
+        if num_copy_blocks:
+            copies = num_copy_blocks * self.s_per_copied_block
+            if copies:
+                t = t + copies
+        if self.overhead_s:
+            t = t + self.overhead_s
+        if self.kernels:
+            t += self.kernel_time(tokens)
+        if self.charge_host:
+            t += self.host_time(num_seqs, batch.num_prefill_tokens)
+        return t
+
+    def fitted_decode(self, sum_decode_context: int, num_decodes: int) -> float:
+        """The decodes' attention as a measured fit prices it: in waves where it has them (RooflineCostModel.
+        _fitted_decode's operations on floats), else the context's bytes plus the latency."""
+        if self.wave_launch is not None and num_decodes:
+            splits, per_split, latency = self.wave_launch(num_decodes)
+            read = wave_tokens_float(sum_decode_context / num_decodes, num_decodes * self.wave_heads, self.wave_tile,
+                                     splits, per_split, self.wave_sm_count, self.wave_blocks_per_sm, self.wave_floors)
+            return read * self.s_per_head_token + latency
+        attention = sum_decode_context * self.s_per_context_token
+        if num_decodes:
+            attention = attention + self.decode_latency
+        return attention
+
+    def fitted_prefill(self, batch: ShapeMetrics) -> float:
+        """The prefills' attention as a measured fit prices it: pairs, K/V read, output reshaped, latency."""
+        tokens = batch.num_prefill_tokens
+        pairs = prefill_pairs(batch.prefill_lens, batch.prefill_cached_lens)
+        return (pairs * self.s_per_prefill_pair + (tokens + batch.sum_prefill_cached) * self.s_per_prefill_kv_token
+                + tokens * self.s_per_prefill_token + self.prefill_latency)
+
+    def comm(self, tokens: int) -> float:
+        if self.comm_time is not None:
+            known = self.comm_seconds.get(tokens)
+            if known is None:
+                known = self.comm_time(tokens)
+                self.comm_seconds[tokens] = known
+            return known
+        return tokens * self.s_per_token_comm + self.s_comm_fixed
+
+    def host_time(self, num_seqs: int, num_prefill_tokens: int) -> float:
+        return (self.host_per_iteration + self.host_per_sequence * num_seqs
+                + self.host_per_prefill_token * num_prefill_tokens)
+
+    def stretch_times(self, batch: ShapeMetrics, num_copy_blocks: int, num_steps: int,
+                      blocks: list[int]) -> list[float]:
+        """Each step's seconds of a decode stretch (`batch`, then every decode context one longer per step;
+        `blocks`: each step's decode blocks where the paged kernel's per-block term applies, else empty): the terms that
+        do not change along the stretch once, then per step the same additions in the same order as the
+        array expression (numpy's float64 operations round as these do), so the same floats."""
+        tokens = batch.num_tokens
+        num_seqs = batch.num_seqs
+        matmuls = self.matmul_time(tokens, num_seqs)
+        cached = batch.sum_prefill_cached
+        first, step = batch.sum_decode_context, batch.num_decodes
+        paged = bool(blocks)
+        prefill_sq = batch.sum_prefill_sq
+        comm = self.comm(tokens) if self.has_comm else 0.0
+        copies = num_copy_blocks * self.s_per_copied_block
+        overhead = self.overhead_s
+        kernels = self.kernel_time(tokens) if self.kernels else 0.0
+        host = self.host_time(num_seqs, batch.num_prefill_tokens) if self.charge_host else 0.0
+        s_context, s_block, s_prompt_sq = self.s_per_context_token, self.s_per_decode_block, self.s_per_prompt_sq
+        fitted = self.fitted
+        fitted_prefill = self.fitted_prefill(batch) if fitted and batch.num_prefills else 0.0
+        times: list[float] = []
+        for s in range(num_steps):
+            context = first + s * step
+            if fitted:
+                attention = self.fitted_decode(context, step)
+                if fitted_prefill:
+                    attention = attention + fitted_prefill
+                if paged:
+                    attention = attention + blocks[s] * s_block
+            else:
+                attention = (context + cached if cached else context) * s_context
+                if paged:
+                    attention = attention + blocks[s] * s_block
+                if prefill_sq:
+                    attention = prefill_sq * s_prompt_sq + attention
+            t = matmuls + attention
+            if comm:
+                t = t + comm
+            if copies:
+                t = t + copies
+            if overhead:
+                t = t + overhead
+            if self.kernels:
+                t += kernels
+            if self.charge_host:
+                t += host
+            times.append(t)
+        return times
+
+
+def wave_tokens_float(mean_context: float, blocks_per_split: int, tile: int, splits: int, tiles_per_split: int,
+                      sm_count: int, blocks_per_sm: int, floors: list[float]) -> float:
+    """calibrate.parts.attention_waves.wave_tokens on floats, step for step (each step's value is a whole number or
+    the same IEEE operation on the same doubles, so the same float)."""
+    tiles = math.ceil(mean_context / tile)
+    busy = max(min(math.ceil(tiles / tiles_per_split), splits), 1)
+    blocks = blocks_per_split * busy
+    slots = sm_count * blocks_per_sm
+    waves = math.ceil(blocks / slots)
+    tail = blocks - (waves - 1) * slots
+    busiest = min(math.ceil(tail / sm_count), blocks_per_sm)
+    equivalent = (waves - 1) * max(float(slots), floors[-1]) + max(float(tail), floors[busiest - 1])
+    per_block = max(min(mean_context, float(tiles_per_split * tile)), mean_context / splits)
+    return equivalent * per_block
+
+
+def prefill_pairs(prefill_lens: Sequence[int], prefill_cached_lens: Sequence[int]) -> int:
+    """Every new token of each prefill against every key, cached and new: n (n + c) summed."""
+    if not any(prefill_cached_lens):
+        return sum([n * n for n in prefill_lens])
+    return sum([n * (n + c) for n, c in zip(prefill_lens, prefill_cached_lens)])
+
+
+def stretch_block_list(contexts: Sequence[int], num_steps: int, block_size: int) -> list[int]:
+    """The KV blocks a decode stretch's contexts span at each of its num_steps steps, every context one longer
+    per step (calibrate.clock.costmodel.stretch_block_sums, whose comment tells how): ceil(context / block_size)
+    summed at the first step, then what the contexts crossing into a new block add at each next."""
+    first, last = 0, block_size - 1
+    crossing = [0] * block_size
+    for c in contexts:
+        first += (c + last) // block_size
+        crossing[-c % block_size] += 1
+    blocks = [first]
+    for s in range(num_steps - 1):
+        first += crossing[s % block_size]
+        blocks.append(first)
+    return blocks

@@ -1,0 +1,71 @@
+"""One decoder layer's non-attention operations as work: FLOPs and weight bytes of its matmuls, bytes per
+token of its elementwise kernels.
+
+The per-operation import (calibrate/tables/op_table.py) reads these from a measured table's architecture columns,
+the roofline (calibrate/clock/roofline.py) from a ModelSpec, so that the fit and the cost model count the same work.
+Names are the per-operation tables' (Vidur's profiling): `attn_pre_proj` is the QKV matmul, `mlp_up_proj`
+the up (and gate) matmul, and so on. Norms and the residual add run whole on every tensor-parallel GPU;
+the matmuls, the rotary embedding and the activation are split across them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.core.spec import ModelSpec
+
+GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+# elementwise kernels, once per layer; `emb` (the embedding lookup) once per iteration
+LAYER_ELEMENTWISE = ("input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add")
+ITERATION_ELEMENTWISE = ("emb",)
+ELEMENTWISE = LAYER_ELEMENTWISE + ITERATION_ELEMENTWISE
+OPS = GEMMS + ELEMENTWISE
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """What a layer's non-attention work depends on."""
+    hidden: int
+    num_heads: int
+    num_kv_heads: int
+    ffn: int
+    gated_mlp: bool
+    rotary: bool = True
+
+    @classmethod
+    def of(cls, model: ModelSpec) -> LayerShape:
+        return cls(model.hidden_size, model.num_heads, model.num_kv_heads, model.ffn_dim, model.is_gated_mlp,
+                   model.position == "rotary")
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_kv_heads * (self.hidden // self.num_heads)
+
+    def gemm_dims(self, tp: int) -> dict[str, tuple[int, int]]:
+        """(inputs, outputs) of each matmul on one of `tp` GPUs: its weight is inputs x outputs."""
+        h = self.hidden
+        up = (2 if self.gated_mlp else 1) * self.ffn
+        return {"attn_pre_proj": (h, (h + 2 * self.kv_dim) // tp), "attn_post_proj": (h // tp, h),
+                "mlp_up_proj": (h, up // tp), "mlp_down_proj": (self.ffn // tp, h)}
+
+    def elementwise_bytes_per_token(self, tp: int, dtype_bytes: int = 2) -> dict[str, float]:
+        """Bytes each elementwise kernel reads and writes per token on one GPU; a kernel the layer does not
+        run (rotary embedding in a model with learned positions) moves none."""
+        h = self.hidden
+        act_width = 3 if self.gated_mlp else 2  # gated: reads gate and up, writes one; else reads one, writes one
+        return {
+            "input_layernorm": 2 * h * dtype_bytes,
+            "attn_rope": (2 * (h + self.kv_dim) // tp * dtype_bytes) if self.rotary else 0.0,
+            "post_attention_layernorm": 2 * h * dtype_bytes,
+            "mlp_act": act_width * self.ffn // tp * dtype_bytes,
+            "add": 3 * h * dtype_bytes,
+            "emb": 2 * h * dtype_bytes,
+        }
+
+    def runs(self, op: str) -> bool:
+        return op != "attn_rope" or self.rotary
+
+
+def gemm_work(dims: tuple[int, int], tokens, dtype_bytes: int = 2):
+    """(FLOPs, weight bytes) of one matmul over `tokens` rows (a number or an array)."""
+    inputs, outputs = dims
+    return 2.0 * tokens * inputs * outputs, float(inputs * outputs * dtype_bytes)
