@@ -254,11 +254,11 @@ def block_sizes_line(profile) -> str:
 
 
 def swap_line(profile) -> str:
-    if profile.swap_s_per_transfer is None or profile.swap_s_per_byte is None:
+    if profile.swap_s_per_copy is None or profile.swap_s_per_byte is None:
         return "swap: not measured (the roofline's defaults over the config's PCIe)"
     per_byte = profile.swap_s_per_byte
     rate = f"{1 / per_byte / 1e9:.1f} GB/s" if per_byte > 0 else "no cost per byte"
-    return (f"swap: {profile.swap_s_per_transfer * 1e6:.2f} us per transfer (a block's K or V of one layer) "
+    return (f"swap: {profile.swap_s_per_copy * 1e6:.2f} us per copy (a block's K or V of one layer) "
             f"+ bytes at {rate}")
 
 
@@ -317,7 +317,7 @@ def register(sub) -> None:
     prof.add_argument("--block-size", type=int, default=16)
     prof.add_argument("--block-sizes", type=parse_block_sizes, default=(),
                       help="comma-separated block sizes to also time decodes and swaps at (e.g. 1,4,16,64,256): "
-                           "fits the cost per KV block read and per swap transfer")
+                           "fits the cost per KV block read and per swap copy")
     prof.add_argument("--threads", type=int, default=0, help="CPU: torch intra-op threads (default: torch's)")
     prof.add_argument("--out", required=True)
     prof.set_defaults(func=_cmd_profile)

@@ -68,7 +68,7 @@ def main() -> None:
                         help="attention kernels: auto (Triton on CUDA), or the torch references")
     parser.add_argument("--block-sizes", type=parse_block_sizes, default=(),
                         help="also time decodes and swaps at these block sizes, e.g. 1,4,16,64,256 (fits the cost "
-                             "per KV block and per swap transfer)")
+                             "per KV block and per swap copy)")
     parser.add_argument("--cuda-graphs", default="auto", choices=("auto", "on", "off"),
                         help="decodes through CUDA graphs (on), eagerly (off), or as the device allows (auto)")
     args = parser.parse_args()

@@ -12,7 +12,7 @@ at achieved (not peak) FLOP/s and bandwidth:
   decode attn    context * KV bytes per token / bandwidth, plus a cost per KV block read (paged kernels)
   tensor par.    work / tp, plus two all-reduces of the activations per layer: a ring formula, or
                  a measured table (calibrate/parts/all_reduce.py)
-  swaps          per block: a latency per transfer (K and V of each layer) plus its bytes / PCIe bandwidth
+  swaps          per block: a latency per copy (K and V of each layer) plus its bytes / PCIe bandwidth
   precision      the decoder matmuls' weight bytes at the weights' format, the LM head's 16-bit; every KV read,
                  write, copy and swap at the KV cache's; the matmuls at the sheet's FP8 rate for W8A8, else its
                  16-bit rate (calibrate/hardware/precision.py)
@@ -88,7 +88,7 @@ ALLREDUCES_PER_LAYER = 2  # after attention's output projection and after the ML
 GEMMS_PER_LAYER = 4  # QKV, output projection, MLP up (and gate), MLP down
 # a 16-token block's share of Fig. 18a's paged-over-dense gap (23%), as extra tokens read per block
 DEFAULT_BLOCK_READ_OVERHEAD_TOKENS = 0.23 * 16
-DEFAULT_SWAP_TRANSFER_LATENCY_S = 5e-6  # per cudaMemcpyAsync of one block of one layer's K or V
+DEFAULT_SWAP_COPY_LATENCY_S = 5e-6  # per cudaMemcpyAsync of one block of one layer's K or V
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class RooflineParams:
     ridge_efficiency: float = 1.0
     # each KV block a paged decode reads costs as much as reading this many more tokens' K/V
     block_read_overhead_tokens: float = DEFAULT_BLOCK_READ_OVERHEAD_TOKENS
-    swap_transfer_latency_s: float = DEFAULT_SWAP_TRANSFER_LATENCY_S  # per copy a swap issues
+    swap_copy_latency_s: float = DEFAULT_SWAP_COPY_LATENCY_S  # per copy a swap issues
 
 
 def decode_block_seconds(model: ModelSpec, bandwidth: float, tp: int, dtype_bytes: int,
@@ -111,7 +111,7 @@ def decode_block_seconds(model: ModelSpec, bandwidth: float, tp: int, dtype_byte
     return params.block_read_overhead_tokens * model.kv_bytes_per_token(dtype_bytes) / tp / bandwidth
 
 
-def swap_transfers_per_block(model: ModelSpec) -> int:
+def swap_copies_per_block(model: ModelSpec) -> int:
     """Copies one block's swap issues: the K and the V of every layer, each its own (paper-era vLLM)."""
     return 2 * model.num_layers
 
@@ -120,7 +120,7 @@ def swap_block_seconds(model: ModelSpec, hw: HardwareSpec, tp: int, dtype_bytes:
                        params: RooflineParams) -> float:
     """Seconds to move one block between GPU and host: a latency per copy, then its bytes over PCIe."""
     block_bytes = model.kv_bytes_per_token(dtype_bytes) * block_size / tp
-    return (swap_transfers_per_block(model) * params.swap_transfer_latency_s
+    return (swap_copies_per_block(model) * params.swap_copy_latency_s
             + block_bytes / (hw.pcie_bytes_per_s * params.pcie_efficiency))
 
 
@@ -162,7 +162,7 @@ class RooflineCostModel(CostModel):
                        f"bw_eff={params.bandwidth_efficiency}, overhead_s={params.overhead_s}"
                        + (f", ridge_eff={params.ridge_efficiency}" if params.ridge_efficiency != 1 else "")
                        + f", {kernel if attention is None else 'attention measured' + waves_note(attention, hw)}"
-                       + f", swap_latency_s={params.swap_transfer_latency_s:g}"
+                       + f", swap_latency_s={params.swap_copy_latency_s:g}"
                        + "".join(f", {note}" for note in [self.precision.describe(hw)] if note) + ")")
         flops = hw.peak_flops * params.compute_efficiency
         bandwidth = hw.hbm_bytes_per_s * params.bandwidth_efficiency

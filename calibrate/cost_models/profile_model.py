@@ -8,7 +8,7 @@ import numpy as np
 
 from calibrate.clock.breakdown import IterationTime, fold
 from calibrate.clock.costmodel import CostModel, per_step, stretch_block_sums, stretch_context_sums
-from calibrate.clock.roofline import RooflineParams, swap_block_seconds, swap_transfers_per_block, waves_note
+from calibrate.clock.roofline import RooflineParams, swap_block_seconds, swap_copies_per_block, waves_note
 from calibrate.fitting.profile_file import DTYPE_BYTES, Profile, load_profile
 from calibrate.hardware.hardware import HardwareSpec, hardware_for_device
 from calibrate.parts.host import host_parts
@@ -22,7 +22,7 @@ from engine.specs.loader import load_model_spec
 class ProfileCostModel(CostModel):
     """A fitted profile's times at `block_size` (default the profile's) and `dtype_bytes` (default its dtype's).
 
-    A swap moves each block as swap_transfers_per_block copies plus its bytes, at the profile's measured costs;
+    A swap moves each block as swap_copies_per_block copies plus its bytes, at the profile's measured costs;
     where the profile has none, at the roofline's defaults over `hardware`'s PCIe (nothing without hardware)."""
 
     def __init__(self, profile: Profile, path: str = "", block_size: int | None = None,
@@ -174,15 +174,15 @@ class ProfileCostModel(CostModel):
 
 def swap_seconds_per_block(profile: Profile, block_size: int, dtype_bytes: int | None,
                            hardware: HardwareSpec | None) -> float:
-    """One block's swap: its copies at the profile's cost per transfer and its bytes at its cost per byte; where
+    """One block's swap: its copies at the profile's cost per copy and its bytes at its cost per byte; where
     the profile measured no swap, the roofline's defaults over `hardware`'s PCIe (0 with no hardware given)."""
     model = load_model_spec(profile.model)
     element = dtype_bytes or DTYPE_BYTES[profile.dtype]
     tp = profile.tensor_parallel
-    if profile.swap_s_per_transfer is None or profile.swap_s_per_byte is None:
+    if profile.swap_s_per_copy is None or profile.swap_s_per_byte is None:
         return swap_block_seconds(model, hardware, tp, element, block_size, RooflineParams()) if hardware else 0.0
     block_bytes = model.kv_bytes_per_token(element) * block_size / tp
-    return swap_transfers_per_block(model) * profile.swap_s_per_transfer + block_bytes * profile.swap_s_per_byte
+    return swap_copies_per_block(model) * profile.swap_s_per_copy + block_bytes * profile.swap_s_per_byte
 
 
 def implied_efficiency(profile: Profile, measured_on: HardwareSpec, dtype_bytes: int = 2) -> RooflineParams:
@@ -194,7 +194,7 @@ def implied_efficiency(profile: Profile, measured_on: HardwareSpec, dtype_bytes:
     reading the weights at that bandwidth. Assumes the profiled device ran the same kernels a
     target device would (the roofline shape carries over, the constants do not). The kernel's work per
     KV block as tokens' worth of K/V read (0 where the profile could not tell it apart, its per-token cost
-    holding it), and the swap's cost per transfer, carry over as measured (0 where not measured).
+    holding it), and the swap's cost per copy, carry over as measured (0 where not measured).
     """
     model = load_model_spec(profile.model)
     c = profile.coefficients
@@ -213,7 +213,7 @@ def implied_efficiency(profile: Profile, measured_on: HardwareSpec, dtype_bytes:
     block_tokens = c["decode_block_s"] / per_context if per_context > 0 else 0.0
     return RooflineParams(compute_efficiency=compute_eff, bandwidth_efficiency=bw_eff, overhead_s=overhead,
                           block_read_overhead_tokens=block_tokens,
-                          swap_transfer_latency_s=profile.swap_s_per_transfer or 0.0)
+                          swap_copy_latency_s=profile.swap_s_per_copy or 0.0)
 
 
 def compute_slope(knots: list[int], costs: list[float]) -> float:

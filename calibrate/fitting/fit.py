@@ -146,12 +146,15 @@ def speed_reference(raw: pd.DataFrame, source: str) -> dict:
 
 
 def fit_swap(rows: pd.DataFrame, source: str) -> tuple[float | None, float | None]:
-    """(seconds per transfer, seconds per byte) from the swap rows (calibrate/profiling/profile.py swap_rows), fitted
-    non-negative on relative error; (None, None) without swap rows. A CSV from before transfers were counted
-    has swap_s_per_block, timed on one run of blocks per layer: read as bytes, nothing per transfer."""
+    """(seconds per copy, seconds per byte) from the swap rows (calibrate/profiling/profile.py swap_rows), fitted
+    non-negative on relative error; (None, None) without swap rows. A CSV from before copies were counted has
+    swap_s_per_block, timed on one run of blocks per layer: read as bytes, nothing per copy; one from before
+    they were named so calls them swap_transfers."""
     if rows.empty:
         return None, None
-    if "swap_transfers" not in rows.columns or rows["swap_transfers"].isna().all():
+    if "swap_transfers" in rows.columns and "swap_copies" not in rows.columns:
+        rows = rows.rename(columns={"swap_transfers": "swap_copies"})
+    if "swap_copies" not in rows.columns or rows["swap_copies"].isna().all():
         per_block = rows["swap_s_per_block"].dropna() if "swap_s_per_block" in rows.columns else pd.Series(dtype=float)
         if per_block.empty:
             return None, None
@@ -162,7 +165,7 @@ def fit_swap(rows: pd.DataFrame, source: str) -> tuple[float | None, float | Non
         block_bytes = (load_model_spec(first["model"]).kv_bytes_per_token(element) * int(first["block_size"])
                        / int(first.get("tensor_parallel", 1)))
         return 0.0, float(per_block.median()) / block_bytes
-    x = rows[["swap_transfers", "swap_bytes"]].to_numpy(dtype=float)
+    x = rows[["swap_copies", "swap_bytes"]].to_numpy(dtype=float)
     seconds = rows["swap_s"].to_numpy(dtype=float)
     keep = seconds > 0  # a swap lost in the timing noise says nothing about either cost
     if not keep.any():
@@ -187,7 +190,7 @@ def fit_profile(raw: pd.DataFrame, source: str, command: str, folds: int = 5, se
     too), so the reported error covers every kind of shape rather than one lucky split.
     """
     raw = check_raw(raw, source)
-    swap_s_per_transfer, swap_s_per_byte = fit_swap(raw[raw["kind"] == "swap"], source)
+    swap_s_per_copy, swap_s_per_byte = fit_swap(raw[raw["kind"] == "swap"], source)
     reference = speed_reference(raw, source)
     host = fit_host_part(raw, folds, seed)
     serving_rows = raw[raw["kind"] == "serving"]
@@ -218,7 +221,7 @@ def fit_profile(raw: pd.DataFrame, source: str, command: str, folds: int = 5, se
         heldout_mape=float(heldout_ape.mean()), heldout_p95_ape=float(np.quantile(heldout_ape, 0.95)),
         train_rows=int(len(raw)), heldout_rows=int(len(raw)),
         created=dt.date.today().isoformat(), command=command,
-        swap_s_per_transfer=swap_s_per_transfer, swap_s_per_byte=swap_s_per_byte,
+        swap_s_per_copy=swap_s_per_copy, swap_s_per_byte=swap_s_per_byte,
         block_sizes=sorted(int(b) for b in raw["block_size"].unique()),
         versions=versions,
         torch_threads=int(first["torch_threads"]) if "torch_threads" in raw.columns else None,

@@ -16,13 +16,15 @@ from engine.errors import SpecError
 from engine.specs.checks import choice, non_negative, number, optional, positive, positive_int, share
 from engine.specs.loader import available_models, load_model_spec, read_yaml
 
-# /3 added per_prefill_s and mixed_s; /4 decode_block_s, block_sizes, and the swap's cost per transfer and
+# /3 added per_prefill_s and mixed_s; /4 decode_block_s, block_sizes, and the swap's cost per copy and
 # per byte in place of one cost per block; /5 the device part's source (device_part) and the host part's
-# relative held-out errors and source (docs/cost-model-split.md)
+# relative held-out errors and source (docs/cost-model-split.md); /6 names the swap's cost per copy
+# swap_s_per_copy (swap_s_per_transfer before: "transfer" is the word for carrying a clock to another GPU)
 FORMAT_PREFIX = "servesim-profile/"
-FORMAT = f"{FORMAT_PREFIX}5"
+FORMAT = f"{FORMAT_PREFIX}6"
 # /1 had a knee and power-of-two steps instead of the token table; /2 and /3 read with the added terms at 0
-READABLE_FORMATS = ("servesim-profile/2", "servesim-profile/3", "servesim-profile/4", FORMAT)
+READABLE_FORMATS = ("servesim-profile/2", "servesim-profile/3", "servesim-profile/4", "servesim-profile/5", FORMAT)
+COPY_NAMED_TRANSFER = ("servesim-profile/4", "servesim-profile/5")  # swap_s_per_copy was swap_s_per_transfer
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 # fields only an imported per-operation profile has (attention: only where measured attention kernels were imported)
 IMPORTED_ONLY = ("linear", "all_reduce", "provenance", "attention")
@@ -50,7 +52,7 @@ class Profile:
     command: str
     # a swap's cost (calibrate/profiling/profile.py swap_rows): per copy issued and per byte moved; None where not
     # measured
-    swap_s_per_transfer: float | None = None
+    swap_s_per_copy: float | None = None
     swap_s_per_byte: float | None = None
     # block sizes the decodes were timed at; decode_block_s is fitted only from two or more (empty: block_size)
     block_sizes: list[int] = field(default_factory=list)
@@ -116,6 +118,8 @@ def _check(raw: dict, source: str) -> None:
     version = raw.get("format", "servesim-profile/1" if "knee_tokens" in raw else FORMAT)
     _check_format(version, source)
     legacy_swap = raw.pop("swap_s_per_block", None) if version in READABLE_FORMATS[:2] else None
+    if version in COPY_NAMED_TRANSFER and "swap_s_per_transfer" in raw:
+        raw["swap_s_per_copy"] = raw.pop("swap_s_per_transfer")
     known = {f.name for f in fields(Profile)}
     required = {f.name for f in fields(Profile) if f.default is MISSING and f.default_factory is MISSING}
     for key in raw:
@@ -145,7 +149,7 @@ def _check(raw: dict, source: str) -> None:
         positive_int(raw[key], source, key)
     for key in ("train_rows", "heldout_rows"):
         number(raw[key], source, key, low=0, whole=True)
-    for key in ("swap_s_per_transfer", "swap_s_per_byte"):
+    for key in ("swap_s_per_copy", "swap_s_per_byte"):
         optional(non_negative, raw.get(key), source, key)  # seconds
     _check_block_sizes(raw.get("block_sizes", []), source)
     optional(positive_int, raw.get("torch_threads"), source, "torch_threads")
@@ -169,11 +173,11 @@ def _check(raw: dict, source: str) -> None:
 
 def _swap_per_block_to_bytes(raw: dict, per_block, source: str) -> None:
     """A /2 or /3 profile's swap_s_per_block, timed on blocks the engine copied as one run per layer, is a cost
-    per byte: read as that, with nothing per transfer (it charges what it charged at its block size)."""
+    per byte: read as that, with nothing per copy (it charges what it charged at its block size)."""
     non_negative(per_block, source, "swap_s_per_block")
     model = load_model_spec(raw["model"])
     block_bytes = model.kv_bytes_per_token(DTYPE_BYTES[raw["dtype"]]) * raw["block_size"] / raw["tensor_parallel"]
-    raw["swap_s_per_transfer"], raw["swap_s_per_byte"] = 0.0, per_block / block_bytes
+    raw["swap_s_per_copy"], raw["swap_s_per_byte"] = 0.0, per_block / block_bytes
 
 
 def _check_host_model(name, source: str) -> None:

@@ -3,7 +3,7 @@
 At one block size the blocks a decode reads are its context / block size plus about half a block, so a
 fit cannot tell the kernel's cost per block from its cost per token (or per sequence); nor a swap's cost
 per copy from its cost per byte. Timed at several sizes, the blocks and copies change while the tokens
-and bytes do not, and the fit (calibrate/fitting/fit.py) tells them apart: decode_block_s, swap_s_per_transfer.
+and bytes do not, and the fit (calibrate/fitting/fit.py) tells them apart: decode_block_s, swap_s_per_copy.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from calibrate.clock.roofline import swap_transfers_per_block
+from calibrate.clock.roofline import swap_copies_per_block
 from calibrate.profiling.grid import Shape
 from calibrate.work.features import BLOCKS_COLUMN
 from engine.core.batch import BatchShape
@@ -37,7 +37,7 @@ def swap_rows(runner, repeats: int, warmup: int, num_blocks: int) -> list[dict]:
     """A swap's seconds (a decode with `num_blocks` swapped out and in, less the same decode without), twice:
     the blocks as neighbours (the engine copies each layer's K and V in one run) and scattered (a copy per
     block, as paper-era vLLM always copied). Each row counts its copies and bytes, so a fit tells the cost
-    per transfer from the cost per byte (calibrate/fitting/fit.py fit_swap)."""
+    per copy from the cost per byte (calibrate/fitting/fit.py fit_swap)."""
     base = float(np.median(runner.time_batch([], [16], repeats, warmup=warmup)))
     rows = []
     for scattered in (False, True):
@@ -48,7 +48,7 @@ def swap_rows(runner, repeats: int, warmup: int, num_blocks: int) -> list[dict]:
         row = shape_row(Shape("swap", (), (16,)), with_swaps, runner.block_size, timings)
         # swap rows carry the PCIe cost, not an iteration's: the fit reads their swap_ columns only
         row.update(swap_s=max(float(np.median(with_swaps)) - base, 0.0), swap_blocks=2 * num_blocks,
-                   swap_transfers=2 * runs * swap_transfers_per_block(runner.spec),
+                   swap_copies=2 * runs * swap_copies_per_block(runner.spec),
                    swap_bytes=2 * num_blocks * runner.cache.bytes_per_block, swap_scattered=scattered)
         rows.append(row)
     return rows

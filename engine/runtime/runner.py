@@ -174,7 +174,7 @@ class ModelRunner:
 
         tokens[seq_id] is the sequence's whole token list (prompt + generated), as long as
         the batch says. Everything is validated before any block plan or cache write runs.
-        Timed: input transfer, block plans, forward and sampling (not the host-side checks); the
+        Timed: the inputs copied to the device, block plans, forward and sampling (not the host-side checks); the
         iteration's device span and wall time are kept in `last_timing`.
         The batch's beam searches (batch.beam_groups) choose their tokens in `beam`, which then
         holds their forks; `sampling` does not apply to them (beam search is temperature 0).

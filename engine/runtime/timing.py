@@ -33,7 +33,7 @@ class IterationTimer:
     """`with timer:` around the work; `timer.seconds` afterwards.
 
     The CUDA start event is recorded on an idle stream, so host work done inside the block
-    (tensor transfers, kernel launches) counts, as it does in a serving loop.
+    (tensor copies, kernel launches) counts, as it does in a serving loop.
     """
 
     def __init__(self, device: torch.device):

@@ -156,6 +156,8 @@ def _cost_model(raw: Any, source: str, base_dir: Path) -> CostModelConfig:
         return CostModelConfig(kind, path, measured_on=measured_on, host=host, block_read_overhead_tokens=block_reads)
     if kind != "roofline":
         raise SpecError(source, "cost_model.kind", f"{kind!r} is not one of {list(KINDS)}")
+    if "swap_transfer_latency_s" in raw and "swap_copy_latency_s" not in raw:  # its name before: still read
+        raw["swap_copy_latency_s"] = raw.pop("swap_transfer_latency_s")
     valid = set(RooflineParams.__dataclass_fields__)
     for key, value in raw.items():
         if key not in valid:

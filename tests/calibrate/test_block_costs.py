@@ -48,5 +48,5 @@ def test_the_per_transfer_swap_term_by_hand(opt13b, a100):
     assert cost.swap_time(10) == pytest.approx(10 * cost.swap_time(1))
     tokenwise = RooflineCostModel(opt13b, a100, block_size=1)
     assert tokenwise.swap_time(16) == pytest.approx(16 * 80 * 5e-6 + 16 * KV_BYTES / A100_PCIE)
-    free = RooflineCostModel(opt13b, a100, block_size=1, params=RooflineParams(swap_transfer_latency_s=0.0))
+    free = RooflineCostModel(opt13b, a100, block_size=1, params=RooflineParams(swap_copy_latency_s=0.0))
     assert free.swap_time(16) == pytest.approx(16 * KV_BYTES / A100_PCIE)  # the bytes alone, the old price

@@ -38,8 +38,8 @@ def test_profile_fit_show_then_simulate(tmp_path, capsys, monkeypatch):
     is_scattered = swaps["swap_scattered"].astype(bool)
     scattered, neighbours = swaps[is_scattered], swaps[~is_scattered]
     # swap_blocks counts both ways; opt-tiny has 2 layers, so a block is 4 copies (K and V of each)
-    assert (scattered["swap_transfers"] == scattered["swap_blocks"] * 4).all()
-    assert (neighbours["swap_transfers"] == 2 * 4).all()
+    assert (scattered["swap_copies"] == scattered["swap_blocks"] * 4).all()
+    assert (neighbours["swap_copies"] == 2 * 4).all()
     assert (swaps.groupby("block_size")["swap_bytes"].nunique() == 1).all()
     assert swaps.loc[swaps["block_size"] == 4, "swap_bytes"].iloc[0] == swaps.loc[
         swaps["block_size"] == 16, "swap_bytes"].iloc[0]  # the same tokens swapped at both sizes
@@ -52,7 +52,7 @@ def test_profile_fit_show_then_simulate(tmp_path, capsys, monkeypatch):
     fitted = load_profile(profile)
     assert fitted.model == "opt-tiny" and fitted.device == "cpu" and fitted.torch_threads == 1
     assert fitted.block_size == 16 and fitted.block_sizes == [4, 16]
-    assert fitted.swap_s_per_transfer is not None and fitted.swap_s_per_byte is not None
+    assert fitted.swap_s_per_copy is not None and fitted.swap_s_per_byte is not None
     assert fitted.speed_reference["decode_s"] > 0 and fitted.speed_reference["prefill_s"] > 0
     assert fitted.speed_reference["samples"] >= 2  # at the start and at the end, at least
     assert fitted.host["rows"] >= 10 and fitted.host["mean_s"] > 0  # the host work was measured and fitted
@@ -65,7 +65,7 @@ def test_profile_fit_show_then_simulate(tmp_path, capsys, monkeypatch):
     report = capsys.readouterr().out
     assert "held-out error" in report and "token-cost table" in report and "speed reference" in report
     assert "host work around the forward" in report
-    assert "decodes timed at block sizes 4, 16: decode_block_s fitted" in report and "us per transfer" in report
+    assert "decodes timed at block sizes 4, 16: decode_block_s fitted" in report and "us per copy" in report
 
     lengths = tmp_path / "lengths.csv"
     lengths.write_text("prompt_len,output_len\n" + "".join(f"{8 + i},{4 + i % 5}\n" for i in range(20)))

@@ -159,13 +159,13 @@ def test_a_split_profile_round_trips_and_old_profiles_read_unchanged(split_fit, 
 
 def test_a_newer_format_is_refused_without_being_told_to_refit(split_fit, tmp_path):
     path = split_fit.profile.save(tmp_path / "new.yaml")
-    path.write_text(path.read_text().replace(f"format: {FORMAT}", "format: servesim-profile/6"))
+    path.write_text(path.read_text().replace(f"format: {FORMAT}", "format: servesim-profile/7"))
     with pytest.raises(SpecError) as err:
         load_profile(path)
     message = str(err.value)
-    assert "written by a newer servesim" in message and "servesim-profile/2 to servesim-profile/5" in message
+    assert "written by a newer servesim" in message and "servesim-profile/2 to servesim-profile/6" in message
     assert "re-fit" not in message and "calibrate fit" not in message
-    path.write_text(path.read_text().replace("format: servesim-profile/6", "format: someone-else/1"))
+    path.write_text(path.read_text().replace("format: servesim-profile/7", "format: someone-else/1"))
     with pytest.raises(SpecError, match="not a servesim profile format"):
         load_profile(path)
 
@@ -282,3 +282,13 @@ def test_fit_prints_both_parts_and_writes_them(tmp_path, capsys):
     assert "host part (host work around the forward): held-out error: mean" in report
     fitted = load_profile(out)
     assert fitted.device_part["measured_from"].startswith("device_s") and "heldout_mape" in fitted.host
+
+
+def test_a_profile_that_names_the_swap_copy_a_transfer_is_read(split_fit, tmp_path):
+    """Formats /4 and /5 called the swap's cost per copy swap_s_per_transfer: read under its name now."""
+    path = split_fit.profile.save(tmp_path / "old.yaml")
+    text = path.read_text()
+    assert f"format: {FORMAT}" in text and "swap_s_per_copy:" in text
+    path.write_text(text.replace(f"format: {FORMAT}", "format: servesim-profile/5")
+                    .replace("swap_s_per_copy:", "swap_s_per_transfer:"))
+    assert load_profile(path).swap_s_per_copy == split_fit.profile.swap_s_per_copy

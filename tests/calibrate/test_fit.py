@@ -181,24 +181,27 @@ def test_at_one_block_size_the_cost_per_block_is_not_fitted():
 
 
 def swap_row(transfers: int, num_bytes: int, seconds: float) -> dict:
-    return {"kind": "swap", "swap_transfers": transfers, "swap_bytes": num_bytes, "swap_s": seconds,
+    return {"kind": "swap", "swap_copies": transfers, "swap_bytes": num_bytes, "swap_s": seconds,
             "model": "opt-13b", "dtype": "float16", "block_size": 16}
 
 
-def test_the_swap_fit_separates_the_cost_per_transfer_from_the_cost_per_byte():
+def test_the_swap_fit_separates_the_cost_per_copy_from_the_cost_per_byte():
     from calibrate.fitting.fit import fit_swap
 
-    per_transfer, per_byte = 5e-6, 1 / 25e9
-    rows = pd.DataFrame([swap_row(t, b, t * per_transfer + b * per_byte)
+    per_copy, per_byte = 5e-6, 1 / 25e9
+    rows = pd.DataFrame([swap_row(t, b, t * per_copy + b * per_byte)
                          for t, b in ((160, 10**9), (128 * 160, 10**9), (640, 4 * 10**8), (16 * 640, 4 * 10**8))])
-    assert fit_swap(rows, "raw.csv") == pytest.approx((per_transfer, per_byte), rel=1e-6)
+    assert fit_swap(rows, "raw.csv") == pytest.approx((per_copy, per_byte), rel=1e-6)
     assert fit_swap(rows.iloc[:0], "raw.csv") == (None, None)
+    # a CSV from before the copies were named so calls them swap_transfers
+    old = rows.rename(columns={"swap_copies": "swap_transfers"})
+    assert fit_swap(old, "raw.csv") == pytest.approx((per_copy, per_byte), rel=1e-6)
 
 
-def test_a_csv_from_before_transfers_were_counted_reads_its_swap_as_bytes():
+def test_a_csv_from_before_copies_were_counted_reads_its_swap_as_bytes():
     from calibrate.fitting.fit import fit_swap
 
     rows = pd.DataFrame([{"kind": "swap", "swap_s_per_block": 2e-4, "model": "opt-13b", "dtype": "float16",
                           "block_size": 16}])
-    per_transfer, per_byte = fit_swap(rows, "raw.csv")
-    assert per_transfer == 0.0 and per_byte == pytest.approx(2e-4 / (16 * 819_200))
+    per_copy, per_byte = fit_swap(rows, "raw.csv")
+    assert per_copy == 0.0 and per_byte == pytest.approx(2e-4 / (16 * 819_200))

@@ -100,7 +100,7 @@ def test_the_added_gpus_price_a_decode_batch(name, dense_fp16):
 
 
 def test_gh200_swaps_kv_over_nvlink_c2c_not_pcie():
-    from calibrate.clock.roofline import RooflineCostModel, RooflineParams, swap_transfers_per_block
+    from calibrate.clock.roofline import RooflineCostModel, RooflineParams, swap_copies_per_block
     from engine.specs.loader import load_model_spec
 
     spec = load_model_spec("llama-7b")
@@ -111,7 +111,7 @@ def test_gh200_swaps_kv_over_nvlink_c2c_not_pcie():
     fast, slow = RooflineCostModel(spec, gh200).swap_time(blocks), RooflineCostModel(spec, h100).swap_time(blocks)
     assert fast < slow
     # the latency per copy is the same on both; the bytes move 450 / 64 times faster over NVLink-C2C
-    latency = blocks * swap_transfers_per_block(spec) * RooflineParams().swap_transfer_latency_s
+    latency = blocks * swap_copies_per_block(spec) * RooflineParams().swap_copy_latency_s
     assert (slow - latency) / (fast - latency) == pytest.approx(450 / 64)
 
 

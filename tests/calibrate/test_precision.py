@@ -77,7 +77,7 @@ def test_an_fp8_kv_cache_reads_half_the_kv_bytes_of_a_decode():
 
 def test_an_fp8_kv_cache_copies_and_swaps_half_the_bytes():
     fp16, fp8 = roofline(H100), roofline(H100, kv_cache="fp8")
-    latency = 2 * LLAMA3.num_layers * PARAMS.swap_transfer_latency_s  # per copy, the same for any format
+    latency = 2 * LLAMA3.num_layers * PARAMS.swap_copy_latency_s  # per copy, the same for any format
     assert fp8.swap_time(3) - 3 * latency == pytest.approx((fp16.swap_time(3) - 3 * latency) / 2, rel=1e-12)
     copy = Batch(decode_seq_ids=[0], decode_context_lens=[20], num_running_groups=1,
                  blocks_to_copy=[(0, 1), (2, 3), (4, 5), (6, 7)])

@@ -29,7 +29,7 @@ def make_profile(**changes) -> Profile:
                       coefficients=coefficients(prefill_attention_s=1e-9, decode_context_s=4e-7,
                                                 decode_padded_context_s=1e-7, per_sequence_s=5e-5),
                       heldout_mape=0.04, heldout_p95_ape=0.09, train_rows=80, heldout_rows=20,
-                      created="2026-11-29", command="test", swap_s_per_transfer=1e-6, swap_s_per_byte=1e-11)
+                      created="2026-11-29", command="test", swap_s_per_copy=1e-6, swap_s_per_byte=1e-11)
     return dataclasses.replace(profile, **changes)
 
 
@@ -92,7 +92,7 @@ def test_cost_model_charges_each_kv_block_a_decode_reads():
 
 def test_swap_cost_scales_by_copies_and_bytes_with_the_block_size():
     """The same 16 tokens: as 1-token blocks 16 x 80 copies, as one 16-token block 80; the same bytes."""
-    profile = make_profile(swap_s_per_transfer=5e-6, swap_s_per_byte=1 / 25e9)
+    profile = make_profile(swap_s_per_copy=5e-6, swap_s_per_byte=1 / 25e9)
     one, sixteen = (ProfileCostModel(profile, block_size=b) for b in (1, 16))
     per_token_bytes = 819_200 / 25e9
     assert one.swap_time(16) == pytest.approx(16 * (80 * 5e-6 + per_token_bytes))
@@ -119,7 +119,7 @@ def old_format(path, version: str, swap_s_per_block: float | None = 2e-4):
     dropped = ("decode_block_s",) + (("per_prefill_s", "mixed_s") if version == "servesim-profile/2" else ())
     for term in dropped:
         del data["coefficients"][term]
-    for key in ("swap_s_per_transfer", "swap_s_per_byte", "block_sizes"):
+    for key in ("swap_s_per_copy", "swap_s_per_byte", "block_sizes"):
         del data[key]
     data["swap_s_per_block"] = swap_s_per_block
     path.write_text(yaml.safe_dump(data))
@@ -139,7 +139,7 @@ def test_a_format_3_profile_is_read_and_charges_what_it_did(tmp_path):
     path = old_format(make_profile().save(tmp_path / "p.yaml"), "servesim-profile/3")
     profile = load_profile(path)
     assert profile.format == FORMAT and profile.coefficients["decode_block_s"] == 0.0
-    assert profile.swap_s_per_transfer == 0.0
+    assert profile.swap_s_per_copy == 0.0
     assert profile.swap_s_per_byte == pytest.approx(2e-4 / (16 * 819_200))
     opt13b = load_model_spec("opt-13b")
     at_16 = ProfileCostModel.from_profile(path, opt13b, block_size=16)
@@ -286,9 +286,9 @@ def test_transfer_carries_the_measured_cost_per_block_and_per_copy():
     a profile that measured neither carries 0 (its per-token cost already holds its block size's work)."""
     hw = load_hardware("h200")
     measured = make_profile(coefficients=coefficients(decode_context_s=4e-7, decode_block_s=1e-6),
-                            block_sizes=[1, 16], swap_s_per_transfer=7e-6)
+                            block_sizes=[1, 16], swap_s_per_copy=7e-6)
     params = implied_efficiency(measured, hw)
     assert params.block_read_overhead_tokens == pytest.approx(2.5)
-    assert params.swap_transfer_latency_s == 7e-6
-    plain = implied_efficiency(make_profile(swap_s_per_transfer=None, swap_s_per_byte=None), hw)
-    assert plain.block_read_overhead_tokens == 0.0 and plain.swap_transfer_latency_s == 0.0
+    assert params.swap_copy_latency_s == 7e-6
+    plain = implied_efficiency(make_profile(swap_s_per_copy=None, swap_s_per_byte=None), hw)
+    assert plain.block_read_overhead_tokens == 0.0 and plain.swap_copy_latency_s == 0.0

@@ -70,7 +70,7 @@ def profile_text(model: str = "opt-tiny", device: str = "cpu", dtype: str = "flo
         heldout_rows: 2
         created: '2026-01-01'
         command: written by tests/fidelity/conftest.py
-        swap_s_per_transfer: 0.0
+        swap_s_per_copy: 0.0
         swap_s_per_byte: 1.0e-11
         {reference}
         """)

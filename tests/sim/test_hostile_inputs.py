@@ -83,14 +83,14 @@ def test_cli_refuses_in_one_line_and_writes_nothing(cli_runs, name):
     (["run", "tiny.yaml", "--set", "rates=[.nan]"], "tiny.yaml: rates[0]: must be a positive number, got nan"),
     # died inside SimPy ("Negative delay") after the first swap
     (["run", "tiny.yaml", "--set", "cost_model=swap.yaml"],
-     "swap.yaml: swap_s_per_transfer: must be a non-negative number, got -0.001"),
+     "swap.yaml: swap_s_per_copy: must be a non-negative number, got -0.001"),
     (["calibrate", "show", "binary.yaml"], "binary.yaml: not a text file: byte 0x80 at offset 128"),
 ])
 def test_main_refuses_in_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys, argv, message):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tiny.yaml").write_text(textwrap.dedent(TINY))
     (tmp_path / "binary.yaml").write_bytes(bytes(range(256)))
-    profile(swap_s_per_transfer=-0.001).save(tmp_path / "swap.yaml")
+    profile(swap_s_per_copy=-0.001).save(tmp_path / "swap.yaml")
     out = ["--out", "out"] if argv[0] == "run" else []
     assert main(argv + out) == 2
     err = capsys.readouterr().err

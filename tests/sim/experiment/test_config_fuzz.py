@@ -115,7 +115,7 @@ def test_a_mutated_config_runs_or_is_refused_in_one_line(tmp_path, changes):
 
 
 PROFILE_NUMBERS = [("coefficients", term) for term in TERMS] + [("host", term) for term in HOST_TERMS] + [
-    ("token_costs_s", 0), ("token_costs_s", 1), ("swap_s_per_transfer",), ("swap_s_per_byte",), ("heldout_mape",),
+    ("token_costs_s", 0), ("token_costs_s", 1), ("swap_s_per_copy",), ("swap_s_per_byte",), ("heldout_mape",),
     ("tensor_parallel",), ("block_size",), ("token_knots", 0)]
 
 
@@ -127,7 +127,7 @@ def test_a_mutated_profile_loads_with_sane_step_times_or_is_refused(tmp_path, ch
            "block_size": 16, "token_knots": [1, 512], "token_costs_s": [0.001, 0.004],
            "coefficients": {term: 1e-7 for term in TERMS}, "heldout_mape": 0.05, "heldout_p95_ape": 0.1,
            "train_rows": 10, "heldout_rows": 2, "created": "2026-01-01", "command": "fuzz",
-           "swap_s_per_transfer": 1e-6, "swap_s_per_byte": 1e-11,
+           "swap_s_per_copy": 1e-6, "swap_s_per_byte": 1e-11,
            "host": {term: 1e-5 for term in HOST_TERMS}}
     for path, value in changes:
         _parent(raw, path)[path[-1]] = value

@@ -24,8 +24,11 @@ def test_roofline_block_costs_are_set_and_checked_in_a_config(tmp_path):
     path.write_text("model: opt-13b\nhardware: a100-40gb\nkv_cache_gib: 12\n"
                     "workload: {dataset: sharegpt-standin, arrival: poisson, duration_s: 120}\n"
                     "systems: [vllm]\nrates: [1.0]\n"
-                    "cost_model: {kind: roofline, block_read_overhead_tokens: 0, swap_transfer_latency_s: 2.0e-6}\n")
+                    "cost_model: {kind: roofline, block_read_overhead_tokens: 0, swap_copy_latency_s: 2.0e-6}\n")
     params = load_experiment(path).cost_model.roofline
-    assert params.block_read_overhead_tokens == 0 and params.swap_transfer_latency_s == 2e-6
-    with pytest.raises(SpecError, match="cost_model.swap_transfer_latency_s"):
-        load_experiment(path, ["cost_model.swap_transfer_latency_s=-1"])
+    assert params.block_read_overhead_tokens == 0 and params.swap_copy_latency_s == 2e-6
+    with pytest.raises(SpecError, match="cost_model.swap_copy_latency_s"):
+        load_experiment(path, ["cost_model.swap_copy_latency_s=-1"])
+    old_name = path.read_text().replace("swap_copy_latency_s", "swap_transfer_latency_s")  # its name before
+    path.write_text(old_name)
+    assert load_experiment(path).cost_model.roofline.swap_copy_latency_s == 2e-6
