@@ -20,3 +20,19 @@ def one_cpu_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def opt13b():
+    """The paper's OPT-13B spec (the calibrate and reproduce tests price it)."""
+    from engine.specs.loader import load_model_spec
+
+    return load_model_spec("opt-13b")
+
+
+@pytest.fixture(scope="module")
+def a100():
+    """The A100-40GB spec sheet."""
+    from calibrate.hardware.hardware import load_hardware
+
+    return load_hardware("a100-40gb")

@@ -158,49 +158,45 @@ def describe(graph: dict[str, set[str]], component: list[str]) -> str:
     return f"circle of {len(component)}: {' -> '.join(path_round(graph, component))} (all: {', '.join(component)})"
 
 
-def sim_layer(module: str) -> tuple[int, str]:
-    """A module of sim/'s layer in SIM_LAYERS and its room; a command line is a room of its own."""
+def room_of(module: str, top: str) -> str:
+    """The room a module of a top-level package belongs to: its subfolder, or "commands" for a command line (a
+    room of its own: sim's `*.cli` modules, calibrate's top-level modules); the package's own cli is `top.cli`."""
     parts = module.split(".")
-    room = module if module == "sim.cli" else "commands" if parts[-1] == "cli" else parts[1]
-    for layer, rooms in enumerate(SIM_LAYERS):
+    if module == f"{top}.cli":
+        return module
+    if top == "sim":
+        return "commands" if parts[-1] == "cli" else parts[1]
+    return "commands" if len(parts) == 2 else parts[1]
+
+
+def layer_of(module: str, top: str, layers: tuple[tuple[str, ...], ...]) -> tuple[int, str]:
+    """A module's layer in `layers` (lowest first) and its room; a command line is a room of its own."""
+    room = room_of(module, top)
+    for layer, rooms in enumerate(layers):
         if room in rooms:
             return layer, (module if room == "commands" else room)
-    raise ValueError(f"{module}: its room {room!r} is in no layer of SIM_LAYERS; add it where it belongs")
+    raise ValueError(f"{module}: its room {room!r} is in no layer of {top}'s layers; add it where it belongs")
+
+
+def layer_violations(graph: dict[str, set[str]], top: str, layers: tuple[tuple[str, ...], ...]) -> list[str]:
+    """Every import inside `top` from one room into another that is not a layer below."""
+    bad, prefix = [], f"{top}."
+    for module in sorted(m for m in graph if m.startswith(prefix)):
+        layer, room = layer_of(module, top, layers)
+        for target in sorted(t for t in graph[module] if t.startswith(prefix)):
+            target_layer, target_room = layer_of(target, top, layers)
+            if target_room != room and target_layer >= layer:
+                bad.append(f"{module} ({'/'.join(layers[layer])}) imports {target} "
+                           f"({'/'.join(layers[target_layer])}): not a layer below")
+    return bad
 
 
 def sim_layer_violations(graph: dict[str, set[str]]) -> list[str]:
-    bad = []
-    for module in sorted(m for m in graph if m.startswith("sim.")):
-        layer, room = sim_layer(module)
-        for target in sorted(t for t in graph[module] if t.startswith("sim.")):
-            target_layer, target_room = sim_layer(target)
-            if target_room != room and target_layer >= layer:
-                bad.append(f"{module} ({'/'.join(SIM_LAYERS[layer])}) imports {target} "
-                           f"({'/'.join(SIM_LAYERS[target_layer])}): not a layer below")
-    return bad
-
-
-def calibrate_layer(module: str) -> tuple[int, str]:
-    """A module of calibrate/'s layer in CALIBRATE_LAYERS and its room (its subfolder); a module at calibrate/'s top
-    is a command line, a room of its own."""
-    parts = module.split(".")
-    room = module if module == "calibrate.cli" else "commands" if len(parts) == 2 else parts[1]
-    for layer, rooms in enumerate(CALIBRATE_LAYERS):
-        if room in rooms:
-            return layer, (module if room == "commands" else room)
-    raise ValueError(f"{module}: its room {room!r} is in no layer of CALIBRATE_LAYERS; add it where it belongs")
+    return layer_violations(graph, "sim", SIM_LAYERS)
 
 
 def calibrate_layer_violations(graph: dict[str, set[str]]) -> list[str]:
-    bad = []
-    for module in sorted(m for m in graph if m.startswith("calibrate.")):
-        layer, room = calibrate_layer(module)
-        for target in sorted(t for t in graph[module] if t.startswith("calibrate.")):
-            target_layer, target_room = calibrate_layer(target)
-            if target_room != room and target_layer >= layer:
-                bad.append(f"{module} ({'/'.join(CALIBRATE_LAYERS[layer])}) imports {target} "
-                           f"({'/'.join(CALIBRATE_LAYERS[target_layer])}): not a layer below")
-    return bad
+    return layer_violations(graph, "calibrate", CALIBRATE_LAYERS)
 
 
 def calibrate_violations(graph: dict[str, set[str]]) -> list[str]:
@@ -300,9 +296,9 @@ def test_an_upward_import_in_calibrate_is_named():
 
 def test_a_module_of_calibrate_in_no_layer_is_named():
     with pytest.raises(ValueError, match="calibrate.tools.helper: its room 'tools' is in no layer"):
-        calibrate_layer("calibrate.tools.helper")
+        layer_of("calibrate.tools.helper", "calibrate", CALIBRATE_LAYERS)
 
 
 def test_a_module_of_sim_in_no_layer_is_named():
     with pytest.raises(ValueError, match="sim.tools.helper: its room 'tools' is in no layer"):
-        sim_layer("sim.tools.helper")
+        layer_of("sim.tools.helper", "sim", SIM_LAYERS)

@@ -2,23 +2,12 @@
 paper's shapes, and swapping against recomputing a preempted sequence across block sizes."""
 import pytest
 
-from calibrate.hardware.hardware import load_hardware
-from engine.specs.loader import load_model_spec
 from sim.reproduce.ablations import fig18a_frame, fig19a_frame, kernel_latency, preemption_cost, roofline_at
 
 KV_BYTES = 819_200  # OPT-13B fp16: 2 x 40 layers x 5120 x 2 bytes per token
 A100_BANDWIDTH = 1.555e12 * 0.76  # the roofline's achieved HBM bandwidth
 A100_PCIE = 32e9 * 0.8
 
-
-@pytest.fixture(scope="module")
-def opt13b():
-    return load_model_spec("opt-13b")
-
-
-@pytest.fixture(scope="module")
-def a100():
-    return load_hardware("a100-40gb")
 
 
 def test_fig18a_paged_kernel_is_23_percent_slower_at_the_papers_shapes(opt13b, a100):
