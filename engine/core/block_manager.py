@@ -140,6 +140,8 @@ class BlockManager:
     def _hits(self, group: SequenceGroup) -> list[int]:
         """The cached blocks of the group's leading keys, up to the first miss, leaving each prefill at least
         one token to compute."""
+        if not self.prefix_caching:
+            return self._prefix_hits(group)
         keys = self._keys(group)
         if not keys:
             return []
@@ -152,6 +154,16 @@ class BlockManager:
                 break
             hits.append(block)
         return hits
+
+    def _prefix_hits(self, group: SequenceGroup) -> list[int]:
+        """_hits without a prefix cache: the shared prefix's blocks are the only keyed ones, all pinned, and keyed
+        in the order of their depth (a prompt's blocks are keyed first to last, and each prompt starts with the
+        prefix), so the hits are the pinned blocks up to the group's limit, found without a lookup per block
+        (which admission would repeat every step for the head of the queue)."""
+        if not group.prefix_len or not self.pinned:
+            return []
+        shortest = min(s.length for s in group.live_seqs())
+        return self.pinned[:min(group.prefix_len // self.block_size, (shortest - 1) // self.block_size)]
 
     def cached_tokens(self, group: SequenceGroup) -> int:
         """Prompt tokens of the group whose KV is already cached (what allocate() will set as num_cached_tokens)."""
@@ -189,10 +201,14 @@ class BlockManager:
         keys, hits = self._keys(group), self._hits(group)
         if group.prefix_len:
             self._pin_keys.update(keys[:self.pinned_blocks_of(group)])
+        num_seqs, ref_counts = len(seqs), cache.ref_counts
         for block in hits:  # before any fresh block: an allocation may evict from the evictor
+            if ref_counts[block]:  # held (a pinned block always is): a reference more per sequence
+                cache.incref(block, num_seqs)
+                continue
             cache.reuse(block)
-            if len(seqs) > 1:
-                cache.incref(block, len(seqs) - 1)
+            if num_seqs > 1:
+                cache.incref(block, num_seqs - 1)
         num_hits = len(hits)
         group.num_cached_tokens, group.cache_blocks = num_hits * bs, num_hits
         if self.prefix_caching and group.first_token_s is None and not group.num_preemptions:
@@ -332,8 +348,8 @@ class BlockManager:
         """Key the sequence's full blocks whose KV is computed (all its tokens but the last sampled) and that it
         alone holds, so that they stay cached once it lets go of them."""
         keys = self._seq_keys.get(seq.seq_id, ())
-        if not keys:
-            return
+        if not keys or (not self.prefix_caching and len(self.pinned) >= len(keys)):
+            return  # (without a prefix cache the keys are the shared prefix's: all keyed once pinned)
         table, cache = self.block_tables[seq.seq_id], self.gpu
         computed = min(len(keys), (seq.length - 1) // self.block_size, len(table))
         lookup, ref_counts = cache.block_of_key, cache.ref_counts
