@@ -310,7 +310,8 @@ class BlockManager:
     def fork(self, parent: Sequence, child: Sequence, copies: list[tuple[int, int]]) -> None:
         """Beam search: the child drops its blocks and continues the parent's, shared by reference
         count (paper-era `fork`: the table is copied, every block gains a holder, nothing is
-        allocated, nothing copied now). A shared last block is copied on the next append_slots."""
+        allocated, nothing added to `copies`: schedule() never takes a fork's copies for the paged pool).
+        A shared last block is copied on the next append_slots."""
         table = self.block_tables[parent.seq_id]
         for block in table:
             self.gpu.incref(block)

@@ -177,7 +177,6 @@ class VLLMScheduler(QueueScheduler):
     # --- one step ----------------------------------------------------------------
     def schedule(self) -> Batch:
         plan = StepPlan()
-        plan.copies = self._take_copies()  # none: a paged fork shares, and copies on the next append
         self.blocks.begin_step()  # the prefix cache's clock of least-recently-used
         if self.prompt_only and not self.swapped:  # a prompt-only iteration whenever a prompt fits
             self._time_prompt_run()

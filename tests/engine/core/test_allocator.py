@@ -58,3 +58,16 @@ def test_the_skeleton_frees_every_finished_sequence_through_the_interface(name):
     run = drive(sched, reqs)
     check_finished(run, reqs)
     assert sorted(recording.freed) == sorted(s.seq_id for g in run.finished for s in g.seqs)
+
+
+def test_a_paged_fork_shares_and_asks_no_copy_now():
+    """The paged pool's fork copies nothing at once (its shared last block is copied on the next append):
+    vLLM's schedule() never takes fork copies, so one asked here would be lost."""
+    bm = BlockManager(4, 8, 0, watermark=0.0)
+    ids = SequenceCounter()
+    parent, child = (make_group(i, 0.0, 6, 4, 1, ids) for i in range(2))
+    bm.allocate(parent)
+    bm.allocate(child)
+    copies: list[tuple[int, int]] = []
+    bm.fork(parent.seqs[0], child.seqs[0], copies)
+    assert copies == [] and bm.block_table(child.seqs[0]) == bm.block_table(parent.seqs[0])
