@@ -8,6 +8,7 @@ never-keyed block is free, least recently used first.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 
 
 class BlockAllocator:
@@ -132,6 +133,17 @@ class CachingBlockAllocator(BlockAllocator):
                 self.num_evictions += 1
                 return block
         raise RuntimeError(f"out of {self.name} blocks")
+
+    def num_cached_leading(self, keys: Sequence[int]) -> int:
+        """How many of `keys`, from the first, name blocks this cache holds now (held, pinned or waiting in the
+        evictor): where a router reads how much of a prompt's prefix a replica would find. Changes nothing, not
+        even the evictor's order, so asking never alters the run."""
+        lookup, count = self.block_of_key, 0
+        for key in keys:
+            if key not in lookup:
+                break
+            count += 1
+        return count
 
     def eviction_order(self) -> list[int]:
         """The evictor's blocks, the next to be evicted first (for tests and reports)."""
