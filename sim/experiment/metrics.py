@@ -34,7 +34,7 @@ SUMMARY_METRICS = (
     "ttft_p99_s", "tpot_mean_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "throughput_rps", "throughput_tokens_per_s",
     "mean_batched_requests", "kv_token_share", "kv_reserved_share", "kv_internal_frag_share",
     "kv_external_frag_share", "kv_idle_share", "memory_saving", "preemptions", "swapped_blocks", "num_iterations",
-    "makespan_s", "prefix_hit_rate", "num_ignored", "num_aborted",
+    "makespan_s", "prefix_hit_rate", "num_ignored", "num_aborted", "load_imbalance",
 )
 # The rate a system sustains is read where its normalized latency crosses this (sim/reproduce/readings.py): the
 # paper reads capacity where a curve "suddenly explodes" and prints no threshold; its y axes run to 1 s/token, and a
@@ -122,6 +122,23 @@ def prefix_hit_rate(requests: Columns) -> float:
     return cached / prompt if prompt > 0 else float("nan")
 
 
+def load_imbalance(requests: Columns, replicas: int | None = None) -> float:
+    """The busiest replica's work over the mean replica's: each replica's work is the tokens of the requests the
+    router sent it (prompt + n x output, served or not, warm-up included: the routing is what it judges), over
+    all `replicas` of the fleet, those sent nothing included (None: the highest index in the requests + 1).
+    1.0 is perfectly balanced, and so is one replica; n replicas with all the work on one read n; nan without
+    any work."""
+    index = np.asarray(requests["replica"], dtype=np.int64)
+    if not len(index):
+        return float("nan")
+    count = int(index.max()) + 1 if replicas is None else replicas
+    work = (np.asarray(requests["prompt_len"], dtype=np.float64)
+            + np.asarray(requests["n"], dtype=np.float64) * np.asarray(requests["output_len"], dtype=np.float64))
+    per_replica = np.bincount(index, weights=work, minlength=count)
+    mean = float(per_replica.sum()) / count
+    return float(per_replica.max()) / mean if mean > 0 else float("nan")
+
+
 def dropped_counts(dropped: Sequence[tuple]) -> dict[str, int]:
     """num_ignored and num_aborted: requests dropped unserved (engine.core.records.DroppedRecord's values)."""
     statuses = [values[_STATUS] for values in dropped]
@@ -206,9 +223,10 @@ def is_saturated(growth: Backlog, arrival_s: np.ndarray, is_finished: np.ndarray
 
 
 def summarize(requests: Columns | pd.DataFrame, iterations: Columns | pd.DataFrame, *, pool_slots: int,
-              warmup_s: float, horizon_s: float, dropped: Sequence[tuple] = ()) -> dict:
+              warmup_s: float, horizon_s: float, dropped: Sequence[tuple] = (), replicas: int | None = None) -> dict:
     """The summary metrics of one run, from its request and iteration columns (or frames) and the values of
-    its dropped requests (DroppedRecord's, as recorded: none by default)."""
+    its dropped requests (DroppedRecord's, as recorded: none by default); replicas: the fleet's size, for
+    load_imbalance (None: as many as the requests name)."""
     requests, iterations = _as_columns(requests), _as_columns(iterations)
     latencies = request_latencies(requests, horizon_s)
     finish = np.asarray(requests["finish_s"], dtype=np.float64)
@@ -256,4 +274,5 @@ def summarize(requests: Columns | pd.DataFrame, iterations: Columns | pd.DataFra
     summary["memory_saving"] = memory_saving(measured_iterations)
     summary["prefix_hit_rate"] = prefix_hit_rate(requests)
     summary.update(dropped_counts(dropped))
+    summary["load_imbalance"] = load_imbalance(requests, replicas)
     return {k: summary[k] for k in SUMMARY_METRICS}

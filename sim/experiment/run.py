@@ -148,7 +148,7 @@ def _run_one(exp: Experiment, system: SystemSpec, rate: float, seed: int, jobs: 
         shares = breakdown_shares(parts, iterations["duration_s"])
     dropped = [values for run in runs for values in run.records.dropped_values]
     metrics = summarize(requests, iterations, pool_slots=exp.kv_pool(system).num_slots,
-                        warmup_s=exp.warmup_s, horizon_s=horizon_s, dropped=dropped)
+                        warmup_s=exp.warmup_s, horizon_s=horizon_s, dropped=dropped, replicas=exp.replicas)
     summary = {
         "experiment": exp.name, "system": system.name, "model": exp.model.name, "hardware": exp.hardware.name,
         "tensor_parallel": exp.tensor_parallel, "replicas": exp.replicas, "workload": trace.source,
