@@ -65,7 +65,7 @@ def digests(name: str, scale: float = 1.0) -> list[tuple[str, int, int, str]]:
     exp = load_experiment(ROOT / path, [*overrides, *duration, f"rates=[{rate}]", "warmup_s=0"])
     system = next(s for s in exp.systems if s.name == system_name)
     ways: dict[str, dict] = {"step": {"fast_forward": False}, "fast": {"fast_forward": True}}
-    if exp.replicas > 1 and exp.router == "round_robin":
+    if exp.replicas > 1 and exp.router.kind == "round_robin":
         ways["jobs2"] = {"jobs": 2}
     lines = []
     for way, kwargs in ways.items():

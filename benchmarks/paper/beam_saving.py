@@ -28,6 +28,7 @@ from sim.core.beams import BeamParentModel
 from sim.core.records import Records
 from sim.core.replica import Replica
 from sim.core.router import arrivals
+from sim.core.routers import RoundRobin
 from sim.experiment.config import load_experiment
 from sim.experiment.run import make_cost_model, trace_for
 from sim.workload.beams import DEFAULT_BEAM_CONTINUE
@@ -69,7 +70,7 @@ def beam_saving(width: int, dataset: str, beam_continue: float, duration_s: floa
         return finish(step, now_s, beam_parents)
 
     replica.core.end_step = probed_finish
-    env.process(arrivals(env, trace, [replica], "round_robin"))
+    env.process(arrivals(env, trace, [replica], RoundRobin()))
     env.run()
     return saved[0] / saved[1]
 

@@ -1,18 +1,12 @@
-"""Arrivals, and the router that spreads them over replicas."""
+"""Arrivals, handed by the router to the replicas."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
 from engine.core.serving import Request
 from sim.core.replica import Replica
+from sim.core.routers import Router
 from sim.workload.trace import Trace
-
-
-def pick_replica(replicas: list[Replica], policy: str, request_id: int) -> Replica:
-    if policy == "round_robin" or len(replicas) == 1:
-        return replicas[request_id % len(replicas)]
-    # least_outstanding: fewest admitted-but-unfinished requests, lowest index on ties
-    return min(replicas, key=lambda r: (r.outstanding, r.index))
 
 
 def trace_requests(trace: Trace, request_ids: Iterable[int]) -> Iterator[Request]:
@@ -29,12 +23,13 @@ def trace_requests(trace: Trace, request_ids: Iterable[int]) -> Iterator[Request
         yield Request(i, times[i], prompts[i], outputs[i], ns[i], prefix_len=prefix_len, beam_width=widths[i])
 
 
-def arrivals(env, trace: Trace, replicas: list[Replica], policy: str):
-    """A SimPy process: each request reaches the router at its arrival time."""
+def arrivals(env, trace: Trace, replicas: list[Replica], router: Router):
+    """A SimPy process: each request reaches the router at its arrival time, which hands it to a replica
+    (sim/core/routers.py)."""
     for request in trace_requests(trace, range(len(trace))):
         delay = request.arrival_s - env.now
         if delay > 0:
             yield env.timeout(delay)
-        pick_replica(replicas, policy, request.request_id).submit(request)
+        router.pick(replicas, request).submit(request)
     for replica in replicas:
         replica.close()

@@ -20,6 +20,7 @@ from sim.core.replica import run_to_end
 from sim.core.replica_run import ReplicaRun
 from sim.core.router import arrivals
 from sim.core.router_wakes import arrival_event_times
+from sim.core.routers import Router, RouterSpec, make_router, router_spec
 from sim.workload.beams import DEFAULT_BEAM_CONTINUE
 from sim.workload.tokens import with_block_keys
 from sim.workload.trace import Trace
@@ -33,7 +34,7 @@ def fast_forward_default() -> bool:
 
 
 def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: CostModel, num_gpu_blocks: int,
-             num_cpu_blocks: int, *, replicas: int = 1, router: str = "round_robin",
+             num_cpu_blocks: int, *, replicas: int = 1, router: str | RouterSpec = "round_robin",
              horizon_s: float = math.inf, rng: np.random.Generator | None = None,
              beam_continue: float = DEFAULT_BEAM_CONTINUE, fast_forward: bool | None = None,
              replica_pool: ReplicaPool | None = None, router_process: bool = False) -> Records:
@@ -42,6 +43,10 @@ def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: Cost
 
     A trace with beam searches needs `rng`, the run's seeded Generator: the beams' parents are drawn
     from it (sim.core.beams, with its one parameter beam_continue). A trace without draws nothing.
+
+    router: a kind of sim.core.routers (its default parameters) or a RouterSpec. A power_of_two fleet needs `rng`
+    too: its router draws from a child of it (Generator.spawn), which leaves the parent's draws as they were.
+    cache_aware needs a system with prefix caching.
 
     fast_forward (default: on, unless the environment sets SERVESIM_FAST_FORWARD=0) runs each decode
     stretch on one SimPy event (sim/core/fast_forward.py) instead of one event per iteration; the records are
@@ -59,7 +64,7 @@ def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: Cost
 
 
 def simulate_runs(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: CostModel, num_gpu_blocks: int,
-                  num_cpu_blocks: int, *, replicas: int = 1, router: str = "round_robin",
+                  num_cpu_blocks: int, *, replicas: int = 1, router: str | RouterSpec = "round_robin",
                   horizon_s: float = math.inf, rng: np.random.Generator | None = None,
                   beam_continue: float = DEFAULT_BEAM_CONTINUE, fast_forward: bool | None = None,
                   replica_pool: ReplicaPool | None = None, router_process: bool = False) -> list[ReplicaRun]:
@@ -71,22 +76,26 @@ def simulate_runs(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model:
     faster way to."""
     if trace.has_beams and rng is None:
         raise ValueError("a trace with beam searches needs the run's seeded rng to choose the beams' parents")
+    routing = router_spec(router)
+    if routing.kind == "cache_aware" and not system.prefix_caching:
+        raise ValueError(f"the cache_aware router needs prefix caching, which system {system.name!r} has not")
     if fast_forward is None:
         fast_forward = fast_forward_default()
     if system.prefix_caching and trace.block_keys is None:  # its requests carry their blocks' keys
         trace = with_block_keys(trace, system.block_size)
     fleet = FleetSetup(spec, system, cost_model, num_gpu_blocks, num_cpu_blocks, replicas, horizon_s,
-                       fast_forward and cost_model.prices_ahead, router == "round_robin" or replicas == 1)
+                       fast_forward and cost_model.prices_ahead, routing.known_ahead or replicas == 1)
     beams = BeamParentModel(beam_continue, rng) if trace.has_beams and rng is not None else None
     with older_objects_frozen():
         wakes = arrival_event_times(trace.arrival_s.tolist())
         # replicas that share nothing (a lone one draws its beams' parents alone too): apart, each on its own clock
         if fleet.known_ahead and (beams is None or replicas == 1) and not router_process:
             return serve_apart(trace, wakes, fleet, replica_pool, beams)
-        return serve_together(trace, wakes, fleet, router, beams)
+        # a lone replica takes every request, whichever the router
+        return serve_together(trace, wakes, fleet, make_router(routing if replicas > 1 else RouterSpec(), rng), beams)
 
 
-def serve_together(trace: Trace, wakes: list[float], fleet: FleetSetup, router: str,
+def serve_together(trace: Trace, wakes: list[float], fleet: FleetSetup, router: Router,
                    beams: BeamParentModel | None) -> list[ReplicaRun]:
     """The fleet on one SimPy clock, behind the router's process."""
     env, fast_forward = simpy.Environment(), fleet.stretches(wakes)

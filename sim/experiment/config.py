@@ -17,7 +17,9 @@ from engine.core.system import PAPER_SYSTEMS, SystemSpec
 from engine.errors import SpecError
 from engine.specs.checks import choice, non_negative, number, optional, positive, positive_int, share
 from engine.specs.loader import load_model_spec, parse_yaml, read_yaml, system_from_dict
+from sim.core.routers import ROUTER_KINDS, RouterSpec
 from sim.experiment.kv_pool import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool
+from sim.experiment.router_config import check_router, router_from_config
 from sim.workload.config import WorkloadConfig, recorded, replayed
 from sim.workload.lengths import data_path, load_lengths, longest_prefix
 from sim.workload.paths import resolve_data_path
@@ -39,12 +41,12 @@ TOP_LEVEL_KEYS = {
     "warmup_s": "arrivals before this are excluded from latency metrics",
     "max_time_factor": "stop simulating at this multiple of the trace span",
     "replicas": "identical replicas behind a router",
-    "router": "round_robin | least_outstanding",
+    "router": "round_robin | least_outstanding | power_of_two | cache_aware, or {kind, cache_aware's thresholds}",
     "breakdown": "true: each iteration's device time by kernel kind and host time by term, in the iterations "
                  "file and as shares in the summary (every iteration priced on its own: slower)",
     "trace_events": "true: also each run's trace.json.gz, a Chrome/Perfetto trace (implies breakdown)",
 }
-ROUTERS = ("round_robin", "least_outstanding")
+ROUTERS = ROUTER_KINDS
 DTYPE_BYTES = (1, 2, 4)  # int8/fp8, fp16/bf16, fp32
 # Sizes past which a run would exhaust memory or time before it reports anything: every replica is
 # a SimPy process with its own scheduler, every KV block (GPU and swap) an entry in a free list, and
@@ -72,7 +74,7 @@ class Experiment:
     warmup_s: float
     max_time_factor: float
     replicas: int
-    router: str
+    router: RouterSpec
     raw: dict = field(default_factory=dict, compare=False)
     breakdown: bool = False  # each iteration's breakdown in the iterations file, its shares in the summary
     trace_events: bool = False  # each run's trace.json.gz too
@@ -247,12 +249,13 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
         # below 1 the run stops before the last arrival, and unfinished requests would finish before they arrive
         max_time_factor=number(raw.get("max_time_factor", 2.0), source, "max_time_factor", low=1),
         replicas=number(raw.get("replicas", 1), source, "replicas", low=1, high=MAX_REPLICAS, whole=True),
-        router=choice(raw.get("router", "round_robin"), source, "router", ROUTERS),
+        router=router_from_config(raw.get("router", "round_robin"), source),
         raw=raw,
         breakdown=_flag(raw.get("breakdown", False), source, "breakdown") or _flag(
             raw.get("trace_events", False), source, "trace_events"),
         trace_events=_flag(raw.get("trace_events", False), source, "trace_events"),
     )
+    check_router(exp.router, exp.systems, source)
     check_parallelism(exp)
     check_batching(exp)
     check_fits(exp)

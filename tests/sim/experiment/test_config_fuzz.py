@@ -33,7 +33,8 @@ VALID = {
     "systems": [{"preset": "vllm", "block_size": 16, "max_num_batched_tokens": 2560, "max_num_seqs": 256,
                  "watermark": 0.01, "preemption": "swap", "prefill_policy": "separate", "max_paddings": 256,
                  "delay_factor": 0.0}],  # separate: the policy that reads every vLLM key
-    "rates": [2.0], "seeds": [0], "warmup_s": 0.5, "max_time_factor": 2.0, "replicas": 1, "router": "round_robin",
+    "rates": [2.0], "seeds": [0], "warmup_s": 0.5, "max_time_factor": 2.0, "replicas": 1,
+    "router": {"kind": "power_of_two"},  # the mapping form: its keys fuzzed too
 }
 HOSTILE = [math.nan, math.inf, -math.inf, 0, -1, -0.5, 1e-300, 1e308, 10**18, 2**63, 0.5, 1.5, 3, 7,
            "text", "", True, False, None, [], {}, [1, 2], {"a": 1}]
@@ -78,7 +79,7 @@ mutations = st.one_of(
     st.tuples(st.just("set"), st.sampled_from(PATHS), st.sampled_from(HOSTILE)),
     st.tuples(st.just("set"), st.sampled_from(PATHS), st.floats(allow_nan=True, allow_infinity=True)),
     st.tuples(st.just("delete"), st.sampled_from(PATHS), st.none()),
-    st.tuples(st.just("extra"), st.sampled_from([(), ("workload",), ("cost_model",), ("systems", 0)]),
+    st.tuples(st.just("extra"), st.sampled_from([(), ("workload",), ("cost_model",), ("systems", 0), ("router",)]),
               st.sampled_from(HOSTILE)),
 )
 
