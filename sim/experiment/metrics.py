@@ -127,13 +127,14 @@ def load_imbalance(requests: Columns, replicas: int | None = None) -> float:
     router sent it (prompt + n x output, served or not, warm-up included: the routing is what it judges), over
     all `replicas` of the fleet, those sent nothing included (None: the highest index in the requests + 1).
     1.0 is perfectly balanced, and so is one replica; n replicas with all the work on one read n; nan without
-    any work."""
-    index = np.asarray(requests["replica"], dtype=np.int64)
-    if not len(index):
+    any work. A table without a replica column (an engine's own, replayed) is one replica's."""
+    prompt = np.asarray(requests["prompt_len"], dtype=np.float64)
+    if not len(prompt):
         return float("nan")
+    index = (np.asarray(requests["replica"], dtype=np.int64) if "replica" in requests
+             else np.zeros(len(prompt), dtype=np.int64))
     count = int(index.max()) + 1 if replicas is None else replicas
-    work = (np.asarray(requests["prompt_len"], dtype=np.float64)
-            + np.asarray(requests["n"], dtype=np.float64) * np.asarray(requests["output_len"], dtype=np.float64))
+    work = prompt + np.asarray(requests["n"], dtype=np.float64) * np.asarray(requests["output_len"], dtype=np.float64)
     per_replica = np.bincount(index, weights=work, minlength=count)
     mean = float(per_replica.sum()) / count
     return float(per_replica.max()) / mean if mean > 0 else float("nan")

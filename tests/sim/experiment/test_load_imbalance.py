@@ -23,6 +23,8 @@ def test_balanced_one_replica_all_on_one_and_no_work():
     assert load_imbalance(table([0, 0], [10, 5], [3, 5]), replicas=1) == 1.0
     assert load_imbalance(table([2, 2], [10, 5], [3, 5]), replicas=4) == 4.0
     assert math.isnan(load_imbalance(table([], [], []), replicas=2))
+    unnamed = {k: v for k, v in table([3, 3], [10, 5], [3, 5]).items() if k != "replica"}
+    assert load_imbalance(unnamed) == 1.0  # a table naming no replica is one replica's
 
 
 def test_it_is_a_summary_column():
