@@ -127,10 +127,11 @@ def load_imbalance(requests: Columns, replicas: int | None = None) -> float:
     router sent it (prompt + n x output, served or not, warm-up included: the routing is what it judges), over
     all `replicas` of the fleet, those sent nothing included (None: the highest index in the requests + 1).
     1.0 is perfectly balanced, and so is one replica; n replicas with all the work on one read n; nan without
-    any work. A table without a replica column (an engine's own, replayed) is one replica's."""
-    prompt = np.asarray(requests["prompt_len"], dtype=np.float64)
-    if not len(prompt):
+    any work, or without the prompts' lengths to weigh it by. A table without a replica column (an engine's own,
+    replayed) is one replica's."""
+    if "prompt_len" not in requests or not num_rows(requests):
         return float("nan")
+    prompt = np.asarray(requests["prompt_len"], dtype=np.float64)
     index = (np.asarray(requests["replica"], dtype=np.int64) if "replica" in requests
              else np.zeros(len(prompt), dtype=np.int64))
     count = int(index.max()) + 1 if replicas is None else replicas

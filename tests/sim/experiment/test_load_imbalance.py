@@ -25,6 +25,7 @@ def test_balanced_one_replica_all_on_one_and_no_work():
     assert math.isnan(load_imbalance(table([], [], []), replicas=2))
     unnamed = {k: v for k, v in table([3, 3], [10, 5], [3, 5]).items() if k != "replica"}
     assert load_imbalance(unnamed) == 1.0  # a table naming no replica is one replica's
+    assert math.isnan(load_imbalance({k: v for k, v in unnamed.items() if k != "prompt_len"}))
 
 
 def test_it_is_a_summary_column():
