@@ -71,6 +71,9 @@ class PagedKVTracker(ReservedKVTracker):
         self._beam_sharing: dict[int, int] = {}
         self.beam_sharing_slots = 0
         self._beams_to_count: dict[int, SequenceGroup] = {}
+        # disaggregated serving: slots of requests whose KV is being copied in, or has arrived and waits to run,
+        # counted as reserved (vLLM's decode replica holds them for the request before it runs)
+        self.incoming_slots = 0
 
     def slots_of(self, group: SequenceGroup) -> int:
         slots = shared_prompt_token_slots(group) if group.shares_prompt else unshared_token_slots(group)
@@ -108,7 +111,11 @@ class PagedKVTracker(ReservedKVTracker):
         token_slots = self.token_slots.slots
         if self._beam_sharing:
             token_slots += self._beam_token_slots()
-        return paged_usage(self.blocks, token_slots, someone_waits)
+        usage = paged_usage(self.blocks, token_slots, someone_waits)
+        if self.incoming_slots:
+            reserved = min(self.incoming_slots, usage.internal)
+            usage.reserved, usage.internal = reserved, usage.internal - reserved
+        return usage
 
     def stretch_usage(self, token_slots: range, free_blocks: list[int], someone_waited: bool) -> UsageColumns:
         """The breakdown at a decode stretch's moments, as columns (no beam search runs in a stretch)."""

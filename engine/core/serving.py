@@ -79,6 +79,8 @@ class ServingCore:
         # or swapped back in by the schedule() that preempted it), so a data plane schedules again at once,
         # as vLLM's engine loop steps again while requests are unfinished, instead of idling
         self.idle_preempted = False
+        # disaggregated serving: a prefill replica's finished requests are not done (hand_off_kv)
+        self.hands_off = False
 
     def admit(self, request: Request) -> SequenceGroup:
         group = make_group(request.request_id, request.arrival_s, request.prompt_len, request.output_len,
@@ -144,10 +146,58 @@ class ServingCore:
                 waits = chain([step.num_waiting + bisect_left(queued_s, end) for end in ends[:-1]], (waiting,))
             self.records.add_iterations(batch, usage, starts, map(sub, ends, starts), waits, self.replica)
         finished = scheduler.complete(batch, ends[-1], beam_parents)
-        for group in finished:
-            self.records.add_request(group, self.replica)
+        if not self.hands_off:
+            for group in finished:
+                self.records.add_request(group, self.replica)
         self.outstanding -= len(finished)
         return finished
+
+    # --- disaggregated serving (docs/disaggregated.md) ------------------------------------------------------
+    def hand_off_kv(self) -> None:
+        """Make this a prefill replica: a request admitted here computes its prompt and samples its first token
+        (admit it with output_len 1), then leaves end_steps' list of finished requests unrecorded with its KV
+        still held, for a decode replica to receive; release_kv lets the KV go once it has."""
+        self.hands_off = True
+        self.scheduler.hand_off_kv()
+
+    def release_kv(self, request_id: int) -> None:
+        self.scheduler.release_kv(request_id)
+
+    @property
+    def holds_kv(self) -> bool:
+        """A prefill replica still holds some finished request's KV, to be copied out."""
+        return self.hands_off and bool(self.scheduler.held_kv)
+
+    def prefilled_group(self, request: Request, first_token_s: float) -> SequenceGroup:
+        """The request as a decode replica holds it: its prompt and first token computed, at first_token_s."""
+        group = make_group(request.request_id, request.arrival_s, request.prompt_len, request.output_len,
+                           request.n, self.next_seq_id, prefix_len=request.prefix_len,
+                           beam_width=request.beam_width)
+        if group.num_seqs != 1:
+            raise ValueError(f"request {request.request_id}: a split fleet serves one sequence per request, not "
+                             f"{group.num_seqs} (n and beam_width must be 1)")
+        group.seqs[0].length = request.prompt_len + 1
+        group.first_token_s = first_token_s
+        return group
+
+    def can_receive(self, group: SequenceGroup) -> bool:
+        """Whether a decode replica has the blocks for a request prefilled elsewhere (prefilled_group) now."""
+        return self.scheduler.can_receive(group)
+
+    def receive(self, group: SequenceGroup) -> None:
+        """Reserve the blocks of a request prefilled elsewhere, for its KV to be copied in
+        (scheduler.block_table of its sequence); it decodes after kv_arrived."""
+        self.scheduler.receive(group)
+        self.outstanding += 1
+
+    def kv_arrived(self, request_id: int) -> None:
+        self.scheduler.kv_arrived(request_id)
+
+    def recompute(self, group: SequenceGroup) -> None:
+        """Take a request prefilled elsewhere whose KV is not copied: it waits as a prompt of its prompt and first
+        token, computed again here."""
+        self.scheduler.add_request(group)
+        self.outstanding += 1
 
     def abort(self, request_id: int, now_s: float) -> bool:
         """Take the request out between steps (vLLM's abort): it frees what it holds, is recorded as aborted,

@@ -9,7 +9,7 @@ are known ahead (sim/core/known_arrivals.py) takes them itself, and runs with no
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 
 import simpy
 from simpy.events import Event
@@ -17,6 +17,7 @@ from simpy.events import Event
 from calibrate.clock.costmodel import CostModel
 from engine.core.records import ServingRecords
 from engine.core.scheduler.base import Scheduler
+from engine.core.sequence import SequenceGroup
 from engine.core.serving import Request, ServingCore
 from engine.errors import SpecError
 from sim.core.alarm import Alarm
@@ -44,6 +45,9 @@ class Replica:
         self.iteration_ends: list[float] = []  # when each recorded iteration ended, to merge a fleet's records
         self._wake = env.event()
         self.now_s = 0.0  # serve_known's clock, which SimPy's joins only where the loop fails
+        # told after each iteration of serve() which requests it finished (a split fleet hands a prefill
+        # replica's over to a decode replica, and tries again to place them when a decode replica frees blocks)
+        self.after_step: Callable[[Replica, list[SequenceGroup]], None] | None = None
         self.process = env.process(self.serve() if arrivals is None else self.serve_known(arrivals))
 
     @property
@@ -64,6 +68,10 @@ class Replica:
         self.arrivals_done = True
         self._notify()
 
+    def wake(self) -> None:
+        """Something changed that schedule() reads (a split fleet's KV arrived or went): step again now."""
+        self._notify()
+
     def _notify(self) -> None:
         if not self._wake.triggered:
             self._wake.succeed()
@@ -77,10 +85,10 @@ class Replica:
             if step is None:
                 if core.idle_preempted:  # what it preempted runs at the next schedule(), now
                     continue
-                if self.arrivals_done:
+                if self.arrivals_done and not core.holds_kv:
                     core.check_schedulable()
                     return
-                self._wake = env.event()  # idle until the router brings a request
+                self._wake = env.event()  # idle until the router brings a request (or a KV copy ends)
                 yield self._wake
                 continue
             seconds = cost_model.step_time(step.batch)
@@ -94,8 +102,10 @@ class Replica:
                 self.iteration_ends.extend(ends)
                 continue
             yield env.timeout(seconds)
-            core.end_step(step, env.now, self._beam_parents(step.batch))
+            finished = core.end_step(step, env.now, self._beam_parents(step.batch))
             self.iteration_ends.append(env.now)
+            if self.after_step is not None:
+                self.after_step(self, finished)
 
     def serve_known(self, arrivals: KnownArrivals) -> Generator[Event, None, None]:
         """The process of a replica alone on its clock: the whole loop runs without a SimPy event (serve_alone);

@@ -29,6 +29,8 @@ class Scheduler:
     num_gpu_blocks: int
     num_cpu_blocks: int
     caches_prefixes: bool = False  # automatic prefix caching (vLLM's option): requests record their hits
+    # disaggregated serving, on a prefill replica: finished requests whose KV still waits to be copied out
+    held_kv: dict[int, SequenceGroup]
     num_preemptions: int  # groups preempted so far, each time counted
     # the clock at the schedule() about to run, set by ServingCore.start_step (a policy that reads the time,
     # vLLM v0.3's delay_factor, reads it here; the others ignore it)
@@ -91,6 +93,24 @@ class Scheduler:
         """Between steps: take the request out of the system wherever it is, freeing what it holds; None when
         it is not in the system (finished, ignored or never admitted)."""
         raise NotImplementedError(f"{type(self).__name__} cannot abort a request (vLLM's schedulers can)")
+
+    # --- disaggregated serving (docs/disaggregated.md): the prefill side's hand-off, the decode side's receipt -----
+    def hand_off_kv(self) -> None:
+        """Keep a finished request's blocks until release_kv (a prefill replica's requests)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot hand KV over")
+
+    def release_kv(self, request_id: int) -> None:
+        raise NotImplementedError(f"{type(self).__name__} cannot hand KV over")
+
+    def can_receive(self, group: SequenceGroup) -> bool:
+        """Whether the blocks of a request prefilled elsewhere fit now (a decode replica's)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot receive KV (vLLM's schedulers can)")
+
+    def receive(self, group: SequenceGroup) -> None:
+        raise NotImplementedError(f"{type(self).__name__} cannot receive KV (vLLM's schedulers can)")
+
+    def kv_arrived(self, request_id: int) -> None:
+        raise NotImplementedError(f"{type(self).__name__} cannot receive KV (vLLM's schedulers can)")
 
     # --- decode stretches: what a simulator may advance in one go (docs/concepts/fast-forward.md) ---------------
     def decode_stretch(self, batch: Batch) -> DecodeStretch:

@@ -48,6 +48,10 @@ class QueueScheduler(Scheduler):
         self.ignores_unservable = False
         self.unservable: dict[int, str] = {}
         self.ignored: list[SequenceGroup] = []
+        # disaggregated serving, on a prefill replica (hand_off_kv): a finished request's blocks keep its KV until
+        # a decode replica has it (release_kv); held_kv holds those requests by id
+        self.hands_off_kv = False
+        self.held_kv: dict[int, SequenceGroup] = {}
 
     # --- the contract ----------------------------------------------------------
     def add_request(self, group: SequenceGroup) -> None:
@@ -138,6 +142,20 @@ class QueueScheduler(Scheduler):
     def release_cache(self) -> None:
         """Reservations keep nothing across requests; the paged scheduler overrides."""
 
+    # --- disaggregated serving: a prefill replica hands its requests' KV over ---------------------------
+    def hand_off_kv(self) -> None:
+        """From now on a finished request keeps its blocks (and its tokens counted in the pool's breakdown)
+        until release_kv: a prefill replica's requests finish with their first token, and their KV is still to
+        be copied to a decode replica."""
+        self.hands_off_kv = True
+
+    def release_kv(self, request_id: int) -> None:
+        """The decode replica has the request's KV: its blocks go back."""
+        group = self.held_kv.pop(request_id)
+        self.token_slots.stopped(group)
+        for seq in group.seqs:
+            self.allocator.free(seq)
+
     def groups_in_system(self) -> list[SequenceGroup]:
         return [*self.waiting, *self.running]
 
@@ -214,13 +232,17 @@ class QueueScheduler(Scheduler):
         """The sequence sampled its last token: its blocks go back (its group may run on)."""
         seq.status = SeqStatus.FINISHED
         self.num_running_seqs -= 1
-        self._free_seq(seq)
+        if not self.hands_off_kv:
+            self._free_seq(seq)
 
     def _finish(self, group: SequenceGroup, now_s: float) -> None:
         self._stop_running(group, SeqStatus.FINISHED)
         group.finish_s = now_s
         for seq in group.seqs:
             self._seqs.pop(seq.seq_id, None)
+        if self.hands_off_kv:  # its blocks hold its tokens until released: counted as before
+            self.held_kv[group.request_id] = group
+            self.token_slots.started(group)
 
     def _blocks_needed_alone(self, group: SequenceGroup) -> int:
         """Blocks the request needs with the pool to itself; subclasses know their allocators."""

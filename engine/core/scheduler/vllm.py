@@ -173,6 +173,10 @@ class VLLMScheduler(QueueScheduler):
         self.prefill_progress: dict[int, int] = {}
         self._partial: list[Chunk] = []
         self.preemption = PreemptionRule(system, self.blocks, num_gpu_blocks, self.token_cap)
+        # disaggregated serving, on a decode replica: requests prefilled elsewhere, their blocks reserved while
+        # their KV is copied in (incoming, by id), then decoding from the next schedule() on (arrived)
+        self.incoming: dict[int, SequenceGroup] = {}
+        self.arrived: deque[SequenceGroup] = deque()
 
     # --- one step ----------------------------------------------------------------
     def schedule(self) -> Batch:
@@ -189,6 +193,8 @@ class VLLMScheduler(QueueScheduler):
         self._reserve_running(plan)
         if self.swap_in_after_preemption or not plan.preempted:
             self._swap_in(plan)
+        if self.arrived:
+            self._join_arrived(plan)
         if (self.waiting or self.prefill_progress) and self.prompts_beside_decodes and (
                 self.prompts_while_swapped or not self.swapped):
             budget = self._budget(len(plan.decode_seqs))  # a token per decode
@@ -254,6 +260,21 @@ class VLLMScheduler(QueueScheduler):
             mapping = self.blocks.swap_in(group)
             plan.swap_in.extend(mapping)
             self.num_swapped_in_blocks += len(mapping)
+            self._start_running(group)
+            self._append_slots((group,), plan)
+            self._insert_running(group)
+            plan.decode_groups.append(group)
+
+    def _join_arrived(self, plan: StepPlan) -> None:
+        """Requests whose KV arrived decode from this step, in the order they arrived, while sequences are left.
+        Their blocks hold the prompt and a slot for the first token (receive): they append nothing new now."""
+        while self.arrived:
+            group = self.arrived[0]
+            live = group.live_seqs()
+            if self.num_running_seqs + len(live) > self.system.max_num_seqs:
+                break
+            self.arrived.popleft()
+            self.paged_kv.incoming_slots -= self.paged_kv.slots_of(group)
             self._start_running(group)
             self._append_slots((group,), plan)
             self._insert_running(group)
@@ -474,7 +495,7 @@ class VLLMScheduler(QueueScheduler):
         """Points 2 and 3 of the stretch's argument, the paged pool's way: nothing swapped out to come back,
         no prompt part way through its chunks, and the oldest waiting request refused now by admissible(), as
         the next step would ask it; paged_stretch then counts the steps to the first finish or preemption."""
-        if self.swapped or batch.num_swap_blocks or self.prefill_progress:
+        if self.swapped or batch.num_swap_blocks or self.prefill_progress or self.incoming or self.arrived:
             return DecodeStretch(batch, 1)
         head = self.waiting[0] if self.waiting else None
         if head is not None and (self._must_ignore(head) or self.admissible(head, self.next_budget()) is not None):
@@ -519,10 +540,33 @@ class VLLMScheduler(QueueScheduler):
         return group
 
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running or self.swapped)
+        return bool(self.waiting or self.running or self.swapped or self.incoming or self.arrived)
 
     def groups_in_system(self) -> list[SequenceGroup]:
-        return [*self.waiting, *self.running, *self.swapped]
+        return [*self.waiting, *self.running, *self.swapped, *self.incoming.values(), *self.arrived]
+
+    # --- disaggregated serving: a decode replica takes requests prefilled elsewhere --------------------------
+    def can_receive(self, group: SequenceGroup) -> bool:
+        """Whether the blocks of a request prefilled elsewhere (its prompt and first token) fit above the
+        watermark now."""
+        return self.blocks.can_allocate(group)
+
+    def receive(self, group: SequenceGroup) -> None:
+        """Reserve the blocks of a request prefilled elsewhere (can_receive), its KV to be copied into them
+        (block_table); it decodes once kv_arrived says the copy is done. A request too long for the model or
+        too large for this pool even alone is refused, as on arrival."""
+        refusal = self._refusal(group)
+        if refusal is not None:
+            raise refusal
+        self.blocks.allocate(group)
+        self.paged_kv.incoming_slots += self.paged_kv.slots_of(group)  # reserved until it runs
+        for seq in group.seqs:
+            self._seqs[seq.seq_id] = seq
+        self.incoming[group.request_id] = group
+
+    def kv_arrived(self, request_id: int) -> None:
+        """The request's KV is in its blocks: it decodes from the next schedule() on."""
+        self.arrived.append(self.incoming.pop(request_id))
 
     def stall_culprit(self) -> str | None:
         """The oldest swapped-out group, which comes back before anything waiting runs (or, chunked, before the

@@ -1,0 +1,204 @@
+"""A split fleet (sim/core/split_fleet.py): prefill replicas, decode replicas, and each request's KV copied between
+them. Conservation is checked after every iteration of every replica: each request is in exactly one place
+(a prefill replica, waiting for a decode replica with its KV held, being copied, on a decode replica, or recorded),
+held KV is exactly that of the requests waiting or being copied, and every pool's blocks are held by its tables
+alone; at the end every block is back, each finished request was copied once (or recomputed) and recorded once."""
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import numpy as np
+import pytest
+import simpy
+from hypothesis import given
+from hypothesis import strategies as st
+
+from engine.core.sequence import SeqStatus
+from engine.core.system import PAPER_SYSTEMS
+from engine.errors import Unschedulable
+from sim.core.fleet import FleetSetup
+from sim.core.merge import merged_records
+from sim.core.replica import run_to_end
+from sim.core.routers import make_router, router_spec
+from sim.core.split_fleet import SplitFleet, SplitSetup, serve_split
+from sim.workload.trace import Trace
+from tests.helpers.core_harness import check_block_manager, hyp
+from tests.helpers.simulation import MODEL, ROOFLINE, random_trace
+
+VLLM = PAPER_SYSTEMS["vllm"]
+
+
+def linear_copy(num_tokens: int) -> float:
+    """A KV copy of 10 us plus 1 us a token: easy to check by hand."""
+    return 1e-5 + 1e-6 * num_tokens
+
+
+def setup_of(num_prefill: int = 1, num_decode: int = 1, prefill_blocks: int = 400, decode_blocks: int = 400,
+             on_decode_full: str = "hold", horizon_s: float = 1e9, system=VLLM, copy=linear_copy) -> SplitSetup:
+    def pool(n: int, blocks: int, pool_system) -> FleetSetup:
+        return FleetSetup(MODEL, pool_system, ROOFLINE, blocks, 64, n, horizon_s, False, False)
+    return SplitSetup(pool(num_prefill, prefill_blocks, system), pool(num_decode, decode_blocks, VLLM), copy,
+                      on_decode_full)
+
+
+class Conservation:
+    """The fleet's invariants, asked after every iteration of every replica."""
+
+    def __init__(self, fleet: SplitFleet, trace: Trace):
+        self.fleet, self.num_requests, self.checks = fleet, len(trace), 0
+        for replica in (*fleet.prefill, *fleet.decode):
+            told = replica.after_step
+            replica.after_step = self._checking(told)
+
+    def _checking(self, told):
+        def after_step(replica, finished):
+            told(replica, finished)
+            self.check()
+        return after_step
+
+    def places(self) -> Counter:
+        fleet, places = self.fleet, Counter()
+        for replica in fleet.prefill:
+            places.update(g.request_id for g in replica.core.scheduler.groups_in_system())
+        places.update(h.request.request_id for h in fleet.waiting)
+        for replica in fleet.decode:
+            places.update(g.request_id for g in replica.core.scheduler.groups_in_system())
+        for replica in fleet.decode:
+            places.update(values[0] for values in replica.core.records.request_values)
+        places.update(values[0] for values in fleet.records.request_values)
+        return places
+
+    def check(self) -> None:
+        self.checks += 1
+        fleet = self.fleet
+        places = self.places()
+        assert all(count == 1 for count in places.values()), [r for r, c in places.items() if c > 1]
+        arrived = set(fleet.requests)
+        assert set(places) <= arrived
+        held = set()
+        for replica in fleet.prefill:
+            held |= set(replica.core.scheduler.held_kv)
+        copying = set()
+        for replica in fleet.decode:
+            copying |= set(replica.core.scheduler.incoming)
+        assert len(copying) == fleet.num_copying
+        assert held == {h.request.request_id for h in fleet.waiting} | copying
+        for replica in (*fleet.prefill, *fleet.decode):
+            self.check_blocks(replica)
+
+    @staticmethod
+    def check_blocks(replica) -> None:
+        scheduler = replica.core.scheduler
+        status = {seq.seq_id: seq.status for group in scheduler.groups_in_system() for seq in group.seqs}
+        status.update({seq.seq_id: seq.status for group in scheduler.held_kv.values() for seq in group.seqs})
+        check_block_manager(scheduler.blocks, lambda seq_id: status.get(seq_id, SeqStatus.FINISHED))
+
+
+def run_checked(trace: Trace, setup: SplitSetup, router: str = "round_robin", seed: int = 0):
+    env = simpy.Environment()
+    fleet = SplitFleet(env, setup, make_router(router_spec(router), np.random.default_rng(seed)))
+    checks = Conservation(fleet, trace)
+    env.process(fleet.arrivals(trace))
+    run_to_end(env, fleet.decode)
+    fleet.record_unfinished()
+    return fleet, checks, fleet.runs()
+
+
+def check_end(fleet: SplitFleet, runs, trace: Trace) -> None:
+    records = merged_records(runs.runs)
+    ids = [values[0] for values in records.request_values]
+    assert sorted(ids) == list(range(len(trace))), "every request recorded once"
+    rows = Counter(row[0] for row in runs.transfers)
+    assert all(count == 1 for count in rows.values()), "a request's KV moves once"
+    requests = records.requests
+    for rid, output_len, finish in zip(requests["request_id"], requests["output_len"], requests["finish_s"]):
+        if finish is not None and output_len > 1:
+            assert rows[rid] == 1, f"request {rid} finished without a transfer"
+        assert output_len == int(trace.output_len[rid])
+    for replica in (*fleet.prefill, *fleet.decode):
+        scheduler = replica.core.scheduler
+        assert not scheduler.held_kv and not scheduler.has_unfinished()
+        assert scheduler.blocks.num_used_gpu_blocks == 0, f"replica {replica.index} leaked blocks"
+        assert scheduler.blocks.cpu.num_free == scheduler.blocks.cpu.num_blocks
+
+
+def test_a_request_is_prefilled_copied_at_the_links_price_and_decoded():
+    trace = Trace(np.array([0.0]), np.array([100]), np.array([20]), source="test")
+    fleet, checks, runs = run_checked(trace, setup_of())
+    check_end(fleet, runs, trace)
+    (rid, prefill, decode, prefilled_s, start_s, end_s, tokens, kind), = runs.transfers
+    assert (rid, prefill, decode, tokens, kind) == (0, 0, 1, 100, "copied")
+    assert start_s == prefilled_s and end_s - start_s == pytest.approx(1e-5 + 1e-4)
+    records = merged_records(runs.runs)
+    (row,) = records.request_values
+    assert row[3] == prefilled_s  # time to first token: the prefill replica's
+    replicas = Counter(records.iterations["replica"])
+    assert replicas == {0: 1, 1: 19}  # the prompt on the prefill replica, the other 19 tokens on the decode one
+    assert checks.checks == 20
+
+
+def test_a_one_token_request_ends_on_the_prefill_replica():
+    trace = Trace(np.array([0.0, 0.0]), np.array([50, 60]), np.array([1, 3]), source="test")
+    fleet, _, runs = run_checked(trace, setup_of())
+    check_end(fleet, runs, trace)
+    assert [row[0] for row in runs.transfers] == [1]
+
+
+@pytest.mark.parametrize("on_decode_full", ["hold", "recompute"])
+def test_a_full_decode_pool_holds_or_recomputes(on_decode_full):
+    trace = random_trace(3, 60, rate=40.0)
+    setup = setup_of(decode_blocks=60, on_decode_full=on_decode_full)
+    fleet, checks, runs = run_checked(trace, setup)
+    check_end(fleet, runs, trace)
+    kinds = Counter(row[-1] for row in runs.transfers)
+    if on_decode_full == "hold":
+        assert set(kinds) == {"copied"}
+    else:
+        assert kinds["recomputed"] > 0
+    assert checks.checks > 100
+
+
+def test_a_horizon_leaves_each_request_recorded_once():
+    trace = random_trace(5, 80, rate=40.0)
+    fleet, _, runs = run_checked(trace, setup_of(decode_blocks=80, horizon_s=4.0))
+    records = merged_records(runs.runs)
+    assert sorted(values[0] for values in records.request_values) == list(range(len(trace)))
+    finish = records.requests["finish_s"]
+    assert any(f is None for f in finish) and any(f is not None for f in finish)
+
+
+def test_the_decode_pool_refuses_prefix_caching_and_samples():
+    caching = dataclasses.replace(VLLM, prefix_caching=True)
+    setup = setup_of()
+    bad = dataclasses.replace(setup, decode=dataclasses.replace(setup.decode, system=caching))
+    with pytest.raises(ValueError, match="decode pool runs without prefix caching"):
+        serve_split(random_trace(0, 5), bad, make_router(router_spec("round_robin"), None))
+    with pytest.raises(ValueError, match="one sequence per request"):
+        serve_split(random_trace(0, 20, n=3), setup, make_router(router_spec("round_robin"), None))
+    with pytest.raises(ValueError, match="on_decode_full 'drop'"):
+        dataclasses.replace(setup, on_decode_full="drop")
+
+
+@hyp(max_examples=25)
+@given(seed=st.integers(0, 10_000), num_prefill=st.integers(1, 3), num_decode=st.integers(1, 3),
+       prefill_blocks=st.integers(40, 200), decode_blocks=st.integers(40, 200),
+       on_decode_full=st.sampled_from(["hold", "recompute"]),
+       router=st.sampled_from(["round_robin", "least_outstanding", "power_of_two"]),
+       copy_us_per_token=st.sampled_from([0.0, 1.0, 50.0]))
+def test_random_split_fleets_conserve_every_request_and_never_stall(seed, num_prefill, num_decode, prefill_blocks,
+                                                                    decode_blocks, on_decode_full, router,
+                                                                    copy_us_per_token):
+    trace = random_trace(seed, 40, rate=30.0)
+    setup = setup_of(num_prefill, num_decode, prefill_blocks, decode_blocks, on_decode_full,
+                     copy=lambda n: copy_us_per_token * 1e-6 * n)
+    fleet, checks, runs = run_checked(trace, setup, router, seed)
+    check_end(fleet, runs, trace)
+    assert checks.checks > 0
+
+
+def test_a_request_too_large_for_any_decode_replica_says_so_instead_of_waiting_forever():
+    trace = Trace(np.array([0.0, 0.1]), np.array([100, 400]), np.array([5, 5]), source="test")
+
+    with pytest.raises(Unschedulable, match="request 1: prompt 400 .* decode replica's pool of 20"):
+        serve_split(trace, setup_of(decode_blocks=20), make_router(router_spec("round_robin"), None))
