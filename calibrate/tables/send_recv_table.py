@@ -60,7 +60,7 @@ def table_path(name_or_path: str | Path, source: str, key: str) -> Path:
     if str(name_or_path).endswith(".csv") and Path(name_or_path).is_file():
         return Path(name_or_path)
     raise SpecError(source, key, f"unknown send/recv table {str(name_or_path)!r}; valid are the shipped "
-                                 f"{available_send_recv_tables()} or the path of a {SUFFIX} file")
+                                 f"{available_send_recv_tables()} or the path of a .csv in their format")
 
 
 def read_send_recv(path: str | Path, placement: str) -> tuple[np.ndarray, np.ndarray]:
@@ -83,13 +83,13 @@ def read_send_recv(path: str | Path, placement: str) -> tuple[np.ndarray, np.nda
     return sizes[keep][order], seconds[keep][order]
 
 
-def fit_line(sizes: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
+def fit_line(sizes: np.ndarray, seconds: np.ndarray, source: str = "send/recv table") -> tuple[float, float]:
     """(bytes_per_s, latency_s) minimising the squared relative errors of `latency + sizes / bytes_per_s`."""
     terms = np.column_stack([1.0 / seconds, sizes / seconds])  # latency / t + size / (bandwidth t) = 1
     (latency, per_byte), *_ = np.linalg.lstsq(terms, np.ones(len(sizes)), rcond=None)
     if not per_byte > 0 or not latency >= 0:
-        raise SpecError("send/recv table", TIME_COLUMN, "times that do not grow with size from a non-negative "
-                                                        "start fit no latency + size / bandwidth")
+        raise SpecError(source, TIME_COLUMN,
+                        "these times fit no latency >= 0 plus size / bandwidth > 0: do they grow with size?")
     return 1.0 / float(per_byte), float(latency)
 
 
@@ -104,10 +104,10 @@ def fit_send_recv(name_or_path: str, placement: str = "intra_node", source: str 
     on the rest (sizes ranked, the even ranks fitted; a size measured twice stays on one side)."""
     path = table_path(name_or_path, source, key)
     sizes, seconds = read_send_recv(path, placement)
-    bytes_per_s, latency_s = fit_line(sizes, seconds)
+    bytes_per_s, latency_s = fit_line(sizes, seconds, str(path))
     rank = np.searchsorted(np.unique(sizes), sizes)
     fitted, judged = rank % 2 == 0, rank % 2 == 1
-    split_bw, split_latency = fit_line(sizes[fitted], seconds[fitted])
+    split_bw, split_latency = fit_line(sizes[fitted], seconds[fitted], str(path))
     errors = relative_errors(sizes[judged], seconds[judged], split_bw, split_latency)
     large = sizes[judged] >= LARGE_BYTES
     return SendRecvFit(table=path.name.removesuffix(SUFFIX), placement=placement, bytes_per_s=bytes_per_s,
