@@ -97,19 +97,24 @@ def relative_errors(sizes: np.ndarray, seconds: np.ndarray, bytes_per_s: float, 
     return np.abs(latency_s + sizes / bytes_per_s - seconds) / seconds
 
 
-@lru_cache(maxsize=32)
 def fit_send_recv(name_or_path: str, placement: str = "intra_node", source: str = "kv_link",
                   key: str = "table") -> SendRecvFit:
     """The fit over every row of one placement, with the error of a fit on every other message size judged
     on the rest (sizes ranked, the even ranks fitted; a size measured twice stays on one side)."""
     path = table_path(name_or_path, source, key)
+    # read once a process, and again if the file changes
+    return _fit_file(str(path), path.stat().st_mtime_ns, placement)
+
+
+@lru_cache(maxsize=32)
+def _fit_file(path: str, _modified_ns: int, placement: str) -> SendRecvFit:
     sizes, seconds = read_send_recv(path, placement)
-    bytes_per_s, latency_s = fit_line(sizes, seconds, str(path))
+    bytes_per_s, latency_s = fit_line(sizes, seconds, path)
     rank = np.searchsorted(np.unique(sizes), sizes)
     fitted, judged = rank % 2 == 0, rank % 2 == 1
-    split_bw, split_latency = fit_line(sizes[fitted], seconds[fitted], str(path))
+    split_bw, split_latency = fit_line(sizes[fitted], seconds[fitted], path)
     errors = relative_errors(sizes[judged], seconds[judged], split_bw, split_latency)
     large = sizes[judged] >= LARGE_BYTES
-    return SendRecvFit(table=path.name.removesuffix(SUFFIX), placement=placement, bytes_per_s=bytes_per_s,
+    return SendRecvFit(table=Path(path).name.removesuffix(SUFFIX), placement=placement, bytes_per_s=bytes_per_s,
                        latency_s=latency_s, heldout_error=float(np.median(errors)),
                        heldout_error_large=float(np.median(errors[large])), messages=int(len(sizes)))
