@@ -10,7 +10,7 @@ from engine.specs.loader import read_named_yaml
 
 HARDWARE_DIR = Path(__file__).resolve().parents[1] / "hardware_specs"
 GIB = 1 << 30
-OPTIONAL_KEYS = ("device_names", "peak_flops_fp8", "sm_count")
+OPTIONAL_KEYS = ("device_names", "infiniband_bytes_per_s", "peak_flops_fp8", "sm_count")
 MAX_MEMORY_GIB = 2.0**20  # a PiB per device: far past any accelerator, and still a whole number of bytes
 MAX_SM_COUNT = 4096  # far past any accelerator's multiprocessors (B200: 148 per die)
 
@@ -32,6 +32,10 @@ class HardwareSpec:
     # dense FP8 tensor-core FLOP/s (no sparsity) where the datasheet gives one: FP8 weights run W8A8 at it
     # (calibrate/hardware/precision.py); None on a part without FP8 tensor cores
     peak_flops_fp8: float | None = None
+    # the node's network link per GPU, one direction, where the system's datasheet gives one NIC per GPU (DGX
+    # A100: ConnectX-6 HDR 200 Gb/s; DGX H100/H200: ConnectX-7 NDR 400 Gb/s): a request's KV crosses it between
+    # nodes (calibrate/parts/kv_link.py); None where no source gives the part's NIC
+    infiniband_bytes_per_s: float | None = None
 
     @property
     def memory_bytes(self) -> int:
@@ -61,8 +65,11 @@ def hardware_from_dict(raw: dict, source: str) -> HardwareSpec:
     fp8 = raw.get("peak_flops_fp8")
     if fp8 is not None:
         fp8 = positive(fp8, source, "peak_flops_fp8")
+    infiniband = raw.get("infiniband_bytes_per_s")
+    if infiniband is not None:
+        infiniband = positive(infiniband, source, "infiniband_bytes_per_s")
     return HardwareSpec(name=raw["name"], device_names=_device_names(raw.get("device_names", []), source),
-                        sm_count=sm_count, peak_flops_fp8=fp8, **values)
+                        sm_count=sm_count, peak_flops_fp8=fp8, infiniband_bytes_per_s=infiniband, **values)
 
 
 def _device_names(names, source: str) -> tuple[str, ...]:
