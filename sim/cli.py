@@ -23,6 +23,7 @@ def workload_label(workload) -> str:
 def _cmd_run(args) -> int:
     from engine.core.compiled import control_plane_build
     from sim.experiment.checked import run_arguments
+    from sim.experiment.config import pool_label
     from sim.experiment.run_plots import PlotProcess
 
     # the plot is drawn last, after every run: its arguments are checked first, or a bad one would
@@ -34,7 +35,10 @@ def _cmd_run(args) -> int:
                             executor=lambda runs: executor_spec(args, runs))
     exp, out_dir, executor = checked.exp, checked.out_dir, checked.executor
     runs = len(exp.systems) * len(exp.rates) * len(exp.seeds)
-    print(f"servesim: {exp.name}: {exp.model.name} on {exp.replicas} x {exp.tensor_parallel} x {exp.hardware.name}, "
+    fleet = f"{exp.replicas} x {exp.tensor_parallel} x {exp.hardware.name}"
+    if exp.split is not None:
+        fleet = f"{pool_label(exp, exp.split.prefill)} prefill + {pool_label(exp, exp.split.decode)} decode"
+    print(f"servesim: {exp.name}: {exp.model.name} on {fleet}, "
           f"{runs} runs ({len(exp.systems)} systems x {len(exp.rates)} rates x {len(exp.seeds)} seeds) -> {out_dir}")
     print(f"servesim: control plane: {control_plane_build()}")  # compiled or pure Python: docs/compiled.md
     started = time.perf_counter()

@@ -1,6 +1,7 @@
 """Experiment YAML -> typed, validated values. Every error names the file and key path."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,7 @@ from calibrate.cost_models.registry import KINDS, PROFILE_KINDS, Clock, CostMode
 from calibrate.hardware.hardware import HardwareSpec, available_hardware, load_hardware
 from calibrate.hardware.precision import Precision, precision_from_config
 from calibrate.parts.host_model import available_host_models, host_model_path
+from calibrate.parts.kv_link import KVLink, link_from_config
 from engine.core.spec import ModelSpec
 from engine.core.system import PAPER_SYSTEMS, SystemSpec
 from engine.errors import SpecError
@@ -20,6 +22,7 @@ from engine.specs.loader import load_model_spec, parse_yaml, read_yaml, system_f
 from sim.core.routers import ROUTER_KINDS, RouterSpec
 from sim.experiment.kv_pool import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool
 from sim.experiment.router_config import check_router, router_from_config
+from sim.experiment.split_config import PoolConfig, SplitConfig, split_from_config
 from sim.workload.config import WorkloadConfig, recorded, replayed
 from sim.workload.lengths import data_path, load_lengths, longest_prefix
 from sim.workload.paths import resolve_data_path
@@ -41,6 +44,7 @@ TOP_LEVEL_KEYS = {
     "warmup_s": "arrivals before this are excluded from latency metrics",
     "max_time_factor": "stop simulating at this multiple of the trace span",
     "replicas": "identical replicas behind a router",
+    "split": "{prefill, decode, kv_link, on_decode_full}: a prefill pool and a decode pool instead of replicas",
     "router": "round_robin | least_outstanding | power_of_two | cache_aware, or {kind, cache_aware's thresholds}",
     "breakdown": "true: each iteration's device time by kernel kind and host time by term, in the iterations "
                  "file and as shares in the summary (every iteration priced on its own: slower)",
@@ -78,6 +82,7 @@ class Experiment:
     raw: dict = field(default_factory=dict, compare=False)
     breakdown: bool = False  # each iteration's breakdown in the iterations file, its shares in the summary
     trace_events: bool = False  # each run's trace.json.gz too
+    split: SplitConfig | None = None  # a prefill pool and a decode pool (sim/experiment/split_config.py)
 
     def kv_pool(self, system: SystemSpec) -> KVPool:
         return kv_pool(self.model, self.hardware, self.tensor_parallel, self.precision,
@@ -254,15 +259,59 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
         breakdown=_flag(raw.get("breakdown", False), source, "breakdown") or _flag(
             raw.get("trace_events", False), source, "trace_events"),
         trace_events=_flag(raw.get("trace_events", False), source, "trace_events"),
+        split=split_from_config(raw.get("split"), source, base_dir),
     )
     check_router(exp.router, exp.systems, source)
     check_parallelism(exp)
     check_batching(exp)
     check_fits(exp)
+    check_split(exp)
     if check_profile:
         check_cost_model(exp)
     check_workload(exp, check_warmup)
     return exp
+
+
+def pool_experiment(exp: Experiment, pool: PoolConfig) -> Experiment:
+    """The experiment as one pool sees it: its replicas, and its own GPU, tensor parallelism and KV cache where
+    it names them."""
+    return dataclasses.replace(
+        exp, replicas=pool.replicas, hardware=pool.hardware or exp.hardware,
+        tensor_parallel=pool.tensor_parallel or exp.tensor_parallel,
+        kv_cache_gib=pool.kv_cache_gib if pool.kv_cache_gib is not None else exp.kv_cache_gib, split=None)
+
+
+def check_split(exp: Experiment) -> None:
+    """Each pool's parallelism and memory, as the experiment's own are checked, its keys named; the link."""
+    split = exp.split
+    if split is None:
+        return
+    if exp.replicas != 1:
+        raise SpecError(exp.source, "replicas", "a split fleet counts its replicas per pool (split.prefill.replicas, "
+                        "split.decode.replicas); leave replicas out")
+    if exp.breakdown:
+        raise SpecError(exp.source, "breakdown", "a split fleet's runs keep no per-iteration breakdown (nor "
+                        "trace_events); leave both out with split")
+    for name, pool in (("prefill", split.prefill), ("decode", split.decode)):
+        variant = pool_experiment(exp, pool)
+        try:
+            check_parallelism(variant)
+            check_fits(variant)
+        except SpecError as err:
+            raise SpecError(exp.source, f"split.{name}.{err.key}", err.message) from None
+    kv_link_of(exp, split)
+
+
+def pool_label(exp: Experiment, pool: PoolConfig) -> str:
+    """A split pool as the command's header says it: replicas x GPUs each x GPU."""
+    return (f"{pool.replicas} x {pool.tensor_parallel or exp.tensor_parallel} x "
+            f"{(pool.hardware or exp.hardware).name}")
+
+
+def kv_link_of(exp: Experiment, split: SplitConfig) -> KVLink:
+    """The split fleet's KV link, read against the prefill pool's GPU (calibrate/parts/kv_link.py)."""
+    return link_from_config(split.kv_link, split.prefill.hardware or exp.hardware, exp.source, key="split.kv_link")
+
 
 
 def check_cost_model(exp: Experiment) -> None:

@@ -37,6 +37,7 @@ from sim.experiment.output import (
 )
 from sim.experiment.progress import Eta
 from sim.experiment.run import SUMMARY_COLUMNS, run_label, run_one
+from sim.experiment.split_run import SPLIT_COLUMNS
 from sim.experiment.table import rows_to_columns
 from sim.experiment.trace_events import TRACE_FILE, trace_events_bytes
 
@@ -172,7 +173,8 @@ def summary_columns(rows: list[dict]) -> dict:
 def columns_of(rows: list[dict]) -> tuple[str, ...]:
     """SUMMARY_COLUMNS, then a breakdown's shares (sim/experiment/breakdown.py) in the order the runs have them."""
     shares = dict.fromkeys(key for row in rows for key in row if key.startswith("share_"))
-    return SUMMARY_COLUMNS + tuple(shares)
+    split = SPLIT_COLUMNS if any("prefill_replicas" in row for row in rows) else ()
+    return SUMMARY_COLUMNS + split + tuple(shares)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,105 @@
+"""An experiment's `split`: a prefill pool and a decode pool instead of `replicas` identical ones
+(docs/disaggregated.md), checked with one-line errors.
+
+    split:
+      prefill: {replicas: 1, hardware: h100-sxm, tensor_parallel: 4, kv_cache_gib: 20, system: vllm}
+      decode: {replicas: 2}
+      kv_link: nvlink            # or infiniband, pcie, {kind: custom, bytes_per_s, latency_s}, {kind: measured, ...}
+      on_decode_full: hold       # or recompute
+
+A pool's keys default to the experiment's (hardware, tensor_parallel, kv_cache_gib) and to the system being run;
+each run of the sweep serves its system on both pools, the decode pool without prefix caching (its prompts were
+computed by the prefill pool).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from calibrate.hardware.hardware import HardwareSpec, load_hardware
+from engine.core.system import SystemSpec
+from engine.errors import SpecError
+from engine.specs.checks import choice, number, optional, positive, positive_int
+from engine.specs.loader import system_from_dict
+from sim.core.split_fleet import ON_DECODE_FULL
+
+SPLIT_KEYS = ("prefill", "decode", "kv_link", "on_decode_full")
+POOL_KEYS = ("replicas", "hardware", "tensor_parallel", "kv_cache_gib", "system")
+MAX_POOL_REPLICAS = 4096
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """One pool of a split fleet; None: the experiment's own value (system: the run's)."""
+
+    replicas: int
+    hardware: HardwareSpec | None = None
+    tensor_parallel: int | None = None
+    kv_cache_gib: float | None = None
+    system: SystemSpec | None = None
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    prefill: PoolConfig
+    decode: PoolConfig
+    kv_link: Any = "nvlink"  # as written: read against the prefill pool's GPU (sim.experiment.split_run)
+    on_decode_full: str = "hold"
+
+    @property
+    def replicas(self) -> int:
+        return self.prefill.replicas + self.decode.replicas
+
+
+def split_from_config(value: Any, source: str, base_dir: Path) -> SplitConfig | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise SpecError(source, "split", f"must be a mapping with keys {list(SPLIT_KEYS)}, got {value!r}")
+    for key in value:
+        if key not in SPLIT_KEYS:
+            raise SpecError(source, f"split.{key}", f"unknown key; valid keys are {list(SPLIT_KEYS)}")
+    for key in ("prefill", "decode"):
+        if key not in value:
+            raise SpecError(source, f"split.{key}", f"missing required key (a pool: {list(POOL_KEYS)})")
+    return SplitConfig(
+        prefill=_pool(value["prefill"], source, "split.prefill", base_dir),
+        decode=_pool(value["decode"], source, "split.decode", base_dir),
+        kv_link=value.get("kv_link", "nvlink"),
+        on_decode_full=choice(value.get("on_decode_full", "hold"), source, "split.on_decode_full", ON_DECODE_FULL),
+    )
+
+
+def _pool(value: Any, source: str, key: str, base_dir: Path) -> PoolConfig:
+    if not isinstance(value, dict):
+        raise SpecError(source, key, f"must be a mapping with keys {list(POOL_KEYS)}, got {value!r}")
+    for name in value:
+        if name not in POOL_KEYS:
+            raise SpecError(source, f"{key}.{name}", f"unknown key; valid keys are {list(POOL_KEYS)}")
+    if "replicas" not in value:
+        raise SpecError(source, f"{key}.replicas", "missing required key (how many replicas the pool has)")
+    hardware = value.get("hardware")
+    if hardware is not None:
+        if not isinstance(hardware, str) or not hardware.strip():
+            raise SpecError(source, f"{key}.hardware", f"must be a shipped hardware name or a path, got {hardware!r}")
+        try:
+            hardware = load_hardware(str(base_dir / hardware) if hardware.endswith((".yaml", ".yml")) else hardware)
+        except SpecError as err:
+            raise SpecError(source, f"{key}.hardware", err.message) from None
+    system = value.get("system")
+    return PoolConfig(
+        replicas=number(value["replicas"], source, f"{key}.replicas", low=1, high=MAX_POOL_REPLICAS, whole=True),
+        hardware=hardware,
+        tensor_parallel=optional(positive_int, value.get("tensor_parallel"), source, f"{key}.tensor_parallel"),
+        kv_cache_gib=optional(positive, value.get("kv_cache_gib"), source, f"{key}.kv_cache_gib"),
+        system=system_from_dict(system, source, f"{key}.system") if system is not None else None,
+    )
+
+
+def pool_system(pool: PoolConfig, system: SystemSpec, decode: bool) -> SystemSpec:
+    """The system a pool runs for a run of `system`: its own if it names one; the decode pool's without prefix
+    caching."""
+    chosen = pool.system or system
+    return dataclasses.replace(chosen, prefix_caching=False) if decode and chosen.prefix_caching else chosen
