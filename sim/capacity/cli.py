@@ -10,11 +10,13 @@ def _cmd_capacity(args) -> int:
     import pandas as pd
 
     from sim.capacity.plan import FLAGS, plan_capacity, run_capacity
+    from sim.capacity.split import check_splits, split_capacity
     from sim.experiment.config import load_experiment
     from sim.experiment.output import prepare_out_dir, write_csv
 
     exp = load_experiment(args.config, args.set)
     plan = plan_capacity(exp, args.target, args.rate, args.seed, args.tolerance, FLAGS)
+    splits = check_splits(args.splits, "--splits")
     executor = executor_spec(args, runs=len(exp.systems) * 8)  # a search probes ahead: room for more workers
     out_dir = prepare_out_dir(Path(args.out or Path("results") / exp.name))
     with executor.open() as workers:
@@ -25,7 +27,16 @@ def _cmd_capacity(args) -> int:
     write_csv(table, out_dir / "capacity.csv")
     write_csv(pd.DataFrame(result.probes), out_dir / "capacity_probes.csv")
     print(table.to_string(index=False))
-    print(f"wrote {out_dir}/capacity.csv and capacity_probes.csv")
+    written = "capacity.csv and capacity_probes.csv"
+    if splits is not None:
+        print(f"prefill:decode splits of up to {splits} replicas, against the colocated replica "
+              "(the rate each holds under every target at once, and per GPU):")
+        with executor.open() as workers:
+            split_rows = pd.DataFrame(split_capacity(plan, splits, workers, print))
+        write_csv(split_rows, out_dir / "capacity_split.csv")
+        print(split_rows.to_string(index=False))
+        written = "capacity.csv, capacity_probes.csv and capacity_split.csv"
+    print(f"wrote {out_dir}/{written}")
     return 0
 
 
@@ -37,6 +48,9 @@ def register(sub) -> None:
                      "target: each target's rate and the rate that meets them all")
     cap.add_argument("--rate", type=float, help="also find replicas needed for this total rate (req/s)")
     cap.add_argument("--seed", type=int, default=0)
+    cap.add_argument("--splits", type=int, metavar="N",
+                     help="also search every prefill:decode split of at most N replicas in all (disaggregated "
+                     "serving, docs/disaggregated.md) for the most goodput per GPU, beside the colocated replica")
     cap.add_argument("--tolerance", type=float, default=0.05, help="relative precision of the rate search")
     cap.add_argument("--out")
     cap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
