@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # names for the annotations only: nothing heavy loads with th
     from sim.experiment.config import Experiment
     from sim.experiment.run import RunResult
 
-__all__ = ["load_experiment", "run", "simulate", "capacity", "reproduce", "validate"]
+__all__ = ["load_experiment", "run", "simulate", "capacity", "split_capacity", "reproduce", "validate"]
 
 
 def load_experiment(path: str | Path, overrides: Sequence[str] = ()) -> Experiment:
@@ -124,6 +124,30 @@ def capacity(config: str | Path | Experiment, target: str | Sequence[str], *, ra
 
     plan = plan_capacity(_experiment(config, overrides), target, rate, seed, tolerance)
     return pd.DataFrame(run_capacity(plan).rows)
+
+
+def split_capacity(config: str | Path | Experiment, target: str | Sequence[str], *, splits: int, seed: int = 0,
+                   tolerance: float = 0.05, overrides: Sequence[str] = ()) -> pd.DataFrame:
+    """Disaggregated serving's capacity (`servesim capacity --splits N`): every prefill:decode split of at most
+    `splits` replicas in all, each with the rate it holds under every target at once and that rate per GPU,
+    beside the colocated replica's (docs/disaggregated.md). Returns a frame in `capacity_split.csv`'s columns;
+    the arguments are checked as the command checks them. Nothing is written.
+
+    Example::
+
+        table = servesim.split_capacity("configs/examples/split_llama3_70b_h100.yaml",
+                                        ["ttft_p90_s=2", "tpot_p90_s=0.05"], splits=3)
+    """
+    import pandas as pd
+
+    from sim.capacity.plan import plan_capacity
+    from sim.capacity.split import check_splits
+    from sim.capacity.split import split_capacity as search_splits
+
+    plan = plan_capacity(_experiment(config, overrides), target, None, seed, tolerance)
+    total = check_splits(splits, "splits")
+    assert total is not None
+    return pd.DataFrame(search_splits(plan, total))
 
 
 def reproduce(figures: Sequence[str] = ("all",), out_dir: str | Path = "results/reproduce", *, quick: bool = False,

@@ -39,6 +39,8 @@ SHIPPED = [
     "sim/workload/data/sharegpt_opt_chatbot.csv",
     "sim/workload/data/sharegpt_opt_uncut.csv",  # workload.length_filter: model
     "sim/workload/data/arxiv_summarization_llama2.csv",  # with Vidur's licence in its header
+    "calibrate/network_tables/h100_dgx.send_recv.csv",  # kv_link: {kind: measured}
+    "calibrate/network_tables/LICENSE.vidur",
 ]
 CONFIG = """\
 name: wheel

@@ -52,3 +52,13 @@ def test_servesim_capacity_writes_the_split_table(write_config, tmp_path, capsys
     lines = (out / "capacity_split.csv").read_text().splitlines()
     assert lines[0] == "system,fleet,prefill_replicas,decode_replicas,gpus,max_rate_rps,goodput_per_gpu_rps,best"
     assert len(lines) == 3
+
+
+def test_the_api_answers_as_the_command_does(write_config):
+    import servesim
+
+    config = write_config(tiny(systems="[vllm]", rates="[1]"))
+    table = servesim.split_capacity(config, TARGETS, splits=2, tolerance=0.3)
+    assert table["fleet"].tolist() == ["colocated", "1P:1D"]
+    with pytest.raises(SpecError, match="splits: must be a whole number"):
+        servesim.split_capacity(config, TARGETS, splits=1)
