@@ -1,6 +1,6 @@
 """The real engine as a split fleet: a prefill engine and a decode engine of one model (same spec, seed and
 weights) in one process, each with its own paged KV cache and control plane, serving requests the way the
-simulator's split fleet does (docs/disaggregated.md):
+simulator's split fleet does (sim/core/split_fleet.py, docs/concepts/engine.md):
 
   1. a request arrives at the prefill engine (admitted with output_len 1): its prefill samples its first token
      and it finishes there with its KV held (ServingCore.hand_off_kv);
