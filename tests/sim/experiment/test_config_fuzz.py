@@ -144,3 +144,40 @@ def test_a_mutated_profile_loads_with_sane_step_times_or_is_refused(tmp_path, ch
         # never NaN or negative; inf (huge coefficients times a big batch) the simulator's clock refuses,
         # naming the cost model (tests/sim/test_hostile_inputs.py)
         assert seconds >= 0, f"{changes} -> {seconds}"
+
+
+# a split fleet's config, fuzzed the same way: its pools, its link and what a full decode pool does
+VALID_SPLIT = {**{k: v for k, v in VALID.items() if k not in ("replicas", "router")},
+               "split": {"prefill": {"replicas": 1, "hardware": "a100-80gb", "tensor_parallel": 1, "kv_cache_gib": 0.5,
+                                     "system": "vllm"},
+                         "decode": {"replicas": 2, "kv_cache_gib": 0.25},
+                         "kv_link": {"kind": "custom", "bytes_per_s": 2.5e10, "latency_s": 1e-5},
+                         "on_decode_full": "recompute"}}
+SPLIT_PATHS = [path for path in _paths(VALID_SPLIT) if path[0] == "split"]
+split_mutations = st.one_of(
+    st.tuples(st.just("set"), st.sampled_from(SPLIT_PATHS), st.sampled_from(HOSTILE)),
+    st.tuples(st.just("delete"), st.sampled_from(SPLIT_PATHS), st.none()),
+    st.tuples(st.just("extra"), st.sampled_from([("split",), ("split", "prefill"), ("split", "kv_link")]),
+              st.sampled_from(HOSTILE)),
+)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.lists(split_mutations, min_size=1, max_size=2))
+def test_a_mutated_split_config_runs_or_is_refused_in_one_line(tmp_path, changes):
+    config = copy.deepcopy(VALID_SPLIT)
+    for change in changes:
+        _mutate(config, change)
+    path = tmp_path / "fuzz.yaml"
+    path.write_text(yaml.safe_dump(config))
+    try:
+        exp = load_experiment(path)
+        summary = run_one(exp, exp.systems[0], exp.rates[0], exp.seeds[0]).summary
+    except Exception as err:  # noqa: BLE001 -- the assertion is the point: which errors escape
+        assert _is_user_error(err), f"{changes} -> {type(err).__name__}: {err}"
+        return
+    for metric in SUMMARY_METRICS:
+        value = float(summary[metric])
+        signed = metric in SIGNED_METRICS
+        assert math.isnan(value) or (math.isfinite(value) and (value >= 0 or signed)), f"{changes}: {metric}={value}"
