@@ -24,7 +24,7 @@ from sim.core.merge import merged_records
 from sim.core.simulate import simulate
 from sim.experiment.config import load_experiment
 from sim.experiment.run import horizon_of, make_cost_model, trace_for
-from sim.experiment.split_run import serve_split_trace
+from sim.experiment.split_run import serve_split_trace, split_setup
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "examples" / "split_llama3_70b_h100.yaml"
@@ -52,7 +52,7 @@ def main() -> None:
 
     def split_once() -> tuple[float, int, int]:
         started = time.perf_counter()
-        runs = serve_split_trace(exp, system, trace, horizon_s, np.random.default_rng(0))
+        runs = serve_split_trace(exp, split_setup(exp, system, horizon_s), trace, np.random.default_rng(0))
         wall = time.perf_counter() - started
         records = merged_records(runs.runs)
         finished = sum(values[4] is not None for values in records.request_values)

@@ -63,6 +63,21 @@ class Step:
                                                                                stretch)
 
 
+def prefilled_group(request: Request, first_token_s: float | None, next_seq_id: SequenceCounter,
+                    cached_prompt_tokens: int = -1) -> SequenceGroup:
+    """The request as a decode replica holds it: its prompt and first token computed elsewhere, at first_token_s
+    (and cached_prompt_tokens of its prompt found in the prefill replica's prefix cache)."""
+    group = make_group(request.request_id, request.arrival_s, request.prompt_len, request.output_len,
+                       request.n, next_seq_id, prefix_len=request.prefix_len, beam_width=request.beam_width)
+    if group.num_seqs != 1:
+        raise ValueError(f"request {request.request_id}: a split fleet serves one sequence per request, not "
+                         f"{group.num_seqs} (n and beam_width must be 1)")
+    group.seqs[0].length = request.prompt_len + 1
+    group.first_token_s = first_token_s
+    group.cached_prompt_tokens = cached_prompt_tokens
+    return group
+
+
 class ServingCore:
     """One replica's control plane: its scheduler, the requests it holds, and its records."""
 
@@ -168,17 +183,9 @@ class ServingCore:
         """A prefill replica still holds some finished request's KV, to be copied out."""
         return self.hands_off and bool(self.scheduler.held_kv)
 
-    def prefilled_group(self, request: Request, first_token_s: float) -> SequenceGroup:
-        """The request as a decode replica holds it: its prompt and first token computed, at first_token_s."""
-        group = make_group(request.request_id, request.arrival_s, request.prompt_len, request.output_len,
-                           request.n, self.next_seq_id, prefix_len=request.prefix_len,
-                           beam_width=request.beam_width)
-        if group.num_seqs != 1:
-            raise ValueError(f"request {request.request_id}: a split fleet serves one sequence per request, not "
-                             f"{group.num_seqs} (n and beam_width must be 1)")
-        group.seqs[0].length = request.prompt_len + 1
-        group.first_token_s = first_token_s
-        return group
+    def prefilled_group(self, request: Request, first_token_s: float | None) -> SequenceGroup:
+        """The request as this decode replica holds it (prefilled_group), its sequence numbered here."""
+        return prefilled_group(request, first_token_s, self.next_seq_id)
 
     def can_receive(self, group: SequenceGroup) -> bool:
         """Whether a decode replica has the blocks for a request prefilled elsewhere (prefilled_group) now."""

@@ -233,8 +233,7 @@ class _SplitRun:
                 self.outputs[request.request_id] = tokens[request.prompt_len:]
                 self.finished_on_prefill.append(request.request_id)
                 continue
-            first_token_s = group.first_token_s if group.first_token_s is not None else now
-            decode_group = self.decode.core.prefilled_group(request, first_token_s)
+            decode_group = self.decode.core.prefilled_group(request, group.first_token_s)
             self.waiting.append(Handoff(request, decode_group, seq_id, tokens))
         if finished:
             self._place(now)

@@ -54,9 +54,13 @@ def router_spec(router: str | RouterSpec) -> RouterSpec:
     return router if isinstance(router, RouterSpec) else RouterSpec(router)
 
 
+def by_load(replica: Replica) -> tuple[int, int]:
+    """Fewest admitted, unfinished requests first, the lowest index on ties."""
+    return replica.outstanding, replica.index
+
+
 def least_loaded(replicas: list[Replica]) -> Replica:
-    """The replica with the fewest admitted, unfinished requests, the lowest index on ties."""
-    return min(replicas, key=lambda r: (r.outstanding, r.index))
+    return min(replicas, key=by_load)
 
 
 class RoundRobin:

@@ -21,15 +21,15 @@ from dataclasses import dataclass, field, replace
 
 import simpy
 
-from engine.core.sequence import SequenceCounter, SequenceGroup, make_group
-from engine.core.serving import Request
+from engine.core.sequence import SequenceCounter, SequenceGroup
+from engine.core.serving import Request, prefilled_group
 from engine.errors import Unschedulable
 from sim.core.fleet import FleetSetup
 from sim.core.records import Records
 from sim.core.replica import Replica, run_to_end
 from sim.core.replica_run import ReplicaRun
 from sim.core.router import trace_requests
-from sim.core.routers import Router
+from sim.core.routers import Router, by_load, least_loaded
 from sim.workload.tokens import with_block_keys
 from sim.workload.trace import Trace
 
@@ -66,7 +66,7 @@ class Handoff:
 
     request: Request
     prefill: Replica
-    first_token_s: float
+    first_token_s: float | None  # set by the prefill replica's completion
     cached_prompt_tokens: int
 
 
@@ -143,11 +143,10 @@ class SplitFleet:
         """A prefill replica's iteration ended; the requests it finished have their first token."""
         for group in finished:
             request = self.requests[group.request_id]
-            first_token_s = group.first_token_s if group.first_token_s is not None else self.env.now
-            handoff = Handoff(request, replica, first_token_s, group.cached_prompt_tokens)
+            handoff = Handoff(request, replica, group.first_token_s, group.cached_prompt_tokens)
             if request.output_len <= 1:  # nothing to decode: done on the prefill side
                 replica.core.release_kv(request.request_id)
-                self._record(handoff, finished_s=first_token_s)
+                self._record(handoff, finished_s=group.first_token_s)
                 continue
             self.waiting.append(handoff)
         if finished:
@@ -182,7 +181,7 @@ class SplitFleet:
 
     def _with_room(self, handoff: Handoff) -> Replica | None:
         probe = self._group(handoff, self._probe_ids)
-        for decode in sorted(self.decode, key=lambda r: (r.outstanding, r.index)):
+        for decode in sorted(self.decode, key=by_load):
             if decode.core.can_receive(probe):
                 return decode
         return None
@@ -194,7 +193,7 @@ class SplitFleet:
                 "decode pool more memory")
 
     def _recompute(self, handoff: Handoff) -> None:
-        decode = min(self.decode, key=lambda r: (r.outstanding, r.index))
+        decode = least_loaded(self.decode)
         request, now = handoff.request, self.env.now
         handoff.prefill.core.release_kv(request.request_id)
         handoff.prefill.wake()
@@ -208,18 +207,19 @@ class SplitFleet:
 
     @staticmethod
     def _group(handoff: Handoff, next_seq_id: SequenceCounter) -> SequenceGroup:
-        """The request as a decode replica holds it: its prompt and first token computed (at first_token_s)."""
-        request = handoff.request
-        group = make_group(request.request_id, request.arrival_s, request.prompt_len, request.output_len,
-                           request.n, next_seq_id, prefix_len=request.prefix_len, beam_width=request.beam_width)
-        group.seqs[0].length = request.prompt_len + 1
-        group.first_token_s = handoff.first_token_s
-        group.cached_prompt_tokens = handoff.cached_prompt_tokens
-        return group
+        return prefilled_group(handoff.request, handoff.first_token_s, next_seq_id, handoff.cached_prompt_tokens)
 
     def _check_drained(self) -> None:
         if self._drained is not None and not self._drained.triggered and not (self.waiting or self.num_copying):
             self._drained.succeed()
+
+    def serve(self, trace: Trace) -> SplitRuns:
+        """Every request of the trace, until all finish or the horizon (serve_split checks the trace first)."""
+        self.env.process(self.arrivals(trace))
+        run_to_end(self.env, self.decode)  # the prefill replicas' unfinished requests are the fleet's to record
+        self.check_drained()
+        self.record_unfinished()
+        return self.runs()
 
     def check_drained(self) -> None:
         """Nothing is left to happen: before the horizon, every request must have left the prefill pool."""
@@ -264,10 +264,4 @@ def serve_split(trace: Trace, setup: SplitSetup, router: Router) -> SplitRuns:
                          "the prefill pool (set prefix_caching on the prefill pool's system only)")
     if setup.prefill.system.prefix_caching and trace.block_keys is None:  # its requests carry their blocks' keys
         trace = with_block_keys(trace, setup.prefill.system.block_size)
-    env = simpy.Environment()
-    fleet = SplitFleet(env, setup, router)
-    env.process(fleet.arrivals(trace))
-    run_to_end(env, fleet.decode)  # the prefill replicas' unfinished requests are the fleet's to record
-    fleet.check_drained()
-    fleet.record_unfinished()
-    return fleet.runs()
+    return SplitFleet(simpy.Environment(), setup, router).serve(trace)

@@ -19,10 +19,10 @@ from sim.core.replica_run import ReplicaRun
 from sim.core.simulate import simulate_runs
 from sim.executors.replica_pool import ProcessReplicaPool
 from sim.experiment.breakdown import breakdown_columns, breakdown_shares, recorded_steps
-from sim.experiment.config import Experiment, clock_for, pool_experiment
+from sim.experiment.config import Experiment, clock_for
 from sim.experiment.merged import MergedIterations
 from sim.experiment.metrics import SUMMARY_METRICS, kv_shares, load_imbalance, summarize
-from sim.experiment.split_run import prefill_replicas, serve_split_trace, transfer_metrics
+from sim.experiment.split_run import prefill_replicas, serve_split_trace, split_setup, transfer_metrics
 from sim.workload.config import build_trace
 from sim.workload.trace import Trace
 
@@ -140,11 +140,11 @@ def run_label(system: SystemSpec, rate: float, seed: int) -> str:
 def _run_one(exp: Experiment, system: SystemSpec, rate: float, seed: int, jobs: int) -> RunResult:
     rng = np.random.default_rng(seed)  # the run's one Generator: the trace, then the beams' parents
     trace = trace_for(exp, rate, seed, rng)
+    if exp.split is not None:
+        return _run_split(exp, system, trace, rate, seed, rng)
     cost_model = make_cost_model(exp, system)
     # a breakdown is kept by clocks in this process: the replicas are served here too
     clock = BreakdownRecorder(cost_model) if exp.breakdown else cost_model
-    if exp.split is not None:
-        return _run_split(exp, system, trace, rate, seed, rng)
     runs, horizon_s = serve_trace(exp, system, trace, clock, rng, jobs=1 if exp.breakdown else jobs)
     requests = request_arrays([values for run in runs for values in run.records.request_values])
     iterations: Mapping[str, np.ndarray] = (runs[0].records.iteration_arrays() if len(runs) == 1 and
@@ -170,25 +170,26 @@ def _run_split(exp: Experiment, system: SystemSpec, trace: Trace, rate: float, s
     """A run on the experiment's split fleet (sim/experiment/split_run.py): the summary's KV shares are the decode
     pool's, its pool being the one the requests' tokens grow in, and the KV moves get columns of their own."""
     horizon_s = horizon_of(exp, trace)
-    split_runs = serve_split_trace(exp, system, trace, horizon_s, rng)
+    setup = split_setup(exp, system, horizon_s)
+    split_runs = serve_split_trace(exp, setup, trace, rng)
     runs = split_runs.runs
     requests = request_arrays([values for run in runs for values in run.records.request_values])
     iterations = merged_records(runs).iteration_arrays()
     dropped = [values for run in runs for values in run.records.dropped_values]
     split = exp.split
     assert split is not None
-    decode = pool_experiment(exp, split.decode)
-    metrics = summarize(requests, iterations, pool_slots=decode.kv_pool(system).num_slots, warmup_s=exp.warmup_s,
+    decode_slots = setup.decode.num_gpu_blocks * setup.decode.system.block_size
+    metrics = summarize(requests, iterations, pool_slots=decode_slots, warmup_s=exp.warmup_s,
                         horizon_s=horizon_s, dropped=dropped, replicas=split.replicas)
     decoding = iterations["replica"] >= split.prefill.replicas
-    metrics.update(kv_shares({k: v[decoding] for k, v in iterations.items()}, decode.kv_pool(system).num_slots))
+    metrics.update(kv_shares({k: v[decoding] for k, v in iterations.items()}, decode_slots))
     # the router's balance is the prefill pool's: each request by the prefill replica it was sent to
     metrics["load_imbalance"] = load_imbalance({**requests, "replica": prefill_replicas(requests, split_runs)},
                                                split.prefill.replicas)
     summary = {
         "experiment": exp.name, "system": system.name, "model": exp.model.name, "hardware": exp.hardware.name,
         "tensor_parallel": exp.tensor_parallel, "replicas": split.replicas, "workload": trace.source,
-        "cost_model": make_cost_model(exp, system).source, "rate": rate, "seed": seed, **metrics,
+        "cost_model": setup.prefill.cost_model.source, "rate": rate, "seed": seed, **metrics,
         "prefill_replicas": split.prefill.replicas, "decode_replicas": split.decode.replicas,
         **transfer_metrics(split_runs.transfers, exp.warmup_s, trace.arrival_s),
     }

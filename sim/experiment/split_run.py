@@ -45,11 +45,10 @@ def split_setup(exp: Experiment, system: SystemSpec, horizon_s: float) -> SplitS
     return SplitSetup(pools[0], pools[1], kv_copy_price(exp, split), split.on_decode_full)
 
 
-def serve_split_trace(exp: Experiment, system: SystemSpec, trace: Trace, horizon_s: float,
-                      rng: np.random.Generator) -> SplitRuns:
-    """The trace on the experiment's split fleet; the router spreads the requests over the prefill pool."""
-    router = make_router(exp.router, rng if exp.router.draws else None)
-    return serve_split(trace, split_setup(exp, system, horizon_s), router)
+def serve_split_trace(exp: Experiment, setup: SplitSetup, trace: Trace, rng: np.random.Generator) -> SplitRuns:
+    """The trace on the split fleet `setup` builds; the experiment's router spreads the requests over the prefill
+    pool (power_of_two drawing from a child of the run's `rng`)."""
+    return serve_split(trace, setup, make_router(exp.router, rng))
 
 
 def prefill_replicas(requests: dict[str, np.ndarray], split_runs: SplitRuns) -> np.ndarray:

@@ -19,7 +19,6 @@ from engine.core.system import PAPER_SYSTEMS
 from engine.errors import Unschedulable
 from sim.core.fleet import FleetSetup
 from sim.core.merge import merged_records
-from sim.core.replica import run_to_end
 from sim.core.routers import make_router, router_spec
 from sim.core.split_fleet import SplitFleet, SplitSetup, serve_split
 from sim.workload.trace import Trace
@@ -99,10 +98,7 @@ def run_checked(trace: Trace, setup: SplitSetup, router: str = "round_robin", se
     env = simpy.Environment()
     fleet = SplitFleet(env, setup, make_router(router_spec(router), np.random.default_rng(seed)))
     checks = Conservation(fleet, trace)
-    env.process(fleet.arrivals(trace))
-    run_to_end(env, fleet.decode)
-    fleet.record_unfinished()
-    return fleet, checks, fleet.runs()
+    return fleet, checks, fleet.serve(trace)
 
 
 def check_end(fleet: SplitFleet, runs, trace: Trace) -> None:

@@ -84,6 +84,15 @@ mutations = st.one_of(
 )
 
 
+def check_metrics(summary: dict, changes) -> None:
+    """Every metric finite and non-negative (backlog_growth may be negative), or NaN: a metric with nothing to
+    measure (no decode to time, nothing after the warm-up)."""
+    for metric in SUMMARY_METRICS:
+        value = float(summary[metric])
+        signed = metric in SIGNED_METRICS
+        assert math.isnan(value) or (math.isfinite(value) and (value >= 0 or signed)), f"{changes}: {metric}={value}"
+
+
 def _is_user_error(err: Exception) -> bool:
     return isinstance(err, (SpecError, Unservable)) and "\n" not in str(err) and str(err) != ""
 
@@ -108,11 +117,7 @@ def test_a_mutated_config_runs_or_is_refused_in_one_line(tmp_path, changes):
     except Exception as err:  # noqa: BLE001
         assert _is_user_error(err), f"{changes} -> {type(err).__name__}: {err}"
         return
-    for metric in SUMMARY_METRICS:
-        value = float(summary[metric])
-        # NaN is a metric with nothing to measure (no decode to time, nothing after the warm-up)
-        signed = metric in SIGNED_METRICS
-        assert math.isnan(value) or (math.isfinite(value) and (value >= 0 or signed)), f"{changes}: {metric}={value}"
+    check_metrics(summary, changes)
 
 
 PROFILE_NUMBERS = [("coefficients", term) for term in TERMS] + [("host", term) for term in HOST_TERMS] + [
@@ -177,7 +182,4 @@ def test_a_mutated_split_config_runs_or_is_refused_in_one_line(tmp_path, changes
     except Exception as err:  # noqa: BLE001 -- the assertion is the point: which errors escape
         assert _is_user_error(err), f"{changes} -> {type(err).__name__}: {err}"
         return
-    for metric in SUMMARY_METRICS:
-        value = float(summary[metric])
-        signed = metric in SIGNED_METRICS
-        assert math.isnan(value) or (math.isfinite(value) and (value >= 0 or signed)), f"{changes}: {metric}={value}"
+    check_metrics(summary, changes)

@@ -29,7 +29,7 @@ def test_a_split_reads_its_pools_and_their_defaults(write_config):
     # is the smaller pool's parallelism (1); 20 us of latency
     tokens = 1000
     expected = 20e-6 + tokens * exp.model.kv_bytes_per_token(2) / 50e9
-    assert kv_copy_price(exp, split)(tokens) == pytest.approx(expected, rel=0.2)
+    assert kv_copy_price(exp, split)(tokens) == pytest.approx(expected, rel=1e-12)
 
 
 @pytest.mark.parametrize("split, key, words", [
