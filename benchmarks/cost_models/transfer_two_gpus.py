@@ -19,7 +19,8 @@ import pandas as pd
 from calibrate.fitting.op_fit import fit_linear_on
 from calibrate.hardware.hardware import load_hardware
 from calibrate.judging.op_import import load_tables
-from calibrate.judging.transfer_two_gpus import GpuTables, both_ways, judgement, two_gpu_choice
+from calibrate.judging.regime_errors import two_gpu_choice
+from calibrate.judging.transfer_two_gpus import GpuTables, both_ways, judgement
 from calibrate.parts.transfer import LATENCY_BAND, RIDGE_BAND, ridge_tokens
 from calibrate.work.layer_ops import GEMMS
 

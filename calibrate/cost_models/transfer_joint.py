@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from calibrate.fitting.profile_file import Profile
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
-from calibrate.judging.regime_errors import RegimeError
-from calibrate.judging.transfer_two_gpus import two_gpu_choice
+from calibrate.judging.regime_errors import RegimeError, two_gpu_choice
 from calibrate.parts.linear_model import LinearFit
 from calibrate.parts.transfer import RegimeChoice, same_chip
 from engine.errors import SpecError

@@ -19,8 +19,9 @@ import pandas as pd
 from calibrate.fitting.op_fit import fit_linear, fit_linear_on, today_roofline
 from calibrate.fitting.profile_file import Profile, load_profile
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
+from calibrate.judging.regime_errors import two_gpu_choice
 from calibrate.judging.transfer_judge import RegimeError, judge_profile, report_lines
-from calibrate.judging.transfer_two_gpus import GpuTables, HoldOut, both_ways, judgement, two_gpu_choice
+from calibrate.judging.transfer_two_gpus import GpuTables, HoldOut, both_ways, judgement
 from calibrate.parts.all_reduce import read_all_reduce
 from calibrate.parts.linear_model import LinearFit
 from calibrate.parts.transfer import REGIMES, regimes_of

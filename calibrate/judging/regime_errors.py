@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from calibrate.parts.transfer import REGIMES, RegimeChoice
+from calibrate.parts.transfer import FINE_REGIMES, REGIMES, RegimeChoice
 
 
 @dataclass(frozen=True)
@@ -40,3 +40,16 @@ def choose(errors: list[RegimeError], regimes: tuple[str, ...] = REGIMES) -> Reg
             lost = [e.direction for e in judged if not e.beats_roofline]
             reasons[regime] = "no better than the roofline on " + ", ".join(lost)
     return RegimeChoice(frozenset(use), reasons, tuple(regimes))
+
+
+def two_gpu_choice(errors: list[RegimeError]) -> RegimeChoice:
+    """The fit in a regime only where it beat the roofline in both directions (a regime judged one way
+    round only keeps the roofline)."""
+    choice = choose(errors, FINE_REGIMES)
+    use, reasons = set(choice.use_transfer), dict(choice.reasons)
+    for regime in choice.use_transfer:
+        directions = {e.direction for e in errors if e.regime == regime}
+        if len(directions) < 2:
+            use.discard(regime)
+            reasons[regime] = f"judged one way round only ({', '.join(sorted(directions))})"
+    return RegimeChoice(frozenset(use), reasons, FINE_REGIMES)

@@ -5,7 +5,7 @@ Each direction is a GPU the fit never saw: its rows enter nothing but the errors
 (a model's layers x one layer's non-attention operations + the embedding lookup, at each token count and
 tensor-parallel degree) and per operation. The regimes are calibrate/parts/transfer.py's four (FINE_REGIMES):
 fixed latency, memory-bound decode, the ridge, compute-bound prefill. The default for a GPU nobody measured
-(`choose`) takes the fit in a regime only where it beat the roofline in both directions.
+(`regime_errors.two_gpu_choice`) takes the fit in a regime only where it beat the roofline in both directions.
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import pandas as pd
 
 from calibrate.fitting.op_fit import fit_linear, today_roofline
 from calibrate.hardware.hardware import HardwareSpec
-from calibrate.judging.regime_errors import RegimeError, choose
+from calibrate.judging.regime_errors import RegimeError
 from calibrate.parts.linear_model import LinearFit
-from calibrate.parts.transfer import FINE_REGIMES, RegimeChoice, regimes_of
+from calibrate.parts.transfer import FINE_REGIMES, regimes_of
 from calibrate.tables.table_models import layers_of
 from calibrate.work.layer_ops import ITERATION_ELEMENTWISE
 
@@ -118,14 +118,3 @@ def judgement(holdouts: list[HoldOut]) -> list[RegimeError]:
     return [e for h in holdouts for e in h.regime_errors()]
 
 
-def two_gpu_choice(errors: list[RegimeError]) -> RegimeChoice:
-    """The fit in a regime only where it beat the roofline in both directions (a regime judged one way
-    round only keeps the roofline)."""
-    choice = choose(errors, FINE_REGIMES)
-    use, reasons = set(choice.use_transfer), dict(choice.reasons)
-    for regime in choice.use_transfer:
-        directions = {e.direction for e in errors if e.regime == regime}
-        if len(directions) < 2:
-            use.discard(regime)
-            reasons[regime] = f"judged one way round only ({', '.join(sorted(directions))})"
-    return RegimeChoice(frozenset(use), reasons, FINE_REGIMES)

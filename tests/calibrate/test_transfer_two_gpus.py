@@ -16,8 +16,9 @@ from calibrate.fitting.op_fit import fit_linear, fit_linear_on
 from calibrate.fitting.profile_file import load_profile
 from calibrate.hardware.hardware import load_hardware
 from calibrate.judging.op_import import import_profile, report
+from calibrate.judging.regime_errors import two_gpu_choice
 from calibrate.judging.transfer_judge import PROFILES, RegimeError
-from calibrate.judging.transfer_two_gpus import GpuTables, hold_out, judgement, two_gpu_choice
+from calibrate.judging.transfer_two_gpus import GpuTables, hold_out, judgement
 from calibrate.parts.linear_model import LinearFit
 from calibrate.parts.transfer import COMPUTE_BOUND, FINE_REGIMES, LATENCY, MEMORY_BOUND, RIDGE, regime_of
 from calibrate.tables.op_table import read_op_table

@@ -68,6 +68,18 @@ def test_a_run_without_plots_or_parquet_loads_neither_matplotlib_nor_pandas_nor_
         assert (blocked / name).read_bytes() == (tmp_path / "csv" / name).read_bytes(), name
 
 
+def test_the_quickstarts_clock_loads_no_pandas(tmp_path):
+    """The quickstart prices iterations with the shipped two-GPU profile: its judgement is read from the
+    profile, and the module that judges the tables (and needs pandas) stays unloaded."""
+    out = tmp_path / "quickstart"
+    argv = ["run", str(REPO / "configs" / "quickstart.yaml"), "--out", str(out), "--jobs", "1", "--no-plots",
+            "--iterations", "none", "--set", "systems=[vllm]", "--set", "rates=[1]",
+            "--set", "workload.duration_s=30", "--set", "warmup_s=0"]
+    loaded = loaded_by(argv, blocked=("pandas", "pyarrow"))
+    assert not loaded & {"matplotlib", "pandas", "pyarrow"}
+    assert (out / "summary.csv").stat().st_size > 0
+
+
 def test_a_run_writing_parquet_loads_pyarrow_but_not_matplotlib(write_config, tmp_path):
     out = tmp_path / "parquet"
     loaded = loaded_by(small_run(write_config(), out, "--no-plots"))  # Parquet: the default
