@@ -47,6 +47,7 @@ from engine.core.batch import Batch
 from engine.core.block_manager import BlockManager, appends_fit
 from engine.core.kv_tracker import PagedKVTracker
 from engine.core.kv_usage import UsageColumns
+from engine.core.running_batch import RunningBatch
 from engine.core.scheduler.base import DecodeStretch
 from engine.core.scheduler.common import QueueScheduler
 from engine.core.scheduler.order import FirstComeFirstServed, Order, insert_in_order
@@ -63,7 +64,7 @@ class StepPlan:
     sequences, in order), the prompt chunks that prefill, the blocks to copy and swap, and the groups
     preempted in this step (a group preempted now does not come back in the same step)."""
 
-    __slots__ = ("decode_groups", "decode_seqs", "chunks", "copies", "swap_in", "swap_out", "preempted")
+    __slots__ = ("decode_groups", "decode_seqs", "chunks", "copies", "swap_in", "swap_out", "preempted", "joined")
 
     def __init__(self) -> None:  # plain lists: a dataclass's default factories cost a call each, every step
         self.decode_groups: list[SequenceGroup] = []
@@ -73,6 +74,8 @@ class StepPlan:
         self.swap_in: list[tuple[int, int]] = []
         self.swap_out: list[tuple[int, int]] = []
         self.preempted: set[int] = set()
+        # groups swapped in or arrived, which decode after the others whatever their place in the running order
+        self.joined: list[SequenceGroup] = []
 
 
 class Chunk:
@@ -144,6 +147,8 @@ class VLLMScheduler(QueueScheduler):
                                    system.prefix_caching, system.prefill_policy == "chunked")
         self.allocator = self.blocks  # the skeleton's view of it (engine.core.allocator)
         self.paged_kv = PagedKVTracker(self.blocks, self._beam_group_of)
+        self.rows = RunningBatch(self.blocks, system.block_size)  # engine.core.running_batch
+        self._joined: list[SequenceGroup] = []  # this step's groups swapped in or arrived, for complete()
         self.kv, self.token_slots = self.paged_kv, self.paged_kv.token_slots
         self.caches_prefixes = system.prefix_caching
         self.swapped: deque[SequenceGroup] = deque()
@@ -216,12 +221,22 @@ class VLLMScheduler(QueueScheduler):
         through a chunked prefill (prefill_progress) holds its prompt's blocks already: it keeps running and
         needs no slot."""
         prefilling = self.prefill_progress
-        if appends_fit(self.num_running_seqs, self.blocks.gpu.num_free):
-            # each sequence needs at most one new block: nobody can fail can_append
-            plan.decode_groups = ([g for g in self.running if g.request_id not in prefilling] if prefilling
-                                  else list(self.running))
-            self._append_slots(plan.decode_groups, plan)
-            return
+        free = self.blocks.gpu.num_free
+        due: list[Sequence] = []
+        if not prefilling:  # every running sequence decodes: the rows are the decodes
+            due = self.rows.due_now()
+            # each of the rows due takes at most one block: while the widest group finds its own after them all,
+            # nobody can fail can_append (appends_fit: nobody at all can)
+            if free - len(due) >= self.rows.widest or appends_fit(self.num_running_seqs, free):
+                plan.decode_groups = list(self.running)
+                plan.decode_seqs = self.rows.reserve(due, plan.copies)
+                return
+        else:  # the prompts part way through their chunks run without decoding: the rows fall behind
+            self.rows.stale = True
+            if appends_fit(self.num_running_seqs, free):
+                plan.decode_groups = [g for g in self.running if g.request_id not in prefilling]
+                self._append_slots(plan.decode_groups, plan)
+                return
         queue = deque(self.running)
         kept: list[SequenceGroup] = []
         running = SeqStatus.RUNNING
@@ -242,6 +257,7 @@ class VLLMScheduler(QueueScheduler):
                 plan.decode_groups.append(group)
                 kept.append(group)
         self.running = kept
+        self.rows.walked(due)
 
     def _append_slots(self, groups: Iterable[SequenceGroup], plan: StepPlan) -> None:
         running = SeqStatus.RUNNING
@@ -264,6 +280,7 @@ class VLLMScheduler(QueueScheduler):
             self._append_slots((group,), plan)
             self._insert_running(group)
             plan.decode_groups.append(group)
+            plan.joined.append(group)
 
     def _join_arrived(self, plan: StepPlan) -> None:
         """Requests whose KV arrived decode from this step, in the order they arrived, while sequences are left.
@@ -279,6 +296,7 @@ class VLLMScheduler(QueueScheduler):
             self._append_slots((group,), plan)
             self._insert_running(group)
             plan.decode_groups.append(group)
+            plan.joined.append(group)
 
     def _continue_prefills(self, plan: StepPlan, budget: SchedulingBudget) -> None:
         """Chunked: the next chunk of each prompt part way through its prefill, in arrival order."""
@@ -438,6 +456,7 @@ class VLLMScheduler(QueueScheduler):
             batch.beam_groups = [tuple(s.seq_id for s in g.live_seqs())
                                  for g in (*final, *plan.decode_groups) if g.is_beam]
         self._prefilled, self._decoded, self._partial = final, plan.decode_groups, partial
+        self._joined = plan.joined
         return batch
 
     def complete(self, batch: Batch, now_s: float,
@@ -486,9 +505,60 @@ class VLLMScheduler(QueueScheduler):
         key = order.key(group)
         if not self.running or order.key(self.running[-1]) <= key:
             self.running.append(group)
+            self.rows.insert(group, None)
             return
         keys = [order.key(g) for g in self.running]
-        self.running.insert(bisect.bisect(keys, key), group)
+        at = bisect.bisect(keys, key)
+        self.rows.insert(group, self.running[at])
+        self.running.insert(at, group)
+
+    def _in_batch_order(self, touched: list[SequenceGroup]) -> list[SequenceGroup]:
+        """Groups in the order the group-by-group pass met them: the prompts just computed, then the decodes,
+        those that joined this step (swapped in, arrived) last; the rest keep the rows' order."""
+        first = [g for g in self._prefilled if any(g is t for t in touched)]
+        last = [g for g in self._joined if any(g is t for t in touched)]
+        middle = [g for g in touched if not any(g is f for f in first) and not any(g is j for j in last)]
+        return first + middle + last
+
+    def _stop_running(self, group: SequenceGroup, status: SeqStatus) -> None:
+        self.rows.remove(group)
+        super()._stop_running(group, status)
+
+    def _fork_beam(self, parent: Sequence, child: Sequence) -> None:
+        super()._fork_beam(parent, child)
+        self.rows.forked(parent, child)
+
+    def _sample(self, num_samples: int, num_steps: int, now_s: float) -> list[SequenceGroup]:
+        """QueueScheduler._sample, row by row where every row sampled once in the order the groups ran (the
+        prompts just computed, then the decodes); else group by group, and the rows read again."""
+        rows = self.rows
+        if num_samples != len(rows.seqs):
+            finished = super()._sample(num_samples, num_steps, now_s)
+            rows.rebuild(self.running)
+            return finished
+        self.token_slots.sampled(num_steps * num_samples)
+        done_rows = rows.advance(num_steps)
+        if not done_rows:
+            return []
+        touched = rows.drop_rows(done_rows)
+        if len(touched) > 1 and (self._prefilled or self._joined):
+            touched = self._in_batch_order(touched)
+        finished = []
+        running = SeqStatus.RUNNING
+        for group in touched:
+            done = True
+            for seq in group.seqs:
+                if seq.status is running:
+                    if seq.length >= seq.prompt_len + seq.output_len:
+                        self._finish_seq(seq)
+                    else:
+                        done = False
+            if done:
+                self._finish(group, now_s)
+                finished.append(group)
+        for group in finished:
+            self.running.remove(group)
+        return finished
 
     # --- decode stretches (engine.core.scheduler.stretch) ---------------------------------
     def _decode_stretch(self, batch: Batch) -> DecodeStretch:
@@ -507,6 +577,7 @@ class VLLMScheduler(QueueScheduler):
     def _stretch_usage(self, stretch: DecodeStretch, num_steps: int, token_slots: range,
                        someone_waited: bool) -> UsageColumns:
         free_blocks = stretch_appends(stretch, num_steps, self.blocks, self.block_size)
+        self.rows.stale = True  # the stretch's appends, made at once
         return self.kv.stretch_usage(token_slots, free_blocks, someone_waited)
 
     # --- the rest of the contract ----------------------------------------------------
