@@ -30,12 +30,13 @@ from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 class RunningBatch:
     """The running sequences as rows, and the calendar of their appends (module docstring)."""
 
-    __slots__ = ("blocks", "block_size", "seqs", "groups", "rank_of", "widest", "tick", "reserved_through", "due",
-                 "pending", "stale")
+    __slots__ = ("blocks", "block_size", "seqs", "seq_ids", "groups", "rank_of", "widest", "tick", "reserved_through",
+                 "due", "pending", "stale")
 
     def __init__(self, blocks: BlockManager, block_size: int) -> None:
         self.blocks, self.block_size = blocks, block_size
         self.seqs: list[Sequence] = []
+        self.seq_ids: list[int] = []  # theirs, for the batch's list of decodes
         self.groups: list[SequenceGroup] = []
         self.rank_of: dict[int, int] = {}  # seq id -> a number that grows with the row's place
         self.widest = 0  # at least the most running sequences of any one group
@@ -54,12 +55,14 @@ class RunningBatch:
         if before is None:  # after every row: numbered on from the last
             rank = self.rank_of[self.seqs[-1].seq_id] + 1 if self.seqs else 0
             self.seqs.extend(seqs)
+            self.seq_ids.extend([seq.seq_id for seq in seqs])
             self.groups.extend([group] * len(seqs))
             for i, seq in enumerate(seqs):
                 self.rank_of[seq.seq_id] = rank + i
         else:
             at = self._first_row(before)
             self.seqs[at:at] = seqs
+            self.seq_ids[at:at] = [seq.seq_id for seq in seqs]
             self.groups[at:at] = [group] * len(seqs)
             self._number()
         for seq in seqs:
@@ -74,6 +77,7 @@ class RunningBatch:
             return
         at = self.seqs.index(seqs[0])
         del self.seqs[at:at + len(seqs)]
+        del self.seq_ids[at:at + len(seqs)]
         del self.groups[at:at + len(seqs)]
         for seq in seqs:
             self.rank_of.pop(seq.seq_id, None)
@@ -86,6 +90,7 @@ class RunningBatch:
             self.widest = max(self.widest, len(seqs))
             self.seqs.extend(seqs)
             self.groups.extend([group] * len(seqs))
+        self.seq_ids = [seq.seq_id for seq in self.seqs]
         self._number()
         self.stale = True
 
@@ -193,6 +198,7 @@ class RunningBatch:
             self.rank_of.pop(self.seqs[i].seq_id, None)
         for i in reversed(rows):
             del self.seqs[i]
+            del self.seq_ids[i]
             del self.groups[i]
         return touched
 

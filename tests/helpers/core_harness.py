@@ -149,6 +149,7 @@ def check_rows(sched, step: int) -> None:
     if isinstance(sched, VLLMScheduler):
         running = [seq for group in sched.running for seq in group.seqs if seq.status is SeqStatus.RUNNING]
         assert sched.rows.seqs == running, f"step {step}: the rows are not the running sequences in order"
+        assert sched.rows.seq_ids == [seq.seq_id for seq in running], f"step {step}: a row's id is wrong"
         assert sched.rows.groups == [group for group in sched.running for seq in group.seqs
                                      if seq.status is SeqStatus.RUNNING], f"step {step}: a row's group is wrong"
 

@@ -64,11 +64,13 @@ class StepPlan:
     sequences, in order), the prompt chunks that prefill, the blocks to copy and swap, and the groups
     preempted in this step (a group preempted now does not come back in the same step)."""
 
-    __slots__ = ("decode_groups", "decode_seqs", "chunks", "copies", "swap_in", "swap_out", "preempted", "joined")
+    __slots__ = ("decode_groups", "decode_seqs", "decode_ids", "chunks", "copies", "swap_in", "swap_out", "preempted",
+                 "joined")
 
     def __init__(self) -> None:  # plain lists: a dataclass's default factories cost a call each, every step
         self.decode_groups: list[SequenceGroup] = []
         self.decode_seqs: list[Sequence] = []
+        self.decode_ids: list[int] = []  # the first of decode_seqs' ids, where they were the rows
         self.chunks: list[Chunk] = []
         self.copies: list[tuple[int, int]] = []
         self.swap_in: list[tuple[int, int]] = []
@@ -230,6 +232,7 @@ class VLLMScheduler(QueueScheduler):
             if free - len(due) >= self.rows.widest or appends_fit(self.num_running_seqs, free):
                 plan.decode_groups = list(self.running)
                 plan.decode_seqs = self.rows.reserve(due, plan.copies)
+                plan.decode_ids = list(self.rows.seq_ids)
                 return
         else:  # the prompts part way through their chunks run without decoding: the rows fall behind
             self.rows.stale = True
@@ -423,8 +426,10 @@ class VLLMScheduler(QueueScheduler):
     def _batch(self, plan: StepPlan) -> Batch:
         """The decodes in the order their slots were given, then a prefill per chunk (per sample recomputed
         apart); a chunk that is not its prompt's last samples nothing."""
-        decodes = plan.decode_seqs
-        batch = Batch(decode_seq_ids=[seq.seq_id for seq in decodes],
+        decodes, decode_ids = plan.decode_seqs, plan.decode_ids
+        if len(decode_ids) < len(decodes):  # those swapped in or arrived after the rows
+            decode_ids.extend([seq.seq_id for seq in decodes[len(decode_ids):]])
+        batch = Batch(decode_seq_ids=decode_ids,
                       decode_context_lens=[seq.length for seq in decodes], blocks_to_copy=plan.copies,
                       blocks_to_swap_in=plan.swap_in, blocks_to_swap_out=plan.swap_out,
                       num_running_groups=len(plan.decode_groups) + len(plan.chunks))
