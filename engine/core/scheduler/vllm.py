@@ -7,7 +7,9 @@ Every schedule() tells the same story, vLLM's `Scheduler._schedule` of the versi
   3. waiting prompts join in arrival order while `admissible()` finds room for them in the iteration's
      SchedulingBudget (tokens, sequences, padding) and in the free blocks.
 The running and swapped-out groups are kept in the scheduler's Order (engine.core.scheduler.order): first
-come, first served unless another is given, so "the latest arrivals" are the last in that order.
+come, first served unless another is given, so "the latest arrivals" are the last in that order. The running
+sequences are also kept as rows from step to step (engine.core.running_batch), with the step at which each
+needs its next block: point 1 looks only at those due, and complete() lengthens the rows in one pass.
 The prefill policy (SystemSpec.prefill_policy, docs/vllm-policies.md) is how prompts share an iteration:
   mixed     the paper's code: prompts beside the decodes, new ones only while nothing is swapped out;
   separate  v0.2-v0.3 (`_schedule` of v0.2.7 through v0.3.3): a prompt-only iteration, padded to its
