@@ -18,9 +18,14 @@ build=<s> compiled_fast_s=<f> pure_fast_s=<f> build_ratio=<f> (--no-pure: this b
 
 Then the same scenarios on another commit's code, --baseline (default: where this checkout left main, their merge
 base, so that only this checkout's changes are compared), exported with `git archive` and
-timed in pure Python subprocesses --repeats times, alternating with this checkout's code timed the same way (an
-export has no compiled build): medians, spreads, whether both recorded the same, and one line per scenario,
-baseline=<s> ref=<ref> fast_s=<f> base_fast_s=<f> step_s=<f> base_step_s=<f> speedup=<f> (--no-baseline: not).
+timed in subprocesses --repeats times, alternating with this checkout's code timed the same way: pure Python
+(--baseline-build pure, the default), or compiled, the export built in place as this checkout is
+(--baseline-build compiled; this checkout's build must be current): medians, spreads, whether both recorded the
+same, and one line per scenario, baseline=<s> ref=<ref> build=<b> fast_s=<f> base_fast_s=<f> step_s=<f>
+base_step_s=<f> speedup=<f> (--no-baseline: not).
+
+Two scenarios without a target time the runs `servesim reproduce all` spends most on: beam search of width 4 (Fig.
+14, 6 req/s) and parallel sampling with n = 6 (Fig. 14, 10 req/s), half an hour each.
 """
 from __future__ import annotations
 
@@ -67,7 +72,10 @@ SCENARIOS = {
     "sharegpt": ("configs/quickstart.yaml", 2.0, ["cost_model=roofline"], 3600.0, 1.0),
     "alpaca": ("configs/paper/fig12d_alpaca_opt13b.yaml", 30.0, [], 3600.0, 3.0),
     "fleet": ("configs/quickstart.yaml", 128.0, ["replicas=64", "router=round_robin"], None, 60.0),
+    "beam": ("configs/paper/fig14_beam_w4.yaml", 6.0, [], 1800.0, None),
+    "n6": ("configs/paper/fig14_parallel_n6.yaml", 10.0, [], 1800.0, None),
 }
+DEFAULT_SCENARIOS = ("sharegpt", "alpaca", "fleet")
 
 
 def measure(name: str, fleet_duration_s: float, jobs: int = 1) -> dict:
@@ -105,7 +113,8 @@ def measure(name: str, fleet_duration_s: float, jobs: int = 1) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenarios", nargs="*", help=f"any of {', '.join(SCENARIOS)} (default: all)")
+    parser.add_argument("scenarios", nargs="*", help=f"any of {', '.join(SCENARIOS)} (default: "
+                        f"{', '.join(DEFAULT_SCENARIOS)})")
     parser.add_argument("--fleet-duration-s", type=float, default=600.0)
     parser.add_argument("--jobs", type=int, default=2, help="processes for the fleet's replicas, timed as well "
                         "(fast-forwarded; 1: not)")
@@ -115,15 +124,21 @@ def main() -> None:
     parser.add_argument("--baseline", metavar="REF", help="the git commit to compare this checkout's code with, "
                         "both pure Python, alternating (default: the merge base of HEAD and main)")
     parser.add_argument("--no-baseline", action="store_true", help="skip the comparison with --baseline")
+    parser.add_argument("--baseline-build", choices=("pure", "compiled"), default="pure",
+                        help="how both codes run in the comparison with --baseline (compiled: the export is built "
+                        "in place first, about a minute)")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # the pure subprocess's answer
     args = parser.parse_args()
     unknown = sorted(set(args.scenarios) - set(SCENARIOS))
     if unknown:
         parser.error(f"unknown scenario {', '.join(unknown)}: choose from {', '.join(SCENARIOS)}")
+    if args.baseline_build == "compiled" and not args.no_baseline and not args.json and not is_compiled():
+        parser.error(f"--baseline-build compiled: this checkout's control plane is {control_plane_build()}; build "
+                     "it first (pip install -e . --no-deps)")
     # to count what it ran, where the fleet's replicas are built (sim/core/fleet.py; before, sim/core/simulate.py,
     # in a --baseline commit)
     sys.modules[sim.core.simulate.FleetSetup.__module__].FastForward = Counted  # type: ignore[attr-defined]
-    names = args.scenarios or list(SCENARIOS)
+    names = args.scenarios or list(DEFAULT_SCENARIOS)
     if args.json:
         print(json.dumps([measure(name, args.fleet_duration_s, args.jobs) for name in names]))
         return
@@ -142,7 +157,7 @@ def main() -> None:
           f"{'forwarded':>9s} {'fast_s/h':>8s} {'target':>7s}  same records")
     for r in results:
         print(f"{r['name']:9s} {r['requests']:9d} {r['iterations']:11d} {r['step_s']:8.2f} {r['fast_s']:8.2f} "
-              f"{r['ratio']:5.2f}x {r['forwarded']:9.1%} {r['hour_s']:8.2f} {r['target_s']:6.0f}s  {r['same']}")
+              f"{r['ratio']:5.2f}x {r['forwarded']:9.1%} {r['hour_s']:8.2f} {target(r['target_s']):>7s}  {r['same']}")
     for r in results:
         print(f"  {r['name']}: {r['duration_s']:g} s of {r['label']}")
         if r["jobs_s"] is not None:
@@ -159,18 +174,35 @@ def main() -> None:
         against_baseline(names, args)
 
 
-def pure_python(names: list[str], args, code: Path = ROOT) -> list[dict]:
-    """The same scenarios, measured by this script in a subprocess whose control plane runs as pure Python, on the
-    code at `code` (this checkout's, or a baseline's export)."""
+def target(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.0f}s"
+
+
+def pure_python(names: list[str], args, code: Path = ROOT, pure: bool = True) -> list[dict]:
+    """The same scenarios, measured by this script in a subprocess whose control plane runs as pure Python (pure
+    False: as built), on the code at `code` (this checkout's, or a baseline's export)."""
     command = [sys.executable, __file__, *names, "--json", "--fleet-duration-s", str(args.fleet_duration_s),
                "--jobs", str(args.jobs)]
-    env = {**os.environ, PURE_ENV: "1", "PYTHONPATH": str(code), CODE_ENV: str(code)}
+    env = {**os.environ, "PYTHONPATH": str(code), CODE_ENV: str(code)}
+    if pure:
+        env[PURE_ENV] = "1"
+    else:
+        env.pop(PURE_ENV, None)
     result = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     return json.loads(result.stdout.splitlines()[-1])
 
 
+def build_in_place(folder: str) -> None:
+    """Compile an export's control plane beside its sources, as `pip install -e .` does a checkout's (setup.py)."""
+    built = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace", "-q"], cwd=folder,
+                           capture_output=True, text=True)
+    if built.returncode:
+        raise SystemExit(f"building the baseline failed:\n{built.stderr[-2000:]}")
+
+
 def against_baseline(names: list[str], args) -> None:
-    """This checkout's code against --baseline's, both pure Python in subprocesses, alternating (baseline first)."""
+    """This checkout's code against --baseline's, both in subprocesses (pure Python, or each compiled:
+    --baseline-build), alternating (baseline first)."""
     ref = args.baseline or "main's merge base"
     asked = ["rev-parse", f"{args.baseline}^{{commit}}"] if args.baseline else ["merge-base", "HEAD", "main"]
     commit = subprocess.run(["git", "-C", str(ROOT), *asked], capture_output=True, text=True)
@@ -182,19 +214,24 @@ def against_baseline(names: list[str], args) -> None:
         subprocess.run(["tar", "-x", "-C", folder], stdin=archive.stdout, check=True)
         if archive.wait():
             raise SystemExit(f"git archive {ref} failed")
+        pure = args.baseline_build == "pure"
+        if not pure:
+            print(f"building {ref} in place ...", flush=True)
+            build_in_place(folder)
         rounds: dict[str, list[list[dict]]] = {"this": [], "baseline": []}
         for repeat in range(args.repeats):
-            rounds["baseline"].append(pure_python(names, args, Path(folder)))
-            rounds["this"].append(pure_python(names, args))
+            rounds["baseline"].append(pure_python(names, args, Path(folder), pure))
+            rounds["this"].append(pure_python(names, args, ROOT, pure))
             print(f"baseline round {repeat + 1}: " + ", ".join(
                 f"{code} {r['name']} {r['fast_s']:.2f} s" for code, runs in rounds.items() for r in runs[-1]),
                 flush=True)
-    compare_with_baseline(names, rounds, f"{ref} ({commit.stdout.strip()[:9]})")
+    compare_with_baseline(names, rounds, f"{ref} ({commit.stdout.strip()[:9]})", args.baseline_build)
 
 
-def compare_with_baseline(names: list[str], rounds: dict[str, list[list[dict]]], ref: str) -> None:
+def compare_with_baseline(names: list[str], rounds: dict[str, list[list[dict]]], ref: str, build: str) -> None:
     """Medians over the rounds, this checkout's code against the baseline's, each way of running."""
-    print(f"\nthis checkout against {ref}, both pure Python ({PURE_ENV}=1, in subprocesses): median of "
+    both = f"both pure Python ({PURE_ENV}=1" if build == "pure" else "both compiled (mypyc, the baseline built in place"
+    print(f"\nthis checkout against {ref}, {both}, in subprocesses): median of "
           f"{len(rounds['this'])}, alternating; spread = (max - min) / median; speedup = baseline / this")
     print(f"{'scenario':9s} {'way':5s} {'this_s':>8s} {'spread':>7s} {'base_s':>8s} {'spread':>7s} {'speedup':>8s}"
           "  same records")
@@ -212,7 +249,7 @@ def compare_with_baseline(names: list[str], rounds: dict[str, list[list[dict]]],
             print(f"{name:9s} {way[:-2]:5s} {med['this']:8.2f} {spread['this']:6.0%} {med['baseline']:8.2f} "
                   f"{spread['baseline']:6.0%} {med['baseline'] / med['this']:7.2f}x  {same}")
         fast, step = medians["fast_s"], medians["step_s"]
-        lines.append(f"baseline name={name} ref={ref.split()[-1][1:-1]} fast_s={fast['this']:.3f} "
+        lines.append(f"baseline name={name} ref={ref.split()[-1][1:-1]} build={build} fast_s={fast['this']:.3f} "
                      f"base_fast_s={fast['baseline']:.3f} step_s={step['this']:.3f} base_step_s={step['baseline']:.3f} "
                      f"speedup={fast['baseline'] / fast['this']:.3f} same={same}")
     print("\n".join(lines))

@@ -29,6 +29,16 @@ def test_a_tiny_fleet_is_timed_beside_the_baselines_code():
     assert len(re.findall(r"^baseline round \d: this fleet [\d.]+ s, baseline fleet [\d.]+ s$", out, re.M)) == 2
     for way in ("fast", "step"):
         assert re.search(rf"^fleet +{way} +[\d.]+ +\d+% +[\d.]+ +\d+% +[\d.]+x  True$", out, re.M), out
-    line = re.search(r"^baseline name=fleet ref=(\w+) fast_s=[\d.]+ base_fast_s=[\d.]+ step_s=[\d.]+ "
+    line = re.search(r"^baseline name=fleet ref=(\w+) build=pure fast_s=[\d.]+ base_fast_s=[\d.]+ step_s=[\d.]+ "
                      r"base_step_s=[\d.]+ speedup=[\d.]+ same=True$", out, re.M)
     assert line and line.group(1) == head.stdout.strip()
+
+
+def test_a_compiled_baseline_needs_this_checkouts_build_current():
+    env = {**os.environ, PURE_ENV: "1", "PYTHONPATH": str(REPO)}
+    script = REPO / "benchmarks" / "speed" / "sim_speed.py"
+    result = subprocess.run([sys.executable, str(script), "fleet", "--fleet-duration-s", "0.5", "--no-pure",
+                             "--jobs", "1", "--baseline", "HEAD", "--baseline-build", "compiled"], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "--baseline-build compiled: this checkout's control plane is pure Python" in result.stderr, result.stderr

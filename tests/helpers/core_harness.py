@@ -143,11 +143,23 @@ def check_usage(sched, step: int) -> None:
     assert usage.total == sched.num_gpu_blocks * sched.block_size, f"step {step}: {usage} != pool"
 
 
+def check_rows(sched, step: int) -> None:
+    """vLLM keeps its running sequences as rows from step to step (engine.core.running_batch): they are the
+    running groups' running sequences, in order, whatever joined, left or finished."""
+    if isinstance(sched, VLLMScheduler):
+        running = [seq for group in sched.running for seq in group.seqs if seq.status is SeqStatus.RUNNING]
+        assert sched.rows.seqs == running, f"step {step}: the rows are not the running sequences in order"
+        assert sched.rows.seq_ids == [seq.seq_id for seq in running], f"step {step}: a row's id is wrong"
+        assert sched.rows.groups == [group for group in sched.running for seq in group.seqs
+                                     if seq.status is SeqStatus.RUNNING], f"step {step}: a row's group is wrong"
+
+
 class StepInvariants(Checker):
     """What every scheduler must keep at every step, whatever its policy."""
 
     def before(self, sched, step: int) -> None:  # i.e. right after the previous complete()
         check_usage(sched, step)
+        check_rows(sched, step)
 
     def after(self, sched, batch: Batch, step: int) -> None:
         system: SystemSpec = sched.system
@@ -168,6 +180,7 @@ class StepInvariants(Checker):
         assert len(batch.decode_seq_ids) == len(batch.decode_context_lens)
 
         check_usage(sched, step)
+        check_rows(sched, step)
 
         # every written slot exists in the sequence's table and no two writes hit one slot
         written: set[tuple[int, int]] = set()

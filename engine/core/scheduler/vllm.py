@@ -7,7 +7,9 @@ Every schedule() tells the same story, vLLM's `Scheduler._schedule` of the versi
   3. waiting prompts join in arrival order while `admissible()` finds room for them in the iteration's
      SchedulingBudget (tokens, sequences, padding) and in the free blocks.
 The running and swapped-out groups are kept in the scheduler's Order (engine.core.scheduler.order): first
-come, first served unless another is given, so "the latest arrivals" are the last in that order.
+come, first served unless another is given, so "the latest arrivals" are the last in that order. The running
+sequences are also kept as rows from step to step (engine.core.running_batch), with the step at which each
+needs its next block: point 1 looks only at those due, and complete() lengthens the rows in one pass.
 The prefill policy (SystemSpec.prefill_policy, docs/vllm-policies.md) is how prompts share an iteration:
   mixed     the paper's code: prompts beside the decodes, new ones only while nothing is swapped out;
   separate  v0.2-v0.3 (`_schedule` of v0.2.7 through v0.3.3): a prompt-only iteration, padded to its
@@ -47,6 +49,7 @@ from engine.core.batch import Batch
 from engine.core.block_manager import BlockManager, appends_fit
 from engine.core.kv_tracker import PagedKVTracker
 from engine.core.kv_usage import UsageColumns
+from engine.core.running_batch import RunningBatch
 from engine.core.scheduler.base import DecodeStretch
 from engine.core.scheduler.common import QueueScheduler
 from engine.core.scheduler.order import FirstComeFirstServed, Order, insert_in_order
@@ -63,16 +66,20 @@ class StepPlan:
     sequences, in order), the prompt chunks that prefill, the blocks to copy and swap, and the groups
     preempted in this step (a group preempted now does not come back in the same step)."""
 
-    __slots__ = ("decode_groups", "decode_seqs", "chunks", "copies", "swap_in", "swap_out", "preempted")
+    __slots__ = ("decode_groups", "decode_seqs", "decode_ids", "chunks", "copies", "swap_in", "swap_out", "preempted",
+                 "joined")
 
     def __init__(self) -> None:  # plain lists: a dataclass's default factories cost a call each, every step
         self.decode_groups: list[SequenceGroup] = []
         self.decode_seqs: list[Sequence] = []
+        self.decode_ids: list[int] = []  # the first of decode_seqs' ids, where they were the rows
         self.chunks: list[Chunk] = []
         self.copies: list[tuple[int, int]] = []
         self.swap_in: list[tuple[int, int]] = []
         self.swap_out: list[tuple[int, int]] = []
         self.preempted: set[int] = set()
+        # groups swapped in or arrived, which decode after the others whatever their place in the running order
+        self.joined: list[SequenceGroup] = []
 
 
 class Chunk:
@@ -144,6 +151,8 @@ class VLLMScheduler(QueueScheduler):
                                    system.prefix_caching, system.prefill_policy == "chunked")
         self.allocator = self.blocks  # the skeleton's view of it (engine.core.allocator)
         self.paged_kv = PagedKVTracker(self.blocks, self._beam_group_of)
+        self.rows = RunningBatch(self.blocks, system.block_size)  # engine.core.running_batch
+        self._joined: list[SequenceGroup] = []  # this step's groups swapped in or arrived, for complete()
         self.kv, self.token_slots = self.paged_kv, self.paged_kv.token_slots
         self.caches_prefixes = system.prefix_caching
         self.swapped: deque[SequenceGroup] = deque()
@@ -216,12 +225,23 @@ class VLLMScheduler(QueueScheduler):
         through a chunked prefill (prefill_progress) holds its prompt's blocks already: it keeps running and
         needs no slot."""
         prefilling = self.prefill_progress
-        if appends_fit(self.num_running_seqs, self.blocks.gpu.num_free):
-            # each sequence needs at most one new block: nobody can fail can_append
-            plan.decode_groups = ([g for g in self.running if g.request_id not in prefilling] if prefilling
-                                  else list(self.running))
-            self._append_slots(plan.decode_groups, plan)
-            return
+        free = self.blocks.gpu.num_free
+        due: list[Sequence] = []
+        if not prefilling:  # every running sequence decodes: the rows are the decodes
+            due = self.rows.due_now()
+            # each of the rows due takes at most one block: while the widest group finds its own after them all,
+            # nobody can fail can_append (appends_fit: nobody at all can)
+            if free - len(due) >= self.rows.widest or appends_fit(self.num_running_seqs, free):
+                plan.decode_groups = list(self.running)
+                plan.decode_seqs = self.rows.reserve(due, plan.copies)
+                plan.decode_ids = list(self.rows.seq_ids)
+                return
+        else:  # the prompts part way through their chunks run without decoding: the rows fall behind
+            self.rows.stale = True
+            if appends_fit(self.num_running_seqs, free):
+                plan.decode_groups = [g for g in self.running if g.request_id not in prefilling]
+                self._append_slots(plan.decode_groups, plan)
+                return
         queue = deque(self.running)
         kept: list[SequenceGroup] = []
         running = SeqStatus.RUNNING
@@ -242,6 +262,7 @@ class VLLMScheduler(QueueScheduler):
                 plan.decode_groups.append(group)
                 kept.append(group)
         self.running = kept
+        self.rows.walked(due)
 
     def _append_slots(self, groups: Iterable[SequenceGroup], plan: StepPlan) -> None:
         running = SeqStatus.RUNNING
@@ -264,6 +285,7 @@ class VLLMScheduler(QueueScheduler):
             self._append_slots((group,), plan)
             self._insert_running(group)
             plan.decode_groups.append(group)
+            plan.joined.append(group)
 
     def _join_arrived(self, plan: StepPlan) -> None:
         """Requests whose KV arrived decode from this step, in the order they arrived, while sequences are left.
@@ -279,6 +301,7 @@ class VLLMScheduler(QueueScheduler):
             self._append_slots((group,), plan)
             self._insert_running(group)
             plan.decode_groups.append(group)
+            plan.joined.append(group)
 
     def _continue_prefills(self, plan: StepPlan, budget: SchedulingBudget) -> None:
         """Chunked: the next chunk of each prompt part way through its prefill, in arrival order."""
@@ -405,8 +428,10 @@ class VLLMScheduler(QueueScheduler):
     def _batch(self, plan: StepPlan) -> Batch:
         """The decodes in the order their slots were given, then a prefill per chunk (per sample recomputed
         apart); a chunk that is not its prompt's last samples nothing."""
-        decodes = plan.decode_seqs
-        batch = Batch(decode_seq_ids=[seq.seq_id for seq in decodes],
+        decodes, decode_ids = plan.decode_seqs, plan.decode_ids
+        if len(decode_ids) < len(decodes):  # those swapped in or arrived after the rows
+            decode_ids.extend([seq.seq_id for seq in decodes[len(decode_ids):]])
+        batch = Batch(decode_seq_ids=decode_ids,
                       decode_context_lens=[seq.length for seq in decodes], blocks_to_copy=plan.copies,
                       blocks_to_swap_in=plan.swap_in, blocks_to_swap_out=plan.swap_out,
                       num_running_groups=len(plan.decode_groups) + len(plan.chunks))
@@ -438,6 +463,7 @@ class VLLMScheduler(QueueScheduler):
             batch.beam_groups = [tuple(s.seq_id for s in g.live_seqs())
                                  for g in (*final, *plan.decode_groups) if g.is_beam]
         self._prefilled, self._decoded, self._partial = final, plan.decode_groups, partial
+        self._joined = plan.joined
         return batch
 
     def complete(self, batch: Batch, now_s: float,
@@ -486,9 +512,60 @@ class VLLMScheduler(QueueScheduler):
         key = order.key(group)
         if not self.running or order.key(self.running[-1]) <= key:
             self.running.append(group)
+            self.rows.insert(group, None)
             return
         keys = [order.key(g) for g in self.running]
-        self.running.insert(bisect.bisect(keys, key), group)
+        at = bisect.bisect(keys, key)
+        self.rows.insert(group, self.running[at])
+        self.running.insert(at, group)
+
+    def _in_batch_order(self, touched: list[SequenceGroup]) -> list[SequenceGroup]:
+        """Groups in the order the group-by-group pass met them: the prompts just computed, then the decodes,
+        those that joined this step (swapped in, arrived) last; the rest keep the rows' order."""
+        first = [g for g in self._prefilled if any(g is t for t in touched)]
+        last = [g for g in self._joined if any(g is t for t in touched)]
+        middle = [g for g in touched if not any(g is f for f in first) and not any(g is j for j in last)]
+        return first + middle + last
+
+    def _stop_running(self, group: SequenceGroup, status: SeqStatus) -> None:
+        self.rows.remove(group)
+        super()._stop_running(group, status)
+
+    def _fork_beam(self, parent: Sequence, child: Sequence) -> None:
+        super()._fork_beam(parent, child)
+        self.rows.forked(parent, child)
+
+    def _sample(self, num_samples: int, num_steps: int, now_s: float) -> list[SequenceGroup]:
+        """QueueScheduler._sample, row by row where every row sampled once in the order the groups ran (the
+        prompts just computed, then the decodes); else group by group, and the rows read again."""
+        rows = self.rows
+        if num_samples != len(rows.seqs):
+            finished = super()._sample(num_samples, num_steps, now_s)
+            rows.rebuild(self.running)
+            return finished
+        self.token_slots.sampled(num_steps * num_samples)
+        done_rows = rows.advance(num_steps)
+        if not done_rows:
+            return []
+        touched = rows.drop_rows(done_rows)
+        if len(touched) > 1 and (self._prefilled or self._joined):
+            touched = self._in_batch_order(touched)
+        finished = []
+        running = SeqStatus.RUNNING
+        for group in touched:
+            done = True
+            for seq in group.seqs:
+                if seq.status is running:
+                    if seq.length >= seq.prompt_len + seq.output_len:
+                        self._finish_seq(seq)
+                    else:
+                        done = False
+            if done:
+                self._finish(group, now_s)
+                finished.append(group)
+        for group in finished:
+            self.running.remove(group)
+        return finished
 
     # --- decode stretches (engine.core.scheduler.stretch) ---------------------------------
     def _decode_stretch(self, batch: Batch) -> DecodeStretch:
@@ -507,6 +584,7 @@ class VLLMScheduler(QueueScheduler):
     def _stretch_usage(self, stretch: DecodeStretch, num_steps: int, token_slots: range,
                        someone_waited: bool) -> UsageColumns:
         free_blocks = stretch_appends(stretch, num_steps, self.blocks, self.block_size)
+        self.rows.stale = True  # the stretch's appends, made at once
         return self.kv.stretch_usage(token_slots, free_blocks, someone_waited)
 
     # --- the rest of the contract ----------------------------------------------------
