@@ -1,10 +1,10 @@
 """`servesim run` imports only what the run needs. Each check runs the command in a fresh interpreter, where
 sys.modules is the truth.
 
-What "needed" means: matplotlib never (the plots are drawn in a process of their own); pyarrow only to write the
-per-iteration records as Parquet (the default; not with --iterations csv or none); pandas only for those two
-(the plots group the summary with it, and pyarrow's writer takes a frame; pandas 3 imports pyarrow itself
-whenever it is installed, so a run that loads pandas loads pyarrow). Everything else a run writes
+What "needed" means: matplotlib never (the plots are drawn in processes of their own); pyarrow only to write the
+per-iteration records as Parquet (the default; not with --iterations csv or none); pandas never (the plots group
+the summary with it in their own processes, and the Parquet writer builds its tables from numpy columns, with
+the pandas metadata a frame's table would carry: sim/experiment/output.py). Everything else a run writes
 (summary.csv, summary.txt, requests.csv.gz, iterations.csv.gz) comes from numpy columns
 (sim/experiment/table.py). `--help` loads none of them, nor simpy."""
 import json
@@ -80,11 +80,19 @@ def test_the_quickstarts_clock_loads_no_pandas(tmp_path):
     assert (out / "summary.csv").stat().st_size > 0
 
 
-def test_a_run_writing_parquet_loads_pyarrow_but_not_matplotlib(write_config, tmp_path):
+def test_a_run_writing_parquet_loads_pyarrow_but_neither_pandas_nor_matplotlib(write_config, tmp_path):
+    config = write_config()
     out = tmp_path / "parquet"
-    loaded = loaded_by(small_run(write_config(), out, "--no-plots"))  # Parquet: the default
-    assert "pyarrow" in loaded and "matplotlib" not in loaded
-    assert list(out.glob("runs/*/iterations.parquet"))
+    loaded = loaded_by(small_run(config, out, "--no-plots"))  # Parquet: the default
+    assert "pyarrow" in loaded and not loaded & {"pandas", "matplotlib"}
+    files = sorted(out.glob("runs/*/iterations.parquet"))
+    assert files
+    # nor does it need pandas: the same bytes where it cannot be imported at all
+    blocked = tmp_path / "blocked"
+    loaded_by(small_run(config, blocked, "--no-plots"), blocked=("pandas",))
+    for file in files:
+        name = file.relative_to(out)
+        assert (blocked / name).read_bytes() == file.read_bytes(), name
 
 
 def test_a_run_with_plots_draws_them_in_a_process_of_their_own(write_config, tmp_path):
