@@ -53,8 +53,8 @@ def _run_and_report(args, exp, out_dir: Path, executor, started: float, plots) -
     from sim.experiment.report import summary_table, unmeasured_warnings
     from sim.experiment.sweep import summary_columns, sweep_rows
 
-    # the summary's rows, written without pandas (the bytes its to_csv writes): a run that writes no Parquet
-    # never imports pandas, nor the pyarrow pandas 3 imports with it (the plots' process does)
+    # the summary's rows, written without pandas (the bytes its to_csv writes): the command's process never
+    # imports pandas, nor the pyarrow pandas 3 imports with it (the plots' processes do)
     rows = sweep_rows(exp, out_dir, executor, iterations=args.iterations)
     for line in unmeasured_warnings(rows, exp.warmup_s):
         print(f"servesim: warning: {line}", file=sys.stderr)

@@ -65,8 +65,17 @@ def metric_plot(summary: pd.DataFrame, path: Path, metric: str, ylabel: str, tit
 def latency_plots(summary: pd.DataFrame, folder: Path, title: str = "") -> list[Path]:
     """Time to first token and time per output token (their 90th percentiles, as capacity targets state them)
     against request rate, on log axes: they span milliseconds to minutes between light load and overload."""
-    return [metric_plot(summary, Path(folder) / "ttft.png", "ttft_p90_s", "TTFT p90 (s)", title, log=True),
-            metric_plot(summary, Path(folder) / "tpot.png", "tpot_p90_s", "TPOT p90 (s/token)", title, log=True)]
+    return [ttft_plot(summary, Path(folder) / "ttft.png", title), tpot_plot(summary, Path(folder) / "tpot.png", title)]
+
+
+def ttft_plot(summary: pd.DataFrame, path: Path, title: str = "") -> Path:
+    """latency_plots' first figure alone (`servesim run` draws its figures in two processes)."""
+    return metric_plot(summary, path, "ttft_p90_s", "TTFT p90 (s)", title, log=True)
+
+
+def tpot_plot(summary: pd.DataFrame, path: Path, title: str = "") -> Path:
+    """latency_plots' second figure alone."""
+    return metric_plot(summary, path, "tpot_p90_s", "TPOT p90 (s/token)", title, log=True)
 
 
 def save_figure(fig, ax, path: Path, title: str = "") -> Path:

@@ -1,18 +1,29 @@
-"""`servesim run`'s figures, drawn in a process of their own that starts before the runs.
+"""`servesim run`'s figures, drawn in two processes of their own that start before the runs.
 
 matplotlib's import is half a second and the four figures about as much again: drawn after the runs in the
-command's own process, they were a third of a one-run `servesim run`. The drawing process imports them while
-the runs simulate (on another core, where there is one), and draws once the summary is written; the command
-waits for it, so the figures are on disk when it ends, and an error drawing them is the command's error. The
-process is one of the sweep pool's kind (sim/executors/pool.py): it ignores Ctrl-C, the command stops it, and
-it leaves if the command dies.
+command's own process, they were a third of a one-run `servesim run`. The first drawing process imports them while
+the runs simulate (on another core, where there is one), then forks the second from itself, which so has them
+imported too without a second import's CPU taken from the runs; once the summary is written the two draw half the
+figures each (SHARES), and the first returns every name. The command waits for both, so the figures are on disk
+when it ends, and an error drawing any of them is the command's error, raised once both have finished. Both
+processes are of the sweep pool's kind (sim/executors/pool.py): they ignore Ctrl-C, the command stops the first,
+and each leaves when its parent dies (the second when the first does). With one core they take turns on it.
 """
 from __future__ import annotations
 
-from concurrent.futures import Future
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
 from sim.executors.pool import stop_pool, worker_pool
+
+# the figures, in the order their names are returned (and printed)
+FIGURES = ("normalized_latency.png", "ttft.png", "tpot.png", "kv_usage.png")
+# what the first process draws, and the second: about half the drawing time each (a log-axis latency figure or
+# normalized latency ~0.12 s, the KV bars ~0.05 s)
+SHARES = (("ttft.png", "kv_usage.png"), ("normalized_latency.png", "tpot.png"))
+
+# in the first drawing process only: the pool of the second, forked from it once the plots are imported
+_second: ProcessPoolExecutor | None = None
 
 
 class PlotProcess:
@@ -23,7 +34,7 @@ class PlotProcess:
         self.warm: Future = self.pool.submit(_import_plots)  # while the runs simulate
 
     def draw(self, title: str, rows: list[dict], out_dir: Path, ylim: float, rate: float) -> list[str]:
-        """The run's four figures from the summary's rows; the names of the files written."""
+        """The run's four figures from the summary's rows; the names of the files written, in FIGURES' order."""
         self.warm.result()
         return self.pool.submit(draw_plots, title, rows, out_dir, ylim, rate).result()
 
@@ -38,16 +49,77 @@ class PlotProcess:
 
 
 def _import_plots() -> None:
+    """In the first drawing process: the plots' imports, then the second process, started from this one."""
+    global _second
+    import multiprocessing.util
+
     import sim.experiment.plots  # noqa: F401  matplotlib and pandas, once
+    import sim.experiment.sweep  # noqa: F401  summary_frame's module: 0.15 s more, not to be paid at drawing time
+
+    _draw_a_throwaway_figure()
+    second = worker_pool(1)
+    second.submit(_import_plots_alone).result()  # forked now, not when the figures are due
+    # draw_plots ends the second; if it is never called, the second is ended as this process exits, or this process
+    # would wait for it forever (a process joins its children as it exits). The priority puts this before the
+    # finalizers that close the pool's queues (priority 10), through which the second is told to end.
+    multiprocessing.util.Finalize(None, _end_second, exitpriority=100)
+    _second = second
+
+
+def _draw_a_throwaway_figure() -> None:
+    """A process's first figure costs 0.03 s more than the next (fonts loaded, the tick labels' mathtext parser
+    built): paid here, while the runs simulate, and inherited by the second process."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(2, 2), layout="constrained")
+    ax.plot([1, 2], [0.01, 10], marker="o", label="x")
+    ax.set_yscale("log")
+    ax.set_title("x", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.savefig(io.BytesIO(), format="png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def _end_second() -> None:
+    global _second
+    if _second is not None:
+        _second.shutdown()
+        _second = None
+
+
+def _import_plots_alone() -> None:
+    import sim.experiment.plots  # noqa: F401  inherited where the process was forked; imported where spawned
+    import sim.experiment.sweep  # noqa: F401
 
 
 def draw_plots(title: str, rows: list[dict], out_dir: Path, ylim: float, rate: float) -> list[str]:
-    """The normalized latency, the TTFT and TPOT percentiles and the KV usage at `rate`; the names written."""
-    from sim.experiment.plots import kv_usage_plot, latency_plots, normalized_latency_plot
+    """The normalized latency, the TTFT and TPOT percentiles and the KV usage at `rate`; the names written. In the
+    first drawing process the second draws its share meanwhile; elsewhere all four are drawn here."""
+    args = (title, rows, out_dir, ylim, rate)
+    theirs = None if _second is None else _second.submit(draw_figures, SHARES[1], *args)
+    try:
+        written = draw_figures(FIGURES if theirs is None else SHARES[0], *args)
+    finally:
+        if theirs is not None:
+            theirs.exception()  # the second's figures finished, or failed, before this returns or raises
+            _end_second()  # it has drawn its share: a second draw here draws all four
+    if theirs is not None:
+        written.update(theirs.result())
+    return [written[name] for name in FIGURES]
+
+
+def draw_figures(names: tuple[str, ...], title: str, rows: list[dict], out_dir: Path, ylim: float,
+                 rate: float) -> dict[str, str]:
+    """The named figures of FIGURES drawn from the summary's rows: each name, the name of the file written."""
+    from sim.experiment import plots
     from sim.experiment.sweep import summary_frame
 
     summary = summary_frame(rows)
-    written = [normalized_latency_plot(summary, out_dir / "normalized_latency.png", title=title, ylim=ylim),
-               *latency_plots(summary, out_dir, title),
-               kv_usage_plot(summary, out_dir / "kv_usage.png", rate=rate)]
-    return [path.name for path in written]
+    draw = {"normalized_latency.png": lambda path: plots.normalized_latency_plot(summary, path, title=title,
+                                                                                 ylim=ylim),
+            "ttft.png": lambda path: plots.ttft_plot(summary, path, title),
+            "tpot.png": lambda path: plots.tpot_plot(summary, path, title),
+            "kv_usage.png": lambda path: plots.kv_usage_plot(summary, path, rate=rate)}
+    return {name: draw[name](out_dir / name).name for name in names}

@@ -1,16 +1,19 @@
 """`servesim run` imports only what the run needs. Each check runs the command in a fresh interpreter, where
 sys.modules is the truth.
 
-What "needed" means: matplotlib never (the plots are drawn in a process of their own); pyarrow only to write the
-per-iteration records as Parquet (the default; not with --iterations csv or none); pandas only for those two
-(the plots group the summary with it, and pyarrow's writer takes a frame; pandas 3 imports pyarrow itself
-whenever it is installed, so a run that loads pandas loads pyarrow). Everything else a run writes
+What "needed" means: matplotlib never (the plots are drawn in processes of their own); pyarrow only to write the
+per-iteration records as Parquet (the default; not with --iterations csv or none); pandas never (the plots group
+the summary with it in their own processes, and the Parquet writer builds its tables from numpy columns, with
+the pandas metadata a frame's table would carry: sim/experiment/output.py). Everything else a run writes
 (summary.csv, summary.txt, requests.csv.gz, iterations.csv.gz) comes from numpy columns
 (sim/experiment/table.py). `--help` loads none of them, nor simpy."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import sim.experiment.run_plots
 from servesim.cli import main
@@ -80,14 +83,22 @@ def test_the_quickstarts_clock_loads_no_pandas(tmp_path):
     assert (out / "summary.csv").stat().st_size > 0
 
 
-def test_a_run_writing_parquet_loads_pyarrow_but_not_matplotlib(write_config, tmp_path):
+def test_a_run_writing_parquet_loads_pyarrow_but_neither_pandas_nor_matplotlib(write_config, tmp_path):
+    config = write_config()
     out = tmp_path / "parquet"
-    loaded = loaded_by(small_run(write_config(), out, "--no-plots"))  # Parquet: the default
-    assert "pyarrow" in loaded and "matplotlib" not in loaded
-    assert list(out.glob("runs/*/iterations.parquet"))
+    loaded = loaded_by(small_run(config, out, "--no-plots"))  # Parquet: the default
+    assert "pyarrow" in loaded and not loaded & {"pandas", "matplotlib"}
+    files = sorted(out.glob("runs/*/iterations.parquet"))
+    assert files
+    # nor does it need pandas: the same bytes where it cannot be imported at all
+    blocked = tmp_path / "blocked"
+    loaded_by(small_run(config, blocked, "--no-plots"), blocked=("pandas",))
+    for file in files:
+        name = file.relative_to(out)
+        assert (blocked / name).read_bytes() == file.read_bytes(), name
 
 
-def test_a_run_with_plots_draws_them_in_a_process_of_their_own(write_config, tmp_path):
+def test_a_run_with_plots_draws_them_in_processes_of_their_own(write_config, tmp_path):
     out = tmp_path / "plotted"
     loaded = loaded_by(small_run(write_config(), out, "--iterations", "none"))
     assert "matplotlib" not in loaded  # sim/experiment/run_plots.py: imported and drawn beside the runs
@@ -107,3 +118,39 @@ def test_a_figure_that_fails_fails_the_run_after_the_summary_is_written(write_co
     assert "the figure could not be drawn" in capsys.readouterr().err
     assert (out / "summary.csv").stat().st_size > 0
     assert not list(out.glob("*.png"))
+
+
+def test_the_figures_are_drawn_in_two_processes_neither_the_commands(write_config, tmp_path, monkeypatch):
+    """Half the figures each (sim/experiment/run_plots.py SHARES); each notes the process it was drawn in."""
+    plots = pytest.importorskip("sim.experiment.plots")
+    for function in ("normalized_latency_plot", "ttft_plot", "tpot_plot", "kv_usage_plot"):
+        monkeypatch.setattr(plots, function, noting_the_process(getattr(plots, function)))
+    out = tmp_path / "two"
+    assert main(small_run(write_config(), out, "--iterations", "none")) == 0
+    drawn_in = {name: int((out / f"{name}.pid").read_text()) for name in sim.experiment.run_plots.FIGURES}
+    first, second = ({drawn_in[name] for name in share} for share in sim.experiment.run_plots.SHARES)
+    assert len(first) == len(second) == 1 and first != second and os.getpid() not in first | second
+    assert all((out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in drawn_in)
+
+
+def noting_the_process(figure):
+    def draw(summary, path, *args, **kwargs):
+        Path(f"{path}.pid").write_text(str(os.getpid()))
+        return figure(summary, path, *args, **kwargs)
+    return draw
+
+
+@pytest.mark.parametrize("share", [0, 1], ids=["in the first process", "in the second"])
+def test_a_figure_failing_in_either_process_fails_the_run_once_both_have_drawn(write_config, tmp_path, monkeypatch,
+                                                                               capsys, share):
+    plots = pytest.importorskip("sim.experiment.plots")
+    failing = {0: "ttft.png", 1: "tpot.png"}[share]
+    assert failing in sim.experiment.run_plots.SHARES[share]
+    monkeypatch.setattr(plots, failing.replace(".png", "_plot"), broken_figure)
+    out = tmp_path / "broken"
+    assert main(small_run(write_config(), out, "--iterations", "none")) != 0
+    assert "the figure could not be drawn" in capsys.readouterr().err
+    assert (out / "summary.csv").stat().st_size > 0
+    # the command ended after the other process had finished its figures: none is half drawn, or drawn later
+    assert all((out / name).stat().st_size > 0 for name in sim.experiment.run_plots.SHARES[1 - share])
+    assert not (out / failing).exists()
