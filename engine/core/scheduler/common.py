@@ -118,20 +118,29 @@ class QueueScheduler(Scheduler):
         running = SeqStatus.RUNNING
         for groups in (self._prefilled, self._decoded):
             for group in groups:
-                done = True
                 for seq in group.seqs:
                     if seq.status is running:
                         seq.length += num_steps
-                        if seq.length >= seq.prompt_len + seq.output_len:
-                            self._finish_seq(seq)
-                        else:
-                            done = False
-                if done:
-                    self._finish(group, now_s)
+                if self._finish_reached(group, now_s):
                     finished.append(group)
         for group in finished:
             self.running.remove(group)  # by identity (eq=False): C speed, where a rebuilt list was not
         return finished
+
+    def _finish_reached(self, group: SequenceGroup, now_s: float) -> bool:
+        """The group's running sequences at their final length finish; True when none runs on: the group is
+        finished too."""
+        done = True
+        running = SeqStatus.RUNNING
+        for seq in group.seqs:
+            if seq.status is running:
+                if seq.length >= seq.prompt_len + seq.output_len:
+                    self._finish_seq(seq)
+                else:
+                    done = False
+        if done:
+            self._finish(group, now_s)
+        return done
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)

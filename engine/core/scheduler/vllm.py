@@ -550,19 +550,7 @@ class VLLMScheduler(QueueScheduler):
         touched = rows.drop_rows(done_rows)
         if len(touched) > 1 and (self._prefilled or self._joined):
             touched = self._in_batch_order(touched)
-        finished = []
-        running = SeqStatus.RUNNING
-        for group in touched:
-            done = True
-            for seq in group.seqs:
-                if seq.status is running:
-                    if seq.length >= seq.prompt_len + seq.output_len:
-                        self._finish_seq(seq)
-                    else:
-                        done = False
-            if done:
-                self._finish(group, now_s)
-                finished.append(group)
+        finished = [group for group in touched if self._finish_reached(group, now_s)]
         for group in finished:
             self.running.remove(group)
         return finished
