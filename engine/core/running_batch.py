@@ -50,7 +50,7 @@ class RunningBatch:
     # --- who runs -----------------------------------------------------------------------------------
     def insert(self, group: SequenceGroup, before: SequenceGroup | None) -> None:
         """The group's running sequences join, ahead of the rows of `before` (None: after every row)."""
-        seqs = _running(group)
+        seqs = group.running_seqs()
         self.widest = max(self.widest, len(seqs))
         if before is None:  # after every row: numbered on from the last
             rank = self.rank_of[self.seqs[-1].seq_id] + 1 if self.seqs else 0
@@ -60,7 +60,7 @@ class RunningBatch:
             for i, seq in enumerate(seqs):
                 self.rank_of[seq.seq_id] = rank + i
         else:
-            at = self._first_row(before)
+            at = self.seqs.index(before.running_seqs()[0])
             self.seqs[at:at] = seqs
             self.seq_ids[at:at] = [seq.seq_id for seq in seqs]
             self.groups[at:at] = [group] * len(seqs)
@@ -72,7 +72,7 @@ class RunningBatch:
 
     def remove(self, group: SequenceGroup) -> None:
         """The group's running sequences leave (preempted, swapped out, aborted)."""
-        seqs = _running(group)
+        seqs = group.running_seqs()
         if not seqs:
             return
         at = self.seqs.index(seqs[0])
@@ -86,7 +86,7 @@ class RunningBatch:
         """The rows again from the running groups, after a step in which not every row decoded."""
         self.seqs, self.groups, self.widest = [], [], 0
         for group in running:
-            seqs = _running(group)
+            seqs = group.running_seqs()
             self.widest = max(self.widest, len(seqs))
             self.seqs.extend(seqs)
             self.groups.extend([group] * len(seqs))
@@ -102,9 +102,6 @@ class RunningBatch:
         parent's."""
         self._schedule(child)
         self.pending.extend((parent, child))
-
-    def _first_row(self, group: SequenceGroup) -> int:
-        return self.seqs.index(_running(group)[0])
 
     # --- one step -----------------------------------------------------------------------------------
     def due_now(self) -> list[Sequence]:
@@ -214,7 +211,3 @@ class RunningBatch:
     def _schedule(self, seq: Sequence) -> None:
         self.due[(self.tick + max(self._slack(seq), 0) + 1) % (self.block_size + 1)].append(seq)
 
-
-def _running(group: SequenceGroup) -> list[Sequence]:
-    running = SeqStatus.RUNNING
-    return [seq for seq in group.seqs if seq.status is running]

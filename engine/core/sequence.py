@@ -82,6 +82,9 @@ class SequenceGroup:
     def live_seqs(self) -> list[Sequence]:
         return [s for s in self.seqs if s.status is not SeqStatus.FINISHED]
 
+    def running_seqs(self) -> list[Sequence]:
+        return [s for s in self.seqs if s.status is SeqStatus.RUNNING]
+
     def set_status(self, status: SeqStatus) -> None:
         for s in self.seqs:
             if s.status is not SeqStatus.FINISHED:

@@ -181,7 +181,7 @@ class ServingCore:
     @property
     def holds_kv(self) -> bool:
         """A prefill replica still holds some finished request's KV, to be copied out."""
-        return self.hands_off and bool(self.scheduler.held_kv)
+        return bool(self.scheduler.held_kv)  # empty but on a prefill replica
 
     def prefilled_group(self, request: Request, first_token_s: float | None) -> SequenceGroup:
         """The request as this decode replica holds it (prefilled_group), its sequence numbered here."""

@@ -313,7 +313,6 @@ def kv_link_of(exp: Experiment, split: SplitConfig) -> KVLink:
     return link_from_config(split.kv_link, split.prefill.hardware or exp.hardware, exp.source, key="split.kv_link")
 
 
-
 def check_cost_model(exp: Experiment) -> None:
     """The cost model is built now, as every run will build it: a profile's numbers, its model and its tensor
     parallelism, and a host model resolved for them, are checked before anything is simulated."""

@@ -91,9 +91,7 @@ def columns_parquet_bytes(columns: Columns) -> bytes:
             writer = pq.ParquetWriter(sink, table.schema, compression=PARQUET_COMPRESSION)
         writer.write_table(table, row_group_size=PARQUET_ROW_GROUP)
     if writer is None:  # no rows: the empty frame's file
-        pq.write_table(arrow_table({name: columns[name] for name in columns}), sink,
-                       compression=PARQUET_COMPRESSION, row_group_size=PARQUET_ROW_GROUP)
-        return sink.getvalue()
+        return table_parquet_bytes(arrow_table({name: columns[name] for name in columns}))
     writer.close()
     return sink.getvalue()
 
@@ -176,13 +174,17 @@ def read_iterations(run_dir: Path) -> pd.DataFrame:
 
 
 def parquet_bytes(frame: pd.DataFrame) -> bytes:
-    # pyarrow's writer stores no time or path: the same frame (and library versions) give the same bytes
     import pyarrow as pa
+
+    return table_parquet_bytes(pa.Table.from_pandas(frame, preserve_index=False))
+
+
+def table_parquet_bytes(table) -> bytes:
+    # pyarrow's writer stores no time or path: the same table (and library versions) give the same bytes
     import pyarrow.parquet as pq
 
     sink = io.BytesIO()
-    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), sink, compression=PARQUET_COMPRESSION,
-                   row_group_size=PARQUET_ROW_GROUP)
+    pq.write_table(table, sink, compression=PARQUET_COMPRESSION, row_group_size=PARQUET_ROW_GROUP)
     return sink.getvalue()
 
 

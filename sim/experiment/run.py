@@ -146,7 +146,7 @@ def _run_one(exp: Experiment, system: SystemSpec, rate: float, seed: int, jobs: 
     # a breakdown is kept by clocks in this process: the replicas are served here too
     clock = BreakdownRecorder(cost_model) if exp.breakdown else cost_model
     runs, horizon_s = serve_trace(exp, system, trace, clock, rng, jobs=1 if exp.breakdown else jobs)
-    requests = request_arrays([values for run in runs for values in run.records.request_values])
+    requests, dropped = requests_of(runs)
     iterations: Mapping[str, np.ndarray] = (runs[0].records.iteration_arrays() if len(runs) == 1 and
                                             runs[0].stored is None else MergedIterations(runs))
     shares: dict[str, float] = {}
@@ -154,15 +154,24 @@ def _run_one(exp: Experiment, system: SystemSpec, rate: float, seed: int, jobs: 
         parts = breakdown_columns(recorded_steps(clock, runs))
         iterations = {**{name: iterations[name] for name in ITERATION_COLUMNS}, **parts}
         shares = breakdown_shares(parts, iterations["duration_s"])
-    dropped = [values for run in runs for values in run.records.dropped_values]
     metrics = summarize(requests, iterations, pool_slots=exp.kv_pool(system).num_slots,
                         warmup_s=exp.warmup_s, horizon_s=horizon_s, dropped=dropped, replicas=exp.replicas)
-    summary = {
-        "experiment": exp.name, "system": system.name, "model": exp.model.name, "hardware": exp.hardware.name,
-        "tensor_parallel": exp.tensor_parallel, "replicas": exp.replicas, "workload": trace.source,
-        "cost_model": cost_model.source, "rate": rate, "seed": seed, **metrics, **shares,
-    }
+    summary = {**summary_head(exp, system, trace, exp.replicas, cost_model.source, rate, seed), **metrics, **shares}
     return RunResult(summary, requests, iterations, dropped)
+
+
+def requests_of(runs: list[ReplicaRun]) -> tuple[dict[str, np.ndarray], list[tuple]]:
+    """The runs' request records as columns, and their dropped requests' rows."""
+    requests = request_arrays([values for run in runs for values in run.records.request_values])
+    return requests, [values for run in runs for values in run.records.dropped_values]
+
+
+def summary_head(exp: Experiment, system: SystemSpec, trace: Trace, replicas: int, cost_model: str, rate: float,
+                 seed: int) -> dict:
+    """A summary row's first columns: what ran, on what, at which rate and seed."""
+    return {"experiment": exp.name, "system": system.name, "model": exp.model.name, "hardware": exp.hardware.name,
+            "tensor_parallel": exp.tensor_parallel, "replicas": replicas, "workload": trace.source,
+            "cost_model": cost_model, "rate": rate, "seed": seed}
 
 
 def _run_split(exp: Experiment, system: SystemSpec, trace: Trace, rate: float, seed: int,
@@ -173,9 +182,8 @@ def _run_split(exp: Experiment, system: SystemSpec, trace: Trace, rate: float, s
     setup = split_setup(exp, system, horizon_s)
     split_runs = serve_split_trace(exp, setup, trace, rng)
     runs = split_runs.runs
-    requests = request_arrays([values for run in runs for values in run.records.request_values])
+    requests, dropped = requests_of(runs)
     iterations = merged_records(runs).iteration_arrays()
-    dropped = [values for run in runs for values in run.records.dropped_values]
     split = exp.split
     assert split is not None
     decode_slots = setup.decode.num_gpu_blocks * setup.decode.system.block_size
@@ -187,9 +195,7 @@ def _run_split(exp: Experiment, system: SystemSpec, trace: Trace, rate: float, s
     metrics["load_imbalance"] = load_imbalance({**requests, "replica": prefill_replicas(requests, split_runs)},
                                                split.prefill.replicas)
     summary = {
-        "experiment": exp.name, "system": system.name, "model": exp.model.name, "hardware": exp.hardware.name,
-        "tensor_parallel": exp.tensor_parallel, "replicas": split.replicas, "workload": trace.source,
-        "cost_model": setup.prefill.cost_model.source, "rate": rate, "seed": seed, **metrics,
+        **summary_head(exp, system, trace, split.replicas, setup.prefill.cost_model.source, rate, seed), **metrics,
         "prefill_replicas": split.prefill.replicas, "decode_replicas": split.decode.replicas,
         **transfer_metrics(split_runs.transfers, exp.warmup_s, trace.arrival_s),
     }

@@ -244,13 +244,12 @@ class VLLMScheduler(QueueScheduler):
                 return
         queue = deque(self.running)
         kept: list[SequenceGroup] = []
-        running = SeqStatus.RUNNING
         while queue:
             group = queue.popleft()
             if prefilling and group.request_id in prefilling:
                 kept.append(group)
                 continue
-            seqs = [seq for seq in group.seqs if seq.status is running]  # a victim's preemption leaves them be
+            seqs = group.running_seqs()  # a victim's preemption leaves them be
             while not self.blocks.can_append(len(seqs)):  # preempt the latest arrival, itself when it is the last
                 victim = queue.pop() if queue else group
                 self._preempt(victim, plan)
@@ -281,11 +280,7 @@ class VLLMScheduler(QueueScheduler):
             mapping = self.blocks.swap_in(group)
             plan.swap_in.extend(mapping)
             self.num_swapped_in_blocks += len(mapping)
-            self._start_running(group)
-            self._append_slots((group,), plan)
-            self._insert_running(group)
-            plan.decode_groups.append(group)
-            plan.joined.append(group)
+            self._join(group, plan)
 
     def _join_arrived(self, plan: StepPlan) -> None:
         """Requests whose KV arrived decode from this step, in the order they arrived, while sequences are left.
@@ -297,11 +292,15 @@ class VLLMScheduler(QueueScheduler):
                 break
             self.arrived.popleft()
             self.paged_kv.incoming_slots -= self.paged_kv.slots_of(group)
-            self._start_running(group)
-            self._append_slots((group,), plan)
-            self._insert_running(group)
-            plan.decode_groups.append(group)
-            plan.joined.append(group)
+            self._join(group, plan)
+
+    def _join(self, group: SequenceGroup, plan: StepPlan) -> None:
+        """A group swapped back in, or arrived, runs again and decodes in this step, after the others."""
+        self._start_running(group)
+        self._append_slots((group,), plan)
+        self._insert_running(group)
+        plan.decode_groups.append(group)
+        plan.joined.append(group)
 
     def _continue_prefills(self, plan: StepPlan, budget: SchedulingBudget) -> None:
         """Chunked: the next chunk of each prompt part way through its prefill, in arrival order."""
