@@ -211,3 +211,12 @@ class RunningBatch:
     def _schedule(self, seq: Sequence) -> None:
         self.due[(self.tick + max(self._slack(seq), 0) + 1) % (self.block_size + 1)].append(seq)
 
+
+def in_batch_order(touched: list[SequenceGroup], prefilled: list[SequenceGroup],
+                   joined: list[SequenceGroup]) -> list[SequenceGroup]:
+    """Groups in the order the group-by-group pass would meet them: the prompts just computed (prefilled),
+    then the decodes, those that joined this step (swapped in, arrived) last; the rest keep the rows' order."""
+    first = [g for g in prefilled if any(g is t for t in touched)]
+    last = [g for g in joined if any(g is t for t in touched)]
+    middle = [g for g in touched if not any(g is f for f in first) and not any(g is j for j in last)]
+    return first + middle + last

@@ -112,3 +112,17 @@ class PreemptionRule:
             return (", swapped out at its last decode and back in with a spare block per sequence and the "
                     "watermark,")
         return ", recomputed at its last decode above the watermark,"
+
+    def stall_culprit(self, group: SequenceGroup) -> str:
+        """The oldest swapped-out group, which comes back before anything waiting runs (or, chunked, before the
+        prompts that would take its blocks): what it holds, and the free blocks can_swap_in asks."""
+        blocks = self.blocks
+        n = len(group.live_seqs())
+        held = blocks.blocks_to_swap_in(group) - n
+        needed = held + n + blocks.watermark_blocks
+        width = "beam_width" if group.is_beam else "n"
+        holding = f"{held} block{'s' if held != 1 else ''}"
+        return (f"request {group.request_id} (prompt {group.prompt_len} + output {group.output_len} tokens, "
+                f"{width}={group.num_seqs}) is swapped out holding {holding} and needs {needed} free to come "
+                f"back (its blocks, a spare one for each of its {n} sequences and the watermark's "
+                f"{blocks.watermark_blocks}); the pool has {self.num_gpu_blocks} blocks, {blocks.gpu.num_free} free")

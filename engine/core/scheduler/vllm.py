@@ -6,6 +6,8 @@ Every schedule() tells the same story, vLLM's `Scheduler._schedule` of the versi
   2. groups swapped out come back, oldest first;
   3. waiting prompts join in arrival order while `admissible()` finds room for them in the iteration's
      SchedulingBudget (tokens, sequences, padding) and in the free blocks.
+What a step decides is a StepPlan, its room a SchedulingBudget, and batch_of() turns the plan into the
+iteration that runs (engine.core.scheduler.vllm_step).
 The running and swapped-out groups are kept in the scheduler's Order (engine.core.scheduler.order): first
 come, first served unless another is given, so "the latest arrivals" are the last in that order. The running
 sequences are also kept as rows from step to step (engine.core.running_batch), with the step at which each
@@ -49,92 +51,15 @@ from engine.core.batch import Batch
 from engine.core.block_manager import BlockManager, appends_fit
 from engine.core.kv_tracker import PagedKVTracker
 from engine.core.kv_usage import UsageColumns
-from engine.core.running_batch import RunningBatch
+from engine.core.running_batch import RunningBatch, in_batch_order
 from engine.core.scheduler.base import DecodeStretch
 from engine.core.scheduler.common import QueueScheduler
 from engine.core.scheduler.order import FirstComeFirstServed, Order, insert_in_order
 from engine.core.scheduler.preemption import PreemptionMode, PreemptionRule
 from engine.core.scheduler.stretch import paged_stretch, stretch_appends
+from engine.core.scheduler.vllm_step import NO_TOKEN_CAP, Chunk, SchedulingBudget, StepPlan, batch_of
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
-
-NO_TOKEN_CAP = 1 << 60  # max_num_batched_tokens unset (mixed): no iteration comes near it
-
-
-class StepPlan:
-    """What one schedule() decides, as its parts add to it: the groups that decode (and their running
-    sequences, in order), the prompt chunks that prefill, the blocks to copy and swap, and the groups
-    preempted in this step (a group preempted now does not come back in the same step)."""
-
-    __slots__ = ("decode_groups", "decode_seqs", "decode_ids", "chunks", "copies", "swap_in", "swap_out", "preempted",
-                 "joined")
-
-    def __init__(self) -> None:  # plain lists: a dataclass's default factories cost a call each, every step
-        self.decode_groups: list[SequenceGroup] = []
-        self.decode_seqs: list[Sequence] = []
-        self.decode_ids: list[int] = []  # the first of decode_seqs' ids, where they were the rows
-        self.chunks: list[Chunk] = []
-        self.copies: list[tuple[int, int]] = []
-        self.swap_in: list[tuple[int, int]] = []
-        self.swap_out: list[tuple[int, int]] = []
-        self.preempted: set[int] = set()
-        # groups swapped in or arrived, which decode after the others whatever their place in the running order
-        self.joined: list[SequenceGroup] = []
-
-
-class Chunk:
-    """A group's prompt tokens [start, stop) computed in this iteration: the whole prompt but for a chunked
-    prefill's chunk (samples recomputed apart: each its own history, from start to its length)."""
-
-    # plain classes, these two, with their __init__ written out: a dataclass's generated one runs interpreted
-    __slots__ = ("group", "start", "stop")
-
-    def __init__(self, group: SequenceGroup, start: int, stop: int) -> None:
-        self.group, self.start, self.stop = group, start, stop
-
-
-class SchedulingBudget:
-    """What one iteration may still take (vLLM v0.4's SchedulingBudget): num_tokens batched so far against
-    token_cap, num_seqs running against max_num_seqs, and, where prompts are padded to the longest (separate;
-    max_paddings >= 0), their padded size against the cap and their padding against max_paddings."""
-
-    __slots__ = ("token_cap", "max_num_seqs", "num_tokens", "num_seqs", "padded", "max_paddings", "num_prefills",
-                 "longest")
-
-    def __init__(self, token_cap: int, max_num_seqs: int, num_tokens: int, num_seqs: int,
-                 max_paddings: int = -1) -> None:
-        self.token_cap, self.max_num_seqs, self.max_paddings = token_cap, max_num_seqs, max_paddings
-        self.padded = max_paddings >= 0  # prompts padded to the longest (separate's prompt-only iteration)
-        self.num_tokens, self.num_seqs = num_tokens, num_seqs
-        self.num_prefills, self.longest = 0, 0
-
-    def fit(self, prefill_lens: list[int], num_seqs: int, chunkable: bool) -> int | None:
-        """The tokens these prefills of num_seqs new sequences add, or None when they do not fit; a
-        chunkable prompt (one prefill) takes what the cap leaves of it."""
-        if self.num_seqs + num_seqs > self.max_num_seqs:
-            return None
-        tokens = sum(prefill_lens)
-        if self.padded:
-            padded = (self.num_prefills + len(prefill_lens)) * max(self.longest, *prefill_lens)
-            if padded > self.token_cap or padded - (self.num_tokens + tokens) > self.max_paddings:
-                return None
-            return tokens
-        left = self.token_cap - self.num_tokens
-        if chunkable:
-            return min(prefill_lens[0], left) if left > 0 else None
-        return tokens if tokens <= left else None
-
-    def take(self, tokens: int, num_seqs: int, prefill_lens: list[int]) -> None:
-        """An admitted prompt's: its tokens, its sequences and (padded) its prefills' lengths."""
-        self.num_tokens += tokens
-        self.num_seqs += num_seqs
-        if self.padded:
-            self.num_prefills += len(prefill_lens)
-            self.longest = max(self.longest, *prefill_lens)
-
-    @property
-    def tokens_left(self) -> int:
-        return self.token_cap - self.num_tokens
 
 
 class VLLMScheduler(QueueScheduler):
@@ -425,44 +350,8 @@ class VLLMScheduler(QueueScheduler):
         self._insert_running(group)
 
     def _batch(self, plan: StepPlan) -> Batch:
-        """The decodes in the order their slots were given, then a prefill per chunk (per sample recomputed
-        apart); a chunk that is not its prompt's last samples nothing."""
-        decodes, decode_ids = plan.decode_seqs, plan.decode_ids
-        if len(decode_ids) < len(decodes):  # those swapped in or arrived after the rows
-            decode_ids.extend([seq.seq_id for seq in decodes[len(decode_ids):]])
-        batch = Batch(decode_seq_ids=decode_ids,
-                      decode_context_lens=[seq.length for seq in decodes], blocks_to_copy=plan.copies,
-                      blocks_to_swap_in=plan.swap_in, blocks_to_swap_out=plan.swap_out,
-                      num_running_groups=len(plan.decode_groups) + len(plan.chunks))
-        ids, lens, cached, samples = batch.prefill_seq_ids, [], [], batch.prefill_sample_ids
-        final: list[SequenceGroup] = []
-        partial: list[Chunk] = []
-        for chunk in plan.chunks:
-            group, start = chunk.group, chunk.start
-            live = group.live_seqs()
-            if not group.shares_prompt:
-                for seq in live:
-                    ids.append(seq.seq_id)
-                    lens.append(seq.length - start)
-                    cached.append(start)
-                    samples.append((seq.seq_id,))
-                final.append(group)
-                continue
-            ids.append(live[0].seq_id)
-            lens.append(chunk.stop - start)
-            cached.append(start)
-            if chunk.stop == live[0].length:
-                samples.append(tuple(seq.seq_id for seq in live))
-                final.append(group)
-            else:
-                samples.append(())
-                partial.append(chunk)
-        batch.prefill_lens, batch.prefill_cached_lens = lens, cached
-        if self.num_running_beam_groups:
-            batch.beam_groups = [tuple(s.seq_id for s in g.live_seqs())
-                                 for g in (*final, *plan.decode_groups) if g.is_beam]
-        self._prefilled, self._decoded, self._partial = final, plan.decode_groups, partial
-        self._joined = plan.joined
+        batch, self._prefilled, self._partial = batch_of(plan, self.num_running_beam_groups > 0)
+        self._decoded, self._joined = plan.decode_groups, plan.joined
         return batch
 
     def complete(self, batch: Batch, now_s: float,
@@ -518,14 +407,6 @@ class VLLMScheduler(QueueScheduler):
         self.rows.insert(group, self.running[at])
         self.running.insert(at, group)
 
-    def _in_batch_order(self, touched: list[SequenceGroup]) -> list[SequenceGroup]:
-        """Groups in the order the group-by-group pass met them: the prompts just computed, then the decodes,
-        those that joined this step (swapped in, arrived) last; the rest keep the rows' order."""
-        first = [g for g in self._prefilled if any(g is t for t in touched)]
-        last = [g for g in self._joined if any(g is t for t in touched)]
-        middle = [g for g in touched if not any(g is f for f in first) and not any(g is j for j in last)]
-        return first + middle + last
-
     def _stop_running(self, group: SequenceGroup, status: SeqStatus) -> None:
         self.rows.remove(group)
         super()._stop_running(group, status)
@@ -548,7 +429,7 @@ class VLLMScheduler(QueueScheduler):
             return []
         touched = rows.drop_rows(done_rows)
         if len(touched) > 1 and (self._prefilled or self._joined):
-            touched = self._in_batch_order(touched)
+            touched = in_batch_order(touched, self._prefilled, self._joined)
         finished = [group for group in touched if self._finish_reached(group, now_s)]
         for group in finished:
             self.running.remove(group)
@@ -634,20 +515,7 @@ class VLLMScheduler(QueueScheduler):
         self.arrived.append(self.incoming.pop(request_id))
 
     def stall_culprit(self) -> str | None:
-        """The oldest swapped-out group, which comes back before anything waiting runs (or, chunked, before the
-        prompts that would take its blocks): what it holds, and the free blocks can_swap_in asks."""
-        if not self.swapped:
-            return None
-        group, blocks = self.swapped[0], self.blocks
-        n = len(group.live_seqs())
-        held = blocks.blocks_to_swap_in(group) - n
-        needed = held + n + blocks.watermark_blocks
-        width = "beam_width" if group.is_beam else "n"
-        holding = f"{held} block{'s' if held != 1 else ''}"
-        return (f"request {group.request_id} (prompt {group.prompt_len} + output {group.output_len} tokens, "
-                f"{width}={group.num_seqs}) is swapped out holding {holding} and needs {needed} free to come "
-                f"back (its blocks, a spare one for each of its {n} sequences and the watermark's "
-                f"{blocks.watermark_blocks}); the pool has {self.num_gpu_blocks} blocks, {blocks.gpu.num_free} free")
+        return self.preemption.stall_culprit(self.swapped[0]) if self.swapped else None
 
     def _blocks_needed_alone(self, group: SequenceGroup) -> int:
         return self.preemption.blocks_needed_alone(group)
