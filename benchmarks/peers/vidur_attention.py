@@ -5,8 +5,9 @@ input: a prefill chunk over a cached prefix at batch 1, or a batch of decodes at
 published A100 table is a large Git LFS file that the `vidur` wheel does not ship. This module writes a
 table in the same format, on the same grid of inputs Vidur's profiler visits
 (vidur/profiling/utils get_attention_input_combinations, reproduced here so that no torch is needed),
-with each row's time taken from the cost model servesim's run uses: its decode attention (KV bytes
-read, plus the paged kernel's cost per block) and its prefill attention, per layer, in milliseconds.
+with each row's time taken from the cost model servesim's run uses: its decode attention (the A100
+clock's, fitted on Vidur's own measured kernels, in waves, plus the paged kernel's cost per block) and
+its prefill attention, per layer, in milliseconds.
 Both simulators then price attention alike, and differ only in everything else.
 """
 from __future__ import annotations

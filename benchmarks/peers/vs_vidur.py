@@ -156,8 +156,9 @@ def settings(exp: Experiment, run: VidurRun) -> list[tuple[str, str, str]]:
         ("linear layers, norms, activations", "servesim's fit of the A100 per-op measurements",
          f"random forests ({PREDICTOR}, its default grid) on the same measurements, tabulated; looked up in "
          f"{'C++ (--vidur-native)' if run.native_predictor else 'Python (its default)'}"),
-        ("attention", "roofline formula (KV bytes read, per-block cost, prefill n^2)",
-         "stand-in table from the same formula; decode KV rounded up to 256 tokens, a prefill priced as a "
+        ("attention", "the A100 clock's attention (fitted on Vidur's measured A100 kernels, decode in waves) "
+         "plus the paged kernel's cost per block",
+         "stand-in table from the same model; decode KV rounded up to 256 tokens, a prefill priced as a "
          "chunk over its own length cached"),
         ("LM head, host work", "charged (logits per sequence; the engine's host work per step)", "not modelled"),
         ("outputs", "requests.csv.gz, iterations.parquet, summary, 2 PNG plots",
@@ -275,7 +276,8 @@ def main(argv: list[str] | None = None) -> None:
               f"{exp.rates[0]:g} req/s, seed {exp.seeds[0]})")
         print(f"Vidur {version} inputs: {args.measurements / MLP_FILE} (measured on A100s, published by Vidur);"
               f" attention: a stand-in table in Vidur's format priced by servesim's cost model "
-              f"(calibrate/profiles/a100-80gb-linear.yaml's roofline), not Vidur's measured table; "
+              f"(calibrate/profiles/a100-80gb.yaml, fitted on Vidur's measured A100 attention, with the paged kernel's "
+              f"cost per block), not Vidur's measured table itself; "
               f"datasets {run.datasets.compute}, {run.datasets.network}")
         print_settings(settings(exp, run))
         ours, theirs = timed_runs(run, work, args.repeats)
