@@ -62,6 +62,9 @@ class VLLMPolicy(Checker):
                 assert group in sched.swapped and group not in sched.waiting
                 assert all(s.status is SeqStatus.SWAPPED for s in group.live_seqs())
                 assert all(s.seq_id in sched.blocks.block_tables for s in group.live_seqs())
+        # v0.1's `while self.swapped and not blocks_to_swap_out`: a step that swaps a group out swaps nobody in
+        assert not (batch.blocks_to_swap_out and batch.blocks_to_swap_in), (
+            f"step {step}: swapped groups in while swapping {[g.request_id for g in preempted]} out")
         if sched.swapped:
             assert not batch.prefill_seq_ids, f"step {step}: admitted a request while groups are swapped out"
             self.blocked_by_swapped += bool(sched.waiting)

@@ -3,7 +3,8 @@
 Every schedule() tells the same story, vLLM's `Scheduler._schedule` of the version each policy ports:
   1. the running sequences each get a slot for their next token, the latest arrivals preempted while the
      blocks run short (a preempted group swaps out or drops its blocks to re-prefill: PreemptionMode);
-  2. groups swapped out come back, oldest first;
+  2. groups swapped out come back, oldest first, unless this step swapped one out (separate, chunked: unless
+     it preempted anyone);
   3. waiting prompts join in arrival order while `admissible()` finds room for them in the iteration's
      SchedulingBudget (tokens, sequences, padding) and in the free blocks.
 What a step decides is a StepPlan, its room a SchedulingBudget, and batch_of() turns the plan into the
@@ -85,12 +86,14 @@ class VLLMScheduler(QueueScheduler):
         self.num_swapped_in_blocks = 0
         # the policies' differences, named: separate runs prompts in iterations of their own; chunked cuts them
         # to the budget and admits beside swapped-out groups; both swap in only in a step that preempted nobody
-        # (vLLM v0.2+), and ignore a request that can never run where mixed refuses it on arrival
+        # (vLLM v0.2+: `if not preempted`), where mixed swaps in after a preemption by recomputation but not in a
+        # step that swapped a group out (v0.1: `while self.swapped and not blocks_to_swap_out`); both ignore a
+        # request that can never run where mixed refuses it on arrival
         self.prompt_only = system.prefill_policy == "separate"
         self.chunked = system.prefill_policy == "chunked"
         self.prompts_beside_decodes = not self.prompt_only
         self.prompts_while_swapped = self.chunked
-        self.swap_in_after_preemption = not (self.prompt_only or self.chunked)
+        self.swap_in_after_recompute = not (self.prompt_only or self.chunked)
         self.ignores_unservable = self.prompt_only or self.chunked
         cap = system.max_num_batched_tokens  # never None when chunked (SystemSpec.validate)
         self.token_cap = cap if cap is not None else NO_TOKEN_CAP
@@ -125,7 +128,7 @@ class VLLMScheduler(QueueScheduler):
             if plan.chunks:
                 return self._batch(plan)
         self._reserve_running(plan)
-        if self.swap_in_after_preemption or not plan.preempted:
+        if not plan.preempted or (self.swap_in_after_recompute and not plan.swap_out):
             self._swap_in(plan)
         if self.arrived:
             self._join_arrived(plan)

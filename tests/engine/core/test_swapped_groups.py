@@ -190,3 +190,37 @@ def test_every_request_finishes_or_is_ignored_or_refused_never_stalls(policy, da
           f"{'preempted' if sched.num_preemptions else 'no preemption'}, "
           f"{'some dropped' if ignored or refused else 'all served'}")
     assert not sched.has_unfinished() and sched.blocks.cpu.num_free == 10_000
+
+
+def test_mixed_swaps_nobody_in_while_it_swaps_a_group_out():
+    """vLLM v0.1 swapped in only `while self.swapped and not blocks_to_swap_out`. With arrival-order preemption a
+    colocated replica never meets the case (whoever it swaps out is older than every group swapped out before), but
+    a decode replica does: a request prefilled elsewhere joins younger than a group swapped out, and is the one
+    swapped out next, freeing blocks the older group could come back into in that very step."""
+    from engine.core.scheduler.vllm import VLLMScheduler
+    from engine.core.sequence import SequenceCounter, make_group
+
+    system = SystemSpec("v01", "vllm", block_size=4, max_num_batched_tokens=None, watermark=0.0, preemption="swap")
+    sched, ids = VLLMScheduler(system, 64, 6, 100), SequenceCounter()
+
+    def received(request_id: int, arrival_s: float, prompt: int, output: int) -> None:
+        group = make_group(request_id, arrival_s, prompt, output, 1, ids)
+        group.seqs[0].length, group.first_token_s = prompt + 1, arrival_s  # its first token came from elsewhere
+        sched.receive(group)
+        sched.kv_arrived(request_id)
+
+    def step(now_s: float) -> tuple[int, int, list[int]]:
+        sched.now_s = now_s
+        batch = sched.schedule()
+        sched.complete(batch, now_s + 1.0)
+        return len(batch.blocks_to_swap_out), len(batch.blocks_to_swap_in), [g.request_id for g in sched.swapped]
+
+    received(3, -1.0, 11, 2)  # finishes after one step, leaving its blocks to request 2
+    received(0, 0.0, 6, 10)
+    received(1, 1.0, 2, 8)  # 1 block
+    assert step(0.0) == (0, 0, [])
+    received(2, 2.0, 11, 8)  # 3 blocks, younger than request 1: the pool is full
+    assert step(1.0) == (1, 0, [1])  # request 0 grows: request 1, then the latest, goes out
+    # request 0 grows again: request 2 (the latest) goes out, and its 3 blocks would let request 1 back at once
+    assert step(2.0) == (3, 0, [1, 2])
+    assert step(3.0) == (0, 1, [2])  # back in the next step, which swapped nobody out
