@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
-from itertools import repeat
+from itertools import chain, repeat
 from operator import attrgetter, sub
 from typing import TypeVar
 
@@ -115,12 +115,19 @@ def free_parts(free_slots: T, nothing: T, someone_waits: bool) -> tuple[T, T]:
 USAGE_FIELDS = tuple(f.name for f in fields(KVUsage))
 usage_values = attrgetter(*USAGE_FIELDS)  # a KVUsage's values in field order: a row of UsageColumns
 # a column per field of KVUsage, in that order, a value per iteration: lists, ranges, or repeat for what stays put
-UsageColumns = tuple[Iterable[int], ...]
+UsageColumns = tuple[Iterable[int] | int, ...]  # a column that stays the same is that int
 
 
-def usage_columns(**columns: Iterable[int]) -> UsageColumns:
+def usage_columns(**columns: Iterable[int] | int) -> UsageColumns:
     """KVUsage's fields as columns, in its order (the records' order of the kv columns)."""
     return tuple(columns[name] for name in USAGE_FIELDS)
+
+
+def after_first(first: int, column: Iterable[int] | int) -> Iterable[int] | int:
+    """A column of one value, `first`, then `column`'s: the int itself where both are that int."""
+    if isinstance(column, int):
+        return column if column == first else chain((first,), repeat(column))
+    return chain((first,), column)
 
 
 def paged_usage_columns(blocks: BlockManager, token_slots: Iterable[int], free_blocks: Sequence[int],
@@ -135,15 +142,15 @@ def paged_usage_columns(blocks: BlockManager, token_slots: Iterable[int], free_b
     if cached:
         token_slots = [slots + cached for slots in token_slots]
     token = list(map(min, token_slots, used))
-    nothing = repeat(0)
-    external, idle = free_parts([free * bs for free in free_blocks], nothing, someone_waits)
-    return (token, nothing, list(map(sub, used, token)), external, idle,
-            [num_blocks - free + sharing for free in free_blocks], repeat(blocks.num_saved_blocks))
+    free_slots: Iterable[int] | int = [free * bs for free in free_blocks]
+    external, idle = (free_slots, 0) if someone_waits else (0, free_slots)  # free_parts, column by column
+    return (token, 0, list(map(sub, used, token)), external, idle,
+            [num_blocks - free + sharing for free in free_blocks], blocks.num_saved_blocks)
 
 
 def reserved_usage_columns(allocator: ReservationAllocator, token_slots: range, someone_waits: bool) -> UsageColumns:
     """reserved_usage at moments when only the token slots differ from now (no reservation comes or goes)."""
     usage = reserved_usage(allocator, TokenSlots(lambda group: 0), someone_waits)  # with no token slot
     reserved = range(usage.reserved - token_slots.start, usage.reserved - token_slots.stop, -token_slots.step)
-    fixed = {name: repeat(value) for name, value in zip(USAGE_FIELDS, usage_values(usage))}
+    fixed = dict(zip(USAGE_FIELDS, usage_values(usage)))
     return usage_columns(**{**fixed, "token": token_slots, "reserved": reserved})

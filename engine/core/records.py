@@ -13,12 +13,12 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
-from itertools import chain, islice, repeat
+from itertools import islice
 from typing import TYPE_CHECKING
 
 from mypy_extensions import mypyc_attr
 
-from engine.core.kv_usage import KVUsage, usage_values
+from engine.core.kv_usage import KVUsage, UsageColumns, usage_values
 
 if TYPE_CHECKING:
     from engine.core.batch import Batch
@@ -90,6 +90,7 @@ ITERATION_COLUMNS = tuple(f.name for f in fields(IterationRecord))
 # array typecodes of the iteration columns: float64 for times, int64 for counts (a field's type is the string
 # "float" under `from __future__ import annotations`, and the class float itself once compiled by mypyc)
 ITERATION_TYPECODES = tuple("d" if f.type in ("float", float) else "q" for f in fields(IterationRecord))
+SWAP_COLUMN, COPY_COLUMN = ITERATION_COLUMNS.index("num_swap_blocks"), ITERATION_COLUMNS.index("num_copy_blocks")
 ROWS_PER_CHUNK = 4096  # iterations kept as tuples before they move into the columns
 ROWS_PER_COLUMNS = 4096  # iterations a set of columns grows to before the next set starts
 
@@ -139,21 +140,27 @@ class ServingRecords:
         if len(rows) >= ROWS_PER_CHUNK:
             self._move_rows()
 
-    def add_iterations(self, batch: Batch, usage: Iterable[Iterable[int]], starts: Sequence[float],
-                       durations: Iterable[float], num_waiting: Iterable[int], replica: int) -> None:
+    def add_iterations(self, batch: Batch, usage: UsageColumns, starts: Sequence[float],
+                       durations: Iterable[float], num_waiting: Iterable[int] | int, replica: int) -> None:
         """A row per start: `batch`, then, in a decode stretch it began (Scheduler.decode_stretch), the
         iterations after it, the i-th (from 0) batch.decode_later(i): every context i longer and no blocks
         moved. `usage`: the pool as each found it (KVUsage's fields as columns: kv_usage.UsageColumns; a
-        column may run on past the last start). Written into the columns, one column at a time."""
+        column may run on past the last start, and one that stays the same is that int). Written into the
+        columns, one column at a time."""
         self._move_rows()  # the lone iterations before these, in order
         count, num_decodes, first = len(starts), batch.num_decodes, batch.sum_decode_context
-        contexts = range(first, first + count * num_decodes, num_decodes) if num_decodes else repeat(first)
-        swaps, copies = chain((batch.num_swap_blocks,), repeat(0)), chain((len(batch.blocks_to_copy),), repeat(0))
+        if not count:
+            return
+        contexts = range(first, first + count * num_decodes, num_decodes) if num_decodes else first
         columns = self._open_columns()
         for column, values in zip(columns, (
-                repeat(replica), starts, durations, repeat(batch.num_prefill_tokens), repeat(len(batch.prefill_lens)),
-                repeat(num_decodes), contexts, repeat(batch.num_running_groups), num_waiting, swaps, copies, *usage)):
-            column.extend(islice(values, count))
+                replica, starts, durations, batch.num_prefill_tokens, len(batch.prefill_lens), num_decodes, contexts,
+                batch.num_running_groups, num_waiting, 0, 0, *usage)):
+            _extend(column, values, count)
+        # blocks move in the stretch's first iteration alone
+        row = len(columns[0]) - count
+        columns[SWAP_COLUMN][row] = batch.num_swap_blocks
+        columns[COPY_COLUMN][row] = len(batch.blocks_to_copy)
         self._close_if_full(columns)
 
     def _move_rows(self) -> None:
@@ -255,3 +262,12 @@ def _columns(rows: list[tuple], names: tuple[str, ...]) -> dict[str, list]:
     if not rows:
         return {name: [] for name in names}
     return {name: list(column) for name, column in zip(names, zip(*rows))}
+
+
+def _extend(column: array, values: Iterable[int] | Iterable[float] | int | float, count: int) -> None:
+    """`count` values onto the column: a number is that number `count` times, copied in C (a stretch's columns
+    are mostly such; an iterator's values are converted one by one)."""
+    if isinstance(values, (int, float)):
+        column.extend(array(column.typecode, (values,)) * count)
+    else:
+        column.extend(islice(values, count))

@@ -22,7 +22,7 @@ from itertools import chain, repeat
 from operator import sub
 
 from engine.core.batch import Batch
-from engine.core.kv_usage import usage_values
+from engine.core.kv_usage import after_first, usage_values
 from engine.core.records import ServingRecords
 from engine.core.scheduler.base import DecodeStretch, KVUsage, Scheduler
 from engine.core.sequence import SequenceCounter, SequenceGroup, make_group
@@ -155,8 +155,9 @@ class ServingCore:
                 raise ValueError("end_steps: several iterations of a step whose decode_stretch was not asked")
             later = scheduler.advance_decodes(step.stretch, count, waiting - step.num_waiting)
             starts = [step.start_s, *ends[:-1]]
-            usage = map(chain, zip(usage_values(step.usage)), later)  # the step's own usage, then the stretch's
-            waits: Iterable[int] = chain(repeat(step.num_waiting, count - 1), (waiting,))
+            usage = tuple(map(after_first, usage_values(step.usage), later))  # the step's own, then the stretch's
+            waits: Iterable[int] | int = (waiting if waiting == step.num_waiting
+                                          else chain(repeat(step.num_waiting, count - 1), (waiting,)))
             if queued_s:
                 waits = chain([step.num_waiting + bisect_left(queued_s, end) for end in ends[:-1]], (waiting,))
             self.records.add_iterations(batch, usage, starts, map(sub, ends, starts), waits, self.replica)

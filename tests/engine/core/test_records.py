@@ -36,7 +36,9 @@ def add_stretch(records: ServingRecords, expected: list[tuple], start: float, co
     starts = [start + 0.25 * i for i in range(count)]
     durations = [0.25] * count
     tokens = list(range(300, 300 + count * num_decodes, num_decodes)) if num_decodes else [300] * count
-    usage = (tokens, repeat(0), [5] * count, repeat(2), repeat(0), list(range(20, 20 + count)), repeat(1))
+    # a column that stays the same is an int, or (as any iterable may be) an iterator of it
+    same = (lambda value: value) if count % 2 else repeat
+    usage = (tokens, same(0), [5] * count, same(2), repeat(0), list(range(20, 20 + count)), same(1))
     waits = chain(repeat(4, count - 1), (6,))
     records.add_iterations(b, usage, starts, durations, waits, 0)
     for i in range(count):
