@@ -171,7 +171,7 @@ class StepInvariants(Checker):
         if isinstance(sched, VLLMScheduler):  # the iteration's SchedulingBudget, never exceeded
             assert batch.num_tokens <= sched.token_cap, f"step {step}: {batch.num_tokens} tokens over the cap"
             lens = batch.prefill_lens
-            if sched.prompt_only and lens:  # a prompt-only iteration, padded to its longest prompt
+            if sched.rules.prompt_only and lens:  # a prompt-only iteration, padded to its longest prompt
                 padded = len(lens) * max(lens)
                 assert not batch.decode_seq_ids, f"step {step}: prompts and decodes in one iteration"
                 assert padded <= sched.token_cap and padded - sum(lens) <= sched.max_paddings, (

@@ -46,6 +46,7 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from itertools import chain
 
 from engine.core.batch import Batch
@@ -61,6 +62,27 @@ from engine.core.scheduler.stretch import paged_stretch, stretch_appends
 from engine.core.scheduler.vllm_step import NO_TOKEN_CAP, Chunk, SchedulingBudget, StepPlan, batch_of
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
+
+
+@dataclass(frozen=True)
+class PrefillRules:
+    """Where a prefill policy's step differs from the others': each difference named once, read in schedule()."""
+
+    prompt_only: bool  # prompts run in iterations of their own, padded to their longest
+    chunked: bool  # a prompt takes what the token budget leaves, and goes on in the next steps
+    prompts_while_swapped: bool  # new prompts are admitted while a group is swapped out
+    # groups swap back in after a step that preempted only by recomputation (else only after one that preempted
+    # nobody: vLLM v0.2+'s `if not preempted`); never after one that swapped a group out
+    swap_in_after_recompute: bool
+    ignores_unservable: bool  # a request that can never run is ignored at the queue's head, not refused on arrival
+
+
+PREFILL_RULES = {  # the three policies side by side
+    #                        prompt_only  chunked  prompts_while_swapped  swap_in_after_recompute  ignores_unservable
+    "mixed": PrefillRules(         False,   False,                 False,                    True,              False),
+    "separate": PrefillRules(       True,   False,                 False,                   False,               True),
+    "chunked": PrefillRules(       False,    True,                  True,                   False,               True),
+}  # mixed: the paper's code (v0.1); separate: v0.2-v0.3; chunked: v0.4 (Sarathi-Serve)
 
 
 class VLLMScheduler(QueueScheduler):
@@ -84,23 +106,14 @@ class VLLMScheduler(QueueScheduler):
         self.swapped: deque[SequenceGroup] = deque()
         self.num_swapped_out_blocks = 0
         self.num_swapped_in_blocks = 0
-        # the policies' differences, named: separate runs prompts in iterations of their own; chunked cuts them
-        # to the budget and admits beside swapped-out groups; both swap in only in a step that preempted nobody
-        # (vLLM v0.2+: `if not preempted`), where mixed swaps in after a preemption by recomputation but not in a
-        # step that swapped a group out (v0.1: `while self.swapped and not blocks_to_swap_out`); both ignore a
-        # request that can never run where mixed refuses it on arrival
-        self.prompt_only = system.prefill_policy == "separate"
-        self.chunked = system.prefill_policy == "chunked"
-        self.prompts_beside_decodes = not self.prompt_only
-        self.prompts_while_swapped = self.chunked
-        self.swap_in_after_recompute = not (self.prompt_only or self.chunked)
-        self.ignores_unservable = self.prompt_only or self.chunked
+        self.rules = PREFILL_RULES[system.prefill_policy]  # how this policy differs from the others
+        self.ignores_unservable = self.rules.ignores_unservable
         cap = system.max_num_batched_tokens  # never None when chunked (SystemSpec.validate)
         self.token_cap = cap if cap is not None else NO_TOKEN_CAP
         # separate: padding, v0.2's prompt_limit min(max_model_len, max_num_batched_tokens), and v0.3's
         # delay_factor with the last prompt run's latency, measured from schedule() to schedule()
-        self.max_paddings = system.max_paddings if self.prompt_only else -1
-        self.prompt_limit = min(max_seq_len, self.token_cap) if self.prompt_only else NO_TOKEN_CAP
+        self.max_paddings = system.max_paddings if self.rules.prompt_only else -1
+        self.prompt_limit = min(max_seq_len, self.token_cap) if self.rules.prompt_only else NO_TOKEN_CAP
         self.delay_factor = system.delay_factor
         self.last_prompt_latency = 0.0
         self.prev_time_s = 0.0
@@ -119,7 +132,7 @@ class VLLMScheduler(QueueScheduler):
     def schedule(self) -> Batch:
         plan = StepPlan()
         self.blocks.begin_step()  # the prefix cache's clock of least-recently-used
-        if self.prompt_only and not self.swapped:  # a prompt-only iteration whenever a prompt fits
+        if self.rules.prompt_only and not self.swapped:  # a prompt-only iteration whenever a prompt fits
             self._time_prompt_run()
             self._admit(plan, self._budget(0))
             # v0.3 times a prompt run, even of ignored ones only (the data plane takes them every step)
@@ -128,12 +141,12 @@ class VLLMScheduler(QueueScheduler):
             if plan.chunks:
                 return self._batch(plan)
         self._reserve_running(plan)
-        if not plan.preempted or (self.swap_in_after_recompute and not plan.swap_out):
+        if not plan.preempted or (self.rules.swap_in_after_recompute and not plan.swap_out):
             self._swap_in(plan)
         if self.arrived:
             self._join_arrived(plan)
-        if (self.waiting or self.prefill_progress) and self.prompts_beside_decodes and (
-                self.prompts_while_swapped or not self.swapped):
+        if (self.waiting or self.prefill_progress) and not self.rules.prompt_only and (
+                self.rules.prompts_while_swapped or not self.swapped):
             budget = self._budget(len(plan.decode_seqs))  # a token per decode
             self._continue_prefills(plan, budget)
             self._admit(plan, budget)
@@ -146,15 +159,16 @@ class VLLMScheduler(QueueScheduler):
     def next_budget(self) -> SchedulingBudget:
         """The budget the next schedule()'s prompts would find if it kept every running sequence decoding (as
         in a decode stretch, where no prompt is part way through its chunks: every running sequence decodes)."""
-        return self._budget(0 if self.prompt_only else self.num_running_seqs)
+        return self._budget(0 if self.rules.prompt_only else self.num_running_seqs)
 
     def _reserve_running(self, plan: StepPlan) -> None:
         """A slot for every running sequence, preempting the latest arrivals when short. A group part way
         through a chunked prefill (prefill_progress) holds its prompt's blocks already: it keeps running and
-        needs no slot."""
+        needs no slot. Where the free blocks are sure to suffice, no group is walked: the rows due for a block
+        take one (or, while prompts are part way through their chunks, every decoding group appends)."""
         prefilling = self.prefill_progress
         free = self.blocks.gpu.num_free
-        due: list[Sequence] = []
+        due: list[Sequence] = []  # the rows due for a block; none read while prompts are part way
         if not prefilling:  # every running sequence decodes: the rows are the decodes
             due = self.rows.due_now()
             # each of the rows due takes at most one block: while the widest group finds its own after them all,
@@ -170,6 +184,13 @@ class VLLMScheduler(QueueScheduler):
                 plan.decode_groups = [g for g in self.running if g.request_id not in prefilling]
                 self._append_slots(plan.decode_groups, plan)
                 return
+        self._walk_running(plan)
+        self.rows.walked(due)
+
+    def _walk_running(self, plan: StepPlan) -> None:
+        """The running groups in order, each given its slots once the latest arrivals behind it are preempted
+        for them (itself, when it is the latest left); a group part way through its prefill keeps running."""
+        prefilling = self.prefill_progress
         queue = deque(self.running)
         kept: list[SequenceGroup] = []
         while queue:
@@ -178,18 +199,22 @@ class VLLMScheduler(QueueScheduler):
                 kept.append(group)
                 continue
             seqs = group.running_seqs()  # a victim's preemption leaves them be
-            while not self.blocks.can_append(len(seqs)):  # preempt the latest arrival, itself when it is the last
-                victim = queue.pop() if queue else group
-                self._preempt(victim, plan)
-                if victim is group:
-                    break
-            else:  # it can append: it decodes
+            if self._preempt_for(group, len(seqs), queue, plan):
                 self.blocks.append_slots(seqs, plan.copies)
                 plan.decode_seqs.extend(seqs)
                 plan.decode_groups.append(group)
                 kept.append(group)
         self.running = kept
-        self.rows.walked(due)
+
+    def _preempt_for(self, group: SequenceGroup, num_seqs: int, queue: deque[SequenceGroup], plan: StepPlan) -> bool:
+        """Preempt the latest arrivals (the queue's last) until the group's num_seqs sequences can each append
+        a slot: whether it can, or had to be preempted itself, nobody being left behind it."""
+        while not self.blocks.can_append(num_seqs):
+            victim = queue.pop() if queue else group
+            self._preempt(victim, plan)
+            if victim is group:
+                return False
+        return True
 
     def _append_slots(self, groups: Iterable[SequenceGroup], plan: StepPlan) -> None:
         running = SeqStatus.RUNNING
@@ -198,9 +223,11 @@ class VLLMScheduler(QueueScheduler):
         plan.decode_seqs.extend(seqs)
 
     def _swap_in(self, plan: StepPlan) -> None:
+        """Swapped-out groups back in, oldest first, while their blocks fit and sequences are left. None of them
+        was swapped out in this step: such a step swaps nobody in (PrefillRules.swap_in_after_recompute)."""
         while self.swapped:
             group = self.swapped[0]
-            if id(group) in plan.preempted or not self.blocks.can_swap_in(group):
+            if not self.blocks.can_swap_in(group):
                 break
             if self.num_running_seqs + len(group.live_seqs()) > self.system.max_num_seqs:
                 break
@@ -261,18 +288,18 @@ class VLLMScheduler(QueueScheduler):
                 break
             # the padding's lengths before the prompt's blocks are allocated: the first request to use a shared
             # prefix caches it then, and cached_tokens() would count it for that request too
-            lens = self._prefill_lens(group) if self.prompt_only else []
+            lens = self._prefill_lens(group) if self.rules.prompt_only else []
             self.waiting.popleft()
             self._start_prompt(group)
             live = group.live_seqs()
             budget.take(tokens, len(live), lens)
             start = group.num_cached_tokens
-            # a chunk [start, stop); samples recomputed apart prefill whole, each its own length
-            whole = start + tokens if group.shares_prompt else max(s.length for s in live)
-            if self.chunked:  # in progress until complete() sees its last chunk run (this one, if it fit)
-                self.prefill_progress[group.request_id] = start
-                self._computes(group, whole)
-                plan.chunks.append(Chunk(group, start, whole))
+            if self.rules.chunked:  # in progress until complete() sees its last chunk run (this one, if it fit)
+                # its first chunk [start, stop); samples recomputed apart prefill whole, each its own length
+                stop = start + tokens if group.shares_prompt else max(s.length for s in live)
+                self.prefill_progress[group.request_id] = start  # computed so far; complete() moves it to stop
+                self._computes(group, stop)
+                plan.chunks.append(Chunk(group, start, stop))
             else:
                 plan.chunks.append(Chunk(group, start, live[0].length))
 
@@ -284,14 +311,14 @@ class VLLMScheduler(QueueScheduler):
         if not self.blocks.can_allocate(group) or not self._leaves_room_to_swap_in(group):
             return None
         live = group.live_seqs()
-        return budget.fit(self._prefill_lens(group, live), len(live), self.chunked and group.shares_prompt)
+        return budget.fit(self._prefill_lens(group, live), len(live), self.rules.chunked and group.shares_prompt)
 
     def _may_try_next_prompt(self, budget: SchedulingBudget) -> bool:
         """Whether the next waiting prompt is worth asking: chunked, while tokens are left (a prompt may take
         part of them); separate, while v0.3's delay_factor lets prompts run; mixed, always."""
-        if self.chunked:
+        if self.rules.chunked:
             return budget.tokens_left > 0
-        return not self.prompt_only or self._delay_passed()
+        return not self.rules.prompt_only or self._delay_passed()
 
     def _prefill_lens(self, group: SequenceGroup, live: list[Sequence] | None = None) -> list[int]:
         """The tokens each of the group's prefills computes (its samples share one, unless recomputed apart);
@@ -307,7 +334,7 @@ class VLLMScheduler(QueueScheduler):
             return False
         if group.request_id in self.unservable:
             return True
-        return self.prompt_only and max(self._prefill_lens(group)) > self.prompt_limit
+        return self.rules.prompt_only and max(self._prefill_lens(group)) > self.prompt_limit
 
     def _leaves_room_to_swap_in(self, group: SequenceGroup) -> bool:
         """Whether admitting the group leaves the oldest swapped-out group the free blocks it needs to come back

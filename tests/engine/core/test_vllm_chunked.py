@@ -47,7 +47,7 @@ def test_random_workloads_keep_the_chunked_invariants_and_finish_exactly(reqs, b
 
 def test_a_long_prompt_runs_in_chunks_beside_the_decodes_and_samples_once():
     sched = scheduler_for(chunked(budget=8), 64, max_seq_len=MAX_LEN)
-    assert isinstance(sched, VLLMScheduler) and sched.chunked
+    assert isinstance(sched, VLLMScheduler) and sched.rules.chunked
     counter = SequenceCounter()
     sched.add_request(make_group(0, 0.0, 3, 10, 1, counter))  # decodes from step 1 on
     first = sched.schedule()

@@ -31,7 +31,7 @@ class Fixture:
 
     def __init__(self, system: SystemSpec, num_gpu_blocks: int, num_cpu_blocks: int = 8, max_seq_len: int = 16):
         self.sched = scheduler_for(system, num_gpu_blocks, num_cpu_blocks, max_seq_len)
-        assert isinstance(self.sched, VLLMScheduler) and self.sched.prompt_only
+        assert isinstance(self.sched, VLLMScheduler) and self.sched.rules.prompt_only
         self.counter = SequenceCounter()
         self.groups: list[SequenceGroup] = []
         self.step = 0
