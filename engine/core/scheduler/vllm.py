@@ -141,7 +141,9 @@ class VLLMScheduler(QueueScheduler):
             if plan.chunks:
                 return self._batch(plan)
         self._reserve_running(plan)
-        if not plan.preempted or (self.rules.swap_in_after_recompute and not plan.swap_out):
+        # nobody swaps in after this step swapped a group out (mixed) or preempted anyone (separate, chunked)
+        held_back = bool(plan.swap_out) if self.rules.swap_in_after_recompute else bool(plan.preempted)
+        if not held_back:
             self._swap_in(plan)
         if self.arrived:
             self._join_arrived(plan)
@@ -171,8 +173,9 @@ class VLLMScheduler(QueueScheduler):
         due: list[Sequence] = []  # the rows due for a block; none read while prompts are part way
         if not prefilling:  # every running sequence decodes: the rows are the decodes
             due = self.rows.due_now()
-            # each of the rows due takes at most one block: while the widest group finds its own after them all,
-            # nobody can fail can_append (appends_fit: nobody at all can)
+            # each of the rows due takes at most one block, and can_append asks a free block per running sequence
+            # of the group it checks: while the widest group (rows.widest: at least the widest, never less) would
+            # still find its own after the rows due took theirs, no group can fail it (appends_fit: nobody at all can)
             if free - len(due) >= self.rows.widest or appends_fit(self.num_running_seqs, free):
                 plan.decode_groups = list(self.running)
                 plan.decode_seqs = self.rows.reserve(due, plan.copies)
@@ -258,7 +261,7 @@ class VLLMScheduler(QueueScheduler):
         plan.joined.append(group)
 
     def _continue_prefills(self, plan: StepPlan, budget: SchedulingBudget) -> None:
-        """Chunked: the next chunk of each prompt part way through its prefill, in arrival order."""
+        """Chunked: the next chunk of each prompt part way through its prefill, in the running order."""
         progress = self.prefill_progress
         if not progress:
             return
@@ -278,7 +281,7 @@ class VLLMScheduler(QueueScheduler):
         ignored on the way (separate, chunked)."""
         while self.waiting and self._may_try_next_prompt(budget):
             group = self.waiting[0]
-            if id(group) in plan.preempted:
+            if id(group) in plan.preempted:  # recomputed in this step, back at the queue's head: it waits a step
                 break
             if self._must_ignore(group):
                 self._ignore(self.waiting.popleft())
