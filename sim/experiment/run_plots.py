@@ -3,9 +3,12 @@
 matplotlib's import is half a second and the four figures about as much again: drawn after the runs in the
 command's own process, they were a third of a one-run `servesim run`. The first drawing process imports them while
 the runs simulate (on another core, where there is one), then forks the second from itself, which so has them
-imported too without a second import's CPU taken from the runs; once the summary is written the two draw half the
-figures each (SHARES), and the first returns every name. The command waits for both, so the figures are on disk
-when it ends, and an error drawing any of them is the command's error, raised once both have finished. Both
+imported too without a second import's CPU taken from the runs; once every run's summary is known the two draw half
+the figures each (SHARES), and the first returns every name. Where the runs simulate in the command's process
+(`--jobs 1`) that is before the last run's files are encoded and written (sim.experiment.sweep.sweep_rows'
+`summarized`): the figures are drawn meanwhile, not after. The command waits for both once its summary is written,
+so the figures are on disk when it ends, and an error drawing any of them is the command's error, raised once both
+have finished. Both
 processes are of the sweep pool's kind (sim/executors/pool.py): they ignore Ctrl-C, the command stops the first,
 and each leaves when its parent dies (the second when the first does). With one core they take turns on it.
 """
@@ -27,16 +30,25 @@ _second: ProcessPoolExecutor | None = None
 
 
 class PlotProcess:
-    """Use: `with PlotProcess() as plots: ...; names = plots.draw(title, rows, out_dir, ylim, rate)`."""
+    """Use: `with PlotProcess() as plots: ...; plots.start(title, rows, out_dir, ylim, rate); ...; names =
+    plots.names()`."""
 
     def __init__(self) -> None:
         self.pool = worker_pool(1)
         self.warm: Future = self.pool.submit(_import_plots)  # while the runs simulate
+        self.drawn: Future | None = None
 
-    def draw(self, title: str, rows: list[dict], out_dir: Path, ylim: float, rate: float) -> list[str]:
-        """The run's four figures from the summary's rows; the names of the files written, in FIGURES' order."""
+    def start(self, title: str, rows: list[dict], out_dir: Path, ylim: float, rate: float) -> None:
+        """Start drawing the four figures from the summary's rows (in the drawing processes, once the plots are
+        imported), and return at once."""
+        self.drawn = self.pool.submit(draw_plots, title, rows, out_dir, ylim, rate)
+
+    def names(self) -> list[str]:
+        """Once both processes have drawn (start), the names of the files written, in FIGURES' order; an error
+        drawing any of them is raised here."""
+        assert self.drawn is not None, "start drawing first"
         self.warm.result()
-        return self.pool.submit(draw_plots, title, rows, out_dir, ylim, rate).result()
+        return self.drawn.result()
 
     def __enter__(self) -> PlotProcess:
         return self
