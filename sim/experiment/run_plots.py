@@ -8,12 +8,13 @@ the figures each (SHARES), and the first returns every name. Where the runs simu
 (`--jobs 1`) that is before the last run's files are encoded and written (sim.experiment.sweep.sweep_rows'
 `summarized`): the figures are drawn meanwhile, not after. The command waits for both once its summary is written,
 so the figures are on disk when it ends, and an error drawing any of them is the command's error, raised once both
-have finished. Both
-processes are of the sweep pool's kind (sim/executors/pool.py): they ignore Ctrl-C, the command stops the first,
-and each leaves when its parent dies (the second when the first does). With one core they take turns on it.
+have finished. Both processes are of the sweep pool's kind (sim/executors/pool.py): they ignore Ctrl-C, the command
+stops the first, and each leaves when its parent dies (the second when the first does). With one core they take
+turns on it, and the first draws no throwaway figure (_draw_a_throwaway_figure) while the runs simulate.
 """
 from __future__ import annotations
 
+import os
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
@@ -68,7 +69,8 @@ def _import_plots() -> None:
     import sim.experiment.plots  # noqa: F401  matplotlib and pandas, once
     import sim.experiment.sweep  # noqa: F401  summary_frame's module: 0.15 s more, not to be paid at drawing time
 
-    _draw_a_throwaway_figure()
+    if usable_cores() > 1:  # on one core it would be paid in the runs' time, for less than it costs
+        _draw_a_throwaway_figure()
     second = worker_pool(1)
     second.submit(_import_plots_alone).result()  # forked now, not when the figures are due
     # draw_plots ends the second; if it is never called, the second is ended as this process exits, or this process
@@ -78,9 +80,18 @@ def _import_plots() -> None:
     _second = second
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (a `taskset` narrows them), where the platform says; else every core."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def _draw_a_throwaway_figure() -> None:
-    """A process's first figure costs 0.03 s more than the next (fonts loaded, the tick labels' mathtext parser
-    built): paid here, while the runs simulate, and inherited by the second process."""
+    """A process's first figure costs 0.06 s more than the next (fonts loaded, the tick labels' mathtext parser
+    built): paid here, while the runs simulate on another core, and inherited by the second process. The throwaway
+    figure itself costs 0.33 s of CPU (the same first-figure work, and its own drawing): worth it only where
+    another core is free to pay it."""
     import io
 
     import matplotlib.pyplot as plt
