@@ -26,7 +26,7 @@ def _cmd_run(args) -> int:
     from sim.experiment.config import pool_label
     from sim.experiment.run_plots import PlotProcess
 
-    # the plot is drawn last, after every run: its arguments are checked first, or a bad one would
+    # the figures are drawn once every run is summarized: their arguments are checked first, or a bad one would
     # leave the runs done and summary.csv written, and then fail
     option(positive, args.ylim, "--ylim")
     overrides = [*args.set, *(["breakdown=true"] if args.breakdown else []),
@@ -53,9 +53,13 @@ def _run_and_report(args, exp, out_dir: Path, executor, started: float, plots) -
     from sim.experiment.report import summary_table, unmeasured_warnings
     from sim.experiment.sweep import summary_columns, sweep_rows
 
+    # the figures are drawn in processes of their own from the summary's rows, as soon as every run's is known
+    # (sim/experiment/run_plots.py): with --jobs 1, while the last run's files are written
+    title = f"{exp.model.name}, {exp.tensor_parallel}x {exp.hardware.name}, {workload_label(exp.workload)}"
+    draw = None if plots is None else lambda rows: plots.start(title, rows, out_dir, args.ylim, max(exp.rates))
     # the summary's rows, written without pandas (the bytes its to_csv writes): the command's process never
     # imports pandas, nor the pyarrow pandas 3 imports with it (the plots' processes do)
-    rows = sweep_rows(exp, out_dir, executor, iterations=args.iterations)
+    rows = sweep_rows(exp, out_dir, executor, iterations=args.iterations, summarized=draw)
     for line in unmeasured_warnings(rows, exp.warmup_s):
         print(f"servesim: warning: {line}", file=sys.stderr)
     write_columns_csv(summary_columns(rows), out_dir / "summary.csv")
@@ -69,10 +73,9 @@ def _run_and_report(args, exp, out_dir: Path, executor, started: float, plots) -
             names.append(row["system"])
     for source, systems in systems_by_model.items():
         print(f"cost model: {source}" + (f" ({', '.join(systems)})" if len(systems_by_model) > 1 else ""))
-    # the plots come last: the summary is on disk whatever drawing costs, and --no-plots never starts the
-    # process that draws them
-    title = f"{exp.model.name}, {exp.tensor_parallel}x {exp.hardware.name}, {workload_label(exp.workload)}"
-    written = [] if plots is None else plots.draw(title, rows, out_dir, args.ylim, max(exp.rates))
+    # the figures are waited for last: the summary is on disk whatever drawing costs, and --no-plots never starts
+    # the process that draws them
+    written = [] if plots is None else plots.names()
     print(f"wrote {out_dir}/" + ", ".join(["summary.csv", "summary.txt", *written, "runs/"])
           + f" in {time.perf_counter() - started:.1f} s")
     return 0

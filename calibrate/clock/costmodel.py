@@ -12,8 +12,8 @@ from engine.core.batch import Batch, BatchShape
 
 BatchLike = Batch | BatchShape  # a live batch, or its shape kept after it ran
 LIST_STEPS = 64  # a decode stretch this short has its block sums counted in a Python list; a longer one in numpy
-SCALAR_STEPS = 32  # a roofline prices a decode stretch this short on Python floats, a step at a time; a longer
-# one on numpy arrays (whose cost per call outweighs the arithmetic on a few steps)
+SCALAR_STEPS = 512  # a roofline prices a decode stretch this short on Python floats, a step at a time (compiled,
+# 0.03-0.3 us a step); a longer one on numpy arrays, whose dozen calls (15-70 us a stretch) cost as much about here
 
 
 class CostModel(ABC):

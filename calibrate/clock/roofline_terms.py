@@ -150,8 +150,20 @@ class RooflineTerms:
     def fitted_decode(self, sum_decode_context: int, num_decodes: int) -> float:
         """The decodes' attention as a measured fit prices it: in waves where it has them (RooflineCostModel.
         _fitted_decode's operations on floats), else the context's bytes plus the latency."""
+        return self.launched_decode(sum_decode_context, num_decodes, self.launch_of(num_decodes))
+
+    def launch_of(self, num_decodes: int) -> tuple[int, int, float] | None:
+        """The wave launch of num_decodes decodes (splits, tiles per split, latencies); None where decode attention
+        is not counted in waves, or there are no decodes. A decode stretch keeps its decodes, so it asks once."""
         if self.wave_launch is not None and num_decodes:
-            splits, per_split, latency = self.wave_launch(num_decodes)
+            return self.wave_launch(num_decodes)
+        return None
+
+    def launched_decode(self, sum_decode_context: int, num_decodes: int,
+                        launch: tuple[int, int, float] | None) -> float:
+        """fitted_decode, given the launch of its num_decodes decodes (launch_of)."""
+        if launch is not None:
+            splits, per_split, latency = launch
             read = wave_tokens_float(sum_decode_context / num_decodes, num_decodes * self.wave_heads, self.wave_tile,
                                      splits, per_split, self.wave_sm_count, self.wave_blocks_per_sm, self.wave_floors)
             return read * self.s_per_head_token + latency
@@ -201,11 +213,12 @@ class RooflineTerms:
         s_context, s_block, s_prompt_sq = self.s_per_context_token, self.s_per_decode_block, self.s_per_prompt_sq
         fitted = self.fitted
         fitted_prefill = self.fitted_prefill(batch) if fitted and batch.num_prefills else 0.0
+        launch = self.launch_of(step) if fitted else None  # the decodes, so their launch, are the same at every step
         times: list[float] = []
         for s in range(num_steps):
             context = first + s * step
             if fitted:
-                attention = self.fitted_decode(context, step)
+                attention = self.launched_decode(context, step, launch)
                 if fitted_prefill:
                     attention = attention + fitted_prefill
                 if paged:

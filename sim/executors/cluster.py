@@ -54,6 +54,7 @@ class DaskWorkers(Workers):
     def __init__(self, client, cluster, label: str, option: tuple[str, str], width: int) -> None:
         self.client, self.cluster = client, cluster
         self.same_machine = cluster is not None  # a LocalCluster's; an existing cluster's may be anywhere
+        self.in_this_process = False
         self.label = label
         self.option = option  # the command-line option that chose this cluster, for errors
         self.width = width

@@ -28,6 +28,7 @@ class PoolWorkers(Workers):
         self.pool = worker_pool(jobs)
         self.width = jobs
         self.nests_processes = True  # a ProcessPoolExecutor's workers are not daemons: they may start processes
+        self.in_this_process = False
         self.label = f"{jobs} processes"
 
     def run_all(self, fn: Callable, calls: Sequence[tuple]) -> Iterator[tuple[int, object]]:

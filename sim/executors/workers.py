@@ -22,6 +22,8 @@ class Workers:
     # processes a run may start of its own (a fleet's replicas: sim/executors/replica_pool.py), sharing the
     # machine's width
     nests_processes = False
+    # whether the calls run in this process (then a call may be handed what cannot be pickled: a callback)
+    in_this_process = True
 
     def run_all(self, fn: Callable, calls: Sequence[tuple]) -> Iterator[tuple[int, object]]:
         """(index in calls, fn(*calls[index])) for every call, in the order they finish. An error is

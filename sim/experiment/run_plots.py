@@ -3,14 +3,18 @@
 matplotlib's import is half a second and the four figures about as much again: drawn after the runs in the
 command's own process, they were a third of a one-run `servesim run`. The first drawing process imports them while
 the runs simulate (on another core, where there is one), then forks the second from itself, which so has them
-imported too without a second import's CPU taken from the runs; once the summary is written the two draw half the
-figures each (SHARES), and the first returns every name. The command waits for both, so the figures are on disk
-when it ends, and an error drawing any of them is the command's error, raised once both have finished. Both
-processes are of the sweep pool's kind (sim/executors/pool.py): they ignore Ctrl-C, the command stops the first,
-and each leaves when its parent dies (the second when the first does). With one core they take turns on it.
+imported too without a second import's CPU taken from the runs; once every run's summary is known the two draw half
+the figures each (SHARES), and the first returns every name. Where the runs simulate in the command's process
+(`--jobs 1`) that is before the last run's files are encoded and written (sim.experiment.sweep.sweep_rows'
+`summarized`): the figures are drawn meanwhile, not after. The command waits for both once its summary is written,
+so the figures are on disk when it ends, and an error drawing any of them is the command's error, raised once both
+have finished. Both processes are of the sweep pool's kind (sim/executors/pool.py): they ignore Ctrl-C, the command
+stops the first, and each leaves when its parent dies (the second when the first does). With one core they take
+turns on it, and the first draws no throwaway figure (_draw_a_throwaway_figure) while the runs simulate.
 """
 from __future__ import annotations
 
+import os
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
@@ -27,16 +31,25 @@ _second: ProcessPoolExecutor | None = None
 
 
 class PlotProcess:
-    """Use: `with PlotProcess() as plots: ...; names = plots.draw(title, rows, out_dir, ylim, rate)`."""
+    """Use: `with PlotProcess() as plots: ...; plots.start(title, rows, out_dir, ylim, rate); ...; names =
+    plots.names()`."""
 
     def __init__(self) -> None:
         self.pool = worker_pool(1)
         self.warm: Future = self.pool.submit(_import_plots)  # while the runs simulate
+        self.drawn: Future | None = None
 
-    def draw(self, title: str, rows: list[dict], out_dir: Path, ylim: float, rate: float) -> list[str]:
-        """The run's four figures from the summary's rows; the names of the files written, in FIGURES' order."""
+    def start(self, title: str, rows: list[dict], out_dir: Path, ylim: float, rate: float) -> None:
+        """Start drawing the four figures from the summary's rows (in the drawing processes, once the plots are
+        imported), and return at once."""
+        self.drawn = self.pool.submit(draw_plots, title, rows, out_dir, ylim, rate)
+
+    def names(self) -> list[str]:
+        """Once both processes have drawn (start), the names of the files written, in FIGURES' order; an error
+        drawing any of them is raised here."""
+        assert self.drawn is not None, "start drawing first"
         self.warm.result()
-        return self.pool.submit(draw_plots, title, rows, out_dir, ylim, rate).result()
+        return self.drawn.result()
 
     def __enter__(self) -> PlotProcess:
         return self
@@ -56,7 +69,8 @@ def _import_plots() -> None:
     import sim.experiment.plots  # noqa: F401  matplotlib and pandas, once
     import sim.experiment.sweep  # noqa: F401  summary_frame's module: 0.15 s more, not to be paid at drawing time
 
-    _draw_a_throwaway_figure()
+    if usable_cores() > 1:  # on one core it would be paid in the runs' time, for less than it costs
+        _draw_a_throwaway_figure()
     second = worker_pool(1)
     second.submit(_import_plots_alone).result()  # forked now, not when the figures are due
     # draw_plots ends the second; if it is never called, the second is ended as this process exits, or this process
@@ -66,9 +80,18 @@ def _import_plots() -> None:
     _second = second
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (a `taskset` narrows them), where the platform says; else every core."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def _draw_a_throwaway_figure() -> None:
-    """A process's first figure costs 0.03 s more than the next (fonts loaded, the tick labels' mathtext parser
-    built): paid here, while the runs simulate, and inherited by the second process."""
+    """A process's first figure costs 0.06 s more than the next (fonts loaded, the tick labels' mathtext parser
+    built): paid here, while the runs simulate on another core, and inherited by the second process. The throwaway
+    figure itself costs 0.33 s of CPU (the same first-figure work, and its own drawing): worth it only where
+    another core is free to pay it."""
     import io
 
     import matplotlib.pyplot as plt

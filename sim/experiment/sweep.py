@@ -14,8 +14,9 @@ sends the run's files back and this process writes them, so only this machine ne
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -81,10 +82,15 @@ def _done(run_dir: Path, digest: str, iterations_file: str | None) -> dict | Non
 
 
 def execute(exp: Experiment, key: RunKey, digest: str, iterations: str = DEFAULT_ITERATIONS,
-            replica_jobs: int = 1) -> RunFiles:
+            replica_jobs: int = 1, summarized: Callable[[dict], object] | None = None) -> RunFiles:
     """One run, simulated and encoded; it writes nothing, so it can run on any machine. replica_jobs:
-    processes for a fleet's replicas (sim.experiment.run.run_one)."""
+    processes for a fleet's replicas (sim.experiment.run.run_one). summarized: called with the run's summary
+    row as soon as it is known, before the files are encoded (a callback: where the run simulates in the
+    caller's process)."""
     result = run_one(exp, key.system, key.rate, key.seed, replica_jobs)
+    summary = {**result.summary, "config_digest": digest}
+    if summarized is not None:
+        summarized(summary)
     files = {"requests.csv.gz": columns_csv_gz_bytes(result.request_arrays)}
     if result.dropped is not None:  # only a run that dropped requests unserved has the file
         files["dropped.csv.gz"] = csv_gz_bytes(result.dropped)
@@ -93,14 +99,14 @@ def execute(exp: Experiment, key: RunKey, digest: str, iterations: str = DEFAULT
     if exp.trace_events:
         files[TRACE_FILE] = trace_events_bytes(result.iteration_arrays, result.iteration_arrays,
                                                f"{exp.name}: {run_label(key.system, key.rate, key.seed)}")
-    return RunFiles({**result.summary, "config_digest": digest}, files)
+    return RunFiles(summary, files)
 
 
 def execute_into(exp: Experiment, key: RunKey, digest: str, iterations: str, run_dir: Path,
-                 replica_jobs: int = 1) -> dict:
+                 replica_jobs: int = 1, summarized: Callable[[dict], object] | None = None) -> dict:
     """One run, written into its folder by the worker that simulated it (one that sees this machine's
-    files); only its summary goes back."""
-    return save(execute(exp, key, digest, iterations, replica_jobs), run_dir)
+    files); only its summary goes back (and to `summarized` before the files are written, as execute's)."""
+    return save(execute(exp, key, digest, iterations, replica_jobs, summarized), run_dir)
 
 
 def save(run: RunFiles, run_dir: Path) -> dict:
@@ -135,12 +141,15 @@ def sweep(exp: Experiment, out_dir: Path, executor: ExecutorSpec | None = None, 
 
 
 def sweep_rows(exp: Experiment, out_dir: Path, executor: ExecutorSpec | None = None, jobs: int = 1,
-               progress=print, iterations: str = DEFAULT_ITERATIONS, eta: Eta | None = None) -> list[dict]:
+               progress=print, iterations: str = DEFAULT_ITERATIONS, eta: Eta | None = None,
+               summarized: Callable[[list[dict]], object] | None = None) -> list[dict]:
     """Every run of the experiment, resumed from out_dir/runs, on `executor` (default: `jobs` local
     processes); an error in any run (on any worker) stops the sweep with that error, the runs
     finished before it kept. The workers start only if some run is left to do. Each finished run
     prints a line with the time left: of this sweep, or of all the work `eta` was told to expect. Returns each
-    run's summary row (with its config_digest), in run_keys' order."""
+    run's summary row (with its config_digest), in run_keys' order; `summarized` is called once with those very
+    rows as soon as every one is known: where the runs simulate in this process, before the last run's files are
+    encoded and written, so that the caller can start on them meanwhile (`servesim run` draws its figures)."""
     executor = executor or ExecutorSpec("process", jobs)
     check_iterations_format(iterations)
     out_dir = prepare_out_dir(Path(out_dir))
@@ -152,9 +161,19 @@ def sweep_rows(exp: Experiment, out_dir: Path, executor: ExecutorSpec | None = N
     eta.skip(len(summaries), run_work(exp))
     if len(summaries):
         progress(f"resuming: {len(summaries)} of {len(keys)} runs already done in {out_dir / 'runs'}")
+    known, unknown = dict(summaries), {run.key for run in pending}
+
+    def on_summary(run: PendingRun, summary: dict) -> None:
+        known[run.key] = summary
+        unknown.discard(run.key)
+        if summarized is not None and not unknown:
+            summarized([known[key] for key in keys])
+
+    if summarized is not None and not pending:
+        summarized([known[key] for key in keys])
     if pending:
         with executor.open() as workers:
-            for run, summary in run_pending(pending, workers, iterations, progress, eta):
+            for run, summary in run_pending(pending, workers, iterations, progress, eta, on_summary):
                 summaries[run.key] = summary
     return [summaries[key] for key in keys]
 
@@ -218,19 +237,25 @@ def replica_jobs(workers: Workers, num_runs: int, replicas: int) -> int:
     return max(1, workers.width // max(1, num_runs))
 
 
-def run_pending(pending: list[PendingRun], workers: Workers, iterations: str, progress, eta: Eta
-                ) -> Iterator[tuple[PendingRun, dict]]:
+def run_pending(pending: list[PendingRun], workers: Workers, iterations: str, progress, eta: Eta,
+                summarized: Callable[[PendingRun, dict], object] | None = None) -> Iterator[tuple[PendingRun, dict]]:
     """Simulate and save the runs (of one experiment or several) on the workers; yields each with its summary
-    as it finishes, after printing its progress line."""
+    as it finishes, after printing its progress line. `summarized` is called with each run and its summary as soon
+    as it is known: before the run's files are encoded where the workers are this process (a callback does not
+    cross to another), else as the run is saved."""
+    here = summarized if workers.in_this_process else None
     if workers.same_machine:
         done = workers.run_all(execute_into, [(r.exp, r.key, r.digest, iterations, r.run_dir,
-                                               replica_jobs(workers, len(pending), r.exp.replicas)) for r in pending])
+                                               replica_jobs(workers, len(pending), r.exp.replicas),
+                                               None if here is None else partial(here, r)) for r in pending])
     else:  # the workers send each run's files, and this process writes them
         sent = workers.run_all(execute, [(r.exp, r.key, r.digest, iterations) for r in pending])
         done = ((i, save(run, pending[i].run_dir)) for i, run in sent)
     several = len({id(run.exp) for run in pending}) > 1
     for i, summary in done:  # each run saved as it finishes, whatever the order
         run = pending[i]
+        if summarized is not None and here is None:
+            summarized(run, summary)
         progress(_progress_line(run.key, summary, eta.finished(run.work), run.exp.name if several else ""))
         yield run, summary
 

@@ -25,7 +25,7 @@ from cost_model_cases import (
 from hypothesis import given
 from hypothesis import strategies as st
 
-from calibrate.clock.costmodel import decode_shapes, reference_block_sums, stretch_block_sums
+from calibrate.clock.costmodel import SCALAR_STEPS, decode_shapes, reference_block_sums, stretch_block_sums
 from calibrate.cost_models.profile_model import transferred_roofline
 from engine.core.batch import BatchShape
 from tests.helpers.core_harness import hyp
@@ -71,7 +71,7 @@ def test_every_kind_prices_a_stretch_as_one_call_per_step(batch, num_steps):
 
 
 @hyp(max_examples=80)
-@given(batch=batches, num_steps=st.integers(1, 40))
+@given(batch=batches, num_steps=st.integers(1, 40) | st.integers(SCALAR_STEPS - 8, SCALAR_STEPS + 8))
 def test_a_short_stretch_on_floats_is_the_array_expression_to_the_bit(batch, num_steps):
     # up to SCALAR_STEPS a roofline prices a stretch a step at a time on Python floats; above, on arrays
     for name, model in ROOFLINES.items():

@@ -25,7 +25,7 @@ from servesim.cli import main
 from sim.capacity.search import Target, max_rate, replicas_for
 from sim.experiment.config import load_experiment
 from sim.experiment.run import SUMMARY_COLUMNS, run_one
-from sim.experiment.sweep import sweep
+from sim.experiment.sweep import sweep, sweep_rows
 from tests.helpers.configs import TINY
 from tests.helpers.processes import all_exit, children, reap
 
@@ -74,6 +74,26 @@ def test_a_resumed_sweep_writes_the_same_bytes_as_a_fresh_one(tiny, tmp_path, jo
                  "runs/orca-oracle_rate2_seed0/iterations.parquet"):
         assert (fresh / name).read_bytes() == (resumed / name).read_bytes(), name
     assert list(pd.read_csv(resumed / "summary.csv").columns) == list(SUMMARY_COLUMNS)
+
+
+@JOBS
+def test_the_rows_are_handed_over_once_every_run_is_summarized(tiny, tmp_path, jobs):
+    # `servesim run` starts its figures on them: in this process before the last run's files are written
+    out, handed = tmp_path / "out", []
+
+    def summarized(rows):
+        handed.append((rows, (out / "runs" / "orca-oracle_rate2_seed0" / "summary.json").exists()))
+        if not resumed:  # another process's run is summarized here once it is saved
+            assert handed[-1][1] == (jobs != "1")
+
+    exp = load_experiment(tiny)
+    for resumed in (0, 3, 4):  # fresh; the first run simulated again; every run resumed
+        if resumed == 3:
+            shutil.rmtree(out / "runs" / "vllm_rate1_seed0")
+        handed.clear()
+        rows = sweep_rows(exp, out, jobs=int(jobs), summarized=summarized, progress=lambda line: None)
+        assert len(rows) == 4 and len(handed) == 1 and all(a is b for a, b in zip(handed[0][0], rows, strict=True))
+    assert handed[0][1]  # resumed: its files were there already
 
 
 def test_gzip_outputs_carry_no_name_or_time(tiny, tmp_path):
