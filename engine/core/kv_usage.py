@@ -124,9 +124,12 @@ def usage_columns(**columns: Iterable[int] | int) -> UsageColumns:
 
 
 def after_first(first: int, column: Iterable[int] | int) -> Iterable[int] | int:
-    """A column of one value, `first`, then `column`'s: the int itself where both are that int."""
+    """A column of one value, `first`, then `column`'s: the int itself where both are that int, a list where
+    `column` is a list or a range (the records copy a list's values faster than an iterator's)."""
     if isinstance(column, int):
         return column if column == first else chain((first,), repeat(column))
+    if isinstance(column, (list, range)):
+        return [first, *column]
     return chain((first,), column)
 
 

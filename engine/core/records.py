@@ -266,8 +266,11 @@ def _columns(rows: list[tuple], names: tuple[str, ...]) -> dict[str, list]:
 
 def _extend(column: array, values: Iterable[int] | Iterable[float] | int | float, count: int) -> None:
     """`count` values onto the column: a number is that number `count` times, copied in C (a stretch's columns
-    are mostly such; an iterator's values are converted one by one)."""
+    are mostly such); a list's values are converted in one pass over the list (fromlist), an iterator's one
+    call at a time."""
     if isinstance(values, (int, float)):
         column.extend(array(column.typecode, (values,)) * count)
+    elif isinstance(values, list):
+        column.fromlist(values if len(values) <= count else values[:count])
     else:
         column.extend(islice(values, count))
