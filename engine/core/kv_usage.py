@@ -114,7 +114,8 @@ def free_parts(free_slots: T, nothing: T, someone_waits: bool) -> tuple[T, T]:
 # --- the same at every iteration of a decode stretch (Scheduler.advance_decodes), as columns -------------
 USAGE_FIELDS = tuple(f.name for f in fields(KVUsage))
 usage_values = attrgetter(*USAGE_FIELDS)  # a KVUsage's values in field order: a row of UsageColumns
-# a column per field of KVUsage, in that order, a value per iteration: lists, ranges, or repeat for what stays put
+# a column per field of KVUsage, in that order, a value per iteration: lists, ranges or other iterables, or an int for
+# what stays put
 UsageColumns = tuple[Iterable[int] | int, ...]  # a column that stays the same is that int
 
 

@@ -107,7 +107,7 @@ class VLLMScheduler(QueueScheduler):
         self.num_swapped_out_blocks = 0
         self.num_swapped_in_blocks = 0
         self.rules = PREFILL_RULES[system.prefill_policy]  # how this policy differs from the others
-        self.ignores_unservable = self.rules.ignores_unservable
+        self.ignores_unservable = self.rules.ignores_unservable  # read by the skeleton's add_request
         cap = system.max_num_batched_tokens  # never None when chunked (SystemSpec.validate)
         self.token_cap = cap if cap is not None else NO_TOKEN_CAP
         # separate: padding, v0.2's prompt_limit min(max_model_len, max_num_batched_tokens), and v0.3's

@@ -3,14 +3,14 @@ order they came, whatever the chunk boundaries."""
 from __future__ import annotations
 
 from array import array
-from itertools import chain, repeat
+from itertools import chain, islice, repeat
 
 import numpy as np
 import pytest
 
 import engine.core.records as records_module
 from engine.core.batch import Batch
-from engine.core.kv_usage import USAGE_FIELDS, KVUsage, usage_values
+from engine.core.kv_usage import USAGE_FIELDS, KVUsage, after_first, usage_values
 from engine.core.records import ITERATION_COLUMNS, ServingRecords
 
 
@@ -116,3 +116,12 @@ def test_a_full_set_of_columns_keeps_no_spare_room(monkeypatch):
 def test_columns_of_the_wrong_types_are_refused():
     with pytest.raises(ValueError, match="iteration columns typed"):
         ServingRecords().set_iteration_columns([array("d") for _ in ITERATION_COLUMNS])
+
+
+def test_a_stretch_column_after_the_steps_own_value():
+    """after_first: the step's own value, then the stretch's column; an int where both stay the same, a list
+    where the records can copy one (test_decode_stretch holds the values to the step-by-step run)."""
+    assert after_first(3, 3) == 3
+    assert list(islice(after_first(3, 0), 4)) == [3, 0, 0, 0]
+    assert after_first(3, [4, 5]) == [3, 4, 5] and after_first(3, range(4, 7)) == [3, 4, 5, 6]
+    assert list(after_first(3, iter([4, 5]))) == [3, 4, 5]

@@ -309,3 +309,16 @@ def test_a_group_recomputed_apart_re_prefills_each_sample_in_its_own_blocks():
     run = drive(sched, reqs, (StepInvariants(), check))
     check_finished(run, reqs)
     assert check.seen > 0, "the scenario must re-admit a group recomputed apart"
+
+
+def test_every_prefill_policy_has_its_row_of_rules_and_the_rows_differ_where_vllm_did():
+    from engine.core.scheduler.vllm import PREFILL_RULES
+    from engine.core.system import PREFILL_POLICIES
+
+    assert set(PREFILL_RULES) == set(PREFILL_POLICIES)
+    for policy, rules in PREFILL_RULES.items():
+        assert rules.prompt_only == (policy == "separate") and rules.chunked == (policy == "chunked")
+        assert rules.prompts_while_swapped == rules.chunked  # v0.4 admitted beside swapped-out groups
+        # v0.1 swapped in after a recomputation; v0.2+ only after a step that preempted nobody
+        assert rules.swap_in_after_recompute == (policy == "mixed")
+        assert rules.ignores_unservable == (policy != "mixed")  # v0.2+'s ignored_seq_groups
