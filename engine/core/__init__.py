@@ -2,8 +2,9 @@
 
 Read it in the order a step runs: serving.py (ServingCore: start_step, end_step), scheduler/base.py
 (the contract every scheduler keeps), scheduler/common.py (queues and completion), scheduler/vllm.py
-(schedule() and preemption), block_manager.py (paged blocks), kv_usage.py and records.py (what a step
-leaves). A simulator's decode stretch is k steps through the same functions: docs/concepts/fast-forward.md.
+(schedule() and preemption, on scheduler/paged.py's pool and rows), block_manager.py (paged blocks),
+kv_usage.py and records.py (what a step leaves). A simulator's decode stretch is k steps through the same
+functions: docs/concepts/fast-forward.md.
 
 Its modules may run compiled by mypyc (setup.py); compiled.py, imported here before any of them, decides
 whether they do (docs/compiled.md).

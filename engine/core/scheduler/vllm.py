@@ -3,62 +3,28 @@
 Every schedule() tells the same story, vLLM's `Scheduler._schedule` of the version each policy ports:
   1. the running sequences each get a slot for their next token, the latest arrivals preempted while the
      blocks run short (a preempted group swaps out or drops its blocks to re-prefill: PreemptionMode);
-  2. groups swapped out come back, oldest first, unless this step swapped one out (separate, chunked: unless
-     it preempted anyone);
+  2. groups swapped out come back, oldest first, unless the step was held back by its preemptions;
   3. waiting prompts join in arrival order while `admissible()` finds room for them in the iteration's
      SchedulingBudget (tokens, sequences, padding) and in the free blocks.
-What a step decides is a StepPlan, its room a SchedulingBudget, and batch_of() turns the plan into the
-iteration that runs (engine.core.scheduler.vllm_step).
-The running and swapped-out groups are kept in the scheduler's Order (engine.core.scheduler.order): first
-come, first served unless another is given, so "the latest arrivals" are the last in that order. The running
-sequences are also kept as rows from step to step (engine.core.running_batch), with the step at which each
-needs its next block: point 1 looks only at those due, and complete() lengthens the rows in one pass.
-The prefill policy (SystemSpec.prefill_policy, docs/vllm-policies.md) is how prompts share an iteration:
-  mixed     the paper's code: prompts beside the decodes, new ones only while nothing is swapped out;
-  separate  v0.2-v0.3 (`_schedule` of v0.2.7 through v0.3.3): a prompt-only iteration, padded to its
-            longest prompt (len x longest <= max_num_batched_tokens, padding <= max_paddings), whenever a
-            prompt fits; else the decodes, swapping back in only when nobody was preempted;
-  chunked   v0.4 (`_schedule_chunked_prefill`, Sarathi-Serve): decodes first, then prompt chunks in the
-            budget left, those part way through before new ones, a prompt taking what is left when it
-            does not fit whole.
-A group whose samples diverged and were preempted by recomputation is "recomputed apart" from then on
-(SequenceGroup.shares_prompt False): each sample re-prefills its own history in its own blocks.
-separate and chunked ignore a request that can never run when it reaches the head of the queue (vLLM's
-ignored_seq_groups; separate: also a prompt longer than min(max_seq_len, max_num_batched_tokens)); mixed
-refuses it on arrival. The step and the decode stretch ask the same admissible(), so a stretch can never
-promise what a step would decide otherwise (docs/concepts/fast-forward.md).
-
-Where servesim differs from vLLM, because its step must run something or its requests differ:
-- separate: a step that only ignores requests goes on to decode (vLLM returned an empty prompt run), and a
-  request whose fixed output would pass max_seq_len is ignored too (vLLM stopped it at the limit).
-  delay_factor (v0.3's `_passed_delay`): new prompts wait until the oldest waiting one has waited
-  delay_factor x the last prompt run's latency (schedule() to schedule(), on the step's clock, now_s).
-- chunked: a prompt's blocks are allocated whole at its first chunk (as vLLM's block manager did); a later
-  chunk is a prefill of n new tokens over the c its earlier chunks computed, and only the last samples. With
-  automatic prefix caching its cached leading blocks count as computed and each chunk keys the full blocks
-  it fills (BlockManager.prompt_computed). A group preempted part way through its prefill is recomputed
-  whatever the mode (nothing generated is lost); samples recomputed apart prefill whole. And where v0.4
-  starved its swapped groups, new prompts are admitted whatever is swapped out but not into the blocks the
-  oldest swapped group needs to come back (_leaves_room_to_swap_in).
+The prefill policy, how prompts share an iteration, is a row of PREFILL_RULES; docs/vllm-policies.md says
+which vLLM each ports and where servesim departs from it. What a step decides is a StepPlan, and batch_of()
+turns it into the iteration that runs (engine.core.scheduler.vllm_step); the pool, its queues and the running
+rows are PagedScheduler's (engine.core.scheduler.paged). The step and the decode stretch ask the same
+admissible(), so a stretch can never promise what a step would decide otherwise (docs/concepts/fast-forward.md).
 """
 from __future__ import annotations
 
-import bisect
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from itertools import chain
 
 from engine.core.batch import Batch
-from engine.core.block_manager import BlockManager, appends_fit
-from engine.core.kv_tracker import PagedKVTracker
-from engine.core.kv_usage import UsageColumns
-from engine.core.running_batch import RunningBatch, in_batch_order
+from engine.core.block_manager import appends_fit
 from engine.core.scheduler.base import DecodeStretch
-from engine.core.scheduler.common import QueueScheduler
-from engine.core.scheduler.order import FirstComeFirstServed, Order, insert_in_order
-from engine.core.scheduler.preemption import PreemptionMode, PreemptionRule
-from engine.core.scheduler.stretch import paged_stretch, stretch_appends
+from engine.core.scheduler.order import Order, insert_in_order
+from engine.core.scheduler.paged import PagedScheduler
+from engine.core.scheduler.preemption import PreemptionMode
+from engine.core.scheduler.stretch import paged_stretch
 from engine.core.scheduler.vllm_step import NO_TOKEN_CAP, Chunk, SchedulingBudget, StepPlan, batch_of
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
@@ -85,31 +51,14 @@ PREFILL_RULES = {  # the three policies side by side
 }  # mixed: the paper's code (v0.1); separate: v0.2-v0.3; chunked: v0.4 (Sarathi-Serve)
 
 
-class VLLMScheduler(QueueScheduler):
-    """vLLM under one of its prefill policies (mixed, separate, chunked). Blocks come from a BlockManager,
-    one at a time as sequences grow."""
+class VLLMScheduler(PagedScheduler):
+    """vLLM under one of its prefill policies (mixed, separate, chunked), over PagedScheduler's pool."""
 
     def __init__(self, system: SystemSpec, max_seq_len: int, num_gpu_blocks: int, num_cpu_blocks: int,
                  order: Order | None = None):
-        super().__init__(system, max_seq_len)
-        self.order = order if order is not None else FirstComeFirstServed()  # engine.core.scheduler.order
-        self.num_gpu_blocks = num_gpu_blocks
-        self.num_cpu_blocks = num_cpu_blocks
-        self.blocks = BlockManager(system.block_size, num_gpu_blocks, num_cpu_blocks, system.watermark,
-                                   system.prefix_caching, system.prefill_policy == "chunked")
-        self.allocator = self.blocks  # the skeleton's view of it (engine.core.allocator)
-        self.paged_kv = PagedKVTracker(self.blocks, self._beam_group_of)
-        self.rows = RunningBatch(self.blocks, system.block_size)  # engine.core.running_batch
-        self._joined: list[SequenceGroup] = []  # this step's groups swapped in or arrived, for complete()
-        self.kv, self.token_slots = self.paged_kv, self.paged_kv.token_slots
-        self.caches_prefixes = system.prefix_caching
-        self.swapped: deque[SequenceGroup] = deque()
-        self.num_swapped_out_blocks = 0
-        self.num_swapped_in_blocks = 0
+        super().__init__(system, max_seq_len, num_gpu_blocks, num_cpu_blocks, order)
         self.rules = PREFILL_RULES[system.prefill_policy]  # how this policy differs from the others
         self.ignores_unservable = self.rules.ignores_unservable  # read by the skeleton's add_request
-        cap = system.max_num_batched_tokens  # never None when chunked (SystemSpec.validate)
-        self.token_cap = cap if cap is not None else NO_TOKEN_CAP
         # separate: padding, v0.2's prompt_limit min(max_model_len, max_num_batched_tokens), and v0.3's
         # delay_factor with the last prompt run's latency, measured from schedule() to schedule()
         self.max_paddings = system.max_paddings if self.rules.prompt_only else -1
@@ -118,15 +67,7 @@ class VLLMScheduler(QueueScheduler):
         self.last_prompt_latency = 0.0
         self.prev_time_s = 0.0
         self.prev_prompt = False
-        # chunked: request id -> its prompt tokens in the cache (earlier chunks, a cached prefix), while it
-        # prefills; and this iteration's chunks that are not their prompt's last
-        self.prefill_progress: dict[int, int] = {}
-        self._partial: list[Chunk] = []
-        self.preemption = PreemptionRule(system, self.blocks, num_gpu_blocks, self.token_cap)
-        # disaggregated serving, on a decode replica: requests prefilled elsewhere, their blocks reserved while
-        # their KV is copied in (incoming, by id), then decoding from the next schedule() on (arrived)
-        self.incoming: dict[int, SequenceGroup] = {}
-        self.arrived: deque[SequenceGroup] = deque()
+        self._partial: list[Chunk] = []  # chunked: this iteration's chunks that are not their prompt's last
 
     # --- one step ----------------------------------------------------------------
     def schedule(self) -> Batch:
@@ -425,49 +366,6 @@ class VLLMScheduler(QueueScheduler):
             self.num_swapped_out_blocks += len(mapping)
             insert_in_order(self.swapped, group, self.order)
 
-    def _insert_waiting(self, group: SequenceGroup) -> None:
-        insert_in_order(self.waiting, group, self.order)
-
-    def _insert_running(self, group: SequenceGroup) -> None:
-        order = self.order
-        key = order.key(group)
-        if not self.running or order.key(self.running[-1]) <= key:
-            self.running.append(group)
-            self.rows.insert(group, None)
-            return
-        keys = [order.key(g) for g in self.running]
-        at = bisect.bisect(keys, key)
-        self.rows.insert(group, self.running[at])
-        self.running.insert(at, group)
-
-    def _stop_running(self, group: SequenceGroup, status: SeqStatus) -> None:
-        self.rows.remove(group)
-        super()._stop_running(group, status)
-
-    def _fork_beam(self, parent: Sequence, child: Sequence) -> None:
-        super()._fork_beam(parent, child)
-        self.rows.forked(parent, child)
-
-    def _sample(self, num_samples: int, num_steps: int, now_s: float) -> list[SequenceGroup]:
-        """QueueScheduler._sample, row by row where every row sampled once in the order the groups ran (the
-        prompts just computed, then the decodes); else group by group, and the rows read again."""
-        rows = self.rows
-        if num_samples != len(rows.seqs):
-            finished = super()._sample(num_samples, num_steps, now_s)
-            rows.rebuild(self.running)
-            return finished
-        self.token_slots.sampled(num_steps * num_samples)
-        done_rows = rows.advance(num_steps)
-        if not done_rows:
-            return []
-        touched = rows.drop_rows(done_rows)
-        if len(touched) > 1 and (self._prefilled or self._joined):
-            touched = in_batch_order(touched, self._prefilled, self._joined)
-        finished = [group for group in touched if self._finish_reached(group, now_s)]
-        for group in finished:
-            self.running.remove(group)
-        return finished
-
     # --- decode stretches (engine.core.scheduler.stretch) ---------------------------------
     def _decode_stretch(self, batch: Batch) -> DecodeStretch:
         """Points 2 and 3 of the stretch's argument, the paged pool's way: nothing swapped out to come back,
@@ -481,81 +379,3 @@ class VLLMScheduler(QueueScheduler):
             # held back by a delay_factor that may pass meanwhile)
             return DecodeStretch(batch, 1)
         return paged_stretch(batch, self.running, self.blocks, self.num_running_seqs, self.block_size)
-
-    def _stretch_usage(self, stretch: DecodeStretch, num_steps: int, token_slots: range,
-                       someone_waited: bool) -> UsageColumns:
-        free_blocks = stretch_appends(stretch, num_steps, self.blocks, self.block_size)
-        self.rows.stale = True  # the stretch's appends, made at once
-        return self.kv.stretch_usage(token_slots, free_blocks, someone_waited)
-
-    # --- the rest of the contract ----------------------------------------------------
-    def abort(self, request_id: int) -> SequenceGroup | None:
-        """vLLM's abort_seq_group, between steps: the request leaves whichever queue holds it, its blocks
-        (GPU, or host when swapped out) go back, and it never runs again."""
-        for queue in (self.waiting, self.swapped):
-            for group in queue:
-                if group.request_id == request_id:
-                    queue.remove(group)
-                    for seq in group.live_seqs():
-                        self.blocks.free(seq)  # by its status: host blocks when swapped out, none when waiting
-                    return self._aborted(group)
-        for group in self.running:
-            if group.request_id == request_id:
-                if any(group is g for g in chain(self._prefilled, self._decoded)):
-                    raise RuntimeError(f"abort request {request_id}: its iteration is running; abort between steps")
-                self.running = [g for g in self.running if g is not group]
-                for seq in group.live_seqs():
-                    self.blocks.free(seq)
-                self._stop_running(group, SeqStatus.FINISHED)
-                return self._aborted(group)
-        return None
-
-    def _aborted(self, group: SequenceGroup) -> SequenceGroup:
-        self.prefill_progress.pop(group.request_id, None)
-        group.set_status(SeqStatus.FINISHED)
-        for seq in group.seqs:
-            self._seqs.pop(seq.seq_id, None)
-        self.unservable.pop(group.request_id, None)
-        return group
-
-    def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running or self.swapped or self.incoming or self.arrived)
-
-    def groups_in_system(self) -> list[SequenceGroup]:
-        return [*self.waiting, *self.running, *self.swapped, *self.incoming.values(), *self.arrived]
-
-    # --- disaggregated serving: a decode replica takes requests prefilled elsewhere --------------------------
-    def can_receive(self, group: SequenceGroup) -> bool:
-        """Whether the blocks of a request prefilled elsewhere (its prompt and first token) fit above the
-        watermark now."""
-        return self.blocks.can_allocate(group)
-
-    def receive(self, group: SequenceGroup) -> None:
-        """Reserve the blocks of a request prefilled elsewhere (can_receive), its KV to be copied into them
-        (block_table); it decodes once kv_arrived says the copy is done. A request too long for the model or
-        too large for this pool even alone is refused, as on arrival."""
-        refusal = self._refusal(group)
-        if refusal is not None:
-            raise refusal
-        self.blocks.allocate(group)
-        self.paged_kv.incoming_slots += self.paged_kv.slots_of(group)  # reserved until it runs
-        for seq in group.seqs:
-            self._seqs[seq.seq_id] = seq
-        self.incoming[group.request_id] = group
-
-    def kv_arrived(self, request_id: int) -> None:
-        """The request's KV is in its blocks: it decodes from the next schedule() on."""
-        self.arrived.append(self.incoming.pop(request_id))
-
-    def stall_culprit(self) -> str | None:
-        return self.preemption.stall_culprit(self.swapped[0]) if self.swapped else None
-
-    def _blocks_needed_alone(self, group: SequenceGroup) -> int:
-        return self.preemption.blocks_needed_alone(group)
-
-    def _reservation_note(self, group: SequenceGroup) -> str:
-        return self.preemption.note(group)
-
-    def release_cache(self) -> None:
-        self.paged_kv.cache_released()
-

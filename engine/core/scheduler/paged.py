@@ -1,0 +1,177 @@
+"""A queue scheduler over a paged pool: what vLLM's scheduler keeps besides the story of its step.
+
+Its BlockManager and the KV tracker that reads it; the running groups, kept in the scheduler's Order and as
+rows from step to step (engine.core.running_batch); the swapped-out groups; and what the scheduler answers
+between steps: abort, a decode replica's receiving of requests prefilled elsewhere, why a swapped group
+stalls the queue. engine.core.scheduler.vllm decides each step on top of it.
+"""
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from itertools import chain
+
+from engine.core.block_manager import BlockManager
+from engine.core.kv_tracker import PagedKVTracker
+from engine.core.kv_usage import UsageColumns
+from engine.core.running_batch import RunningBatch, in_batch_order
+from engine.core.scheduler.base import DecodeStretch
+from engine.core.scheduler.common import QueueScheduler
+from engine.core.scheduler.order import FirstComeFirstServed, Order, insert_in_order
+from engine.core.scheduler.preemption import PreemptionRule
+from engine.core.scheduler.stretch import stretch_appends
+from engine.core.scheduler.vllm_step import NO_TOKEN_CAP
+from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
+from engine.core.system import SystemSpec
+
+
+class PagedScheduler(QueueScheduler):
+    """The paged pool, its queues and rows; blocks come from a BlockManager one at a time as sequences grow."""
+
+    def __init__(self, system: SystemSpec, max_seq_len: int, num_gpu_blocks: int, num_cpu_blocks: int,
+                 order: Order | None = None):
+        super().__init__(system, max_seq_len)
+        self.order = order if order is not None else FirstComeFirstServed()  # engine.core.scheduler.order
+        self.num_gpu_blocks = num_gpu_blocks
+        self.num_cpu_blocks = num_cpu_blocks
+        self.blocks = BlockManager(system.block_size, num_gpu_blocks, num_cpu_blocks, system.watermark,
+                                   system.prefix_caching, system.prefill_policy == "chunked")
+        self.allocator = self.blocks  # the skeleton's view of it (engine.core.allocator)
+        self.paged_kv = PagedKVTracker(self.blocks, self._beam_group_of)
+        self.kv, self.token_slots = self.paged_kv, self.paged_kv.token_slots
+        self.rows = RunningBatch(self.blocks, system.block_size)
+        self.caches_prefixes = system.prefix_caching
+        self.swapped: deque[SequenceGroup] = deque()
+        self.num_swapped_out_blocks = 0
+        self.num_swapped_in_blocks = 0
+        cap = system.max_num_batched_tokens  # never None when chunked (SystemSpec.validate)
+        self.token_cap = cap if cap is not None else NO_TOKEN_CAP
+        self.preemption = PreemptionRule(system, self.blocks, num_gpu_blocks, self.token_cap)
+        # chunked: request id -> its prompt tokens in the cache (earlier chunks, a cached prefix), while it prefills
+        self.prefill_progress: dict[int, int] = {}
+        self._joined: list[SequenceGroup] = []  # this step's groups swapped in or arrived, for complete()
+        # disaggregated serving, on a decode replica: requests prefilled elsewhere, their blocks reserved while
+        # their KV is copied in (incoming, by id), then decoding from the next schedule() on (arrived)
+        self.incoming: dict[int, SequenceGroup] = {}
+        self.arrived: deque[SequenceGroup] = deque()
+
+    # --- the running groups, in order and as rows ------------------------------------------------------------
+    def _insert_waiting(self, group: SequenceGroup) -> None:
+        insert_in_order(self.waiting, group, self.order)
+
+    def _insert_running(self, group: SequenceGroup) -> None:
+        order = self.order
+        key = order.key(group)
+        if not self.running or order.key(self.running[-1]) <= key:
+            self.running.append(group)
+            self.rows.insert(group, None)
+            return
+        keys = [order.key(g) for g in self.running]
+        at = bisect.bisect(keys, key)
+        self.rows.insert(group, self.running[at])
+        self.running.insert(at, group)
+
+    def _stop_running(self, group: SequenceGroup, status: SeqStatus) -> None:
+        self.rows.remove(group)
+        super()._stop_running(group, status)
+
+    def _fork_beam(self, parent: Sequence, child: Sequence) -> None:
+        super()._fork_beam(parent, child)
+        self.rows.forked(parent, child)
+
+    def _sample(self, num_samples: int, num_steps: int, now_s: float) -> list[SequenceGroup]:
+        """QueueScheduler._sample, row by row where every row sampled once in the order the groups ran (the
+        prompts just computed, then the decodes); else group by group, and the rows read again."""
+        rows = self.rows
+        if num_samples != len(rows.seqs):
+            finished = super()._sample(num_samples, num_steps, now_s)
+            rows.rebuild(self.running)
+            return finished
+        self.token_slots.sampled(num_steps * num_samples)
+        done_rows = rows.advance(num_steps)
+        if not done_rows:
+            return []
+        touched = rows.drop_rows(done_rows)
+        if len(touched) > 1 and (self._prefilled or self._joined):
+            touched = in_batch_order(touched, self._prefilled, self._joined)
+        finished = [group for group in touched if self._finish_reached(group, now_s)]
+        for group in finished:
+            self.running.remove(group)
+        return finished
+
+    def _stretch_usage(self, stretch: DecodeStretch, num_steps: int, token_slots: range,
+                       someone_waited: bool) -> UsageColumns:
+        free_blocks = stretch_appends(stretch, num_steps, self.blocks, self.block_size)
+        self.rows.stale = True  # the stretch's appends, made at once
+        return self.kv.stretch_usage(token_slots, free_blocks, someone_waited)
+
+    # --- between steps -----------------------------------------------------------------------------------------
+    def abort(self, request_id: int) -> SequenceGroup | None:
+        """vLLM's abort_seq_group, between steps: the request leaves whichever queue holds it, its blocks
+        (GPU, or host when swapped out) go back, and it never runs again."""
+        for queue in (self.waiting, self.swapped):
+            for group in queue:
+                if group.request_id == request_id:
+                    queue.remove(group)
+                    for seq in group.live_seqs():
+                        self.blocks.free(seq)  # by its status: host blocks when swapped out, none when waiting
+                    return self._aborted(group)
+        for group in self.running:
+            if group.request_id == request_id:
+                if any(group is g for g in chain(self._prefilled, self._decoded)):
+                    raise RuntimeError(f"abort request {request_id}: its iteration is running; abort between steps")
+                self.running = [g for g in self.running if g is not group]
+                for seq in group.live_seqs():
+                    self.blocks.free(seq)
+                self._stop_running(group, SeqStatus.FINISHED)
+                return self._aborted(group)
+        return None
+
+    def _aborted(self, group: SequenceGroup) -> SequenceGroup:
+        self.prefill_progress.pop(group.request_id, None)
+        group.set_status(SeqStatus.FINISHED)
+        for seq in group.seqs:
+            self._seqs.pop(seq.seq_id, None)
+        self.unservable.pop(group.request_id, None)
+        return group
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped or self.incoming or self.arrived)
+
+    def groups_in_system(self) -> list[SequenceGroup]:
+        return [*self.waiting, *self.running, *self.swapped, *self.incoming.values(), *self.arrived]
+
+    def stall_culprit(self) -> str | None:
+        return self.preemption.stall_culprit(self.swapped[0]) if self.swapped else None
+
+    def _blocks_needed_alone(self, group: SequenceGroup) -> int:
+        return self.preemption.blocks_needed_alone(group)
+
+    def _reservation_note(self, group: SequenceGroup) -> str:
+        return self.preemption.note(group)
+
+    def release_cache(self) -> None:
+        self.paged_kv.cache_released()
+
+    # --- disaggregated serving: a decode replica takes requests prefilled elsewhere --------------------------
+    def can_receive(self, group: SequenceGroup) -> bool:
+        """Whether the blocks of a request prefilled elsewhere (its prompt and first token) fit above the
+        watermark now."""
+        return self.blocks.can_allocate(group)
+
+    def receive(self, group: SequenceGroup) -> None:
+        """Reserve the blocks of a request prefilled elsewhere (can_receive), its KV to be copied into them
+        (block_table); it decodes once kv_arrived says the copy is done. A request too long for the model or
+        too large for this pool even alone is refused, as on arrival."""
+        refusal = self._refusal(group)
+        if refusal is not None:
+            raise refusal
+        self.blocks.allocate(group)
+        self.paged_kv.incoming_slots += self.paged_kv.slots_of(group)  # reserved until it runs
+        for seq in group.seqs:
+            self._seqs[seq.seq_id] = seq
+        self.incoming[group.request_id] = group
+
+    def kv_arrived(self, request_id: int) -> None:
+        """The request's KV is in its blocks: it decodes from the next schedule() on."""
+        self.arrived.append(self.incoming.pop(request_id))
