@@ -69,7 +69,10 @@ class ShapeMetrics:
         if block_size == 1:
             return sum(self.decode_context_lens)
         last = block_size - 1
-        return sum([(c + last) // block_size for c in self.decode_context_lens])
+        blocks = 0
+        for c in self.decode_context_lens:  # a loop on native ints, compiled: no list of boxed ones
+            blocks += (c + last) // block_size
+        return blocks
 
     def features(self) -> dict[str, int]:
         """The terms a profile is fitted on (calibrate/work/features.py)."""

@@ -1,7 +1,7 @@
 """Arrivals, handed by the router to the replicas."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 from engine.core.serving import Request
 from sim.core.replica import Replica
@@ -9,18 +9,20 @@ from sim.core.routers import Router
 from sim.workload.trace import Trace
 
 
-def trace_requests(trace: Trace, request_ids: Iterable[int]) -> Iterator[Request]:
+def trace_requests(trace: Trace, request_ids: range) -> Iterator[Request]:
     """The trace's requests of these ids, in that order, as a replica takes them."""
-    times, prompts, outputs = trace.arrival_s.tolist(), trace.prompt_len.tolist(), trace.output_len.tolist()
-    ns, widths, prefix_len = trace.n.tolist(), trace.beam_width.tolist(), trace.prefix_len
+    ids = slice(request_ids.start, request_ids.stop, request_ids.step)  # a replica's only: not the whole trace's
+    times, prompts, outputs = (trace.arrival_s[ids].tolist(), trace.prompt_len[ids].tolist(),
+                               trace.output_len[ids].tolist())
+    ns, widths, prefix_len = trace.n[ids].tolist(), trace.beam_width[ids].tolist(), trace.prefix_len
     keys = trace.block_keys
     if keys is not None:  # prefix caching (sim.workload.tokens.with_block_keys)
-        for i in request_ids:
-            yield Request(i, times[i], prompts[i], outputs[i], ns[i], prefix_len=prefix_len, beam_width=widths[i],
+        for j, i in enumerate(request_ids):
+            yield Request(i, times[j], prompts[j], outputs[j], ns[j], prefix_len=prefix_len, beam_width=widths[j],
                           block_keys=keys[i])
         return
-    for i in request_ids:
-        yield Request(i, times[i], prompts[i], outputs[i], ns[i], prefix_len=prefix_len, beam_width=widths[i])
+    for j, i in enumerate(request_ids):
+        yield Request(i, times[j], prompts[j], outputs[j], ns[j], prefix_len=prefix_len, beam_width=widths[j])
 
 
 def arrivals(env, trace: Trace, replicas: list[Replica], router: Router):

@@ -142,3 +142,10 @@ class DecodeStretch:
     batch: Batch
     num_steps: int
     growth: list[list[Sequence]] = field(default_factory=list)
+
+    # written out, so that mypyc compiles it: a dataclass's generated __init__ runs interpreted, and a step that
+    # promises nothing builds one too (tests/engine/core/test_value_inits.py)
+    def __init__(self, batch: Batch, num_steps: int, growth: list[list[Sequence]] | None = None) -> None:
+        self.batch = batch
+        self.num_steps = num_steps
+        self.growth = growth if growth is not None else []
