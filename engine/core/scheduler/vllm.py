@@ -105,10 +105,11 @@ class VLLMScheduler(PagedScheduler):
         return self._budget(0 if self.rules.prompt_only else self.num_running_seqs)
 
     def _reserve_running(self, plan: StepPlan) -> None:
-        """A slot for every running sequence, preempting the latest arrivals when short. A group part way
-        through a chunked prefill (prefill_progress) holds its prompt's blocks already: it keeps running and
-        needs no slot. Where the free blocks are sure to suffice, no group is walked: the rows due for a block
-        take one (or, while prompts are part way through their chunks, every decoding group appends)."""
+        """A slot for every running sequence, preempting the latest arrivals when short; one of three ways, each
+        giving the same slots. Where the free blocks are sure to suffice, nobody is preempted and no group is
+        walked: (1) every running sequence decodes, and only the rows due for a block take one; (2) prompts are
+        part way through their chunks (holding their prompt's blocks, they need no slot), and every decoding
+        group appends. (3) Otherwise the groups are walked one by one, preempting (_walk_running)."""
         prefilling = self.prefill_progress
         free = self.blocks.gpu.num_free
         due: list[Sequence] = []  # the rows due for a block; none read while prompts are part way
