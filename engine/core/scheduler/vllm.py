@@ -3,7 +3,8 @@
 Every schedule() tells the same story, vLLM's `Scheduler._schedule` of the version each policy ports:
   1. the running sequences each get a slot for their next token, the latest arrivals preempted while the
      blocks run short (a preempted group swaps out or drops its blocks to re-prefill: PreemptionMode);
-  2. groups swapped out come back, oldest first, unless the step was held back by its preemptions;
+  2. groups swapped out come back, oldest first, unless this step swapped one out (separate, chunked: unless
+     it preempted anyone);
   3. waiting prompts join in arrival order while `admissible()` finds room for them in the iteration's
      SchedulingBudget (tokens, sequences, padding) and in the free blocks.
 The prefill policy, how prompts share an iteration, is a row of PREFILL_RULES; docs/vllm-policies.md says
