@@ -4,24 +4,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from sim.experiment.plots import MARKERS, save_figure  # noqa: E402
+from sim.experiment.plots import MARKERS, new_figure, save_figure
 
 
 def _colors(systems) -> dict:
-    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    cycle = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     return {s: cycle[i % len(cycle)] for i, s in enumerate(systems)}
 
 
 def fidelity_plot(summary: pd.DataFrame, path: Path, title: str = "", threshold: float | None = None) -> Path:
     """One colour per system: solid line real (with the repeats' spread as error bars), dashed simulated at
     the machine speed the real replays ran at, dotted (faint) simulated as calibrated where that differs."""
-    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    fig, ax = new_figure((5.6, 3.8))
     systems = list(dict.fromkeys(summary["system"]))
     colors = _colors(systems)
     handles = []  # real then sim, system by system
@@ -51,7 +48,7 @@ def fidelity_plot(summary: pd.DataFrame, path: Path, title: str = "", threshold:
 
 def request_scatter(requests: pd.DataFrame, path: Path, title: str = "") -> Path:
     """Every measured request: simulated against real end-to-end latency, one colour per system."""
-    fig, ax = plt.subplots(figsize=(4.4, 4.2))
+    fig, ax = new_figure((4.4, 4.2))
     measured = requests[requests["measured"]]
     colors = _colors(list(dict.fromkeys(requests["system"])))
     for system, rows in measured.groupby("system", sort=False):

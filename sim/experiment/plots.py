@@ -1,56 +1,68 @@
-"""Figures in the paper's style: normalized latency against request rate."""
+"""`servesim run`'s figures in the paper's style, drawn from the summary's rows: normalized latency, the TTFT and TPOT
+percentiles against request rate, and where the KV pool goes.
+
+The rows are read as they are, without pandas, and the figures are drawn on matplotlib's Figure without pyplot:
+their process (sim/experiment/run_plots.py) then imports neither pandas nor pyplot's backend machinery, a third of a
+second on the one core a pinned run has. Each figure's extent is found once, as it is saved (bbox_inches="tight"),
+rather than also by a layout engine, and log axes are labelled in plain numbers (0.01, 1, 100) rather than
+mathtext's powers of ten, whose parser a drawing process would otherwise build for one figure.
+"""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
-import matplotlib
+from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatter
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from sim.experiment.metrics import KNEE_S_PER_TOKEN  # noqa: E402
-from sim.experiment.output import write_figure  # noqa: E402
+from sim.experiment.metrics import KNEE_S_PER_TOKEN
+from sim.experiment.output import write_figure
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 OFF_AXIS = r"$\uparrow$"  # a point above the y axis, drawn on its top edge
+KV_PARTS = (("kv_token_share", "Token states"), ("kv_reserved_share", "Reservation"),
+            ("kv_internal_frag_share", "Internal frag."), ("kv_external_frag_share", "External frag. & others"),
+            ("kv_idle_share", "Idle"))
 
 
-def normalized_latency_plot(summary: pd.DataFrame, path: Path, title: str = "", ylim: float = 1.0) -> Path:
+def normalized_latency_plot(rows: list[dict], path: Path, title: str = "", ylim: float = 1.0) -> Path:
     """The paper's figure: one line per system, mean over seeds, hollow markers where the run saturated, points past
     the axis drawn on its top edge as arrows (so that a system past its knee at every rate still shows), and the
     line the knees are read at."""
-    return metric_plot(summary, path, "normalized_latency", "Normalized latency (s/token)", title, ylim,
+    return metric_plot(rows, path, "normalized_latency", "Normalized latency (s/token)", title, ylim,
                        knee=KNEE_S_PER_TOKEN)
 
 
-def metric_plot(summary: pd.DataFrame, path: Path, metric: str, ylabel: str, title: str = "",
+def metric_plot(rows: list[dict], path: Path, metric: str, ylabel: str, title: str = "",
                 ylim: float | None = None, knee: float | None = None, log: bool = False) -> Path:
     """`metric` against request rate, a line per system (mean over seeds); hollow markers where a run saturated.
     With `ylim`, a point above it is drawn on the top edge as an arrow; with `knee`, a dashed line there."""
-    fig, ax = plt.subplots(figsize=(6.6, 3.6), layout="constrained")
-    grouped = summary.groupby(["system", "rate"], sort=False).agg(
-        value=(metric, "mean"), saturated=("saturated", "any")).reset_index()
-    for i, (system, rows) in enumerate(grouped.groupby("system", sort=False)):
-        rows = rows.sort_values("rate")
+    fig, ax = new_figure((6.6, 3.6))
+    above = False
+    for i, (system, points) in enumerate(seed_means(rows, metric).items()):
+        rates = [rate for rate, _, _ in points]
+        values = [value for _, value, _ in points]
+        shown = [min(value, ylim) for value in values] if ylim is not None else values
         marker = MARKERS[i % len(MARKERS)]
-        shown = rows["value"].clip(upper=ylim) if ylim is not None else rows["value"]
-        line, = ax.plot(rows["rate"], shown, marker=marker, label=system, linewidth=1.6, markersize=5)
-        sat = rows[rows["saturated"]]
-        ax.plot(sat["rate"], shown[rows["saturated"]], linestyle="none", marker=marker, markersize=7,
+        line, = ax.plot(rates, shown, marker=marker, label=system, linewidth=1.6, markersize=5)
+        saturated = [(rate, value) for (rate, _, sat), value in zip(points, shown) if sat]
+        ax.plot([r for r, _ in saturated], [v for _, v in saturated], linestyle="none", marker=marker, markersize=7,
                 markerfacecolor="white", color=line.get_color())
-        if ylim is not None:
-            off = rows[rows["value"] > ylim]
-            ax.plot(off["rate"], [ylim] * len(off), linestyle="none", marker=OFF_AXIS, markersize=11,
+        off = [rate for rate, value in zip(rates, values) if ylim is not None and value > ylim]
+        if off:  # only then: the arrow is a mathtext marker, whose parser is built the first time one is made
+            above = True
+            ax.plot(off, [ylim] * len(off), linestyle="none", marker=OFF_AXIS, markersize=11,
                     color=line.get_color(), clip_on=False, label="_off axis")
     if knee is not None:
         ax.axhline(knee, color="0.4", linestyle="--", linewidth=0.9)
         ax.annotate(f"{knee:g}: capacity is read here", (0.99, knee), xycoords=("axes fraction", "data"),
                     ha="right", va="bottom", fontsize=7, color="0.3")
     ax.set_xlabel("Request rate (req/s)")
-    ax.set_ylabel(ylabel + ("; ↑ above the axis" if ylim is not None and (grouped["value"] > ylim).any() else ""))
+    ax.set_ylabel(ylabel + ("; ↑ above the axis" if above else ""))
     if log:
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(PlainLogFormatter())
+        ax.yaxis.set_minor_formatter(PlainLogFormatter())
     elif ylim is not None:
         ax.set_ylim(0, ylim)
     else:
@@ -62,46 +74,72 @@ def metric_plot(summary: pd.DataFrame, path: Path, metric: str, ylabel: str, tit
     return save_figure(fig, ax, path, title)
 
 
-def latency_plots(summary: pd.DataFrame, folder: Path, title: str = "") -> list[Path]:
+class PlainLogFormatter(LogFormatter):
+    """The log ticks matplotlib labels (the decades, and the ticks between them where an axis spans few), labelled
+    as plain numbers (0.02, 0.1, 100) rather than in mathtext."""
+
+    def __call__(self, x, pos=None) -> str:
+        return f"{x:g}" if super().__call__(x, pos) else ""
+
+
+def seed_means(rows: list[dict], metric: str) -> dict[str, list[tuple[float, float, bool]]]:
+    """Each system's points in the order the systems first appear, by rate: (rate, the mean of `metric` over the
+    seeds that have it (nan where none has), whether any seed saturated)."""
+    groups: dict[str, dict[float, list[dict]]] = {}
+    for row in rows:
+        groups.setdefault(row["system"], {}).setdefault(row["rate"], []).append(row)
+    return {system: [(rate, mean(row[metric] for row in runs), any(bool(row["saturated"]) for row in runs))
+                     for rate, runs in sorted(by_rate.items())]
+            for system, by_rate in groups.items()}
+
+
+def mean(values) -> float:
+    """The mean of the values that are numbers, as pandas takes it: nan (an unmeasured metric) and None left out."""
+    known = [float(value) for value in values if value is not None and not math.isnan(value)]
+    return sum(known) / len(known) if known else math.nan
+
+
+def latency_plots(rows: list[dict], folder: Path, title: str = "") -> list[Path]:
     """Time to first token and time per output token (their 90th percentiles, as capacity targets state them)
     against request rate, on log axes: they span milliseconds to minutes between light load and overload."""
-    return [ttft_plot(summary, Path(folder) / "ttft.png", title), tpot_plot(summary, Path(folder) / "tpot.png", title)]
+    return [ttft_plot(rows, Path(folder) / "ttft.png", title), tpot_plot(rows, Path(folder) / "tpot.png", title)]
 
 
-def ttft_plot(summary: pd.DataFrame, path: Path, title: str = "") -> Path:
+def ttft_plot(rows: list[dict], path: Path, title: str = "") -> Path:
     """latency_plots' first figure alone (`servesim run` draws its figures in two processes)."""
-    return metric_plot(summary, path, "ttft_p90_s", "TTFT p90 (s)", title, log=True)
+    return metric_plot(rows, path, "ttft_p90_s", "TTFT p90 (s)", title, log=True)
 
 
-def tpot_plot(summary: pd.DataFrame, path: Path, title: str = "") -> Path:
+def tpot_plot(rows: list[dict], path: Path, title: str = "") -> Path:
     """latency_plots' second figure alone."""
-    return metric_plot(summary, path, "tpot_p90_s", "TPOT p90 (s/token)", title, log=True)
+    return metric_plot(rows, path, "tpot_p90_s", "TPOT p90 (s/token)", title, log=True)
 
 
-def save_figure(fig, ax, path: Path, title: str = "") -> Path:
-    """Title it, write it atomically with fixed metadata, free it."""
-    if title:
-        ax.set_title(title, fontsize=9)
-    path = write_figure(fig, Path(path))
-    plt.close(fig)
-    return path
-
-
-def kv_usage_plot(summary: pd.DataFrame, path: Path, rate: float) -> Path:
-    """Paper Fig. 2: where each system's KV pool goes, at one rate."""
-    parts = [("kv_token_share", "Token states"), ("kv_reserved_share", "Reservation"),
-             ("kv_internal_frag_share", "Internal frag."), ("kv_external_frag_share", "External frag. & others"),
-             ("kv_idle_share", "Idle")]
-    rows = summary[summary["rate"] == rate].groupby("system", sort=False)[[p for p, _ in parts]].mean()
-    fig, ax = plt.subplots(figsize=(5.2, 3.0))
-    left = pd.Series(0.0, index=rows.index)
-    for column, label in parts:
-        ax.barh(rows.index, rows[column] * 100, left=left * 100, label=label)
-        left += rows[column]
+def kv_usage_plot(rows: list[dict], path: Path, rate: float) -> Path:
+    """Paper Fig. 2: where each system's KV pool goes, at one rate (the mean over its seeds)."""
+    at_rate = [row for row in rows if row["rate"] == rate]
+    systems = list(dict.fromkeys(row["system"] for row in at_rate))
+    fig, ax = new_figure((5.2, 3.0))
+    left = [0.0] * len(systems)
+    for column, label in KV_PARTS:
+        shares = [mean(row[column] for row in at_rate if row["system"] == system) for system in systems]
+        ax.barh(systems, [share * 100 for share in shares], left=[share * 100 for share in left], label=label)
+        left = [before + share for before, share in zip(left, shares)]
     ax.set_xlabel(f"KV cache usage (%) at {rate:g} req/s")
     ax.set_xlim(0, 100)
     ax.invert_yaxis()
     ax.legend(fontsize=7, frameon=False, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.25))
-    path = write_figure(fig, Path(path))
-    plt.close(fig)
-    return path
+    return write_figure(fig, Path(path))
+
+
+def new_figure(size: tuple[float, float]):
+    """A figure of `size` inches and its one axes, outside pyplot: nothing keeps it once it is dropped."""
+    fig = Figure(figsize=size)
+    return fig, fig.subplots()
+
+
+def save_figure(fig, ax, path: Path, title: str = "") -> Path:
+    """Title it and write it atomically with fixed metadata."""
+    if title:
+        ax.set_title(title, fontsize=9)
+    return write_figure(fig, Path(path))

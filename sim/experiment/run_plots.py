@@ -1,7 +1,7 @@
 """`servesim run`'s figures, drawn in two processes of their own that start before the runs.
 
-matplotlib's import is half a second and the four figures about as much again: drawn after the runs in the
-command's own process, they were a third of a one-run `servesim run`. The first drawing process imports them while
+matplotlib's import is 0.4 s of CPU and the four figures 0.6 s more: drawn after the runs in the command's own
+process, they were a third of a one-run `servesim run`. The first drawing process imports them while
 the runs simulate (on another core, where there is one), then forks the second from itself, which so has them
 imported too without a second import's CPU taken from the runs; once every run's summary is known the two draw half
 the figures each (SHARES), and the first returns every name. Where the runs simulate in the command's process
@@ -10,11 +10,10 @@ the figures each (SHARES), and the first returns every name. Where the runs simu
 so the figures are on disk when it ends, and an error drawing any of them is the command's error, raised once both
 have finished. Both processes are of the sweep pool's kind (sim/executors/pool.py): they ignore Ctrl-C, the command
 stops the first, and each leaves when its parent dies (the second when the first does). With one core they take
-turns on it, and the first draws no throwaway figure (_draw_a_throwaway_figure) while the runs simulate.
+turns on it.
 """
 from __future__ import annotations
 
-import os
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from sim.executors.pool import stop_pool, worker_pool
 # the figures, in the order their names are returned (and printed)
 FIGURES = ("normalized_latency.png", "ttft.png", "tpot.png", "kv_usage.png")
 # what the first process draws, and the second: about half the drawing time each (a log-axis latency figure or
-# normalized latency ~0.12 s, the KV bars ~0.05 s)
+# normalized latency ~0.17 s of CPU, the KV bars ~0.11 s)
 SHARES = (("ttft.png", "kv_usage.png"), ("normalized_latency.png", "tpot.png"))
 
 # in the first drawing process only: the pool of the second, forked from it once the plots are imported
@@ -66,11 +65,7 @@ def _import_plots() -> None:
     global _second
     import multiprocessing.util
 
-    import sim.experiment.plots  # noqa: F401  matplotlib and pandas, once
-    import sim.experiment.sweep  # noqa: F401  summary_frame's module: 0.15 s more, not to be paid at drawing time
-
-    if usable_cores() > 1:  # on one core it would be paid in the runs' time, for less than it costs
-        _draw_a_throwaway_figure()
+    import sim.experiment.plots  # noqa: F401  matplotlib, once
     second = worker_pool(1)
     second.submit(_import_plots_alone).result()  # forked now, not when the figures are due
     # draw_plots ends the second; if it is never called, the second is ended as this process exits, or this process
@@ -78,31 +73,6 @@ def _import_plots() -> None:
     # finalizers that close the pool's queues (priority 10), through which the second is told to end.
     multiprocessing.util.Finalize(None, _end_second, exitpriority=100)
     _second = second
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (a `taskset` narrows them), where the platform says; else every core."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def _draw_a_throwaway_figure() -> None:
-    """A process's first figure costs 0.06 s more than the next (fonts loaded, the tick labels' mathtext parser
-    built): paid here, while the runs simulate on another core, and inherited by the second process. The throwaway
-    figure itself costs 0.33 s of CPU (the same first-figure work, and its own drawing): worth it only where
-    another core is free to pay it."""
-    import io
-
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(2, 2), layout="constrained")
-    ax.plot([1, 2], [0.01, 10], marker="o", label="x")
-    ax.set_yscale("log")
-    ax.set_title("x", fontsize=9)
-    ax.legend(fontsize=8)
-    fig.savefig(io.BytesIO(), format="png", dpi=120, bbox_inches="tight")
-    plt.close(fig)
 
 
 def _end_second() -> None:
@@ -114,7 +84,6 @@ def _end_second() -> None:
 
 def _import_plots_alone() -> None:
     import sim.experiment.plots  # noqa: F401  inherited where the process was forked; imported where spawned
-    import sim.experiment.sweep  # noqa: F401
 
 
 def draw_plots(title: str, rows: list[dict], out_dir: Path, ylim: float, rate: float) -> list[str]:
@@ -137,12 +106,9 @@ def draw_figures(names: tuple[str, ...], title: str, rows: list[dict], out_dir: 
                  rate: float) -> dict[str, str]:
     """The named figures of FIGURES drawn from the summary's rows: each name, the name of the file written."""
     from sim.experiment import plots
-    from sim.experiment.sweep import summary_frame
 
-    summary = summary_frame(rows)
-    draw = {"normalized_latency.png": lambda path: plots.normalized_latency_plot(summary, path, title=title,
-                                                                                 ylim=ylim),
-            "ttft.png": lambda path: plots.ttft_plot(summary, path, title),
-            "tpot.png": lambda path: plots.tpot_plot(summary, path, title),
-            "kv_usage.png": lambda path: plots.kv_usage_plot(summary, path, rate=rate)}
+    draw = {"normalized_latency.png": lambda path: plots.normalized_latency_plot(rows, path, title=title, ylim=ylim),
+            "ttft.png": lambda path: plots.ttft_plot(rows, path, title),
+            "tpot.png": lambda path: plots.tpot_plot(rows, path, title),
+            "kv_usage.png": lambda path: plots.kv_usage_plot(rows, path, rate=rate)}
     return {name: draw[name](out_dir / name).name for name in names}

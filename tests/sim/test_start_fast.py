@@ -154,22 +154,3 @@ def test_a_figure_failing_in_either_process_fails_the_run_once_both_have_drawn(w
     # the command ended after the other process had finished its figures: none is half drawn, or drawn later
     assert all((out / name).stat().st_size > 0 for name in sim.experiment.run_plots.SHARES[1 - share])
     assert not (out / failing).exists()
-
-
-@pytest.mark.parametrize("cores", [1, 2])
-def test_the_throwaway_figure_is_drawn_only_where_another_core_pays_for_it(write_config, tmp_path, monkeypatch,
-                                                                          cores):
-    marker = tmp_path / "throwaway"
-    monkeypatch.setattr(sim.experiment.run_plots, "usable_cores", lambda: cores)  # the drawing process forks
-    monkeypatch.setattr(sim.experiment.run_plots, "_draw_a_throwaway_figure", lambda: marker.write_text("drawn"))
-    out = tmp_path / "out"
-    assert main(small_run(write_config(), out, "--iterations", "none")) == 0
-    assert marker.exists() == (cores > 1)
-    assert (out / "kv_usage.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-def test_usable_cores_are_those_the_process_may_run_on(monkeypatch):
-    if not hasattr(os, "sched_getaffinity"):
-        pytest.skip("no processor affinity on this platform")
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {1})  # as under `taskset -c 1`
-    assert sim.experiment.run_plots.usable_cores() == 1
