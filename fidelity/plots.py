@@ -7,7 +7,8 @@ import matplotlib
 import numpy as np
 import pandas as pd
 
-from sim.experiment.plots import MARKERS, new_figure, save_figure
+from sim.experiment.plots import MARKERS, save_figure
+from sim.experiment.png import new_figure
 
 
 def _colors(systems) -> dict:
@@ -18,7 +19,7 @@ def _colors(systems) -> dict:
 def fidelity_plot(summary: pd.DataFrame, path: Path, title: str = "", threshold: float | None = None) -> Path:
     """One colour per system: solid line real (with the repeats' spread as error bars), dashed simulated at
     the machine speed the real replays ran at, dotted (faint) simulated as calibrated where that differs."""
-    fig, ax = new_figure((5.6, 3.8))
+    fig, ax = new_figure((4.3, 2.9))
     systems = list(dict.fromkeys(summary["system"]))
     colors = _colors(systems)
     handles = []  # real then sim, system by system
@@ -48,7 +49,7 @@ def fidelity_plot(summary: pd.DataFrame, path: Path, title: str = "", threshold:
 
 def request_scatter(requests: pd.DataFrame, path: Path, title: str = "") -> Path:
     """Every measured request: simulated against real end-to-end latency, one colour per system."""
-    fig, ax = new_figure((4.4, 4.2))
+    fig, ax = new_figure((3.4, 3.2))
     measured = requests[requests["measured"]]
     colors = _colors(list(dict.fromkeys(requests["system"])))
     for system, rows in measured.groupby("system", sort=False):

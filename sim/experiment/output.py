@@ -243,9 +243,3 @@ def write_json(data: dict, path: Path) -> Path:
 
 def write_text(text: str, path: Path) -> Path:
     return _atomic(path, lambda f: f.write(text.encode()))
-
-
-def write_figure(fig, path: Path) -> Path:
-    # fixed metadata so the same data gives the same PNG bytes
-    return _atomic(path, lambda f: fig.savefig(f, format="png", dpi=120, bbox_inches="tight",
-                                               metadata={"Software": None}))

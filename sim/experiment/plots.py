@@ -3,20 +3,19 @@ percentiles against request rate, and where the KV pool goes.
 
 The rows are read as they are, without pandas, and the figures are drawn on matplotlib's Figure without pyplot:
 their process (sim/experiment/run_plots.py) then imports neither pandas nor pyplot's backend machinery, a third of a
-second on the one core a pinned run has. Each figure's extent is found once, as it is saved (bbox_inches="tight"),
-rather than also by a layout engine, and log axes are labelled in plain numbers (0.01, 1, 100) rather than
-mathtext's powers of ten, whose parser a drawing process would otherwise build for one figure.
+second on the one core a pinned run has. Each figure is drawn once and cropped to what it drew (sim/experiment/png.py)
+rather than laid out by a layout engine and drawn twice, and log axes are labelled in plain numbers (0.02, 1, 100)
+rather than mathtext's powers of ten, whose parser a drawing process would otherwise build for one figure.
 """
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
-from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter
 
 from sim.experiment.metrics import KNEE_S_PER_TOKEN
-from sim.experiment.output import write_figure
+from sim.experiment.png import new_figure, write_png
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 OFF_AXIS = r"$\uparrow$"  # a point above the y axis, drawn on its top edge
@@ -37,7 +36,7 @@ def metric_plot(rows: list[dict], path: Path, metric: str, ylabel: str, title: s
                 ylim: float | None = None, knee: float | None = None, log: bool = False) -> Path:
     """`metric` against request rate, a line per system (mean over seeds); hollow markers where a run saturated.
     With `ylim`, a point above it is drawn on the top edge as an arrow; with `knee`, a dashed line there."""
-    fig, ax = new_figure((6.6, 3.6))
+    fig, ax = new_figure((5.1, 2.8))
     above = False
     for i, (system, points) in enumerate(seed_means(rows, metric).items()):
         rates = [rate for rate, _, _ in points]
@@ -119,7 +118,7 @@ def kv_usage_plot(rows: list[dict], path: Path, rate: float) -> Path:
     """Paper Fig. 2: where each system's KV pool goes, at one rate (the mean over its seeds)."""
     at_rate = [row for row in rows if row["rate"] == rate]
     systems = list(dict.fromkeys(row["system"] for row in at_rate))
-    fig, ax = new_figure((5.2, 3.0))
+    fig, ax = new_figure((4.0, 2.3))
     left = [0.0] * len(systems)
     for column, label in KV_PARTS:
         shares = [mean(row[column] for row in at_rate if row["system"] == system) for system in systems]
@@ -129,17 +128,11 @@ def kv_usage_plot(rows: list[dict], path: Path, rate: float) -> Path:
     ax.set_xlim(0, 100)
     ax.invert_yaxis()
     ax.legend(fontsize=7, frameon=False, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.25))
-    return write_figure(fig, Path(path))
-
-
-def new_figure(size: tuple[float, float]):
-    """A figure of `size` inches and its one axes, outside pyplot: nothing keeps it once it is dropped."""
-    fig = Figure(figsize=size)
-    return fig, fig.subplots()
+    return write_png(fig, Path(path))
 
 
 def save_figure(fig, ax, path: Path, title: str = "") -> Path:
-    """Title it and write it atomically with fixed metadata."""
+    """Title it and write it (png.write_png)."""
     if title:
         ax.set_title(title, fontsize=9)
-    return write_figure(fig, Path(path))
+    return write_png(fig, Path(path))

@@ -84,7 +84,7 @@ def test_log_axes_are_labelled_in_plain_numbers_between_decades_where_they_span_
 
 def test_the_kv_bars_stack_each_systems_shares_at_the_rate_asked(monkeypatch, tmp_path):
     figures = []
-    monkeypatch.setattr(plots, "write_figure", lambda fig, path: figures.append(fig) or path)
+    monkeypatch.setattr(plots, "write_png", lambda fig, path: figures.append(fig) or path)
     parts = [part for part, _ in plots.KV_PARTS]
     runs = (("vLLM", 1.0, (0.9, 0, 0, 0, 0.1)), ("vLLM", 2.0, (0.5, 0, 0.1, 0, 0.4)),
             ("vLLM", 2.0, (0.7, 0, 0.1, 0, 0.2)), ("Orca", 2.0, (0.2, 0.4, 0.1, 0.1, 0.2)))
