@@ -36,6 +36,7 @@ PARQUET_COMPRESSION = "zstd"
 # rows a row group holds: the writer encodes one at a time, so this bounds its buffers (an hour's 400k
 # iterations in one group took ~60 MB more at the process's peak); readers see one table either way
 PARQUET_ROW_GROUP = 65536
+GZIP_LEVEL = 6  # of the CSV files (_gzip_text)
 
 
 def prepare_out_dir(out_dir: Path, run_dirs: str = "runs", name: str = "--out") -> Path:
@@ -224,8 +225,9 @@ def _write_gzip_csv(frame: pd.DataFrame, f) -> None:
 
 def _gzip_text(f, write) -> None:
     # The gzip header holds a file name and a time: empty and 0, so the same table gives the same
-    # bytes (pandas would record the random temporary file's name).
-    with gzip.GzipFile(filename="", mode="wb", mtime=0, fileobj=f) as gz:
+    # bytes (pandas would record the random temporary file's name). Level 6, zlib's default, not gzip's 9: an
+    # hour's iterations (22 MB of CSV) in 1.1 s against 4.4 s for 0.9% more bytes, its requests 33 ms against 53.
+    with gzip.GzipFile(filename="", mode="wb", mtime=0, fileobj=f, compresslevel=GZIP_LEVEL) as gz:
         _text(gz, write)
 
 
