@@ -161,7 +161,7 @@ def settings(exp: Experiment, run: VidurRun) -> list[tuple[str, str, str]]:
          "stand-in table from the same model; decode KV rounded up to 256 tokens, a prefill priced as a "
          "chunk over its own length cached"),
         ("LM head, host work", "charged (logits per sequence; the engine's host work per step)", "not modelled"),
-        ("outputs", "requests.csv.gz, iterations.parquet, summary, 2 PNG plots",
+        ("outputs", "requests.csv.gz, iterations.parquet, summary, 4 PNG figures",
          "request and batch metric CSVs (plots off: kaleido needs Chrome; Chrome trace off)"),
     ]
 
