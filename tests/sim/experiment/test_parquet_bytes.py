@@ -76,3 +76,17 @@ def test_without_pandas_the_file_has_no_pandas_metadata_and_reads_back(monkeypat
     for name, column in table.items():
         values = read[name].to_numpy(zero_copy_only=False)
         assert values.dtype == column.dtype and np.array_equal(values, column, equal_nan=True), name
+
+
+def test_numbers_are_delta_packed_or_split_by_byte_and_everything_else_keeps_its_dictionary():
+    table = {**columns(1000), "name": np.array(["a", "b"] * 500, dtype=object)}
+    metadata = pq.ParquetFile(io.BytesIO(columns_parquet_bytes(table))).metadata
+    encodings = {metadata.schema.column(i).name: metadata.row_group(0).column(i).encodings
+                 for i in range(metadata.num_columns)}
+    for name in ("replica", "int8", "int32", "uint16", "uint64"):
+        assert "DELTA_BINARY_PACKED" in encodings[name] and "RLE_DICTIONARY" not in encodings[name], name
+    for name in ("start_s", "with_nan", "float32"):
+        assert "BYTE_STREAM_SPLIT" in encodings[name] and "RLE_DICTIONARY" not in encodings[name], name
+    assert "RLE_DICTIONARY" in encodings["name"]
+    read = pq.read_table(io.BytesIO(columns_parquet_bytes(table)))
+    assert np.array_equal(read["start_s"].to_numpy(), table["start_s"])
