@@ -1,6 +1,6 @@
 """`servesim run`'s figures, drawn in two processes of their own that start before the runs.
 
-matplotlib's import is 0.4 s of CPU and the four figures 0.6 s more: drawn after the runs in the command's own
+matplotlib's import is 0.4 s of CPU and the four figures about as much again: drawn after the runs in the command's own
 process, they were a third of a one-run `servesim run`. The first drawing process imports them while
 the runs simulate (on another core, where there is one), then forks the second from itself, which so has them
 imported too without a second import's CPU taken from the runs; once every run's summary is known the two draw half
@@ -9,11 +9,12 @@ the figures each (SHARES), and the first returns every name. Where the runs simu
 `summarized`): the figures are drawn meanwhile, not after. The command waits for both once its summary is written,
 so the figures are on disk when it ends, and an error drawing any of them is the command's error, raised once both
 have finished. Both processes are of the sweep pool's kind (sim/executors/pool.py): they ignore Ctrl-C, the command
-stops the first, and each leaves when its parent dies (the second when the first does). With one core they take
-turns on it.
+stops the first, and each leaves when its parent dies (the second when the first does). Where the command may run
+on one core only (`taskset`), the first draws all four and starts no second: the two would take turns on that core.
 """
 from __future__ import annotations
 
+import os
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
@@ -66,6 +67,8 @@ def _import_plots() -> None:
     import multiprocessing.util
 
     import sim.experiment.plots  # noqa: F401  matplotlib, once
+    if usable_cores() < 2:  # the two would take turns on one core: a second process is only its own cost
+        return
     second = worker_pool(1)
     second.submit(_import_plots_alone).result()  # forked now, not when the figures are due
     # draw_plots ends the second; if it is never called, the second is ended as this process exits, or this process
@@ -73,6 +76,13 @@ def _import_plots() -> None:
     # finalizers that close the pool's queues (priority 10), through which the second is told to end.
     multiprocessing.util.Finalize(None, _end_second, exitpriority=100)
     _second = second
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (a `taskset` narrows them), where the platform says; else every core."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _end_second() -> None:

@@ -120,17 +120,29 @@ def test_a_figure_that_fails_fails_the_run_after_the_summary_is_written(write_co
     assert not list(out.glob("*.png"))
 
 
-def test_the_figures_are_drawn_in_two_processes_neither_the_commands(write_config, tmp_path, monkeypatch):
-    """Half the figures each (sim/experiment/run_plots.py SHARES); each notes the process it was drawn in."""
+@pytest.mark.parametrize("cores", [2, 1])
+def test_the_figures_are_drawn_in_two_processes_where_two_cores_are_usable_never_the_commands(
+        write_config, tmp_path, monkeypatch, cores):
+    """Half the figures each (sim/experiment/run_plots.py SHARES), or all four in one process where the command may
+    run on one core only; each figure notes the process it was drawn in."""
     plots = pytest.importorskip("sim.experiment.plots")
     for function in ("normalized_latency_plot", "ttft_plot", "tpot_plot", "kv_usage_plot"):
         monkeypatch.setattr(plots, function, noting_the_process(getattr(plots, function)))
-    out = tmp_path / "two"
+    monkeypatch.setattr(sim.experiment.run_plots, "usable_cores", lambda: cores)  # the drawing process forks
+    out = tmp_path / "drawn"
     assert main(small_run(write_config(), out, "--iterations", "none")) == 0
     drawn_in = {name: int((out / f"{name}.pid").read_text()) for name in sim.experiment.run_plots.FIGURES}
     first, second = ({drawn_in[name] for name in share} for share in sim.experiment.run_plots.SHARES)
-    assert len(first) == len(second) == 1 and first != second and os.getpid() not in first | second
+    assert len(first) == len(second) == 1 and os.getpid() not in first | second
+    assert (first != second) == (cores == 2)
     assert all((out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in drawn_in)
+
+
+def test_usable_cores_are_those_the_process_may_run_on(monkeypatch):
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no processor affinity on this platform")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {1})  # as under `taskset -c 1`
+    assert sim.experiment.run_plots.usable_cores() == 1
 
 
 def noting_the_process(figure):
@@ -147,6 +159,7 @@ def test_a_figure_failing_in_either_process_fails_the_run_once_both_have_drawn(w
     failing = {0: "ttft.png", 1: "tpot.png"}[share]
     assert failing in sim.experiment.run_plots.SHARES[share]
     monkeypatch.setattr(plots, failing.replace(".png", "_plot"), broken_figure)
+    monkeypatch.setattr(sim.experiment.run_plots, "usable_cores", lambda: 2)  # two processes, on any machine
     out = tmp_path / "broken"
     assert main(small_run(write_config(), out, "--iterations", "none")) != 0
     assert "the figure could not be drawn" in capsys.readouterr().err
