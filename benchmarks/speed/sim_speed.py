@@ -39,7 +39,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -192,40 +191,26 @@ def pure_python(names: list[str], args, code: Path = ROOT, pure: bool = True) ->
     return json.loads(result.stdout.splitlines()[-1])
 
 
-def build_in_place(folder: str) -> None:
-    """Compile an export's control plane beside its sources, as `pip install -e .` does a checkout's (setup.py)."""
-    built = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace", "-q"], cwd=folder,
-                           capture_output=True, text=True)
-    if built.returncode:
-        raise SystemExit(f"building the baseline failed:\n{built.stderr[-2000:]}")
-
-
 def against_baseline(names: list[str], args) -> None:
     """This checkout's code against --baseline's, both in subprocesses (pure Python, or each compiled:
     --baseline-build), alternating (baseline first)."""
-    ref = args.baseline or "main's merge base"
-    asked = ["rev-parse", f"{args.baseline}^{{commit}}"] if args.baseline else ["merge-base", "HEAD", "main"]
-    commit = subprocess.run(["git", "-C", str(ROOT), *asked], capture_output=True, text=True)
-    if commit.returncode:
-        print(f"\nbaseline {ref}: no such commit in this checkout's repository; not compared", flush=True)
-        return
-    with tempfile.TemporaryDirectory(prefix="servesim-baseline-") as folder:
-        archive = subprocess.Popen(["git", "-C", str(ROOT), "archive", commit.stdout.strip()], stdout=subprocess.PIPE)
-        subprocess.run(["tar", "-x", "-C", folder], stdin=archive.stdout, check=True)
-        if archive.wait():
-            raise SystemExit(f"git archive {ref} failed")
-        pure = args.baseline_build == "pure"
-        if not pure:
-            print(f"building {ref} in place ...", flush=True)
-            build_in_place(folder)
+    # here, not at the top: the timed subprocesses put the code timed first on sys.path, and a baseline's export
+    # may hold a benchmarks package without this module
+    from benchmarks.speed.baseline_code import exported
+
+    pure = args.baseline_build == "pure"
+    with exported(args.baseline, build=not pure) as baseline:
+        if baseline is None:
+            return
+        folder, ref = baseline
         rounds: dict[str, list[list[dict]]] = {"this": [], "baseline": []}
         for repeat in range(args.repeats):
-            rounds["baseline"].append(pure_python(names, args, Path(folder), pure))
+            rounds["baseline"].append(pure_python(names, args, folder, pure))
             rounds["this"].append(pure_python(names, args, ROOT, pure))
             print(f"baseline round {repeat + 1}: " + ", ".join(
                 f"{code} {r['name']} {r['fast_s']:.2f} s" for code, runs in rounds.items() for r in runs[-1]),
                 flush=True)
-    compare_with_baseline(names, rounds, f"{ref} ({commit.stdout.strip()[:9]})", args.baseline_build)
+    compare_with_baseline(names, rounds, ref, args.baseline_build)
 
 
 def compare_with_baseline(names: list[str], rounds: dict[str, list[list[dict]]], ref: str, build: str) -> None:
