@@ -114,7 +114,7 @@ def time_trace(trace: str, codes: dict[str, Path], builds: list[str], args) -> l
     keys = [(fmt, build, code) for fmt in args.formats for build in builds for code in reversed(codes)]
     walls: dict[tuple[str, str, str], list[float]] = {key: [] for key in keys}
     rss: dict[tuple[str, str, str], list[float]] = {key: [] for key in keys}
-    sizes: dict[str, int] = {}
+    sizes: dict[tuple[str, str], int] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(args.repeats):
             for fmt, build, code in keys:
@@ -123,7 +123,7 @@ def time_trace(trace: str, codes: dict[str, Path], builds: list[str], args) -> l
                 walls[fmt, build, code].append(wall_s)
                 rss[fmt, build, code].append(peak_mb)
                 files = list((out / "runs").glob("*/iterations.*"))
-                sizes[fmt] = files[0].stat().st_size if files else 0
+                sizes[fmt, code] = files[0].stat().st_size if files else 0
                 print(f"{trace} {fmt:<8} {build:<8} {code:<8} run {repeat + 1}: {wall_s:6.2f} s, {peak_mb:6.1f} MB",
                       flush=True)
     print(f"{trace}: median of {args.repeats}")
@@ -139,7 +139,7 @@ def time_trace(trace: str, codes: dict[str, Path], builds: list[str], args) -> l
         if code == "this" and (fmt, build, "baseline") in walls:
             ratio += f"  baseline / this = {statistics.median(walls[fmt, build, 'baseline']) / wall:.2f}x"
         print(f"  --iterations {fmt:<8} {build:<8} {code:<8} {wall:6.2f} s (spread {spread:4.0%})  {peak:6.1f} MB  "
-              f"iterations file {sizes[fmt] / 2**20:5.1f} MiB{ratio}")
+              f"iterations file {sizes[fmt, code] / 2**20:5.1f} MiB{ratio}")
         lines.append(f"trace={trace} iterations={fmt} build={build} code={code} wall_s={wall:.3f} "
                      f"peak_rss_mb={peak:.1f}")
     return lines
