@@ -72,9 +72,9 @@ def _data_rows(lines: list[str], start: int, width: int, source: str) -> tuple[l
     rows, row_lines = [], []
     reader = csv.reader(io.StringIO("\n".join(lines[start:])))
     for row in reader:
-        line = start + reader.line_num  # 1-based line of this row in the file
-        if not row or all(not cell.strip() for cell in row):
+        if not "".join(row).strip():  # a blank line, or only blank cells
             continue
+        line = start + reader.line_num  # 1-based line of this row in the file
         if len(row) != width:
             raise SpecError(source, f"row {len(rows) + 1}",
                             f"(line {line}) has {len(row)} fields; the header has {width}")

@@ -39,6 +39,16 @@ def test_lengths_csv_with_comments(tmp_path):
     assert "dropped 1" in table.source and not table.is_stand_in
 
 
+def test_blank_lines_and_rows_of_blank_cells_are_skipped_and_rows_keep_their_lines(tmp_path):
+    path = tmp_path / "gaps.csv"
+    path.write_text("prompt_len,output_len\n5,7\n\n , \n,\n9,11\n3\n")
+    with pytest.raises(SpecError) as caught:  # the short row: counted as the third, found on the file's 7th line
+        read_lengths_csv(path)
+    assert caught.value.key == "row 3" and "(line 7) has 1 fields" in str(caught.value)
+    path.write_text("prompt_len,output_len\n5,7\n\n , \n,\n9,11\n")
+    assert read_lengths_csv(path).prompt_len.tolist() == [5, 9]
+
+
 def test_lengths_csv_errors_name_the_row(tmp_path):
     path = tmp_path / "bad.csv"
     path.write_text("prompt_len,output_len\n5,7\n5,x\n")
