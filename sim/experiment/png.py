@@ -6,6 +6,7 @@ once to render it: a third of each of `servesim run`'s figures. Here the figure 
 room for its labels, title and legend around the axes (new_figure), and the pixels tell its extent. Where what it
 drew reaches the canvas's edge (a legend wider than the room), the figure is written by savefig instead, so that
 nothing is ever cut off. Either way the same figure gives the same bytes (no Software or time in the metadata).
+The cropped image is packed as RGB at zlib level 3: half the time of RGBA at level 6, and no larger (53 kB).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.image import imsave
+from PIL import Image  # matplotlib's own dependency
 
 from engine.atomic import write_atomic
 
@@ -44,8 +45,8 @@ def write_png(fig: Figure, path: Path) -> Path:
     if crop is None:  # it reaches the edge: savefig finds its whole extent
         return write_atomic(Path(path), lambda f: fig.savefig(f, format="png", dpi=DPI, bbox_inches="tight",
                                                               pad_inches=MARGIN_IN, metadata=METADATA))
-    return write_atomic(Path(path), lambda f: imsave(f, np.ascontiguousarray(crop), format="png", dpi=DPI,
-                                                     metadata=METADATA))
+    image = Image.fromarray(np.ascontiguousarray(crop[:, :, :3]))  # opaque: RGB, a quarter fewer bytes to pack
+    return write_atomic(Path(path), lambda f: image.save(f, format="png", dpi=(DPI, DPI), compress_level=3))
 
 
 def drawn_part(pixels: np.ndarray, margin: int) -> np.ndarray | None:

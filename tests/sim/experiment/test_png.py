@@ -37,6 +37,7 @@ def drawn(tmp_path, label: str, name: str):
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
     path = png.write_png(fig, tmp_path / name)
     with Image.open(path) as image:
+        assert "Software" not in image.info and round(image.info["dpi"][0]) == png.DPI
         return path.read_bytes(), image.size, fig.get_size_inches() * png.DPI
 
 
@@ -45,6 +46,8 @@ def test_a_figure_is_cropped_to_what_it_drew_and_written_the_same_each_time(tmp_
     again, _, _ = drawn(tmp_path, "vLLM", "b.png")
     assert width < canvas[0] - png.ROOM_IN[2] * png.DPI / 2 and height < canvas[1]
     assert first == again
+    with Image.open(tmp_path / "a.png") as image:
+        assert image.mode == "RGB"  # opaque: no alpha channel to pack
 
 
 def test_a_legend_wider_than_the_room_is_written_whole(tmp_path):
