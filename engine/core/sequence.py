@@ -22,9 +22,11 @@ class Sequence:
     length: int = 0
     status: SeqStatus = SeqStatus.WAITING
 
-    def __post_init__(self) -> None:
-        if self.length == 0:
-            self.length = self.prompt_len
+    # written out so that mypyc compiles it (a dataclass's generated __init__ runs interpreted): one a sample
+    def __init__(self, seq_id: int, prompt_len: int, output_len: int, length: int = 0,
+                 status: SeqStatus = SeqStatus.WAITING) -> None:
+        self.seq_id, self.prompt_len, self.output_len, self.status = seq_id, prompt_len, output_len, status
+        self.length = length if length else prompt_len  # 0: the prompt, nothing generated yet
 
     @property
     def num_generated(self) -> int:
@@ -66,6 +68,17 @@ class SequenceGroup:
     block_keys: tuple[int, ...] = ()
     cache_blocks: int = 0
     cached_prompt_tokens: int = -1
+
+    # written out so that mypyc compiles it: one a request
+    def __init__(self, request_id: int, arrival_s: float, seqs: list[Sequence], first_token_s: float | None = None,
+                 finish_s: float | None = None, num_preemptions: int = 0, shares_prompt: bool = True,
+                 prefix_len: int = 0, num_cached_tokens: int = 0, is_beam: bool = False,
+                 block_keys: tuple[int, ...] = (), cache_blocks: int = 0, cached_prompt_tokens: int = -1) -> None:
+        self.request_id, self.arrival_s, self.seqs = request_id, arrival_s, seqs
+        self.first_token_s, self.finish_s, self.num_preemptions = first_token_s, finish_s, num_preemptions
+        self.shares_prompt, self.prefix_len, self.num_cached_tokens = shares_prompt, prefix_len, num_cached_tokens
+        self.is_beam, self.block_keys, self.cache_blocks = is_beam, block_keys, cache_blocks
+        self.cached_prompt_tokens = cached_prompt_tokens
 
     @property
     def prompt_len(self) -> int:

@@ -64,6 +64,12 @@ class Stretch:
     # head (FastForward.arrive): it cut nothing, and each iteration ending after it records it waiting
     queued_s: list[float] = field(default_factory=list)
 
+    # written out so that mypyc compiles it: one a stretch
+    def __init__(self, step: Step, ends: list[float], num_steps: int, resume: Event | None = None,
+                 alarm: Alarm | None = None, queued_s: list[float] | None = None) -> None:
+        self.step, self.ends, self.num_steps, self.resume, self.alarm = step, ends, num_steps, resume, alarm
+        self.queued_s = queued_s if queued_s is not None else []
+
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled, it stays a base (tests count what it ran)
 class FastForward:

@@ -1,6 +1,6 @@
-"""The control plane's per-step values (Batch, KVUsage, Step, DecodeStretch) write their __init__ out, so that
-mypyc compiles it: each must take every field, by its name, with the field's default, as the dataclass's own
-would."""
+"""The control plane's per-step and per-request values (Batch, KVUsage, Step, DecodeStretch, Sequence, SequenceGroup,
+the simulator's Stretch) write their __init__ out, so that mypyc compiles it: each must take every field, by its name,
+with the field's default, as the dataclass's own would."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,7 +10,9 @@ import pytest
 from engine.core.batch import Batch
 from engine.core.kv_usage import KVUsage
 from engine.core.scheduler.base import DecodeStretch
+from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.serving import Step
+from sim.core.fast_forward import Stretch
 
 
 def _field_default(f: dataclasses.Field):
@@ -30,7 +32,10 @@ def test_no_arguments_give_every_fields_default_and_fresh_lists(cls):
 
 # the fields without a default, by name: each a distinct value of its type
 REQUIRED = {"batch": Batch(num_running_groups=9), "usage": KVUsage(idle=9), "start_s": 2.5, "num_waiting": 4,
-            "stretch": DecodeStretch(Batch(), 3), "num_steps": 7}
+            "stretch": DecodeStretch(Batch(), 3), "num_steps": 7, "seq_id": 11, "prompt_len": 12, "output_len": 13,
+            "status": SeqStatus.SWAPPED, "request_id": 14, "arrival_s": 3.5, "seqs": [Sequence(1, 2, 3)],
+            "first_token_s": 4.5, "finish_s": 5.5, "shares_prompt": False, "is_beam": True, "block_keys": (7, 8),
+            "step": Step(Batch(), KVUsage(), 6.5, 1), "ends": [7.5], "resume": object(), "alarm": object()}
 
 
 def _marker(f: dataclasses.Field, i: int):
@@ -45,7 +50,7 @@ def _marker(f: dataclasses.Field, i: int):
     raise AssertionError(f"{f.name}: no marker for a field defaulting to {default!r}; add one to REQUIRED")
 
 
-@pytest.mark.parametrize("cls", [Batch, KVUsage, Step, DecodeStretch])
+@pytest.mark.parametrize("cls", [Batch, KVUsage, Step, DecodeStretch, Sequence, SequenceGroup, Stretch])
 def test_every_field_is_taken_by_its_name(cls):
     values = {f.name: _marker(f, i) for i, f in enumerate(dataclasses.fields(cls))}
     value = cls(**values)
@@ -62,3 +67,14 @@ def test_a_stretch_grows_in_a_list_of_its_own_by_default():
 
 def test_step_leaves_its_stretch_none_by_default():
     assert Step(Batch(), KVUsage(), 1.5, 3).stretch is None
+
+
+def test_a_sequence_starts_as_its_prompt_and_a_stretch_queues_in_a_list_of_its_own():
+    assert Sequence(1, 12, 5).length == 12 and Sequence(1, 12, 5, length=15).length == 15
+    assert Sequence(1, 12, 5).status is SeqStatus.WAITING
+    step = Step(Batch(), KVUsage(), 1.5, 3)
+    a, b = Stretch(step, [2.0], 1), Stretch(step, [2.0], 1)
+    assert a.queued_s == [] and a.queued_s is not b.queued_s and a.resume is None and a.alarm is None
+    group = SequenceGroup(3, 1.0, [Sequence(1, 12, 5)])
+    expected = {f.name: f.default for f in dataclasses.fields(SequenceGroup) if f.default is not dataclasses.MISSING}
+    assert {name: getattr(group, name) for name in expected} == expected
