@@ -1,7 +1,6 @@
 """A fitted profile on disk: coefficients, where they came from, and how wrong they are."""
 from __future__ import annotations
 
-import copy
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -370,21 +369,7 @@ def profile_from_dict(raw: dict, source: str) -> Profile:
 
 
 def load_profile(path: str | Path) -> Profile:
-    """The profile in a YAML file, parsed once per process while the file stays as it was (a run reads its profile
-    to check the config, to fingerprint the run and to build its clock: 25 ms each for a measured GPU's); each call
-    gets a Profile of its own, nothing in it shared with another's."""
-    try:
-        stat = Path(path).stat()
-    except OSError:  # read_yaml says what is wrong with it, in one line
-        return profile_from_dict(read_yaml(path, "profile file"), str(path))
-    # an edited file is read again: a new time or size, or a new inode where it was replaced (as save() does)
-    key = (str(Path(path).resolve()), stat.st_ino, stat.st_mtime_ns, stat.st_size)
-    if key not in _PARSED:
-        _PARSED[key] = read_yaml(path, "profile file")  # an error names the path as given
-    return profile_from_dict(copy.deepcopy(_PARSED[key]), str(path))
-
-
-_PARSED: dict[tuple[str, int, int, int], object] = {}  # load_profile's: a few profiles a process, each a few dozen kB
+    return profile_from_dict(read_yaml(path, "profile file"), str(path))
 
 
 def _attention_line(attention: dict | None) -> str:

@@ -292,18 +292,3 @@ def test_transfer_carries_the_measured_cost_per_block_and_per_copy():
     assert params.swap_copy_latency_s == 7e-6
     plain = implied_efficiency(make_profile(swap_s_per_copy=None, swap_s_per_byte=None), hw)
     assert plain.block_read_overhead_tokens == 0.0 and plain.swap_copy_latency_s == 0.0
-
-
-def test_a_profile_file_is_parsed_once_while_it_stays_as_it_was(tmp_path, monkeypatch):
-    import calibrate.fitting.profile_file as profile_file
-
-    path = make_profile().save(tmp_path / "p.yaml")
-    reads = []
-    read = profile_file.read_yaml
-    monkeypatch.setattr(profile_file, "read_yaml", lambda *args: reads.append(args) or read(*args))
-    first, second = load_profile(path), load_profile(path)
-    assert len(reads) == 1 and first == second == make_profile()
-    first.coefficients["per_sequence_s"] = 1.0  # each call's profile is its own
-    assert load_profile(path).coefficients["per_sequence_s"] == 5e-5
-    make_profile(heldout_mape=0.5).save(path)  # edited: read again
-    assert load_profile(path).heldout_mape == 0.5 and len(reads) == 2
