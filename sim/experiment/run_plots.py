@@ -1,4 +1,5 @@
-"""`servesim run`'s figures, drawn in two processes of their own that start before the runs.
+"""`servesim run`'s figures, drawn in processes of their own that start before the runs (two, where two cores are
+usable).
 
 matplotlib's import is 0.4 s of CPU and the four figures about as much again: drawn after the runs in the command's own
 process, they were a third of a one-run `servesim run`. The first drawing process imports them while
@@ -23,7 +24,7 @@ from sim.executors.pool import stop_pool, worker_pool
 # the figures, in the order their names are returned (and printed)
 FIGURES = ("normalized_latency.png", "ttft.png", "tpot.png", "kv_usage.png")
 # what the first process draws, and the second: about half the drawing time each (a log-axis latency figure or
-# normalized latency ~0.17 s of CPU, the KV bars ~0.11 s)
+# normalized latency ~0.11 s of CPU, the KV bars ~0.07 s)
 SHARES = (("ttft.png", "kv_usage.png"), ("normalized_latency.png", "tpot.png"))
 
 # in the first drawing process only: the pool of the second, forked from it once the plots are imported
