@@ -81,16 +81,18 @@ def read_yaml(path: str | Path, what: str = "file") -> object:
         raise SpecError(source, "", f"no such {what}") from None
     except OSError as err:
         raise SpecError(source, "", f"cannot read it: {err.strerror or err}") from None
-    if data not in _PARSED:  # by the bytes, not the file's time: a file rewritten within a clock tick is read again
+    parsed = _PARSED.get(data)  # by the bytes, not the file's time: a file rewritten within a clock tick is read again
+    if parsed is None:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as err:
             raise SpecError(source, "", f"not a text file: byte {data[err.start]:#04x} at offset {err.start} is not "
                             f"UTF-8 (a {what} is YAML text)") from None
+        parsed = parse_yaml(text, source)  # an error names this file
         if len(_PARSED) >= 64:
             _PARSED.clear()
-        _PARSED[data] = parse_yaml(text, source)  # an error names this file
-    return copy.deepcopy(_PARSED[data])
+        _PARSED[data] = parsed
+    return copy.deepcopy(parsed)
 
 
 _PARSED: dict[bytes, object] = {}  # read_yaml's: YAML files' bytes, parsed
