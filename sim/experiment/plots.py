@@ -2,20 +2,20 @@
 percentiles against request rate, and where the KV pool goes.
 
 The rows are read as they are, without pandas, and the figures are drawn on matplotlib's Figure without pyplot:
-their process (sim/experiment/run_plots.py) then imports neither pandas nor pyplot's backend machinery, a third of a
-second on the one core a pinned run has. Each figure is drawn once and cropped to what it drew (sim/experiment/png.py)
+their process (sim/experiment/run_plots.py) then imports neither pandas nor pyplot's backend machinery, 0.4 s of
+CPU on the one core a pinned run has. Each figure is drawn once and cropped to what it drew (sim/experiment/png.py)
 rather than laid out by a layout engine and drawn twice, and log axes are labelled in plain numbers (0.02, 1, 100)
 rather than mathtext's powers of ten, whose parser a drawing process would otherwise build for one figure.
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from matplotlib.ticker import LogFormatter
 
 from sim.experiment.metrics import KNEE_S_PER_TOKEN
 from sim.experiment.png import new_figure, write_png
+from sim.experiment.table import group_means, rows_to_columns
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 OFF_AXIS = r"$\uparrow$"  # a point above the y axis, drawn on its top edge
@@ -83,19 +83,13 @@ class PlainLogFormatter(LogFormatter):
 
 def seed_means(rows: list[dict], metric: str) -> dict[str, list[tuple[float, float, bool]]]:
     """Each system's points in the order the systems first appear, by rate: (rate, the mean of `metric` over the
-    seeds that have it (nan where none has), whether any seed saturated)."""
-    groups: dict[str, dict[float, list[dict]]] = {}
-    for row in rows:
-        groups.setdefault(row["system"], {}).setdefault(row["rate"], []).append(row)
-    return {system: [(rate, mean(row[metric] for row in runs), any(bool(row["saturated"]) for row in runs))
-                     for rate, runs in sorted(by_rate.items())]
-            for system, by_rate in groups.items()}
-
-
-def mean(values) -> float:
-    """The mean of the values that are numbers, as pandas takes it: nan (an unmeasured metric) and None left out."""
-    known = [float(value) for value in values if value is not None and not math.isnan(value)]
-    return sum(known) / len(known) if known else math.nan
+    seeds that have it (nan where none has), whether any seed saturated); the means are pandas' (group_means)."""
+    means = group_means(rows_to_columns(rows, ["system", "rate", metric, "saturated"]), ["system", "rate"],
+                        [metric, "saturated"])
+    points: dict[str, list[tuple[float, float, bool]]] = {}
+    for row in means:
+        points.setdefault(row["system"], []).append((row["rate"], row[metric], row["saturated"] > 0))
+    return {system: sorted(by_rate) for system, by_rate in points.items()}
 
 
 def latency_plots(rows: list[dict], folder: Path, title: str = "") -> list[Path]:
@@ -116,12 +110,14 @@ def tpot_plot(rows: list[dict], path: Path, title: str = "") -> Path:
 
 def kv_usage_plot(rows: list[dict], path: Path, rate: float) -> Path:
     """Paper Fig. 2: where each system's KV pool goes, at one rate (the mean over its seeds)."""
+    parts = [column for column, _ in KV_PARTS]
     at_rate = [row for row in rows if row["rate"] == rate]
-    systems = list(dict.fromkeys(row["system"] for row in at_rate))
+    means = group_means(rows_to_columns(at_rate, ["system", *parts]), ["system"], parts)
+    systems = [row["system"] for row in means]
     fig, ax = new_figure((4.0, 2.3))
     left = [0.0] * len(systems)
     for column, label in KV_PARTS:
-        shares = [mean(row[column] for row in at_rate if row["system"] == system) for system in systems]
+        shares = [row[column] for row in means]
         ax.barh(systems, [share * 100 for share in shares], left=[share * 100 for share in left], label=label)
         left = [before + share for before, share in zip(left, shares)]
     ax.set_xlabel(f"KV cache usage (%) at {rate:g} req/s")

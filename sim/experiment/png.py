@@ -2,7 +2,7 @@
 drew and a margin.
 
 matplotlib's `savefig(bbox_inches="tight")` draws a figure twice, once without rendering to find its extent and
-once to render it: a third of each of `servesim run`'s figures. Here the figure is drawn once on a canvas with
+once to render it: about a quarter of each of `servesim run`'s figures. Here the figure is drawn once on a canvas with
 room for its labels, title and legend around the axes (new_figure), and the pixels tell its extent. Where what it
 drew reaches the canvas's edge (a legend wider than the room), the figure is written by savefig instead, so that
 nothing is ever cut off. Either way the same figure gives the same bytes (no Software or time in the metadata).
