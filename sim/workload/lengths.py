@@ -13,6 +13,7 @@ alone decides which pairs it keeps.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -178,10 +179,13 @@ def _shipped(path: Path, build: str) -> LengthTable:
 
 def _read_cached(path: Path) -> LengthTable:
     try:
-        stat = path.stat()
+        data = path.read_bytes()
     except FileNotFoundError:
         raise SpecError(str(path), "", "file not found") from None
-    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    except IsADirectoryError:
+        raise SpecError(str(path), "", "is a folder; give a CSV of prompt_len,output_len or alpaca_data.json") from None
+    # by the bytes, not the file's time and size: a file rewritten within a clock tick is read again
+    key = (str(path.resolve()), hashlib.blake2b(data, digest_size=16).digest())
     if key not in _cache:  # tables are immutable; a sweep reads the file once
         reader = read_alpaca_json if path.suffix.lower() == ".json" else read_lengths_csv
         if len(_cache) >= 8:

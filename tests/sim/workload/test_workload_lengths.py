@@ -1,5 +1,6 @@
 """Length sources: CSVs, Alpaca JSON, parametric stand-ins, and the authors' cycle-and-shuffle draw."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -110,6 +111,22 @@ def test_load_lengths_by_name_and_path(tmp_path):
     assert load_lengths(path).prompt_len.tolist() == [1]
     path.write_text("prompt_len,output_len\n1,2\n3,4\n")     # an edited file is read again
     assert load_lengths(path).prompt_len.tolist() == [1, 3]
+
+
+def test_load_lengths_rereads_a_file_rewritten_at_the_same_size_and_time(tmp_path):
+    path = tmp_path / "l.csv"
+    path.write_text("prompt_len,output_len\n1,2\n")
+    stat = path.stat()
+    assert load_lengths(path).prompt_len.tolist() == [1]
+    path.write_text("prompt_len,output_len\n5,6\n")  # the same size, and (below) the same time
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert load_lengths(path).prompt_len.tolist() == [5]
+
+
+def test_load_lengths_of_a_folder_is_one_line_naming_it(tmp_path):
+    with pytest.raises(SpecError) as caught:
+        load_lengths(tmp_path)
+    assert caught.value.source == str(tmp_path) and "folder" in str(caught.value)
 
 
 def _shape(prompt, output):
