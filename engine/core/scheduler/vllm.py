@@ -16,7 +16,7 @@ admissible(), so a stretch can never promise what a step would decide otherwise 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from engine.core.batch import Batch
@@ -26,7 +26,7 @@ from engine.core.scheduler.order import Order, insert_in_order
 from engine.core.scheduler.paged import PagedScheduler
 from engine.core.scheduler.preemption import PreemptionMode
 from engine.core.scheduler.stretch import paged_stretch
-from engine.core.scheduler.vllm_step import NO_TOKEN_CAP, Chunk, SchedulingBudget, StepPlan, batch_of
+from engine.core.scheduler.vllm_step import NO_TOKEN_CAP, Prefill, SchedulingBudget, StepPlan, batch_of
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
 
@@ -38,17 +38,17 @@ class PrefillRules:
     prompt_only: bool  # prompts run in iterations of their own, padded to their longest
     chunked: bool  # a prompt takes what the token budget leaves, and goes on in the next steps
     prompts_while_swapped: bool  # new prompts are admitted while a group is swapped out
-    # groups swap back in after a step that preempted only by recomputation (else only after one that preempted
-    # nobody: vLLM v0.2+'s `if not preempted`); never after one that swapped a group out
-    swap_in_after_recompute: bool
+    # groups swap back in only after a step that preempted nobody (v0.2+'s `if not preempted`); else (v0.1) after
+    # any step that swapped no group out, one that preempted only by recomputation included
+    any_preemption_holds_swap_in: bool
     ignores_unservable: bool  # a request that can never run is ignored at the queue's head, not refused on arrival
 
 
 PREFILL_RULES = {  # the three policies side by side
-    #                        prompt_only  chunked  prompts_while_swapped  swap_in_after_recompute  ignores_unservable
-    "mixed": PrefillRules(         False,   False,                 False,                    True,              False),
-    "separate": PrefillRules(       True,   False,                 False,                   False,               True),
-    "chunked": PrefillRules(       False,    True,                  True,                   False,               True),
+    #                       prompt_only chunked prompts_while_swapped any_preemption_holds_swap_in ignores_unservable
+    "mixed": PrefillRules(        False,  False,                False,                       False,            False),
+    "separate": PrefillRules(      True,  False,                False,                        True,             True),
+    "chunked": PrefillRules(      False,   True,                 True,                        True,             True),
 }  # mixed: the paper's code (v0.1); separate: v0.2-v0.3; chunked: v0.4 (Sarathi-Serve)
 
 
@@ -62,13 +62,13 @@ class VLLMScheduler(PagedScheduler):
         self.ignores_unservable = self.rules.ignores_unservable  # read by the skeleton's add_request
         # separate: padding, v0.2's prompt_limit min(max_model_len, max_num_batched_tokens), and v0.3's
         # delay_factor with the last prompt run's latency, measured from schedule() to schedule()
-        self.max_paddings = system.max_paddings if self.rules.prompt_only else -1
+        self.max_paddings = system.max_paddings if self.rules.prompt_only else None
         self.prompt_limit = min(max_seq_len, self.token_cap) if self.rules.prompt_only else NO_TOKEN_CAP
         self.delay_factor = system.delay_factor
         self.last_prompt_latency = 0.0
         self.prev_time_s = 0.0
         self.prev_prompt = False
-        self._partial: list[Chunk] = []  # chunked: this iteration's chunks that are not their prompt's last
+        self._prefills: list[Prefill] = []  # this iteration's, for complete() to move the chunks' progress
 
     # --- one step ----------------------------------------------------------------
     def schedule(self) -> Batch:
@@ -76,23 +76,23 @@ class VLLMScheduler(PagedScheduler):
         self.blocks.begin_step()  # the prefix cache's clock of least-recently-used
         if self.rules.prompt_only and not self.swapped:  # a prompt-only iteration whenever a prompt fits
             self._time_prompt_run()
-            self._admit(plan, self._budget(0))
+            self._admit(plan, self._budget(0))  # no decodes in a prompt-only iteration: the whole budget
             # v0.3 times a prompt run, even of ignored ones only (the data plane takes them every step)
-            if plan.chunks or self.ignored:
+            if plan.prefills or self.ignored:
                 self.prev_prompt = True
-            if plan.chunks:
+            if plan.prefills:
                 return self._batch(plan)
         self._reserve_running(plan)
-        # nobody swaps in after this step swapped a group out (mixed) or preempted anyone (separate, chunked)
-        held_back = bool(plan.swap_out) if self.rules.swap_in_after_recompute else bool(plan.preempted)
-        if not held_back:
+        # groups swap back in unless this step swapped one out (mixed) or preempted anyone (separate, chunked)
+        preempted = plan.preempted if self.rules.any_preemption_holds_swap_in else plan.swap_out
+        if not preempted:
             self._swap_in(plan)
         if self.arrived:
             self._join_arrived(plan)
         if (self.waiting or self.prefill_progress) and not self.rules.prompt_only and (
                 self.rules.prompts_while_swapped or not self.swapped):
             budget = self._budget(len(plan.decode_seqs))  # a token per decode
-            self._continue_prefills(plan, budget)
+            self._continue_prefills(plan, budget)  # chunked: the prompts part way through, first
             self._admit(plan, budget)
         return self._batch(plan)
 
@@ -106,16 +106,15 @@ class VLLMScheduler(PagedScheduler):
         return self._budget(0 if self.rules.prompt_only else self.num_running_seqs)
 
     def _reserve_running(self, plan: StepPlan) -> None:
-        """A slot for every running sequence, preempting the latest arrivals when short; one of three ways, each
-        giving the same slots. Where the free blocks are sure to suffice, nobody is preempted and no group is
-        walked: (1) every running sequence decodes, and only the rows due for a block take one; (2) prompts are
-        part way through their chunks (holding their prompt's blocks, they need no slot), and every decoding
-        group appends. (3) Otherwise the groups are walked one by one, preempting (_walk_running)."""
-        prefilling = self.prefill_progress
-        free = self.blocks.gpu.num_free
-        due: list[Sequence] = []  # the rows due for a block; none read while prompts are part way
-        if not prefilling:  # every running sequence decodes: the rows are the decodes
+        """A slot for every decoding sequence, preempting the latest arrivals when short. Where every running
+        sequence decodes and the free blocks are sure to suffice, only the rows due for a block take one and no
+        group is walked; otherwise the groups are walked one by one, preempting as they go (_walk_running)."""
+        due: list[Sequence] = []  # the rows due for a block
+        if self.prefill_progress:  # prompts part way through their chunks run without decoding: the rows fall behind
+            self.rows.stale = True
+        else:
             due = self.rows.due_now()
+            free = self.blocks.gpu.num_free
             # each of the rows due takes at most one block, and can_append asks a free block per running sequence
             # of the group it checks: while the widest group (rows.widest: at least the widest, never less) would
             # still find its own after the rows due took theirs, no group can fail it (appends_fit: nobody at all can)
@@ -123,12 +122,6 @@ class VLLMScheduler(PagedScheduler):
                 plan.decode_groups = list(self.running)
                 plan.decode_seqs = self.rows.reserve(due, plan.copies)
                 plan.decode_ids = list(self.rows.seq_ids)
-                return
-        else:  # the prompts part way through their chunks run without decoding: the rows fall behind
-            self.rows.stale = True
-            if appends_fit(self.num_running_seqs, free):
-                plan.decode_groups = [g for g in self.running if g.request_id not in prefilling]
-                self._append_slots(plan.decode_groups, plan)
                 return
         self._walk_running(plan)
         self.rows.walked(due)
@@ -146,9 +139,7 @@ class VLLMScheduler(PagedScheduler):
                 continue
             seqs = group.running_seqs()  # a victim's preemption leaves them be
             if self._preempt_for(group, len(seqs), queue, plan):
-                self.blocks.append_slots(seqs, plan.copies)
-                plan.decode_seqs.extend(seqs)
-                plan.decode_groups.append(group)
+                self._decode(group, seqs, plan)
                 kept.append(group)
         self.running = kept
 
@@ -162,22 +153,17 @@ class VLLMScheduler(PagedScheduler):
                 return False
         return True
 
-    def _append_slots(self, groups: Iterable[SequenceGroup], plan: StepPlan) -> None:
-        running = SeqStatus.RUNNING
-        seqs = [seq for group in groups for seq in group.seqs if seq.status is running]
+    def _decode(self, group: SequenceGroup, seqs: list[Sequence], plan: StepPlan) -> None:
+        """The group's running sequences, seqs, take their next slots and decode in this step."""
         self.blocks.append_slots(seqs, plan.copies)
         plan.decode_seqs.extend(seqs)
+        plan.decode_groups.append(group)
 
     def _swap_in(self, plan: StepPlan) -> None:
         """Swapped-out groups back in, oldest first, while their blocks fit and sequences are left. None of them
-        was swapped out in this step: such a step swaps nobody in (PrefillRules.swap_in_after_recompute)."""
-        while self.swapped:
-            group = self.swapped[0]
-            if not self.blocks.can_swap_in(group):
-                break
-            if self.num_running_seqs + len(group.live_seqs()) > self.system.max_num_seqs:
-                break
-            self.swapped.popleft()
+        was swapped out in this step: such a step swaps nobody in (PrefillRules.any_preemption_holds_swap_in)."""
+        while self.swapped and self.blocks.can_swap_in(self.swapped[0]) and self._seqs_fit(self.swapped[0]):
+            group = self.swapped.popleft()
             mapping = self.blocks.swap_in(group)
             plan.swap_in.extend(mapping)
             self.num_swapped_in_blocks += len(mapping)
@@ -186,22 +172,21 @@ class VLLMScheduler(PagedScheduler):
     def _join_arrived(self, plan: StepPlan) -> None:
         """Requests whose KV arrived decode from this step, in the order they arrived, while sequences are left.
         Their blocks hold the prompt and a slot for the first token (receive): they append nothing new now."""
-        while self.arrived:
-            group = self.arrived[0]
-            live = group.live_seqs()
-            if self.num_running_seqs + len(live) > self.system.max_num_seqs:
-                break
-            self.arrived.popleft()
+        while self.arrived and self._seqs_fit(self.arrived[0]):
+            group = self.arrived.popleft()
             self.paged_kv.incoming_slots -= self.paged_kv.slots_of(group)
             self._join(group, plan)
 
     def _join(self, group: SequenceGroup, plan: StepPlan) -> None:
         """A group swapped back in, or arrived, runs again and decodes in this step, after the others."""
         self._start_running(group)
-        self._append_slots((group,), plan)
+        self._decode(group, group.running_seqs(), plan)
         self._insert_running(group)
-        plan.decode_groups.append(group)
         plan.joined.append(group)
+
+    def _seqs_fit(self, group: SequenceGroup) -> bool:
+        """Whether the group's sequences can run beside those running, under max_num_seqs."""
+        return self.num_running_seqs + len(group.live_seqs()) <= self.system.max_num_seqs
 
     def _continue_prefills(self, plan: StepPlan, budget: SchedulingBudget) -> None:
         """Chunked: the next chunk of each prompt part way through its prefill, in the running order."""
@@ -214,9 +199,10 @@ class VLLMScheduler(PagedScheduler):
                 break
             done = progress.get(group.request_id)
             if done is not None:
-                stop = min(group.live_seqs()[0].length, done + left)
-                plan.chunks.append(Chunk(group, done, stop))
-                self._computes(group, stop)
+                length = group.live_seqs()[0].length  # its samples share the prompt until it is computed
+                stop = min(length, done + left)
+                plan.prefills.append(Prefill(group, done, stop, stop == length))
+                self._key_computed(group, stop)
                 budget.num_tokens += stop - done  # its sequences run already
 
     def _admit(self, plan: StepPlan, budget: SchedulingBudget) -> None:
@@ -235,8 +221,9 @@ class VLLMScheduler(PagedScheduler):
             # the padding's lengths before the prompt's blocks are allocated: the first request to use a shared
             # prefix caches it then, and cached_tokens() would count it for that request too
             lens = self._prefill_lens(group) if self.rules.prompt_only else []
-            self.waiting.popleft()
-            self._start_prompt(group)
+            self.blocks.allocate(self.waiting.popleft())  # its prompt's blocks; it runs from this step on
+            self._start_running(group)
+            self._insert_running(group)
             live = group.live_seqs()
             budget.take(tokens, len(live), lens)
             start = group.num_cached_tokens
@@ -244,10 +231,10 @@ class VLLMScheduler(PagedScheduler):
                 # its first chunk [start, stop); samples recomputed apart prefill whole, each its own length
                 stop = start + tokens if group.shares_prompt else max(s.length for s in live)
                 self.prefill_progress[group.request_id] = start  # computed so far; complete() moves it to stop
-                self._computes(group, stop)
-                plan.chunks.append(Chunk(group, start, stop))
+                self._key_computed(group, stop)
+                plan.prefills.append(Prefill(group, start, stop, stop == live[0].length or not group.shares_prompt))
             else:
-                plan.chunks.append(Chunk(group, start, live[0].length))
+                plan.prefills.append(Prefill(group, start, live[0].length, True))
 
     def admissible(self, group: SequenceGroup, budget: SchedulingBudget) -> int | None:
         """The prompt tokens the group's prefill (chunked: its first chunk) would add to the iteration `budget`
@@ -283,13 +270,9 @@ class VLLMScheduler(PagedScheduler):
         return self.rules.prompt_only and max(self._prefill_lens(group)) > self.prompt_limit
 
     def _leaves_room_to_swap_in(self, group: SequenceGroup) -> bool:
-        """Whether admitting the group leaves the oldest swapped-out group the free blocks it needs to come back
-        (can_swap_in). Only chunked admits while a group is swapped out: v0.4 admitted new prompts whatever was
-        swapped out, and while they kept the pool full, every step preempted someone, so no swapped group came
-        back, and groups of several samples piled up in the swap space until it ran out. Holding back only the
-        admissions that would take those blocks keeps v0.4's order (swapped groups before new prompts, new
-        prompts beside them when there is room) and lets the swapped group come back once the running ones
-        give the blocks back."""
+        """Whether admitting the group leaves the oldest swapped-out group the free blocks it needs to come back:
+        its own, a spare per sequence and the watermark (can_swap_in). Only chunked admits while a group is
+        swapped out; v0.4 took those blocks too, and swapped groups piled up (docs/vllm-policies.md)."""
         if not self.swapped:
             return True
         blocks = self.blocks
@@ -311,33 +294,28 @@ class VLLMScheduler(PagedScheduler):
         earliest = min(group.arrival_s for group in self.waiting)
         return self.now_s - earliest > self.delay_factor * self.last_prompt_latency or not self.running
 
-    def _computes(self, group: SequenceGroup, stop: int) -> None:
-        """Chunked: this iteration computes the group's prompt up to stop. The prefix cache keys the full blocks
-        it fills (in the iteration that computes them, as a whole prompt's are at admission under mixed), which
-        the cache then holds for the group instead of the group's own token slots."""
+    def _key_computed(self, group: SequenceGroup, stop: int) -> None:
+        """Chunked: this iteration computes the group's prompt up to stop (its progress moves there in
+        complete()). The prefix cache keys the full blocks it fills now (as a whole prompt's are at admission
+        under mixed), and holds them for the group instead of the group's own token slots."""
         keyed = self.blocks.prompt_computed(group, stop)
         if keyed:
             self.paged_kv.keyed(keyed)
 
-    def _start_prompt(self, group: SequenceGroup) -> None:
-        """The group, just taken off the waiting queue, gets its prompt's blocks and runs."""
-        self.blocks.allocate(group)
-        self._start_running(group)
-        self._insert_running(group)
-
     def _batch(self, plan: StepPlan) -> Batch:
-        batch, self._prefilled, self._partial = batch_of(plan, self.num_running_beam_groups > 0)
-        self._decoded, self._joined = plan.decode_groups, plan.joined
+        batch, self._prefilled = batch_of(plan, self.num_running_beam_groups > 0)
+        self._prefills, self._decoded, self._joined = plan.prefills, plan.decode_groups, plan.joined
         return batch
 
     def complete(self, batch: Batch, now_s: float,
                  beam_parents: Mapping[int, int] | None = None) -> list[SequenceGroup]:
         progress = self.prefill_progress
-        if progress:
-            for chunk in self._partial:
-                progress[chunk.group.request_id] = chunk.stop
-            for group in self._prefilled:  # their last chunk ran: they decode from now on
-                progress.pop(group.request_id, None)
+        if progress:  # chunked: each prompt computed as far as its chunk went; one whose last chunk ran decodes
+            for prefill in self._prefills:
+                if prefill.last:
+                    progress.pop(prefill.group.request_id, None)
+                else:
+                    progress[prefill.group.request_id] = prefill.stop
         return super().complete(batch, now_s, beam_parents)
 
     # --- preemption ----------------------------------------------------------------

@@ -1,8 +1,8 @@
 """What one vLLM schedule() decides, and the iteration it hands the data plane.
 
-A step fills a StepPlan as its parts run (the running sequences' slots, the groups swapped in, the prompt
-chunks admitted), asking its SchedulingBudget whether each prompt still fits; batch_of() then turns the plan
-into the Batch that runs, the decodes first and a prefill per chunk.
+A step fills a StepPlan as its parts run (the running sequences' slots, the groups swapped in, the prompts
+admitted), asking its SchedulingBudget whether each prompt still fits; batch_of() then turns the plan into the
+Batch that runs, the decodes first and then the prefills.
 """
 from __future__ import annotations
 
@@ -14,17 +14,17 @@ NO_TOKEN_CAP = 1 << 60  # max_num_batched_tokens unset (mixed): no iteration com
 
 class StepPlan:
     """What one schedule() decides, as its parts add to it: the groups that decode (and their running
-    sequences, in order), the prompt chunks that prefill, the blocks to copy and swap, and the groups
-    preempted in this step (a group preempted now does not come back in the same step)."""
+    sequences, in order), the prompts that prefill, the blocks to copy and swap, and the groups preempted in
+    this step (a group preempted now does not come back in the same step)."""
 
-    __slots__ = ("decode_groups", "decode_seqs", "decode_ids", "chunks", "copies", "swap_in", "swap_out", "preempted",
-                 "joined")
+    __slots__ = ("decode_groups", "decode_seqs", "decode_ids", "prefills", "copies", "swap_in", "swap_out",
+                 "preempted", "joined")
 
     def __init__(self) -> None:  # plain lists: a dataclass's default factories cost a call each, every step
         self.decode_groups: list[SequenceGroup] = []
         self.decode_seqs: list[Sequence] = []
         self.decode_ids: list[int] = []  # the first of decode_seqs' ids, where they were the rows
-        self.chunks: list[Chunk] = []
+        self.prefills: list[Prefill] = []
         self.copies: list[tuple[int, int]] = []
         self.swap_in: list[tuple[int, int]] = []
         self.swap_out: list[tuple[int, int]] = []
@@ -33,29 +33,31 @@ class StepPlan:
         self.joined: list[SequenceGroup] = []
 
 
-class Chunk:
-    """A group's prompt tokens [start, stop) computed in this iteration: the whole prompt but for a chunked
-    prefill's chunk (samples recomputed apart: each its own history, from start to its length)."""
+class Prefill:
+    """A group's prompt tokens [start, stop) computed in this iteration: the whole prompt, or under chunked a
+    chunk of it (samples recomputed apart: each its own history, from start to its length). last: whether the
+    prompt is computed by the end of it (its samples then sample their first token)."""
 
     # plain classes, these two, with their __init__ written out: a dataclass's generated one runs interpreted
-    __slots__ = ("group", "start", "stop")
+    __slots__ = ("group", "start", "stop", "last")
 
-    def __init__(self, group: SequenceGroup, start: int, stop: int) -> None:
-        self.group, self.start, self.stop = group, start, stop
+    def __init__(self, group: SequenceGroup, start: int, stop: int, last: bool) -> None:
+        self.group, self.start, self.stop, self.last = group, start, stop, last
 
 
 class SchedulingBudget:
     """What one iteration may still take (vLLM v0.4's SchedulingBudget): num_tokens batched so far against
-    token_cap, num_seqs running against max_num_seqs, and, where prompts are padded to the longest (separate;
-    max_paddings >= 0), their padded size against the cap and their padding against max_paddings."""
+    token_cap, num_seqs running against max_num_seqs, and, where prompts are padded to the longest (separate:
+    max_paddings given), their padded size against the cap and their padding against max_paddings."""
 
     __slots__ = ("token_cap", "max_num_seqs", "num_tokens", "num_seqs", "padded", "max_paddings", "num_prefills",
                  "longest")
 
     def __init__(self, token_cap: int, max_num_seqs: int, num_tokens: int, num_seqs: int,
-                 max_paddings: int = -1) -> None:
-        self.token_cap, self.max_num_seqs, self.max_paddings = token_cap, max_num_seqs, max_paddings
-        self.padded = max_paddings >= 0  # prompts padded to the longest (separate's prompt-only iteration)
+                 max_paddings: int | None = None) -> None:
+        self.token_cap, self.max_num_seqs = token_cap, max_num_seqs
+        self.padded = max_paddings is not None  # prompts padded to the longest (separate's prompt-only iteration)
+        self.max_paddings = max_paddings if max_paddings is not None else 0
         self.num_tokens, self.num_seqs = num_tokens, num_seqs
         self.num_prefills, self.longest = 0, 0
 
@@ -88,43 +90,38 @@ class SchedulingBudget:
         return self.token_cap - self.num_tokens
 
 
-def batch_of(plan: StepPlan, beams: bool) -> tuple[Batch, list[SequenceGroup], list[Chunk]]:
-    """The iteration the plan makes: the decodes in the order their slots were given, then a prefill per chunk
-    (per sample recomputed apart); a chunk that is not its prompt's last samples nothing. Also the groups whose
-    prompt is computed by the end of it, and the chunks that are not their prompt's last. beams: whether any
-    running group is a beam search (the batch then names each one's beams)."""
+def batch_of(plan: StepPlan, beams: bool) -> tuple[Batch, list[SequenceGroup]]:
+    """The iteration the plan makes: the decodes in the order their slots were given, then the prefills (one
+    per sample recomputed apart); a chunk that is not its prompt's last samples nothing. Also the groups whose
+    prompt is computed by the end of it. beams: whether any running group is a beam search (the batch then
+    names each one's beams)."""
     decodes, decode_ids = plan.decode_seqs, plan.decode_ids
     if len(decode_ids) < len(decodes):  # those swapped in or arrived after the rows
         decode_ids.extend([seq.seq_id for seq in decodes[len(decode_ids):]])
     batch = Batch(decode_seq_ids=decode_ids,
                   decode_context_lens=[seq.length for seq in decodes], blocks_to_copy=plan.copies,
                   blocks_to_swap_in=plan.swap_in, blocks_to_swap_out=plan.swap_out,
-                  num_running_groups=len(plan.decode_groups) + len(plan.chunks))
+                  num_running_groups=len(plan.decode_groups) + len(plan.prefills))
     ids, lens, cached, samples = batch.prefill_seq_ids, [], [], batch.prefill_sample_ids
     final: list[SequenceGroup] = []
-    partial: list[Chunk] = []
-    for chunk in plan.chunks:
-        group, start = chunk.group, chunk.start
+    for prefill in plan.prefills:
+        group, start = prefill.group, prefill.start
         live = group.live_seqs()
-        if not group.shares_prompt:
+        if group.shares_prompt:  # one prefill for the samples, sampling them all once the prompt is computed
+            ids.append(live[0].seq_id)
+            lens.append(prefill.stop - start)
+            cached.append(start)
+            samples.append(tuple(seq.seq_id for seq in live) if prefill.last else ())
+        else:  # samples recomputed apart: each prefills its own history whole, and samples itself
             for seq in live:
                 ids.append(seq.seq_id)
                 lens.append(seq.length - start)
                 cached.append(start)
                 samples.append((seq.seq_id,))
+        if prefill.last:
             final.append(group)
-            continue
-        ids.append(live[0].seq_id)
-        lens.append(chunk.stop - start)
-        cached.append(start)
-        if chunk.stop == live[0].length:
-            samples.append(tuple(seq.seq_id for seq in live))
-            final.append(group)
-        else:
-            samples.append(())
-            partial.append(chunk)
     batch.prefill_lens, batch.prefill_cached_lens = lens, cached
     if beams:
         batch.beam_groups = [tuple(s.seq_id for s in g.live_seqs())
                              for g in (*final, *plan.decode_groups) if g.is_beam]
-    return batch, final, partial
+    return batch, final

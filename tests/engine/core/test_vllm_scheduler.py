@@ -320,5 +320,5 @@ def test_every_prefill_policy_has_its_row_of_rules_and_the_rows_differ_where_vll
         assert rules.prompt_only == (policy == "separate") and rules.chunked == (policy == "chunked")
         assert rules.prompts_while_swapped == rules.chunked  # v0.4 admitted beside swapped-out groups
         # v0.1 swapped in after a recomputation; v0.2+ only after a step that preempted nobody
-        assert rules.swap_in_after_recompute == (policy == "mixed")
+        assert rules.any_preemption_holds_swap_in == (policy != "mixed")
         assert rules.ignores_unservable == (policy != "mixed")  # v0.2+'s ignored_seq_groups
