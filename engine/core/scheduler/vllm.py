@@ -295,9 +295,9 @@ class VLLMScheduler(PagedScheduler):
         return self.now_s - earliest > self.delay_factor * self.last_prompt_latency or not self.running
 
     def _key_computed(self, group: SequenceGroup, stop: int) -> None:
-        """Chunked: this iteration computes the group's prompt up to stop (its progress moves there in
-        complete()). The prefix cache keys the full blocks it fills now (as a whole prompt's are at admission
-        under mixed), and holds them for the group instead of the group's own token slots."""
+        """Chunked: the prefix cache keys the full blocks this iteration's chunk fills, up to stop, now (as a whole
+        prompt's are at admission under mixed) and holds them for the group instead of its own token slots. The
+        prompt's progress (prefill_progress) moves to stop only in complete(), once the chunk has run."""
         keyed = self.blocks.prompt_computed(group, stop)
         if keyed:
             self.paged_kv.keyed(keyed)
