@@ -221,7 +221,8 @@ class VLLMScheduler(PagedScheduler):
             # the padding's lengths before the prompt's blocks are allocated: the first request to use a shared
             # prefix caches it then, and cached_tokens() would count it for that request too
             lens = self._prefill_lens(group) if self.rules.prompt_only else []
-            self.blocks.allocate(self.waiting.popleft())  # its prompt's blocks; it runs from this step on
+            self.waiting.popleft()
+            self.blocks.allocate(group)  # its prompt's blocks: it runs from this step on
             self._start_running(group)
             self._insert_running(group)
             live = group.live_seqs()
