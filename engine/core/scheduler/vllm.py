@@ -87,8 +87,10 @@ class VLLMScheduler(PagedScheduler):
         preempted = plan.preempted if self.rules.any_preemption_holds_swap_in else plan.swap_out
         if not preempted:
             self._swap_in(plan)
-        if self.arrived:
+        if self.arrived:  # a decode replica of a split fleet: requests whose KV was copied in
             self._join_arrived(plan)
+        # prompts beside the decodes (mixed, chunked; separate's ran above, alone), and under mixed only while
+        # no swapped-out group waits to come back first
         if (self.waiting or self.prefill_progress) and not self.rules.prompt_only and (
                 self.rules.prompts_while_swapped or not self.swapped):
             budget = self._budget(len(plan.decode_seqs))  # a token per decode
