@@ -184,6 +184,8 @@ def _read_cached(path: Path) -> LengthTable:
         raise SpecError(str(path), "", "file not found") from None
     except IsADirectoryError:
         raise SpecError(str(path), "", "is a folder; give a CSV of prompt_len,output_len or alpaca_data.json") from None
+    except OSError as err:
+        raise SpecError(str(path), "", f"cannot read it: {err.strerror or err}") from None
     # by the bytes, not the file's time and size: a file rewritten within a clock tick is read again
     key = (str(path.resolve()), hashlib.blake2b(data, digest_size=16).digest())
     if key not in _cache:  # tables are immutable; a sweep reads the file once

@@ -1,6 +1,7 @@
 """Length sources: CSVs, Alpaca JSON, parametric stand-ins, and the authors' cycle-and-shuffle draw."""
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -127,6 +128,19 @@ def test_load_lengths_of_a_folder_is_one_line_naming_it(tmp_path):
     with pytest.raises(SpecError) as caught:
         load_lengths(tmp_path)
     assert caught.value.source == str(tmp_path) and "folder" in str(caught.value)
+
+
+def test_load_lengths_of_an_unreadable_file_is_one_line_naming_it(tmp_path, monkeypatch):
+    path = tmp_path / "l.csv"
+    path.write_text("prompt_len,output_len\n1,2\n")
+
+    def refuse(self):  # as a file without read permission does for anyone but root
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    with pytest.raises(SpecError) as caught:
+        load_lengths(path)
+    assert caught.value.source == str(path) and "cannot read it: Permission denied" in str(caught.value)
 
 
 def _shape(prompt, output):
