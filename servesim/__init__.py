@@ -118,12 +118,12 @@ def capacity(config: str | Path | Experiment, target: str | Sequence[str], *, ra
         table = servesim.capacity("configs/quickstart.yaml", "normalized_latency=0.1", rate=20)
         print(table[["system", "max_rate_per_replica_rps", "replicas_needed"]])
     """
-    import pandas as pd
+    from sim.capacity.plan import capacity_frame, colocated, plan_capacity, run_capacity
 
-    from sim.capacity.plan import plan_capacity, run_capacity
-
-    plan = plan_capacity(_experiment(config, overrides), target, rate, seed, tolerance)
-    return pd.DataFrame(run_capacity(plan).rows)
+    exp = _experiment(config, overrides)
+    plan = plan_capacity(exp, target, rate, seed, tolerance)
+    colocated(exp, False, "servesim.split_capacity searches its prefill:decode splits")
+    return capacity_frame(run_capacity(plan).rows)
 
 
 def split_capacity(config: str | Path | Experiment, target: str | Sequence[str], *, splits: int, seed: int = 0,
@@ -143,10 +143,13 @@ def split_capacity(config: str | Path | Experiment, target: str | Sequence[str],
     from sim.capacity.plan import plan_capacity
     from sim.capacity.split import check_splits
     from sim.capacity.split import split_capacity as search_splits
+    from sim.experiment.config import check_split_systems
 
-    plan = plan_capacity(_experiment(config, overrides), target, None, seed, tolerance)
+    exp = _experiment(config, overrides)
+    plan = plan_capacity(exp, target, None, seed, tolerance)
     total = check_splits(splits, "splits")
     assert total is not None
+    check_split_systems(exp)
     return pd.DataFrame(search_splits(plan, total))
 
 

@@ -7,36 +7,42 @@ from sim.executors.options import add_executor_options, executor_spec
 
 
 def _cmd_capacity(args) -> int:
+    import dataclasses
+
     import pandas as pd
 
-    from sim.capacity.plan import FLAGS, plan_capacity, run_capacity
+    from sim.capacity.plan import FLAGS, capacity_frame, colocated, plan_capacity, run_capacity
     from sim.capacity.split import check_splits, split_capacity
-    from sim.experiment.config import load_experiment
+    from sim.experiment.config import check_split_systems, load_experiment
     from sim.experiment.output import prepare_out_dir, write_csv
 
     exp = load_experiment(args.config, args.set)
     plan = plan_capacity(exp, args.target, args.rate, args.seed, args.tolerance, FLAGS)
     splits = check_splits(args.splits, "--splits")
+    if splits is not None:
+        check_split_systems(exp)
+    searched = colocated(exp, splits is not None, "give --splits N to search its prefill:decode splits")
     executor = executor_spec(args, runs=len(exp.systems) * 8)  # a search probes ahead: room for more workers
     out_dir = prepare_out_dir(Path(args.out or Path("results") / exp.name))
     with executor.open() as workers:
-        result = run_capacity(plan, workers, print)
+        result = run_capacity(dataclasses.replace(plan, exp=searched), workers, print)
     for line in result.notes:
         print(line)
-    table = pd.DataFrame(result.rows)
-    write_csv(table, out_dir / "capacity.csv")
-    write_csv(pd.DataFrame(result.probes), out_dir / "capacity_probes.csv")
+    table = capacity_frame(result.rows)
     print(table.to_string(index=False))
-    written = "capacity.csv and capacity_probes.csv"
+    tables = {"capacity.csv": table, "capacity_probes.csv": pd.DataFrame(result.probes)}
     if splits is not None:
         print(f"prefill:decode splits of up to {splits} replicas, against the colocated replica "
               "(the rate each holds under every target at once, and per GPU):")
         with executor.open() as workers:
-            split_rows = pd.DataFrame(split_capacity(plan, splits, workers, print))
-        write_csv(split_rows, out_dir / "capacity_split.csv")
-        print(split_rows.to_string(index=False))
-        written = "capacity.csv, capacity_probes.csv and capacity_split.csv"
-    print(f"wrote {out_dir}/{written}")
+            tables["capacity_split.csv"] = pd.DataFrame(split_capacity(plan, splits, workers, print))
+        print(tables["capacity_split.csv"].to_string(index=False))
+    for name, frame in tables.items():  # once every search is done: an error or a kill leaves no half set
+        write_csv(frame, out_dir / name)
+    stale = out_dir / "capacity_split.csv"
+    if splits is None and stale.is_file():  # an earlier search's splits, which this one did not make
+        stale.unlink()
+    print(f"wrote {out_dir}/" + ", ".join(tables))
     return 0
 
 

@@ -9,9 +9,11 @@ probes: a run is judged against every target at once.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from engine.core.system import SystemSpec
 from engine.errors import SpecError
@@ -29,6 +31,9 @@ from sim.capacity.search import (
 from sim.capacity.targets import Target, judge, label, parse_targets
 from sim.executors.workers import Workers
 from sim.experiment.config import MAX_REQUESTS, Experiment
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ALL = "all"  # the metric column of the joint row
 
@@ -84,6 +89,18 @@ def _check_rate(exp: Experiment, rate: float, name: str) -> None:
             f"give at most {rate_ceiling(exp):.4g}, or a shorter workload.duration_s"))
 
 
+def colocated(exp: Experiment, splits_searched: bool, hint: str) -> Experiment:
+    """The experiment a capacity search probes: colocated replicas, as many as each probe says. A config's
+    `split` is read only by the splits' search (its pools' GPUs and parallelism); with no splits searched it is
+    refused, since a split fleet ignores the replica count the search varies. `hint`: how to search splits."""
+    if exp.split is None:
+        return exp
+    if not splits_searched:
+        raise SpecError(exp.source, "split", f"a capacity search varies colocated replicas, which a split fleet "
+                        f"does not have; {hint}, or remove split")
+    return dataclasses.replace(exp, split=None)
+
+
 @dataclass(frozen=True)
 class Search:
     """One search of a system: the targets it holds runs to; whether it is the row that finds replicas."""
@@ -104,6 +121,16 @@ def searches(plan: CapacityPlan) -> list[Search]:
             found += [Search(system, (target,), False) for target in plan.targets]
         found.append(Search(system, plan.targets, True))
     return found
+
+
+def capacity_frame(rows: list[dict]) -> pd.DataFrame:
+    """capacity.csv's table: replica counts as whole numbers, empty where none was found."""
+    import pandas as pd
+
+    table = pd.DataFrame(rows)
+    if "replicas_needed" in table:
+        table["replicas_needed"] = table["replicas_needed"].astype("Int64")
+    return table
 
 
 @dataclass
@@ -160,7 +187,8 @@ def _probe_row(system: str, p: Probe, targets: tuple[Target, ...]) -> dict:
     row = {"system": system, "rate": p.rate, "replicas": p.replicas}
     row.update({t.metric: p.summary[t.metric] for t in targets})
     row.update(saturated=p.summary["saturated"], backlog_growth=p.summary["backlog_growth"],
-               dropped=p.summary["num_ignored"] + p.summary["num_aborted"], holds=verdict.held, why=verdict.why)
+               dropped=p.summary["num_ignored"] + p.summary["num_aborted"], measured=p.summary["num_measured"],
+               holds=verdict.held, why=verdict.why)
     return row
 
 
@@ -179,25 +207,51 @@ def _row(plan: CapacityPlan, search: Search, answer: tuple, path: list[Probe], n
            "max_rate_per_replica_rps": rate}
     limited_by = _limited_by(rate, path, search.targets, plan.ceiling)
     what = "" if len(plan.targets) == 1 else f" [{label(search.targets)}]"
-    measured = [p for p in path if judge(p.summary, search.targets).held is not None]
-    if not measured:
-        notes.append(f"  {name:<18}{what} no probe measured a request after the warm-up (up to "
-                     f"{max(p.rate for p in path):.4g} req/s): lower warmup_s or raise workload.duration_s")
-    elif rate == 0.0:
-        lowest = min(measured, key=lambda p: p.rate)
-        notes.append(f"  {name:<18}{what} no rate meets the target (the lowest measured was {lowest.rate:.4g} "
-                     f"req/s: {judge(lowest.summary, search.targets).why})")
-    elif rate >= plan.ceiling:
-        notes.append(f"  {name:<18}{what} holds even at {rate:.4g} req/s, the most one run simulates over "
-                     "workload.duration_s: the capacity is at least that")
+    notes.extend(f"  {name:<18}{what} {note}" for note in _rate_notes(plan, search, rate, path, limited_by))
     if plan.rate is not None:
         row["target_rate_rps"] = plan.rate if search.finds_replicas else math.nan
         row["replicas_needed"] = needed
         if search.finds_replicas and rate and needed is None:
-            notes.append(f"  {name:<18}{what} even {max(p.replicas for p in path)} replicas do not meet the "
-                         f"target at {plan.rate:g} req/s")
+            last = path[-1]
+            if judge(last.summary, search.targets).held is None:
+                notes.append(f"  {name:<18}{what} at {plan.rate:g} req/s on {last.replicas} replica(s), "
+                             f"{judge(last.summary, search.targets).why}: the replicas needed cannot be told; lower "
+                             "warmup_s or raise workload.duration_s")
+            else:
+                notes.append(f"  {name:<18}{what} even {max(p.replicas for p in path)} replicas do not meet the "
+                             f"target at {plan.rate:g} req/s")
     row["limited_by"] = limited_by
     return row
+
+
+def _rate_notes(plan: CapacityPlan, search: Search, rate: float, path: list[Probe], limited_by: str) -> list[str]:
+    """What to say of a rate search's answer where the number alone would mislead."""
+    measured = [p for p in path if judge(p.summary, search.targets).held is not None]
+    if not measured:
+        return [f"no probe measured its targets up to {max(p.rate for p in path):.4g} req/s "
+                f"({judge(path[-1].summary, search.targets).why}): lower warmup_s or raise workload.duration_s"]
+    if rate == 0.0:
+        lowest = min(measured, key=lambda p: p.rate)
+        return [f"no rate probed meets the target, down to {lowest.rate:.4g} req/s "
+                f"({judge(lowest.summary, search.targets).why}); the search walks down to a 256th of the first "
+                "of `rates`: give lower rates to search below"]
+    notes = []
+    if rate >= plan.ceiling:
+        notes.append(f"holds even at {rate:.4g} req/s, the most one run simulates over workload.duration_s: the "
+                     "capacity is at least that")
+    elif limited_by == HELD_THROUGHOUT:
+        replay = " (a replay serves its trace's requests at any rate: they may be too few to load a replica)"
+        notes.append(f"holds at every rate probed, up to {rate:.4g} req/s: the capacity is at least that"
+                     + (replay if plan.exp.workload.is_replay else ""))
+    behind = next((p for p in path if p.rate == rate and p.replicas == path[0].replicas), None)
+    if behind is not None and behind.summary["num_measured"] < MIN_MEASURED:
+        notes.append(f"the answer rests on {behind.summary['num_measured']} requests measured after the warm-up at "
+                     f"{rate:.4g} req/s: a percentile of so few is noise; raise workload.duration_s")
+    return notes
+
+
+HELD_THROUGHOUT = "held at every rate probed"
+MIN_MEASURED = 100  # fewer requests behind an answer, and its p90 (p99) rests on its top few: said beside it
 
 
 def _limited_by(rate: float, path: list[Probe], targets: tuple[Target, ...], ceiling: float) -> str:
@@ -209,4 +263,6 @@ def _limited_by(rate: float, path: list[Probe], targets: tuple[Target, ...], cei
         return f"at {lowest.rate:.4g} req/s: {judge(lowest.summary, targets).why}"
     if rate >= ceiling:
         return "the most one run simulates (workload.duration_s)"
-    return "no request measured after the warm-up"
+    if rate > 0:
+        return HELD_THROUGHOUT
+    return judge(path[-1].summary, targets).why

@@ -42,12 +42,12 @@ class Probe:
     """One run at a point, as a worker sends it back: a few numbers of its summary, not its records."""
     rate: float
     replicas: int
-    summary: dict  # every target metric and SERVED_KEYS
+    summary: dict  # every target metric, SERVED_KEYS and num_measured
 
 
 def probe(exp: Experiment, system: SystemSpec, rate: float, replicas: int, seed: int) -> Probe:
     summary = run_one(dataclasses.replace(exp, replicas=replicas), system, rate, seed).summary
-    return Probe(rate, replicas, {key: summary[key] for key in (*TARGET_METRICS, *SERVED_KEYS)})
+    return Probe(rate, replicas, {key: summary[key] for key in (*TARGET_METRICS, *SERVED_KEYS, "num_measured")})
 
 
 def rate_search(start: float, rel_tol: float, replicas: int, ceiling: float = math.inf
@@ -102,12 +102,16 @@ def rate_search(start: float, rel_tol: float, replicas: int, ceiling: float = ma
 
 
 def replica_search(rate: float, per_replica_rate: float, max_replicas: int = MAX_REPLICAS
-                   ) -> Generator[Point, bool, int | None]:
+                   ) -> Generator[Point, bool | None, int | None]:
     """Fewest replicas that hold `rate`, starting from rate / per-replica capacity; None if even
-    max_replicas do not."""
+    max_replicas do not, or if a probe measured no request (None): more replicas would measure even less,
+    so the search cannot tell, and says so rather than walk on (the caller reads the last probe)."""
     guess = max(1, int(-(-rate // per_replica_rate))) if per_replica_rate > 0 else 1
     k = min(guess, max_replicas)
-    if (yield rate, k):  # walk down while fewer still hold
+    held = yield rate, k
+    if held is None:
+        return None
+    if held:  # walk down while fewer still hold (fewer replicas measure more: a None here keeps k)
         while k > 1:
             if not (yield rate, k - 1):
                 break
@@ -115,7 +119,10 @@ def replica_search(rate: float, per_replica_rate: float, max_replicas: int = MAX
         return k
     while k < max_replicas:  # walk up until one holds
         k += 1
-        if (yield rate, k):
+        held = yield rate, k
+        if held is None:
+            return None
+        if held:
             return k
     return None
 

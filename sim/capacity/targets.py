@@ -82,18 +82,27 @@ def label(targets: Sequence[Target]) -> str:
 def judge(summary: dict, targets: Sequence[Target]) -> Verdict:
     """Whether a run's summary meets every target, and if not, why (each reason that applies)."""
     reasons = not_served(summary)
-    missing = False
+    missing = []
     for target in targets:
         value = summary[target.metric]
         if value != value:
-            missing = True
+            missing.append(target.metric)
         elif value > target.limit:
             reasons.append(f"{target.metric} {value:.4g} > {target.limit:g}")
     if reasons:
         return Verdict(False, "; ".join(reasons))
     if missing:
-        return Verdict(None, "no request measured after the warm-up")
+        return Verdict(None, unmeasured(missing))
     return Verdict(True)
+
+
+def unmeasured(metrics: Sequence[str]) -> str:
+    """Why a run gave no value of these metrics: no request measured after the warm-up, or (TPOT) none that
+    generated a second token."""
+    why = f"no {' or '.join(metrics)} measured after the warm-up"
+    if all(metric.startswith("tpot") for metric in metrics):
+        why += " (TPOT needs a request of 2 output tokens or more)"
+    return why
 
 
 def not_served(summary: dict) -> list[str]:

@@ -300,6 +300,16 @@ def check_split(exp: Experiment) -> None:
         except SpecError as err:
             raise SpecError(exp.source, f"split.{name}.{err.key}", err.message) from None
     kv_link_of(exp, split)
+    check_split_systems(exp)
+
+
+def check_split_systems(exp: Experiment) -> None:
+    """A split fleet's decode replicas take requests prefilled elsewhere, which only vLLM's paged scheduler does."""
+    for i, system in enumerate(exp.systems):
+        if system.kind != "vllm":
+            raise SpecError(exp.source, f"systems[{i}]", (
+                f"{system.name} is {system.kind}: only vLLM (kind vllm) serves a prefill:decode split, its decode "
+                "replicas receiving KV prefilled elsewhere"))
 
 
 def pool_label(exp: Experiment, pool: PoolConfig) -> str:

@@ -15,6 +15,7 @@ import importlib.util
 import io
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,6 +61,11 @@ def check_out_dir(out_dir: Path, name: str = "--out") -> Path:
         raise SpecError(name, "", f"{existing} is a file, not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise SpecError(name, "", f"no permission to write in {existing}")
+    try:  # a file made and gone at once: the access bits pass for root where the file system refuses (/proc, /sys)
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        raise SpecError(name, "", f"cannot write in {existing}: {err.strerror or err}") from None
     return out_dir
 
 

@@ -152,8 +152,9 @@ def test_capacity_says_when_no_rate_meets_the_target(tiny, tmp_path):
                       "--set", "systems=[vllm]", "--out", str(out))
     assert result.returncode == 0, result.stderr
     # the walk down stops where no request is measured any more: lower rates would say even less
-    assert "vLLM               no rate meets the target (the lowest measured was 0.0625 req/s: normalized_latency " \
+    assert "vLLM               no rate probed meets the target, down to 0.0625 req/s (normalized_latency " \
         in result.stdout
+    assert "give lower rates to search below" in result.stdout
     table = pd.read_csv(out / "capacity.csv")
     assert table["max_rate_per_replica_rps"][0] == 0 and table["replicas_needed"].isna().all()
     assert set(pd.read_csv(out / "capacity_probes.csv")["replicas"]) == {1}  # no replica search
