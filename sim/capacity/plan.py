@@ -232,9 +232,14 @@ def _rate_notes(plan: CapacityPlan, search: Search, rate: float, path: list[Prob
                 f"({judge(path[-1].summary, search.targets).why}): lower warmup_s or raise workload.duration_s"]
     if rate == 0.0:
         lowest = min(measured, key=lambda p: p.rate)
-        return [f"no rate probed meets the target, down to {lowest.rate:.4g} req/s "
+        note = (f"no rate probed meets the target, down to {lowest.rate:.4g} req/s "
                 f"({judge(lowest.summary, search.targets).why}); the search walks down to a 256th of the first "
-                "of `rates`: give lower rates to search below"]
+                "of `rates`: give lower rates to search below")
+        growth = lowest.summary["backlog_growth"]
+        if lowest.summary["num_unfinished"] and not growth > 0:  # cut off by the horizon, not fallen behind
+            note += ("; requests unfinished at the horizon of a short trace may only be long ones: raise "
+                     "workload.duration_s or max_time_factor")
+        return [note]
     notes = []
     if rate >= plan.ceiling:
         notes.append(f"holds even at {rate:.4g} req/s, the most one run simulates over workload.duration_s: the "

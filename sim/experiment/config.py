@@ -90,6 +90,17 @@ class Experiment:
 
 
 # --- small validators ----------------------------------------------------------------
+def _name(value: Any, source: str) -> str:
+    """The experiment's name: results/<name> is its default output folder, so a plain folder name."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise SpecError(source, "name", f"must be a plain name (it names results/<name>), got {value!r}")
+    name = str(value)
+    if not name.strip() or name in (".", "..") or any(sep in name for sep in ("/", "\\", "\0")):
+        raise SpecError(source, "name", f"must be a plain name without / (it names the folder results/<name>), "
+                        f"got {name!r}")
+    return name
+
+
 def _list_of(value: Any, source: str, key: str, check) -> tuple:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = [value]  # `rates: 2` means `rates: [2]`
@@ -237,7 +248,7 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
         if key not in raw:
             raise SpecError(source, key, f"missing required key ({TOP_LEVEL_KEYS[key]})")
     exp = Experiment(
-        name=str(raw.get("name", Path(source).stem)),
+        name=_name(raw.get("name", Path(source).stem), source),
         source=source,
         model=_lookup(load_model_spec, raw["model"], source, "model", base_dir),
         hardware=_lookup(load_hardware, raw["hardware"], source, "hardware", base_dir),

@@ -77,6 +77,16 @@ def test_a_search_that_met_the_target_nowhere_names_how_low_it_looked_and_how_to
     assert "give lower rates to search below" in note
 
 
+def test_requests_cut_off_by_a_short_traces_horizon_are_told_apart_from_a_full_replica(write_config):
+    cut_off = summary(0.1, saturated=True, num_unfinished=1)
+    _, notes = answer(write_config, [Probe(0.5, 1, cut_off)], 0.0)
+    assert notes[0].endswith("requests unfinished at the horizon of a short trace may only be long ones: raise "
+                             "workload.duration_s or max_time_factor")
+    fallen_behind = summary(0.1, saturated=True, num_unfinished=40, backlog_growth=0.3)
+    _, notes = answer(write_config, [Probe(0.5, 1, fallen_behind)], 0.0)
+    assert "horizon of a short trace" not in notes[0]
+
+
 def test_an_answer_resting_on_a_few_requests_says_so(write_config):
     path = [Probe(0.02, 1, summary(0.01, measured=3)), Probe(0.04, 1, summary(5.0, measured=6))]
     _, notes = answer(write_config, path, 0.02)
