@@ -250,8 +250,9 @@ def _rate_notes(plan: CapacityPlan, search: Search, rate: float, path: list[Prob
                      + (replay if plan.exp.workload.is_replay else ""))
     behind = next((p for p in path if p.rate == rate and p.replicas == path[0].replicas), None)
     if behind is not None and behind.summary["num_measured"] < MIN_MEASURED:
+        longer = "replay a longer trace" if plan.exp.workload.is_replay else "raise workload.duration_s"
         notes.append(f"the answer rests on {behind.summary['num_measured']} requests measured after the warm-up at "
-                     f"{rate:.4g} req/s: a percentile of so few is noise; raise workload.duration_s")
+                     f"{rate:.4g} req/s: a percentile of so few is noise; {longer}")
     return notes
 
 
