@@ -96,6 +96,20 @@ def test_an_answer_resting_on_a_few_requests_says_so(write_config):
     assert notes == []  # 500 requests: nothing to say
 
 
+def test_on_a_replay_the_notes_speak_of_its_trace(write_config, tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n" + "".join(
+        f"{i},{50 + i},{10 + i}\n" for i in range(20)))
+    exp = load_experiment(write_config(tiny(systems="[vllm]", workload=f"{{trace: {trace}}}", warmup_s="0")))
+    plan = CapacityPlan(exp, (TARGET,))
+    notes: list[str] = []
+    path = [Probe(2.0 ** k, 1, summary(0.1, measured=20)) for k in range(3)]
+    _row(plan, Search(exp.systems[0], (TARGET,), True), (4.0, None), path, notes)
+    assert notes[0].endswith("the capacity is at least that (a replay serves its trace's requests at any rate: "
+                             "they may be too few to load a replica)")
+    assert notes[1].endswith("a percentile of so few is noise; replay a longer trace")
+
+
 def test_a_tpot_no_request_can_give_is_named_as_such():
     verdict = judge({**summary(0.1), "tpot_p90_s": float("nan")}, (Target("tpot_p90_s", 0.05),))
     assert verdict.held is None
