@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 ALL = "all"  # the metric column of the joint row
+HELD_THROUGHOUT = "held at every rate probed"  # limited_by where no probe was over the target
+MIN_MEASURED = 100  # fewer requests behind an answer, and its p90 (p99) rests on its top few: said beside it
 
 
 @dataclass(frozen=True)
@@ -254,10 +256,6 @@ def _rate_notes(plan: CapacityPlan, search: Search, rate: float, path: list[Prob
         notes.append(f"the answer rests on {behind.summary['num_measured']} requests measured after the warm-up at "
                      f"{rate:.4g} req/s: a percentile of so few is noise; {longer}")
     return notes
-
-
-HELD_THROUGHOUT = "held at every rate probed"
-MIN_MEASURED = 100  # fewer requests behind an answer, and its p90 (p99) rests on its top few: said beside it
 
 
 def _limited_by(rate: float, path: list[Probe], targets: tuple[Target, ...], ceiling: float) -> str:
