@@ -120,9 +120,8 @@ def capacity(config: str | Path | Experiment, target: str | Sequence[str], *, ra
     """
     from sim.capacity.plan import capacity_frame, colocated, plan_capacity, run_capacity
 
-    exp = _experiment(config, overrides)
+    exp = colocated(_experiment(config, overrides), False, "servesim.split_capacity searches its prefill:decode splits")
     plan = plan_capacity(exp, target, rate, seed, tolerance)
-    colocated(exp, False, "servesim.split_capacity searches its prefill:decode splits")
     return capacity_frame(run_capacity(plan).rows)
 
 

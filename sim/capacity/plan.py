@@ -215,10 +215,11 @@ def _row(plan: CapacityPlan, search: Search, answer: tuple, path: list[Probe], n
         row["replicas_needed"] = needed
         if search.finds_replicas and rate and needed is None:
             last = path[-1]
-            if judge(last.summary, search.targets).held is None:
+            verdict = judge(last.summary, search.targets)
+            if verdict.held is None:
                 notes.append(f"  {name:<18}{what} at {plan.rate:g} req/s on {last.replicas} replica(s), "
-                             f"{judge(last.summary, search.targets).why}: the replicas needed cannot be told; lower "
-                             "warmup_s or raise workload.duration_s")
+                             f"{verdict.why}: the replicas needed cannot be told; lower warmup_s or raise "
+                             "workload.duration_s")
             else:
                 notes.append(f"  {name:<18}{what} even {max(p.replicas for p in path)} replicas do not meet the "
                              f"target at {plan.rate:g} req/s")

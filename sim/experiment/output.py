@@ -14,7 +14,6 @@ import gzip
 import importlib.util
 import io
 import json
-import os
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,11 +58,11 @@ def check_out_dir(out_dir: Path, name: str = "--out") -> Path:
     existing = next(path for path in (out_dir, *out_dir.parents) if path.exists())
     if not existing.is_dir():
         raise SpecError(name, "", f"{existing} is a file, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise SpecError(name, "", f"no permission to write in {existing}")
-    try:  # a file made and gone at once: the access bits pass for root where the file system refuses (/proc, /sys)
+    try:  # a file made and gone at once, not the access bits: root passes those where the file system refuses (/sys)
         with tempfile.TemporaryFile(dir=existing):
             pass
+    except PermissionError:
+        raise SpecError(name, "", f"no permission to write in {existing}") from None
     except OSError as err:
         raise SpecError(name, "", f"cannot write in {existing}: {err.strerror or err}") from None
     return out_dir

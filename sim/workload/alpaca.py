@@ -24,6 +24,10 @@ def alpaca_texts(path: str | Path) -> tuple[list[str], list[str]]:
         raise SpecError(source, "", "file not found") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise SpecError(source, "", f"not valid JSON ({e}); expected {SHAPE}") from None
+    except IsADirectoryError:
+        raise SpecError(source, "", "is a folder; give the path of an alpaca_data.json file") from None
+    except OSError as e:  # a file this user may not read
+        raise SpecError(source, "", f"cannot read it: {e.strerror or e}") from None
     if not isinstance(items, list) or not items:
         raise SpecError(source, "top level", f"expected {SHAPE}")
     prompts, outputs = [], []

@@ -178,18 +178,14 @@ def _shipped(path: Path, build: str) -> LengthTable:
 
 
 def _read_cached(path: Path) -> LengthTable:
+    reader = read_alpaca_json if path.suffix.lower() == ".json" else read_lengths_csv
     try:
         data = path.read_bytes()
-    except FileNotFoundError:
-        raise SpecError(str(path), "", "file not found") from None
-    except IsADirectoryError:
-        raise SpecError(str(path), "", "is a folder; give a CSV of prompt_len,output_len or alpaca_data.json") from None
-    except OSError as err:
-        raise SpecError(str(path), "", f"cannot read it: {err.strerror or err}") from None
+    except OSError:  # missing, a folder, unreadable: the reader says which, in one line naming the file
+        return reader(path)
     # by the bytes, not the file's time and size: a file rewritten within a clock tick is read again
     key = (str(path.resolve()), hashlib.blake2b(data, digest_size=16).digest())
     if key not in _cache:  # tables are immutable; a sweep reads the file once
-        reader = read_alpaca_json if path.suffix.lower() == ".json" else read_lengths_csv
         if len(_cache) >= 8:
             _cache.clear()
         _cache[key] = reader(path)

@@ -57,6 +57,8 @@ def _read_text(path: str | Path, source: str) -> str:
         raise SpecError(source, "", "is a folder; give the path of a CSV file") from None
     except UnicodeDecodeError as e:
         raise SpecError(source, "", f"not a UTF-8 text file ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise SpecError(source, "", f"cannot read it: {e.strerror or e}") from None
 
 
 def _leading_comments(lines: list[str]) -> tuple[list[str], int]:

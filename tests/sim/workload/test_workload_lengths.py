@@ -138,6 +138,7 @@ def test_load_lengths_of_an_unreadable_file_is_one_line_naming_it(tmp_path, monk
         raise PermissionError(13, "Permission denied", str(self))
 
     monkeypatch.setattr(Path, "read_bytes", refuse)
+    monkeypatch.setattr(Path, "read_text", lambda self, encoding=None: refuse(self))
     with pytest.raises(SpecError) as caught:
         load_lengths(path)
     assert caught.value.source == str(path) and "cannot read it: Permission denied" in str(caught.value)
@@ -174,3 +175,11 @@ def test_sharegpt_fig11_standin_is_the_real_pairs_scaled():
     assert np.array_equal(standin.prompt_len, prompt) and np.array_equal(standin.output_len, output)
     assert np.array_equal(scale_pairs(np.array([1, 10]), np.array([3, 1]), (2.0, 0.1))[0], [2, 20])
     assert np.array_equal(scale_pairs(np.array([1, 10]), np.array([3, 1]), (2.0, 0.1))[1], [1, 1])  # at least 1
+
+
+def test_an_alpaca_path_that_is_a_folder_is_one_line_naming_it(tmp_path):
+    folder = tmp_path / "alpaca_data.json"
+    folder.mkdir()
+    with pytest.raises(SpecError) as caught:
+        load_lengths(folder)
+    assert caught.value.source == str(folder) and "is a folder" in str(caught.value)
