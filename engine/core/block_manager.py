@@ -72,16 +72,19 @@ def shared_prefix_keys(num_blocks: int) -> tuple[int, ...]:
 class BlockManager:
     """Maps each sequence's logical blocks to physical ones, sharing by reference count and by key (module
     docstring). prefix_caching: every request's prompt blocks are keyed (automatic prefix caching), else only
-    an explicit shared prefix's; by_chunk (chunked prefill): a prompt's blocks are keyed chunk by chunk."""
+    an explicit shared prefix's; by_chunk (chunked prefill): a prompt's blocks are keyed chunk by chunk;
+    appends_as_needed (vLLM V1): a group may take its next slots while the blocks they need are free, not only
+    while a block per sequence is (can_append)."""
 
     def __init__(self, block_size: int, num_gpu_blocks: int, num_cpu_blocks: int, watermark: float = 0.01,
-                 prefix_caching: bool = False, by_chunk: bool = False):
+                 prefix_caching: bool = False, by_chunk: bool = False, appends_as_needed: bool = False):
         self.block_size = block_size
         self.gpu = CachingBlockAllocator(num_gpu_blocks, "gpu")
         self.cpu = BlockAllocator(num_cpu_blocks, "cpu")
         self.watermark_blocks = int(watermark * num_gpu_blocks)
         self.prefix_caching = prefix_caching
         self.by_chunk = by_chunk
+        self.appends_as_needed = appends_as_needed
         self.block_tables: dict[int, list[int]] = {}
         self.pinned: list[int] = []  # the explicit shared prefix's blocks, held by the manager itself
         self._pin_keys: set[int] = set()  # the keys whose blocks are pinned once registered
@@ -278,9 +281,23 @@ class BlockManager:
         return keyed
 
     # --- growth ----------------------------------------------------------------
-    def can_append(self, num_running_seqs: int) -> bool:
-        """Whether a group of that many running sequences may take its next slots."""
-        return appends_fit(num_running_seqs, self.gpu.num_free)
+    def can_append(self, seqs: list[Sequence]) -> bool:
+        """Whether a group's running sequences, seqs, may take their next slots: a free block for each (the
+        paper-era rule, appends_fit), or, appends_as_needed, for each that needs one (V1's allocate_slots)."""
+        if self.appends_as_needed:
+            return self.blocks_to_append(seqs) <= self.gpu.num_free
+        return appends_fit(len(seqs), self.gpu.num_free)
+
+    def blocks_to_append(self, seqs: Iterable[Sequence]) -> int:
+        """The free blocks append_slots would take for these sequences now: one for each whose table is full,
+        or whose last block is shared (a copy on write)."""
+        tables, bs, ref_counts = self.block_tables, self.block_size, self.gpu.ref_counts
+        needed = 0
+        for seq in seqs:
+            table = tables[seq.seq_id]
+            if len(table) * bs < seq.length or ref_counts[table[-1]] != 1:
+                needed += 1
+        return needed
 
     def append_slots(self, seqs: Iterable[Sequence], copies: list[tuple[int, int]]) -> None:
         """Make room in each sequence's table, in turn, for the token at position length - 1, adding the

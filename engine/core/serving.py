@@ -96,6 +96,10 @@ class ServingCore:
         self.idle_preempted = False
         # disaggregated serving: a prefill replica's finished requests are not done (hand_off_kv)
         self.hands_off = False
+        # the last iteration that ran: its start and end (an asynchronous scheduler reads the start, when the next
+        # step follows it without a pause: Scheduler.previous_step_start_s)
+        self.last_start_s: float | None = None
+        self.last_end_s: float | None = None
 
     def admit(self, request: Request) -> SequenceGroup:
         group = make_group(request.request_id, request.arrival_s, request.prompt_len, request.output_len,
@@ -112,6 +116,8 @@ class ServingCore:
         """Schedule the next iteration; None when nothing can run now (then idle_preempted says whether the
         next call can)."""
         self.scheduler.now_s = now_s
+        follows = self.last_end_s is not None and now_s <= self.last_end_s
+        self.scheduler.previous_step_start_s = self.last_start_s if follows else None
         preempted = self.scheduler.num_preemptions
         batch = self.scheduler.schedule()
         ignored = self.scheduler.take_ignored()
@@ -161,6 +167,8 @@ class ServingCore:
             if queued_s:
                 waits = chain([step.num_waiting + bisect_left(queued_s, end) for end in ends[:-1]], (waiting,))
             self.records.add_iterations(batch, usage, starts, map(sub, ends, starts), waits, self.replica)
+        self.last_start_s = ends[-2] if count > 1 else step.start_s
+        self.last_end_s = ends[-1]
         finished = scheduler.complete(batch, ends[-1], beam_parents)
         if not self.hands_off:
             for group in finished:

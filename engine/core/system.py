@@ -31,11 +31,21 @@ PREEMPTION_MODES = ("auto", "recompute", "swap")
 #             decode-only one; the budget counts padding (prompts x the longest) and max_paddings
 #   chunked   Sarathi-Serve / vLLM >= 0.4 chunked prefill: decodes first, then prompt chunks filling
 #             max_num_batched_tokens (vLLM's default for it: CHUNKED_TOKEN_BUDGET)
-# One scheduler runs all three (engine/core/scheduler/vllm.py), each a small difference in its schedule().
-PREFILL_POLICIES = ("mixed", "separate", "chunked")
+#   v1        vLLM's V1 engine (0.8+): chunked prefill always on under one token budget, recompute the only
+#             preemption, the running requests in the order they were admitted, a block only where a step
+#             needs one, and no prompt admitted in a step that preempted (docs/vllm-policies.md)
+# One scheduler runs all four (engine/core/scheduler/vllm.py), each a small difference in its schedule().
+PREFILL_POLICIES = ("mixed", "separate", "chunked", "v1")
+CHUNKED_POLICIES = ("chunked", "v1")  # prompts in chunks under max_num_batched_tokens
 # vLLM v0.4.x SchedulerConfig: with enable_chunked_prefill and no max_num_batched_tokens given it picks 512,
 # "the values that have the best balance between ITL and TTFT on A100" (engine.specs.loader applies it)
 CHUNKED_TOKEN_BUDGET = 512
+# vLLM V1's defaults for a server (`vllm serve`'s usage context, EngineArgs.get_batch_defaults): on a GPU of at
+# least 70 GiB that is not an A100 (its larger budget cost A100s throughput, vLLM PR 17885), 8192 tokens and 1024
+# sequences an iteration; on any other, 2048 and 256 (v1_limits)
+V1_LARGE_GPU_GIB = 70
+V1_LIMITS_LARGE = (8192, 1024)
+V1_LIMITS = (2048, 256)
 # vLLM v0.2.x-v0.3.x SchedulerConfig.max_paddings default: a prompt-only batch pads every prompt to the longest
 DEFAULT_MAX_PADDINGS = 256
 
@@ -49,6 +59,8 @@ VLLM_ONLY_KEYS = {
     "prefix_caching": "vLLM's cache of full blocks shared across requests (paged blocks)",
     "prefill_policy": "vLLM's choice of scheduler (how prompts share iterations with decodes)",
 }
+# The keys only vLLM V1's scheduler reads (prefill_policy: v1)
+V1_ONLY_KEYS = {"async_scheduling": "vLLM V1's overlap of the host's scheduling with the GPU's step"}
 # The keys only vLLM's prompt-only iterations read (prefill_policy: separate, engine/core/scheduler/
 # vllm.py), each with the vLLM releases that had it
 SEPARATE_ONLY_KEYS = {"max_paddings": "vLLM v0.2-v0.3's", "delay_factor": "vLLM v0.3's"}
@@ -80,6 +92,9 @@ class SystemSpec:
     # vllm separate (v0.3's delay_factor): new prompts wait until the oldest waiting one has waited this many
     # times the last prompt run's latency, or nothing runs; 0: no delay
     delay_factor: float = 0.0
+    # vllm v1: the host schedules the next step while the GPU runs this one (vLLM's --async-scheduling), so a
+    # request that arrives during a busy step joins one step later, and the step's host work overlaps the GPU's
+    async_scheduling: bool = False
 
     @property
     def max_seqs_per_batch(self) -> int:
@@ -121,6 +136,11 @@ class SystemSpec:
         if isinstance(self.delay_factor, bool) or not isinstance(self.delay_factor, (int, float)) \
                 or not 0 <= self.delay_factor < float("inf"):
             raise bad("delay_factor", f"must be a finite number >= 0, got {self.delay_factor!r}")
+        if not isinstance(self.async_scheduling, bool):
+            raise bad("async_scheduling", f"must be true or false, got {self.async_scheduling!r}")
+        if self.kind == "vllm" and self.prefill_policy == "v1" and self.preemption == "swap":
+            raise bad("preemption", "vLLM V1 has no swap space: it recomputes a preempted request (give "
+                                    "recompute or auto, or another prefill_policy)")
         if self.max_batch_size is not None and not _positive_int(self.max_batch_size):
             raise bad("max_batch_size", f"must be a positive integer or null (as many as memory allows), "
                                         f"got {self.max_batch_size!r}")
@@ -128,7 +148,7 @@ class SystemSpec:
             why = self.unused_reason(field)
             if why is not None:
                 raise bad(field, why)
-        if self.kind == "vllm" and self.prefill_policy == "chunked":
+        if self.kind == "vllm" and self.prefill_policy in CHUNKED_POLICIES:
             self._validate_chunked(bad)
 
     def _given(self, given: Collection[str] | None) -> list[str]:
@@ -150,6 +170,10 @@ class SystemSpec:
                     else f"this system is {self.kind}")
             return (f"is {SEPARATE_ONLY_KEYS[field]}, with prefill_policy 'separate'; {this} (remove the key, or "
                     "give a vllm system prefill_policy: separate)")
+        if field in V1_ONLY_KEYS and (self.kind != "vllm" or self.prefill_policy != "v1"):
+            this = (f"this system's prefill_policy is {self.prefill_policy!r}" if self.kind == "vllm"
+                    else f"this system is {self.kind}")
+            return (f"is {V1_ONLY_KEYS[field]}; {this} (remove the key, or give a vllm system prefill_policy: v1)")
         if field == "reservation" and self.kind == "vllm":
             return ("is the reservation rule of Orca and FasterTransformer; vllm allocates blocks as its sequences "
                     "grow (remove the key)")
@@ -166,12 +190,22 @@ class SystemSpec:
         """vLLM's SchedulerConfig check: a chunked iteration's budget must hold a decode of every sequence."""
         budget = self.max_num_batched_tokens
         if budget is None:
+            default = CHUNKED_TOKEN_BUDGET if self.prefill_policy == "chunked" else V1_LIMITS[0]
             raise bad("max_num_batched_tokens", "chunked prefill needs a token budget per iteration, got null; "
-                                                f"give a positive integer (vLLM's default: {CHUNKED_TOKEN_BUDGET})")
+                                                f"give a positive integer (vLLM's default: {default})")
         if budget < self.max_num_seqs:
             raise bad("max_num_batched_tokens", f"{budget} tokens cannot hold a decode of each of max_num_seqs "
                                                 f"{self.max_num_seqs} sequences under chunked prefill; give at least "
                                                 f"{self.max_num_seqs} (or lower max_num_seqs)")
+
+
+def v1_limits(memory_gib: float | None, device_names: Collection[str] = ()) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) as vLLM V1 derives them for a server on this GPU (V1_LIMITS_LARGE's
+    comment); a GPU of unknown memory gets the smaller pair, as vLLM's own fallback does."""
+    large = memory_gib is not None and memory_gib >= V1_LARGE_GPU_GIB
+    if large and not any("a100" in name.lower() for name in device_names):
+        return V1_LIMITS_LARGE
+    return V1_LIMITS
 
 
 def _positive_int(value: object) -> bool:
@@ -186,3 +220,10 @@ PAPER_SYSTEMS = {
     "orca-oracle": SystemSpec("Orca (Oracle)", "orca", reservation="oracle"),
     "vllm": SystemSpec("vLLM", "vllm"),
 }
+# vLLM's V1 engine as `vllm serve` runs it (0.8 and later; its defaults as of 0.19): chunked prefill under one token
+# budget, prefix caching on, no watermark, recompute on preemption, asynchronous scheduling; its token budget and
+# sequence cap are the smaller GPU's here, and a config's GPU sets them as vLLM does (v1_limits) unless given
+VLLM_V1 = SystemSpec("vLLM V1", "vllm", max_num_batched_tokens=V1_LIMITS[0], max_num_seqs=V1_LIMITS[1],
+                     preemption="recompute", watermark=0.0, prefix_caching=True, prefill_policy="v1",
+                     async_scheduling=True)
+PRESETS = {**PAPER_SYSTEMS, "vllm-v1": VLLM_V1}

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from engine.core.spec import ModelSpec
-from engine.core.system import CHUNKED_TOKEN_BUDGET, PAPER_SYSTEMS, SystemSpec
+from engine.core.system import CHUNKED_TOKEN_BUDGET, PRESETS, SystemSpec, v1_limits
 from engine.errors import SpecError
 from engine.specs.checks import choice, positive, positive_int, share
 
@@ -176,8 +176,11 @@ def _checked_rotary(spec: ModelSpec, source: str) -> ModelSpec:
 
 # --- systems ----------------------------------------------------------------------------
 
-def system_from_dict(raw: dict | str, source: str, key: str) -> SystemSpec:
-    """A preset name, or a mapping with `preset:` and overrides, or a full mapping."""
+def system_from_dict(raw: dict | str, source: str, key: str, gpu: tuple[float, tuple[str, ...]] | None = None
+                     ) -> SystemSpec:
+    """A preset name, or a mapping with `preset:` and overrides, or a full mapping. gpu: (memory GiB, driver
+    names) of the GPU it serves on, from which a V1 system derives the token budget and sequence cap it is not
+    given, as vLLM does (engine.core.system.v1_limits); None: the smaller GPU's."""
     if isinstance(raw, str):
         raw = {"preset": raw}
     if not isinstance(raw, dict):
@@ -185,8 +188,8 @@ def system_from_dict(raw: dict | str, source: str, key: str) -> SystemSpec:
     raw = dict(raw)
     preset = raw.pop("preset", None)
     if preset is not None:
-        choice(preset, source, f"{key}.preset", sorted(PAPER_SYSTEMS))
-        base = {f.name: getattr(PAPER_SYSTEMS[preset], f.name) for f in fields(SystemSpec)}
+        choice(preset, source, f"{key}.preset", sorted(PRESETS))
+        base = {f.name: getattr(PRESETS[preset], f.name) for f in fields(SystemSpec)}
     else:
         base = {}
     known = {f.name for f in fields(SystemSpec)}
@@ -196,10 +199,16 @@ def system_from_dict(raw: dict | str, source: str, key: str) -> SystemSpec:
     base.update(raw)
     if base.get("prefill_policy") == "chunked" and "max_num_batched_tokens" not in raw:
         base["max_num_batched_tokens"] = CHUNKED_TOKEN_BUDGET  # vLLM's own default for chunked prefill
+    if base.get("prefill_policy") == "v1":  # vLLM V1's own defaults, by the GPU, where not given
+        budget, seqs = v1_limits(*gpu) if gpu is not None else v1_limits(None)
+        if "max_num_batched_tokens" not in raw:
+            base["max_num_batched_tokens"] = budget
+        if "max_num_seqs" not in raw:
+            base["max_num_seqs"] = seqs
     for required in ("name", "kind"):
         if required not in base:
             raise SpecError(source, f"{key}.{required}", "missing (or give preset: one of "
-                            f"{sorted(PAPER_SYSTEMS)})")
+                            f"{sorted(PRESETS)})")
     if not isinstance(base["name"], str) or not base["name"].strip():
         raise SpecError(source, f"{key}.name", f"must be a non-empty label, got {base['name']!r}")
     spec = SystemSpec(**base)

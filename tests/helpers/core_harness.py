@@ -18,7 +18,7 @@ from engine.core.factory import make_scheduler
 from engine.core.scheduler.reservation_scheduler import ReservationScheduler
 from engine.core.scheduler.vllm import VLLMScheduler
 from engine.core.sequence import SeqStatus, SequenceCounter, SequenceGroup, make_group
-from engine.core.system import SystemSpec
+from engine.core.system import CHUNKED_POLICIES, SystemSpec
 from engine.specs.loader import load_model_spec
 
 # deterministic hypothesis runs: same examples on every machine, no wall-clock deadline
@@ -194,7 +194,7 @@ class StepInvariants(Checker):
             written.add(slot)
 
         cached_lens = batch.prefill_cached_lens or [0] * len(batch.prefill_seq_ids)
-        chunked = system.prefill_policy == "chunked"  # earlier chunks are cached too: ChunkedPrefill checks them
+        chunked = system.prefill_policy in CHUNKED_POLICIES  # earlier chunks are cached too: ChunkedPrefill checks them
         for seq_id, length, cached, samples in zip(batch.prefill_seq_ids, batch.prefill_lens, cached_lens,
                                                    batch.prefill_sample_ids):
             seq = sched.sequence(seq_id)

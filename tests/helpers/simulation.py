@@ -11,7 +11,7 @@ import numpy as np
 from calibrate.clock.costmodel import CostModel
 from calibrate.clock.roofline import RooflineCostModel
 from calibrate.hardware.hardware import load_hardware
-from engine.core.system import PAPER_SYSTEMS
+from engine.core.system import PAPER_SYSTEMS, VLLM_V1
 from engine.specs.loader import load_model_spec
 from sim.workload.trace import Trace
 
@@ -29,6 +29,8 @@ SYSTEMS = {
                                    delay_factor=0.5),
     "vllm-chunked": replace(PAPER_SYSTEMS["vllm"], name="vLLM chunked", prefill_policy="chunked",
                             max_num_batched_tokens=512),
+    # vLLM V1, asynchronous scheduling and all, without prefix caching (random traces carry no token identities)
+    "vllm-v1": replace(VLLM_V1, prefix_caching=False, max_num_batched_tokens=512),
 }
 
 

@@ -35,6 +35,9 @@ class Scheduler:
     # the clock at the schedule() about to run, set by ServingCore.start_step (a policy that reads the time,
     # vLLM v0.3's delay_factor, reads it here; the others ignore it)
     now_s: float
+    # the start of the step that ran just before this schedule(), when this one follows it without a pause; None
+    # after an idle engine (set by ServingCore.start_step; vLLM V1's async scheduling reads it)
+    previous_step_start_s: float | None
 
     @abstractmethod
     def add_request(self, group: SequenceGroup) -> None:

@@ -45,6 +45,7 @@ class QueueScheduler(Scheduler):
         # instead of refusing it at admission sets ignores_unservable; `unservable` holds why, by request id,
         # and `ignored` the groups ignored since the data plane last took them (take_ignored)
         self.now_s = 0.0  # Scheduler.now_s
+        self.previous_step_start_s: float | None = None
         self.ignores_unservable = False
         self.unservable: dict[int, str] = {}
         self.ignored: list[SequenceGroup] = []

@@ -22,7 +22,7 @@ from engine.core.scheduler.preemption import PreemptionRule
 from engine.core.scheduler.stretch import stretch_appends
 from engine.core.scheduler.vllm_step import NO_TOKEN_CAP
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
-from engine.core.system import SystemSpec
+from engine.core.system import CHUNKED_POLICIES, SystemSpec
 
 
 class PagedScheduler(QueueScheduler):
@@ -34,13 +34,17 @@ class PagedScheduler(QueueScheduler):
         self.order = order if order is not None else FirstComeFirstServed()  # engine.core.scheduler.order
         self.num_gpu_blocks = num_gpu_blocks
         self.num_cpu_blocks = num_cpu_blocks
+        v1 = system.prefill_policy == "v1"
         self.blocks = BlockManager(system.block_size, num_gpu_blocks, num_cpu_blocks, system.watermark,
-                                   system.prefix_caching, system.prefill_policy == "chunked")
+                                   system.prefix_caching, system.prefill_policy in CHUNKED_POLICIES,
+                                   appends_as_needed=v1)
         self.allocator = self.blocks  # the skeleton's view of it (engine.core.allocator)
         self.paged_kv = PagedKVTracker(self.blocks, self._beam_group_of)
         self.kv, self.token_slots = self.paged_kv, self.paged_kv.token_slots
         self.rows = RunningBatch(self.blocks, system.block_size)
         self.caches_prefixes = system.prefix_caching
+        # vLLM V1 runs its requests in the order it admitted them (engine.core.scheduler.vllm.PrefillRules)
+        self.runs_in_admission_order = v1
         self.swapped: deque[SequenceGroup] = deque()
         self.num_swapped_out_blocks = 0
         self.num_swapped_in_blocks = 0
@@ -62,7 +66,7 @@ class PagedScheduler(QueueScheduler):
     def _insert_running(self, group: SequenceGroup) -> None:
         order = self.order
         key = order.key(group)
-        if not self.running or order.key(self.running[-1]) <= key:
+        if not self.running or self.runs_in_admission_order or order.key(self.running[-1]) <= key:
             self.running.append(group)
             self.rows.insert(group, None)
             return

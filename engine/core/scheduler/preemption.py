@@ -34,8 +34,10 @@ class PreemptionRule:
     """The system's preemption rule over one paged pool (token_cap: an iteration's tokens, at most)."""
 
     def __init__(self, system: SystemSpec, blocks: BlockManager, num_gpu_blocks: int, token_cap: int) -> None:
-        # None: vLLM's own rule per group ("auto"); else the mode the user forced
-        self.forced = None if system.preemption == "auto" else PreemptionMode(system.preemption)
+        # None: vLLM's own rule per group ("auto"); else the mode the user forced. V1 has no swap space: its own
+        # rule recomputes every request
+        auto = PreemptionMode.RECOMPUTE if system.prefill_policy == "v1" else None
+        self.forced = auto if system.preemption == "auto" else PreemptionMode(system.preemption)
         self.blocks = blocks
         self.block_size = system.block_size
         self.num_gpu_blocks = num_gpu_blocks

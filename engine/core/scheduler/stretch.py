@@ -48,7 +48,13 @@ def paged_stretch(batch: Batch, running: list[SequenceGroup], blocks: BlockManag
     growth = growth_by_slack(running, blocks, block_size)
     if growth is None:
         return DecodeStretch(batch, 1)
-    largest_group = (1 if num_running_seqs == len(running) else max(len(group.live_seqs()) for group in running))
+    # the free blocks a group must find beyond its own appends: V1 asks none (appends_as_needed), the paper-era
+    # can_append a block per sequence of the group, its own appends included
+    if blocks.appends_as_needed:
+        largest_group = 0
+    else:
+        largest_group = (1 if num_running_seqs == len(running)
+                         else max(len(group.live_seqs()) for group in running))
     num_steps = steps_without_preemption(steps_to_first_finish(chain.from_iterable(growth)), growth,
                                          blocks.gpu.num_free, num_running_seqs, largest_group, block_size)
     return DecodeStretch(batch, num_steps, growth)
@@ -76,8 +82,9 @@ def steps_without_preemption(num_steps: int, growth: list[list[Sequence]], free:
                              largest_group: int, block_size: int) -> int:
     """The first iterations of num_steps whose schedule() preempts nobody. schedule() takes its fast path when
     the free blocks before its appends cover every running sequence, and otherwise preempts nobody when those
-    left after the appends still cover the largest group (each group's can_append then holds in turn). Free
-    blocks only fall, so the first iteration failing both ends the stretch."""
+    left after the appends still cover the largest group (each group's can_append then holds in turn; V1's asks
+    nothing beyond a group's own appends: largest_group 0, so the appends fitting is all). Free blocks only fall,
+    so the first iteration failing both ends the stretch."""
     bs = block_size
     cycles, rest = divmod(num_steps - 1, bs)
     if appends_fit(largest_group, free - cycles * num_seqs - sum(map(len, growth[:rest]))):

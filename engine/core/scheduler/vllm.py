@@ -42,14 +42,27 @@ class PrefillRules:
     # any step that swapped no group out, one that preempted only by recomputation included
     any_preemption_holds_swap_in: bool
     ignores_unservable: bool  # a request that can never run is ignored at the queue's head, not refused on arrival
+    # V1's allocate_slots: a running sequence takes a block only where its next token needs one, and preempts only
+    # then; else a free block per running sequence is asked for whether it needs one or not (appends_fit)
+    appends_as_needed: bool = False
+    # V1 keeps its running requests in the order it admitted them (a request recomputed after a preemption runs
+    # again last); else they keep the scheduler's Order (arrival), and preemption takes the latest arrival
+    admission_order: bool = False
+    # V1 admits no waiting prompt in a step that preempted anyone; else only the group just preempted waits
+    admits_after_preemption: bool = True
 
 
-PREFILL_RULES = {  # the three policies side by side
+PREFILL_RULES = {  # the four policies side by side
     #                       prompt_only chunked prompts_while_swapped any_preemption_holds_swap_in ignores_unservable
     "mixed": PrefillRules(        False,  False,                False,                       False,            False),
     "separate": PrefillRules(      True,  False,                False,                        True,             True),
     "chunked": PrefillRules(      False,   True,                 True,                        True,             True),
-}  # mixed: the paper's code (v0.1); separate: v0.2-v0.3; chunked: v0.4 (Sarathi-Serve)
+    "v1": PrefillRules(           False,   True,                 True,                        True,             True,
+                       appends_as_needed=True, admission_order=True, admits_after_preemption=False),
+}  # mixed: the paper's code (v0.1); separate: v0.2-v0.3; chunked: v0.4 (Sarathi-Serve); v1: the V1 engine (0.8+)
+
+
+EVERY_ARRIVAL = float("inf")  # what a synchronous schedule() sees: every request the data plane handed it
 
 
 class VLLMScheduler(PagedScheduler):
@@ -68,6 +81,7 @@ class VLLMScheduler(PagedScheduler):
         self.last_prompt_latency = 0.0
         self.prev_time_s = 0.0
         self.prev_prompt = False
+        self.async_scheduling = system.async_scheduling
         self._prefills: list[Prefill] = []  # this iteration's, for complete() to move the chunks' progress
 
     # --- one step ----------------------------------------------------------------
@@ -116,17 +130,24 @@ class VLLMScheduler(PagedScheduler):
             self.rows.stale = True
         else:
             due = self.rows.due_now()
-            free = self.blocks.gpu.num_free
-            # each of the rows due takes at most one block, and can_append asks a free block per running sequence
-            # of the group it checks: while the widest group (rows.widest: at least the widest, never less) would
-            # still find its own after the rows due took theirs, no group can fail it (appends_fit: nobody at all can)
-            if free - len(due) >= self.rows.widest or appends_fit(self.num_running_seqs, free):
+            if self._appends_fit_all(due):
                 plan.decode_groups = list(self.running)
                 plan.decode_seqs = self.rows.reserve(due, plan.copies)
                 plan.decode_ids = list(self.rows.seq_ids)
                 return
         self._walk_running(plan)
         self.rows.walked(due)
+
+    def _appends_fit_all(self, due: list[Sequence]) -> bool:
+        """Whether every running sequence surely takes its next slot with nobody preempted. Each of the rows due
+        takes at most one block. V1 asks only those (appends_as_needed); the paper-era can_append asks a free block
+        per running sequence of the group it checks: while the widest group (rows.widest: at least the widest,
+        never less) would still find its own after the rows due took theirs, no group can fail it (appends_fit:
+        nobody at all can)."""
+        free = self.blocks.gpu.num_free
+        if self.rules.appends_as_needed:
+            return free >= len(due)
+        return free - len(due) >= self.rows.widest or appends_fit(self.num_running_seqs, free)
 
     def _walk_running(self, plan: StepPlan) -> None:
         """The running groups in order, each given its slots once the latest arrivals behind it are preempted
@@ -140,15 +161,16 @@ class VLLMScheduler(PagedScheduler):
                 kept.append(group)
                 continue
             seqs = group.running_seqs()  # a victim's preemption leaves them be
-            if self._preempt_for(group, len(seqs), queue, plan):
+            if self._preempt_for(group, seqs, queue, plan):
                 self._decode(group, seqs, plan)
                 kept.append(group)
         self.running = kept
 
-    def _preempt_for(self, group: SequenceGroup, num_seqs: int, queue: deque[SequenceGroup], plan: StepPlan) -> bool:
-        """Preempt the latest arrivals (the queue's last) until the group's num_seqs sequences can each append
-        a slot: whether it can, or had to be preempted itself, nobody being left behind it."""
-        while not self.blocks.can_append(num_seqs):
+    def _preempt_for(self, group: SequenceGroup, seqs: list[Sequence], queue: deque[SequenceGroup],
+                     plan: StepPlan) -> bool:
+        """Preempt the latest (the queue's last) until the group's running sequences, seqs, can each append a
+        slot: whether they can, or the group had to be preempted itself, nobody being left behind it."""
+        while not self.blocks.can_append(seqs):
             victim = queue.pop() if queue else group
             self._preempt(victim, plan)
             if victim is group:
@@ -210,9 +232,14 @@ class VLLMScheduler(PagedScheduler):
     def _admit(self, plan: StepPlan, budget: SchedulingBudget) -> None:
         """Waiting prompts in arrival order while admissible() finds them room; one that can never run is
         ignored on the way (separate, chunked)."""
+        if plan.preempted and not self.rules.admits_after_preemption:
+            return
+        visible_s = self._visible_until()
         while self.waiting and self._may_try_next_prompt(budget):
             group = self.waiting[0]
             if id(group) in plan.preempted:  # recomputed in this step, back at the queue's head: it waits a step
+                break
+            if group.arrival_s > visible_s:  # arrived after the host scheduled this step (async_scheduling)
                 break
             if self._must_ignore(group):
                 self._ignore(self.waiting.popleft())
@@ -248,6 +275,19 @@ class VLLMScheduler(PagedScheduler):
             return None
         live = group.live_seqs()
         return budget.fit(self._prefill_lens(group, live), len(live), self.rules.chunked and group.shares_prompt)
+
+    def _visible_until(self) -> float:
+        """The latest arrival this step's schedule() sees. V1 with async_scheduling decides a step while the one
+        before it runs on the GPU, from the requests that had arrived when that one started
+        (previous_step_start_s); when it would have found nothing to run then (nobody running, nobody arrived),
+        the engine schedules again once that step ends, seeing every arrival. Synchronous: every arrival (the data
+        plane hands the scheduler each request as it arrives)."""
+        start = self.previous_step_start_s
+        if not self.async_scheduling or start is None or not self.waiting:
+            return EVERY_ARRIVAL
+        if self.running or any(group.arrival_s <= start for group in self.waiting):
+            return start
+        return EVERY_ARRIVAL
 
     def _may_try_next_prompt(self, budget: SchedulingBudget) -> bool:
         """Whether the next waiting prompt is worth asking: chunked, while tokens are left (a prompt may take

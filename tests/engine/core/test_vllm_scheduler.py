@@ -317,8 +317,11 @@ def test_every_prefill_policy_has_its_row_of_rules_and_the_rows_differ_where_vll
 
     assert set(PREFILL_RULES) == set(PREFILL_POLICIES)
     for policy, rules in PREFILL_RULES.items():
-        assert rules.prompt_only == (policy == "separate") and rules.chunked == (policy == "chunked")
+        assert rules.prompt_only == (policy == "separate") and rules.chunked == (policy in ("chunked", "v1"))
         assert rules.prompts_while_swapped == rules.chunked  # v0.4 admitted beside swapped-out groups
         # v0.1 swapped in after a recomputation; v0.2+ only after a step that preempted nobody
         assert rules.any_preemption_holds_swap_in == (policy != "mixed")
         assert rules.ignores_unservable == (policy != "mixed")  # v0.2+'s ignored_seq_groups
+        # V1's allocate_slots, running list and `if not preempted_reqs`; every earlier one the paper-era rules
+        v1 = policy == "v1"
+        assert (rules.appends_as_needed, rules.admission_order, rules.admits_after_preemption) == (v1, v1, not v1)
