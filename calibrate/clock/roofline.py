@@ -403,6 +403,19 @@ class RooflineCostModel(CostModel):
             parts.append(("other_kernels", self.kernels_time(tokens)))
         return parts
 
+    def token_time(self, tokens: int, logit_rows: int) -> float:
+        """The device seconds of an iteration that follow its token count, as _device_parts prices them: the linear
+        layers (the LM head on logit_rows), the all-reduces and the measured per-token kernels. A CUDA graph's
+        padding rows run through exactly these (calibrate/clock/engine_clock.py)."""
+        compute = tokens * self._s_per_token_linear + logit_rows * self._s_per_logit_row
+        weights = self.weights_time(tokens)
+        if self._ridge_p == math.inf:
+            matmuls = compute if compute > weights else weights
+        else:
+            matmuls = bent_roof(compute, weights, self._ridge_p)
+        time = matmuls + self._comm_time(tokens)
+        return time + self.kernels_time(tokens) if self.linear is not None else time
+
     def kernels_time(self, tokens: int) -> float:
         """Seconds of the measured kernels beyond the matmul term: latencies and elementwise bytes, a mixture of
         experts' expert latencies for the distinct experts its tokens are expected to be routed to."""

@@ -23,13 +23,15 @@ from functools import partial
 from pathlib import Path
 
 from calibrate.clock.costmodel import CostModel
+from calibrate.clock.engine_clock import EngineCostModel
 from calibrate.clock.roofline import RooflineCostModel, RooflineParams
 from calibrate.cost_models.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.cost_models.transfer_cost import RegimeCostModel
 from calibrate.fitting.profile_file import load_profile
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.hardware.precision import Precision
-from calibrate.parts.host_model import charged_host, host_model_path, load_host_model
+from calibrate.parts.cuda_graphs import vllm_capture_sizes
+from calibrate.parts.host_model import EngineMechanisms, charged_host, host_model_path, load_host_model
 from engine.core.spec import ModelSpec
 from engine.errors import SpecError
 
@@ -47,6 +49,8 @@ class CostModelConfig:
     # attention, the roofline's default per-block term otherwise)
     block_read_overhead_tokens: float | None = None
     host: Path | None = None  # any kind: a host model's file (calibrate/parts/host_model.py), charged as the host time
+    # false: the engine model's CUDA-graph padding switched off (an engine run eager); None: as its engine model says
+    cuda_graphs: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,11 @@ class Clock:
     precision: Precision = Precision()
     block_size: int = 16
     paged: bool = True  # the paged attention kernel (vLLM's, and the Orca baselines'); False: a dense one (FT's)
+    # the system's scheduler, as an engine model's mechanisms read it: whether it schedules asynchronously, and the
+    # limits that size its CUDA graphs
+    async_scheduling: bool = False
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
 
 
 def _roofline(config: CostModelConfig, clock: Clock, host: dict | None) -> CostModel:
@@ -110,8 +119,21 @@ def build_cost_model(config: CostModelConfig, clock: Clock, source: str = "") ->
     host, named = charged_host(host_path, clock.model, clock.tensor_parallel)
     cost = builder(config, clock, host)
     cost.source = f"{cost.source}; {named}" + (", the profile's default host model" if defaulted else "")
-    cost.name_host_terms(partial(load_host_model(host_path).breakdown, clock.model, clock.tensor_parallel))
-    return cost
+    engine_model = load_host_model(host_path)
+    cost.name_host_terms(partial(engine_model.breakdown, clock.model, clock.tensor_parallel))
+    return with_engine(cost, engine_model.engine, config, clock)
+
+
+def with_engine(cost: CostModel, engine: EngineMechanisms, config: CostModelConfig, clock: Clock) -> CostModel:
+    """The cost model under its engine's mechanisms (calibrate/clock/engine_clock.py): the host overlapping the GPU
+    where the engine and the system both schedule asynchronously, CUDA-graph padding unless the config turns it off;
+    the cost model itself where neither applies."""
+    overlap = engine.overlap and clock.async_scheduling
+    graphs = engine.cuda_graphs and config.cuda_graphs is not False
+    sizes = vllm_capture_sizes(clock.max_num_seqs, clock.max_num_batched_tokens) if graphs else ()
+    if not overlap and not sizes:
+        return cost
+    return EngineCostModel(cost, overlap, sizes)
 
 
 def check_measured_precision(precision: Precision, kind: str, source: str) -> None:

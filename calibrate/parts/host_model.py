@@ -34,7 +34,36 @@ from engine.specs.loader import read_yaml
 
 FORMAT = "servesim-host-model/1"
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "host_models"
-KEYS = ("format", "name", "measured", "source", "licence", "terms", "heldout")
+KEYS = ("format", "name", "measured", "source", "licence", "terms", "heldout", "engine")
+# an engine model's mechanisms beyond its host terms (calibrate/clock/engine_clock.py), each with what it means
+ENGINE_KEYS = {
+    "overlap": "the engine schedules asynchronously: where a system does (async_scheduling), its host work overlaps "
+               "the GPU's and an iteration takes the longer of the two",
+    "cuda_graphs": "the engine replays CUDA graphs at vLLM's capture sizes: an iteration's linear layers run at the "
+                   "smallest captured size that holds it",
+}
+
+
+@dataclass(frozen=True)
+class EngineMechanisms:
+    """What an engine does beyond its host terms, each switched on by its engine model (ENGINE_KEYS)."""
+
+    overlap: bool = False
+    cuda_graphs: bool = False
+
+    @classmethod
+    def from_dict(cls, raw: object, source: str) -> EngineMechanisms:
+        if not isinstance(raw, dict):
+            raise SpecError(source, "engine", f"must map mechanisms to true or false: {sorted(ENGINE_KEYS)}")
+        for key, value in raw.items():
+            if key not in ENGINE_KEYS:
+                raise SpecError(source, f"engine.{key}", f"unknown mechanism; valid: {sorted(ENGINE_KEYS)}")
+            if not isinstance(value, bool):
+                raise SpecError(source, f"engine.{key}", f"must be true or false, got {value!r}")
+        return cls(**raw)
+
+    def to_dict(self) -> dict:
+        return {key: getattr(self, key) for key in ENGINE_KEYS}
 
 
 @dataclass(frozen=True)
@@ -49,6 +78,7 @@ class HostModel:
     licence: str
     terms: dict[str, dict[str, float]]
     heldout: dict = field(default_factory=dict)
+    engine: EngineMechanisms = EngineMechanisms()  # none: a host model of an engine that runs in series, eager
 
     @property
     def what(self) -> str:
@@ -84,9 +114,12 @@ class HostModel:
         return out
 
     def to_dict(self) -> dict:
-        return {"format": FORMAT, "name": self.name, "measured": self.measured, "source": self.source,
-                "licence": self.licence, "terms": {t: dict(c) for t, c in self.terms.items()},
-                "heldout": self.heldout}
+        out = {"format": FORMAT, "name": self.name, "measured": self.measured, "source": self.source,
+               "licence": self.licence, "terms": {t: dict(c) for t, c in self.terms.items()},
+               "heldout": self.heldout}
+        if self.engine != EngineMechanisms():
+            out["engine"] = self.engine.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, raw: object, source: str) -> HostModel:
@@ -107,8 +140,9 @@ class HostModel:
         heldout = raw.get("heldout", {})
         if not isinstance(heldout, dict):
             raise SpecError(source, "heldout", "must be a mapping")
+        engine = EngineMechanisms.from_dict(raw["engine"], source) if "engine" in raw else EngineMechanisms()
         return cls(raw["name"], raw["measured"], raw["source"], raw["licence"],
-                   {str(t): _coefficients(c, source, f"terms.{t}") for t, c in terms.items()}, heldout)
+                   {str(t): _coefficients(c, source, f"terms.{t}") for t, c in terms.items()}, heldout, engine)
 
 
 def _coefficients(raw: object, source: str, key: str) -> dict[str, float]:

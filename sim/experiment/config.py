@@ -12,10 +12,10 @@ from calibrate.clock.roofline import RooflineParams
 from calibrate.cost_models.registry import KINDS, PROFILE_KINDS, Clock, CostModelConfig, build_cost_model
 from calibrate.hardware.hardware import HardwareSpec, available_hardware, load_hardware
 from calibrate.hardware.precision import Precision, precision_from_config
-from calibrate.parts.host_model import available_host_models, host_model_path
+from calibrate.parts.host_model import available_host_models, host_model_path, load_host_model
 from calibrate.parts.kv_link import KVLink, link_from_config
 from engine.core.spec import ModelSpec
-from engine.core.system import PAPER_SYSTEMS, SystemSpec
+from engine.core.system import CHUNKED_POLICIES, PAPER_SYSTEMS, PRESETS, SystemSpec
 from engine.errors import SpecError
 from engine.specs.checks import choice, non_negative, number, optional, positive, positive_int, share
 from engine.specs.loader import load_model_spec, parse_yaml, read_yaml, system_from_dict
@@ -157,6 +157,7 @@ def _cost_model(raw: Any, source: str, base_dir: Path) -> CostModelConfig:
     raw = dict(raw)
     kind = raw.pop("kind", "roofline")
     host = _host_model(raw.pop("host"), base_dir, source) if "host" in raw else None
+    graphs = _cuda_graphs(raw.pop("cuda_graphs"), host, source) if "cuda_graphs" in raw else None
     if kind in PROFILE_KINDS:
         if "path" not in raw:
             raise SpecError(source, "cost_model.path", f"a {kind} cost model needs the profile's path")
@@ -168,10 +169,11 @@ def _cost_model(raw: Any, source: str, base_dir: Path) -> CostModelConfig:
         if block_reads is not None:
             non_negative(block_reads, source, "cost_model.block_read_overhead_tokens")
         for key in raw:
-            valid = ["host", "kind", "path"] + (["block_read_overhead_tokens", "measured_on"] if kind == "transfer"
-                                                else [])
+            valid = ["cuda_graphs", "host", "kind", "path"] + (["block_read_overhead_tokens", "measured_on"]
+                                                               if kind == "transfer" else [])
             raise SpecError(source, f"cost_model.{key}", f"unknown key; valid keys are {valid}")
-        return CostModelConfig(kind, path, measured_on=measured_on, host=host, block_read_overhead_tokens=block_reads)
+        return CostModelConfig(kind, path, measured_on=measured_on, host=host, block_read_overhead_tokens=block_reads,
+                               cuda_graphs=graphs)
     if kind != "roofline":
         raise SpecError(source, "cost_model.kind", f"{kind!r} is not one of {list(KINDS)}")
     if "swap_transfer_latency_s" in raw and "swap_copy_latency_s" not in raw:  # its name before: still read
@@ -180,10 +182,20 @@ def _cost_model(raw: Any, source: str, base_dir: Path) -> CostModelConfig:
     for key, value in raw.items():
         if key not in valid:
             raise SpecError(source, f"cost_model.{key}", f"unknown key; valid keys are "
-                            f"{sorted(valid | {'kind', 'host'})}")
+                            f"{sorted(valid | {'kind', 'host', 'cuda_graphs'})}")
         # an efficiency is a share of the spec sheet's peak: none is nothing, more than all is a typo
         (share if key.endswith("_efficiency") else non_negative)(value, source, f"cost_model.{key}")
-    return CostModelConfig("roofline", roofline=RooflineParams(**raw), host=host)
+    return CostModelConfig("roofline", roofline=RooflineParams(**raw), host=host, cuda_graphs=graphs)
+
+
+def _cuda_graphs(value: Any, host: Path | None, source: str) -> bool:
+    """cost_model.cuda_graphs: false runs the engine model's iterations eager (no padding to captured sizes)."""
+    if not isinstance(value, bool):
+        raise SpecError(source, "cost_model.cuda_graphs", f"must be true or false, got {value!r}")
+    if host is None or not load_host_model(host).engine.cuda_graphs:
+        raise SpecError(source, "cost_model.cuda_graphs", "only an engine model that replays CUDA graphs reads it "
+                        "(cost_model.host naming one, e.g. a vLLM V1 engine model); remove the key")
+    return value
 
 
 def _host_model(value: Any, base_dir: Path, source: str) -> Path:
@@ -207,12 +219,13 @@ def _resolve(path: Any, base_dir: Path, source: str, key: str) -> Path:
     return resolve_data_path(path, base_dir, source, key)
 
 
-def _systems(raw: Any, source: str) -> tuple[SystemSpec, ...]:
+def _systems(raw: Any, source: str, hardware: HardwareSpec) -> tuple[SystemSpec, ...]:
     if raw is None:
         raw = list(PAPER_SYSTEMS)
     if not isinstance(raw, list) or not raw:
-        raise SpecError(source, "systems", f"must be a non-empty list of presets {sorted(PAPER_SYSTEMS)} or mappings")
-    systems = tuple(system_from_dict(item, source, f"systems[{i}]") for i, item in enumerate(raw))
+        raise SpecError(source, "systems", f"must be a non-empty list of presets {sorted(PRESETS)} or mappings")
+    gpu = (hardware.memory_gib, tuple(hardware.device_names) or (hardware.name,))
+    systems = tuple(system_from_dict(item, source, f"systems[{i}]", gpu) for i, item in enumerate(raw))
     names = [s.name for s in systems]
     for i, name in enumerate(names):
         if names.index(name) != i:
@@ -247,18 +260,19 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
     for key in ("model", "hardware", "workload", "rates"):
         if key not in raw:
             raise SpecError(source, key, f"missing required key ({TOP_LEVEL_KEYS[key]})")
+    hardware = _lookup(load_hardware, raw["hardware"], source, "hardware", base_dir)
     exp = Experiment(
         name=_name(raw.get("name", Path(source).stem), source),
         source=source,
         model=_lookup(load_model_spec, raw["model"], source, "model", base_dir),
-        hardware=_lookup(load_hardware, raw["hardware"], source, "hardware", base_dir),
+        hardware=hardware,
         tensor_parallel=positive_int(raw.get("tensor_parallel", 1), source, "tensor_parallel"),
         precision=_precision(raw, source),
         kv_cache_gib=optional(positive, raw.get("kv_cache_gib"), source, "kv_cache_gib"),
         swap_space_gib=non_negative(raw.get("swap_space_gib", 20), source, "swap_space_gib"),
         cost_model=_cost_model(raw.get("cost_model"), source, base_dir),
         workload=WorkloadConfig.from_dict(raw["workload"], source, base_dir),
-        systems=_systems(raw.get("systems"), source),
+        systems=_systems(raw.get("systems"), source, hardware),
         rates=_list_of(raw["rates"], source, "rates", positive),
         seeds=_list_of(raw.get("seeds", [0]), source, "seeds", _seed),
         warmup_s=non_negative(raw.get("warmup_s", 60.0), source, "warmup_s"),
@@ -344,7 +358,8 @@ def clock_for(exp: Experiment, system: SystemSpec) -> CostModel:
     """The cost model one of the experiment's systems runs on (calibrate/cost_models/registry.py): FasterTransformer
     ran its own dense attention kernel in the paper; vLLM and the Orca baselines the paged one."""
     clock = Clock(exp.model, exp.hardware, exp.tensor_parallel, exp.precision, system.block_size,
-                  paged=system.kind != "fastertransformer")
+                  paged=system.kind != "fastertransformer", async_scheduling=system.async_scheduling,
+                  max_num_seqs=system.max_seqs_per_batch, max_num_batched_tokens=system.max_num_batched_tokens)
     return build_cost_model(exp.cost_model, clock, exp.source)
 
 
@@ -368,7 +383,7 @@ def check_batching(exp: Experiment) -> None:
     for i, system in enumerate(exp.systems):
         cap = system.max_num_batched_tokens
         # chunked prefill splits a prompt over iterations: its budget may be smaller than one
-        if system.kind == "vllm" and system.prefill_policy != "chunked" and cap is not None \
+        if system.kind == "vllm" and system.prefill_policy not in CHUNKED_POLICIES and cap is not None \
                 and cap < model.max_seq_len:
             raise SpecError(exp.source, f"systems[{i}].max_num_batched_tokens", (
                 f"{cap} tokens per iteration cannot prefill a {model.max_seq_len}-token prompt ({model.name}'s "
@@ -379,7 +394,19 @@ def check_batching(exp: Experiment) -> None:
             raise SpecError(exp.source, "workload.n", (
                 f"{exp.workload.n} samples per request can never run together: {system.name} batches at most "
                 f"{seqs_per_batch(system)} sequences (systems[{i}]); give at most {seqs_per_batch(system)}"))
+        v1 = system.kind == "vllm" and system.prefill_policy == "v1"
+        if exp.workload.n is not None and exp.workload.n > 1 and v1:
+            raise SpecError(exp.source, "workload.n", (
+                f"{exp.workload.n} samples per request: {system.name} (systems[{i}]) is vLLM V1, which fans a request "
+                "of n samples out into n requests of one sample that share the prompt's cached blocks; simulate them "
+                "as such (n: 1 at n times the rate, with prefix caching), or give a vllm system of another "
+                "prefill_policy"))
         width = exp.workload.beam_width
+        if width is not None and width > 1 and v1:
+            raise SpecError(exp.source, "workload.beam_width", (
+                f"{width} beams per request: {system.name} (systems[{i}]) is vLLM V1, whose engine searches no "
+                "beams (its beam search is a loop of one-token requests outside the scheduler); give 1, or a vllm "
+                "system of another prefill_policy"))
         if width is not None and width > seqs_per_batch(system):
             raise SpecError(exp.source, "workload.beam_width", (
                 f"{width} beams per request can never run together: {system.name} batches at most "

@@ -20,7 +20,7 @@ QUICKSTART = ROOT / "configs/quickstart.yaml"
 
 @pytest.mark.parametrize("system, key, message", [
     ("{preset: vllm, prefill_policy: sarathi}", "systems[0].prefill_policy",
-     "'sarathi' is not one of ['mixed', 'separate', 'chunked']"),
+     "'sarathi' is not one of ['mixed', 'separate', 'chunked', 'v1']"),
     ("{preset: vllm, prefill_policy: [chunked]}", "systems[0].prefill_policy", "is not one of"),
     ("{preset: orca-max, prefill_policy: chunked}", "systems[0].prefill_policy", "orca has its own scheduler only"),
     ("{preset: vllm, prefill_policy: separate, max_paddings: -1}", "systems[0].max_paddings",
