@@ -108,6 +108,8 @@ class ModelSpec:
             return biases + 4 * h
         if self.family == "phi":  # the same biases, and one LayerNorm that attention and MLP read in parallel
             return biases + 2 * h
+        if self.family == "qwen3":  # two RMSNorm weights, and the QK-norm's over a head of q and one of k
+            return 2 * h + 2 * self.head_dim
         return 2 * h  # two RMSNorm weights, no biases
 
     def _lm_head_params(self) -> int:

@@ -26,6 +26,8 @@ FAMILIES = {
     "qwen2": dict(norm="rmsnorm", activation="silu", position="rotary"),
     "phi": dict(norm="layernorm", activation="gelu_new", position="rotary"),
     "mixtral": dict(norm="rmsnorm", activation="silu", position="rotary"),  # llama attention, SwiGLU experts
+    # llama attention with an RMSNorm over each head of q and k (QK-norm); SwiGLU, or SwiGLU experts
+    "qwen3": dict(norm="rmsnorm", activation="silu", position="rotary"),
 }
 
 

@@ -33,7 +33,7 @@ PUBLISHED_PARAMS = {
 }
 
 # (layers, KV heads, head dim) as each config.json gives them: num_hidden_layers, num_key_value_heads, and
-# hidden_size / num_attention_heads
+# head_dim where the config gives one (Qwen3), else hidden_size / num_attention_heads
 PUBLISHED_KV_SHAPE = {
     "llama-2-7b": (32, 32, 128), "llama-2-13b": (40, 40, 128), "llama-2-70b": (80, 8, 128),
     "llama-3-8b": (32, 8, 128), "llama-3-70b": (80, 8, 128), "llama-3.1-8b": (32, 8, 128),
@@ -61,6 +61,12 @@ TINY_SPECS = {
                  256),
     # 4 experts and a 64 x 4 router a layer in place of llama-tiny's one MLP
     "mixtral-tiny": (EMBED + HEAD + 2 * (ATTENTION + 4 * SWIGLU + 64 * 4 + 2 * 64) + 64, 256),
+    # heads 32 wide: q 4 x 32 = 128 of 64 (wq 64 x 128, wk and wv 64 x 64, wo 128 x 64), two RMSNorms of 64 and the
+    # QK-norm's two of 32; KV 2 x 2 layers x 2 heads x 32 x 2 bytes
+    "qwen3-tiny": (EMBED + HEAD + 2 * (64 * (128 + 2 * 64) + 128 * 64 + SWIGLU + 2 * 64 + 2 * 32) + 64, 512),
+    # its experts 32 wide: 4 of 3 x 64 x 32, and a 64 x 4 router
+    "qwen3-moe-tiny": (EMBED + HEAD + 2 * (64 * (128 + 2 * 64) + 128 * 64 + 4 * 3 * 64 * 32 + 64 * 4 + 2 * 64
+                                             + 2 * 32) + 64, 512),
 }
 
 
