@@ -30,6 +30,8 @@ PUBLISHED_PARAMS = {
     # internlm/internlm-20b publishes no exact count found in a public source: its card's "20B" is the figure
     "internlm-20b": 20_000_000_000,
     "mixtral-8x7b": 46_702_792_704,  # mistralai/Mixtral-8x7B-v0.1 safetensors (the card: 46.7B)
+    "qwen3-32b": 32_762_123_264,  # Qwen/Qwen3-32B safetensors (BF16 32,762,123,264; the card: 32.8B)
+    "qwen3-30b-a3b": 30_532_122_624,  # Qwen/Qwen3-30B-A3B-Instruct-2507 safetensors (the card: 30.5B, 3.3B active)
 }
 
 # (layers, KV heads, head dim) as each config.json gives them: num_hidden_layers, num_key_value_heads, and
@@ -39,7 +41,7 @@ PUBLISHED_KV_SHAPE = {
     "llama-3-8b": (32, 8, 128), "llama-3-70b": (80, 8, 128), "llama-3.1-8b": (32, 8, 128),
     "llama-3.1-70b": (80, 8, 128), "mistral-7b": (32, 8, 128), "codellama-34b": (48, 8, 128),
     "qwen2.5-7b": (28, 4, 128), "qwen2.5-72b": (80, 8, 128), "internlm-20b": (60, 40, 128),
-    "phi-2": (32, 32, 80), "mixtral-8x7b": (32, 8, 128),
+    "phi-2": (32, 32, 80), "mixtral-8x7b": (32, 8, 128), "qwen3-32b": (64, 8, 128), "qwen3-30b-a3b": (48, 4, 128),
 }
 
 # The specs shipped before these, as they counted then: a new field's default must move none of them
@@ -77,7 +79,7 @@ def test_parameter_count_within_one_percent_of_the_published_one(name):
 
 
 @pytest.mark.parametrize("name", ["llama-2-7b", "llama-3-8b", "mistral-7b", "qwen2.5-7b", "phi-2",
-                                  "qwen2.5-72b", "codellama-34b", "mixtral-8x7b"])
+                                  "qwen2.5-72b", "codellama-34b", "mixtral-8x7b", "qwen3-32b", "qwen3-30b-a3b"])
 def test_parameter_count_is_the_published_one_exactly(name):
     # every weight of these is counted (biases, norms, the untied head): not just near, equal
     assert load_model_spec(name).num_params() == PUBLISHED_PARAMS[name]
@@ -111,7 +113,8 @@ def test_tiny_specs_count_their_layout(name):
 def test_rotary_keys_are_each_models_public_config():
     # rope_theta and phi-2's partial_rotary_factor as each config.json gives them (the YAMLs cite the copies)
     theta = {"llama-2-7b": 1e4, "mistral-7b": 1e4, "llama-3-8b": 5e5, "llama-3.1-70b": 5e5, "qwen2.5-7b": 1e6,
-             "qwen2.5-72b": 1e6, "codellama-34b": 1e6, "mixtral-8x7b": 1e6, "phi-2": 1e4, "opt-13b": 1e4}
+             "qwen2.5-72b": 1e6, "codellama-34b": 1e6, "mixtral-8x7b": 1e6, "phi-2": 1e4, "opt-13b": 1e4,
+             "qwen3-32b": 1e6, "qwen3-30b-a3b": 1e7}
     assert {name: load_model_spec(name).rope_theta for name in theta} == theta
     phi = load_model_spec("phi-2")
     assert (phi.partial_rotary_factor, phi.rotary_dim, load_model_spec("llama-3-8b").rotary_dim) == (0.4, 32, 128)
