@@ -103,7 +103,7 @@ def gemm_seconds(model: str, tokens: int, dtype: str) -> float:
     cuda = torch.cuda.is_available()
     device, torch_dtype = ("cuda", getattr(torch, dtype)) if cuda else ("cpu", torch.float32)
     width = 2 * spec.ffn_dim if spec.is_gated_mlp else spec.ffn_dim
-    shapes = [(spec.hidden_size, spec.hidden_size + 2 * spec.kv_dim), (spec.hidden_size, spec.hidden_size),
+    shapes = [(spec.hidden_size, spec.q_dim + 2 * spec.kv_dim), (spec.q_dim, spec.hidden_size),
               (spec.hidden_size, width), (spec.ffn_dim, spec.hidden_size)]
     total = 0.0
     for inner, outer in shapes:

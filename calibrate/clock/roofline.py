@@ -186,7 +186,8 @@ class RooflineCostModel(CostModel):
             resident_params = layers * (model.layer_attention_params() + model.gate_params()) / tp
             self._s_weights = (resident_params * weight_bytes + head_params * dtype_bytes) / matmul_bandwidth
             self._s_per_expert_read = layers * model.expert_params() / tp * weight_bytes / matmul_bandwidth
-        self._s_per_prompt_sq = 2 * hidden * layers / tp / flops
+        # a prompt's causal attention: QK^T and PV over half its L^2 pairs, 4 FLOPs a pair per query dimension
+        self._s_per_prompt_sq = 2 * model.q_dim * layers / tp / flops
         self._s_per_context_token = model.kv_bytes_per_token(kv_bytes) / tp / bandwidth
         self._s_per_copied_block = 2 * model.kv_bytes_per_token(kv_bytes) * block_size / tp / bandwidth
         self._s_per_decode_block = (decode_block_seconds(model, bandwidth, tp, kv_bytes, params)

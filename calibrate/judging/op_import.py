@@ -128,8 +128,9 @@ def token_table(tables: list[OpTable], model_name: str) -> tuple[list[int], list
 
 def _same_layer(measured: LayerShape, spec: LayerShape) -> bool:
     # rotary is not compared: a table says nothing of positions beyond its attn_rope column
-    return (measured.hidden, measured.num_heads, measured.num_kv_heads, measured.ffn, measured.gated_mlp) == (
-        spec.hidden, spec.num_heads, spec.num_kv_heads, spec.ffn, spec.gated_mlp)
+    return (measured.hidden, measured.num_heads, measured.num_kv_heads, measured.head_width, measured.ffn,
+            measured.gated_mlp) == (spec.hidden, spec.num_heads, spec.num_kv_heads, spec.head_width, spec.ffn,
+                                    spec.gated_mlp)
 
 
 def import_profile(table_paths, all_reduce_path, model: str, measured_on: str, command: str,

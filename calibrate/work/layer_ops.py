@@ -30,21 +30,33 @@ class LayerShape:
     ffn: int
     gated_mlp: bool
     rotary: bool = True
+    # each head's width; 0 is hidden // num_heads, as in every measured table (their models have no other)
+    head_dim: int = 0
 
     @classmethod
     def of(cls, model: ModelSpec) -> LayerShape:
+        implied = model.head_dim == model.hidden_size // model.num_heads  # kept 0: equal to a table's shape
         return cls(model.hidden_size, model.num_heads, model.num_kv_heads, model.ffn_dim, model.is_gated_mlp,
-                   model.position == "rotary")
+                   model.position == "rotary", 0 if implied else model.head_dim)
+
+    @property
+    def head_width(self) -> int:
+        return self.head_dim or self.hidden // self.num_heads
+
+    @property
+    def q_dim(self) -> int:
+        return self.num_heads * self.head_width
 
     @property
     def kv_dim(self) -> int:
-        return self.num_kv_heads * (self.hidden // self.num_heads)
+        return self.num_kv_heads * self.head_width
 
     def gemm_dims(self, tp: int) -> dict[str, tuple[int, int]]:
-        """(inputs, outputs) of each matmul on one of `tp` GPUs: its weight is inputs x outputs."""
+        """(inputs, outputs) of each matmul on one of `tp` GPUs: its weight is inputs x outputs. The QKV matmul
+        makes q_dim + 2 kv_dim of hidden, the output projection hidden of q_dim (Qwen3's q_dim is not hidden)."""
         h = self.hidden
         up = (2 if self.gated_mlp else 1) * self.ffn
-        return {"attn_pre_proj": (h, (h + 2 * self.kv_dim) // tp), "attn_post_proj": (h // tp, h),
+        return {"attn_pre_proj": (h, (self.q_dim + 2 * self.kv_dim) // tp), "attn_post_proj": (self.q_dim // tp, h),
                 "mlp_up_proj": (h, up // tp), "mlp_down_proj": (self.ffn // tp, h)}
 
     def elementwise_bytes_per_token(self, tp: int, dtype_bytes: int = 2) -> dict[str, float]:
@@ -54,7 +66,7 @@ class LayerShape:
         act_width = 3 if self.gated_mlp else 2  # gated: reads gate and up, writes one; else reads one, writes one
         return {
             "input_layernorm": 2 * h * dtype_bytes,
-            "attn_rope": (2 * (h + self.kv_dim) // tp * dtype_bytes) if self.rotary else 0.0,
+            "attn_rope": (2 * (self.q_dim + self.kv_dim) // tp * dtype_bytes) if self.rotary else 0.0,
             "post_attention_layernorm": 2 * h * dtype_bytes,
             "mlp_act": act_width * self.ffn // tp * dtype_bytes,
             "add": 3 * h * dtype_bytes,

@@ -33,10 +33,18 @@ class ModelSpec:
     rope_theta: float = 10000.0
     # the share of each head's dimensions that rotate (phi-2: 0.4, the first 32 of 80); the rest pass through
     partial_rotary_factor: float = 1.0
+    # each head's width; 0 takes hidden_size // num_heads, which every model before Qwen3 has (Qwen3-32B's 64
+    # heads of 128 make q 8,192 wide on a 5,120-wide model). Resolved on construction, so it is always the width
+    head_dim: int = 0
+
+    def __post_init__(self) -> None:
+        if self.head_dim == 0:  # a frozen dataclass: set once, here, as dataclasses document for derived fields
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+    def q_dim(self) -> int:
+        """Width of the queries, and of attention's output before the output projection: heads x head_dim."""
+        return self.num_heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
@@ -56,9 +64,10 @@ class ModelSpec:
         return self.num_experts > 1
 
     def layer_attention_params(self) -> int:
-        """Weights of one layer's QKV and output projections, biases excluded."""
+        """Weights of one layer's QKV (hidden x (q_dim + 2 kv_dim)) and output (q_dim x hidden) projections, biases
+        excluded."""
         h = self.hidden_size
-        return h * (h + 2 * self.kv_dim) + h * h
+        return h * (self.q_dim + 2 * self.kv_dim) + self.q_dim * h
 
     def expert_params(self) -> int:
         """Weights of one MLP (one expert of a mixture), biases excluded."""
@@ -85,7 +94,7 @@ class ModelSpec:
         h = self.hidden_size
         per_layer = self.layer_linear_params() + self._layer_bias_and_norm_params()
         if self.qkv_bias:
-            per_layer += h + 2 * self.kv_dim
+            per_layer += self.q_dim + 2 * self.kv_dim
         final_norm = h if self.norm == "rmsnorm" else 2 * h  # LayerNorm has a bias beside its weight
         embed = self.vocab_size * h
         if self.position == "learned":
@@ -94,10 +103,13 @@ class ModelSpec:
 
     def _layer_bias_and_norm_params(self) -> int:
         h = self.hidden_size
-        if self.family == "opt":  # biases (q, o, fc2: h; k, v: kv_dim; fc1: ffn) and two LayerNorms
-            return 3 * h + 2 * self.kv_dim + self.ffn_dim + 4 * h
+        biases = self.q_dim + 2 * self.kv_dim + 2 * h + self.ffn_dim  # q; k, v; o and fc2; fc1
+        if self.family == "opt":  # every linear's bias and two LayerNorms
+            return biases + 4 * h
         if self.family == "phi":  # the same biases, and one LayerNorm that attention and MLP read in parallel
-            return 3 * h + 2 * self.kv_dim + self.ffn_dim + 2 * h
+            return biases + 2 * h
+        if self.family == "qwen3":  # two RMSNorm weights, and the QK-norm's over a head of q and one of k
+            return 2 * h + 2 * self.head_dim
         return 2 * h  # two RMSNorm weights, no biases
 
     def _lm_head_params(self) -> int:

@@ -1,5 +1,5 @@
-"""A decoder layer's MLP, one per family: OPT's relu, phi-2's tanh GELU, and the SwiGLU of LLaMA, Qwen2 and
-each of Mixtral's experts."""
+"""A decoder layer's MLP, one per family: OPT's relu, phi-2's tanh GELU, and the SwiGLU of LLaMA, Qwen2, Qwen3
+and each expert of Mixtral and of a Qwen3 mixture."""
 from __future__ import annotations
 
 import torch
@@ -16,7 +16,7 @@ ACTIVATIONS = {
 
 
 def has_linear_biases(spec: ModelSpec) -> bool:
-    """OPT and phi-2 put a bias on every linear; LLaMA, Qwen2 (past its q/k/v) and Mixtral on none."""
+    """OPT and phi-2 put a bias on every linear; LLaMA, Qwen2 (past its q/k/v), Mixtral and Qwen3 on none."""
     return spec.family in ("opt", "phi")
 
 

@@ -1,4 +1,5 @@
-"""A decoder built from a ModelSpec: OPT, LLaMA, Qwen2, phi-2 and Mixtral in one readable file (gpt-fast style).
+"""A decoder built from a ModelSpec: OPT, LLaMA, Qwen2, phi-2, Mixtral and Qwen3 in one readable file (gpt-fast
+style).
 
 One forward runs a whole serving iteration. Its tokens are flattened into one batch:
 first every prefill's tokens back to back, then one token per decoding sequence.
@@ -8,7 +9,8 @@ depend on their values, and nothing is downloaded.
 
 The families differ in a few places, each said where it is built: biases (OPT and phi-2 on every linear,
 Qwen2 on q, k and v only), phi-2's parallel block (attention and MLP read one LayerNorm) and its partial
-rotary, and Mixtral's experts (engine.runtime.moe).
+rotary, Mixtral's experts (engine.runtime.moe), and Qwen3's QK-norm (an RMSNorm over each head of q and k
+before rotary) with heads whose width is not hidden / heads; a Qwen3 mixture of experts routes as Mixtral does.
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ from engine.runtime.rotary import apply_rotary, rotary_cos_sin
 
 OPT_POSITION_OFFSET = 2  # OPT's learned position table starts at index 2 (a fairseq legacy)
 INIT_STD = 0.02
-ENGINE_FAMILIES = ("opt", "llama", "qwen2", "phi", "mixtral")  # the decoder layouts built here
+QK_NORM_STD = 0.2  # QK-norm weights' spread about 1: wide enough that each head dimension's weight shows
+ENGINE_FAMILIES = ("opt", "llama", "qwen2", "phi", "mixtral", "qwen3")  # the decoder layouts built here
 
 
 @dataclass
@@ -156,13 +159,24 @@ def paged_attention(q, k, v, meta: AttentionMetadata, cache: LayerKVCache | None
 # --- the decoder ------------------------------------------------------------------
 
 
+def has_qk_norm(spec: ModelSpec) -> bool:
+    """Qwen3 normalizes each head of q and k (an RMSNorm over head_dim, weights shared by the heads) before
+    rotary; the other families do not."""
+    return spec.family == "qwen3"
+
+
 class Attention(nn.Module):
+    """q_dim = heads x head_dim wide queries from a hidden-wide input, and back: q_dim is hidden_size in every
+    family but Qwen3, whose heads are wider (Qwen3-32B: 64 of 128 on a 5,120-wide model)."""
+
     def __init__(self, spec: ModelSpec):
         super().__init__()
         bias = has_linear_biases(spec)
         self.num_heads, self.num_kv_heads, self.head_dim = spec.num_heads, spec.num_kv_heads, spec.head_dim
-        self.wqkv = nn.Linear(spec.hidden_size, spec.hidden_size + 2 * spec.kv_dim, bias=bias or spec.qkv_bias)
-        self.wo = nn.Linear(spec.hidden_size, spec.hidden_size, bias=bias)
+        self.wqkv = nn.Linear(spec.hidden_size, spec.q_dim + 2 * spec.kv_dim, bias=bias or spec.qkv_bias)
+        self.wo = nn.Linear(spec.q_dim, spec.hidden_size, bias=bias)
+        self.q_norm = RMSNorm(spec.head_dim) if has_qk_norm(spec) else None
+        self.k_norm = RMSNorm(spec.head_dim) if has_qk_norm(spec) else None
         self.scale = self.head_dim ** -0.5
 
     def forward(self, x, rotary, meta: AttentionMetadata, cache: LayerKVCache | None):
@@ -171,6 +185,8 @@ class Attention(nn.Module):
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         if rotary is not None:
             q, k = apply_rotary(q, rotary), apply_rotary(k, rotary)
         out = paged_attention(q, k.contiguous(), v.contiguous(), meta, cache, self.scale)
@@ -182,7 +198,7 @@ def make_mlp(spec: ModelSpec) -> nn.Module:
 
 
 class DecoderLayer(nn.Module):
-    """Pre-norm residual block, attention then MLP (OPT-125m and up, LLaMA, Qwen2, Mixtral)."""
+    """Pre-norm residual block, attention then MLP (OPT-125m and up, LLaMA, Qwen2, Mixtral, Qwen3)."""
 
     def __init__(self, spec: ModelSpec):
         super().__init__()
@@ -254,7 +270,9 @@ class Decoder(nn.Module):
 
 def build_decoder(spec: ModelSpec, device: torch.device | str, dtype: torch.dtype, seed: int) -> Decoder:
     """Seeded random weights and biases, created directly on the device (no fp32 host copy of a 13B model).
-    Biases are drawn like weights: a zero bias would let a decoder that dropped one pass every check."""
+    Biases are drawn like weights: a zero bias would let a decoder that dropped one pass every check. So are
+    QK-norm weights, around 1: all ones would let one that swapped q's and k's, or read them per channel of the
+    model rather than of a head, pass."""
     if spec.family not in ENGINE_FAMILIES:  # a llama-shaped decoder would drop the family's own layers silently
         raise SpecError(spec.name, "family", f"the engine builds {list(ENGINE_FAMILIES)} decoders, not "
                         f"{spec.family!r}")
@@ -265,7 +283,9 @@ def build_decoder(spec: ModelSpec, device: torch.device | str, dtype: torch.dtyp
     generator = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if "norm" in name:  # identity norms: LayerNorm weight 1, bias 0
+            if name.endswith(("q_norm.weight", "k_norm.weight")):
+                param.normal_(1.0, QK_NORM_STD, generator=generator)
+            elif "norm" in name:  # identity norms: LayerNorm weight 1, bias 0
                 param.fill_(1.0 if name.endswith("weight") else 0.0)
             else:
                 param.normal_(0.0, INIT_STD, generator=generator)

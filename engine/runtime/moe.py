@@ -1,10 +1,12 @@
-"""A mixture of experts' MLP (Mixtral): a router picks experts_per_token of num_experts SwiGLU experts for each
-token, and the token's output is its experts' outputs weighted by the router.
+"""A mixture of experts' MLP (Mixtral, Qwen3-MoE): a router picks experts_per_token of num_experts SwiGLU experts
+for each token, and the token's output is its experts' outputs weighted by the router.
 
 Routing follows Hugging Face's Mixtral exactly: a softmax over every expert's router logit, the top k of those
-probabilities, renormalized to sum to 1. Each expert runs once per forward on the tokens routed to it, as a
-grouped GEMM would; how many that is is read on the host (one sync per layer), so a forward through this layer
-cannot be captured in a CUDA graph (engine.runtime.graphs runs a mixture of experts eagerly).
+probabilities, renormalized to sum to 1. Hugging Face's Qwen3-MoE routes the same way when its config's
+norm_topk_prob is true, as every Qwen3 mixture's is (Qwen3-30B-A3B's), and no spec key turns it off. Each
+expert runs once per forward on the tokens routed to it, as a grouped GEMM would; how many that is is read on the
+host (one sync per layer), so a forward through this layer cannot be captured in a CUDA graph
+(engine.runtime.graphs runs a mixture of experts eagerly).
 """
 from __future__ import annotations
 

@@ -26,6 +26,8 @@ FAMILIES = {
     "qwen2": dict(norm="rmsnorm", activation="silu", position="rotary"),
     "phi": dict(norm="layernorm", activation="gelu_new", position="rotary"),
     "mixtral": dict(norm="rmsnorm", activation="silu", position="rotary"),  # llama attention, SwiGLU experts
+    # llama attention with an RMSNorm over each head of q and k (QK-norm); SwiGLU, or SwiGLU experts
+    "qwen3": dict(norm="rmsnorm", activation="silu", position="rotary"),
 }
 
 
@@ -142,20 +144,34 @@ def model_spec_from_dict(raw: dict, source: str) -> ModelSpec:
     missing = sorted(known - set(values) - _OPTIONAL_KEYS)
     if missing:
         raise SpecError(source, missing[0], "missing required key")
+    own_head_dim = "head_dim" in raw
+    if own_head_dim:
+        _check_head_dim(raw["head_dim"], values.get("position"), source)
     spec = ModelSpec(**values)
-    _check_model(spec, source)
+    _check_model(spec, source, own_head_dim)
     return _checked_rotary(spec, source)
 
 
-def _check_model(spec: ModelSpec, source: str) -> None:
+def _check_head_dim(head_dim: object, position: object, source: str) -> None:
+    """A head_dim the file gives, checked before ModelSpec reads 0 as "hidden_size // num_heads"."""
+    width = positive_int(head_dim, source, "head_dim")
+    if position == "rotary" and width % 2:
+        raise SpecError(source, "head_dim", f"{width} is odd; rotary turns pairs of dimensions, so a rotary "
+                        "model's head_dim must be even")
+
+
+def _check_model(spec: ModelSpec, source: str, own_head_dim: bool) -> None:
     for f in fields(spec):
+        if f.name == "head_dim":  # given: checked already; else hidden_size // num_heads, checked below
+            continue
         value = getattr(spec, f.name)
         if f.type == "int" or (f.type == "int | None" and value is not None):
             positive_int(value, source, f.name)
         elif f.type == "bool" and not isinstance(value, bool):
             raise SpecError(source, f.name, f"must be true or false, got {value!r}")
-    if spec.hidden_size % spec.num_heads:
-        raise SpecError(source, "num_heads", f"{spec.num_heads} does not divide hidden_size {spec.hidden_size}")
+    if spec.hidden_size % spec.num_heads and not own_head_dim:  # a head_dim of its own needs no division
+        raise SpecError(source, "num_heads", f"{spec.num_heads} does not divide hidden_size {spec.hidden_size} "
+                        "(or give head_dim)")
     if spec.num_heads % spec.num_kv_heads:
         raise SpecError(source, "num_kv_heads", f"{spec.num_kv_heads} does not divide num_heads {spec.num_heads}")
     if spec.experts_per_token > spec.num_experts:
@@ -168,7 +184,7 @@ def _checked_rotary(spec: ModelSpec, source: str) -> ModelSpec:
     theta = positive(spec.rope_theta, source, "rope_theta")
     factor = share(spec.partial_rotary_factor, source, "partial_rotary_factor")
     dims = spec.head_dim * factor
-    if abs(dims - round(dims)) > 1e-9 or round(dims) % 2:
+    if spec.position == "rotary" and (abs(dims - round(dims)) > 1e-9 or round(dims) % 2):  # learned: none turn
         raise SpecError(source, "partial_rotary_factor", f"{factor:g} x head_dim {spec.head_dim} is {dims:g} "
                         "dimensions; rotary turns pairs of them, so it must be a whole even number")
     return replace(spec, rope_theta=theta, partial_rotary_factor=factor)

@@ -73,8 +73,12 @@ def spec_values(exp: Experiment) -> dict[str, dict]:
 
 
 def model_values(model: ModelSpec) -> dict:
-    """A model spec's values that a simulated run reads."""
-    return {key: value for key, value in asdict(model).items() if key not in ENGINE_ONLY_MODEL_FIELDS}
+    """A model spec's values that a simulated run reads. A head_dim of hidden_size // num_heads is implied by the
+    two, as every spec before head_dim was a key implied it: left out, so that their digests stay what they were."""
+    values = {key: value for key, value in asdict(model).items() if key not in ENGINE_ONLY_MODEL_FIELDS}
+    if model.head_dim == model.hidden_size // model.num_heads:
+        del values["head_dim"]
+    return values
 
 
 def _transfer_specs(exp: Experiment) -> dict[str, dict]:

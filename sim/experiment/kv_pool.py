@@ -34,7 +34,7 @@ def block_bytes(model: ModelSpec, block_size: int, tp: int, precision: Precision
 def max_activation_bytes(model: ModelSpec, max_num_batched_tokens: int, tp: int, dtype_bytes: int) -> int:
     """Peak activation of one forward, as the authors' memory analyzer estimated it."""
     h = model.hidden_size
-    qkv = (h + 2 * model.kv_dim) // tp
+    qkv = (model.q_dim + 2 * model.kv_dim) // tp
     ffn = model.ffn_dim // tp
     per_token = max(2 * (max(qkv, ffn) + h), 2 * model.vocab_size)
     return per_token * max_num_batched_tokens * dtype_bytes

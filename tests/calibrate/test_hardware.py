@@ -83,7 +83,8 @@ def test_every_shipped_sheet_loads_and_names_its_source(name):
     assert 1 < hw.memory_gib < 1024
 
 
-ADDED = {"a40": 149.7e12, "l4": 121e12, "a10": 125e12, "gh200": 989e12, "mi300x": 1307.4e12}
+ADDED = {"a40": 149.7e12, "l4": 121e12, "a10": 125e12, "gh200": 989e12, "mi300x": 1307.4e12, "rtx-4090": 165.2e12,
+         "rtx-pro-6000": 503.8e12}
 
 
 @pytest.mark.parametrize("name,dense_fp16", sorted(ADDED.items()))
@@ -177,3 +178,21 @@ def test_every_shipped_sheet_loads_with_its_sm_count_and_a_malformed_one_is_refu
         (tmp_path / "bad.yaml").write_text(base + f"sm_count: {bad}\n")
         with pytest.raises(SpecError, match="sm_count.*integer"):
             load_hardware(tmp_path / "bad.yaml")
+
+
+def test_the_workstation_gpus_are_priced_at_their_fp32_accumulate_rates_and_found_by_their_driver_names():
+    from calibrate.hardware.hardware import hardware_for_device
+
+    # GeForce Ada accumulates FP32 at half its FP16-accumulate rate (330.3): PyTorch's GEMMs accumulate in FP32
+    rtx4090, pro6000 = load_hardware("rtx-4090"), load_hardware("rtx-pro-6000")
+    assert (rtx4090.peak_flops, rtx4090.peak_flops_fp8, rtx4090.sm_count) == (165.2e12, 330.3e12, 128)
+    assert (rtx4090.hbm_bytes_per_s, rtx4090.pcie_bytes_per_s) == (1.008e12, 32e9)  # GDDR6X; PCIe 4.0 x16
+    assert (pro6000.peak_flops, pro6000.peak_flops_fp8, pro6000.sm_count) == (503.8e12, 1007.6e12, 188)
+    assert (pro6000.hbm_bytes_per_s, pro6000.pcie_bytes_per_s) == (1.792e12, 64e9)  # GDDR7; PCIe 5.0 x16
+    for hw in (rtx4090, pro6000):  # no NVLink: the all-reduce crosses PCIe
+        assert hw.nvlink_bytes_per_s == hw.pcie_bytes_per_s
+    assert hardware_for_device("NVIDIA GeForce RTX 4090") == "rtx-4090"
+    assert hardware_for_device("NVIDIA RTX PRO 6000 Blackwell Workstation Edition") == "rtx-pro-6000"
+    # the Server Edition (1,597 GB/s) and the 300 W Max-Q are other parts: no sheet claims them
+    assert hardware_for_device("NVIDIA RTX PRO 6000 Blackwell Server Edition") is None
+    assert hardware_for_device("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition") is None

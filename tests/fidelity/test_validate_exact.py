@@ -116,9 +116,10 @@ def test_replayed_times_refuse_to_run_out():
 
 
 # vLLM's three prefill policies on a decoder of each other layout: grouped KV heads (llama-tiny, qwen2-tiny with
-# its q/k/v biases), phi-2's parallel block and a mixture of experts. The schedule is the control plane's, so it
-# must come out the same whatever the layers compute; each run is the engine's, timed on this machine.
-FAMILY_SPECS = ["llama-tiny", "qwen2-tiny", "phi-tiny", "mixtral-tiny"]
+# its q/k/v biases), phi-2's parallel block, a mixture of experts, and Qwen3's QK-norm and wide heads, dense and
+# a mixture. The schedule is the control plane's, so it must come out the same whatever the layers compute; each
+# run is the engine's, timed on this machine.
+FAMILY_SPECS = ["llama-tiny", "qwen2-tiny", "phi-tiny", "mixtral-tiny", "qwen3-tiny", "qwen3-moe-tiny"]
 VLLM_POLICIES = ["vllm", "vllm-separate", "vllm-chunked"]
 
 

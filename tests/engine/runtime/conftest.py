@@ -4,9 +4,9 @@ The runtime tests run the kernels' torch references (attention_backend="torch"):
 turns on the Triton interpreter, which is far too slow for whole-model runs. One test in
 test_runtime_triton.py plugs the Triton kernels in.
 
-`spec` is one tiny decoder of every family the engine builds; `attention_spec` only the two whose attention
-differs (OPT's heads, LLaMA's grouped KV heads), for the tests that run the interpreted kernels: the other
-families' attention is LLaMA's.
+`spec` is one tiny decoder of every family the engine builds (Qwen3's dense and mixture both); `attention_spec`
+only those whose attention differs (OPT's heads, LLaMA's grouped KV heads, Qwen3's heads wider than hidden /
+heads), for the tests that run the interpreted kernels: the other families' attention is LLaMA's.
 """
 import pytest
 
@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 
 from engine.specs.loader import load_model_spec  # noqa: E402
 
-TINY_SPECS = ["opt-tiny", "llama-tiny", "qwen2-tiny", "phi-tiny", "mixtral-tiny"]
+TINY_SPECS = ["opt-tiny", "llama-tiny", "qwen2-tiny", "phi-tiny", "mixtral-tiny", "qwen3-tiny", "qwen3-moe-tiny"]
 
 
 @pytest.fixture(params=TINY_SPECS)
@@ -22,7 +22,7 @@ def spec(request):
     return load_model_spec(request.param)
 
 
-@pytest.fixture(params=["opt-tiny", "llama-tiny"])
+@pytest.fixture(params=["opt-tiny", "llama-tiny", "qwen3-tiny"])
 def attention_spec(request):
     return load_model_spec(request.param)
 

@@ -8,6 +8,9 @@ engine's layers, shared by its paged and dense paths, still shows here.
     phi-2    x + attn(ln x) + mlp(ln x), biases everywhere, tanh GELU, rotary on the first rotary_dim dims,
              head with a bias
     Mixtral  LLaMA's attention; each token's MLP the router-weighted sum of its top-k SwiGLU experts
+    Qwen3    LLaMA with heads head_dim wide (q: heads x head_dim, not hidden) and an RMSNorm over each head of
+             q and of k before rotary (q_norm, k_norm: one weight per head dimension); a mixture's MLP as
+             Mixtral's (Qwen3-MoE with norm_topk_prob)
 """
 import math
 
@@ -55,6 +58,15 @@ def _norm(spec, w, at, x):
     return (x - mean) / torch.sqrt(var + 1e-5) * w[at + "weight"] + w[at + "bias"]
 
 
+def _head_norm(x, weight):
+    """Qwen3RMSNorm over each head's own head_dim values of x [T, heads, head_dim], eps 1e-6."""
+    out = torch.empty_like(x)
+    for h in range(x.shape[1]):
+        head = x[:, h, :]
+        out[:, h, :] = head / torch.sqrt((head * head).mean(-1, keepdim=True) + 1e-6) * weight
+    return out
+
+
 def _rotate(spec, x, positions):
     """Hugging Face's rotate-half rotary on the first rotary_dim dims of x [T, heads, head_dim]."""
     if spec.position != "rotary":
@@ -74,6 +86,8 @@ def _attention(spec, w, at, x, positions):
     q = qkv[:, :heads * d].reshape(-1, heads, d)
     k = qkv[:, heads * d:(heads + kv_heads) * d].reshape(-1, kv_heads, d)
     v = qkv[:, (heads + kv_heads) * d:].reshape(-1, kv_heads, d)
+    if spec.family == "qwen3":  # Qwen3Attention: q_norm(q_proj(x).view(..., head_dim)), k likewise
+        q, k = _head_norm(q, w[at + "q_norm.weight"]), _head_norm(k, w[at + "k_norm.weight"])
     q, k = _rotate(spec, q, positions), _rotate(spec, k, positions)
     length = x.shape[0]
     future = torch.triu(torch.ones(length, length, dtype=torch.bool), diagonal=1)

@@ -38,8 +38,9 @@ def test_paged_engine_logits_are_the_reference_forwards(spec):
             assert token == int(reference[len(prefix) - 1].argmax())
 
 
-@pytest.mark.parametrize("name", ["opt-tiny", "llama-tiny", "qwen2-tiny", "phi-tiny", "mixtral-tiny", "phi-2",
-                                  "qwen2.5-7b", "mixtral-8x7b", "llama-3-8b", "opt-1.3b"])
+@pytest.mark.parametrize("name", ["opt-tiny", "llama-tiny", "qwen2-tiny", "phi-tiny", "mixtral-tiny", "qwen3-tiny",
+                                  "qwen3-moe-tiny", "phi-2", "qwen2.5-7b", "mixtral-8x7b", "llama-3-8b", "opt-1.3b",
+                                  "qwen3-32b", "qwen3-30b-a3b"])
 def test_the_decoders_weights_are_the_specs_count(name):
     # built on the meta device: shapes only, no memory, so the full-size models are counted too
     spec = load_model_spec(name)
@@ -55,7 +56,8 @@ def test_every_family_the_loader_knows_is_built():
 # what each family adds, taken away: the reference must then disagree with the engine (it is not blind to it)
 WITHOUT = {"opt-tiny": dict(position="rotary"), "llama-tiny": dict(rope_theta=500.0),
            "qwen2-tiny": dict(rope_theta=10000.0), "phi-tiny": dict(partial_rotary_factor=1.0),
-           "mixtral-tiny": dict(experts_per_token=1)}
+           "mixtral-tiny": dict(experts_per_token=1), "qwen3-tiny": dict(family="llama"),
+           "qwen3-moe-tiny": dict(experts_per_token=1)}
 
 
 def test_the_reference_sees_what_each_family_adds(spec):
@@ -68,5 +70,6 @@ def test_the_reference_sees_what_each_family_adds(spec):
 
 def test_an_unknown_family_is_refused_naming_the_ones_built():
     spec = dataclasses.replace(load_model_spec("llama-tiny"), family="gpt2")
-    with pytest.raises(SpecError, match=r"family: the engine builds \['opt', 'llama', 'qwen2', 'phi', 'mixtral'\]"):
+    with pytest.raises(SpecError, match=r"family: the engine builds \['opt', 'llama', 'qwen2', 'phi', 'mixtral', "
+                                        r"'qwen3'\]"):
         build_decoder(spec, "cpu", torch.float32, 0)

@@ -1,4 +1,5 @@
-"""Mixtral's layer: its grouped-by-expert forward equals an explicit loop over each token's top-k experts."""
+"""A mixture's layer (Mixtral's, and Qwen3-MoE's with norm_topk_prob): its grouped-by-expert forward equals an
+explicit loop over each token's top-k experts."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -7,9 +8,9 @@ from engine.runtime.model import build_decoder  # noqa: E402
 from engine.specs.loader import load_model_spec  # noqa: E402
 
 
-@pytest.fixture
-def moe():
-    return build_decoder(load_model_spec("mixtral-tiny"), "cpu", torch.float32, 0).layers[0].mlp
+@pytest.fixture(params=["mixtral-tiny", "qwen3-moe-tiny"])
+def moe(request):
+    return build_decoder(load_model_spec(request.param), "cpu", torch.float32, 0).layers[0].mlp
 
 
 def per_token(moe, x):

@@ -30,16 +30,18 @@ PUBLISHED_PARAMS = {
     # internlm/internlm-20b publishes no exact count found in a public source: its card's "20B" is the figure
     "internlm-20b": 20_000_000_000,
     "mixtral-8x7b": 46_702_792_704,  # mistralai/Mixtral-8x7B-v0.1 safetensors (the card: 46.7B)
+    "qwen3-32b": 32_762_123_264,  # Qwen/Qwen3-32B safetensors (BF16 32,762,123,264; the card: 32.8B)
+    "qwen3-30b-a3b": 30_532_122_624,  # Qwen/Qwen3-30B-A3B-Instruct-2507 safetensors (the card: 30.5B, 3.3B active)
 }
 
 # (layers, KV heads, head dim) as each config.json gives them: num_hidden_layers, num_key_value_heads, and
-# hidden_size / num_attention_heads
+# head_dim where the config gives one (Qwen3), else hidden_size / num_attention_heads
 PUBLISHED_KV_SHAPE = {
     "llama-2-7b": (32, 32, 128), "llama-2-13b": (40, 40, 128), "llama-2-70b": (80, 8, 128),
     "llama-3-8b": (32, 8, 128), "llama-3-70b": (80, 8, 128), "llama-3.1-8b": (32, 8, 128),
     "llama-3.1-70b": (80, 8, 128), "mistral-7b": (32, 8, 128), "codellama-34b": (48, 8, 128),
     "qwen2.5-7b": (28, 4, 128), "qwen2.5-72b": (80, 8, 128), "internlm-20b": (60, 40, 128),
-    "phi-2": (32, 32, 80), "mixtral-8x7b": (32, 8, 128),
+    "phi-2": (32, 32, 80), "mixtral-8x7b": (32, 8, 128), "qwen3-32b": (64, 8, 128), "qwen3-30b-a3b": (48, 4, 128),
 }
 
 # The specs shipped before these, as they counted then: a new field's default must move none of them
@@ -61,6 +63,12 @@ TINY_SPECS = {
                  256),
     # 4 experts and a 64 x 4 router a layer in place of llama-tiny's one MLP
     "mixtral-tiny": (EMBED + HEAD + 2 * (ATTENTION + 4 * SWIGLU + 64 * 4 + 2 * 64) + 64, 256),
+    # heads 32 wide: q 4 x 32 = 128 of 64 (wq 64 x 128, wk and wv 64 x 64, wo 128 x 64), two RMSNorms of 64 and the
+    # QK-norm's two of 32; KV 2 x 2 layers x 2 heads x 32 x 2 bytes
+    "qwen3-tiny": (EMBED + HEAD + 2 * (64 * (128 + 2 * 64) + 128 * 64 + SWIGLU + 2 * 64 + 2 * 32) + 64, 512),
+    # its experts 32 wide: 4 of 3 x 64 x 32, and a 64 x 4 router
+    "qwen3-moe-tiny": (EMBED + HEAD + 2 * (64 * (128 + 2 * 64) + 128 * 64 + 4 * 3 * 64 * 32 + 64 * 4 + 2 * 64
+                                             + 2 * 32) + 64, 512),
 }
 
 
@@ -71,7 +79,7 @@ def test_parameter_count_within_one_percent_of_the_published_one(name):
 
 
 @pytest.mark.parametrize("name", ["llama-2-7b", "llama-3-8b", "mistral-7b", "qwen2.5-7b", "phi-2",
-                                  "qwen2.5-72b", "codellama-34b", "mixtral-8x7b"])
+                                  "qwen2.5-72b", "codellama-34b", "mixtral-8x7b", "qwen3-32b", "qwen3-30b-a3b"])
 def test_parameter_count_is_the_published_one_exactly(name):
     # every weight of these is counted (biases, norms, the untied head): not just near, equal
     assert load_model_spec(name).num_params() == PUBLISHED_PARAMS[name]
@@ -105,7 +113,8 @@ def test_tiny_specs_count_their_layout(name):
 def test_rotary_keys_are_each_models_public_config():
     # rope_theta and phi-2's partial_rotary_factor as each config.json gives them (the YAMLs cite the copies)
     theta = {"llama-2-7b": 1e4, "mistral-7b": 1e4, "llama-3-8b": 5e5, "llama-3.1-70b": 5e5, "qwen2.5-7b": 1e6,
-             "qwen2.5-72b": 1e6, "codellama-34b": 1e6, "mixtral-8x7b": 1e6, "phi-2": 1e4, "opt-13b": 1e4}
+             "qwen2.5-72b": 1e6, "codellama-34b": 1e6, "mixtral-8x7b": 1e6, "phi-2": 1e4, "opt-13b": 1e4,
+             "qwen3-32b": 1e6, "qwen3-30b-a3b": 1e7}
     assert {name: load_model_spec(name).rope_theta for name in theta} == theta
     phi = load_model_spec("phi-2")
     assert (phi.partial_rotary_factor, phi.rotary_dim, load_model_spec("llama-3-8b").rotary_dim) == (0.4, 32, 128)

@@ -28,3 +28,12 @@ def test_the_fig11_standin_is_fingerprinted_by_the_real_pairs_it_scales(write_co
     standin = load_experiment(write_config(tiny(workload="{dataset: sharegpt-fig11-standin, duration_s: 30}")))
     assert data_files(standin) == {"workload.dataset": SHAREGPT_CSV}
     assert data_files(load_experiment(write_config(tiny()))) == {}  # a lognormal stand-in reads no file
+
+
+def test_a_head_dim_of_its_own_moves_the_digest_and_the_implied_one_is_not_in_it(write_config):
+    exp = load_experiment(write_config(tiny()))
+    plain = digest_with_model(exp)
+    implied = exp.model.hidden_size // exp.model.num_heads
+    assert exp.model.head_dim == implied and "head_dim" not in spec_values(exp)["model"]  # digests as before
+    assert digest_with_model(exp, head_dim=implied) == plain
+    assert digest_with_model(exp, head_dim=2 * implied) != plain  # wider heads: more KV bytes, more FLOPs
