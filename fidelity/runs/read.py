@@ -6,12 +6,14 @@ from pathlib import Path
 from engine.errors import SpecError
 from fidelity.runs.bench_layout import is_bench_run, read_bench_run
 from fidelity.runs.real_run import RealRun
+from fidelity.runs.shipped import run_path
 from fidelity.runs.vllm_bench import read_vllm_bench
 
 
 def read_run(path: str | Path, workload: str | Path | None = None) -> RealRun:
-    """The run at `path`; `workload` is the file a bench run replayed, where it is not beside or above the run."""
-    path = Path(path)
+    """The run at `path` (or the shipped run of that name: fidelity/runs/shipped.py); `workload` is the file a bench
+    run replayed, where it is not beside or above the run."""
+    path = run_path(path)
     if path.is_dir():
         if not is_bench_run(path):
             raise SpecError(str(path), "", "is not a run: a bench run's folder holds vllm/requests.jsonl (or is the "
