@@ -89,7 +89,7 @@ def _cmd_validate_run(args) -> int:
     if engine_only:
         raise SpecError("command line", engine_only[0], "runs the real engine; --run compares a real run's records "
                         "with its simulated replay, and runs no engine")
-    from fidelity.runs.command import validate_run
+    from fidelity.runs.command import title, validate_run
     from fidelity.runs.comparison import summary_text
     from fidelity.runs.outputs import FILES
 
@@ -102,16 +102,10 @@ def _cmd_validate_run(args) -> int:
     if result.simulated.dropped or result.simulated.unfinished:
         print(f"  note: {result.simulated.dropped} requests dropped and {result.simulated.unfinished} unfinished by "
               f"the simulated engine (horizon {result.simulated.horizon_s:.0f} s)")
-    print(result_title(result))
+    print(title(result, separator=": "))
     print(summary_text(result.summary))
     print(f"wrote {result.out_dir}/{', '.join(FILES)} in {time.perf_counter() - started:.1f} s")
     return 0
-
-
-def result_title(result) -> str:
-    from fidelity.runs.command import title
-
-    return title(result).replace("\n", ": ")
 
 
 def register(sub) -> None:

@@ -102,10 +102,11 @@ def replay_arrivals(run: RealRun, setup: ReplaySetup) -> tuple[np.ndarray | None
                                                  f"{exp.rates[0]:g} req/s, seed {exp.seeds[0]}): not recorded")
 
 
-def title(result: RunValidation) -> str:
+def title(result: RunValidation, separator: str = "\n") -> str:
+    """What was compared with what: the run, then the simulated system and deployment."""
     exp = result.setup.experiment
     replicas = f"{exp.replicas} x " if exp.replicas > 1 else ""
-    return (f"{result.run.name} ({result.run.format})\nreal vs simulated {result.setup.system.name} on "
+    return (f"{result.run.name} ({result.run.format}){separator}real vs simulated {result.setup.system.name} on "
             f"{exp.model.name}, {replicas}{exp.tensor_parallel} x {exp.hardware.name}")
 
 

@@ -25,6 +25,7 @@ from calibrate.hardware.hardware import GIB
 from calibrate.hardware.precision import precision_from_config
 from engine.core.system import SystemSpec
 from engine.errors import SpecError
+from engine.specs.checks import positive_int
 from engine.specs.loader import load_model_spec
 from fidelity.runs.names import hardware_name, model_name
 from fidelity.runs.real_run import RealRun
@@ -142,13 +143,19 @@ def _run_system(run: RealRun, source: str) -> dict:
 def _recorded_pool_gib(run: RealRun, raw: dict, source: str, base_dir: Path) -> float:
     """The recorded num_gpu_blocks as kv_cache_gib, exactly: blocks x a block's bytes is a whole number of bytes,
     and dividing it by 2^30 loses no bit, so the pool the experiment builds has those blocks again."""
-    model = raw["model"]
-    if isinstance(model, str) and Path(model).suffix in (".yaml", ".yml"):
+    model = raw["model"]  # the run's is a shipped name (names.py): a bad one is the config's
+    if not isinstance(model, str) or not model.strip():
+        raise SpecError(source, "model", f"must be a name or a path, got {model!r}")
+    if Path(model).suffix in (".yaml", ".yml"):
         model = resolve_data_path(model, base_dir, source, "model")
-    spec = load_model_spec(model)
+    try:
+        spec = load_model_spec(model)
+    except SpecError as err:
+        raise SpecError(source, "model", err.message) from None
     precision = precision_from_config(raw.get("precision"), raw.get("dtype_bytes"), source)
     block_size = run.settings.block_size or V1_BLOCK_SIZE
-    per_block = block_bytes(spec, block_size, int(raw.get("tensor_parallel", 1)), precision)
+    tensor_parallel = positive_int(raw.get("tensor_parallel", 1), source, "tensor_parallel")
+    per_block = block_bytes(spec, block_size, tensor_parallel, precision)
     return run.settings.num_gpu_blocks * per_block / GIB
 
 
