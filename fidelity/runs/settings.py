@@ -80,7 +80,7 @@ def replay_setup(run: RealRun, config: str | Path | None = None, overrides: list
         raw["kv_cache_gib"] = _recorded_pool_gib(run, raw, source, base_dir)
         origins["kv_cache_gib"] = f"{run.settings.num_gpu_blocks} blocks (the run)"
     if "systems" not in given:
-        raw["systems"] = [_run_system(run, source)]
+        raw["systems"] = [_run_system(run)]
     exp = _experiment(raw, run, given, source, base_dir)
     if len(exp.systems) != 1:
         raise SpecError(source, "systems", f"a replay simulates one system, got {len(exp.systems)}")
@@ -127,7 +127,7 @@ def _precision(dtype: str | None) -> dict | None:
     return None if name is None else {"weights": name, "kv_cache": name}
 
 
-def _run_system(run: RealRun, source: str) -> dict:
+def _run_system(run: RealRun) -> dict:
     """vLLM with the run's batching and KV settings, on V1's scheduler (v1_scheduler_settings)."""
     s = run.settings
     for key, value in (("max_num_seqs", s.max_num_seqs), ("max_num_batched_tokens", s.max_num_batched_tokens)):
