@@ -1,4 +1,5 @@
-"""`servesim validate CONFIG`: real engine vs simulator on the same traces (see fidelity/validate.py)."""
+"""`servesim validate CONFIG`: real engine vs simulator on the same traces (see fidelity/validate.py); and
+`servesim validate --run PATH`: a real serving run's own records vs its simulated replay (fidelity/runs/)."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +8,13 @@ from pathlib import Path
 
 
 def _cmd_validate(args) -> int:
+    if args.run is not None or args.config is None:
+        return _cmd_validate_run(args)
+    if args.workload is not None or args.experiment is not None:
+        from engine.errors import SpecError
+
+        raise SpecError("command line", "--workload" if args.workload is not None else "--config",
+                        "belongs to --run PATH (a real run's replay); a validation CONFIG holds its own experiment")
     from fidelity.checked import VALIDATE_FLAGS, validate_arguments
     from fidelity.report import breakdown_text, fidelity_text
     from fidelity.validate import validate
@@ -67,12 +75,55 @@ def _repeat(cfg, out_dir: Path, n: int, started: float) -> int:
     return 0
 
 
+def _cmd_validate_run(args) -> int:
+    """A real run against its replay: nothing of the real engine runs, so neither torch nor a profile is needed."""
+    from engine.errors import SpecError
+
+    if args.run is None:
+        raise SpecError("command line", "CONFIG", "missing: give a validation CONFIG, or --run PATH (a real run)")
+    if args.config is not None:
+        raise SpecError("command line", "CONFIG", f"{args.config}: with --run, give an experiment as --config CONFIG")
+    engine_only = [flag for flag, given in (("--repeats", args.repeats is not None),
+                                            ("--calibrate", args.calibrate is not None),
+                                            ("--repeat", args.repeat != 1), ("--exact", args.exact)) if given]
+    if engine_only:
+        raise SpecError("command line", engine_only[0], "runs the real engine; --run compares a real run's records "
+                        "with its simulated replay, and runs no engine")
+    from fidelity.runs.command import title, validate_run
+    from fidelity.runs.comparison import summary_text
+    from fidelity.runs.outputs import FILES
+
+    started = time.perf_counter()
+    result = validate_run(args.run, workload=args.workload, config=args.experiment, overrides=list(args.set),
+                          out_dir=args.out or None, log=lambda line: print(line, flush=True))
+    print(f"servesim validate --run: {result.out_dir}")
+    for note in (*result.run.notes, *result.setup.notes):
+        print(f"  note: {note}")
+    if result.simulated.dropped or result.simulated.unfinished:
+        print(f"  note: {result.simulated.dropped} requests dropped and {result.simulated.unfinished} unfinished by "
+              f"the simulated engine (horizon {result.simulated.horizon_s:.0f} s)")
+    print(title(result, separator=": "))
+    print(summary_text(result.summary))
+    print(f"wrote {result.out_dir}/{', '.join(FILES)} in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
 def register(sub) -> None:
-    p = sub.add_parser("validate", help="replay traces on the real engine and in the simulator; measure the gap")
-    p.add_argument("config", help="validation YAML, e.g. configs/validation/cpu-opt-125m.yaml")
+    p = sub.add_parser("validate", help="replay traces on the real engine and in the simulator, or a real serving "
+                       "run's workload in the simulator; measure the gap")
+    p.add_argument("config", nargs="?", help="validation YAML, e.g. configs/validation/cpu-opt-125m.yaml (not with "
+                   "--run)")
+    p.add_argument("--run", metavar="PATH", help="a real serving run to compare with its simulated replay: a bench "
+                   "run's folder (LLMServingSim's layout of a vLLM run) or a `vllm bench serve --save-detailed` JSON")
+    p.add_argument("--workload", metavar="PATH", help="with --run: the workload JSONL[.gz] the bench run replayed, "
+                   "where it is not beside or above the run")
+    p.add_argument("--config", dest="experiment", metavar="CONFIG", help="with --run: an experiment YAML whose keys "
+                   "override the run's settings or give what it did not record (model, hardware, systems, "
+                   "cost_model, a workload's arrivals)")
     p.add_argument("--out", help="output directory (default results/validation/<name>)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a key, e.g. --set experiment.rates=[1,2] --set validation.repeats=3")
+                   help="override a key, e.g. --set experiment.rates=[1,2] --set validation.repeats=3; with --run, "
+                        "an experiment key, e.g. --set hardware=h100-sxm")
     p.add_argument("--repeats", type=int, help="real replays per trace (overrides validation.repeats)")
     p.add_argument("--calibrate", action=argparse.BooleanOptionalAction, default=None,
                    help="profile and fit the engine on this device first and validate against that profile "

@@ -28,6 +28,8 @@ FORBIDDEN = [  # (folder, modules (and their submodules) no file under it may im
     (REPO / "calibrate", {"sim", "fidelity", "servesim"}),
     (REPO / "sim", {"fidelity", "engine.runtime", "engine.kernels", "torch", "triton", "servesim"}),
     (REPO / "fidelity", {"servesim"}),
+    # a real run's replay runs no engine: the simulator's side only, anywhere
+    (REPO / "fidelity" / "runs", {"torch", "triton", "engine.runtime", "engine.kernels", "servesim"}),
 ]
 
 
@@ -64,7 +66,7 @@ def test_the_scan_leaves_out_only_a_top_level_main_block():
 
 @pytest.mark.parametrize("folder,banned", FORBIDDEN,
                          ids=["engine-not-upward", "core-pure-python", "calibrate-not-sim", "sim-not-real-engine",
-                              "fidelity-not-front-door"])
+                              "fidelity-not-front-door", "real-runs-not-real-engine"])
 def test_no_source_file_breaks_the_rule(folder, banned):
     files = list(folder.rglob("*.py"))
     assert len(files) > 4, f"found only {len(files)} files under {folder}"
@@ -127,3 +129,19 @@ def test_the_command_line_loads_neither_torch_nor_the_simulator():
             "assert not bad, bad\n")
     result = _import_in_a_fresh_interpreter(code)
     assert result.returncode == 0, result.stderr
+
+
+def test_validating_a_real_run_imports_no_torch(tmp_path):
+    """`servesim validate --run`, end to end, in an interpreter where importing torch fails."""
+    from tests.helpers.real_runs import write_bench_run
+
+    run = write_bench_run(tmp_path)
+    code = ("import sys\n"
+            "sys.modules['torch'] = None  # an import of torch now raises ImportError\n"
+            "from servesim.cli import main\n"
+            f"status = main(['validate', '--run', {str(run)!r}, '--out', {str(tmp_path / 'out')!r}])\n"
+            "bad = [m for m in ('triton', 'engine.runtime.engine') if m in sys.modules]\n"
+            "assert status == 0 and not bad, (status, bad)\n")
+    result = _import_in_a_fresh_interpreter(code)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out" / "run.json").is_file()

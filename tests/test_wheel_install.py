@@ -41,6 +41,17 @@ SHIPPED = [
     "sim/workload/data/arxiv_summarization_llama2.csv",  # with Vidur's licence in its header
     "calibrate/network_tables/h100_dgx.send_recv.csv",  # kv_link: {kind: measured}
     "calibrate/network_tables/LICENSE.vidur",
+    # the real runs `servesim validate --run` takes by name, with their source and licence
+    "fidelity/runs/data/vllm-0.19-llmservingsim/LICENSE",
+    "fidelity/runs/data/vllm-0.19-llmservingsim/SOURCE.md",
+    "fidelity/runs/data/vllm-0.19-llmservingsim/README.md",
+    "fidelity/runs/data/vllm-0.19-llmservingsim/workloads/sharegpt-llama-3.1-8b-300-sps10.jsonl.gz",
+    "fidelity/runs/data/vllm-0.19-llmservingsim/workloads/sharegpt-qwen3-32b-300-sps10.jsonl.gz",
+    "fidelity/runs/data/vllm-0.19-llmservingsim/bench/examples/RTX4090/Llama-3.1-8B/vllm/meta.json",
+    "fidelity/runs/data/vllm-0.19-llmservingsim/bench/examples/RTX4090/Llama-3.1-8B/vllm/requests.jsonl",
+    "fidelity/runs/data/vllm-0.19-llmservingsim/bench/examples/RTX4090/Llama-3.1-8B/vllm/timeseries.csv",
+    "fidelity/runs/data/vllm-0.19-llmservingsim/bench/examples/RTXPRO6000/Qwen3-32B/config.json",
+    "fidelity/runs/data/vllm-0.19-llmservingsim/bench/examples/RTXPRO6000/Qwen3-32B/validation/summary.txt",
 ]
 CONFIG = """\
 name: wheel
@@ -149,6 +160,11 @@ def test_installed_wheel_runs_an_experiment_from_an_empty_folder(wheel, tmp_path
     version = _run([scripts / "servesim", "--version"], cwd=work, env=clean).stdout
     expected = "pure Python" if "py3-none-any" in wheel.name else "compiled (mypyc)"
     assert f"control plane: {expected}" in version, version
+    shipped = ("from fidelity.runs.read import read_run; "
+               "run = read_run('vllm-0.19-llmservingsim/RTX4090/Llama-3.1-8B'); "
+               "print(len(run.requests), run.workload.sha256, run.source)")
+    count, digest, source = _run([python, "-c", shipped], cwd=work, env=clean).stdout.split()
+    assert (count, digest[:8]) == ("300", "05e48b32") and Path(source).resolve().is_relative_to(site.resolve())
     result = _run([scripts / "servesim", "run", "q.yaml"], cwd=work, env=clean, timeout=120)
     summary = work / "results" / "wheel" / "summary.csv"
     assert summary.is_file(), result.stdout

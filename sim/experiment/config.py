@@ -30,6 +30,7 @@ from sim.workload.paths import resolve_data_path
 TOP_LEVEL_KEYS = {
     "name": "label for outputs",
     "model": "a shipped model's name (engine/specs/models) or a path",
+    "max_model_len": "serving cap on prompt + output tokens (vLLM's --max-model-len); null = the model's max_seq_len",
     "hardware": "a shipped hardware name (calibrate/hardware_specs) or a path",
     "tensor_parallel": "GPUs per replica",
     "dtype_bytes": "bytes per weight/KV element (2 = fp16); or precision",
@@ -247,6 +248,17 @@ def _lookup(loader, value: Any, source: str, key: str, base_dir: Path):
         raise
 
 
+def _served_model(raw: dict, source: str, base_dir: Path) -> ModelSpec:
+    """The model as it is served: its spec, with max_model_len (a server's own cap, vLLM's --max-model-len, which a
+    GPU too small for the model's whole context needs) in place of its max_seq_len where the config gives one."""
+    model = _lookup(load_model_spec, raw["model"], source, "model", base_dir)
+    cap = raw.get("max_model_len")
+    if cap is None:
+        return model
+    cap = number(cap, source, "max_model_len", low=2, high=model.max_seq_len, whole=True)
+    return dataclasses.replace(model, max_seq_len=cap)
+
+
 # --- the experiment ----------------------------------------------------------------------
 def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup: bool = True,
                          check_profile: bool = True) -> Experiment:
@@ -264,7 +276,7 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
     exp = Experiment(
         name=_name(raw.get("name", Path(source).stem), source),
         source=source,
-        model=_lookup(load_model_spec, raw["model"], source, "model", base_dir),
+        model=_served_model(raw, source, base_dir),
         hardware=hardware,
         tensor_parallel=positive_int(raw.get("tensor_parallel", 1), source, "tensor_parallel"),
         precision=_precision(raw, source),

@@ -1,13 +1,15 @@
 """Bad input stops before anything runs, with a message that names the file, the key or row, and both sides."""
 import pytest
 
-from calibrate.hardware.device import device_name as this_device
-from calibrate.hardware.precision import Precision
-from engine.errors import SpecError
-from fidelity.config import check_engine_precision, load_validation
-from fidelity.validate import RealSide, validate
-from servesim.cli import main
-from tests.helpers.validate_tiny import TINY_VALIDATION, profile_text
+pytest.importorskip("torch")  # these run the real engine
+
+from calibrate.hardware.device import device_name as this_device  # noqa: E402
+from calibrate.hardware.precision import Precision  # noqa: E402
+from engine.errors import SpecError  # noqa: E402
+from fidelity.config import check_engine_precision, load_validation  # noqa: E402
+from fidelity.validate import RealSide, validate  # noqa: E402
+from servesim.cli import main  # noqa: E402
+from tests.helpers.validate_tiny import TINY_VALIDATION, profile_text  # noqa: E402
 
 
 @pytest.fixture

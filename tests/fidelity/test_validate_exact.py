@@ -8,18 +8,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.core.batch import BatchShape
-from engine.core.system import PAPER_SYSTEMS
-from engine.runtime.engine import Engine
-from engine.specs.loader import load_model_spec
-from fidelity.replay import (
+pytest.importorskip("torch")  # these run the real engine
+
+from engine.core.batch import BatchShape  # noqa: E402
+from engine.core.system import PAPER_SYSTEMS  # noqa: E402
+from engine.runtime.engine import Engine  # noqa: E402
+from engine.specs.loader import load_model_spec  # noqa: E402
+from fidelity.replay import (  # noqa: E402
     MeasuredClock,
     ReplayedTimes,
     ScheduleDiverged,
     compare_schedules,
 )
-from sim.core.simulate import simulate
-from sim.workload.trace import Trace
+from sim.core.simulate import simulate  # noqa: E402
+from sim.workload.trace import Trace  # noqa: E402
 
 # (device blocks, host blocks) of 4 tokens: vLLM preempts (and swaps its 2-sample groups); the
 # reservation systems queue behind Max / Pow2 / Oracle reservations (Max: 64 blocks a sequence)

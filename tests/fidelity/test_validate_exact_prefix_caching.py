@@ -7,13 +7,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-from engine.core.system import PAPER_SYSTEMS
-from engine.runtime.engine import Engine
-from engine.specs.loader import load_model_spec
-from fidelity.replay import MeasuredClock, ReplayedTimes
-from sim.core.simulate import simulate
-from sim.workload.tokens import system_prompt_segments
-from sim.workload.trace import Trace
+pytest.importorskip("torch")  # these run the real engine
+
+from engine.core.system import PAPER_SYSTEMS  # noqa: E402
+from engine.runtime.engine import Engine  # noqa: E402
+from engine.specs.loader import load_model_spec  # noqa: E402
+from fidelity.replay import MeasuredClock, ReplayedTimes  # noqa: E402
+from sim.core.simulate import simulate  # noqa: E402
+from sim.workload.tokens import system_prompt_segments  # noqa: E402
+from sim.workload.trace import Trace  # noqa: E402
 
 
 def system_prompt_trace(num_requests=14, seed=4):

@@ -6,7 +6,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from servesim.cli import main
+pytest.importorskip("torch")  # these run the real engine
+
+from servesim.cli import main  # noqa: E402
 
 SUMMARY = ["system", "rate", "real_normalized_latency", "sim_normalized_latency", "normalized_latency_error",
            "real_repeat_spread", "p90_request_error", "real_mean_batched_requests", "sim_mean_batched_requests",

@@ -62,3 +62,20 @@ def test_a_request_past_the_models_positions_is_still_dropped_by_the_generator(t
     exp = load_experiment(EXAMPLE, [*TINY, f"workload.dataset={lengths}", "rates=[0.5]"])
     summary, requests = served(exp)
     assert set(requests["prompt_len"].tolist()) == {32768} and summary["num_ignored"] == 0
+
+
+def test_max_model_len_caps_the_served_length_so_a_small_gpus_pool_is_accepted():
+    # a 4 GiB pool holds 32,768 tokens of Llama-3.1-8B: less than its 131,072-token context, as vLLM would refuse
+    small = ["kv_cache_gib=4", "systems=[{preset: vllm, prefill_policy: chunked, max_num_batched_tokens: 2048}]"]
+    with pytest.raises(SpecError, match="less than one 131072-token request"):
+        load_experiment(EXAMPLE, [*TINY, *small])
+    exp = load_experiment(EXAMPLE, [*TINY, *small, "max_model_len=32768"])
+    assert exp.model.max_seq_len == 32768 and exp.model.name == "llama-3.1-8b"
+    assert exp.kv_pool(exp.systems[0]).num_slots == 32768
+
+
+@pytest.mark.parametrize("cap", [1, 131_073, "long", True])
+def test_a_max_model_len_outside_the_models_context_is_refused_naming_the_key(cap):
+    with pytest.raises(SpecError) as caught:
+        load_experiment(EXAMPLE, [*TINY, f"max_model_len={cap}"])
+    assert "max_model_len" in str(caught.value) and "\n" not in str(caught.value)
