@@ -16,8 +16,11 @@ MODEL_NAMES = {
     "Qwen/Qwen3-32B": "qwen3-32b",
     "Qwen/Qwen3-30B-A3B-Instruct-2507": "qwen3-30b-a3b",
 }
-# LLMServingSim names its GPUs in its own words (a bench run's config.json) -> shipped hardware sheet
-LLMSERVINGSIM_GPUS = {"RTX4090": "rtx-4090", "RTXPRO6000": "rtx-pro-6000", "A100": "a100-80gb", "H100": "h100-sxm"}
+# LLMServingSim names its GPUs in its own words (a bench run's config.json) -> shipped hardware sheet. Its RTXPRO6000
+# is the Server Edition: its run configs give 1,597 GB/s of memory bandwidth (the Workstation Edition has 1,792), and
+# its profiles of that GPU name the Server Edition as their device (profiler/perf/RTXPRO6000/*/bf16/meta.yaml)
+LLMSERVINGSIM_GPUS = {"RTX4090": "rtx-4090", "RTXPRO6000": "rtx-pro-6000-server", "A100": "a100-80gb",
+                      "H100": "h100-sxm"}
 
 
 def model_name(model_id: str | None) -> tuple[str | None, str]:

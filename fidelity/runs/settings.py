@@ -11,8 +11,8 @@ no engine settings at all). From the run:
   priced with all of its experts.
 - the KV pool: num_gpu_blocks where recorded (exactly: kv_cache_gib is set to that many blocks' bytes), else the
   experiment's memory rule (docs/config.md, kv_cache_gib: null).
-- the system: vLLM with its block size, max_num_seqs, max_num_batched_tokens and prefix caching, on the scheduler
-  v1_scheduler_settings() names.
+- the system: vLLM V1's scheduler (the vllm-v1 preset) with the run's block size, max_num_seqs,
+  max_num_batched_tokens, prefix caching and asynchronous scheduling.
 - the clock: the spec sheet's roofline with the host time of vLLM V1's engine (cost_model: {kind: roofline, host:
   vllm-v1-2026}), unless the config names another.
 """
@@ -46,13 +46,11 @@ UNREAD_WORKLOAD = {"dataset": "sharegpt", "duration_s": 1.0}
 COMMAND_LINE = "command line (--set)"
 
 
-def v1_scheduler_settings() -> dict:
-    """Where vLLM V1's scheduler plugs in: the system keys that choose it.
-
-    The control plane has no V1 scheduler yet. Until it lands as `prefill_policy: v1`, a V1 run is replayed on the
-    nearest policy there is: chunked prefill (decodes first, then prompt chunks in the token budget), recomputing a
-    preempted request (V1 never swaps) and keeping no blocks free at admission (V1 has no watermark)."""
-    return {"prefill_policy": "chunked", "preemption": "recompute", "watermark": 0.0}
+def v1_scheduler_settings(run: RealRun) -> dict:
+    """vLLM V1's scheduler (engine/core/scheduler/vllm.py, prefill_policy v1: the vllm-v1 preset's recompute, no
+    watermark), scheduling asynchronously as the run says it did (vLLM 0.19's default where it does not say)."""
+    asynchronous = run.settings.async_scheduling
+    return {"preset": "vllm-v1", "async_scheduling": True if asynchronous is None else asynchronous}
 
 
 @dataclass(frozen=True)
@@ -134,7 +132,7 @@ def _run_system(run: RealRun) -> dict:
         if value is None:
             raise SpecError(run.source, key, f"not recorded, so the engine's scheduler is unknown; give --config "
                             f"CONFIG with systems: [{{preset: vllm, {key}: ..., ...}}]")
-    return {"name": V1_SYSTEM_NAME, "kind": "vllm", **v1_scheduler_settings(),
+    return {"name": V1_SYSTEM_NAME, **v1_scheduler_settings(run),
             "block_size": s.block_size or V1_BLOCK_SIZE, "max_num_seqs": s.max_num_seqs,
             "max_num_batched_tokens": s.max_num_batched_tokens,
             "prefix_caching": V1_PREFIX_CACHING if s.prefix_caching is None else s.prefix_caching}
@@ -173,7 +171,8 @@ def _experiment(raw: dict, run: RealRun, given: dict, source: str, base_dir: Pat
 def _notes(run: RealRun, given: dict) -> tuple[str, ...]:
     s, notes = run.settings, []
     if "systems" not in given:
-        notes.append(f"scheduler: vLLM V1's stand-in, {v1_scheduler_settings()} (fidelity/runs/settings.py)")
+        if s.async_scheduling is None:
+            notes.append("asynchronous scheduling not recorded: vLLM 0.19's default, on")
         if s.block_size is None:
             notes.append(f"block size not recorded: vLLM V1's default, {V1_BLOCK_SIZE}")
         if s.prefix_caching is None:

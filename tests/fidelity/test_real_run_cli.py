@@ -30,7 +30,7 @@ def test_a_run_is_validated_end_to_end(tmp_path, capsys):
     assert series["real_prompt_tokens_per_s"].tolist()[:2] == [27.0, 5.0] and series["sim_running"].notna().any()
     run = json.loads((out / "run.json").read_text())
     assert run["run"]["settings"]["num_gpu_blocks"] == 64 and run["replay"]["num_gpu_blocks"] == 64
-    assert run["replay"]["system"]["prefill_policy"] == "chunked" and run["replay"]["arrivals"] == "recorded"
+    assert run["replay"]["system"]["prefill_policy"] == "v1" and run["replay"]["arrivals"] == "recorded"
     assert run["replay"]["prefix_cache_keys"] == "from the run's token ids" and run["replay"]["unfinished"] == 0
 
 

@@ -1,5 +1,5 @@
 """A real run's engine settings become one Experiment and SystemSpec: its model, GPU, parallelism, served length,
-KV pool (the recorded blocks exactly) and batching, on V1's stand-in scheduler; a config or --set overrides any
+KV pool (the recorded blocks exactly) and batching, on V1's scheduler; a config or --set overrides any
 of them; a model or GPU servesim cannot name is a one-line error saying to give --config or --set."""
 from __future__ import annotations
 
@@ -33,9 +33,8 @@ def test_the_runs_settings_map_to_an_experiment(tmp_path):
     assert (system.kind, system.block_size, system.max_num_seqs, system.max_num_batched_tokens) == ("vllm", BLOCK, 8,
                                                                                                     64)
     assert system.prefix_caching
-    stand_in = v1_scheduler_settings()
-    assert (system.prefill_policy, system.preemption, system.watermark) == (
-        stand_in["prefill_policy"], stand_in["preemption"], stand_in["watermark"])
+    assert (system.prefill_policy, system.preemption, system.watermark) == ("v1", "recompute", 0.0)
+    assert system.async_scheduling == v1_scheduler_settings(read_run(write_bench_run(tmp_path)))["async_scheduling"]
     assert (exp.precision.weights, exp.precision.kv_cache) == ("bf16", "bf16")
     assert exp.cost_model.kind == "roofline" and exp.cost_model.host.stem == "vllm-v1-2026"
     assert setup.origins["kv_cache_gib"] == "64 blocks (the run)"
@@ -75,7 +74,7 @@ def test_a_gpu_llmservingsim_names_maps_to_the_sheet_of_that_name_where_one_is_s
     (run_dir / "config.json").write_text(json.dumps({"nodes": [{"instances": [{"hardware": "RTXPRO6000"}]}]}))
     run = read_run(run_dir)
     assert run.settings.gpu_name == "RTXPRO6000" and "LLMServingSim's name" in run.settings.gpu_name_from
-    with pytest.raises(SpecError, match="servesim's 'rtx-pro-6000', whose sheet this version does not ship"):
+    with pytest.raises(SpecError, match="servesim's 'rtx-pro-6000-server', whose sheet this version does not ship"):
         replay_setup(run)
     (run_dir / "config.json").write_text(json.dumps({"nodes": [{"instances": [{"hardware": "H100"}]}]}))
     assert replay_setup(read_run(run_dir)).experiment.hardware.name == "h100-sxm"
