@@ -21,6 +21,9 @@ class CostModel(ABC):
 
     #: shown in every output so a reader knows where the times came from
     source: str = ""
+    #: the same in a few words a person reads in a table (the device clock and the engine; the registry writes it,
+    #: calibrate/cost_models/label.py); "" where a cost model was built by hand
+    label: str = ""
     _charge_host: bool = False
     #: the host work by the named terms of the engine's host model (calibrate/parts/host_model.py), as a function of a
     #: batch's sequences and prompt tokens; None: by the three HOST_TERMS parts the clock adds
@@ -172,6 +175,7 @@ class ScaledCostModel(CostModel):
         self.base, self.factor = base, factor
         self.prices_ahead = base.prices_ahead
         self.source = f"{base.source} x {factor:.3f} (machine speed probed during the replay)"
+        self.label = f"{base.label} x {factor:.3f} speed" if base.label else ""
 
     def iteration_time(self, batch: BatchLike) -> float:
         return self.base.iteration_time(batch) * self.factor

@@ -9,6 +9,9 @@ switched off by a config to give the kind's own time back, to the bit:
   outputs while the GPU runs step k (vLLM's `EngineCore.step_with_batch_queue`, two batches in flight), so an
   iteration takes the longer of the two, not their sum: max(device, host). It applies where the system schedules
   asynchronously (SystemSpec.async_scheduling).
+- **serial host work**: under overlap, the engine model may name host terms that stay in series with the GPU (the
+  step's synchronisation and launches that no batch queue hides): an iteration then takes max(device, the other
+  host work) + those terms.
 - **CUDA-graph padding**: an iteration of at most the largest captured size replays the graph of the smallest
   captured size that holds it (calibrate/parts/cuda_graphs.py), so its linear layers, all-reduces and per-token
   kernels run on the padded token count. Attention and the LM head see the real requests. Priced as the base's
@@ -22,6 +25,8 @@ the same each step; a stretch is priced from the base's stretch times with the s
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from calibrate.clock.breakdown import IterationTime
@@ -33,8 +38,11 @@ class EngineCostModel(CostModel):
     """`base`'s iteration, with the host's work overlapping the GPU's (overlap) and the linear layers run at the
     CUDA graph's padded size (graph_sizes; empty: eager)."""
 
-    def __init__(self, base: CostModel, overlap: bool, graph_sizes: tuple[int, ...] = ()):
-        self.base, self.overlap = base, overlap
+    def __init__(self, base: CostModel, overlap: bool, graph_sizes: tuple[int, ...] = (),
+                 serial: Callable[[int, int], float] | None = None):
+        """serial: the seconds of the host work that stays in series with the GPU under overlap, for a batch's
+        sequences and prompt tokens (an engine model's serial terms); None: all of it overlaps."""
+        self.base, self.overlap, self.serial = base, overlap, serial
         self.graph_sizes = graph_sizes if callable(getattr(base, "token_time", None)) else ()
         self.prices_ahead = base.prices_ahead
         self.named_host_terms = base.named_host_terms
@@ -47,6 +55,7 @@ class EngineCostModel(CostModel):
         elif graph_sizes:
             notes.append("CUDA-graph padding not priced (this kind measured its own engine's iterations)")
         self.source = base.source + "".join(f"; {note}" for note in notes)
+        self.label = base.label
 
     @property
     def charge_host(self) -> bool:
@@ -69,19 +78,27 @@ class EngineCostModel(CostModel):
         rows = batch.num_seqs
         return model.token_time(padded, rows) - model.token_time(tokens, rows)
 
-    def iteration_time(self, batch: BatchLike) -> float:
-        return self._combine(self.base.iteration_time(batch), self.base.host_time(batch), self.padding_time(batch))
+    def serial_time(self, batch: BatchLike) -> float:
+        return self.serial(batch.num_seqs, batch.num_prefill_tokens) if self.overlap and self.serial else 0.0
 
-    def _combine(self, total, host: float, padding: float):
-        """The iteration from the base's time (its device part plus its host work in series), the host work and the
-        padding: padded in series where the host does not overlap, else the longer of the padded device part and
-        the host work. Floats or a stretch's arrays alike."""
+    def iteration_time(self, batch: BatchLike) -> float:
+        return self._combine(self.base.iteration_time(batch), self.base.host_time(batch), self.padding_time(batch),
+                             self.serial_time(batch))
+
+    def _combine(self, total, host: float, padding: float, serial: float):
+        """The iteration from the base's time (its device part plus its host work in series), the host work, the
+        padding and the host work that stays in series: padded in series where the host does not overlap, else the
+        longer of the padded device part and the overlapped host work, then the serial work. Floats or a stretch's
+        arrays alike."""
         if not self.overlap:
             return total + padding if padding else total
         device = total - host if host else total
         if padding:
             device = device + padding
-        return np.maximum(device, host) if isinstance(device, np.ndarray) else (device if device >= host else host)
+        overlapped = host - serial if serial else host
+        longer = (np.maximum(device, overlapped) if isinstance(device, np.ndarray)
+                  else (device if device >= overlapped else overlapped))
+        return longer + serial if serial else longer
 
     def device_time(self, batch: BatchLike) -> float:
         padding = self.padding_time(batch)
@@ -89,11 +106,13 @@ class EngineCostModel(CostModel):
         return device + padding if padding else device
 
     def host_time(self, batch: BatchLike) -> float:
-        """The host work left exposed: all of it in series; under overlap what the device part does not hide."""
+        """The host work left exposed: all of it in series; under overlap the serial work and what of the rest the
+        device part does not hide."""
         host = self.base.host_time(batch)
         if not self.overlap:
             return host
-        return max(host - self.device_time(batch), 0.0)
+        serial = self.serial_time(batch)
+        return max(host - serial - self.device_time(batch), 0.0) + serial
 
     def swap_time(self, num_blocks: int) -> float:
         return self.base.swap_time(num_blocks)
@@ -110,7 +129,8 @@ class EngineCostModel(CostModel):
         if not self.overlap or not base.host_s:
             return IterationTime(device, dict(base.host), device_s, base.host_s, base.swap_s,
                                  parts_exact=base.parts_exact and not padding)
-        exposed = max(base.host_s - device_s, 0.0)
+        serial = self.serial_time(batch)
+        exposed = max(base.host_s - serial - device_s, 0.0) + serial
         share = exposed / base.host_s
         return IterationTime(device, {term: value * share for term, value in base.host.items()}, device_s, exposed,
                              base.swap_s, parts_exact=False)
@@ -118,7 +138,8 @@ class EngineCostModel(CostModel):
     # --- a decode stretch: the same tokens and sequences every step ---------------------------------------------
     def decode_iteration_times(self, batch: BatchLike, num_steps: int) -> np.ndarray:
         totals = self.base.decode_iteration_times(batch, num_steps)
-        return np.asarray(self._combine(totals, self.base.host_time(batch), self.padding_time(batch)), dtype=float)
+        return np.asarray(self._combine(totals, self.base.host_time(batch), self.padding_time(batch),
+                                        self.serial_time(batch)), dtype=float)
 
     def decode_step_times(self, batch: BatchLike, num_steps: int) -> np.ndarray:
         times = self.decode_iteration_times(batch, num_steps)
@@ -130,5 +151,5 @@ class EngineCostModel(CostModel):
         totals = self.base.decode_step_time_list(batch, num_steps) if not batch.num_swap_blocks else None
         if totals is None:
             return self.decode_step_times(batch, num_steps).tolist()
-        host, padding = self.base.host_time(batch), self.padding_time(batch)
-        return [self._combine(total, host, padding) for total in totals]
+        host, padding, serial = self.base.host_time(batch), self.padding_time(batch), self.serial_time(batch)
+        return [self._combine(total, host, padding, serial) for total in totals]

@@ -41,6 +41,8 @@ ENGINE_KEYS = {
                "the GPU's and an iteration takes the longer of the two",
     "cuda_graphs": "the engine replays CUDA graphs at vLLM's capture sizes: an iteration's linear layers run at the "
                    "smallest captured size that holds it",
+    "serial": "the host terms that stay in series with the GPU under overlap (the step's synchronisation and "
+              "launches): an iteration takes max(device, the other host terms) + these",
 }
 
 
@@ -50,20 +52,25 @@ class EngineMechanisms:
 
     overlap: bool = False
     cuda_graphs: bool = False
+    serial: tuple[str, ...] = ()  # names of host terms
 
     @classmethod
-    def from_dict(cls, raw: object, source: str) -> EngineMechanisms:
+    def from_dict(cls, raw: object, source: str, terms: dict) -> EngineMechanisms:
         if not isinstance(raw, dict):
-            raise SpecError(source, "engine", f"must map mechanisms to true or false: {sorted(ENGINE_KEYS)}")
+            raise SpecError(source, "engine", f"must map mechanisms to their settings: {sorted(ENGINE_KEYS)}")
         for key, value in raw.items():
             if key not in ENGINE_KEYS:
                 raise SpecError(source, f"engine.{key}", f"unknown mechanism; valid: {sorted(ENGINE_KEYS)}")
-            if not isinstance(value, bool):
+            if key != "serial" and not isinstance(value, bool):
                 raise SpecError(source, f"engine.{key}", f"must be true or false, got {value!r}")
-        return cls(**raw)
+        serial = raw.get("serial", [])
+        if not isinstance(serial, list) or any(name not in terms for name in serial):
+            raise SpecError(source, "engine.serial", f"must list host terms of this model {sorted(terms)}, "
+                            f"got {serial!r}")
+        return cls(bool(raw.get("overlap", False)), bool(raw.get("cuda_graphs", False)), tuple(serial))
 
     def to_dict(self) -> dict:
-        return {key: getattr(self, key) for key in ENGINE_KEYS}
+        return {"overlap": self.overlap, "cuda_graphs": self.cuda_graphs, "serial": list(self.serial)}
 
 
 @dataclass(frozen=True)
@@ -113,6 +120,13 @@ class HostModel:
             out[term] = p[ITERATION] + p[SEQUENCE] * num_seqs + p[PREFILL_TOKEN] * num_prefill_tokens
         return out
 
+    def serial_time(self, spec: ModelSpec | ModelSize, tp: int, num_seqs: int, num_prefill_tokens: int = 0) -> float:
+        """The seconds of the terms that stay in series with the GPU (EngineMechanisms.serial) for one batch."""
+        if not self.engine.serial:
+            return 0.0
+        parts = self.breakdown(spec, tp, num_seqs, num_prefill_tokens)
+        return sum(parts[term] for term in self.engine.serial)
+
     def to_dict(self) -> dict:
         out = {"format": FORMAT, "name": self.name, "measured": self.measured, "source": self.source,
                "licence": self.licence, "terms": {t: dict(c) for t, c in self.terms.items()},
@@ -140,7 +154,8 @@ class HostModel:
         heldout = raw.get("heldout", {})
         if not isinstance(heldout, dict):
             raise SpecError(source, "heldout", "must be a mapping")
-        engine = EngineMechanisms.from_dict(raw["engine"], source) if "engine" in raw else EngineMechanisms()
+        engine = (EngineMechanisms.from_dict(raw["engine"], source, terms) if "engine" in raw
+                  else EngineMechanisms())
         return cls(raw["name"], raw["measured"], raw["source"], raw["licence"],
                    {str(t): _coefficients(c, source, f"terms.{t}") for t, c in terms.items()}, heldout, engine)
 

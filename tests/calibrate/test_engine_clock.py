@@ -127,3 +127,24 @@ def test_breakdown_under_overlap_adds_up_to_the_iteration():
         parts = cost.breakdown(batch)
         assert parts.total_s == pytest.approx(cost.iteration_time(batch), rel=1e-12)
         assert np.isclose(sum(parts.host.values()), parts.host_s)
+
+
+def test_serial_host_terms_stay_in_series_under_overlap(tmp_path):
+    path = tmp_path / "serial.yaml"
+    path.write_text(yaml.safe_dump({
+        "format": "servesim-host-model/1", "name": "serial-engine", "measured": "a test engine: nothing measured",
+        "source": "this test", "licence": "none",
+        "terms": {"schedule": {"per_iteration_s": 1e-3}, "sync": {"per_iteration_s": 4e-4, "per_sequence_s": 1e-6}},
+        "engine": {"overlap": True, "serial": ["sync"]}}))
+    clock = Clock(MODEL, H100, async_scheduling=True)
+    cost = build_cost_model(CostModelConfig("roofline", host=path), clock)
+    base = build_cost_model(CostModelConfig("roofline", host=path), replace(clock, async_scheduling=False))
+    batch = decodes(10)
+    device, serial = base.device_time(batch), 4e-4 + 10 * 1e-6
+    assert cost.iteration_time(batch) == pytest.approx(max(device, 1e-3) + serial, rel=1e-12)
+    assert cost.host_time(batch) == pytest.approx(serial, rel=1e-9), "the overlapped terms hide behind the device"
+    with pytest.raises(SpecError, match="engine.serial"):
+        from calibrate.parts.host_model import load_host_model
+
+        path.write_text(path.read_text().replace("- sync", "- launch"))
+        load_host_model(path)
