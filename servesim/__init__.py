@@ -69,13 +69,16 @@ def run(config: str | Path | Experiment, out_dir: str | Path | None, *, override
     """
     from engine.specs.arguments import callback
     from sim.experiment.checked import run_arguments
-    from sim.experiment.output import write_csv
-    from sim.experiment.sweep import sweep
+    from sim.experiment.output import write_csv, write_text
+    from sim.experiment.sweep import cost_models_text, summary_frame, sweep_rows
 
     report = callback(progress, "progress")
     checked = run_arguments(config, overrides, out_dir, jobs, iterations)
-    summary = sweep(checked.exp, checked.out_dir, checked.executor, progress=report, iterations=checked.iterations)
+    rows = sweep_rows(checked.exp, checked.out_dir, checked.executor, progress=report,
+                      iterations=checked.iterations)
+    summary = summary_frame(rows)
     write_csv(summary, checked.out_dir / "summary.csv")
+    write_text(cost_models_text(rows), checked.out_dir / "cost_models.txt")
     return summary
 
 

@@ -51,7 +51,7 @@ def _cmd_run(args) -> int:
 def _run_and_report(args, exp, out_dir: Path, executor, started: float, plots) -> int:
     from sim.experiment.output import write_columns_csv, write_text
     from sim.experiment.report import summary_table, unmeasured_warnings
-    from sim.experiment.sweep import summary_columns, sweep_rows
+    from sim.experiment.sweep import cost_models_text, summary_columns, sweep_rows
 
     # the figures are drawn in processes of their own from the summary's rows, as soon as every run's is known
     # (sim/experiment/run_plots.py): with --jobs 1, while the last run's files are written
@@ -63,6 +63,7 @@ def _run_and_report(args, exp, out_dir: Path, executor, started: float, plots) -
     for line in unmeasured_warnings(rows, exp.warmup_s):
         print(f"servesim: warning: {line}", file=sys.stderr)
     write_columns_csv(summary_columns(rows), out_dir / "summary.csv")
+    write_text(cost_models_text(rows), out_dir / "cost_models.txt")
     table = summary_table(rows)
     write_text(table + "\n", out_dir / "summary.txt")
     print(table)
@@ -71,12 +72,12 @@ def _run_and_report(args, exp, out_dir: Path, executor, started: float, plots) -
         names = systems_by_model.setdefault(row["cost_model"], [])
         if row["system"] not in names:
             names.append(row["system"])
-    for source, systems in systems_by_model.items():
-        print(f"cost model: {source}" + (f" ({', '.join(systems)})" if len(systems_by_model) > 1 else ""))
+    for label, systems in systems_by_model.items():
+        print(f"cost model: {label}" + (f" ({', '.join(systems)})" if len(systems_by_model) > 1 else ""))
     # the figures are waited for last: the summary is on disk whatever drawing costs, and --no-plots never starts
     # the process that draws them
     written = [] if plots is None else plots.names()
-    print(f"wrote {out_dir}/" + ", ".join(["summary.csv", "summary.txt", *written, "runs/"])
+    print(f"wrote {out_dir}/" + ", ".join(["summary.csv", "summary.txt", "cost_models.txt", *written, "runs/"])
           + f" in {time.perf_counter() - started:.1f} s")
     return 0
 

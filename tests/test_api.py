@@ -58,7 +58,7 @@ def test_run_writes_the_sweep_and_resumes(config, tmp_path):
 def test_capacity_finds_a_rate_and_the_replicas_for_more(config):
     table = servesim.capacity(config, "ttft_p90_s=5", rate=3, tolerance=0.3, overrides=["systems=[vllm]"])
     assert list(table.columns) == ["system", "metric", "limit", "max_rate_per_replica_rps", "target_rate_rps",
-                                   "replicas_needed", "limited_by"]
+                                   "replicas_needed", "limited_by", "cost_model"]
     [row] = table.to_dict("records")
     assert row["max_rate_per_replica_rps"] > 0 and row["replicas_needed"] >= 2
     with pytest.raises(SpecError, match="unknown metric"):

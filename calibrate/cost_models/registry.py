@@ -25,13 +25,14 @@ from pathlib import Path
 from calibrate.clock.costmodel import CostModel
 from calibrate.clock.engine_clock import EngineCostModel
 from calibrate.clock.roofline import RooflineCostModel, RooflineParams
+from calibrate.cost_models.label import device_label, engine_label
 from calibrate.cost_models.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.cost_models.transfer_cost import RegimeCostModel
 from calibrate.fitting.profile_file import load_profile
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.hardware.precision import Precision
 from calibrate.parts.cuda_graphs import vllm_capture_sizes
-from calibrate.parts.host_model import EngineMechanisms, charged_host, host_model_path, load_host_model
+from calibrate.parts.host_model import HostModel, charged_host, host_model_path, load_host_model
 from engine.core.spec import ModelSpec
 from engine.errors import SpecError
 
@@ -114,26 +115,36 @@ def build_cost_model(config: CostModelConfig, clock: Clock, source: str = "") ->
     if host_path is None and config.kind in PROFILE_KINDS:
         host_path = profile_host_model(_path(config))
         defaulted = host_path is not None
+    device = device_label(config.kind, config.profile_path.name if config.profile_path is not None else None,
+                          clock.hardware.name, clock.tensor_parallel)
     if host_path is None:
-        return builder(config, clock, None)
+        cost = builder(config, clock, None)
+        cost.label = device
+        return cost
     host, named = charged_host(host_path, clock.model, clock.tensor_parallel)
     cost = builder(config, clock, host)
     cost.source = f"{cost.source}; {named}" + (", the profile's default host model" if defaulted else "")
     engine_model = load_host_model(host_path)
     cost.name_host_terms(partial(engine_model.breakdown, clock.model, clock.tensor_parallel))
-    return with_engine(cost, engine_model.engine, config, clock)
+    cost = with_engine(cost, engine_model, config, clock)
+    overlap = isinstance(cost, EngineCostModel) and cost.overlap
+    graphs = isinstance(cost, EngineCostModel) and bool(cost.graph_sizes)
+    cost.label = device + engine_label(engine_model.name, engine_model.engine, overlap, graphs)
+    return cost
 
 
-def with_engine(cost: CostModel, engine: EngineMechanisms, config: CostModelConfig, clock: Clock) -> CostModel:
+def with_engine(cost: CostModel, engine_model: HostModel, config: CostModelConfig, clock: Clock) -> CostModel:
     """The cost model under its engine's mechanisms (calibrate/clock/engine_clock.py): the host overlapping the GPU
-    where the engine and the system both schedule asynchronously, CUDA-graph padding unless the config turns it off;
-    the cost model itself where neither applies."""
+    where the engine and the system both schedule asynchronously (its serial terms still in series), CUDA-graph
+    padding unless the config turns it off; the cost model itself where neither applies."""
+    engine = engine_model.engine
     overlap = engine.overlap and clock.async_scheduling
     graphs = engine.cuda_graphs and config.cuda_graphs is not False
     sizes = vllm_capture_sizes(clock.max_num_seqs, clock.max_num_batched_tokens) if graphs else ()
     if not overlap and not sizes:
         return cost
-    return EngineCostModel(cost, overlap, sizes)
+    serial = partial(engine_model.serial_time, clock.model, clock.tensor_parallel) if engine.serial else None
+    return EngineCostModel(cost, overlap, sizes, serial)
 
 
 def check_measured_precision(precision: Precision, kind: str, source: str) -> None:

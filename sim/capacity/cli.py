@@ -14,7 +14,7 @@ def _cmd_capacity(args) -> int:
     from sim.capacity.plan import FLAGS, capacity_frame, colocated, plan_capacity, run_capacity
     from sim.capacity.split import check_splits, split_capacity
     from sim.experiment.config import check_split_systems, load_experiment
-    from sim.experiment.output import prepare_out_dir, write_csv
+    from sim.experiment.output import prepare_out_dir, write_csv, write_text
 
     exp = load_experiment(args.config, args.set)
     plan = plan_capacity(exp, args.target, args.rate, args.seed, args.tolerance, FLAGS)
@@ -28,6 +28,8 @@ def _cmd_capacity(args) -> int:
         result = run_capacity(dataclasses.replace(plan, exp=searched), workers, print)
     for line in result.notes:
         print(line)
+    for label in dict.fromkeys(row["cost_model"] for row in result.rows):
+        print(f"priced by: {label} (cost_models.txt says how)")
     table = capacity_frame(result.rows)
     print(table.to_string(index=False))
     tables = {"capacity.csv": table, "capacity_probes.csv": pd.DataFrame(result.probes)}
@@ -39,10 +41,11 @@ def _cmd_capacity(args) -> int:
         print(tables["capacity_split.csv"].to_string(index=False))
     for name, frame in tables.items():  # once every search is done: an error or a kill leaves no half set
         write_csv(frame, out_dir / name)
+    write_text(result.cost_models, out_dir / "cost_models.txt")
     stale = out_dir / "capacity_split.csv"
     if splits is None and stale.is_file():  # an earlier search's splits, which this one did not make
         stale.unlink()
-    print(f"wrote {out_dir}/" + ", ".join(tables))
+    print(f"wrote {out_dir}/" + ", ".join([*tables, "cost_models.txt"]))
     return 0
 
 

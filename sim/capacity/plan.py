@@ -31,6 +31,7 @@ from sim.capacity.search import (
 from sim.capacity.targets import Target, judge, label, parse_targets
 from sim.executors.workers import Workers
 from sim.experiment.config import MAX_REQUESTS, Experiment
+from sim.experiment.sweep import cost_models_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -140,6 +141,7 @@ class CapacityResult:
     rows: list[dict]  # capacity.csv: a row per search
     probes: list[dict] = field(default_factory=list)  # capacity_probes.csv: every distinct probe, in order
     notes: list[str] = field(default_factory=list)  # what the command says of the answers
+    cost_models: str = ""  # cost_models.txt: each system's cost model, in a few words and in whole
 
 
 def run_capacity(plan: CapacityPlan, workers: Workers | None = None,
@@ -163,6 +165,7 @@ def run_capacity(plan: CapacityPlan, workers: Workers | None = None,
     result = CapacityResult([], _probe_rows(planned, paths, plan.targets))
     for search, answer, path in zip(planned, answers, paths):
         result.rows.append(_row(plan, search, answer, path, result.notes))
+    result.cost_models = cost_models_text([path[-1].summary for path in paths if path])
     return result
 
 
@@ -224,6 +227,8 @@ def _row(plan: CapacityPlan, search: Search, answer: tuple, path: list[Probe], n
                 notes.append(f"  {name:<18}{what} even {max(p.replicas for p in path)} replicas do not meet the "
                              f"target at {plan.rate:g} req/s")
     row["limited_by"] = limited_by
+    # what priced the answer, in a few words (its whole description: cost_models.txt beside capacity.csv)
+    row["cost_model"] = path[-1].summary["cost_model"] if path else ""
     return row
 
 

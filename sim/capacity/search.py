@@ -23,7 +23,7 @@ from sim.capacity.parallel import Job, run_searches
 from sim.capacity.targets import SERVED_KEYS, TARGET_METRICS, Target, judge
 from sim.executors.workers import Workers
 from sim.experiment.config import MAX_REQUESTS, Experiment
-from sim.experiment.run import run_one
+from sim.experiment.run import COST_MODEL_SOURCE, run_one
 
 __all__ = ["TARGET_METRICS", "Target", "Probe", "probe", "rate_search", "replica_search", "capacity_search"]
 MAX_REPLICAS = 256
@@ -42,12 +42,17 @@ class Probe:
     """One run at a point, as a worker sends it back: a few numbers of its summary, not its records."""
     rate: float
     replicas: int
-    summary: dict  # every target metric, SERVED_KEYS and num_measured
+    summary: dict  # every target metric, SERVED_KEYS, num_measured and PRICED_BY
+
+
+# what priced a probe: its system, and its cost model in a few words and in whole (capacity's cost_models.txt)
+PRICED_BY = ("system", "cost_model", COST_MODEL_SOURCE)
 
 
 def probe(exp: Experiment, system: SystemSpec, rate: float, replicas: int, seed: int) -> Probe:
     summary = run_one(dataclasses.replace(exp, replicas=replicas), system, rate, seed).summary
-    return Probe(rate, replicas, {key: summary[key] for key in (*TARGET_METRICS, *SERVED_KEYS, "num_measured")})
+    kept = (*TARGET_METRICS, *SERVED_KEYS, "num_measured", *PRICED_BY)
+    return Probe(rate, replicas, {key: summary[key] for key in kept})
 
 
 def rate_search(start: float, rel_tol: float, replicas: int, ceiling: float = math.inf

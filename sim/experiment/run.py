@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 RUN_COLUMNS = ("experiment", "system", "model", "hardware", "tensor_parallel", "replicas", "workload", "cost_model",
                "rate", "seed")
 SUMMARY_COLUMNS = RUN_COLUMNS + SUMMARY_METRICS
+# a run's summary also keeps its cost model's whole description (CostModel.source), which summary.csv's cost_model
+# column gives in a few words: the command writes it once per system to cost_models.txt beside the summary
+COST_MODEL_SOURCE = "cost_model_source"
 
 
 @dataclass
@@ -156,7 +159,8 @@ def _run_one(exp: Experiment, system: SystemSpec, rate: float, seed: int, jobs: 
         shares = breakdown_shares(parts, iterations["duration_s"])
     metrics = summarize(requests, iterations, pool_slots=exp.kv_pool(system).num_slots,
                         warmup_s=exp.warmup_s, horizon_s=horizon_s, dropped=dropped, replicas=exp.replicas)
-    summary = {**summary_head(exp, system, trace, exp.replicas, cost_model.source, rate, seed), **metrics, **shares}
+    summary = {**summary_head(exp, system, trace, exp.replicas, cost_model, rate, seed), **metrics, **shares,
+               COST_MODEL_SOURCE: cost_model.source}
     return RunResult(summary, requests, iterations, dropped)
 
 
@@ -166,12 +170,13 @@ def requests_of(runs: list[ReplicaRun]) -> tuple[dict[str, np.ndarray], list[tup
     return requests, [values for run in runs for values in run.records.dropped_values]
 
 
-def summary_head(exp: Experiment, system: SystemSpec, trace: Trace, replicas: int, cost_model: str, rate: float,
-                 seed: int) -> dict:
-    """A summary row's first columns: what ran, on what, at which rate and seed."""
+def summary_head(exp: Experiment, system: SystemSpec, trace: Trace, replicas: int, cost_model: CostModel,
+                 rate: float, seed: int) -> dict:
+    """A summary row's first columns: what ran, on what, at which rate and seed; the cost model in a few words
+    (its label). Its whole description goes last in the summary, under COST_MODEL_SOURCE."""
     return {"experiment": exp.name, "system": system.name, "model": exp.model.name, "hardware": exp.hardware.name,
             "tensor_parallel": exp.tensor_parallel, "replicas": replicas, "workload": trace.source,
-            "cost_model": cost_model, "rate": rate, "seed": seed}
+            "cost_model": cost_model.label or cost_model.source, "rate": rate, "seed": seed}
 
 
 def _run_split(exp: Experiment, system: SystemSpec, trace: Trace, rate: float, seed: int,
@@ -195,8 +200,9 @@ def _run_split(exp: Experiment, system: SystemSpec, trace: Trace, rate: float, s
     metrics["load_imbalance"] = load_imbalance({**requests, "replica": prefill_replicas(requests, split_runs)},
                                                split.prefill.replicas)
     summary = {
-        **summary_head(exp, system, trace, split.replicas, setup.prefill.cost_model.source, rate, seed), **metrics,
+        **summary_head(exp, system, trace, split.replicas, setup.prefill.cost_model, rate, seed), **metrics,
         "prefill_replicas": split.prefill.replicas, "decode_replicas": split.decode.replicas,
         **transfer_metrics(split_runs.transfers, exp.warmup_s, trace.arrival_s),
+        COST_MODEL_SOURCE: setup.prefill.cost_model.source,
     }
     return RunResult(summary, requests, iterations, dropped)

@@ -37,7 +37,7 @@ from sim.experiment.output import (
     write_json,
 )
 from sim.experiment.progress import Eta
-from sim.experiment.run import SUMMARY_COLUMNS, run_label, run_one
+from sim.experiment.run import COST_MODEL_SOURCE, SUMMARY_COLUMNS, run_label, run_one
 from sim.experiment.split_run import SPLIT_COLUMNS
 from sim.experiment.table import rows_to_columns
 from sim.experiment.trace_events import TRACE_FILE, trace_events_bytes
@@ -76,7 +76,7 @@ def _done(run_dir: Path, digest: str, iterations_file: str | None) -> dict | Non
     if not path.exists() or (iterations_file is not None and not (run_dir / iterations_file).exists()):
         return None
     summary = json.loads(path.read_text())
-    if summary.get("config_digest") != digest or not set(SUMMARY_COLUMNS) <= set(summary):
+    if summary.get("config_digest") != digest or not {*SUMMARY_COLUMNS, COST_MODEL_SOURCE} <= set(summary):
         return None  # another configuration, or written before a column was added: simulate it again
     return summary
 
@@ -182,6 +182,14 @@ def summary_frame(rows: list[dict]) -> pd.DataFrame:
     import pandas as pd
 
     return pd.DataFrame(rows, columns=list(columns_of(rows)))  # drops config_digest; fixes the column order
+
+
+def cost_models_text(rows: list[dict]) -> str:
+    """cost_models.txt: each system's cost model, its label (summary.csv's cost_model column) and its whole
+    description, once per distinct pair, in the order the runs have them."""
+    seen = dict.fromkeys((row["system"], row["cost_model"], row.get(COST_MODEL_SOURCE, row["cost_model"]))
+                         for row in rows)
+    return "".join(f"{system}: {label}\n  {source}\n" for system, label, source in seen)
 
 
 def summary_columns(rows: list[dict]) -> dict:

@@ -143,8 +143,9 @@ warmup_s: 0
 """)
     exp = load_experiment(config)
     summary = run_one(exp, exp.systems[0], 0.5, 0).summary
-    assert summary["cost_model"].startswith("roofline(h100-sxm")
-    assert "by regime: memory-bound decode: roofline" in summary["cost_model"]
+    assert summary["cost_model"] == "transfer a100-80gb-linear.yaml on h100-sxm", "in a few words: kind, file, GPU"
+    assert summary["cost_model_source"].startswith("roofline(h100-sxm")
+    assert "by regime: memory-bound decode: roofline" in summary["cost_model_source"]
 
 
 def test_the_judge_tells_a_wrong_compute_share_from_a_right_one():

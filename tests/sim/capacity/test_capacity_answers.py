@@ -24,7 +24,8 @@ TARGET = Target("ttft_p90_s", 1.0)
 
 def summary(ttft: float, measured: int = 500, **served) -> dict:
     return {**{metric: 0.01 for metric in TARGET_METRICS}, **SERVED, **served, "ttft_p90_s": ttft,
-            "num_measured": measured}
+            "num_measured": measured, "system": "vLLM", "cost_model": "roofline on a100-40gb",
+            "cost_model_source": "roofline(a100-40gb, tp=1, ...)"}
 
 
 def answer(write_config, path: list[Probe], rate: float, needed: int | None = None,
@@ -150,8 +151,11 @@ def test_a_search_without_splits_leaves_no_earlier_split_table_beside_its_own(wr
     (out / "capacity_split.csv").write_text("system,fleet\nold,colocated\n")
     config = write_config(tiny(systems="[vllm]", rates="[1]"))
     assert main(["capacity", str(config), "--target", "ttft_p90_s=1", "--tolerance", "0.3", "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["capacity.csv", "capacity_probes.csv"]
+    assert sorted(p.name for p in out.iterdir()) == ["capacity.csv", "capacity_probes.csv", "cost_models.txt"]
     assert "measured" in pd.read_csv(out / "capacity_probes.csv").columns
+    (label,) = pd.read_csv(out / "capacity.csv")["cost_model"].unique()
+    assert label.startswith("roofline on ") and label in (out / "cost_models.txt").read_text(), (
+        "the answer names what priced it, in a few words, and the file beside it in whole")
 
 
 def test_replica_counts_are_whole_numbers_in_the_table():

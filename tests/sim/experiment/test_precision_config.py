@@ -77,7 +77,7 @@ def test_servesim_run_with_precision_writes_records_unlike_fp16(write_config, tm
         assert main(["run", str(path), "--out", str(out), "--set", "systems=[vllm]"]) == 0
         (run,) = (out / "runs").iterdir()
         assert (run / "iterations.parquet").is_file() and (run / "requests.csv.gz").is_file()
-        results[name] = pd.read_csv(out / "summary.csv").iloc[0]
-    fp16, quantized = results["fp16"], results["quantized"]
+        results[name] = (pd.read_csv(out / "summary.csv").iloc[0], (out / "cost_models.txt").read_text())
+    (fp16, fp16_source), (quantized, quantized_source) = results["fp16"], results["quantized"]
     assert quantized["normalized_latency"] < fp16["normalized_latency"]  # a quarter of the weights to read
-    assert "weights=int4, kv_cache=fp8" in quantized["cost_model"] and "weights" not in fp16["cost_model"]
+    assert "weights=int4, kv_cache=fp8" in quantized_source and "weights" not in fp16_source
