@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 
 from fidelity.runs.outputs import FILES
 from servesim.cli import main
@@ -25,7 +26,8 @@ def test_a_run_is_validated_end_to_end(tmp_path, capsys):
     assert len(summary) == 20 and list(summary.columns) == ["metric", "statistic", "real_ms", "sim_ms", "error_pct"]
     mean_ttft = summary[(summary.metric == "ttft") & (summary.statistic == "mean")].iloc[0]
     assert mean_ttft.real_ms == requests["real_ttft_s"].mean() * 1000
-    assert mean_ttft.error_pct == (mean_ttft.sim_ms - mean_ttft.real_ms) / mean_ttft.real_ms * 100
+    expected = (mean_ttft.sim_ms - mean_ttft.real_ms) / mean_ttft.real_ms * 100
+    assert mean_ttft.error_pct == pytest.approx(expected, rel=1e-12)
     series = pd.read_csv(out / "series.csv")
     assert series["real_prompt_tokens_per_s"].tolist()[:2] == [27.0, 5.0] and series["sim_running"].notna().any()
     run = json.loads((out / "run.json").read_text())
