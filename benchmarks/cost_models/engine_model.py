@@ -6,7 +6,7 @@ shipped file checked against a fresh fit.
 
 The engine model (calibrate/host_models/vllm-0.19.yaml) is vLLM 0.19's V1 engine: its host terms cited from its
 developers' pull requests (vllm-v1-2026's), overlapping the GPU under asynchronous scheduling, CUDA graphs at its
-capture sizes, and one term fitted here: the host work that stays in series (fidelity/runs/engine_fit.py). Each run
+capture sizes, its custom all-reduce for tensor parallelism's small messages, and one term fitted here: the host work that stays in series (fidelity/runs/engine_fit.py). Each run
 replays on its own GPU's device clock (the measured profile of that GPU where servesim ships one, else the A100
 clock carried: calibrate/cost_models/default_clock.py) and V1's scheduler. Prints, per run held out, the mean and
 p90 of TTFT, TPOT and E2E latency against the real run beside the target (5%), and the fit's coefficients. Prints
@@ -49,7 +49,7 @@ def base_model() -> HostModel:
         "LLMServingSim at 5daddb21, MIT; fidelity/runs/data/) by benchmarks/cost_models/engine_model.py",
         f"{cited.licence}; the runs MIT (fidelity/runs/data/vllm-0.19-llmservingsim/LICENSE)",
         {term: dict(c) for term, c in cited.terms.items()},
-        engine=EngineMechanisms(overlap=True, cuda_graphs=True))
+        engine=EngineMechanisms(overlap=True, cuda_graphs=True, custom_all_reduce=True))
 
 
 def line(name: str, errors: dict) -> str:

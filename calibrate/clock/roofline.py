@@ -489,6 +489,18 @@ class RooflineCostModel(CostModel):
         """The host part of iteration_time (CostModel.device_time is the rest): the host work in series."""
         return host_time(self.host, batch.num_seqs, batch.num_prefill_tokens) if self.charge_host else 0.0
 
+    def use_all_reduce(self, table) -> None:
+        """Price the all-reduces by `table` from now on (its covers and time, as an AllReduceTable's: an engine's
+        own all-reduce, calibrate/parts/custom_all_reduce.py), where it covers this tensor-parallel degree."""
+        if self.tp > 1 and table.covers(self.tp):
+            self._all_reduce = table
+            self._bind_scalar_terms()
+
+    def ring_message_time(self, workers: int, size_bytes: float) -> float:
+        """One all-reduce of size_bytes by the ring formula this model prices without a measured table: its
+        bandwidth term over the sheet's GPU-to-GPU link, and its latency."""
+        return 2 * (workers - 1) / workers * size_bytes / self.hw.nvlink_bytes_per_s + ALLREDUCE_LATENCY_S
+
     @property
     def all_reduce_table(self) -> AllReduceTable | None:
         """The measured all-reduce times this model prices its tensor-parallel degree with; None: the ring formula."""

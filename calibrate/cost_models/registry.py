@@ -32,6 +32,7 @@ from calibrate.fitting.profile_file import load_profile
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.hardware.precision import Precision
 from calibrate.parts.cuda_graphs import vllm_capture_sizes
+from calibrate.parts.custom_all_reduce import load_custom_all_reduce
 from calibrate.parts.host_model import HostModel, charged_host, host_model_path, load_host_model
 from engine.core.spec import ModelSpec
 from engine.errors import SpecError
@@ -138,6 +139,8 @@ def with_engine(cost: CostModel, engine_model: HostModel, config: CostModelConfi
     where the engine and the system both schedule asynchronously (its serial terms still in series), CUDA-graph
     padding unless the config turns it off; the cost model itself where neither applies."""
     engine = engine_model.engine
+    if engine.custom_all_reduce:
+        with_custom_all_reduce(cost, clock)
     overlap = engine.overlap and clock.async_scheduling
     graphs = engine.cuda_graphs and config.cuda_graphs is not False
     sizes = vllm_capture_sizes(clock.max_num_seqs, clock.max_num_batched_tokens) if graphs else ()
@@ -145,6 +148,29 @@ def with_engine(cost: CostModel, engine_model: HostModel, config: CostModelConfi
         return cost
     serial = partial(engine_model.serial_time, clock.model, clock.tensor_parallel) if engine.serial else None
     return EngineCostModel(cost, overlap, sizes, serial)
+
+
+def with_custom_all_reduce(cost: CostModel, clock: Clock) -> bool:
+    """Every roofline inside the cost model all-reduces its small messages with vLLM's custom kernel, where vLLM
+    runs it for this tensor-parallel group (calibrate/parts/custom_all_reduce.py); whether it applies."""
+    custom = load_custom_all_reduce()
+    if not custom.applies(clock.hardware, clock.tensor_parallel):
+        return False
+    for model in roofline_models(cost):
+        nccl = model.all_reduce_table
+        beyond = nccl.time if nccl is not None else model.ring_message_time
+        model.use_all_reduce(custom.on(clock.hardware, beyond))
+    cost.source += (f"; all-reduces up to {custom.max_bytes / 2**20:g} MiB by vLLM's custom kernel, as measured on "
+                    f"{custom.measured_on.name}" + ("" if custom.measured_on.name == clock.hardware.name
+                                                    else f" and carried to {clock.hardware.name}'s links"))
+    return True
+
+
+def roofline_models(cost: CostModel) -> list[RooflineCostModel]:
+    """The rooflines a cost model prices with: itself, or a regime model's two."""
+    if isinstance(cost, RegimeCostModel):
+        return [cost.transfer, cost.roofline]
+    return [cost] if isinstance(cost, RooflineCostModel) else []
 
 
 def check_measured_precision(precision: Precision, kind: str, source: str) -> None:

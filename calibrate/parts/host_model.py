@@ -41,6 +41,8 @@ ENGINE_KEYS = {
                "the GPU's and an iteration takes the longer of the two",
     "cuda_graphs": "the engine replays CUDA graphs at vLLM's capture sizes: an iteration's linear layers run at the "
                    "smallest captured size that holds it",
+    "custom_all_reduce": "the engine all-reduces tensor parallelism's messages up to its buffer with its own kernel "
+                         "(vLLM's custom all-reduce, calibrate/parts/custom_all_reduce.py), NCCL's above",
     "serial": "the host terms that stay in series with the GPU under overlap (the step's synchronisation and "
               "launches): an iteration takes max(device, the other host terms) + these",
 }
@@ -53,6 +55,7 @@ class EngineMechanisms:
     overlap: bool = False
     cuda_graphs: bool = False
     serial: tuple[str, ...] = ()  # names of host terms
+    custom_all_reduce: bool = False
 
     @classmethod
     def from_dict(cls, raw: object, source: str, terms: dict) -> EngineMechanisms:
@@ -67,10 +70,12 @@ class EngineMechanisms:
         if not isinstance(serial, list) or any(name not in terms for name in serial):
             raise SpecError(source, "engine.serial", f"must list host terms of this model {sorted(terms)}, "
                             f"got {serial!r}")
-        return cls(bool(raw.get("overlap", False)), bool(raw.get("cuda_graphs", False)), tuple(serial))
+        return cls(bool(raw.get("overlap", False)), bool(raw.get("cuda_graphs", False)), tuple(serial),
+                   bool(raw.get("custom_all_reduce", False)))
 
     def to_dict(self) -> dict:
-        return {"overlap": self.overlap, "cuda_graphs": self.cuda_graphs, "serial": list(self.serial)}
+        return {"overlap": self.overlap, "cuda_graphs": self.cuda_graphs, "serial": list(self.serial),
+                "custom_all_reduce": self.custom_all_reduce}
 
 
 @dataclass(frozen=True)

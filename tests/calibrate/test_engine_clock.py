@@ -148,3 +148,28 @@ def test_serial_host_terms_stay_in_series_under_overlap(tmp_path):
 
         path.write_text(path.read_text().replace("- sync", "- launch"))
         load_host_model(path)
+
+
+def test_vllms_custom_all_reduce_prices_small_messages_as_measured_and_ncclss_above(tmp_path):
+    from calibrate.parts.custom_all_reduce import load_custom_all_reduce
+
+    custom = load_custom_all_reduce()
+    assert custom.applies(H100, 4) and custom.applies(load_hardware("rtx-pro-6000"), 2)
+    assert not custom.applies(load_hardware("l40s"), 4), "more than two GPUs without NVLink: NCCL"
+    assert not custom.applies(H100, 3) and not custom.applies(H100, 1)
+    model = load_model_spec("llama-3-70b")
+    clock = Clock(model, H100, tensor_parallel=4)
+    nccl = build_cost_model(CostModelConfig("roofline", host=engine_model(tmp_path)), clock)
+    path = engine_model(tmp_path, custom_all_reduce=True)
+    vllm = build_cost_model(CostModelConfig("roofline", host=path), clock)
+    batch = decodes(64)  # 64 tokens x 8192 x 2 bytes: 1 MiB a message, on the custom kernel's table
+    message = 64 * model.hidden_size * 2
+    per_message = custom.table.time(4, message)  # measured on H100s: no carry
+    layers = model.num_layers
+    assert vllm.breakdown(batch).device["all_reduce"] == pytest.approx(2 * layers * per_message, rel=1e-12)
+    assert nccl.breakdown(batch).device["all_reduce"] != vllm.breakdown(batch).device["all_reduce"]
+    big = BatchShape((1000,), ())  # 16 MB a message: past the 8 MiB buffer, NCCL's (here the ring formula)
+    ring = nccl.breakdown(big).device["all_reduce"]
+    assert vllm.breakdown(big).device["all_reduce"] == pytest.approx(ring, rel=1e-12)
+    off = build_cost_model(CostModelConfig("roofline", host=engine_model(tmp_path, custom_all_reduce=False)), clock)
+    assert off.iteration_time(batch) == nccl.iteration_time(batch), "switched off: NCCL's time to the bit"

@@ -32,7 +32,7 @@ from engine.errors import SpecError
 from engine.specs.loader import available_models, load_model_spec
 from tests.calibrate.synthetic_host import TRUE_TERMS, rows, write_table
 
-SHIPPED = ("servesim-cpu-engine", "vllm-a100-2024-01", "vllm-a100-2024-05", "vllm-v1-2026")
+SHIPPED = ("servesim-cpu-engine", "vllm-0.19", "vllm-a100-2024-01", "vllm-a100-2024-05", "vllm-v1-2026")
 
 
 # --- the reader ---------------------------------------------------------------------------------------------
@@ -225,7 +225,7 @@ def test_worker_comm_grows_with_workers_as_fitted():
 
 
 # --- the shipped models --------------------------------------------------------------------------------------
-def test_the_shipped_host_models_are_the_four_named():
+def test_the_shipped_host_models_are_the_five_named():
     assert tuple(available_host_models()) == SHIPPED
 
 
