@@ -123,8 +123,9 @@ def build_cost_model(config: CostModelConfig, clock: Clock, source: str = "") ->
     if host_path is None and config.kind in PROFILE_KINDS:
         host_path = profile_host_model(_path(config))
         defaulted = host_path is not None
+    group = clock.expert_parallel if clock.model.is_moe else None  # a dense model has no experts to spread
     device = device_label(config.kind, config.profile_path.name if config.profile_path is not None else None,
-                          clock.hardware.name, clock.tensor_parallel)
+                          clock.hardware.name, clock.tensor_parallel, group.degree if group is not None else None)
     if host_path is None:
         cost = builder(config, clock, None)
         cost.label = device

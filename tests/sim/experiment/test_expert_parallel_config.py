@@ -98,3 +98,10 @@ def test_a_capacity_search_is_refused(write_config):
     with pytest.raises(SpecError, match=r"expert_parallel: a capacity search varies the replicas") as caught:
         colocated(exp, False, "")
     assert "\n" not in str(caught.value)
+
+
+def test_the_cost_models_label_names_the_expert_parallel_degree(write_config):
+    exp = load_experiment(write_config(QWEN3_MOE))
+    assert clock_for(exp, exp.systems[0]).label == "roofline on rtx-pro-6000 (EP 2)"
+    off = load_experiment(write_config(QWEN3_MOE.replace("expert_parallel: true", "expert_parallel: false")))
+    assert clock_for(off, off.systems[0]).label == "roofline on rtx-pro-6000"
