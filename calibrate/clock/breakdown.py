@@ -13,12 +13,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 # the device kinds a roofline prices, in the order it adds them
-DEVICE_KINDS = ("linear", "attention", "all_reduce", "block_copies", "overhead", "other_kernels")
+DEVICE_KINDS = ("linear", "attention", "all_reduce", "expert_dispatch", "block_copies", "overhead", "other_kernels")
 # what each kind is, for the docs and the trace's legend
 KIND_MEANINGS = {
     "linear": "the linear layers and the LM head: compute and weight reads under one roof",
     "attention": "prefill and decode attention: FLOPs of new tokens, K/V bytes read, the paged kernel's blocks",
     "all_reduce": "tensor parallelism's all-reduces of the activations",
+    "expert_dispatch": "expert parallelism's all-gather of the data-parallel ranks' tokens before each MoE layer and "
+                       "reduce-scatter after it",
     "block_copies": "copy-on-write block copies",
     "overhead": "a fixed cost per iteration",
     "other_kernels": "measured kernels the roofline leaves out: norms, rotary, activation, residual adds, "

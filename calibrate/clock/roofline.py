@@ -6,6 +6,10 @@ at achieved (not peak) FLOP/s and bandwidth:
                  (calibrate/maths/ridge.py) when ridge_efficiency < 1; a mixture of experts computes with the
                  experts each token runs (experts_per_token) and reads the weights of the distinct experts
                  the batch's tokens are routed to, E (1 - (1 - k/E)^tokens) of them (calibrate/work/expert_routing.py)
+  expert par.    a mixture over a data-parallel group with expert parallelism: each GPU reads whole the weights of
+                 its own E / EP experts that the group's gathered tokens are routed to, at equal load across the
+                 ranks (calibrate/work/expert_parallel.py), and every layer's all-gather and reduce-scatter of the
+                 ranks' tokens add their ring formula (calibrate/parts/expert_dispatch.py)
   prefill attn   2 * prompt_len^2 * hidden * layers FLOPs (causal QK^T and AV, halved); a prefill of
                  n tokens after c cached ones (a shared prefix) 2 * n (n + 2c) * hidden * layers FLOPs,
                  plus reading the c cached tokens' KV as a decode reads its context
@@ -75,9 +79,11 @@ from calibrate.maths.ridge import bent_roof, ridge_exponent
 from calibrate.parts.all_reduce import AllReduceTable
 from calibrate.parts.attention_fit import AttentionFit, AttentionWork
 from calibrate.parts.attention_waves import DecodeGrid, WaveFit, wave_tokens
+from calibrate.parts.expert_dispatch import DispatchCost, dispatch_cost
 from calibrate.parts.expert_ops import expert_kernels
 from calibrate.parts.host import host_parts, host_time
 from calibrate.parts.linear_model import LinearFit
+from calibrate.work.expert_parallel import ExpertParallel, expected_local_experts_read
 from calibrate.work.expert_routing import expected_experts_read
 from calibrate.work.layer_ops import ITERATION_ELEMENTWISE, LAYER_ELEMENTWISE, LayerShape
 from engine.core.batch import ShapeMetrics
@@ -140,13 +146,16 @@ class RooflineCostModel(CostModel):
                  block_size: int = 16, params: RooflineParams = RooflineParams(),
                  linear: LinearFit | None = None, all_reduce: AllReduceTable | None = None,
                  host: dict | None = None, paged: bool = True, attention: AttentionFit | None = None,
-                 precision: Precision | None = None):
+                 precision: Precision | None = None, expert_parallel: ExpertParallel | None = None):
         """`all_reduce`: measured times by GPU count over the target's links (AllReduceTable.scaled);
         `host`: calibrate/parts/host.py's HOST_TERMS; `paged=False` prices decode attention as a dense kernel
         (FasterTransformer's): no per-block term; `attention`: decode and prefill attention as that fit prices
         them (the kernel it measured, paged or not as measured) instead of at params'; `precision`: the weights'
-        and KV cache's formats (calibrate/hardware/precision.py), in place of `dtype_bytes` for every byte count."""
+        and KV cache's formats (calibrate/hardware/precision.py), in place of `dtype_bytes` for every byte count;
+        `expert_parallel`: a mixture served with expert parallelism over that group (vLLM's DP x TP), ignored by a
+        dense model."""
         self.model, self.hw, self.tp, self.params = model, hw, tp, params
+        self.expert_parallel = expert_parallel if model.is_moe else None
         self.attention = attention
         self.precision = precision if precision is not None else Precision.uniform(dtype_bytes)
         # weight bytes for the decoder matmuls, KV bytes for the cache, activation bytes for the rest (the LM
@@ -163,7 +172,8 @@ class RooflineCostModel(CostModel):
                        + (f", ridge_eff={params.ridge_efficiency}" if params.ridge_efficiency != 1 else "")
                        + f", {kernel if attention is None else 'attention measured' + waves_note(attention, hw)}"
                        + f", swap_latency_s={params.swap_copy_latency_s:g}"
-                       + "".join(f", {note}" for note in [self.precision.describe(hw)] if note) + ")")
+                       + "".join(f", {note}" for note in [self.precision.describe(hw)] if note)
+                       + (f", {self.expert_parallel.describe()}" if self.expert_parallel is not None else "") + ")")
         flops = hw.peak_flops * params.compute_efficiency
         bandwidth = hw.hbm_bytes_per_s * params.bandwidth_efficiency
         matmul = linear or params  # the linear layers' efficiencies and bend: measured, or the spec sheet's
@@ -185,7 +195,9 @@ class RooflineCostModel(CostModel):
         if model.is_moe:  # the weights read every iteration are those of attention, router and head alone
             resident_params = layers * (model.layer_attention_params() + model.gate_params()) / tp
             self._s_weights = (resident_params * weight_bytes + head_params * dtype_bytes) / matmul_bandwidth
-            self._s_per_expert_read = layers * model.expert_params() / tp * weight_bytes / matmul_bandwidth
+            # tensor parallelism reads 1/tp of each routed expert; expert parallelism its own experts whole
+            shards = tp if self.expert_parallel is None else 1
+            self._s_per_expert_read = layers * model.expert_params() / shards * weight_bytes / matmul_bandwidth
         # a prompt's causal attention: QK^T and PV over half its L^2 pairs, 4 FLOPs a pair per query dimension
         self._s_per_prompt_sq = 2 * model.q_dim * layers / tp / flops
         self._s_per_context_token = model.kv_bytes_per_token(kv_bytes) / tp / bandwidth
@@ -206,8 +218,21 @@ class RooflineCostModel(CostModel):
             self._s_comm_fixed = ALLREDUCES_PER_LAYER * layers * ALLREDUCE_LATENCY_S
         else:
             self._s_per_token_comm = self._s_comm_fixed = 0.0
+        self._dispatch = self._dispatch_cost(all_reduce, dtype_bytes)
         self._s_kernels_fixed, self._s_per_token_kernels = self._kernel_terms(dtype_bytes)
         self._bind_scalar_terms()
+
+    def _dispatch_cost(self, all_reduce: AllReduceTable | None, dtype_bytes: int) -> DispatchCost | None:
+        """Expert parallelism's all-gather and reduce-scatter over the ranks, over tensor parallelism's link, each at
+        the measured all-reduce's latency for that many GPUs where the table has it; None where nothing is gathered
+        (no expert parallelism, or one rank)."""
+        group = self.expert_parallel
+        if group is None or group.data_parallel == 1:
+            return None
+        ranks = group.data_parallel
+        latency = all_reduce.latency(ranks) if all_reduce is not None and all_reduce.covers(ranks) \
+            else ALLREDUCE_LATENCY_S
+        return dispatch_cost(self.model, group, dtype_bytes, self.hw.nvlink_bytes_per_s, latency)
 
     def _bind_fitted_attention(self, fit: AttentionFit, dtype_bytes: int) -> None:
         """All layers' seconds per unit of the fit's terms on this hardware: its shares of this sheet's peaks."""
@@ -313,7 +338,18 @@ class RooflineCostModel(CostModel):
             host["per_iteration_s"], host["per_sequence_s"], host["per_prefill_token_s"],
             self.attention is not None, *self._fitted_terms, *self._wave_terms(),
             num_experts=self.model.num_experts, experts_per_token=self.model.experts_per_token,
-            s_per_expert_read=self._s_per_expert_read, s_per_expert_kernels=self._s_per_expert_kernels)
+            s_per_expert_read=self._s_per_expert_read, s_per_expert_kernels=self._s_per_expert_kernels,
+            **self._expert_parallel_terms())
+
+    def _expert_parallel_terms(self) -> dict:
+        """RooflineTerms' expert-parallel arguments: none without expert parallelism."""
+        group, dispatch = self.expert_parallel, self._dispatch
+        if group is None:
+            return {}
+        terms: dict = {"gathered_ranks": group.data_parallel, "expert_degree": group.degree}
+        if dispatch is not None:
+            terms.update(dispatch=True, s_per_token_dispatch=dispatch.per_token_s, s_dispatch_fixed=dispatch.fixed_s)
+        return terms
 
     def _wave_terms(self) -> tuple:
         """RooflineTerms' decode-wave arguments: none where decode attention is not the waves'."""
@@ -397,9 +433,12 @@ class RooflineCostModel(CostModel):
                 attention = prefill_sq * self._s_per_prompt_sq + attention
         # t > 0 (the weights are read) and attention >= 0, so a term that is exactly 0 changes no bit of the
         # sum: fold skips it, which spares an array operation when a decode stretch is priced at once
-        parts: list[tuple[str, object]] = [
-            ("linear", matmuls), ("attention", attention), ("all_reduce", self._comm_time(tokens)),
-            ("block_copies", batch.num_copy_blocks * self._s_per_copied_block), ("overhead", self.params.overhead_s)]
+        parts: list[tuple[str, object]] = [("linear", matmuls), ("attention", attention),
+                                           ("all_reduce", self._comm_time(tokens))]
+        if self._dispatch is not None:
+            parts.append(("expert_dispatch", self._dispatch.seconds(tokens)))
+        parts += [("block_copies", batch.num_copy_blocks * self._s_per_copied_block),
+                  ("overhead", self.params.overhead_s)]
         if self.linear is not None:
             parts.append(("other_kernels", self.kernels_time(tokens)))
         return parts
@@ -415,14 +454,15 @@ class RooflineCostModel(CostModel):
         else:
             matmuls = bent_roof(compute, weights, self._ridge_p)
         time = matmuls + self._comm_time(tokens)
+        if self._dispatch is not None:
+            time = time + self._dispatch.seconds(tokens)
         return time + self.kernels_time(tokens) if self.linear is not None else time
 
     def kernels_time(self, tokens: int) -> float:
         """Seconds of the measured kernels beyond the matmul term: latencies and elementwise bytes, a mixture of
         experts' expert latencies for the distinct experts its tokens are expected to be routed to."""
         if self._s_per_expert_kernels:
-            model = self.model
-            experts = expected_experts_read(model.num_experts, model.experts_per_token, tokens)
+            experts = self.experts_run(tokens)
             return self._s_kernels_fixed + experts * self._s_per_expert_kernels + tokens * self._s_per_token_kernels
         return self._s_kernels_fixed + tokens * self._s_per_token_kernels
 
@@ -431,9 +471,16 @@ class RooflineCostModel(CostModel):
         of experts, its attention, routers and head and the experts its tokens are expected to be routed to."""
         if not self.model.is_moe:
             return self._s_weights
+        return self._s_weights + self.experts_run(tokens) * self._s_per_expert_read
+
+    def experts_run(self, tokens: int) -> float:
+        """The distinct experts a layer of a mixture is expected to run on this GPU for `tokens` tokens: those the
+        batch is routed to, each split over the tensor-parallel GPUs; under expert parallelism this GPU's own, for
+        every rank's tokens at equal load (calibrate/work/expert_parallel.py)."""
         model = self.model
-        return (self._s_weights
-                + expected_experts_read(model.num_experts, model.experts_per_token, tokens) * self._s_per_expert_read)
+        if self.expert_parallel is None:
+            return expected_experts_read(model.num_experts, model.experts_per_token, tokens)
+        return expected_local_experts_read(model.num_experts, model.experts_per_token, tokens, self.expert_parallel)
 
     def breakdown(self, batch: ShapeMetrics) -> IterationTime:
         """iteration_time by kind and term (calibrate/clock/breakdown.py): its parts add up to it to the bit."""

@@ -28,7 +28,9 @@ class RooflineTerms:
                  wave_launch: Callable[[int], tuple[int, int, float]] | None = None, wave_heads: int = 0,
                  wave_tile: int = 0, wave_sm_count: int = 0, wave_blocks_per_sm: int = 0,
                  wave_floors: Sequence[float] = (), s_per_head_token: float = 0.0, num_experts: int = 1,
-                 experts_per_token: int = 1, s_per_expert_read: float = 0.0, s_per_expert_kernels: float = 0.0):
+                 experts_per_token: int = 1, s_per_expert_read: float = 0.0, s_per_expert_kernels: float = 0.0,
+                 gathered_ranks: int = 1, expert_degree: int = 1, dispatch: bool = False,
+                 s_per_token_dispatch: float = 0.0, s_dispatch_fixed: float = 0.0):
         """The tensor-parallel all-reduces: comm_time(tokens), their measured seconds; else (None) the ring
         formula's tokens * s_per_token_comm + s_comm_fixed (0 on one GPU). `fitted`: attention as a measured
         fit prices it (calibrate/parts/attention_fit.py): the decodes' context at s_per_context_token plus
@@ -39,7 +41,10 @@ class RooflineTerms:
         experts, whose weights read add s_per_expert_read per distinct expert the batch is expected to route to
         (calibrate/work/expert_routing.py's formula, written out here as RooflineCostModel.weights_time computes
         it), and with measured kernels s_per_expert_kernels of their latencies per such expert
-        (calibrate/parts/expert_ops.py)."""
+        (calibrate/parts/expert_ops.py). Under expert parallelism (calibrate/work/expert_parallel.py) those experts
+        are this GPU's own of the gathered_ranks ranks' tokens, 1 / expert_degree of the group's; `dispatch`: the
+        ranks' all-gather and reduce-scatter, tokens * s_per_token_dispatch + s_dispatch_fixed
+        (calibrate/parts/expert_dispatch.py)."""
         self.s_per_token_linear = s_per_token_linear
         self.s_per_logit_row = s_per_logit_row
         self.s_weights = s_weights
@@ -81,11 +86,22 @@ class RooflineTerms:
         self.experts_per_token = experts_per_token
         self.s_per_expert_read = s_per_expert_read
         self.s_per_expert_kernels = s_per_expert_kernels
+        self.gathered_ranks = gathered_ranks
+        self.expert_degree = expert_degree
+        self.dispatch = dispatch
+        self.s_per_token_dispatch = s_per_token_dispatch
+        self.s_dispatch_fixed = s_dispatch_fixed
 
     def expected_experts(self, tokens: int) -> float:
-        """The distinct experts a layer is expected to run for `tokens` tokens (expected_experts_read's float)."""
-        unread = (1.0 - self.experts_per_token / self.num_experts) ** float(tokens)
-        return self.num_experts * (1.0 - unread)
+        """The distinct experts a layer is expected to run on this GPU for `tokens` tokens (RooflineCostModel.
+        experts_run's float: expected_experts_read over every rank's tokens, this GPU's share of them; one rank
+        of one share without expert parallelism, and x / 1 is x)."""
+        unread = (1.0 - self.experts_per_token / self.num_experts) ** float(self.gathered_ranks * tokens)
+        return self.num_experts * (1.0 - unread) / self.expert_degree
+
+    def dispatch_time(self, tokens: int) -> float:
+        """Expert parallelism's all-gather and reduce-scatter (DispatchCost.seconds' float)."""
+        return tokens * self.s_per_token_dispatch + self.s_dispatch_fixed
 
     def kernel_time(self, tokens: int) -> float:
         """The measured kernels beyond the matmul term (RooflineCostModel.kernels_time's float)."""
@@ -135,6 +151,10 @@ class RooflineTerms:
             comm = self.comm(tokens)
             if comm:
                 t = t + comm
+        if self.dispatch:
+            moved = self.dispatch_time(tokens)
+            if moved:
+                t = t + moved
         if num_copy_blocks:
             copies = num_copy_blocks * self.s_per_copied_block
             if copies:
@@ -206,6 +226,7 @@ class RooflineTerms:
         paged = bool(blocks)
         prefill_sq = batch.sum_prefill_sq
         comm = self.comm(tokens) if self.has_comm else 0.0
+        moved = self.dispatch_time(tokens) if self.dispatch else 0.0
         copies = num_copy_blocks * self.s_per_copied_block
         overhead = self.overhead_s
         kernels = self.kernel_time(tokens) if self.kernels else 0.0
@@ -232,6 +253,8 @@ class RooflineTerms:
             t = matmuls + attention
             if comm:
                 t = t + comm
+            if moved:
+                t = t + moved
             if copies:
                 t = t + copies
             if overhead:

@@ -10,9 +10,13 @@ from __future__ import annotations
 from calibrate.parts.host_model import EngineMechanisms
 
 
-def device_label(kind: str, profile_name: str | None, hardware: str, tensor_parallel: int) -> str:
-    """The device clock: its kind, the profile it reads, the GPU and the tensor-parallel degree it prices."""
+def device_label(kind: str, profile_name: str | None, hardware: str, tensor_parallel: int,
+                 expert_degree: int | None = None) -> str:
+    """The device clock: its kind, the profile it reads, the GPU and the tensor-parallel degree it prices, and the
+    expert-parallel degree of its data-parallel group where it has one."""
     gpus = f"{hardware} x{tensor_parallel}" if tensor_parallel > 1 else hardware
+    if expert_degree is not None:
+        gpus += f" (EP {expert_degree})"
     if kind == "roofline":
         return f"roofline on {gpus}"
     return f"{kind} {profile_name} on {gpus}"

@@ -13,6 +13,7 @@ from calibrate.fitting.profile_file import DTYPE_BYTES, Profile, load_profile
 from calibrate.hardware.hardware import HardwareSpec, hardware_for_device
 from calibrate.parts.host import host_parts
 from calibrate.parts.host import host_time as host_seconds
+from calibrate.work.expert_parallel import ExpertParallel
 from engine.core.batch import ShapeMetrics
 from engine.core.spec import ModelSpec
 from engine.errors import SpecError
@@ -227,10 +228,12 @@ def compute_slope(knots: list[int], costs: list[float]) -> float:
 
 
 def transferred_roofline(path: str | Path, measured_on: str | None, model: ModelSpec, hardware: HardwareSpec,
-                         tp: int, dtype_bytes: int, block_size: int, paged: bool = True, host: dict | None = None):
+                         tp: int, dtype_bytes: int, block_size: int, paged: bool = True, host: dict | None = None,
+                         expert_parallel: ExpertParallel | None = None):
     """The roofline of (model, hardware, tp) at the efficiencies a profile measured elsewhere; `paged=False`
     prices decode attention as a dense kernel (FasterTransformer's). `host` (HOST_TERMS) is charged in series
-    instead of the profile's own host work where given."""
+    instead of the profile's own host work where given; `expert_parallel`: a mixture's experts spread over that
+    group (RooflineCostModel's)."""
     from calibrate.clock.roofline import RooflineCostModel
     from calibrate.hardware.hardware import load_hardware
 
@@ -240,7 +243,8 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
             f"the profile was measured on {profile.device_name} ({profile.device}); only a GPU profile's "
             f"efficiencies carry over to {hardware.name}"))
     if profile.linear is not None and profile.linear.get("gpus"):
-        return _two_gpu_roofline(profile, path, model, hardware, tp, dtype_bytes, block_size, paged, host)
+        return _two_gpu_roofline(profile, path, model, hardware, tp, dtype_bytes, block_size, paged, host,
+                                 expert_parallel)
     name = measured_on or hardware_for_device(profile.device_name)
     if name is None:
         raise SpecError(str(path), "device_name", (
@@ -253,18 +257,21 @@ def transferred_roofline(path: str | Path, measured_on: str | None, model: Model
 
         host = profile.host if host is None else host
         cost = _measured_linear_roofline(profile, Path(path).name, measured, model, hardware, tp, dtype_bytes,
-                                         block_size, paged, host=host)
+                                         block_size, paged, host=host, expert_parallel=expert_parallel)
         return by_regime(cost, path, measured, model, hardware, tp, dtype_bytes, block_size, paged, host)
     params = implied_efficiency(profile, measured, dtype_bytes)
-    cost = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, params, host=host, paged=paged)
+    cost = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, params, host=host, paged=paged,
+                             expert_parallel=expert_parallel)
     cost.source = (f"roofline({hardware.name}, tp={tp}) at efficiencies from {Path(path).name} "
                    f"({profile.model} on {profile.device_name}: compute {params.compute_efficiency:.2f}, "
-                   f"bandwidth {params.bandwidth_efficiency:.2f}, overhead {params.overhead_s * 1e3:.2f} ms)")
+                   f"bandwidth {params.bandwidth_efficiency:.2f}, overhead {params.overhead_s * 1e3:.2f} ms)"
+                   + (f"; {cost.expert_parallel.describe()}" if cost.expert_parallel is not None else ""))
     return cost
 
 
 def _two_gpu_roofline(profile: Profile, path: str | Path, model: ModelSpec, hardware: HardwareSpec, tp: int,
-                      dtype_bytes: int, block_size: int, paged: bool, host: dict | None):
+                      dtype_bytes: int, block_size: int, paged: bool, host: dict | None,
+                      expert_parallel: ExpertParallel | None = None):
     """A profile fitted on two GPUs (calibrate/cost_models/transfer_joint.py): on either of them its own fit in every
     regime; elsewhere the fit on both, by the regimes its stored held-out judgement chose. `host` as
     transferred_roofline's."""
@@ -273,7 +280,7 @@ def _two_gpu_roofline(profile: Profile, path: str | Path, model: ModelSpec, hard
 
     all_reduce_on, fit, own = fit_for(profile, str(path), hardware)
     cost = _measured_linear_roofline(profile, Path(path).name, all_reduce_on, model, hardware, tp, dtype_bytes,
-                                     block_size, paged, fit=fit, host=host)
+                                     block_size, paged, fit=fit, host=host, expert_parallel=expert_parallel)
     if own is not None:
         cost.source += f"; {own}'s own fit of the two, in every regime: measured on this chip"
         return cost
@@ -285,7 +292,8 @@ def _two_gpu_roofline(profile: Profile, path: str | Path, model: ModelSpec, hard
 
 def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpec, model: ModelSpec,
                               hardware: HardwareSpec, tp: int, dtype_bytes: int, block_size: int,
-                              paged: bool = True, fit=None, host: dict | None = None):
+                              paged: bool = True, fit=None, host: dict | None = None,
+                              expert_parallel: ExpertParallel | None = None):
     """The roofline of (model, hardware, tp) with an imported profile's linear part (its efficiencies and
     bend, its kernels' latencies and bandwidths; `fit` in its place where given), its all-reduce table (over
     links as fast as the target's, relative to the measured GPU's) and `host` in series (None: the profile's
@@ -305,7 +313,8 @@ def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpe
     measured_attention = AttentionFit.from_dict(profile.attention) if profile.attention is not None else None
     # block copies and swaps (and attention, where none was measured) at the roofline's own efficiencies
     cost = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, RooflineParams(), linear=fit,
-                             all_reduce=table, host=host, paged=paged, attention=measured_attention)
+                             all_reduce=table, host=host, paged=paged, attention=measured_attention,
+                             expert_parallel=expert_parallel)
     if tp == 1:
         comm = ""
     elif table is not None and table.covers(tp):
@@ -324,6 +333,8 @@ def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpe
         attention = f"attention at the roofline's defaults, {kernel}"
     experts = (f"; {model.num_experts} experts, {model.experts_per_token} a token, each the measured dense MLP of its "
                f"shape over its routed tokens, routing uniform" if model.is_moe else "")
+    if cost.expert_parallel is not None:
+        experts += f", {cost.expert_parallel.describe()} at equal load"
     cost.source = (f"roofline({hardware.name}, tp={tp}) with the linear part measured in {name} "
                    f"(on {profile.device_name}: compute {fit.compute_efficiency:.2f}, bandwidth "
                    f"{fit.bandwidth_efficiency:.2f}, ridge {fit.ridge_efficiency:.2f}, held-out error "

@@ -34,6 +34,7 @@ from calibrate.hardware.precision import Precision
 from calibrate.parts.cuda_graphs import vllm_capture_sizes
 from calibrate.parts.custom_all_reduce import load_custom_all_reduce
 from calibrate.parts.host_model import HostModel, charged_host, host_model_path, load_host_model
+from calibrate.work.expert_parallel import ExpertParallel
 from engine.core.spec import ModelSpec
 from engine.errors import SpecError
 
@@ -70,11 +71,15 @@ class Clock:
     async_scheduling: bool = False
     max_num_seqs: int = 256
     max_num_batched_tokens: int | None = None
+    # a mixture served with expert parallelism over this data-parallel group (None: its experts split by tensor
+    # parallelism alone, or a dense model)
+    expert_parallel: ExpertParallel | None = None
 
 
 def _roofline(config: CostModelConfig, clock: Clock, host: dict | None) -> CostModel:
     return RooflineCostModel(clock.model, clock.hardware, clock.tensor_parallel, block_size=clock.block_size,
-                             params=config.roofline, host=host, paged=clock.paged, precision=clock.precision)
+                             params=config.roofline, host=host, paged=clock.paged, precision=clock.precision,
+                             expert_parallel=clock.expert_parallel)
 
 
 def _profile(config: CostModelConfig, clock: Clock, host: dict | None) -> CostModel:
@@ -89,7 +94,7 @@ def _profile(config: CostModelConfig, clock: Clock, host: dict | None) -> CostMo
 def _transfer(config: CostModelConfig, clock: Clock, host: dict | None) -> CostModel:
     cost = transferred_roofline(_path(config), config.measured_on, clock.model, clock.hardware,
                                 clock.tensor_parallel, clock.precision.kv_bytes, clock.block_size,
-                                clock.paged, host)
+                                clock.paged, host, clock.expert_parallel)
     if config.block_read_overhead_tokens is not None:
         if not isinstance(cost, (RooflineCostModel, RegimeCostModel)):
             raise SpecError(str(config.profile_path), "cost_model.block_read_overhead_tokens",
@@ -112,12 +117,16 @@ def build_cost_model(config: CostModelConfig, clock: Clock, source: str = "") ->
         raise SpecError(source, "cost_model.kind", f"{config.kind!r} is not one of {list(KINDS)}")
     if config.kind in PROFILE_KINDS:
         check_measured_precision(clock.precision, config.kind, source)
+    if config.kind == "profile" and clock.expert_parallel is not None:
+        raise SpecError(source, "expert_parallel", "a profile cost model prices its own engine's measured iterations, "
+                        "none of them expert-parallel; use cost_model roofline or transfer")
     host_path, defaulted = config.host, False
     if host_path is None and config.kind in PROFILE_KINDS:
         host_path = profile_host_model(_path(config))
         defaulted = host_path is not None
+    group = clock.expert_parallel if clock.model.is_moe else None  # a dense model has no experts to spread
     device = device_label(config.kind, config.profile_path.name if config.profile_path is not None else None,
-                          clock.hardware.name, clock.tensor_parallel)
+                          clock.hardware.name, clock.tensor_parallel, group.degree if group is not None else None)
     if host_path is None:
         cost = builder(config, clock, None)
         cost.label = device

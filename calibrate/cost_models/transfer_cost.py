@@ -115,15 +115,17 @@ def by_regime(measured_model: RooflineCostModel, path: str | Path, measured: Har
     # attention is not a regime's choice (the regimes judge the linear part): measured attention is carried by its
     # shares of the spec sheet in every regime, unjudged off the GPU it was measured on
     attention = measured_model.attention
+    group = measured_model.expert_parallel  # a mixture's expert parallelism, priced alike in every regime
     roofline = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, RooflineParams(), all_reduce=table,
-                                 host=host, paged=paged, attention=attention)
+                                 host=host, paged=paged, attention=attention, expert_parallel=group)
     if not choice.use_transfer:
         comm = (f", all-reduce measured on {tp} GPUs of {measured.name}, scaled to {hardware.name}'s NVLink"
                 if table is not None else "")
         carried = (f", attention measured on {measured.name} carried by its shares (unjudged here)"
                    if attention is not None else "")
         roofline.source = (f"roofline({hardware.name}, tp={tp}){comm}{carried}"
-                           f"{', host work in series' if host else ''}: "
+                           f"{', host work in series' if host else ''}"
+                           f"{f', {group.describe()}' if group is not None else ''}: "
                            f"{Path(path).name} was measured on {measured.name}; by regime: {choice.describe()}")
         return roofline
     return RegimeCostModel(measured_model, roofline, hardware, choice, dtype_bytes)

@@ -42,6 +42,10 @@ class AllReduceTable:
         s0, s1 = sizes[i - 1], sizes[i]
         return seconds[i - 1] + (seconds[i] - seconds[i - 1]) * (size_bytes - s0) / (s1 - s0)
 
+    def latency(self, workers: int) -> float:
+        """The smallest message's time on `workers` GPUs: the collective's fixed cost, its bytes aside."""
+        return self.points[workers][1][0]
+
     def scaled(self, link_speedup: float) -> AllReduceTable:
         """The same collective over links `link_speedup` times as fast: a message costs what one
         `link_speedup` times smaller did (latency unchanged, bandwidth-bound times divided)."""

@@ -26,6 +26,11 @@ of the D experts read), whatever D is. An elementwise kernel (the activation) co
 D of them cost D latency + T k b. What is left for this module is therefore the latencies, counted per expert,
 and the activation's bytes, counted per routed token.
 
+Under expert parallelism (calibrate/work/expert_parallel.py) D is this GPU's own share, D(N T) / EP of the experts
+the N ranks' gathered tokens are routed to, each whole; the routed rows are T k / TP as under tensor parallelism
+alone (full width where tensor parallelism's are 1/TP wide, the same bytes), so the per-expert latencies here are
+counted D(N T) / EP times and the per-token bytes stay as they are (RooflineCostModel.experts_run).
+
 D enters as its expectation over routings, so the latencies' expected price is exact (they are linear in D); the
 bend and the weights' read at E[D] is the roofline's own approximation. Not priced, since no public table
 measured them: the router's softmax and top-k, the permutation of tokens to their experts, and the weighted sum

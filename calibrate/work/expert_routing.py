@@ -5,8 +5,9 @@ likely and each token independently of the others (uniform, balanced routing; a 
 balanced by its auxiliary loss, never exactly). An expert is then left unread by one token with probability
 1 - k/E, by all T tokens of a batch with (1 - k/E)^T, so a layer reads E (1 - (1 - k/E)^T) distinct experts on
 average: k at T = 1, approaching all E as the batch grows. Every expert's weights are read once per iteration
-however many tokens it serves (a grouped GEMM), and none are split across GPUs by expert (no expert
-parallelism: tensor parallelism splits every expert across the GPUs, as vLLM's Mixtral does by default).
+however many tokens it serves (a grouped GEMM). Tensor parallelism splits every expert across the GPUs (vLLM's
+default); with expert parallelism each GPU holds whole experts of its own, and calibrate/work/expert_parallel.py
+counts a GPU's share from this formula over every data-parallel rank's tokens.
 """
 from __future__ import annotations
 

@@ -7,8 +7,9 @@ no engine settings at all). From the run:
 - model: its model id through names.MODEL_NAMES; max_model_len where vLLM resolved one.
 - hardware: the sheet whose device_names hold its GPU's name (names.py).
 - tensor_parallel; data parallel as that many replicas behind the least_outstanding router (vLLM's data-parallel
-  front end sends a request to its least loaded engine). Expert parallelism is not modelled: each replica is
-  priced with all of its experts.
+  front end sends a request to its least loaded engine); enable_expert_parallel as `expert_parallel: true` where the
+  model is a mixture of experts (the replicas one data-parallel group whose GPUs hold the experts between them; a
+  dense model has none to spread, and vLLM ignores the flag for it too).
 - the KV pool: num_gpu_blocks where recorded (exactly: kv_cache_gib is set to that many blocks' bytes), else the
   experiment's memory rule (docs/config.md, kv_cache_gib: null).
 - the system: vLLM V1's scheduler (the vllm-v1 preset) with the run's block size, max_num_seqs,
@@ -25,6 +26,7 @@ from pathlib import Path
 from calibrate.cost_models.default_clock import default_device_profile
 from calibrate.hardware.hardware import GIB, load_hardware
 from calibrate.hardware.precision import precision_from_config
+from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
 from engine.errors import SpecError
 from engine.specs.checks import positive_int
@@ -81,10 +83,13 @@ def replay_setup(run: RealRun, config: str | Path | None = None, overrides: list
         origins["kv_cache_gib"] = f"{run.settings.num_gpu_blocks} blocks (the run)"
     if "systems" not in given:
         raw["systems"] = [_run_system(run)]
+    if "expert_parallel" not in given and run.settings.expert_parallel \
+            and _model_spec(raw["model"], source, base_dir).is_moe:
+        raw["expert_parallel"], origins["expert_parallel"] = True, "enable_expert_parallel (the run)"
     exp = _experiment(raw, run, given, source, base_dir)
     if len(exp.systems) != 1:
         raise SpecError(source, "systems", f"a replay simulates one system, got {len(exp.systems)}")
-    notes = _notes(run, given)
+    notes = _notes(run, given, exp)
     return ReplaySetup(exp, exp.systems[0], origins, "workload" in given, notes)
 
 
@@ -152,20 +157,24 @@ def _run_system(run: RealRun) -> dict:
 def _recorded_pool_gib(run: RealRun, raw: dict, source: str, base_dir: Path) -> float:
     """The recorded num_gpu_blocks as kv_cache_gib, exactly: blocks x a block's bytes is a whole number of bytes,
     and dividing it by 2^30 loses no bit, so the pool the experiment builds has those blocks again."""
-    model = raw["model"]  # the run's is a shipped name (names.py): a bad one is the config's
-    if not isinstance(model, str) or not model.strip():
-        raise SpecError(source, "model", f"must be a name or a path, got {model!r}")
-    if Path(model).suffix in (".yaml", ".yml"):
-        model = resolve_data_path(model, base_dir, source, "model")
-    try:
-        spec = load_model_spec(model)
-    except SpecError as err:
-        raise SpecError(source, "model", err.message) from None
+    spec = _model_spec(raw["model"], source, base_dir)
     precision = precision_from_config(raw.get("precision"), raw.get("dtype_bytes"), source)
     block_size = run.settings.block_size or V1_BLOCK_SIZE
     tensor_parallel = positive_int(raw.get("tensor_parallel", 1), source, "tensor_parallel")
     per_block = block_bytes(spec, block_size, tensor_parallel, precision)
     return run.settings.num_gpu_blocks * per_block / GIB
+
+
+def _model_spec(model, source: str, base_dir: Path) -> ModelSpec:
+    """The replay's model spec: the run's is a shipped name (names.py), so a bad one is the config's."""
+    if not isinstance(model, str) or not model.strip():
+        raise SpecError(source, "model", f"must be a name or a path, got {model!r}")
+    if Path(model).suffix in (".yaml", ".yml"):
+        model = resolve_data_path(model, base_dir, source, "model")
+    try:
+        return load_model_spec(model)
+    except SpecError as err:
+        raise SpecError(source, "model", err.message) from None
 
 
 def _experiment(raw: dict, run: RealRun, given: dict, source: str, base_dir: Path) -> Experiment:
@@ -179,7 +188,7 @@ def _experiment(raw: dict, run: RealRun, given: dict, source: str, base_dir: Pat
         raise
 
 
-def _notes(run: RealRun, given: dict) -> tuple[str, ...]:
+def _notes(run: RealRun, given: dict, exp: Experiment) -> tuple[str, ...]:
     s, notes = run.settings, []
     if "systems" not in given:
         if s.async_scheduling is None:
@@ -190,8 +199,8 @@ def _notes(run: RealRun, given: dict) -> tuple[str, ...]:
             notes.append(f"prefix caching not recorded: vLLM V1's default, {'on' if V1_PREFIX_CACHING else 'off'}")
     if s.num_gpu_blocks is None and "kv_cache_gib" not in given:
         notes.append("KV blocks not recorded: the pool is the experiment's memory rule (docs/config.md kv_cache_gib)")
-    if s.expert_parallel:
-        notes.append("expert parallelism is not modelled: each replica is priced with all of its experts")
+    if s.expert_parallel and not exp.expert_parallel and "expert_parallel" not in given:
+        notes.append(f"expert parallelism recorded, but {exp.model.name} is dense: it has no experts to spread")
     if "workload" in given and run.arrivals_recorded:
         notes.append("the config's workload is not read: the run's own requests are replayed")
     return tuple(notes)

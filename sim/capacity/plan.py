@@ -95,7 +95,12 @@ def _check_rate(exp: Experiment, rate: float, name: str) -> None:
 def colocated(exp: Experiment, splits_searched: bool, hint: str) -> Experiment:
     """The experiment a capacity search probes: colocated replicas, as many as each probe says. A config's
     `split` is read only by the splits' search (its pools' GPUs and parallelism); with no splits searched it is
-    refused, since a split fleet ignores the replica count the search varies. `hint`: how to search splits."""
+    refused, since a split fleet ignores the replica count the search varies. `hint`: how to search splits. So is
+    expert parallelism, whose replica count is the degree that sets each GPU's experts: no fleet of alike replicas."""
+    if exp.expert_parallel:
+        raise SpecError(exp.source, "expert_parallel", "a capacity search varies the replicas, which under expert "
+                        "parallelism are one data-parallel group whose size sets the experts each GPU holds; simulate "
+                        "each fleet size with servesim run, or remove expert_parallel")
     if exp.split is None:
         return exp
     if not splits_searched:

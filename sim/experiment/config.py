@@ -14,13 +14,15 @@ from calibrate.hardware.hardware import HardwareSpec, available_hardware, load_h
 from calibrate.hardware.precision import Precision, precision_from_config
 from calibrate.parts.host_model import available_host_models, host_model_path, load_host_model
 from calibrate.parts.kv_link import KVLink, link_from_config
+from calibrate.work.expert_parallel import ExpertParallel
 from engine.core.spec import ModelSpec
 from engine.core.system import CHUNKED_POLICIES, PAPER_SYSTEMS, PRESETS, SystemSpec
 from engine.errors import SpecError
 from engine.specs.checks import choice, non_negative, number, optional, positive, positive_int, share
 from engine.specs.loader import load_model_spec, parse_yaml, read_yaml, system_from_dict
 from sim.core.routers import ROUTER_KINDS, RouterSpec
-from sim.experiment.kv_pool import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool
+from sim.experiment.expert_parallel_config import expert_parallel_from_config, expert_parallel_group
+from sim.experiment.kv_pool import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool, weight_bytes_per_gpu
 from sim.experiment.router_config import check_router, router_from_config
 from sim.experiment.split_config import PoolConfig, SplitConfig, split_from_config
 from sim.workload.config import WorkloadConfig, recorded, replayed
@@ -47,6 +49,9 @@ TOP_LEVEL_KEYS = {
     "replicas": "identical replicas behind a router",
     "split": "{prefill, decode, kv_link, on_decode_full}: a prefill pool and a decode pool instead of replicas",
     "router": "round_robin | least_outstanding | power_of_two | cache_aware, or {kind, cache_aware's thresholds}",
+    "expert_parallel": "true: the replicas are one data-parallel group serving a mixture of experts with expert "
+                       "parallelism (vLLM's --enable-expert-parallel), each GPU holding num_experts / (replicas x "
+                       "tensor_parallel) of them",
     "breakdown": "true: each iteration's device time by kernel kind and host time by term, in the iterations "
                  "file and as shares in the summary (every iteration priced on its own: slower)",
     "trace_events": "true: also each run's trace.json.gz, a Chrome/Perfetto trace (implies breakdown)",
@@ -84,10 +89,17 @@ class Experiment:
     breakdown: bool = False  # each iteration's breakdown in the iterations file, its shares in the summary
     trace_events: bool = False  # each run's trace.json.gz too
     split: SplitConfig | None = None  # a prefill pool and a decode pool (sim/experiment/split_config.py)
+    # the replicas are one data-parallel group with expert parallelism (sim/experiment/expert_parallel_config.py)
+    expert_parallel: bool = False
+
+    @property
+    def expert_parallel_group(self) -> ExpertParallel | None:
+        """The data-parallel group whose GPUs hold the experts between them; None without expert parallelism."""
+        return expert_parallel_group(self.expert_parallel, self.replicas, self.tensor_parallel)
 
     def kv_pool(self, system: SystemSpec) -> KVPool:
         return kv_pool(self.model, self.hardware, self.tensor_parallel, self.precision,
-                       system.block_size, self.kv_cache_gib, self.swap_space_gib)
+                       system.block_size, self.kv_cache_gib, self.swap_space_gib, self.expert_parallel_group)
 
 
 # --- small validators ----------------------------------------------------------------
@@ -298,6 +310,9 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
         trace_events=_flag(raw.get("trace_events", False), source, "trace_events"),
         split=split_from_config(raw.get("split"), source, base_dir),
     )
+    if "expert_parallel" in raw:
+        exp = dataclasses.replace(exp, expert_parallel=expert_parallel_from_config(
+            raw["expert_parallel"], exp.model, exp.replicas, exp.tensor_parallel, exp.split is not None, source))
     check_router(exp.router, exp.systems, source)
     check_parallelism(exp)
     check_batching(exp)
@@ -371,7 +386,8 @@ def clock_for(exp: Experiment, system: SystemSpec) -> CostModel:
     ran its own dense attention kernel in the paper; vLLM and the Orca baselines the paged one."""
     clock = Clock(exp.model, exp.hardware, exp.tensor_parallel, exp.precision, system.block_size,
                   paged=system.kind != "fastertransformer", async_scheduling=system.async_scheduling,
-                  max_num_seqs=system.max_seqs_per_batch, max_num_batched_tokens=system.max_num_batched_tokens)
+                  max_num_seqs=system.max_seqs_per_batch, max_num_batched_tokens=system.max_num_batched_tokens,
+                  expert_parallel=exp.expert_parallel_group)
     return build_cost_model(exp.cost_model, clock, exp.source)
 
 
@@ -434,7 +450,7 @@ def check_fits(exp: Experiment) -> None:
     """The weights and the KV cache fit the GPUs, the pools fit the simulator's memory, and the KV pool
     holds at least one max-length request."""
     src, model, hw, tp = exp.source, exp.model, exp.hardware, exp.tensor_parallel
-    weights = exp.precision.weight_memory_bytes(model) / tp
+    weights = weight_bytes_per_gpu(model, exp.precision, tp, exp.expert_parallel_group)
     if weights >= hw.memory_bytes:
         raise SpecError(src, "model", (
             f"{model.name} needs {weights / GIB:.1f} GiB of weights per GPU at tensor_parallel={tp}, "
@@ -457,7 +473,8 @@ def check_fits(exp: Experiment) -> None:
 def _check_pool_size(exp: Experiment, system: SystemSpec) -> None:
     """Counted in floats before the pool is built: a huge swap_space_gib would not even convert to blocks."""
     per_block = block_bytes(exp.model, system.block_size, exp.tensor_parallel, exp.precision)
-    gpu = max(kv_cache_bytes_by_rule(exp.model, exp.hardware, exp.tensor_parallel, exp.precision), 0) \
+    gpu = max(kv_cache_bytes_by_rule(exp.model, exp.hardware, exp.tensor_parallel, exp.precision,
+                                     expert_parallel=exp.expert_parallel_group), 0) \
         if exp.kv_cache_gib is None else exp.kv_cache_gib * GIB
     swap = exp.swap_space_gib * GIB
     blocks = exp.replicas * (gpu + swap) / per_block

@@ -14,6 +14,7 @@ from calibrate.cost_models.profile_model import ProfileCostModel, transferred_ro
 from calibrate.hardware.hardware import load_hardware
 from calibrate.parts.attention_fit import AttentionFit
 from calibrate.parts.attention_waves import WaveFit
+from calibrate.work.expert_parallel import ExpertParallel
 from engine.core.batch import Batch
 from engine.specs.loader import load_model_spec
 
@@ -41,6 +42,15 @@ ROOFLINES = {  # every switch of the inlined expression: ridge bend, overhead, r
         MIXTRAL, H100, params=RooflineParams(ridge_efficiency=0.8), attention=MEASURED),
     "transferred, mixture of experts, tp 2": transferred_roofline(PROFILES / "a100-80gb.yaml", None, MIXTRAL, H100,
                                                                  2, 2, 16),
+    "roofline, mixture of experts, expert parallel 2 x 2": RooflineCostModel(MIXTRAL, H100, tp=2,
+                                                                            expert_parallel=ExpertParallel(2, 2)),
+    "roofline, mixture of experts bent, overhead, expert parallel 4 x 1": RooflineCostModel(
+        MIXTRAL, H100, params=RooflineParams(ridge_efficiency=0.8, overhead_s=0.0013),
+        expert_parallel=ExpertParallel(4, 1)),
+    "roofline, mixture of experts, expert parallel in one rank's 2 GPUs": RooflineCostModel(
+        MIXTRAL, H100, tp=2, expert_parallel=ExpertParallel(1, 2)),
+    "transferred, mixture of experts, expert parallel 4 x 1 (measured all-reduce's latency)": transferred_roofline(
+        PROFILES / "a100-80gb.yaml", None, MIXTRAL, H100, 1, 2, 16, expert_parallel=ExpertParallel(4, 1)),
     "roofline": RooflineCostModel(OPT13B, A100),
     "roofline dense": RooflineCostModel(OPT13B, A100, paged=False, block_size=32),
     "roofline bent, overhead, tp 2": RooflineCostModel(OPT13B, A100, tp=2, params=RooflineParams(

@@ -46,7 +46,23 @@ def test_data_parallel_engines_are_replicas_behind_the_least_loaded_router(tmp_p
     meta = _meta(engine_kwargs__data_parallel_size=2, engine_kwargs__enable_expert_parallel=True)
     setup = replay_setup(read_run(write_bench_run(tmp_path, meta=meta)))
     assert setup.experiment.replicas == 2 and setup.experiment.router.kind == "least_outstanding"
-    assert any("expert parallelism is not modelled" in note for note in setup.notes)
+    # a dense model has no experts to spread (vLLM ignores the flag for it too): said, not mapped
+    assert not setup.experiment.expert_parallel and "expert_parallel" not in setup.origins
+    assert any("llama-3.1-8b is dense: it has no experts to spread" in note for note in setup.notes)
+
+
+def test_a_mixtures_expert_parallel_run_is_one_expert_parallel_group(tmp_path):
+    moe = "Qwen/Qwen3-30B-A3B-Instruct-2507"
+    meta = _meta(model=moe, engine_kwargs__model=moe, engine_kwargs__data_parallel_size=2,
+                 engine_kwargs__enable_expert_parallel=True)
+    setup = replay_setup(read_run(write_bench_run(tmp_path, meta=meta)))
+    exp = setup.experiment
+    assert exp.model.name == "qwen3-30b-a3b" and exp.replicas == 2 and exp.router.kind == "least_outstanding"
+    assert exp.expert_parallel and exp.expert_parallel_group.degree == 2
+    assert setup.origins["expert_parallel"] == "enable_expert_parallel (the run)"
+    assert not any("expert" in note for note in setup.notes)
+    assert replay_setup(read_run(write_bench_run(tmp_path, meta=meta)), overrides=["expert_parallel=false"]
+                        ).experiment.expert_parallel is False
 
 
 def test_unrecorded_kv_blocks_block_size_and_prefix_caching_take_the_rule_and_v1s_defaults(tmp_path):
