@@ -7,8 +7,9 @@ shipped file checked against a fresh fit.
 The engine model (calibrate/host_models/vllm-0.19.yaml) is vLLM 0.19's V1 engine: its host terms cited from its
 developers' pull requests (vllm-v1-2026's), overlapping the GPU under asynchronous scheduling, CUDA graphs at its
 capture sizes, its custom all-reduce for tensor parallelism's small messages, and one term fitted here: the host
-work that stays in series (fidelity/runs/engine_fit.py). Each run replays on its own GPU's device clock (the measured profile of that GPU where servesim ships one, else the A100
-clock carried: calibrate/cost_models/default_clock.py) and V1's scheduler. Prints, per run held out, the mean and
+work that stays in series (fidelity/runs/engine_fit.py). Each run replays on its own GPU's device clock (the
+measured profile of that GPU where servesim ships one, else the A100 clock carried:
+calibrate/cost_models/default_clock.py) and V1's scheduler. Prints, per run held out, the mean and
 p90 of TTFT, TPOT and E2E latency against the real run beside the target (5%), and the fit's coefficients. Prints
 numbers; fails on none.
 """
