@@ -27,7 +27,7 @@ from calibrate.parts.linear_model import LinearFit
 from calibrate.parts.transfer import REGIMES, regimes_of
 from calibrate.tables.op_table import OpTable, read_op_table
 from calibrate.work.features import TERMS, choose_knots
-from calibrate.work.layer_ops import ELEMENTWISE, GEMMS, ITERATION_ELEMENTWISE, LayerShape
+from calibrate.work.layer_ops import ELEMENTWISE, ITERATION_ELEMENTWISE, ITERATION_OPS, MATMULS, LayerShape
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 
@@ -52,7 +52,7 @@ class Errors:
                 **({"per_iteration_by_regime": by_regime} if by_regime else {}),
                 "per_op": {op: float(rows["ape"].mean()) for op, rows in self.ops.groupby("op", sort=False)},
                 "per_op_all": {"mape": float(self.ops["ape"].mean()),
-                               "matmuls_mape": float(self.ops[self.ops["op"].isin(GEMMS)]["ape"].mean())}}
+                               "matmuls_mape": float(self.ops[self.ops["op"].isin(MATMULS)]["ape"].mean())}}
 
 
 def with_errors(ops: pd.DataFrame, layers: pd.DataFrame, predicted_ops: np.ndarray,
@@ -119,7 +119,7 @@ def token_table(tables: list[OpTable], model_name: str) -> tuple[list[int], list
     ops = match[0].ops[match[0].ops["tp"] == 1]
     if ops.empty:
         raise SpecError(match[0].label, "num_tensor_parallel_workers", "no rows at tensor parallelism 1")
-    per_layer = ops[~ops["op"].isin(ITERATION_ELEMENTWISE)].groupby("tokens")["time_s"].sum()
+    per_layer = ops[~ops["op"].isin(ITERATION_OPS)].groupby("tokens")["time_s"].sum()
     per_iteration = ops[ops["op"].isin(ITERATION_ELEMENTWISE)].groupby("tokens")["time_s"].sum()
     total = per_layer * spec.num_layers + per_iteration.reindex(per_layer.index, fill_value=0.0)
     knots = choose_knots(total.index)
