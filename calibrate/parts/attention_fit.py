@@ -347,10 +347,20 @@ def report_lines(fit: AttentionFit) -> list[str]:
                      f"{w.blocks_per_sm} blocks per SM, floors {floors} x SMs, splits as for "
                      f"{w.heuristic_sm_multiple} x SMs, launched {w.launch_tokens} tokens wide")
     for kind, errors in fit.heldout.items():
+        if "heldout_region" not in errors:  # the judges of several tables (by_table, mixed): below
+            continue
         region, kfold = errors["heldout_region"], errors["kfold"]
         lines.append(f"  {kind:<8} held out ({errors['region']}): mean |error| {region['mean']:.1%} "
                      f"(p95 {region['p95']:.1%}); {FOLDS}-fold {kfold['mean']:.1%}; in sample "
                      f"{errors['in_sample']['mean']:.1%}")
+    for label, errors in fit.heldout.get("by_table", {}).items():
+        lines.append(f"  {label} held out (fitted on the other tables): "
+                     + ", ".join(f"{kind} {mean:.1%}" for kind, mean in errors.items()))
+    if "mixed" in fit.heldout:
+        mixed = fit.heldout["mixed"]
+        lines.append(f"  mixed rows (a chunk and decodes in one call; never fitted), as decode + prefill parts: mean "
+                     f"|error| {mixed['mean']:.1%} (p95 {mixed['p95']:.1%}, signed {mixed['signed_mean']:+.1%}, "
+                     f"{mixed['rows']} rows)")
     if fit.source:
         lines.append(f"  from {fit.source}")
     return lines

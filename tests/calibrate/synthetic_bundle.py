@@ -85,17 +85,18 @@ def dense_rows(shape: LayerShape, tp: int, fit: LinearFit, hw, mlp: bool = True)
 
 
 def attention_rows(q_heads: int, kv_heads: int, fit: AttentionFit, hw) -> list[tuple[int, int, int, int, float]]:
-    """Pure decodes, pure prefills and mixed rows (their decode and prefill parts added) as `fit` prices them."""
+    """Pure decodes, pure prefills and mixed rows (their decode and prefill parts added) as `fit` prices them; a
+    decode of kv_decode tokens of history reads kv_decode + 1 keys."""
     work = AttentionWork.of_heads(q_heads, kv_heads, 128)
     rows = []
     for batch in (1, 2, 4, 8, 16, 32, 64, 128, 256):
-        for context in (16, 64, 256, 1024, 4096, 16384):
-            rows.append((0, 0, batch, context, float(fit.decode_time(work, hw, batch * context)) * 1e6))
+        for history in (16, 64, 256, 1024, 4096, 16384):
+            rows.append((0, 0, batch, history, float(fit.decode_time(work, hw, batch * (history + 1))) * 1e6))
     for chunk in (16, 64, 256, 512, 1024, 2048):
         for cached in (0, 64, 512, 2048, 8192, 16384):
             rows.append((chunk, cached, 0, 0, float(fit.prefill_time(work, hw, chunk, cached)) * 1e6))
             rows.append((chunk, cached, 8, 1024, float(fit.prefill_time(work, hw, chunk, cached)
-                                                       + fit.decode_time(work, hw, 8 * 1024)) * 1e6))
+                                                       + fit.decode_time(work, hw, 8 * 1025)) * 1e6))
     return rows
 
 
@@ -113,4 +114,4 @@ def synthetic_bundle(folder: Path, model: str = "meta-llama/Llama-3.1-8B", tps=(
         per_sequence = pd.DataFrame(head, columns=["layer", "sequences", "time_us"])
         files[tp] = {"dense.csv": dense.to_csv(index=False), "per_sequence.csv": per_sequence.to_csv(index=False),
                      "attention.csv": attention_table.to_csv(index=False)}
-    return write_bundle(folder, meta_text(model, tps, hw.device_names[0]), files)
+    return write_bundle(folder, meta_text(model, tps, hw.device_names[0] if hw.device_names else GPU), files)
