@@ -387,12 +387,19 @@ def _attention_line(attention: dict | None) -> str:
     return f"# held-out error of the attention part: {AttentionFit.from_dict(attention).heldout_summary()}\n"
 
 
+def _held_out_what(linear: dict) -> str:
+    """What the headline error held out: models, or where one model was measured, octaves of its token counts
+    (calibrate/judging/bundle_import.py)."""
+    heldout = linear.get("heldout", {})
+    return "octaves of token counts" if "by_octave" in heldout and "by_model" not in heldout else "models"
+
+
 def dump_profile(profile: Profile) -> str:
     data = asdict(profile)
     for key in (*IMPORTED_ONLY, *FITTED_SINCE_5, *NAMED_ONLY):  # absent from a profile without them, as before
         if not data[key]:
             del data[key]
-    scope = (" of the linear part, on held-out models" if profile.linear
+    scope = (f" of the linear part, on held-out {_held_out_what(profile.linear)}" if profile.linear
              else " of the device part" if profile.device_part else "")
     host = profile.host or {}
     host_line = (f"# held-out error of the host part: mean {host['heldout_mape']:.1%}, "

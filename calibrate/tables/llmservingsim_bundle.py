@@ -45,6 +45,7 @@ SIXTEEN_BIT = ("bf16", "fp16")  # a servesim profile is measured at 16 bits (cal
 TABLES = {"dense.csv": ("layer", "tokens"), "per_sequence.csv": ("layer", "sequences"),
           "attention.csv": ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode"),
           "moe.csv": ("tokens", "activated_experts")}
+LAYERS = {"dense.csv": DENSE_LAYERS, "per_sequence.csv": SEQUENCE_LAYERS}  # the layers a table's rows may name
 
 
 @dataclass(frozen=True)
@@ -109,19 +110,19 @@ def read_tp(folder: Path, tp: int) -> TpTables:
     """One tp<N> folder: dense.csv and per_sequence.csv required, attention.csv and moe.csv where present."""
     if not folder.is_dir():
         raise SpecError(str(folder), "", f"not found: meta.yaml's tp_degrees lists {tp}")
-    dense = read_table(folder / "dense.csv", DENSE_LAYERS)
-    per_sequence = read_table(folder / "per_sequence.csv", SEQUENCE_LAYERS)
+    dense = read_table(folder / "dense.csv")
+    per_sequence = read_table(folder / "per_sequence.csv")
     attention = read_table(folder / "attention.csv") if (folder / "attention.csv").exists() else None
     moe = read_table(folder / "moe.csv") if (folder / "moe.csv").exists() else None
     return TpTables(tp, dense, per_sequence, attention, moe)
 
 
-def read_table(path: Path, layers: tuple[str, ...] = ()) -> pd.DataFrame:
-    """One of the bundle's CSVs (TABLES): its keys as whole numbers (and its layer one of `layers`), its time in
-    seconds, positive; rows measured twice averaged."""
+def read_table(path: Path) -> pd.DataFrame:
+    """One of the bundle's CSVs (TABLES, by its file name): its keys as whole numbers (its layer one of LAYERS'), its
+    time in seconds, positive; rows measured twice averaged."""
     import pandas as pd
 
-    source, keys = str(path), TABLES[path.name]
+    source, keys, layers = str(path), TABLES[path.name], LAYERS.get(path.name, ())
     table = read_csv(path, f"LLMServingSim {path.name}")
     check_columns(table, (*keys, "time_us"), source, f"LLMServingSim {path.name}")
     if table.empty:
