@@ -124,9 +124,10 @@ def linear_heldout(ops: pd.DataFrame, hw: HardwareSpec) -> dict[str, Errors]:
 def _method(judged: dict[str, Errors], reference: str) -> str:
     ways = {"by_model": "each model", "by_tp": "each tp degree", "by_octave": "each octave of token counts"}
     headline = "by_model" if "by_model" in judged else "by_octave"
-    return (f"{ways[headline]} held out, per iteration (a layer's non-attention operations); also "
-            f"{', '.join(ways[w] for w in judged if w != headline)} in linear.heldout; the token-cost table is "
-            f"{reference}'s measured linear part at tp 1")
+    others = [ways[w] for w in judged if w != headline]
+    also = f"; also {', '.join(others)} in linear.heldout" if others else ""
+    return (f"{ways[headline]} held out, per iteration (a layer's non-attention operations){also}; the token-cost "
+            f"table is {reference}'s measured linear part at tp 1")
 
 
 def _bundle_path(path: Path) -> str:
