@@ -28,17 +28,23 @@ if TYPE_CHECKING:
 
 
 def moe_block_time(fit: LinearFit, spec: ModelSpec, hw: HardwareSpec, tokens, experts) -> np.ndarray:
-    """One layer's mixture block at tp 1: the router over every token, and `experts` experts each over its share
-    of the tokens' routed rows."""
+    """One layer's mixture block at tp 1 as the cost model prices a layer (calibrate/parts/expert_ops.py): one bend
+    over its matmuls together, the router's FLOPs and weights and the `experts` experts' (the tokens' routed rows'
+    FLOPs, each expert's weights once), a matmul latency for the router and two for each expert, and each expert's
+    activation over its share of the routed rows."""
     tokens, experts = np.asarray(tokens, dtype=float), np.asarray(experts, dtype=float)
-    shape, hidden = LayerShape.of(spec), spec.hidden_size
+    shape = LayerShape.of(spec)
     dims = shape.gemm_dims(1)
-    rows = tokens * spec.experts_per_token / experts
-    router = fit.gemm_time(*gemm_work((hidden, spec.num_experts), tokens), hw)
-    per_expert = (fit.gemm_time(*gemm_work(dims["mlp_up_proj"], rows), hw)
-                  + fit.gemm_time(*gemm_work(dims["mlp_down_proj"], rows), hw)
-                  + fit.elementwise_time("mlp_act", rows * shape.elementwise_bytes_per_token(1)["mlp_act"], hw))
-    return router + experts * per_expert
+    routed = tokens * spec.experts_per_token
+    router_flops, router_weights = gemm_work((spec.hidden_size, spec.num_experts), tokens)
+    flops, weights = router_flops, router_weights
+    for op in ("mlp_up_proj", "mlp_down_proj"):
+        expert_flops, expert_weights = gemm_work(dims[op], routed)
+        flops, weights = flops + expert_flops, weights + experts * expert_weights
+    matmuls = fit.gemm_time(flops, weights, hw) + 2 * experts * fit.gemm_latency_s
+    act_bytes = shape.elementwise_bytes_per_token(1)["mlp_act"]
+    activation = experts * fit.elementwise_time("mlp_act", routed / experts * act_bytes, hw)
+    return matmuls + activation
 
 
 def moe_errors(fit: LinearFit, spec: ModelSpec, hw: HardwareSpec, rows: pd.DataFrame) -> dict:
