@@ -63,6 +63,35 @@ def _cmd_fit(args) -> int:
 
 
 def _cmd_import(args) -> int:
+    option(positive_int, args.max_tokens, "--max-tokens")
+    output_file(args.out, "--out")
+    command = "servesim calibrate import " + " ".join(shlex.quote(a) for a in sys.argv[3:]) if len(sys.argv) > 3 \
+        else f"servesim calibrate import {' '.join(args.tables)} --model {args.model} --out {args.out}"
+    provenance = {key: value for key, value in (("source", args.source), ("licence", args.licence)) if value}
+    if import_format(args) == "llmservingsim":
+        result, text = _import_bundles(args, command, provenance)
+    else:
+        result, text = _import_vidur(args, command, provenance)
+    print(text)
+    result.profile.save(args.out)
+    print(f"wrote {args.out}: use it as cost_model: {{kind: transfer, path: {args.out}}}")
+    return 0
+
+
+def import_format(args) -> str:
+    """--format, or under `auto` what the paths are: LLMServingSim bundle folders, or Vidur's tables."""
+    from calibrate.tables.llmservingsim_bundle import is_bundle
+
+    if args.format != "auto":
+        return args.format
+    bundles = [is_bundle(path) for path in args.tables]
+    if any(bundles) and not all(bundles):
+        raise SpecError("--format", "", "the paths mix LLMServingSim bundle folders and per-operation tables; give "
+                        "one kind (or --format vidur or llmservingsim)")
+    return "llmservingsim" if bundles[0] else "vidur"
+
+
+def _import_vidur(args, command: str, provenance: dict):
     from calibrate.judging.op_import import import_profile, report
 
     for table in (*args.tables, *args.also):
@@ -70,20 +99,26 @@ def _cmd_import(args) -> int:
     for name, path in (("--all-reduce", args.all_reduce), ("--host", args.host), ("--attention", args.attention)):
         if path is not None:
             existing_file(path, name)
-    option(positive_int, args.max_tokens, "--max-tokens")
-    output_file(args.out, "--out")
-
-    command = "servesim calibrate import " + " ".join(shlex.quote(a) for a in sys.argv[3:]) if len(sys.argv) > 3 \
-        else f"servesim calibrate import {' '.join(args.tables)} --model {args.model} --out {args.out}"
-    provenance = {key: value for key, value in (("source", args.source), ("licence", args.licence)) if value}
-    result = import_profile(args.tables, args.all_reduce, args.model, args.measured_on, command,
+    result = import_profile(args.tables, args.all_reduce, args.model, args.measured_on or "a100-80gb", command,
                             host_profile=args.host, max_tokens=args.max_tokens, provenance=provenance,
                             also_tables=args.also, also_measured_on=args.also_measured_on,
                             attention_path=args.attention)
-    print(report(result))
-    result.profile.save(args.out)
-    print(f"wrote {args.out}: use it as cost_model: {{kind: transfer, path: {args.out}}}")
-    return 0
+    return result, report(result)
+
+
+def _import_bundles(args, command: str, provenance: dict):
+    """LLMServingSim bundles carry their own attention and no all-reduce or host work: those options are refused."""
+    from calibrate.judging.bundle_import import import_bundles
+    from calibrate.judging.bundle_report import bundle_report
+
+    for name, given in (("--all-reduce", args.all_reduce), ("--attention", args.attention), ("--host", args.host),
+                        ("--also", args.also)):
+        if given:
+            raise SpecError(name, "", "not read with LLMServingSim bundles: a bundle carries its attention.csv, and "
+                            "no all-reduce or host work was measured in it (the profile names a host model instead); "
+                            "a second GPU's bundles make a profile of their own")
+    result = import_bundles(args.tables, args.model, args.measured_on, command, provenance, args.max_tokens)
+    return result, bundle_report(result)
 
 
 def check_device(device: str) -> None:
@@ -328,14 +363,18 @@ def register(sub) -> None:
     fit.add_argument("--folds", type=int, default=5, help="cross-validation folds for the held-out error")
     fit.add_argument("--seed", type=int, default=0)
     fit.set_defaults(func=_cmd_fit)
-    imp = cmds.add_parser("import", help="per-operation GPU timings (Vidur's profiling tables) into a profile of "
-                                         "an iteration's linear part, with held-out error")
-    imp.add_argument("tables", nargs="+", help="per-operation tables, one per model (Vidur's mlp.csv)")
+    imp = cmds.add_parser("import", help="per-operation GPU timings (Vidur's profiling tables, or LLMServingSim's "
+                                         "profile bundles) into a profile of that GPU, with held-out error")
+    imp.add_argument("tables", nargs="+", help="per-operation tables, one per model (Vidur's mlp.csv), or "
+                                               "LLMServingSim bundle folders (profiler/perf/HW/ORG/MODEL/VARIANT)")
+    imp.add_argument("--format", default="auto", choices=("auto", "vidur", "llmservingsim"),
+                     help="what the paths are (auto: bundle folders, each with a meta.yaml, else Vidur's tables)")
     imp.add_argument("--all-reduce", help="all-reduce times by message size (Vidur's network/*.all_reduce.csv)")
     imp.add_argument("--model", required=True,
                      help="the servesim model whose measured linear part becomes the profile's token-cost table")
-    imp.add_argument("--measured-on", default="a100-80gb", choices=available_hardware(),
-                     help="the shipped hardware spec of the GPU the tables were measured on")
+    imp.add_argument("--measured-on", choices=available_hardware(),
+                     help="the shipped hardware spec of the GPU the tables were measured on (default: a100-80gb for "
+                          "Vidur's tables, the sheet whose device_names has a bundle's meta.yaml gpu)")
     imp.add_argument("--also", nargs="+", default=[], metavar="TABLE",
                      help="a second GPU's per-operation tables: the linear part is fitted on both GPUs' tables, "
                           "each GPU held out from a fit on the other, and the default on other GPUs set by regime")

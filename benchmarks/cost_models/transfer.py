@@ -29,7 +29,7 @@ A100 = ROOT / "calibrate" / "profiles" / "a100-80gb-linear.yaml"
 TABLES = Path(os.environ.get("SERVESIM_A100_TABLES", "/work/shared/reference/gpu-measurements"))
 TARGET_MEAN, TARGET_WORST = 0.08, 0.15
 GPUS = ("a100-80gb", "h100-sxm", "h100-pcie", "h200", "l40s", "a10g", "b200", "a40", "l4", "a10", "gh200", "mi300x",
-        "rtx-4090", "rtx-pro-6000")
+        "rtx-4090", "rtx-pro-6000", "rtx-pro-6000-server")
 
 
 def verdict(e) -> str:

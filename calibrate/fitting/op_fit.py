@@ -14,7 +14,7 @@ from calibrate.hardware.hardware import HardwareSpec
 from calibrate.maths.nnls import nnls
 from calibrate.maths.ridge import bent_roofs, ridge_exponent
 from calibrate.parts.linear_model import LinearFit
-from calibrate.work.layer_ops import GEMMS
+from calibrate.work.layer_ops import MATMULS
 
 RIDGE_GRID = np.round(np.arange(0.40, 0.995, 0.02), 3)  # then refined in steps of 0.002
 LATENCY_GRID_S = np.arange(0.0, 12.5e-6, 1e-6)  # then refined in steps of 0.2 us
@@ -43,7 +43,7 @@ def fit_linear_on(parts: list[tuple[pd.DataFrame, HardwareSpec]]) -> LinearFit:
     """One linear part for tables measured on several GPUs: every share is of the row's own GPU's spec sheet
     and every latency is in seconds, common to all. Each GPU's octaves of token counts weigh alike, so a GPU
     with more models measured does not outweigh one with fewer."""
-    gemm = [(ops[ops["op"].isin(GEMMS)], hw) for ops, hw in parts]
+    gemm = [(ops[ops["op"].isin(MATMULS)], hw) for ops, hw in parts]
     if all(rows.empty for rows, _ in gemm):
         raise ValueError("no matmul rows to fit")
     gemm = [(rows, hw) for rows, hw in gemm if not rows.empty]
@@ -56,7 +56,7 @@ def fit_linear_on(parts: list[tuple[pd.DataFrame, HardwareSpec]]) -> LinearFit:
                                    np.round(np.arange(ridge - 0.02, ridge + 0.0201, 0.002), 4),
                                    np.arange(max(latency - 1e-6, 0.0), latency + 1.01e-6, 0.2e-6))
     compute_eff, bandwidth_eff, _ = _fit_at(compute, memory, time_s, weight, ridge, latency)
-    kernels = sorted({op for ops, _ in parts for op in ops["op"].unique() if op not in GEMMS})
+    kernels = sorted({op for ops, _ in parts for op in ops["op"].unique() if op not in MATMULS})
     elementwise = {op: _fit_elementwise([(ops[ops["op"] == op], hw) for ops, hw in parts]) for op in kernels}
     return LinearFit(float(compute_eff), float(bandwidth_eff), float(ridge), float(latency), elementwise)
 

@@ -255,9 +255,14 @@ def _check_two_gpu_judgement(judged, source: str) -> None:
             non_negative(entry.get(name), source, f"{key}.{name}")
 
 
-ATTENTION_SHARES = ("decode_bandwidth_efficiency", "prefill_compute_efficiency")
+ATTENTION_SHARES = ("decode_bandwidth_efficiency",)
+# the prefill's FLOPs are counted over every new token against every key (calibrate/parts/attention_fit.py); a kernel
+# that skips the causal half computes as few as half of them, so its share of the peak at that count is up to 2
+# (the LLMServingSim RTX 4090 bundle's: 1.40)
+RECTANGLE_OVERCOUNT = 2.0
 ATTENTION_OPTIONAL_SHARES = ("prefill_kv_bandwidth_efficiency", "prefill_output_bandwidth_efficiency")
-ATTENTION_KEYS = ("decode_latency_s", "prefill_latency_s", *ATTENTION_SHARES, *ATTENTION_OPTIONAL_SHARES,
+ATTENTION_KEYS = ("decode_latency_s", "prefill_latency_s", *ATTENTION_SHARES, "prefill_compute_efficiency",
+                  *ATTENTION_OPTIONAL_SHARES,
                   "block_size", "measured_on", "heldout", "source", "waves")
 WAVE_KEYS = ("latency_s", "split_latency_s", "wave_latency_s", "bandwidth_efficiency", "blocks_per_sm",
              "floor_shares", "heuristic_sm_multiple", "launch_tokens")
@@ -276,6 +281,8 @@ def _check_attention(attention, source: str) -> None:
         non_negative(attention.get(key), source, f"attention.{key}")  # seconds per layer
     for key in ATTENTION_SHARES:
         share(attention.get(key), source, f"attention.{key}")
+    number(attention.get("prefill_compute_efficiency"), source, "attention.prefill_compute_efficiency", low=0,
+           low_open=True, high=RECTANGLE_OVERCOUNT)
     for key in ATTENTION_OPTIONAL_SHARES:  # null: the fit found no cost in that term
         optional(share, attention.get(key), source, f"attention.{key}")
     positive_int(attention.get("block_size", 16), source, "attention.block_size")
@@ -380,12 +387,19 @@ def _attention_line(attention: dict | None) -> str:
     return f"# held-out error of the attention part: {AttentionFit.from_dict(attention).heldout_summary()}\n"
 
 
+def _held_out_what(linear: dict) -> str:
+    """What the headline error held out: models, or where one model was measured, octaves of its token counts
+    (calibrate/judging/bundle_import.py)."""
+    heldout = linear.get("heldout", {})
+    return "octaves of token counts" if "by_octave" in heldout and "by_model" not in heldout else "models"
+
+
 def dump_profile(profile: Profile) -> str:
     data = asdict(profile)
     for key in (*IMPORTED_ONLY, *FITTED_SINCE_5, *NAMED_ONLY):  # absent from a profile without them, as before
         if not data[key]:
             del data[key]
-    scope = (" of the linear part, on held-out models" if profile.linear
+    scope = (f" of the linear part, on held-out {_held_out_what(profile.linear)}" if profile.linear
              else " of the device part" if profile.device_part else "")
     host = profile.host or {}
     host_line = (f"# held-out error of the host part: mean {host['heldout_mape']:.1%}, "

@@ -27,7 +27,7 @@ from calibrate.parts.linear_model import LinearFit
 from calibrate.parts.transfer import REGIMES, regimes_of
 from calibrate.tables.op_table import OpTable, read_op_table
 from calibrate.work.features import TERMS, choose_knots
-from calibrate.work.layer_ops import ELEMENTWISE, GEMMS, ITERATION_ELEMENTWISE, LayerShape
+from calibrate.work.layer_ops import ELEMENTWISE, ITERATION_ELEMENTWISE, ITERATION_OPS, MATMULS, LayerShape
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 
@@ -52,7 +52,7 @@ class Errors:
                 **({"per_iteration_by_regime": by_regime} if by_regime else {}),
                 "per_op": {op: float(rows["ape"].mean()) for op, rows in self.ops.groupby("op", sort=False)},
                 "per_op_all": {"mape": float(self.ops["ape"].mean()),
-                               "matmuls_mape": float(self.ops[self.ops["op"].isin(GEMMS)]["ape"].mean())}}
+                               "matmuls_mape": float(self.ops[self.ops["op"].isin(MATMULS)]["ape"].mean())}}
 
 
 def with_errors(ops: pd.DataFrame, layers: pd.DataFrame, predicted_ops: np.ndarray,
@@ -119,7 +119,7 @@ def token_table(tables: list[OpTable], model_name: str) -> tuple[list[int], list
     ops = match[0].ops[match[0].ops["tp"] == 1]
     if ops.empty:
         raise SpecError(match[0].label, "num_tensor_parallel_workers", "no rows at tensor parallelism 1")
-    per_layer = ops[~ops["op"].isin(ITERATION_ELEMENTWISE)].groupby("tokens")["time_s"].sum()
+    per_layer = ops[~ops["op"].isin(ITERATION_OPS)].groupby("tokens")["time_s"].sum()
     per_iteration = ops[ops["op"].isin(ITERATION_ELEMENTWISE)].groupby("tokens")["time_s"].sum()
     total = per_layer * spec.num_layers + per_iteration.reindex(per_layer.index, fill_value=0.0)
     knots = choose_knots(total.index)
@@ -289,24 +289,7 @@ def report(result: ImportResult) -> str:
     if result.by_tp is not None:
         columns.append(("held out by tp", result.by_tp))
     columns.append(("today's roofline", result.roofline))
-    lines.append(f"{'mean |error| (p95)':<28}" + "".join(f"  {name:>18}" for name, _ in columns))
-    summaries = [errors.summary() for _, errors in columns]
-
-    def row(label: str, values) -> str:
-        return f"{label:<28}" + "".join(f"  {v:>18}" for v in values)
-
-    lines.append(row("per iteration", [f"{s['per_iteration']['mape']:.1%} ({s['per_iteration']['p95_ape']:.1%})"
-                                        for s in summaries]))
-    for regime in summaries[0].get("per_iteration_by_regime", {}):
-        lines.append(row(f"  {regime}", [f"{s.get('per_iteration_by_regime', {}).get(regime, float('nan')):.1%}"
-                                         for s in summaries]))
-    for band in summaries[0]["per_iteration_by_tokens"]:
-        lines.append(row(f"  {band} tokens", [f"{s['per_iteration_by_tokens'].get(band, float('nan')):.1%}"
-                                              for s in summaries]))
-    lines.append(row("per operation, all", [f"{s['per_op_all']['mape']:.1%}" for s in summaries]))
-    lines.append(row("  the matmuls", [f"{s['per_op_all']['matmuls_mape']:.1%}" for s in summaries]))
-    for op in summaries[0]["per_op"]:
-        lines.append(row(f"  {op}", [f"{s['per_op'].get(op, float('nan')):.1%}" for s in summaries]))
+    lines += heldout_lines(columns)
     per_model = result.by_model.layers.groupby("model")["ape"].mean()
     lines.append("per iteration, each model held out: "
                  + ", ".join(f"{m} {v:.1%}" for m, v in per_model.items()))
@@ -326,6 +309,30 @@ def report(result: ImportResult) -> str:
         lines.append("on a GPU the fit never saw: not judged (the shipped held-out GPU data judges A100 fits); "
                      "on other hardware the default is the roofline in every regime")
     return "\n".join(lines)
+
+
+def heldout_lines(columns: list[tuple[str, Errors]]) -> list[str]:
+    """Mean |error| (p95) per iteration, per regime, per token band and per operation, a column per way of
+    predicting (the first column's rows set which rows are printed)."""
+    summaries = [errors.summary() for _, errors in columns]
+
+    def row(label: str, values) -> str:
+        return f"{label:<28}" + "".join(f"  {v:>18}" for v in values)
+
+    lines = [f"{'mean |error| (p95)':<28}" + "".join(f"  {name:>18}" for name, _ in columns)]
+    lines.append(row("per iteration", [f"{s['per_iteration']['mape']:.1%} ({s['per_iteration']['p95_ape']:.1%})"
+                                        for s in summaries]))
+    for regime in summaries[0].get("per_iteration_by_regime", {}):
+        lines.append(row(f"  {regime}", [f"{s.get('per_iteration_by_regime', {}).get(regime, float('nan')):.1%}"
+                                         for s in summaries]))
+    for band in summaries[0]["per_iteration_by_tokens"]:
+        lines.append(row(f"  {band} tokens", [f"{s['per_iteration_by_tokens'].get(band, float('nan')):.1%}"
+                                              for s in summaries]))
+    lines.append(row("per operation, all", [f"{s['per_op_all']['mape']:.1%}" for s in summaries]))
+    lines.append(row("  the matmuls", [f"{s['per_op_all']['matmuls_mape']:.1%}" for s in summaries]))
+    for op in summaries[0]["per_op"]:
+        lines.append(row(f"  {op}", [f"{s['per_op'].get(op, float('nan')):.1%}" for s in summaries]))
+    return lines
 
 
 def two_gpu_lines(result: ImportResult) -> list[str]:

@@ -30,6 +30,7 @@ The fit is non-negative least squares on relative error (calibrate/maths/nnls.py
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -37,7 +38,7 @@ import numpy as np
 
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.maths.nnls import nnls
-from calibrate.parts.attention_waves import DecodeGrid, WaveFit, fit_waves
+from calibrate.parts.attention_waves import DecodeGrid, WaveFit, fit_waves_on
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -156,54 +157,88 @@ def _share(per_peak_second: float) -> float | None:
     return 1.0 / per_peak_second if per_peak_second > 0 else None
 
 
-def fit_attention(table: AttentionTable, hw: HardwareSpec, dtype_bytes: int = 2) -> AttentionFit:
-    """The decode and prefill terms fitted to every row of `table`."""
-    work = AttentionWork.of_table(table.shape, dtype_bytes)
-    if table.decode.empty or table.prefill.empty:
+def as_tables(tables: AttentionTable | Sequence[AttentionTable]) -> list[AttentionTable]:
+    """One table, or one GPU's tables of several layer shapes (fitted together, each row priced by its own
+    table's work)."""
+    return list(tables) if isinstance(tables, (list, tuple)) else [tables]
+
+
+def _joined(parts: list[list[np.ndarray]]) -> list[np.ndarray]:
+    """Each term's column over every table's rows, in the tables' order."""
+    return [np.concatenate(column) for column in zip(*parts)]
+
+
+def fit_attention(tables: AttentionTable | Sequence[AttentionTable], hw: HardwareSpec,
+                  dtype_bytes: int = 2) -> AttentionFit:
+    """The decode and prefill terms fitted to every row of `tables`."""
+    tables = as_tables(tables)
+    if all(t.decode.empty for t in tables) or all(t.prefill.empty for t in tables):
         raise ValueError("an attention fit needs both decode and prefill rows")
-    d_latency, d_bytes = _relative_nnls(decode_columns(table.decode, work, hw), table.decode["time_s"].to_numpy())
-    p_latency, p_flops, p_kv, p_out = _relative_nnls(prefill_columns(table.prefill, work, hw),
-                                                     table.prefill["time_s"].to_numpy())
+    works = [AttentionWork.of_table(t.shape, dtype_bytes) for t in tables]
+    d_latency, d_bytes = _relative_nnls(_joined([decode_columns(t.decode, w, hw) for t, w in zip(tables, works)]),
+                                        _times(tables, "decode"))
+    p_latency, p_flops, p_kv, p_out = _relative_nnls(
+        _joined([prefill_columns(t.prefill, w, hw) for t, w in zip(tables, works)]), _times(tables, "prefill"))
     if d_bytes <= 0 or p_flops <= 0:
         raise ValueError("the rows show no cost growing with the K/V read (decode) or the FLOPs (prefill)")
     waves = None
     if hw.sm_count is not None:
-        launch_tokens = table.launch_tokens or int(table.decode["context"].max())
-        waves = fit_waves(table.decode, decode_grid(table.shape, dtype_bytes), hw, launch_tokens)
+        decoding = [t for t in tables if not t.decode.empty]
+        launch_tokens = max(t.launch_tokens or int(t.decode["context"].max()) for t in decoding)
+        waves = fit_waves_on([(t.decode, decode_grid(t.shape, dtype_bytes)) for t in decoding], hw, launch_tokens)
     return AttentionFit(float(d_latency), 1.0 / float(d_bytes), float(p_latency), 1.0 / float(p_flops),
-                        _share(float(p_kv)), _share(float(p_out)), table.shape.block_size, hw.name, waves=waves)
+                        _share(float(p_kv)), _share(float(p_out)), tables[0].shape.block_size, hw.name, waves=waves)
+
+
+def _times(tables: list[AttentionTable], kind: str) -> np.ndarray:
+    return np.concatenate([getattr(t, kind)["time_s"].to_numpy() for t in tables])
 
 
 def decode_grid(shape: AttentionShape, dtype_bytes: int = 2) -> DecodeGrid:
     return DecodeGrid.of_heads(shape.q_heads, shape.kv_heads, shape.head_dim, dtype_bytes)
 
 
-def predict_waves(fit: AttentionFit, table: AttentionTable, hw: HardwareSpec, dtype_bytes: int = 2) -> np.ndarray:
+def predict_waves(fit: AttentionFit, tables: AttentionTable | Sequence[AttentionTable], hw: HardwareSpec,
+                  dtype_bytes: int = 2) -> np.ndarray:
     """The decode rows' seconds as `fit`'s waves price them."""
     if fit.waves is None:
         raise ValueError("the fit has no waves: its GPU's sheet gives no sm_count")
-    return fit.waves.decode_time(decode_grid(table.shape, dtype_bytes), hw, table.decode["batch"],
-                                 table.decode["context"])
+    waves = fit.waves
+    return np.concatenate([waves.decode_time(decode_grid(t.shape, dtype_bytes), hw, t.decode["batch"],
+                                             t.decode["context"]) for t in as_tables(tables)])
 
 
-def predict(fit: AttentionFit, table: AttentionTable, hw: HardwareSpec, dtype_bytes: int = 2
-            ) -> tuple[np.ndarray, np.ndarray]:
-    """(decode, prefill) seconds of each of the table's rows, as `fit` prices them."""
-    work = AttentionWork.of_table(table.shape, dtype_bytes)
-    decode = fit.decode_time(work, hw, table.decode["batch"].to_numpy(float) * table.decode["context"].to_numpy(float))
-    prefill = fit.prefill_time(work, hw, table.prefill["chunk"], table.prefill["cached"])
-    return decode, prefill
+def predict(fit: AttentionFit, tables: AttentionTable | Sequence[AttentionTable], hw: HardwareSpec,
+            dtype_bytes: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """(decode, prefill) seconds of each of the tables' rows, as `fit` prices them."""
+    decode, prefill = [], []
+    for table in as_tables(tables):
+        work = AttentionWork.of_table(table.shape, dtype_bytes)
+        rows = table.decode
+        decode.append(fit.decode_time(work, hw, rows["batch"].to_numpy(float) * rows["context"].to_numpy(float)))
+        prefill.append(fit.prefill_time(work, hw, table.prefill["chunk"], table.prefill["cached"]))
+    return np.concatenate(decode), np.concatenate(prefill)
 
 
-def region_masks(table: AttentionTable) -> tuple[np.ndarray, np.ndarray]:
-    """The held-out regions: the longest decode contexts and the largest prefill chunks (HELD_OUT_SHARE of the
-    largest and above)."""
-    context, chunk = table.decode["context"].to_numpy(), table.prefill["chunk"].to_numpy()
-    return context >= HELD_OUT_SHARE * context.max(), chunk >= HELD_OUT_SHARE * chunk.max()
+def region_masks(tables: AttentionTable | Sequence[AttentionTable]) -> tuple[np.ndarray, np.ndarray]:
+    """The held-out regions: the longest decode contexts and the largest prefill chunks (HELD_OUT_SHARE of each
+    table's largest and above)."""
+    masks = []
+    for table in as_tables(tables):
+        context, chunk = table.decode["context"].to_numpy(), table.prefill["chunk"].to_numpy()
+        masks.append((context >= HELD_OUT_SHARE * context.max(), chunk >= HELD_OUT_SHARE * chunk.max()))
+    return np.concatenate([d for d, _ in masks]), np.concatenate([p for _, p in masks])
 
 
-def _subset(table: AttentionTable, decode: np.ndarray, prefill: np.ndarray) -> AttentionTable:
-    return replace(table, decode=table.decode[decode], prefill=table.prefill[prefill])
+def _subset(tables: AttentionTable | Sequence[AttentionTable], decode: np.ndarray,
+            prefill: np.ndarray) -> list[AttentionTable]:
+    """Each table's rows where the masks (over every table's rows, in order) are set."""
+    out, d_at, p_at = [], 0, 0
+    for table in as_tables(tables):
+        d_end, p_end = d_at + len(table.decode), p_at + len(table.prefill)
+        out.append(replace(table, decode=table.decode[decode[d_at:d_end]], prefill=table.prefill[prefill[p_at:p_end]]))
+        d_at, p_at = d_end, p_end
+    return out
 
 
 def _errors(predicted: np.ndarray, time_s: np.ndarray) -> dict:
@@ -212,55 +247,64 @@ def _errors(predicted: np.ndarray, time_s: np.ndarray) -> dict:
             "signed_mean": float(((predicted - time_s) / time_s).mean()), "rows": int(len(ape))}
 
 
-def region_fit(table: AttentionTable, hw: HardwareSpec, dtype_bytes: int = 2) -> AttentionFit:
+def region_fit(tables: AttentionTable | Sequence[AttentionTable], hw: HardwareSpec,
+               dtype_bytes: int = 2) -> AttentionFit:
     """The fit on every row outside the held-out regions (region_masks)."""
-    long_context, big_chunk = region_masks(table)
-    return fit_attention(_subset(table, ~long_context, ~big_chunk), hw, dtype_bytes)
+    long_context, big_chunk = region_masks(tables)
+    return fit_attention(_subset(tables, ~long_context, ~big_chunk), hw, dtype_bytes)
 
 
-def heldout_errors(table: AttentionTable, hw: HardwareSpec, dtype_bytes: int = 2, seed: int = 0) -> dict:
+def heldout_errors(tables: AttentionTable | Sequence[AttentionTable], hw: HardwareSpec, dtype_bytes: int = 2,
+                   seed: int = 0) -> dict:
     """Per kind: the error on its held-out region fitted on the rest, on a FOLDS-fold random split, and in sample;
     where `hw` gives its sm_count, `decode_waves` too: the decode rows as the waves price them, judged alike."""
-    long_context, big_chunk = region_masks(table)
+    tables = as_tables(tables)
+    long_context, big_chunk = region_masks(tables)
     waves = hw.sm_count is not None
-    in_region = region_fit(table, hw, dtype_bytes)
-    region_decode, region_prefill = predict(in_region, table, hw, dtype_bytes)
+    in_region = region_fit(tables, hw, dtype_bytes)
+    region_decode, region_prefill = predict(in_region, tables, hw, dtype_bytes)
+    d_time, p_time = _times(tables, "decode"), _times(tables, "prefill")
     rng = np.random.default_rng(seed)
-    fold_d = rng.integers(0, FOLDS, len(table.decode))
-    fold_p = rng.integers(0, FOLDS, len(table.prefill))
-    kfold_d, kfold_p, kfold_w = np.zeros(len(table.decode)), np.zeros(len(table.prefill)), np.zeros(len(table.decode))
+    fold_d = rng.integers(0, FOLDS, len(d_time))
+    fold_p = rng.integers(0, FOLDS, len(p_time))
+    kfold_d, kfold_p, kfold_w = np.zeros(len(d_time)), np.zeros(len(p_time)), np.zeros(len(d_time))
     for k in range(FOLDS):
-        fold_fit = fit_attention(_subset(table, fold_d != k, fold_p != k), hw, dtype_bytes)
-        d, p = predict(fold_fit, table, hw, dtype_bytes)
+        fold_fit = fit_attention(_subset(tables, fold_d != k, fold_p != k), hw, dtype_bytes)
+        d, p = predict(fold_fit, tables, hw, dtype_bytes)
         kfold_d[fold_d == k], kfold_p[fold_p == k] = d[fold_d == k], p[fold_p == k]
         if waves:
-            kfold_w[fold_d == k] = predict_waves(fold_fit, table, hw, dtype_bytes)[fold_d == k]
-    every_row = fit_attention(table, hw, dtype_bytes)
-    all_decode, all_prefill = predict(every_row, table, hw, dtype_bytes)
-    d_time = table.decode["time_s"].to_numpy()
-    errors = _kinds(table, long_context, big_chunk, region_decode, region_prefill, kfold_d, kfold_p, all_decode,
+            kfold_w[fold_d == k] = predict_waves(fold_fit, tables, hw, dtype_bytes)[fold_d == k]
+    every_row = fit_attention(tables, hw, dtype_bytes)
+    all_decode, all_prefill = predict(every_row, tables, hw, dtype_bytes)
+    errors = _kinds(tables, long_context, big_chunk, region_decode, region_prefill, kfold_d, kfold_p, all_decode,
                     all_prefill)
     if waves:
-        region_waves = predict_waves(in_region, table, hw, dtype_bytes)
+        region_waves = predict_waves(in_region, tables, hw, dtype_bytes)
         errors["decode_waves"] = {
             "region": errors["decode"]["region"],
             "heldout_region": _errors(region_waves[long_context], d_time[long_context]),
             "trained_region": _errors(region_waves[~long_context], d_time[~long_context]),
             "kfold": _errors(kfold_w, d_time),
-            "in_sample": _errors(predict_waves(every_row, table, hw, dtype_bytes), d_time)}
+            "in_sample": _errors(predict_waves(every_row, tables, hw, dtype_bytes), d_time)}
     return errors
 
 
-def _kinds(table: AttentionTable, long_context: np.ndarray, big_chunk: np.ndarray, region_decode: np.ndarray,
-           region_prefill: np.ndarray, kfold_d: np.ndarray, kfold_p: np.ndarray, all_decode: np.ndarray,
-           all_prefill: np.ndarray) -> dict:
-    d_time, p_time = table.decode["time_s"].to_numpy(), table.prefill["time_s"].to_numpy()
+def _region(tables: list[AttentionTable], kind: str, column: str) -> str:
+    """A region's bound in words: one table's, or each table's where their largest differ."""
+    bounds = sorted({int(HELD_OUT_SHARE * getattr(t, kind)[column].max()) for t in tables})
+    return f">= {bounds[0]}" if len(bounds) == 1 else f">= {bounds[0]}-{bounds[-1]} (each table's own)"
+
+
+def _kinds(tables: list[AttentionTable], long_context: np.ndarray, big_chunk: np.ndarray,
+           region_decode: np.ndarray, region_prefill: np.ndarray, kfold_d: np.ndarray, kfold_p: np.ndarray,
+           all_decode: np.ndarray, all_prefill: np.ndarray) -> dict:
+    d_time, p_time = _times(tables, "decode"), _times(tables, "prefill")
     return {
-        "decode": {"region": f"contexts >= {int(HELD_OUT_SHARE * table.decode['context'].max())}",
+        "decode": {"region": f"contexts {_region(tables, 'decode', 'context')}",
                    "heldout_region": _errors(region_decode[long_context], d_time[long_context]),
                    "trained_region": _errors(region_decode[~long_context], d_time[~long_context]),
                    "kfold": _errors(kfold_d, d_time), "in_sample": _errors(all_decode, d_time)},
-        "prefill": {"region": f"chunks >= {int(HELD_OUT_SHARE * table.prefill['chunk'].max())}",
+        "prefill": {"region": f"chunks {_region(tables, 'prefill', 'chunk')}",
                     "heldout_region": _errors(region_prefill[big_chunk], p_time[big_chunk]),
                     "trained_region": _errors(region_prefill[~big_chunk], p_time[~big_chunk]),
                     "kfold": _errors(kfold_p, p_time), "in_sample": _errors(all_prefill, p_time)}}
@@ -303,10 +347,20 @@ def report_lines(fit: AttentionFit) -> list[str]:
                      f"{w.blocks_per_sm} blocks per SM, floors {floors} x SMs, splits as for "
                      f"{w.heuristic_sm_multiple} x SMs, launched {w.launch_tokens} tokens wide")
     for kind, errors in fit.heldout.items():
+        if "heldout_region" not in errors:  # the judges of several tables (by_table, mixed): below
+            continue
         region, kfold = errors["heldout_region"], errors["kfold"]
         lines.append(f"  {kind:<8} held out ({errors['region']}): mean |error| {region['mean']:.1%} "
                      f"(p95 {region['p95']:.1%}); {FOLDS}-fold {kfold['mean']:.1%}; in sample "
                      f"{errors['in_sample']['mean']:.1%}")
+    for label, errors in fit.heldout.get("by_table", {}).items():
+        lines.append(f"  {label} held out (fitted on the other tables): "
+                     + ", ".join(f"{kind} {mean:.1%}" for kind, mean in errors.items()))
+    if "mixed" in fit.heldout:
+        mixed = fit.heldout["mixed"]
+        lines.append(f"  mixed rows (a chunk and decodes in one call; never fitted), as decode + prefill parts: mean "
+                     f"|error| {mixed['mean']:.1%} (p95 {mixed['p95']:.1%}, signed {mixed['signed_mean']:+.1%}, "
+                     f"{mixed['rows']} rows)")
     if fit.source:
         lines.append(f"  from {fit.source}")
     return lines

@@ -205,23 +205,31 @@ def _candidate_floors(blocks_per_sm: int, sm_count: int, step: int, around=None,
 
 
 def fit_waves(decode: pd.DataFrame, grid: DecodeGrid, hw: HardwareSpec, launch_tokens: int) -> WaveFit:
-    """The wave model fitted to the decode rows given (batch, context, time_s): NNLS for the latencies and the
-    bandwidth at each candidate of the integers, the candidate with the least mean |relative error| kept."""
+    """The wave model fitted to the decode rows given (batch, context, time_s) of one layer shape."""
+    return fit_waves_on([(decode, grid)], hw, launch_tokens)
+
+
+def fit_waves_on(parts: list[tuple[pd.DataFrame, DecodeGrid]], hw: HardwareSpec, launch_tokens: int) -> WaveFit:
+    """The wave model fitted to the decode rows of one or several layer shapes (each rows' own grid): NNLS for the
+    latencies and the bandwidth at each candidate of the integers, the candidate with the least mean |relative
+    error| kept."""
     sms = _sm_count(hw)
-    batch, context = decode["batch"].to_numpy(int), decode["context"].to_numpy(float)
-    time_s = decode["time_s"].to_numpy(float)
+    batch, context, time_s = (np.concatenate([d[c].to_numpy(kind) for d, _ in parts])
+                              for c, kind in (("batch", int), ("context", float), ("time_s", float)))
+    heads, tile, head_bytes = (np.concatenate([np.full(len(d), getattr(g, name)) for d, g in parts])
+                               for name in ("heads", "tile", "head_bytes_per_token"))
     best: tuple[float, WaveFit] | None = None
-    launches = {(multiple, per_sm): _row_launches(WaveFit(0.0, 0.0, 0.0, 1.0, per_sm, (1.0,) * per_sm, multiple,
-                                                          launch_tokens), grid, sms, batch)
+    launches = {(multiple, per_sm): _parts_launches(WaveFit(0.0, 0.0, 0.0, 1.0, per_sm, (1.0,) * per_sm, multiple,
+                                                            launch_tokens), parts, sms)
                 for multiple in HEURISTIC_SM_MULTIPLES for per_sm in BLOCKS_PER_SM}
 
     def consider(multiple: int, per_sm: int, floors: tuple[int, ...]) -> None:
         nonlocal best
         splits, tiles_per_split, waves = launches[multiple, per_sm]
-        read = wave_tokens(context, batch * grid.heads, grid.tile, splits, tiles_per_split, sms, per_sm,
+        read = wave_tokens(context, batch * heads, tile, splits, tiles_per_split, sms, per_sm,
                             np.asarray(floors, dtype=float))
         columns = np.column_stack([np.ones(len(batch)), (splits > 1).astype(float), waves,
-                                   read * grid.head_bytes_per_token / hw.hbm_bytes_per_s])
+                                   read * head_bytes / hw.hbm_bytes_per_s])
         coefficients = _relative_nnls(columns, time_s)
         if coefficients[3] <= 0:
             return
@@ -243,6 +251,13 @@ def fit_waves(decode: pd.DataFrame, grid: DecodeGrid, hw: HardwareSpec, launch_t
         for floors in _candidate_floors(chosen.blocks_per_sm, sms, step, centre, span):
             consider(chosen.heuristic_sm_multiple, chosen.blocks_per_sm, floors)
     return best[1]
+
+
+def _parts_launches(fit: WaveFit, parts: list[tuple[pd.DataFrame, DecodeGrid]], sms: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """_row_launches of every part's rows, in the parts' order."""
+    rows = [_row_launches(fit, grid, sms, decode["batch"].to_numpy(int)) for decode, grid in parts]
+    return tuple(np.concatenate([r[i] for r in rows]) for i in range(3))  # type: ignore[return-value]
 
 
 def _row_launches(fit: WaveFit, grid: DecodeGrid, sms: int, batch: np.ndarray

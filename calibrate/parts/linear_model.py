@@ -15,7 +15,7 @@ import numpy as np
 
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.maths.ridge import bent_roofs, ridge_exponent
-from calibrate.work.layer_ops import GEMMS, ITERATION_ELEMENTWISE
+from calibrate.work.layer_ops import GEMMS, ITERATION_OPS, MATMULS
 
 if TYPE_CHECKING:  # the frames come from the callers that fit and check the part; pricing an iteration needs none
     import pandas as pd
@@ -46,7 +46,7 @@ class LinearFit:
     def predict_ops(self, ops: pd.DataFrame, hw: HardwareSpec) -> np.ndarray:
         """Each operation's seconds, one by one."""
         predicted = np.zeros(len(ops))
-        gemm = ops["op"].isin(GEMMS).to_numpy()
+        gemm = ops["op"].isin(MATMULS).to_numpy()
         predicted[gemm] = self.gemm_time(ops["flops"][gemm], ops["weight_bytes"][gemm], hw)
         for op in ops["op"][~gemm].unique():
             at = (ops["op"] == op).to_numpy()
@@ -55,8 +55,9 @@ class LinearFit:
 
     def predict_layers(self, ops: pd.DataFrame, hw: HardwareSpec) -> pd.DataFrame:
         """One layer's non-attention ops at each (model, tp, tokens), measured and predicted as the roofline
-        cost model charges them: one bend over the layer's matmuls together, then the elementwise kernels."""
-        layer = ops[~ops["op"].isin(ITERATION_ELEMENTWISE)]
+        cost model charges them: one bend over the layer's matmuls together, then the elementwise kernels (an
+        iteration's own operations, the embedding, final norm and LM head, are no layer's)."""
+        layer = ops[~ops["op"].isin(ITERATION_OPS)]
         elementwise = self.predict_ops(layer, hw) * ~layer["op"].isin(GEMMS).to_numpy()
         frame = layer.assign(elementwise_s=elementwise, gemms=layer["op"].isin(GEMMS).astype(int))
         sums = frame.groupby(["model", "tp", "tokens"], as_index=False)[

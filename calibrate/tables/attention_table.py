@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from calibrate.tables.columns import checked_column, row_where
 from calibrate.tables.op_table import MS, check_columns, read_csv
 from engine.errors import SpecError
 
@@ -63,9 +64,9 @@ def read_attention_table(path: str | Path) -> AttentionTable:
     shape = _shape(table, source)
     prefill = _flags(table, source)
     points = pd.DataFrame({
-        "batch": _column(table, "batch_size", source, low=1, whole=True),
-        "chunk": _column(table, "prefill_chunk_size", source, low=0, whole=True),
-        "cached": _column(table, "kv_cache_size", source, low=0, whole=True),
+        "batch": checked_column(table, "batch_size", source, low=1, whole=True),
+        "chunk": checked_column(table, "prefill_chunk_size", source, low=0, whole=True),
+        "cached": checked_column(table, "kv_cache_size", source, low=0, whole=True),
         "time_s": _time(table, prefill, source)})
     decode = points[~prefill].rename(columns={"cached": "context"})
     _positive(decode, "context", "kv_cache_size", source, "a decode reads at least one token of context")
@@ -80,7 +81,7 @@ def _launch_tokens(table: pd.DataFrame, decode: pd.DataFrame, source: str) -> in
     longest = int(decode["context"].max()) if not decode.empty else 1
     if LAUNCH_COLUMN not in table.columns:
         return longest
-    widths = set(_column(table, LAUNCH_COLUMN, source, low=1, whole=True).tolist())
+    widths = set(checked_column(table, LAUNCH_COLUMN, source, low=1, whole=True).tolist())
     if len(widths) != 1:
         raise SpecError(source, f"column {LAUNCH_COLUMN}",
                         f"one table is launched at one width; found {sorted(widths)}")
@@ -90,30 +91,12 @@ def _launch_tokens(table: pd.DataFrame, decode: pd.DataFrame, source: str) -> in
     return width
 
 
-def _where(table: pd.DataFrame, row: int, column: str) -> str:
-    return f"row {row + 1} (line {row + 2}), column {column}"
-
-
-def _column(table: pd.DataFrame, column: str, source: str, low: float, whole: bool = False) -> np.ndarray:
-    import pandas as pd
-
-    values = pd.to_numeric(table[column], errors="coerce").to_numpy(dtype=float)
-    bad = ~np.isfinite(values) | (values < low)
-    if whole:
-        bad |= np.isfinite(values) & (values != np.round(values))
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        valid = f"a whole number >= {low:g}" if whole else f"a number >= {low:g}"
-        raise SpecError(source, _where(table, row, column), f"{table[column].iloc[row]!r} is not {valid}")
-    return values.astype(int) if whole else values
-
-
 def _flags(table: pd.DataFrame, source: str) -> np.ndarray:
     text = table["is_prefill"].astype(str).str.strip().str.lower()
     bad = ~text.isin(["true", "false"])
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
-        raise SpecError(source, _where(table, row, "is_prefill"),
+        raise SpecError(source, row_where(row, "is_prefill"),
                         f"{table['is_prefill'].iloc[row]!r} is not a boolean (True or False)")
     return (text == "true").to_numpy()
 
@@ -131,13 +114,13 @@ def _time(table: pd.DataFrame, prefill: np.ndarray, source: str) -> np.ndarray:
             bad = rows & (~np.isfinite(values) | (values < 0))
             if bad.any():
                 row = int(np.flatnonzero(bad)[0])
-                raise SpecError(source, _where(table, row, column),
+                raise SpecError(source, row_where(row, column),
                                 f"{table[column].iloc[row]!r} is not a non-negative time in milliseconds")
             total[rows] += values[rows] * MS
     zero = total <= 0
     if zero.any():
         row = int(np.flatnonzero(zero)[0])
-        raise SpecError(source, _where(table, row, f"time_stats.{KERNELS[bool(prefill[row])]}.median"),
+        raise SpecError(source, row_where(row, f"time_stats.{KERNELS[bool(prefill[row])]}.median"),
                         "a kernel and its reshapes took no time: not a measurement")
     return total
 
@@ -152,7 +135,7 @@ def _positive(rows: pd.DataFrame, name: str, column: str, source: str, why: str)
 def _shape(table: pd.DataFrame, source: str) -> AttentionShape:
     values = {}
     for column in SHAPE_COLUMNS:
-        numbers = _column(table, column, source, low=1, whole=True)
+        numbers = checked_column(table, column, source, low=1, whole=True)
         if len(set(numbers.tolist())) != 1:
             raise SpecError(source, f"column {column}", f"one table measures one layer; found {sorted(set(numbers))}")
         values[column] = int(numbers[0])

@@ -5,7 +5,11 @@ The per-operation import (calibrate/tables/op_table.py) reads these from a measu
 the roofline (calibrate/clock/roofline.py) from a ModelSpec, so that the fit and the cost model count the same work.
 Names are the per-operation tables' (Vidur's profiling): `attn_pre_proj` is the QKV matmul, `mlp_up_proj`
 the up (and gate) matmul, and so on. Norms and the residual add run whole on every tensor-parallel GPU;
-the matmuls, the rotary embedding and the activation are split across them.
+the matmuls, the rotary embedding and the activation are split across them. Three more have no Vidur column and
+are timed by LLMServingSim's profiles (calibrate/tables/bundle_ops.py): `qk_norm`, Qwen3's RMSNorm over each head
+of q and of k (both kernels), split across the GPUs as the heads are; `final_layernorm`, the norm after the last
+layer, once per iteration over every token; and `lm_head`, the LM head's matmul, once per iteration over one row
+per sequence (its logits), not per token.
 """
 from __future__ import annotations
 
@@ -14,10 +18,13 @@ from dataclasses import dataclass
 from engine.core.spec import ModelSpec
 
 GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
-# elementwise kernels, once per layer; `emb` (the embedding lookup) once per iteration
-LAYER_ELEMENTWISE = ("input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add")
-ITERATION_ELEMENTWISE = ("emb",)
+HEAD_GEMMS = ("lm_head",)  # once per iteration, over a row per sequence
+MATMULS = GEMMS + HEAD_GEMMS  # what a fit prices as matmuls (calibrate/fitting/op_fit.py)
+# elementwise kernels, once per layer; `emb` (the embedding lookup) and the final norm once per iteration
+LAYER_ELEMENTWISE = ("input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add", "qk_norm")
+ITERATION_ELEMENTWISE = ("emb", "final_layernorm")
 ELEMENTWISE = LAYER_ELEMENTWISE + ITERATION_ELEMENTWISE
+ITERATION_OPS = ITERATION_ELEMENTWISE + HEAD_GEMMS  # not a layer's: an iteration runs each once
 OPS = GEMMS + ELEMENTWISE
 
 
@@ -32,12 +39,13 @@ class LayerShape:
     rotary: bool = True
     # each head's width; 0 is hidden // num_heads, as in every measured table (their models have no other)
     head_dim: int = 0
+    qk_norm: bool = False  # an RMSNorm over each head of q and of k (Qwen3)
 
     @classmethod
     def of(cls, model: ModelSpec) -> LayerShape:
         implied = model.head_dim == model.hidden_size // model.num_heads  # kept 0: equal to a table's shape
         return cls(model.hidden_size, model.num_heads, model.num_kv_heads, model.ffn_dim, model.is_gated_mlp,
-                   model.position == "rotary", 0 if implied else model.head_dim)
+                   model.position == "rotary", 0 if implied else model.head_dim, model.has_qk_norm)
 
     @property
     def head_width(self) -> int:
@@ -61,20 +69,25 @@ class LayerShape:
 
     def elementwise_bytes_per_token(self, tp: int, dtype_bytes: int = 2) -> dict[str, float]:
         """Bytes each elementwise kernel reads and writes per token on one GPU; a kernel the layer does not
-        run (rotary embedding in a model with learned positions) moves none."""
+        run (rotary embedding in a model with learned positions, the QK-norm in a model without) moves none."""
         h = self.hidden
         act_width = 3 if self.gated_mlp else 2  # gated: reads gate and up, writes one; else reads one, writes one
+        heads_bytes = 2 * (self.q_dim + self.kv_dim) // tp * dtype_bytes  # q and k of a token, read and written
         return {
             "input_layernorm": 2 * h * dtype_bytes,
-            "attn_rope": (2 * (self.q_dim + self.kv_dim) // tp * dtype_bytes) if self.rotary else 0.0,
+            "attn_rope": heads_bytes if self.rotary else 0.0,
             "post_attention_layernorm": 2 * h * dtype_bytes,
             "mlp_act": act_width * self.ffn // tp * dtype_bytes,
             "add": 3 * h * dtype_bytes,
+            "qk_norm": heads_bytes if self.qk_norm else 0.0,
             "emb": 2 * h * dtype_bytes,
+            "final_layernorm": 2 * h * dtype_bytes,
         }
 
     def runs(self, op: str) -> bool:
-        return op != "attn_rope" or self.rotary
+        if op == "attn_rope":
+            return self.rotary
+        return op != "qk_norm" or self.qk_norm
 
 
 def gemm_work(dims: tuple[int, int], tokens, dtype_bytes: int = 2):

@@ -63,6 +63,12 @@ class ModelSpec:
     def is_moe(self) -> bool:
         return self.num_experts > 1
 
+    @property
+    def has_qk_norm(self) -> bool:
+        """Qwen3 normalizes each head of q and k (an RMSNorm over head_dim, weights shared by the heads) before
+        rotary; the other families do not."""
+        return self.family == "qwen3"
+
     def layer_attention_params(self) -> int:
         """Weights of one layer's QKV (hidden x (q_dim + 2 kv_dim)) and output (q_dim x hidden) projections, biases
         excluded."""

@@ -160,9 +160,8 @@ def paged_attention(q, k, v, meta: AttentionMetadata, cache: LayerKVCache | None
 
 
 def has_qk_norm(spec: ModelSpec) -> bool:
-    """Qwen3 normalizes each head of q and k (an RMSNorm over head_dim, weights shared by the heads) before
-    rotary; the other families do not."""
-    return spec.family == "qwen3"
+    """Qwen3 normalizes each head of q and k before rotary (ModelSpec.has_qk_norm); the other families do not."""
+    return spec.has_qk_norm
 
 
 class Attention(nn.Module):

@@ -84,7 +84,7 @@ def test_every_shipped_sheet_loads_and_names_its_source(name):
 
 
 ADDED = {"a40": 149.7e12, "l4": 121e12, "a10": 125e12, "gh200": 989e12, "mi300x": 1307.4e12, "rtx-4090": 165.2e12,
-         "rtx-pro-6000": 503.8e12}
+         "rtx-pro-6000": 503.8e12, "rtx-pro-6000-server": 483.648e12}
 
 
 @pytest.mark.parametrize("name,dense_fp16", sorted(ADDED.items()))
@@ -193,6 +193,17 @@ def test_the_workstation_gpus_are_priced_at_their_fp32_accumulate_rates_and_foun
         assert hw.nvlink_bytes_per_s == hw.pcie_bytes_per_s
     assert hardware_for_device("NVIDIA GeForce RTX 4090") == "rtx-4090"
     assert hardware_for_device("NVIDIA RTX PRO 6000 Blackwell Workstation Edition") == "rtx-pro-6000"
-    # the Server Edition (1,597 GB/s) and the 300 W Max-Q are other parts: no sheet claims them
-    assert hardware_for_device("NVIDIA RTX PRO 6000 Blackwell Server Edition") is None
+    # the Server Edition (1,597 GB/s) is another part with a sheet of its own; the 300 W Max-Q has none
+    assert hardware_for_device("NVIDIA RTX PRO 6000 Blackwell Server Edition") == "rtx-pro-6000-server"
     assert hardware_for_device("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition") is None
+
+
+def test_the_server_edition_is_the_workstation_edition_at_its_own_bandwidth_and_its_fp32_clock_ratio():
+    # NVIDIA publishes no dense BF16 rate for the Server Edition: its sheet scales the Workstation Edition's by the
+    # two editions' FP32 rates, 120 and 125 TFLOP/s, and says so
+    server, workstation = load_hardware("rtx-pro-6000-server"), load_hardware("rtx-pro-6000")
+    assert server.peak_flops == pytest.approx(workstation.peak_flops * 120 / 125, rel=1e-12)
+    assert server.peak_flops_fp8 == pytest.approx(workstation.peak_flops_fp8 * 120 / 125, rel=1e-12)
+    assert (server.hbm_bytes_per_s, server.sm_count, server.pcie_bytes_per_s) == (1.597e12, 188, 64e9)
+    assert server.nvlink_bytes_per_s == server.pcie_bytes_per_s  # no NVLink: the all-reduce crosses PCIe
+    assert "derived" in (HARDWARE_DIR / "rtx-pro-6000-server.yaml").read_text()

@@ -15,7 +15,7 @@ from calibrate.hardware.hardware import load_hardware
 from calibrate.judging.op_import import import_profile
 from calibrate.parts.linear_model import LinearFit
 from calibrate.tables.op_table import read_op_table
-from calibrate.work.layer_ops import ELEMENTWISE, LayerShape
+from calibrate.work.layer_ops import LayerShape
 from engine.core.batch import Batch
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
@@ -195,7 +195,8 @@ def test_a_fit_on_one_tp_degree_predicts_another(tmp_path):
     table(shape, tps=(4,)).to_csv(path, index=False)
     tp4 = read_op_table(path).ops
     assert fit.predict_ops(tp4, hw) == pytest.approx(tp4["time_s"].to_numpy(), rel=1e-6)
-    assert set(tp4["op"]) == set(ELEMENTWISE) | {"attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj"}
+    assert set(tp4["op"]) == set(TRUE_FIT.elementwise) | {"attn_pre_proj", "attn_post_proj", "mlp_up_proj",
+                                                           "mlp_down_proj"}
 
 
 @pytest.mark.parametrize("edit, key", [

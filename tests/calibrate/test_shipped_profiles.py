@@ -33,10 +33,14 @@ def test_shipped_profile_loads_with_its_provenance(path):
     if profile.linear is None:
         assert (path.parent / f"{path.stem}.raw.csv").exists()  # the measurements it was fitted on
     else:  # imported from published measurements, not shipped: their source and licence instead
-        assert {"source", "licence", "tables"} <= set(profile.provenance)
+        # Vidur's tables, or LLMServingSim's bundles (calibrate/judging/bundle_import.py), each licence beside them
+        measured = "bundles" if "bundles" in profile.provenance else "tables"
+        assert {"source", "licence", measured} <= set(profile.provenance)
         readme = (path.parent / "README.md").read_text()
         assert f"`{path.name}`: source and licence" in readme and "MIT License" in readme
-        assert "MIT License" in (path.parent / "LICENSE.vidur").read_text()
+        licence = "LICENSE.llmservingsim" if measured == "bundles" else "LICENSE.vidur"
+        assert licence in profile.provenance["licence"]
+        assert "MIT License" in (path.parent / licence).read_text()
 
 
 def test_the_cpu_profile_is_what_its_command_makes_of_its_measurements_and_says_how_wrong_it_is():

@@ -34,7 +34,7 @@ TRUE_GPU = HardwareSpec("true-gpu", peak_flops=300e12, hbm_bytes_per_s=2.0e12, m
 OTHER_GPU = HardwareSpec("other-gpu", peak_flops=1000e12, hbm_bytes_per_s=4.0e12, memory_gib=141,
                          nvlink_bytes_per_s=450e9, pcie_bytes_per_s=64e9)
 NEW_GPUS = ("h100-sxm", "h100-pcie", "h200", "l40s", "a10g", "b200", "a40", "l4", "a10", "gh200", "mi300x",
-            "rtx-4090", "rtx-pro-6000")
+            "rtx-4090", "rtx-pro-6000", "rtx-pro-6000-server")
 
 
 def test_a_transfer_fitted_on_one_gpu_recovers_another_within_2_percent(tmp_path):

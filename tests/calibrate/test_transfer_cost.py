@@ -17,7 +17,7 @@ from servesim.cli import main
 
 A100_PROFILE = PROFILES / "a100-80gb-linear.yaml"
 NEW_GPUS = ("h100-sxm", "h100-pcie", "h200", "l40s", "a10g", "b200", "a40", "l4", "a10", "gh200", "mi300x",
-            "rtx-4090", "rtx-pro-6000")
+            "rtx-4090", "rtx-pro-6000", "rtx-pro-6000-server")
 
 
 def decode(n: int, context: int = 256) -> Batch:

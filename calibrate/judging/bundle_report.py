@@ -1,0 +1,39 @@
+"""What `calibrate import --format llmservingsim` prints: the fit, each held-out error beside today's roofline's,
+the mixture's block judged, the attention part, and what the profile does not price."""
+from __future__ import annotations
+
+from calibrate.judging.bundle_import import HOST_MODEL, BundleImport
+from calibrate.judging.op_import import heldout_lines
+from calibrate.parts.attention_fit import report_lines as attention_lines
+from calibrate.tables.bundle_ops import NOT_PRICED
+from calibrate.work.layer_ops import ELEMENTWISE
+
+WAYS = {"by_model": "held out by model", "by_tp": "held out by tp", "by_octave": "held out by octave"}
+
+
+def bundle_report(result: BundleImport) -> str:
+    fit, lines = result.fit, []
+    lines.append(f"linear part on {result.profile.device_name}: compute {fit.compute_efficiency:.3f} of peak, "
+                 f"bandwidth {fit.bandwidth_efficiency:.3f}, ridge efficiency {fit.ridge_efficiency:.3f}, "
+                 f"matmul latency {fit.gemm_latency_s * 1e6:.1f} us (the LM head's rows among the matmuls)")
+    for op in ELEMENTWISE:
+        if op in fit.elementwise:
+            latency, efficiency = fit.elementwise[op]
+            lines.append(f"  {op:<26} latency {latency * 1e6:5.1f} us, bandwidth {efficiency:.3f}")
+    columns = [(WAYS[way], errors) for way, errors in result.heldout.items()]
+    lines += heldout_lines([*columns, ("today's roofline", result.roofline)])
+    for way, key in (("by_model", "model"), ("by_tp", "tp")):
+        if way in result.heldout:
+            means = result.heldout[way].layers.groupby(key)["ape"].mean()
+            lines.append(f"per iteration, each {key} held out: " + ", ".join(f"{k} {v:.1%}" for k, v in means.items()))
+    for label, errors in result.moe.items():
+        own, roof = errors["fit"], errors["roofline"]
+        lines.append(f"{label}'s mixture block (moe.csv, {own['rows']} rows, not fitted), priced as servesim's "
+                     f"experts from the fitted dense operations: mean |error| {own['mean']:.1%} (p95 {own['p95']:.1%}, "
+                     f"signed {own['signed_mean']:+.1%}); today's roofline {roof['mean']:.1%} (p95 {roof['p95']:.1%}, "
+                     f"signed {roof['signed_mean']:+.1%})")
+    lines += attention_lines(result.attention)
+    lines.append(f"not priced: {', '.join(NOT_PRICED)} (no term in servesim's device clock); the residual add "
+                 "(fused into vLLM's norm); all-reduce (tp emulated on one GPU: the ring formula at tp > 1)")
+    lines.append(f"host work: none measured; the default host model is {HOST_MODEL} (cost_model.host replaces it)")
+    return "\n".join(lines)
