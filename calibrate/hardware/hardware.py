@@ -5,12 +5,12 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from engine.errors import SpecError
-from engine.specs.checks import number, positive
+from engine.specs.checks import number, positive, positive_int
 from engine.specs.loader import read_named_yaml
 
 HARDWARE_DIR = Path(__file__).resolve().parents[1] / "hardware_specs"
 GIB = 1 << 30
-OPTIONAL_KEYS = ("device_names", "infiniband_bytes_per_s", "peak_flops_fp8", "sm_count")
+OPTIONAL_KEYS = ("device_names", "infiniband_bytes_per_s", "peak_flops_fp8", "sm_count", "l2_cache_bytes")
 MAX_MEMORY_GIB = 2.0**20  # a PiB per device: far past any accelerator, and still a whole number of bytes
 MAX_SM_COUNT = 4096  # far past any accelerator's multiprocessors (B200: 148 per die)
 
@@ -36,6 +36,10 @@ class HardwareSpec:
     # A100: ConnectX-6 HDR 200 Gb/s; DGX H100/H200: ConnectX-7 NDR 400 Gb/s): a request's KV crosses it between
     # nodes (calibrate/parts/kv_link.py); None where no source gives the part's NIC
     infiniband_bytes_per_s: float | None = None
+    # the L2 cache the SMs share, in bytes, as the architecture whitepaper gives it: a one-layer profile's small
+    # weights can stay in it between timed repetitions (calibrate/fitting/l2_resident.py), and a mixed step's query
+    # heads reread a group's keys from it (calibrate/parts/attention_mixed.py); None where no source gives it
+    l2_cache_bytes: int | None = None
 
     @property
     def memory_bytes(self) -> int:
@@ -68,8 +72,12 @@ def hardware_from_dict(raw: dict, source: str) -> HardwareSpec:
     infiniband = raw.get("infiniband_bytes_per_s")
     if infiniband is not None:
         infiniband = positive(infiniband, source, "infiniband_bytes_per_s")
+    l2 = raw.get("l2_cache_bytes")
+    if l2 is not None:
+        l2 = positive_int(l2, source, "l2_cache_bytes")
     return HardwareSpec(name=raw["name"], device_names=_device_names(raw.get("device_names", []), source),
-                        sm_count=sm_count, peak_flops_fp8=fp8, infiniband_bytes_per_s=infiniband, **values)
+                        sm_count=sm_count, peak_flops_fp8=fp8, infiniband_bytes_per_s=infiniband, l2_cache_bytes=l2,
+                        **values)
 
 
 def _device_names(names, source: str) -> tuple[str, ...]:

@@ -207,3 +207,21 @@ def test_the_server_edition_is_the_workstation_edition_at_its_own_bandwidth_and_
     assert (server.hbm_bytes_per_s, server.sm_count, server.pcie_bytes_per_s) == (1.597e12, 188, 64e9)
     assert server.nvlink_bytes_per_s == server.pcie_bytes_per_s  # no NVLink: the all-reduce crosses PCIe
     assert "derived" in (HARDWARE_DIR / "rtx-pro-6000-server.yaml").read_text()
+
+
+def test_the_l2_is_read_where_a_sheet_gives_it_and_a_malformed_one_is_refused_by_name(tmp_path):
+    from calibrate.hardware.hardware import available_hardware
+    from engine.errors import SpecError
+
+    l2 = {name: load_hardware(name).l2_cache_bytes for name in available_hardware()}
+    assert l2["rtx-4090"] == 72 * 2**20 and l2["rtx-pro-6000"] == l2["rtx-pro-6000-server"] == 128 * 2**20
+    assert l2["a100-80gb"] == l2["a100-40gb"] == 40 * 2**20 and l2["h100-sxm"] == l2["h100-pcie"] == 50 * 2**20
+    assert l2["b200"] is None  # no sourced figure: the L2 rules are not used there
+    base = ("name: mine\npeak_flops: 1.0e+14\nhbm_bytes_per_s: 1.0e+12\nmemory_gib: 16\nnvlink_bytes_per_s: 1.0e+11\n"
+            "pcie_bytes_per_s: 3.0e+10\n")
+    (tmp_path / "ok.yaml").write_text(base + "l2_cache_bytes: 41943040\n")
+    assert load_hardware(tmp_path / "ok.yaml").l2_cache_bytes == 40 * 2**20
+    for bad in ("0", "-5", "big", "1.5"):
+        (tmp_path / "bad.yaml").write_text(base + f"l2_cache_bytes: {bad}\n")
+        with pytest.raises(SpecError, match="l2_cache_bytes"):
+            load_hardware(tmp_path / "bad.yaml")
