@@ -188,7 +188,7 @@ def _relative_nnls(columns: np.ndarray, time_s: np.ndarray) -> np.ndarray:
     return nnls(x / scale, np.ones(len(time_s))) / scale
 
 
-def _candidate_floors(blocks_per_sm: int, sm_count: int, step: int, around=None, span: int = 0):
+def candidate_floors(blocks_per_sm: int, sm_count: int, step: int, around=None, span: int = 0):
     """Floors in blocks per level: a coarse grid, or the grid at `step` within `span` of `around`."""
     levels = []
     for level in range(1, blocks_per_sm + 1):
@@ -241,14 +241,14 @@ def fit_waves_on(parts: list[tuple[pd.DataFrame, DecodeGrid]], hw: HardwareSpec,
 
     coarse = max(1, sms // 9)
     for multiple, per_sm in launches:
-        for floors in _candidate_floors(per_sm, sms, coarse):
+        for floors in candidate_floors(per_sm, sms, coarse):
             consider(multiple, per_sm, floors)
     if best is None:
         raise ValueError("the decode rows show no cost growing with the K/V read")
     for step, span in ((max(1, coarse // 4), coarse), (1, max(1, coarse // 4))):
         chosen = best[1]
         centre = tuple(round(share * sms) for share in chosen.floor_shares)
-        for floors in _candidate_floors(chosen.blocks_per_sm, sms, step, centre, span):
+        for floors in candidate_floors(chosen.blocks_per_sm, sms, step, centre, span):
             consider(chosen.heuristic_sm_multiple, chosen.blocks_per_sm, floors)
     return best[1]
 
