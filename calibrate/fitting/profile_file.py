@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 
 from calibrate.parts.all_reduce import AllReduceTable
+from calibrate.parts.attention_mixed import check_mixed
 from calibrate.parts.host import HOST_TERMS
 from calibrate.profiling.serving import PLAUSIBLE
 from calibrate.work.features import TERMS, TERMS_ADDED_IN_3, TERMS_ADDED_IN_4
@@ -263,7 +264,7 @@ RECTANGLE_OVERCOUNT = 2.0
 ATTENTION_OPTIONAL_SHARES = ("prefill_kv_bandwidth_efficiency", "prefill_output_bandwidth_efficiency")
 ATTENTION_KEYS = ("decode_latency_s", "prefill_latency_s", *ATTENTION_SHARES, "prefill_compute_efficiency",
                   *ATTENTION_OPTIONAL_SHARES,
-                  "block_size", "measured_on", "heldout", "source", "waves")
+                  "block_size", "measured_on", "heldout", "source", "waves", "mixed")
 WAVE_KEYS = ("latency_s", "split_latency_s", "wave_latency_s", "bandwidth_efficiency", "blocks_per_sm",
              "floor_shares", "heuristic_sm_multiple", "launch_tokens")
 
@@ -292,6 +293,7 @@ def _check_attention(attention, source: str) -> None:
     if not isinstance(attention.get("heldout", {}), dict):
         raise SpecError(source, "attention.heldout", "must map decode and prefill to their held-out errors")
     _check_waves(attention.get("waves"), source)
+    check_mixed(attention.get("mixed"), source)
 
 
 def _check_waves(waves, source: str) -> None:

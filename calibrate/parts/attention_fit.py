@@ -38,6 +38,7 @@ import numpy as np
 
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.maths.nnls import nnls
+from calibrate.parts.attention_mixed import MixedFit, mixed_fit_line, mixed_judged_lines
 from calibrate.parts.attention_waves import DecodeGrid, WaveFit, fit_waves_on
 
 if TYPE_CHECKING:
@@ -88,6 +89,8 @@ class AttentionFit:
     heldout: dict = field(default_factory=dict)
     source: str = ""
     waves: WaveFit | None = None  # decode in waves over the SMs; None where the measured GPU's SM count is unknown
+    # a mixed step's decodes in its one launch (calibrate/parts/attention_mixed.py); None: measured on no mixed rows
+    mixed: MixedFit | None = None
 
     def decode_time(self, work: AttentionWork, hw: HardwareSpec, context_tokens) -> np.ndarray:
         """One layer's decode attention over `context_tokens` (summed over the batch's sequences)."""
@@ -120,7 +123,8 @@ class AttentionFit:
                 "prefill_kv_bandwidth_efficiency": self.prefill_kv_bandwidth_efficiency,
                 "prefill_output_bandwidth_efficiency": self.prefill_output_bandwidth_efficiency,
                 "block_size": self.block_size, "measured_on": self.measured_on, "heldout": self.heldout,
-                "source": self.source, **({} if self.waves is None else {"waves": self.waves.to_dict()})}
+                "source": self.source, **({} if self.waves is None else {"waves": self.waves.to_dict()}),
+                **({} if self.mixed is None else {"mixed": self.mixed.to_dict()})}
 
     @classmethod
     def from_dict(cls, raw: dict) -> AttentionFit:
@@ -128,7 +132,8 @@ class AttentionFit:
                    raw["prefill_compute_efficiency"], raw.get("prefill_kv_bandwidth_efficiency"),
                    raw.get("prefill_output_bandwidth_efficiency"), raw.get("block_size", 16),
                    raw.get("measured_on", ""), raw.get("heldout", {}), raw.get("source", ""),
-                   WaveFit.from_dict(raw["waves"]) if raw.get("waves") is not None else None)
+                   WaveFit.from_dict(raw["waves"]) if raw.get("waves") is not None else None,
+                   MixedFit.from_dict(raw["mixed"]) if raw.get("mixed") is not None else None)
 
 
 def _relative_nnls(columns: list[np.ndarray], time_s: np.ndarray) -> np.ndarray:
@@ -346,8 +351,10 @@ def report_lines(fit: AttentionFit) -> list[str]:
                      f"{w.wave_latency_s * 1e6:.1f} us, K/V bandwidth {w.bandwidth_efficiency:.3f} of peak; "
                      f"{w.blocks_per_sm} blocks per SM, floors {floors} x SMs, splits as for "
                      f"{w.heuristic_sm_multiple} x SMs, launched {w.launch_tokens} tokens wide")
+    if fit.mixed is not None:
+        lines.append(mixed_fit_line(fit.mixed))
     for kind, errors in fit.heldout.items():
-        if "heldout_region" not in errors:  # the judges of several tables (by_table, mixed): below
+        if "kfold" not in errors:  # the judges of several tables (by_table) and of the mixed rows: below
             continue
         region, kfold = errors["heldout_region"], errors["kfold"]
         lines.append(f"  {kind:<8} held out ({errors['region']}): mean |error| {region['mean']:.1%} "
@@ -357,10 +364,7 @@ def report_lines(fit: AttentionFit) -> list[str]:
         lines.append(f"  {label} held out (fitted on the other tables): "
                      + ", ".join(f"{kind} {mean:.1%}" for kind, mean in errors.items()))
     if "mixed" in fit.heldout:
-        mixed = fit.heldout["mixed"]
-        lines.append(f"  mixed rows (a chunk and decodes in one call; never fitted), as decode + prefill parts: mean "
-                     f"|error| {mixed['mean']:.1%} (p95 {mixed['p95']:.1%}, signed {mixed['signed_mean']:+.1%}, "
-                     f"{mixed['rows']} rows)")
+        lines += mixed_judged_lines(fit.heldout["mixed"])
     if fit.source:
         lines.append(f"  from {fit.source}")
     return lines

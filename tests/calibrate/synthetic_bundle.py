@@ -6,12 +6,14 @@ them. None reads the published bundles.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
 from calibrate.hardware.hardware import load_hardware
 from calibrate.parts.attention_fit import AttentionFit, AttentionWork
+from calibrate.parts.attention_mixed import MixedFit, MixedGrid
 from calibrate.parts.linear_model import LinearFit
 from calibrate.tables.bundle_ops import CALLS, LAYER_OPS, TP_STABLE
 from calibrate.work.layer_ops import GEMMS, LayerShape, gemm_work
@@ -45,6 +47,9 @@ TRUE_FIT = LinearFit(compute_efficiency=0.8, bandwidth_efficiency=0.9, ridge_eff
 TRUE_ATTENTION = AttentionFit(decode_latency_s=8e-6, decode_bandwidth_efficiency=0.85, prefill_latency_s=7e-6,
                               prefill_compute_efficiency=0.6, prefill_kv_bandwidth_efficiency=0.3,
                               prefill_output_bandwidth_efficiency=0.5)
+# the mixed rows' decodes in their one launch (calibrate/parts/attention_mixed.py), a floor on the fit's grid
+TRUE_MIXED = MixedFit(latency_s=3e-6, wave_latency_s=2.5e-6, empty_block_s=2e-9, bandwidth_efficiency=2.5,
+                      miss_bandwidth_efficiency=0.8, blocks_per_sm=1, floor_shares=(120 / 188,))
 
 
 def meta_text(model: str, tps=(1, 2), gpu: str = GPU) -> str:
@@ -85,8 +90,9 @@ def dense_rows(shape: LayerShape, tp: int, fit: LinearFit, hw, mlp: bool = True)
 
 
 def attention_rows(q_heads: int, kv_heads: int, fit: AttentionFit, hw) -> list[tuple[int, int, int, int, float]]:
-    """Pure decodes, pure prefills and mixed rows (their decode and prefill parts added) as `fit` prices them; a
-    decode of kv_decode tokens of history reads kv_decode + 1 keys."""
+    """Pure decodes, pure prefills and mixed rows as `fit` prices them; a decode of kv_decode tokens of history reads
+    kv_decode + 1 keys. A mixed row is its prefill part plus, where `fit` has a mixed term and the sheet its SM count,
+    that term's decodes, else its decode part."""
     work = AttentionWork.of_heads(q_heads, kv_heads, 128)
     rows = []
     for batch in (1, 2, 4, 8, 16, 32, 64, 128, 256):
@@ -95,13 +101,23 @@ def attention_rows(q_heads: int, kv_heads: int, fit: AttentionFit, hw) -> list[t
     for chunk in (16, 64, 256, 512, 1024, 2048):
         for cached in (0, 64, 512, 2048, 8192, 16384):
             rows.append((chunk, cached, 0, 0, float(fit.prefill_time(work, hw, chunk, cached)) * 1e6))
-            rows.append((chunk, cached, 8, 1024, float(fit.prefill_time(work, hw, chunk, cached)
-                                                       + fit.decode_time(work, hw, 8 * 1025)) * 1e6))
+    grid = MixedGrid.of_heads(q_heads, kv_heads, 128)
+    for chunk in (16, 256, 2048):
+        for cached in (0, 512):
+            for batch in (1, 2, 4, 8, 16, 32, 64, 128):
+                for history in (16, 256, 1024, 4096, 16384):
+                    if fit.mixed is not None and hw.sm_count is not None:
+                        decode = fit.mixed.decode_time(grid, hw, [batch], [history + 1], [chunk])[0]
+                    else:
+                        decode = fit.decode_time(work, hw, batch * (history + 1))
+                    rows.append((chunk, cached, batch, history, float(fit.prefill_time(work, hw, chunk, cached)
+                                                                      + decode) * 1e6))
     return rows
 
 
 def synthetic_bundle(folder: Path, model: str = "meta-llama/Llama-3.1-8B", tps=(1, 2), fit: LinearFit = TRUE_FIT,
-                     attention: AttentionFit = TRUE_ATTENTION, hardware: str = HARDWARE) -> Path:
+                     attention: AttentionFit = replace(TRUE_ATTENTION, mixed=TRUE_MIXED),
+                     hardware: str = HARDWARE) -> Path:
     """A bundle of `model` whose every row `fit` and `attention` price on `hardware`'s sheet."""
     spec, hw = load_model_spec(BUNDLE_MODELS[model][0]), load_hardware(hardware)
     shape, files = LayerShape.of(spec), {}
