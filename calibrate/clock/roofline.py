@@ -72,12 +72,14 @@ from calibrate.clock.costmodel import (
     stretch_block_sums,
     stretch_context_sums,
 )
-from calibrate.clock.roofline_terms import RooflineTerms, prefill_pairs
+from calibrate.clock.mixed_pricing import MixedBound, bind_mixed, reference_mixed_decode
+from calibrate.clock.roofline_terms import RooflineTerms, mixed_launch, prefill_pairs
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.hardware.precision import Precision
 from calibrate.maths.ridge import bent_roof, ridge_exponent
 from calibrate.parts.all_reduce import AllReduceTable
 from calibrate.parts.attention_fit import AttentionFit, AttentionWork
+from calibrate.parts.attention_mixed import describe as describe_mixed
 from calibrate.parts.attention_waves import DecodeGrid, WaveFit, wave_tokens
 from calibrate.parts.expert_dispatch import DispatchCost, dispatch_cost
 from calibrate.parts.expert_ops import expert_kernels
@@ -131,12 +133,13 @@ def swap_block_seconds(model: ModelSpec, hw: HardwareSpec, tp: int, dtype_bytes:
 
 
 def waves_note(fit: AttentionFit, hw: HardwareSpec) -> str:
-    """How decode attention is priced, for a cost model's source: in waves, or why not."""
+    """How decode attention is priced, for a cost model's source: in waves, or why not; and a mixed step's."""
+    mixed = describe_mixed(fit.mixed, hw) if fit.mixed is not None else ""
     if fit.waves is None:
-        return ""
+        return mixed
     if hw.sm_count is None:
-        return f", decode without waves ({hw.name}'s sheet gives no sm_count)"
-    return f", decode in waves over {hw.sm_count} SMs"
+        return f", decode without waves ({hw.name}'s sheet gives no sm_count)" + mixed
+    return f", decode in waves over {hw.sm_count} SMs" + mixed
 
 
 class RooflineCostModel(CostModel):
@@ -208,6 +211,7 @@ class RooflineCostModel(CostModel):
         self._fitted_terms = (0.0, 0.0, 0.0, 0.0, 0.0)
         self._waves: WaveFit | None = None
         self._wave_launches: dict[int, tuple[int, int, float]] = {}
+        self._mixed: MixedBound | None = None
         if attention is not None:
             self._bind_fitted_attention(attention, kv_bytes)
         self._all_reduce = all_reduce if all_reduce is not None and tp > 1 and all_reduce.covers(tp) else None
@@ -248,6 +252,8 @@ class RooflineCostModel(CostModel):
                               work.kv_bytes_per_token * per_byte(fit.prefill_kv_bandwidth_efficiency),
                               work.output_bytes_per_token * per_byte(fit.prefill_output_bandwidth_efficiency),
                               layers * fit.prefill_latency_s)
+        if fit.mixed is not None:
+            self._mixed = bind_mixed(fit.mixed, self.model, self.tp, hw, dtype_bytes)
         if fit.waves is not None and hw.sm_count is not None:
             model, tp = self.model, self.tp
             self._waves = fit.waves
@@ -339,7 +345,7 @@ class RooflineCostModel(CostModel):
             self.attention is not None, *self._fitted_terms, *self._wave_terms(),
             num_experts=self.model.num_experts, experts_per_token=self.model.experts_per_token,
             s_per_expert_read=self._s_per_expert_read, s_per_expert_kernels=self._s_per_expert_kernels,
-            **self._expert_parallel_terms())
+            mixed=self._mixed.terms() if self._mixed is not None else None, **self._expert_parallel_terms())
 
     def _expert_parallel_terms(self) -> dict:
         """RooflineTerms' expert-parallel arguments: none without expert parallelism."""
@@ -502,11 +508,22 @@ class RooflineCostModel(CostModel):
         return host_parts(self.host, batch.num_seqs, batch.num_prefill_tokens)
 
     def _fitted_attention(self, batch: ShapeMetrics, sum_decode_context):
-        """Attention as the measured fit prices it, for one iteration's decode context sum or an array of them."""
+        """Attention as the measured fit prices it, for one iteration's decode context sum or an array of them: a
+        mixed step's decodes as their one launch prices them where the fit has that term (calibrate/clock/
+        mixed_pricing.py)."""
+        if self._mixes(batch):
+            return self._fitted_mixed(batch, sum_decode_context) + self._fitted_prefill(batch)
         attention = self._fitted_decode(batch, sum_decode_context)
         if batch.prefill_lens:
             attention = attention + self._fitted_prefill(batch)
         return attention
+
+    def _mixes(self, batch: ShapeMetrics) -> bool:
+        return self._mixed is not None and mixed_launch(batch.num_decodes, batch.prefill_lens)
+
+    def _fitted_mixed(self, batch: ShapeMetrics, sum_decode_context):
+        assert self._mixed is not None
+        return reference_mixed_decode(self._mixed, batch.num_decodes, batch.prefill_lens, sum_decode_context)
 
     def _fitted_decode(self, batch: ShapeMetrics, sum_decode_context):
         """The decodes' attention: in waves where the fit has them and this sheet its SM count, else the fit's
@@ -565,6 +582,8 @@ class RooflineCostModel(CostModel):
         """The KV bytes the decodes read, plus the paged kernel's work per block it visits (with a measured
         fit: its K/V bytes and its latency)."""
         if self.attention is not None:
+            if self._mixes(batch):
+                return float(self._fitted_mixed(batch, batch.sum_decode_context))
             return float(self._fitted_decode(batch, batch.sum_decode_context))
         t = batch.sum_decode_context * self._s_per_context_token
         if self._paged_decodes(batch):

@@ -13,6 +13,61 @@ from collections.abc import Callable, Sequence
 
 from engine.core.batch import ShapeMetrics
 
+QUERY_ROWS_PER_BLOCK = 64  # calibrate/parts/attention_mixed.py's: the mixed launch's query rows a block
+
+
+class MixedTerms:
+    """A mixed step's decodes in its one launch (calibrate/parts/attention_mixed.py), all layers, on floats: the
+    operations of calibrate/clock/mixed_pricing.reference_mixed_decode in the same order (a test holds them equal to
+    the bit). s_per_reread_token 0: no rereads past the L2 are charged."""
+
+    def __init__(self, latency: float, s_per_wave: float, s_per_empty_block: float, s_per_block_token: float,
+                 s_per_reread_token: float, miss_tokens: float, q_heads: int, group: float, sm_count: int,
+                 blocks_per_sm: int, floors: Sequence[float]):
+        self.latency = latency
+        self.s_per_wave = s_per_wave
+        self.s_per_empty_block = s_per_empty_block
+        self.s_per_block_token = s_per_block_token
+        self.s_per_reread_token = s_per_reread_token
+        self.miss_tokens = miss_tokens
+        self.q_heads = q_heads
+        self.group = group
+        self.sm_count = sm_count
+        self.blocks_per_sm = blocks_per_sm
+        self.floors = list(floors)
+
+    def launch(self, num_decodes: int, prefill_lens: Sequence[int]) -> tuple[float, float, float]:
+        """(blocks' worth of stream, the launch's latencies, the group's rounds) of num_decodes decodes beside the
+        prefills: what a decode stretch keeps from step to step."""
+        slots = self.sm_count * self.blocks_per_sm
+        blocks = num_decodes * self.q_heads
+        waves = -(-blocks // slots)
+        tail = blocks - (waves - 1) * slots
+        busiest = min(-(-tail // self.sm_count), self.blocks_per_sm)
+        equivalent = (waves - 1) * max(float(slots), self.floors[-1]) + max(float(tail), self.floors[busiest - 1])
+        sequences = num_decodes + len(prefill_lens)
+        query_blocks = -(-max(prefill_lens) // QUERY_ROWS_PER_BLOCK)
+        used = sum([-(-n // QUERY_ROWS_PER_BLOCK) for n in prefill_lens]) + num_decodes
+        empty = (query_blocks * sequences - used) * self.q_heads
+        latency = self.latency + waves * self.s_per_wave + empty * self.s_per_empty_block
+        rounds = min(max(self.group * sequences / slots, 1.0), self.group)
+        return equivalent, latency, rounds
+
+    def decode(self, sum_decode_context: int, num_decodes: int, launch: tuple[float, float, float]) -> float:
+        """The decodes' seconds at this context sum, given their launch (MixedTerms.launch)."""
+        equivalent, latency, rounds = launch
+        mean = sum_decode_context / num_decodes
+        t = equivalent * mean * self.s_per_block_token + latency
+        if self.s_per_reread_token and mean > self.miss_tokens:
+            t = t + sum_decode_context * (rounds - 1.0) * self.s_per_reread_token
+        return t
+
+
+def mixed_launch(num_decodes: int, prefill_lens: Sequence[int]) -> bool:
+    """Whether an iteration's attention is a mixed launch: decodes beside a prefill of more than one token (a launch
+    whose every query is one token long is the split decode kernel's, calibrate/parts/attention_waves.py)."""
+    return num_decodes > 0 and len(prefill_lens) > 0 and max(prefill_lens) > 1
+
 
 class RooflineTerms:
     """Seconds per token, per sequence, per block and per iteration of one roofline, and the sums over a batch."""
@@ -30,7 +85,7 @@ class RooflineTerms:
                  wave_floors: Sequence[float] = (), s_per_head_token: float = 0.0, num_experts: int = 1,
                  experts_per_token: int = 1, s_per_expert_read: float = 0.0, s_per_expert_kernels: float = 0.0,
                  gathered_ranks: int = 1, expert_degree: int = 1, dispatch: bool = False,
-                 s_per_token_dispatch: float = 0.0, s_dispatch_fixed: float = 0.0):
+                 s_per_token_dispatch: float = 0.0, s_dispatch_fixed: float = 0.0, mixed: MixedTerms | None = None):
         """The tensor-parallel all-reduces: comm_time(tokens), their measured seconds; else (None) the ring
         formula's tokens * s_per_token_comm + s_comm_fixed (0 on one GPU). `fitted`: attention as a measured
         fit prices it (calibrate/parts/attention_fit.py): the decodes' context at s_per_context_token plus
@@ -44,7 +99,8 @@ class RooflineTerms:
         (calibrate/parts/expert_ops.py). Under expert parallelism (calibrate/work/expert_parallel.py) those experts
         are this GPU's own of the gathered_ranks ranks' tokens, 1 / expert_degree of the group's; `dispatch`: the
         ranks' all-gather and reduce-scatter, tokens * s_per_token_dispatch + s_dispatch_fixed
-        (calibrate/parts/expert_dispatch.py)."""
+        (calibrate/parts/expert_dispatch.py). `mixed`: a mixed step's decodes as their one launch prices them, in
+        place of their decode part (calibrate/parts/attention_mixed.py)."""
         self.s_per_token_linear = s_per_token_linear
         self.s_per_logit_row = s_per_logit_row
         self.s_weights = s_weights
@@ -91,6 +147,7 @@ class RooflineTerms:
         self.dispatch = dispatch
         self.s_per_token_dispatch = s_per_token_dispatch
         self.s_dispatch_fixed = s_dispatch_fixed
+        self.mixed = mixed
 
     def expected_experts(self, tokens: int) -> float:
         """The distinct experts a layer is expected to run on this GPU for `tokens` tokens (RooflineCostModel.
@@ -131,9 +188,7 @@ class RooflineTerms:
         num_seqs = batch.num_seqs
         matmuls = self.matmul_time(tokens, num_seqs)
         if self.fitted:
-            attention = self.fitted_decode(batch.sum_decode_context, batch.num_decodes)
-            if batch.num_prefills:
-                attention = attention + self.fitted_prefill(batch)
+            attention = self.fitted_attention(batch)
             if self.s_per_decode_block and batch.num_decodes:
                 attention = attention + batch.decode_blocks(block_size) * self.s_per_decode_block
         else:
@@ -166,6 +221,18 @@ class RooflineTerms:
         if self.charge_host:
             t += self.host_time(num_seqs, batch.num_prefill_tokens)
         return t
+
+    def fitted_attention(self, batch: ShapeMetrics) -> float:
+        """The decodes' part and the prefills' (RooflineCostModel._fitted_attention's float): a mixed step's decodes
+        as their one launch prices them where the fit has that term."""
+        mixed = self.mixed
+        if mixed is not None and mixed_launch(batch.num_decodes, batch.prefill_lens):
+            launch = mixed.launch(batch.num_decodes, batch.prefill_lens)
+            return mixed.decode(batch.sum_decode_context, batch.num_decodes, launch) + self.fitted_prefill(batch)
+        attention = self.fitted_decode(batch.sum_decode_context, batch.num_decodes)
+        if batch.num_prefills:
+            attention = attention + self.fitted_prefill(batch)
+        return attention
 
     def fitted_decode(self, sum_decode_context: int, num_decodes: int) -> float:
         """The decodes' attention as a measured fit prices it: in waves where it has them (RooflineCostModel.
@@ -235,10 +302,16 @@ class RooflineTerms:
         fitted = self.fitted
         fitted_prefill = self.fitted_prefill(batch) if fitted and batch.num_prefills else 0.0
         launch = self.launch_of(step) if fitted else None  # the decodes, so their launch, are the same at every step
+        mixed = self.mixed if fitted and mixed_launch(step, batch.prefill_lens) else None
+        mixed_once = mixed.launch(step, batch.prefill_lens) if mixed is not None else (0.0, 0.0, 0.0)
         times: list[float] = []
         for s in range(num_steps):
             context = first + s * step
-            if fitted:
+            if mixed is not None:
+                attention = mixed.decode(context, step, mixed_once) + fitted_prefill
+                if paged:
+                    attention = attention + blocks[s] * s_block
+            elif fitted:
                 attention = self.launched_decode(context, step, launch)
                 if fitted_prefill:
                     attention = attention + fitted_prefill

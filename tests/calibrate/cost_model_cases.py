@@ -13,6 +13,7 @@ from calibrate.clock.roofline import RooflineCostModel, RooflineParams
 from calibrate.cost_models.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.hardware.hardware import load_hardware
 from calibrate.parts.attention_fit import AttentionFit
+from calibrate.parts.attention_mixed import MixedFit
 from calibrate.parts.attention_waves import WaveFit
 from calibrate.work.expert_parallel import ExpertParallel
 from engine.core.batch import Batch
@@ -27,6 +28,10 @@ MEASURED = AttentionFit(15e-6, 0.75, 12e-6, 0.45, 0.4, 0.1)
 # decode in waves: the A100 fit's geometry, and one block per SM with floors past the slots
 WAVES = WaveFit(5e-6, 2e-6, 6e-6, 0.84, 2, (95 / 108, 157 / 108), 1, 4096)
 ONE_PER_SM = WaveFit(5e-6, 0.0, 6e-6, 0.8, 1, (1.3,), 2, 2048)
+# a mixed step's decodes in their one launch: rereads past the L2 charged, or not, one or two blocks an SM
+MIXED = MixedFit(3e-6, 2.5e-6, 2e-9, 2.5, 0.8, 1, (0.64,))
+MIXED_TWO_PER_SM = MixedFit(0.0, 3e-6, 4e-9, 1.9, None, 2, (0.7, 1.6))
+PRO = load_hardware("rtx-pro-6000-server")
 
 
 def with_block_reads(cost, overhead_tokens: float = 3.68):
@@ -73,6 +78,14 @@ ROOFLINES = {  # every switch of the inlined expression: ridge bend, overhead, r
         LLAMA7B, A100_80, tp=2, attention=replace(MEASURED, waves=WAVES)), 1.5),
     "transferred (profile with measured attention)": transferred_roofline(PROFILES / "a100-80gb.yaml", None, LLAMA7B,
                                                                          A100_80, 1, 2, 16),
+    "roofline, measured attention in waves and a mixed term, rereads past the L2": RooflineCostModel(
+        LLAMA7B, PRO, attention=replace(MEASURED, waves=ONE_PER_SM, mixed=MIXED)),
+    "roofline, a mixed term, two blocks an SM, tp 2, paged block reads": with_block_reads(RooflineCostModel(
+        LLAMA7B, H100, tp=2, attention=replace(MEASURED, mixed=MIXED_TWO_PER_SM))),
+    "roofline, a mixed term on a sheet without the L2": RooflineCostModel(
+        OPT13B, replace(PRO, l2_cache_bytes=None), attention=replace(MEASURED, waves=WAVES, mixed=MIXED)),
+    "transferred (profile with a mixed term), tp 2": transferred_roofline(
+        PROFILES / "rtx-pro-6000-server.yaml", None, load_model_spec("qwen3-32b"), PRO, 2, 2, 16),
     "transferred h200 profile (host work)": transferred_roofline(PROFILES / "h200-opt-13b.yaml", None, OPT13B, A100,
                                                                  1, 2, 16),
 }

@@ -50,6 +50,7 @@ TRUE_ATTENTION = AttentionFit(decode_latency_s=8e-6, decode_bandwidth_efficiency
 # the mixed rows' decodes in their one launch (calibrate/parts/attention_mixed.py), a floor on the fit's grid
 TRUE_MIXED = MixedFit(latency_s=3e-6, wave_latency_s=2.5e-6, empty_block_s=2e-9, bandwidth_efficiency=2.5,
                       miss_bandwidth_efficiency=0.8, blocks_per_sm=1, floor_shares=(120 / 188,))
+WITH_MIXED = replace(TRUE_ATTENTION, mixed=TRUE_MIXED)
 
 
 def meta_text(model: str, tps=(1, 2), gpu: str = GPU) -> str:
@@ -116,7 +117,7 @@ def attention_rows(q_heads: int, kv_heads: int, fit: AttentionFit, hw) -> list[t
 
 
 def synthetic_bundle(folder: Path, model: str = "meta-llama/Llama-3.1-8B", tps=(1, 2), fit: LinearFit = TRUE_FIT,
-                     attention: AttentionFit = replace(TRUE_ATTENTION, mixed=TRUE_MIXED),
+                     attention: AttentionFit = WITH_MIXED,
                      hardware: str = HARDWARE) -> Path:
     """A bundle of `model` whose every row `fit` and `attention` price on `hardware`'s sheet."""
     spec, hw = load_model_spec(BUNDLE_MODELS[model][0]), load_hardware(hardware)
