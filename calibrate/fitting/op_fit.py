@@ -35,33 +35,56 @@ def octave_weights(tokens) -> np.ndarray:
     return 1.0 / counts[octave - octave.min()]
 
 
-def fit_linear(ops: pd.DataFrame, hw: HardwareSpec) -> LinearFit:
-    return fit_linear_on([(ops, hw)])
+def fit_linear(ops: pd.DataFrame, hw: HardwareSpec, resident: np.ndarray | None = None) -> LinearFit:
+    """`resident`: per row of `ops`, a matmul that may have read its weights from the L2 (calibrate/fitting/
+    l2_resident.py): their bandwidth is fitted apart (resident_bandwidth_efficiency), so that the bandwidth share is
+    the HBM rows' alone; None (or no row set): every row's is one share, as before."""
+    return fit_linear_on([(ops, hw)], None if resident is None else [resident])
 
 
-def fit_linear_on(parts: list[tuple[pd.DataFrame, HardwareSpec]]) -> LinearFit:
+def fit_linear_on(parts: list[tuple[pd.DataFrame, HardwareSpec]],
+                  resident: list[np.ndarray] | None = None) -> LinearFit:
     """One linear part for tables measured on several GPUs: every share is of the row's own GPU's spec sheet
     and every latency is in seconds, common to all. Each GPU's octaves of token counts weigh alike, so a GPU
-    with more models measured does not outweigh one with fewer."""
+    with more models measured does not outweigh one with fewer. `resident`: each part's rows' L2 judgement
+    (fit_linear)."""
     gemm = [(ops[ops["op"].isin(MATMULS)], hw) for ops, hw in parts]
     if all(rows.empty for rows, _ in gemm):
         raise ValueError("no matmul rows to fit")
+    in_l2 = (np.concatenate([r[ops["op"].isin(MATMULS).to_numpy()] for r, (ops, _) in zip(resident, parts)])
+             if resident is not None else None)
     gemm = [(rows, hw) for rows, hw in gemm if not rows.empty]
     compute = np.concatenate([rows["flops"].to_numpy(float) / hw.peak_flops for rows, hw in gemm])  # s at peak
     memory = np.concatenate([rows["weight_bytes"].to_numpy(float) / hw.hbm_bytes_per_s for rows, hw in gemm])
     time_s = np.concatenate([rows["time_s"].to_numpy(float) for rows, _ in gemm])
     weight = np.concatenate([octave_weights(rows["tokens"]) for rows, _ in gemm])
-    ridge, latency = _best_on_grid(compute, memory, time_s, weight, RIDGE_GRID, LATENCY_GRID_S)
-    ridge, latency = _best_on_grid(compute, memory, time_s, weight,
+    reads = Reads.of(memory, in_l2)
+    ridge, latency = _best_on_grid(compute, reads, time_s, weight, RIDGE_GRID, LATENCY_GRID_S)
+    ridge, latency = _best_on_grid(compute, reads, time_s, weight,
                                    np.round(np.arange(ridge - 0.02, ridge + 0.0201, 0.002), 4),
                                    np.arange(max(latency - 1e-6, 0.0), latency + 1.01e-6, 0.2e-6))
-    compute_eff, bandwidth_eff, _ = _fit_at(compute, memory, time_s, weight, ridge, latency)
+    compute_eff, bandwidth_eff, _, l2_eff = _fit_at(compute, reads, time_s, weight, ridge, latency)
     kernels = sorted({op for ops, _ in parts for op in ops["op"].unique() if op not in MATMULS})
     elementwise = {op: _fit_elementwise([(ops[ops["op"] == op], hw) for ops, hw in parts]) for op in kernels}
-    return LinearFit(float(compute_eff), float(bandwidth_eff), float(ridge), float(latency), elementwise)
+    return LinearFit(float(compute_eff), float(bandwidth_eff), float(ridge), float(latency), elementwise,
+                     None if l2_eff is None else float(l2_eff))
 
 
-def _best_on_grid(compute, memory, time_s, weight, ridges, latencies) -> tuple[float, float]:
+class Reads:
+    """The matmuls' weight reads at the peak bandwidth: from HBM, and apart the rows that may have read them from
+    the L2 (None: no row judged so, every read one share)."""
+
+    def __init__(self, hbm: np.ndarray, l2: np.ndarray | None):
+        self.hbm, self.l2 = hbm, l2
+
+    @classmethod
+    def of(cls, memory: np.ndarray, in_l2: np.ndarray | None) -> Reads:
+        if in_l2 is None or not in_l2.any():
+            return cls(memory, None)
+        return cls(np.where(in_l2, 0.0, memory), np.where(in_l2, memory, 0.0))
+
+
+def _best_on_grid(compute, reads: Reads, time_s, weight, ridges, latencies) -> tuple[float, float]:
     best, best_loss = (1.0, 0.0), np.inf
     for latency in latencies:
         if latency >= 0.9 * time_s.min():
@@ -69,26 +92,35 @@ def _best_on_grid(compute, memory, time_s, weight, ridges, latencies) -> tuple[f
         for ridge in ridges:
             if not 0 < ridge < 1:
                 continue
-            loss = _fit_at(compute, memory, time_s, weight, ridge, latency)[2]
+            loss = _fit_at(compute, reads, time_s, weight, ridge, latency)[2]
             if loss < best_loss:
                 best, best_loss = (float(ridge), float(latency)), loss
     return best
 
 
-def _fit_at(compute, memory, time_s, weight, ridge: float, latency: float) -> tuple[float, float, float]:
-    """Efficiencies at a given ridge efficiency and latency, and the weighted mean squared relative error."""
+def _fit_at(compute, reads: Reads, time_s, weight, ridge: float,
+            latency: float) -> tuple[float, float, float, float | None]:
+    """Efficiencies at a given ridge efficiency and latency (compute, HBM, and the L2 rows' where judged), and the
+    weighted mean squared relative error. A row reads from HBM or from the L2, never both, so its memory term is
+    one of the two: (t - latency)^p stays linear in each share's -p-th power."""
     p = ridge_exponent(ridge)
     rest = time_s - latency
     root = np.sqrt(weight)
-    x = np.column_stack([(compute / rest) ** p, (memory / rest) ** p]) * root[:, None]
+    columns = [(compute / rest) ** p, (reads.hbm / rest) ** p] + ([] if reads.l2 is None else [(reads.l2 / rest) ** p])
+    x = np.column_stack(columns) * root[:, None]
     scale = x.max(axis=0)
     scale[scale == 0] = 1.0
     coef = nnls(x / scale, root) / scale
     if not (coef > 0).all():
-        return 1.0, 1.0, np.inf
-    compute_eff, bandwidth_eff = coef ** (-1.0 / p)
-    predicted = latency + bent_roofs(compute / compute_eff, memory / bandwidth_eff, p)
-    return compute_eff, bandwidth_eff, float(np.average(((predicted - time_s) / time_s) ** 2, weights=weight))
+        return 1.0, 1.0, np.inf, None
+    compute_eff, bandwidth_eff = coef[:2] ** (-1.0 / p)
+    memory = reads.hbm / bandwidth_eff
+    l2_eff = None
+    if reads.l2 is not None:
+        l2_eff = coef[2] ** (-1.0 / p)
+        memory = memory + reads.l2 / l2_eff
+    predicted = latency + bent_roofs(compute / compute_eff, memory, p)
+    return compute_eff, bandwidth_eff, float(np.average(((predicted - time_s) / time_s) ** 2, weights=weight)), l2_eff
 
 
 def _fit_elementwise(parts: list[tuple[pd.DataFrame, HardwareSpec]]) -> tuple[float, float]:

@@ -222,6 +222,8 @@ def _check_fit(fit: dict, source: str, key: str) -> None:
     for name in ("compute_efficiency", "bandwidth_efficiency", "ridge_efficiency"):
         share(fit.get(name), source, f"{key}.{name}")
     non_negative(fit.get("gemm_latency_s"), source, f"{key}.gemm_latency_s")  # seconds
+    # an L2's reads may be faster than HBM (calibrate/fitting/l2_resident.py): any positive share
+    optional(positive, fit.get("resident_bandwidth_efficiency"), source, f"{key}.resident_bandwidth_efficiency")
     elementwise = fit.get("elementwise", {})
     if not isinstance(elementwise, dict):
         raise SpecError(source, f"{key}.elementwise", "must map kernels to latency_s and bandwidth_efficiency")

@@ -2,10 +2,14 @@
 that GPU with the A100 profile's parts (calibrate/profiles/a100-80gb.yaml), fitted by the same machinery.
 
   linear     every bundle's and tp degree's per-token and per-sequence modules as servesim's operations
-             (calibrate/tables/bundle_ops.py), fitted as Vidur's tables are (calibrate/fitting/op_fit.py); held out
-             as `calibrate import` holds them out: each model, each tp degree (where there are two), and each octave
-             of token counts (where neither can be: one model at one degree), today's roofline beside each
-  attention  the pure decode and prefill rows of every table together (calibrate/judging/bundle_attention_fit.py)
+             (calibrate/tables/bundle_ops.py), fitted as Vidur's tables are (calibrate/fitting/op_fit.py), but the
+             matmuls whose weights fit in the sheet's L2 get a bandwidth share apart (calibrate/judging/
+             bundle_linear.py): the one-layer profile may have read them from the L2, a real model never does; held
+             out as `calibrate import` holds them out: each model, each tp degree (where there are two), and each
+             octave of token counts (where neither can be: one model at one degree), today's roofline beside each,
+             on every row and on the rows a real model reads from HBM (linear.heldout.from_hbm)
+  attention  the pure decode and prefill rows of every table together, and the mixed rows' term
+             (calibrate/judging/bundle_attention_fit.py)
   experts    a mixture's measured block judged, not fitted (calibrate/judging/moe_judge.py): linear.heldout.moe
   host       no measurement: the default host model is vLLM V1's (the bundles' engine), a config's cost_model.host
              replaces it; no all-reduce was measured (tp emulated on one GPU), so tp > 1 takes the ring formula
@@ -19,12 +23,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.fitting.op_fit import fit_linear, today_roofline
+from calibrate.fitting.op_fit import today_roofline
 from calibrate.fitting.profile_file import Profile
 from calibrate.hardware.hardware import HardwareSpec, hardware_for_device, load_hardware
 from calibrate.judging.bundle_attention_fit import bundle_attention_fit
+from calibrate.judging.bundle_linear import bundle_fit, bundle_heldout, from_hbm, l2_rows
 from calibrate.judging.moe_judge import moe_errors
-from calibrate.judging.op_import import Errors, heldout, in_sample, token_table
+from calibrate.judging.op_import import Errors, in_sample, token_table
 from calibrate.parts.attention_fit import AttentionFit
 from calibrate.parts.linear_model import LinearFit
 from calibrate.tables.bundle_attention import bundle_attention
@@ -80,7 +85,7 @@ def import_bundles(paths, model: str, measured_on: str | None, command: str, pro
     bundles, specs, hw = read_gpu_bundles(list(paths), measured_on)
     tables = [bundle_op_table(b, s, max_tokens) for b, s in zip(bundles, specs)]
     ops = pd.concat([t.ops for t in tables], ignore_index=True)
-    fit = fit_linear(ops, hw)
+    fit = bundle_fit(ops, hw)
     judged = linear_heldout(ops, hw)
     roofline = in_sample(today_roofline(), ops, hw)
     moe = {bundle_label(b): moe_errors(fit, s, hw, b.tps[1].moe) for b, s in zip(bundles, specs)
@@ -93,7 +98,8 @@ def import_bundles(paths, model: str, measured_on: str | None, command: str, pro
     headline = judged.get("by_model") or judged["by_octave"]
     linear = {**fit.to_dict(), "max_tokens": max_tokens, "models": sorted(t.label for t in tables),
               "heldout": {**{way: e.summary() for way, e in judged.items()}, "roofline": roofline.summary(),
-                          **({"moe": moe} if moe else {}), "gpu": []}}
+                          **_from_hbm(judged, roofline, hw), **({"moe": moe} if moe else {}), "gpu": []},
+              **({"l2": l2_rows(ops, hw)} if hw.l2_cache_bytes is not None else {})}
     summary = headline.summary()["per_iteration"]
     profile = Profile(
         model=model, device="cuda", device_name=bundles[0].gpu, dtype="bfloat16", tensor_parallel=1,
@@ -109,16 +115,23 @@ def import_bundles(paths, model: str, measured_on: str | None, command: str, pro
     return BundleImport(profile, fit, attention, roofline, judged, moe)
 
 
-def linear_heldout(ops: pd.DataFrame, hw: HardwareSpec) -> dict[str, Errors]:
-    """Each model and each tp degree held out where there are two, and each octave of token counts always."""
+def linear_heldout(ops: pd.DataFrame, hw: HardwareSpec, fit_on=bundle_fit) -> dict[str, Errors]:
+    """Each model and each tp degree held out where there are two, and each octave of token counts always
+    (calibrate/judging/bundle_linear.py: `fit_on` with the L2 rule, or today's fit without it)."""
     judged = {}
     if ops["model"].nunique() > 1:
-        judged["by_model"] = heldout(ops, hw, "model")
+        judged["by_model"] = bundle_heldout(ops, hw, "model", fit_on)
     if ops["tp"].nunique() > 1:
-        judged["by_tp"] = heldout(ops, hw, "tp")
+        judged["by_tp"] = bundle_heldout(ops, hw, "tp", fit_on)
     octaves = ops.assign(octave=np.floor(np.log2(ops["tokens"].to_numpy(float))).astype(int))
-    judged["by_octave"] = heldout(octaves, hw, "octave")
+    judged["by_octave"] = bundle_heldout(octaves, hw, "octave", fit_on)
     return judged
+
+
+def _from_hbm(judged: dict[str, Errors], roofline: Errors, hw: HardwareSpec) -> dict:
+    """The judges on the rows a real model reads from HBM, where the sheet's L2 set any row apart."""
+    hbm = {way: from_hbm(e, hw) for way, e in {**judged, "roofline": roofline}.items()}
+    return {"from_hbm": {way: e for way, e in hbm.items() if e is not None}} if any(hbm.values()) else {}
 
 
 def _method(judged: dict[str, Errors], reference: str) -> str:

@@ -30,6 +30,10 @@ class LinearFit:
     gemm_latency_s: float = 0.0
     # op -> (latency_s, bandwidth_efficiency); an op not here costs nothing (today's roofline charges none)
     elementwise: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # the share of HBM at which a one-layer profile's matmuls that fit in the L2 read their weights
+    # (calibrate/fitting/l2_resident.py): fitted apart so that bandwidth_efficiency is HBM's; never priced (a real
+    # model's weights are read from HBM); None where no row was judged so
+    resident_bandwidth_efficiency: float | None = None
 
     def gemm_time(self, flops, weight_bytes, hw: HardwareSpec) -> np.ndarray:
         c = np.asarray(flops, dtype=float) / (hw.peak_flops * self.compute_efficiency)
@@ -70,10 +74,13 @@ class LinearFit:
         return {"compute_efficiency": self.compute_efficiency, "bandwidth_efficiency": self.bandwidth_efficiency,
                 "ridge_efficiency": self.ridge_efficiency, "gemm_latency_s": self.gemm_latency_s,
                 "elementwise": {op: {"latency_s": lat, "bandwidth_efficiency": eff}
-                                for op, (lat, eff) in self.elementwise.items()}}
+                                for op, (lat, eff) in self.elementwise.items()},
+                **({} if self.resident_bandwidth_efficiency is None
+                   else {"resident_bandwidth_efficiency": self.resident_bandwidth_efficiency})}
 
     @classmethod
     def from_dict(cls, raw: dict) -> LinearFit:
         return cls(raw["compute_efficiency"], raw["bandwidth_efficiency"], raw["ridge_efficiency"],
                    raw["gemm_latency_s"], {op: (v["latency_s"], v["bandwidth_efficiency"])
-                                           for op, v in raw.get("elementwise", {}).items()})
+                                           for op, v in raw.get("elementwise", {}).items()},
+                   raw.get("resident_bandwidth_efficiency"))

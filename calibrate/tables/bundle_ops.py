@@ -49,7 +49,9 @@ NOT_PRICED = ("sampler",)
 
 def bundle_op_table(bundle: Bundle, spec: ModelSpec, max_tokens: int | None = None, dtype_bytes: int = 2) -> OpTable:
     """Every tp folder's dense and per-sequence rows as op rows (tp, tokens, op, time_s, flops, weight_bytes,
-    moved_bytes, model); the LM head's `tokens` are its sequences. Rows above `max_tokens` are left out."""
+    moved_bytes, activation_bytes, model); the LM head's `tokens` are its sequences. A matmul's activation_bytes are
+    its input read and its output written, the bytes beside its weights a repetition touches
+    (calibrate/fitting/l2_resident.py). Rows above `max_tokens` are left out."""
     import pandas as pd
 
     shape, label = LayerShape.of(spec), bundle_label(bundle)
@@ -82,14 +84,16 @@ def _op_rows(op: str, tokens: np.ndarray, time_s: np.ndarray, shape: LayerShape,
     import pandas as pd
 
     zeros = np.zeros(len(tokens))
-    flops, weight_bytes, moved = zeros, zeros, zeros
+    flops, weight_bytes, moved, activations = zeros, zeros, zeros, zeros
     if op in GEMMS:
-        flops, weight = gemm_work(shape.gemm_dims(work_tp)[op], tokens.astype(float), dtype_bytes)
+        dims = shape.gemm_dims(work_tp)[op]
+        flops, weight = gemm_work(dims, tokens.astype(float), dtype_bytes)
         weight_bytes = np.full(len(tokens), weight)
+        activations = tokens * float(sum(dims) * dtype_bytes)
     else:
         moved = tokens * float(shape.elementwise_bytes_per_token(work_tp, dtype_bytes)[op])
     return pd.DataFrame({"tp": tp, "tokens": tokens, "op": op, "time_s": time_s, "flops": flops,
-                         "weight_bytes": weight_bytes, "moved_bytes": moved})
+                         "weight_bytes": weight_bytes, "moved_bytes": moved, "activation_bytes": activations})
 
 
 def _head_rows(per_sequence: pd.DataFrame, spec: ModelSpec, tp: int, dtype_bytes: int) -> pd.DataFrame:
@@ -99,7 +103,9 @@ def _head_rows(per_sequence: pd.DataFrame, spec: ModelSpec, tp: int, dtype_bytes
 
     rows = per_sequence[per_sequence["layer"].isin(list(SEQUENCE_OPS))]
     sequences = rows["sequences"].to_numpy()
-    flops, weight = gemm_work((spec.hidden_size, spec.vocab_size // tp), sequences.astype(float), dtype_bytes)
+    dims = (spec.hidden_size, spec.vocab_size // tp)
+    flops, weight = gemm_work(dims, sequences.astype(float), dtype_bytes)
     return pd.DataFrame({"tp": tp, "tokens": sequences, "op": rows["layer"].map(SEQUENCE_OPS).to_numpy(),
                          "time_s": rows["time_s"].to_numpy(), "flops": flops,
-                         "weight_bytes": np.full(len(rows), weight), "moved_bytes": np.zeros(len(rows))})
+                         "weight_bytes": np.full(len(rows), weight), "moved_bytes": np.zeros(len(rows)),
+                         "activation_bytes": sequences * float(sum(dims) * dtype_bytes)})

@@ -71,11 +71,14 @@ def write_bundle(folder: Path, meta: str, files: dict[int, dict[str, str]]) -> P
     return folder
 
 
-def dense_rows(shape: LayerShape, tp: int, fit: LinearFit, hw, mlp: bool = True) -> list[tuple[str, int, float]]:
+def dense_rows(shape: LayerShape, tp: int, fit: LinearFit, hw, mlp: bool = True,
+               l2_share: float | None = None) -> list[tuple[str, int, float]]:
     """(layer, tokens, time_us) of every bundle layer the shape runs, as the profiler records them: a layer's two
     norms as one row (each is the op's time), the QK-norm's row half its op's, tp-stable rows at tp 1's work;
-    `mlp` False: a mixture's, whose MLP is its moe.csv's."""
+    `mlp` False: a mixture's, whose MLP is its moe.csv's; `l2_share`: the matmuls whose weights and activations fit
+    in the sheet's L2 read their weights at this share instead of the fit's."""
     rows = []
+    in_l2 = fit if l2_share is None else replace(fit, bandwidth_efficiency=l2_share)
     for layer, ops in LAYER_OPS.items():
         op = ops[0]
         if not shape.runs(op) or (op.startswith("mlp") and not mlp):
@@ -83,7 +86,10 @@ def dense_rows(shape: LayerShape, tp: int, fit: LinearFit, hw, mlp: bool = True)
         work_tp = 1 if layer in TP_STABLE else tp
         for n in TOKENS:
             if op in GEMMS:
-                seconds = fit.gemm_time(*gemm_work(shape.gemm_dims(work_tp)[op], n), hw)
+                dims = shape.gemm_dims(work_tp)[op]
+                flops, weights = gemm_work(dims, n)
+                fits = hw.l2_cache_bytes is not None and weights + n * sum(dims) * 2 <= hw.l2_cache_bytes
+                seconds = (in_l2 if fits else fit).gemm_time(flops, weights, hw)
             else:
                 seconds = fit.elementwise_time(op, n * shape.elementwise_bytes_per_token(work_tp)[op], hw)
             rows.append((layer, n, float(seconds) / CALLS.get(layer, 1) * 1e6))
@@ -117,13 +123,15 @@ def attention_rows(q_heads: int, kv_heads: int, fit: AttentionFit, hw) -> list[t
 
 
 def synthetic_bundle(folder: Path, model: str = "meta-llama/Llama-3.1-8B", tps=(1, 2), fit: LinearFit = TRUE_FIT,
-                     attention: AttentionFit = WITH_MIXED,
-                     hardware: str = HARDWARE) -> Path:
-    """A bundle of `model` whose every row `fit` and `attention` price on `hardware`'s sheet."""
+                     attention: AttentionFit = WITH_MIXED, hardware: str = HARDWARE,
+                     l2_share: float | None = None) -> Path:
+    """A bundle of `model` whose every row `fit` and `attention` price on `hardware`'s sheet (`l2_share`: the
+    matmuls that fit in its L2 at that share, dense_rows)."""
     spec, hw = load_model_spec(BUNDLE_MODELS[model][0]), load_hardware(hardware)
     shape, files = LayerShape.of(spec), {}
     for tp in tps:
-        dense = pd.DataFrame(dense_rows(shape, tp, fit, hw, not spec.is_moe), columns=["layer", "tokens", "time_us"])
+        dense = pd.DataFrame(dense_rows(shape, tp, fit, hw, not spec.is_moe, l2_share),
+                             columns=["layer", "tokens", "time_us"])
         head = [("lm_head", s, float(fit.gemm_time(*gemm_work((spec.hidden_size, spec.vocab_size // tp), s), hw)) * 1e6)
                 for s in SEQUENCES] + [("sampler", s, 20.0 + s / 8) for s in SEQUENCES]
         attention_table = pd.DataFrame(attention_rows(spec.num_heads // tp, spec.num_kv_heads // tp, attention, hw),
