@@ -49,8 +49,7 @@ def by_table(attentions: dict[str, BundleAttention], hw: HardwareSpec) -> dict:
     if len(attentions) < 2:
         return out
     for label, held in attentions.items():
-        others = [a for name, a in attentions.items() if name != label]
-        fit = with_mixed(fit_attention([a.table for a in others], hw), others, hw)
+        fit = fit_without(attentions, label, hw)
         decode, prefill = predict(fit, held.table, hw)
         errors = {"decode": _mean(decode, held.table.decode), "prefill": _mean(prefill, held.table.prefill)}
         if fit.waves is not None:
@@ -61,6 +60,12 @@ def by_table(attentions: dict[str, BundleAttention], hw: HardwareSpec) -> dict:
             errors["mixed_sum"] = _mean(predict_sum(fit, held, hw), held.mixed)
         out[label] = errors
     return out
+
+
+def fit_without(attentions: dict[str, BundleAttention], label: str, hw: HardwareSpec) -> AttentionFit:
+    """The fit (pure rows and mixed term) on every table but `label`'s."""
+    others = [a for name, a in attentions.items() if name != label]
+    return with_mixed(fit_attention([a.table for a in others], hw), others, hw)
 
 
 def _mean(predicted: np.ndarray, rows) -> float:

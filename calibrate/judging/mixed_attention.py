@@ -75,6 +75,11 @@ def region_masks(attentions: list[BundleAttention]) -> list[np.ndarray]:
     return [(a.mixed["context"] >= HELD_OUT_SHARE * a.mixed["context"].max()).to_numpy() for a in attentions]
 
 
+def region_fit(fit: AttentionFit, attentions: list[BundleAttention], hw: HardwareSpec):
+    """The mixed term fitted on every mixed row outside the held-out region (beside `fit`'s prefill part)."""
+    return fit_mixed(mixed_rows(fit, attentions, hw, [~m for m in region_masks(attentions)]), hw)
+
+
 def errors(predicted: np.ndarray, time_s: np.ndarray) -> dict:
     signed = (predicted - time_s) / time_s
     return {"mean": float(np.abs(signed).mean()), "p95": float(np.quantile(np.abs(signed), 0.95)),
@@ -94,8 +99,8 @@ def mixed_errors(fit: AttentionFit, attentions: list[BundleAttention], hw: Hardw
         judged[way] = {"in_sample": errors(predicted, time_s), "heldout_region": errors(predicted[region],
                                                                                       time_s[region])}
     if fit.mixed is not None:
-        held = fit_mixed(mixed_rows(fit, attentions, hw, [~m for m in region_masks(attentions)]), hw)
-        predicted = np.concatenate([predict_launch(replace(fit, mixed=held), a, hw) for a in attentions])
+        held = replace(fit, mixed=region_fit(fit, attentions, hw))
+        predicted = np.concatenate([predict_launch(held, a, hw) for a in attentions])
         everywhere = np.concatenate([predict_launch(fit, a, hw) for a in attentions])
         judged.update(heldout_region=errors(predicted[region], time_s[region]),
                       trained_region=errors(predicted[~region], time_s[~region]),

@@ -77,3 +77,48 @@ def test_a_malformed_mixed_part_of_a_profile_is_refused_naming_the_key():
             check_mixed({**good, key: value}, "p.yaml")
     with pytest.raises(SpecError, match="attention.mixed.*must map"):
         check_mixed([1, 2], "p.yaml")
+
+
+def _bundles(tmp_path):
+    """Llama-3.1-8B's and Qwen3-32B's attention tables at tp 1 and 2, mixed rows made by TRUE_MIXED."""
+    from synthetic_bundle import synthetic_bundle
+
+    from calibrate.tables.bundle_attention import bundle_attention
+    from calibrate.tables.bundle_models import bundle_label, bundle_model
+    from calibrate.tables.llmservingsim_bundle import read_bundle
+
+    out = {}
+    for name, model in (("llama", "meta-llama/Llama-3.1-8B"), ("qwen", "Qwen/Qwen3-32B")):
+        bundle = read_bundle(synthetic_bundle(tmp_path / name / "bf16", model))
+        out.update({f"{bundle_label(bundle)} tp {a.table.shape.tp}": a
+                    for a in bundle_attention(bundle, bundle_model(bundle))})
+    return out
+
+
+def _poisoned(attention, rows):
+    """`attention` with its mixed rows where `rows` is set timed 100 times over."""
+    mixed = attention.mixed.copy()
+    mixed.loc[rows, "time_s"] *= 100
+    return replace(attention, mixed=mixed)
+
+
+def test_held_out_mixed_rows_never_enter_the_fit_that_predicts_them(tmp_path):
+    from calibrate.judging.bundle_attention_fit import fit_without
+    from calibrate.judging.mixed_attention import region_fit, region_masks
+    from calibrate.parts.attention_fit import fit_attention
+
+    attentions = _bundles(tmp_path)
+    hw = load_hardware("rtx-pro-6000-server")
+    tables = list(attentions.values())
+    fit = fit_attention([a.table for a in tables], hw)
+    # the longest contexts held out: poisoning them moves the fit on the rest not at all
+    poisoned = [_poisoned(a, m) for a, m in zip(tables, region_masks(tables))]
+    assert region_fit(fit, poisoned, hw) == region_fit(fit, tables, hw)
+    assert region_fit(fit, [_poisoned(a, ~m) for a, m in zip(tables, region_masks(tables))], hw) != region_fit(
+        fit, tables, hw)  # while the rows it is fitted on do
+    # a table held out: its pure and mixed rows poisoned, the fit on the other tables is the same
+    label = next(iter(attentions))
+    held = attentions[label]
+    table = replace(held.table, decode=held.table.decode.assign(time_s=held.table.decode["time_s"] * 100))
+    spoiled = {**attentions, label: replace(_poisoned(held, held.mixed.index == held.mixed.index), table=table)}
+    assert fit_without(spoiled, label, hw) == fit_without(attentions, label, hw)
