@@ -17,15 +17,19 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from benchmarks.cost_models.attention_fit import roofline_errors
 from calibrate.cost_models.profile_model import transferred_roofline
+from calibrate.fitting.op_fit import fit_linear
 from calibrate.fitting.profile_file import dump_profile, load_profile
 from calibrate.hardware.hardware import HardwareSpec, hardware_for_device, load_hardware
-from calibrate.judging.bundle_import import PERF, BundleImport, import_bundles, read_gpu_bundles
+from calibrate.judging.bundle_import import PERF, BundleImport, import_bundles, linear_heldout, read_gpu_bundles
+from calibrate.judging.bundle_linear import from_hbm
 from calibrate.maths.nnls import nnls
 from calibrate.parts.attention_fit import AttentionWork
 from calibrate.tables.bundle_attention import bundle_attention
+from calibrate.tables.bundle_ops import bundle_op_table
 from engine.core.batch import Batch
 from engine.specs.loader import load_model_spec
 
@@ -52,9 +56,49 @@ def refit(name: str, perf: Path) -> tuple[BundleImport, bool]:
     return fresh, dump_profile(fresh.profile) == path.read_text()
 
 
+def l2_rows(result: BundleImport, perf_paths: list[Path], hw: HardwareSpec) -> None:
+    """The L2 rule's effect: each held-out figure without it (today's one bandwidth share) and with it, on every row
+    as measured and on the rows a real model reads from HBM (calibrate/judging/bundle_linear.py)."""
+    linear = result.profile.linear
+    if "l2" not in linear:
+        return
+    bundles, specs, _ = read_gpu_bundles(perf_paths, hw.name)
+    ops = pd.concat([bundle_op_table(b, s, linear["max_tokens"]).ops for b, s in zip(bundles, specs)],
+                    ignore_index=True)
+    today = fit_linear(ops, hw)
+    before = linear_heldout(ops, hw, fit_on=fit_linear)
+    l2 = linear["l2"]
+    print(f"\nL2 rule: {l2['matmul_rows_in_l2']} of {l2['matmul_rows']} matmul rows fit in the "
+          f"{l2['l2_cache_bytes'] / 2**20:g} MB L2 (weights and activations); bandwidth share without the rule "
+          f"{today.bandwidth_efficiency:.3f}, with it {linear['bandwidth_efficiency']:.3f} (HBM) and "
+          f"{linear['resident_bandwidth_efficiency']:.3f} (the L2 rows, never priced); compute "
+          f"{today.compute_efficiency:.3f} -> {linear['compute_efficiency']:.3f}, ridge {today.ridge_efficiency:.3f} "
+          f"-> {linear['ridge_efficiency']:.3f}, matmul latency {today.gemm_latency_s * 1e6:.1f} -> "
+          f"{linear['gemm_latency_s'] * 1e6:.1f} us\n")
+    hbm = linear["heldout"]["from_hbm"]
+    roofline = hbm.get("roofline", {})
+    print("| held out | every row, per iteration: without -> with the rule | matmuls read from HBM, per op: without "
+          "-> with | layers all from HBM, per iteration: without -> with | roofline, HBM matmuls / layers |")
+    print("|---|---|---|---|---|")
+    for way, errors in before.items():
+        old, new = from_hbm(errors, hw), hbm[way]
+        print(f"| {WAYS[way]} | {errors.summary()['per_iteration']['mape']:.1%} -> "
+              f"{linear['heldout'][way]['per_iteration']['mape']:.1%} | {_spread(old, 'matmuls')} -> "
+              f"{_spread(new, 'matmuls')} | {_spread(old, 'per_iteration')} -> {_spread(new, 'per_iteration')} | "
+              f"{_spread(roofline, 'matmuls')} / {_spread(roofline, 'per_iteration')} |")
+
+
+def _spread(errors: dict | None, key: str) -> str:
+    if not errors or key not in errors:
+        return "none"
+    e = errors[key]
+    return f"{e['mape']:.1%} ({e['signed_mean']:+.1%}, {e['rows']} rows)"
+
+
 def linear_rows(result: BundleImport) -> None:
     roofline = result.roofline.summary()
-    print("| linear part, per iteration | held out | mean (p95) | roofline mean (p95), same rows |")
+    print("| linear part, per iteration (each row as measured) | held out | mean (p95) | roofline mean (p95), same "
+          "rows |")
     print("|---|---|---|---|")
     for way, errors in result.heldout.items():
         s = errors.summary()
@@ -79,17 +123,42 @@ def attention_rows(result: BundleImport, hw: HardwareSpec, perf_paths: list[Path
     print("\n| attention, per layer | held-out region | held out mean (p95) | 5-fold | in sample | roofline defaults |")
     print("|---|---|---|---|---|---|")
     for kind, e in result.attention.heldout.items():
-        if "heldout_region" in e:
+        if "kfold" in e:  # the mixed rows' judges: below
             held = e["heldout_region"]
             print(f"| {kind} | {e['region']} | {mark(held['mean'])} ({held['p95']:.1%}) | {e['kfold']['mean']:.1%} | "
                   f"{e['in_sample']['mean']:.1%} | {roofline[kind]:.1%} |")
     for label, errors in result.attention.heldout.get("by_table", {}).items():
         print(f"| {label} held out (fitted on the other tables) | the whole table | "
               + ", ".join(f"{k} {v:.1%}" for k, v in errors.items()) + " | | | |")
-    mixed = result.attention.heldout["mixed"]
-    print(f"| mixed rows as decode + prefill (never fitted) | {mixed['rows']} rows | {mark(mixed['mean'])} "
-          f"({mixed['p95']:.1%}), signed {mixed['signed_mean']:+.1%} | | | |")
+    mixed_rows(result)
     prefill_variants(tables, hw)
+
+
+def mixed_rows(result: BundleImport) -> None:
+    """The mixed rows by the mixed term (held out, in sample), beside the decode + prefill sum and the roofline."""
+    mixed, fit = result.attention.heldout["mixed"], result.attention.mixed
+
+    def text(e: dict) -> str:
+        return f"{mark(e['mean'])} (p95 {e['p95']:.1%}, signed {e['signed_mean']:+.1%})"
+
+    print(f"\n| mixed rows ({mixed['sum']['in_sample']['rows']}) | {mixed['region']} held out | every row |")
+    print("|---|---|---|")
+    if fit is not None:
+        print(f"| mixed term: held out, in sample | {text(mixed['heldout_region'])} | {text(mixed['in_sample'])} |")
+    for way, label in (("sum", "decode + prefill parts (the price before the term; never fitted)"),
+                       ("roofline", "roofline defaults")):
+        print(f"| {label} | {text(mixed[way]['heldout_region'])} | {text(mixed[way]['in_sample'])} |")
+    for label, errors in result.attention.heldout.get("by_table", {}).items():
+        if "mixed" in errors:
+            print(f"| {label} held out (fitted on the other tables) | the whole table: mixed term "
+                  f"{errors['mixed']:.1%}, decode + prefill {errors['mixed_sum']:.1%} | |")
+    if fit is not None:
+        floors = ", ".join(f"{f:.3f}" for f in fit.floor_shares)
+        miss = "none" if fit.miss_bandwidth_efficiency is None else f"{fit.miss_bandwidth_efficiency:.3f}"
+        print(f"\nMixed term fitted on every mixed row: latency {fit.latency_s * 1e6:.1f} us, "
+              f"{fit.wave_latency_s * 1e6:.2f} us a wave, {fit.empty_block_s * 1e9:.2f} ns an empty query block, "
+              f"the query heads' stream at {fit.bandwidth_efficiency:.3f} of HBM, rereads past the L2 at {miss}; "
+              f"{fit.blocks_per_sm} block(s) per SM, floor(s) {floors} x SMs")
 
 
 def relative_fit(columns: list[np.ndarray], time_s: np.ndarray) -> np.ndarray:
@@ -172,6 +241,7 @@ def main(argv: list[str]) -> int:
         print(f"\n## {name} ({result.profile.device_name}): {', '.join(result.profile.linear['models'])}")
         print(f"shipped file = fresh fit: {'yes' if same else 'NO: refit with the command in its header'}\n")
         linear_rows(result)
+        l2_rows(result, perf_paths, hw)
         for label, errors in result.moe.items():
             print(f"\n{label}'s mixture block (moe.csv, {errors['fit']['rows']} rows; judged, not fitted): "
                   + "; ".join(f"{way} {e['mean']:.1%} (p95 {e['p95']:.1%}, signed {e['signed_mean']:+.1%})"
