@@ -6,12 +6,13 @@ Which kernel, from the source:
   SM90 (FA3) and SM100 (FA4) (vllm/v1/attention/backends/fa_utils.py, get_flash_attn_version): the RTX 4090 (8.9)
   and the RTX PRO 6000 (12.0) run FA2. FlashAttentionImpl.forward (vllm/v1/attention/backends/flash_attn.py)
   makes one flash_attn_varlen_func call over every token of the step, max_seqlen_q the step's longest query.
-- FA2's mha_varlen_fwd (vllm-project/flash-attention, csrc/flash_attn/flash_api.cpp, the same at every commit vLLM
-  pinned from 2adfc8c2 to 28e862d2) folds a grouped-query layer's query heads into the query length and splits the
-  keys only where max_seqlen_q is 1 ("Only apply split-k for decoding"); with a chunk in the step, a paged cache
-  takes the split-KV kernel unsplit (num_splits <= 1), Flash_fwd_kernel_traits<d, 64, 128, 4> at head dim 128
-  (run_mha_fwd_splitkv_dispatch: kBlockM 64 "Fixed for all head dimensions"), over a grid of
-  ceil(max_seqlen_q / 64) query blocks x sequences x query heads (run_flash_splitkv_fwd).
+- FA2's mha_varlen_fwd (vllm-project/flash-attention, csrc/flash_attn/flash_api.cpp, the same at each pin of
+  vLLM's build found, 2adfc8c2, 7d346be6 and 28e862d2; which one 0.19.0's wheel built was not found) folds a
+  grouped-query layer's query heads into the query length and splits the keys only where max_seqlen_q is 1 ("Only
+  apply split-k for decoding"); with a chunk in the step, a paged cache takes the split-KV kernel unsplit
+  (num_splits <= 1), Flash_fwd_kernel_traits<d, 64, 128, 4> at head dim 128 (run_mha_fwd_splitkv_dispatch: kBlockM
+  64 "Fixed for all head dimensions"), over a grid of ceil(max_seqlen_q / 64) query blocks x sequences x query
+  heads (run_flash_splitkv_fwd).
 What follows for the decodes (`MixedFit.decode_time`):
 - each decode runs one block per query head, reading its whole context of its KV head alone (no split, no
   folding): batch x q blocks, each streaming context x 2 d e bytes, in waves of SMs x blocks_per_sm, a wave
@@ -23,7 +24,8 @@ What follows for the decodes (`MixedFit.decode_time`):
   more, rounds = clip(q / k x sequences / slots, 1, q / k);
 - each of the decode's other query blocks (there are ceil(chunk / 64) per sequence) exits at once: a cost per
   empty block; and the launch, one latency and one per wave.
-The bandwidth share is of the query heads' bytes: above 1 where the L2 serves a group's repeated reads.
+The bandwidth share is of the query heads' bytes: above 1 where the L2 serves a group's repeated reads. Where a
+step's every query is one token long (max_seqlen_q 1) the split decode kernel runs instead: no mixed launch.
 """
 from __future__ import annotations
 
