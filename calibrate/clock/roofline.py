@@ -79,12 +79,12 @@ from calibrate.hardware.precision import Precision
 from calibrate.maths.ridge import bent_roof, ridge_exponent
 from calibrate.parts.all_reduce import AllReduceTable
 from calibrate.parts.attention_fit import AttentionFit, AttentionWork
-from calibrate.parts.attention_mixed import describe as describe_mixed
 from calibrate.parts.attention_waves import DecodeGrid, WaveFit, wave_tokens
 from calibrate.parts.expert_dispatch import DispatchCost, dispatch_cost
 from calibrate.parts.expert_ops import expert_kernels
 from calibrate.parts.host import host_parts, host_time
 from calibrate.parts.linear_model import LinearFit
+from calibrate.parts.mixed_text import describe as describe_mixed
 from calibrate.work.expert_parallel import ExpertParallel, expected_local_experts_read
 from calibrate.work.expert_routing import expected_experts_read
 from calibrate.work.layer_ops import ITERATION_ELEMENTWISE, LAYER_ELEMENTWISE, LayerShape

@@ -38,8 +38,9 @@ import numpy as np
 
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.maths.nnls import nnls
-from calibrate.parts.attention_mixed import MixedFit, mixed_fit_line, mixed_judged_lines
+from calibrate.parts.attention_mixed import MixedFit
 from calibrate.parts.attention_waves import DecodeGrid, WaveFit, fit_waves_on
+from calibrate.parts.mixed_text import mixed_fit_line, mixed_judged_lines
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -67,3 +67,16 @@ def test_the_import_prices_a_real_model_at_the_hbm_share_and_judges_the_hbm_rows
     assert linear["heldout"]["by_tp"]["per_iteration"]["mape"] < 1e-3
     assert linear["heldout"]["from_hbm"]["by_tp"]["matmuls"]["mape"] < 1e-6
     assert linear["heldout"]["from_hbm"]["roofline"]["matmuls"]["mape"] > 0.05
+
+
+def test_held_out_rows_never_enter_the_fit_that_predicts_them(l2_bundle):
+    from calibrate.judging.bundle_linear import bundle_heldout
+
+    bundle = read_bundle(l2_bundle)
+    ops = bundle_op_table(bundle, bundle_model(bundle)).ops
+    poisoned = ops.assign(time_s=ops["time_s"].where(ops["tp"] != 2, ops["time_s"] * 100))
+    clean, spoiled = bundle_heldout(ops, PRO, "tp"), bundle_heldout(poisoned, PRO, "tp")
+    held = (ops["tp"] == 2).to_numpy()
+    # tp 2's rows, poisoned, are priced by the fit on tp 1 alone: the same seconds; tp 1's, by a fit on tp 2, move
+    assert (spoiled.ops["predicted_s"][held] == clean.ops["predicted_s"][held]).all()
+    assert not (spoiled.ops["predicted_s"][~held] == clean.ops["predicted_s"][~held]).all()
