@@ -103,12 +103,15 @@ class Precision:
         quantized = self.quantized_params(model)
         return math.ceil(quantized * self.weight_bytes) + (model.num_params() - quantized) * self.activation_bytes
 
-    def describe(self, hw: HardwareSpec) -> str:
-        """For a cost model's source: the formats, and the rate the matmuls run at on `hw`; nothing for the
-        defaults (fp16 and fp16, or the legacy dtype_bytes), whose sources stay as they were."""
+    def describe(self, hw: HardwareSpec, gemms: str | None = None) -> str:
+        """For a cost model's source: the formats, and how the matmuls are priced on `hw` (`gemms`: the measured
+        FP8 GEMMs' note, else the sheet's rate); nothing for the defaults (fp16 and fp16, or the legacy
+        dtype_bytes), whose sources stay as they were."""
         if self.dtype_bytes is not None or (self.weights, self.kv_cache) == ("fp16", "fp16"):
             return ""
-        rate = f" W8A8 at {hw.peak_flops_fp8 / 1e12:g} TFLOP/s" if self.runs_w8a8(hw) else ""
+        rate = ""
+        if self.runs_w8a8(hw):
+            rate = f" W8A8: {gemms}" if gemms else f" W8A8 at {hw.peak_flops_fp8 / 1e12:g} TFLOP/s"
         return f"weights={self.weights}{rate}, kv_cache={self.kv_cache}"
 
 
