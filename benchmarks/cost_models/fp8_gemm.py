@@ -6,7 +6,7 @@ Refits calibrate/parts/fp8_gemm.py's model from the shipped table (calibrate/gem
 in the README there) and judges it two ways per kernel (calibrate/judging/fp8_gemm_heldout.py): the largest M held
 out, and each weight shape (N, K) held out in turn. The priced kernel (vLLM's CUTLASS scaled_mm with per-tensor
 weight scales, the input quantized per token) is judged with the two shares its rows cannot tell held at the
-roofline's, as the shipped fit holds them (calibrate/fitting/fp8_gemm_file.py), and with every share free beside it;
+roofline's, as the shipped fit holds them (calibrate/judging/fp8_gemm_file.py), and with every share free beside it;
 the block-scaled CUTLASS kernel is judged free and not priced. Then what the fit changes in the clock: a first
 token (short and long) and a Llama-3-70B decode step, before and after. `--write` makes the shipped fit file again
 (calibrate/gemm_tables/h100_fp8.fit.yaml). Target: held-out mean |error| <= 10%. Deterministic (a least-squares
@@ -17,10 +17,10 @@ from __future__ import annotations
 import sys
 
 from calibrate.clock.roofline import RooflineCostModel
-from calibrate.fitting.fp8_gemm_file import HELD, MEASURED_ON, PRICED_KERNEL, write_fp8_gemm_file
 from calibrate.fitting.fp8_gemm_fit import Held, fit_fp8_gemms
 from calibrate.hardware.hardware import available_hardware, load_hardware
 from calibrate.hardware.precision import Precision
+from calibrate.judging.fp8_gemm_file import HELD, MEASURED_ON, PRICED_KERNEL, write_fp8_gemm_file
 from calibrate.judging.fp8_gemm_heldout import each_shape, largest_m
 from calibrate.parts.fp8_gemm import load_fp8_gemms
 from calibrate.tables.gemm_table import H100_FP8, kernel_rows, read_gemm_table
@@ -80,7 +80,7 @@ def main(argv: list[str]) -> int:
         write_fp8_gemm_file()
         load_fp8_gemms.cache_clear()
     hw, rows = load_hardware(MEASURED_ON), read_gemm_table(H100_FP8)
-    print(f"table: {H100_FP8} ({len(rows)} rows); judged on {hw.name}")
+    print(f"table: calibrate/gemm_tables/{H100_FP8.name} ({len(rows)} rows); judged on {hw.name}")
     priced = kernel_rows(rows, PRICED_KERNEL)
     report_kernel(f"{PRICED_KERNEL} (priced), shares held at the roofline's", priced, hw, HELD)
     report_kernel(f"{PRICED_KERNEL}, every share free", priced, hw, Held())

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import yaml
 
-from calibrate.fitting.fp8_gemm_file import HELD, PRICED_KERNEL, fp8_gemm_file
 from calibrate.fitting.fp8_gemm_fit import Held, fit_fp8_gemms
 from calibrate.hardware.hardware import load_hardware
+from calibrate.judging.fp8_gemm_file import HELD, PRICED_KERNEL, fp8_gemm_file
 from calibrate.judging.fp8_gemm_heldout import each_shape, largest_m
 from calibrate.parts.fp8_gemm import H100_FP8_FIT, Fp8GemmFit, load_fp8_gemms
 from calibrate.tables.gemm_table import GEMM_TABLES_DIR, H100_FP8, GemmRow, kernel_rows, read_gemm_table
