@@ -10,7 +10,8 @@ quantized"; the LM head is left unquantized unless a checkpoint asks otherwise).
 of int4/int8 weight-only formats (AWQ, GPTQ: one 16-bit scale per group of 128 weights) are not counted.
 
 The matmul rate: FP8 weights on a GPU whose spec sheet gives a dense FP8 tensor rate (`peak_flops_fp8`) run
-W8A8, activations quantized to FP8 too, at that rate; everything else runs at the sheet's 16-bit rate
+W8A8, activations quantized to FP8 too, at that rate (the roofline prices a dense model's GEMMs as measured FP8
+GEMMs reach it: calibrate/parts/fp8_decoder.py); everything else runs at the sheet's 16-bit rate
 (`peak_flops`): int8 and int4 weights are weight-only (dequantized to 16 bits before the multiply), and so are
 FP8 weights on a GPU without FP8 tensor cores (A100, A10, A40): vLLM's FP8 docs (docs.vllm.ai, features/
 quantization/fp8) give W8A8 on Ada, Hopper and Blackwell, and "weight-only W8A16, utilizing FP8 Marlin" on
