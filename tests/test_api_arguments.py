@@ -167,7 +167,7 @@ def test_run_refuses_an_out_dir_that_is_no_folder(here, no_work, out_dir, words)
 
 
 def test_run_jobs_zero_is_one_per_core_and_none_is_the_commands_folder(here, monkeypatch):
-    _work_stopped(monkeypatch, "sim.experiment.sweep", "sweep")
+    _work_stopped(monkeypatch, "sim.experiment.sweep", "sweep_rows")
     (_, out_dir, executor), _ = _reached_with(lambda: servesim.run("tiny.yaml", None, jobs=0))
     assert out_dir == Path("results") / "tiny" and executor.jobs == 2  # one per core, at most one per run
     assert not Path("results").exists()

@@ -53,9 +53,12 @@ def here(tmp_path, monkeypatch) -> Path:
     monkeypatch.chdir(tmp_path)
     write_api_folder(tmp_path)
     Path("folder").mkdir()
-    for module, name in [("sim.experiment.run", "run_one"), ("sim.experiment.sweep", "sweep"),
-                         ("sim.reproduce.runner", "reproduce"), ("fidelity.validate", "validate")]:
-        monkeypatch.setattr(importlib.import_module(module), name, _reached)  # sweep.py imports run_one first
+    work = [("sim.experiment.run", "run_one"), ("sim.experiment.sweep", "sweep_rows"),
+            ("sim.reproduce.runner", "reproduce"), ("fidelity.validate", "validate")]
+    for module, _ in work:  # imported before any is stopped: sweep.py binds run_one as it imports, and would keep
+        importlib.import_module(module)  # the stand-in past this test
+    for module, name in work:
+        monkeypatch.setattr(importlib.import_module(module), name, _reached)
     return tmp_path
 
 

@@ -43,6 +43,9 @@ SHIPPED = [
     "sim/workload/data/arxiv_summarization_llama2.csv",  # with Vidur's licence in its header
     "calibrate/network_tables/h100_dgx.send_recv.csv",  # kv_link: {kind: measured}
     "calibrate/network_tables/LICENSE.vidur",
+    "calibrate/gemm_tables/h100_fp8.fit.yaml",  # what prices W8A8 matmuls, and what it was fitted on
+    "calibrate/gemm_tables/h100_fp8.csv",
+    "calibrate/gemm_tables/LICENSE.vllm",
     # the real runs `servesim validate --run` takes by name, with their source and licence
     "fidelity/runs/data/vllm-0.19-llmservingsim/LICENSE",
     "fidelity/runs/data/vllm-0.19-llmservingsim/SOURCE.md",

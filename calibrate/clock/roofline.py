@@ -20,6 +20,10 @@ at achieved (not peak) FLOP/s and bandwidth:
   precision      the decoder matmuls' weight bytes at the weights' format, the LM head's 16-bit; every KV read,
                  write, copy and swap at the KV cache's; the matmuls at the sheet's FP8 rate for W8A8, else its
                  16-bit rate (calibrate/hardware/precision.py)
+  FP8 GEMMs      W8A8 weights of a dense model on the spec sheet: each layer's GEMMs as measured FP8 GEMMs price
+                 them (calibrate/parts/fp8_decoder.py), each with its latency and its input's quantization, and the
+                 LM head apart at 16 bits; a mixture of experts' FP8 matmuls stay on the sheet's FP8 rate (no
+                 measurement times its grouped expert GEMMs)
 The default efficiencies reproduce FasterTransformer's OPT-13B-class timings on one
 A100-40GB (decode 22 ms/token at batch 1, 512-token prefill 63 ms; kipply's table).
 
@@ -82,6 +86,8 @@ from calibrate.parts.attention_fit import AttentionFit, AttentionWork
 from calibrate.parts.attention_waves import DecodeGrid, WaveFit, wave_tokens
 from calibrate.parts.expert_dispatch import DispatchCost, dispatch_cost
 from calibrate.parts.expert_ops import expert_kernels
+from calibrate.parts.fp8_decoder import Fp8Decoder, prices_fp8_gemms
+from calibrate.parts.fp8_gemm import Fp8GemmProfile, load_fp8_gemms
 from calibrate.parts.host import host_parts, host_time
 from calibrate.parts.linear_model import LinearFit
 from calibrate.parts.mixed_text import describe as describe_mixed
@@ -149,14 +155,16 @@ class RooflineCostModel(CostModel):
                  block_size: int = 16, params: RooflineParams = RooflineParams(),
                  linear: LinearFit | None = None, all_reduce: AllReduceTable | None = None,
                  host: dict | None = None, paged: bool = True, attention: AttentionFit | None = None,
-                 precision: Precision | None = None, expert_parallel: ExpertParallel | None = None):
+                 precision: Precision | None = None, expert_parallel: ExpertParallel | None = None,
+                 fp8_gemms: Fp8GemmProfile | bool = True):
         """`all_reduce`: measured times by GPU count over the target's links (AllReduceTable.scaled);
         `host`: calibrate/parts/host.py's HOST_TERMS; `paged=False` prices decode attention as a dense kernel
         (FasterTransformer's): no per-block term; `attention`: decode and prefill attention as that fit prices
         them (the kernel it measured, paged or not as measured) instead of at params'; `precision`: the weights'
         and KV cache's formats (calibrate/hardware/precision.py), in place of `dtype_bytes` for every byte count;
         `expert_parallel`: a mixture served with expert parallelism over that group (vLLM's DP x TP), ignored by a
-        dense model."""
+        dense model; `fp8_gemms`: the measured FP8 GEMMs that price W8A8 decoder matmuls (True: the shipped H100
+        fit; False: none, every matmul on the sheet's rate as before they were measured)."""
         self.model, self.hw, self.tp, self.params = model, hw, tp, params
         self.expert_parallel = expert_parallel if model.is_moe else None
         self.attention = attention
@@ -167,6 +175,7 @@ class RooflineCostModel(CostModel):
         dtype_bytes = self.precision.activation_bytes
         self._paged, self._kv_bytes = paged, kv_bytes
         self.linear, self.host = linear, host
+        self.fp8_gemms = self._priced_fp8(fp8_gemms)
         self._charge_host = host is not None
         self.block_size = block_size
         kernel = f"block_read={params.block_read_overhead_tokens:g} tokens" if paged else "dense attention"
@@ -175,7 +184,7 @@ class RooflineCostModel(CostModel):
                        + (f", ridge_eff={params.ridge_efficiency}" if params.ridge_efficiency != 1 else "")
                        + f", {kernel if attention is None else 'attention measured' + waves_note(attention, hw)}"
                        + f", swap_latency_s={params.swap_copy_latency_s:g}"
-                       + "".join(f", {note}" for note in [self.precision.describe(hw)] if note)
+                       + "".join(f", {note}" for note in [self.precision.describe(hw, self._fp8_note())] if note)
                        + (f", {self.expert_parallel.describe()}" if self.expert_parallel is not None else "") + ")")
         flops = hw.peak_flops * params.compute_efficiency
         bandwidth = hw.hbm_bytes_per_s * params.bandwidth_efficiency
@@ -193,6 +202,8 @@ class RooflineCostModel(CostModel):
         # at one byte count for all, the sum of the two products is (linear + head) x bytes to the bit: both
         # byte counts are powers of two, and scaling by one is exact
         self._s_weights = (linear_params * weight_bytes + head_params * dtype_bytes) / matmul_bandwidth
+        self._s_head_weights = head_params * dtype_bytes / matmul_bandwidth  # read apart where FP8 GEMMs price
+        self._fp8 = None if self.fp8_gemms is None else Fp8Decoder.of(self.fp8_gemms.fit, model, hw, tp)
         self._s_per_expert_read = 0.0  # all layers' weights of one expert, for a mixture of experts
         self._s_per_expert_kernels = 0.0  # all layers' measured latencies of one expert run
         if model.is_moe:  # the weights read every iteration are those of attention, router and head alone
@@ -237,6 +248,16 @@ class RooflineCostModel(CostModel):
         latency = all_reduce.latency(ranks) if all_reduce is not None and all_reduce.covers(ranks) \
             else ALLREDUCE_LATENCY_S
         return dispatch_cost(self.model, group, dtype_bytes, self.hw.nvlink_bytes_per_s, latency)
+
+    def _priced_fp8(self, given: Fp8GemmProfile | bool) -> Fp8GemmProfile | None:
+        """The FP8 GEMMs that price this model's decoder matmuls: only W8A8 weights of a dense model on the spec
+        sheet's roofline (a measured linear part was measured at 16 bits)."""
+        if given is False or self.linear is not None or not prices_fp8_gemms(self.model, self.hw, self.precision):
+            return None
+        return load_fp8_gemms() if given is True else given
+
+    def _fp8_note(self) -> str | None:
+        return None if self.fp8_gemms is None else self.fp8_gemms.describe(self.hw)
 
     def _bind_fitted_attention(self, fit: AttentionFit, dtype_bytes: int) -> None:
         """All layers' seconds per unit of the fit's terms on this hardware: its shares of this sheet's peaks."""
@@ -345,7 +366,8 @@ class RooflineCostModel(CostModel):
             self.attention is not None, *self._fitted_terms, *self._wave_terms(),
             num_experts=self.model.num_experts, experts_per_token=self.model.experts_per_token,
             s_per_expert_read=self._s_per_expert_read, s_per_expert_kernels=self._s_per_expert_kernels,
-            mixed=self._mixed.terms() if self._mixed is not None else None, **self._expert_parallel_terms())
+            mixed=self._mixed.terms() if self._mixed is not None else None, **self._expert_parallel_terms(),
+            **self._fp8_terms())
 
     def _expert_parallel_terms(self) -> dict:
         """RooflineTerms' expert-parallel arguments: none without expert parallelism."""
@@ -356,6 +378,14 @@ class RooflineCostModel(CostModel):
         if dispatch is not None:
             terms.update(dispatch=True, s_per_token_dispatch=dispatch.per_token_s, s_dispatch_fixed=dispatch.fixed_s)
         return terms
+
+    def _fp8_terms(self) -> dict:
+        """RooflineTerms' FP8 GEMM arguments: none where the decoder's matmuls are not priced GEMM by GEMM."""
+        if self._fp8 is None:
+            return {}
+        return {"fp8_gemms": [gemm.as_tuple() for gemm in self._fp8.gemms], "fp8_layers": self._fp8.layers,
+                "fp8_latency": self._fp8.latency_s, "fp8_ridge_p": self._fp8.ridge_p,
+                "s_head_weights": self._s_head_weights}
 
     def _wave_terms(self) -> tuple:
         """RooflineTerms' decode-wave arguments: none where decode attention is not the waves'."""
@@ -417,13 +447,7 @@ class RooflineCostModel(CostModel):
         the one formula of this model, which iteration_time's and a stretch's fast copies (RooflineTerms) are
         checked against to the bit."""
         tokens = batch.num_tokens
-        logit_rows = batch.num_seqs
-        compute = tokens * self._s_per_token_linear + logit_rows * self._s_per_logit_row
-        weights = self.weights_time(tokens)
-        if self._ridge_p == math.inf:
-            matmuls = compute if compute > weights else weights
-        else:
-            matmuls = bent_roof(compute, weights, self._ridge_p)
+        matmuls = self.matmul_time(tokens, batch.num_seqs)
         if self.attention is not None:
             attention = self._fitted_attention(batch, sum_decode_context)
             if decode_blocks is not None:  # a paged kernel's overhead over the measured one (charge_block_reads)
@@ -453,16 +477,23 @@ class RooflineCostModel(CostModel):
         """The device seconds of an iteration that follow its token count, as _device_parts prices them: the linear
         layers (the LM head on logit_rows), the all-reduces and the measured per-token kernels. A CUDA graph's
         padding rows run through exactly these (calibrate/clock/engine_clock.py)."""
-        compute = tokens * self._s_per_token_linear + logit_rows * self._s_per_logit_row
-        weights = self.weights_time(tokens)
-        if self._ridge_p == math.inf:
-            matmuls = compute if compute > weights else weights
-        else:
-            matmuls = bent_roof(compute, weights, self._ridge_p)
-        time = matmuls + self._comm_time(tokens)
+        time = self.matmul_time(tokens, logit_rows) + self._comm_time(tokens)
         if self._dispatch is not None:
             time = time + self._dispatch.seconds(tokens)
         return time + self.kernels_time(tokens) if self.linear is not None else time
+
+    def matmul_time(self, tokens: int, logit_rows: int) -> float:
+        """The linear layers and the LM head (on logit_rows): under one roof from the params' or a measured linear
+        part's efficiencies; with FP8 GEMMs, the decoder's GEMM by GEMM (calibrate/parts/fp8_decoder.py) and the
+        16-bit head under its own roof."""
+        head = logit_rows * self._s_per_logit_row
+        if self._fp8 is not None:
+            return self._fp8.time(tokens) + bent_roof(head, self._s_head_weights, self._ridge_p)
+        compute = tokens * self._s_per_token_linear + head
+        weights = self.weights_time(tokens)
+        if self._ridge_p == math.inf:
+            return compute if compute > weights else weights
+        return bent_roof(compute, weights, self._ridge_p)
 
     def kernels_time(self, tokens: int) -> float:
         """Seconds of the measured kernels beyond the matmul term: latencies and elementwise bytes, a mixture of

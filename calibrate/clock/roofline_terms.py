@@ -85,7 +85,10 @@ class RooflineTerms:
                  wave_floors: Sequence[float] = (), s_per_head_token: float = 0.0, num_experts: int = 1,
                  experts_per_token: int = 1, s_per_expert_read: float = 0.0, s_per_expert_kernels: float = 0.0,
                  gathered_ranks: int = 1, expert_degree: int = 1, dispatch: bool = False,
-                 s_per_token_dispatch: float = 0.0, s_dispatch_fixed: float = 0.0, mixed: MixedTerms | None = None):
+                 s_per_token_dispatch: float = 0.0, s_dispatch_fixed: float = 0.0,
+                 fp8_gemms: Sequence[tuple[float, float, float, float]] = (), fp8_layers: int = 0,
+                 fp8_latency: float = 0.0, fp8_ridge_p: float = math.inf, s_head_weights: float = 0.0,
+                 mixed: MixedTerms | None = None):
         """The tensor-parallel all-reduces: comm_time(tokens), their measured seconds; else (None) the ring
         formula's tokens * s_per_token_comm + s_comm_fixed (0 on one GPU). `fitted`: attention as a measured
         fit prices it (calibrate/parts/attention_fit.py): the decodes' context at s_per_context_token plus
@@ -99,8 +102,12 @@ class RooflineTerms:
         (calibrate/parts/expert_ops.py). Under expert parallelism (calibrate/work/expert_parallel.py) those experts
         are this GPU's own of the gathered_ranks ranks' tokens, 1 / expert_degree of the group's; `dispatch`: the
         ranks' all-gather and reduce-scatter, tokens * s_per_token_dispatch + s_dispatch_fixed
-        (calibrate/parts/expert_dispatch.py). `mixed`: a mixed step's decodes as their one launch prices them, in
-        place of their decode part (calibrate/parts/attention_mixed.py)."""
+        (calibrate/parts/expert_dispatch.py).
+        `fp8_layers` > 0: the decoder's W8A8 matmuls GEMM by GEMM as
+        calibrate/parts/fp8_decoder.Fp8Decoder.time prices them (each of `fp8_gemms` its compute per token, weight
+        read, bytes per token and quantization per token; fp8_latency and fp8_ridge_p shared), and the LM head apart
+        under the 16-bit roof (s_per_logit_row, s_head_weights, ridge_p). `mixed`: a mixed step's decodes as
+        their one launch prices them, in place of their decode part (calibrate/parts/attention_mixed.py)."""
         self.s_per_token_linear = s_per_token_linear
         self.s_per_logit_row = s_per_logit_row
         self.s_weights = s_weights
@@ -147,6 +154,11 @@ class RooflineTerms:
         self.dispatch = dispatch
         self.s_per_token_dispatch = s_per_token_dispatch
         self.s_dispatch_fixed = s_dispatch_fixed
+        self.fp8_gemms = list(fp8_gemms)
+        self.fp8_layers = fp8_layers
+        self.fp8_latency = fp8_latency
+        self.fp8_ridge_p = fp8_ridge_p
+        self.s_head_weights = s_head_weights
         self.mixed = mixed
 
     def expected_experts(self, tokens: int) -> float:
@@ -170,6 +182,8 @@ class RooflineTerms:
     def matmul_time(self, tokens: int, num_seqs: int) -> float:
         """The linear layers and the LM head: their compute and their weights' reads under one bent roof
         (bent_roof, as _time computes it; the hard max at p = inf, both taking the larger then)."""
+        if self.fp8_layers:
+            return self.fp8_matmul_time(tokens, num_seqs)
         compute = tokens * self.s_per_token_linear + num_seqs * self.s_per_logit_row
         weights = self.s_weights
         if self.num_experts > 1:
@@ -180,6 +194,16 @@ class RooflineTerms:
             big, small = weights, compute
         p = self.ridge_p
         return big if p == math.inf or small <= 0.0 else big * (1.0 + (small / big) ** p) ** (1.0 / p)
+
+    def fp8_matmul_time(self, tokens: int, num_seqs: int) -> float:
+        """The decoder's FP8 GEMMs and the 16-bit LM head (RooflineCostModel.matmul_time's float with FP8 GEMMs)."""
+        head = num_seqs * self.s_per_logit_row
+        layer = 0.0
+        for per_token_compute, weights, per_token_bytes, per_token_quant in self.fp8_gemms:
+            compute = tokens * per_token_compute
+            memory = weights + tokens * per_token_bytes
+            layer = layer + (self.fp8_latency + bent(compute, memory, self.fp8_ridge_p)) + tokens * per_token_quant
+        return self.fp8_layers * layer + bent(head, self.s_head_weights, self.ridge_p)
 
     def iteration_time(self, batch: ShapeMetrics, num_copy_blocks: int, block_size: int) -> float:
         """One iteration's seconds (RooflineCostModel.reference_iteration_time's float); num_copy_blocks: the
@@ -338,6 +362,15 @@ class RooflineTerms:
                 t += host
             times.append(t)
         return times
+
+
+def bent(compute: float, memory: float, p: float) -> float:
+    """calibrate.maths.ridge.bent_roof on floats, step for step."""
+    if compute > memory:
+        big, small = compute, memory
+    else:
+        big, small = memory, compute
+    return big if p == math.inf or small <= 0.0 else big * (1.0 + (small / big) ** p) ** (1.0 / p)
 
 
 def wave_tokens_float(mean_context: float, blocks_per_split: int, tile: int, splits: int, tiles_per_split: int,

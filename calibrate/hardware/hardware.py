@@ -29,8 +29,8 @@ class HardwareSpec:
     # streaming multiprocessors (the datasheet's or the architecture whitepaper's count): a kernel's thread
     # blocks run on them in waves (calibrate/parts/attention_waves.py); None where no source gives it
     sm_count: int | None = None
-    # dense FP8 tensor-core FLOP/s (no sparsity) where the datasheet gives one: FP8 weights run W8A8 at it
-    # (calibrate/hardware/precision.py); None on a part without FP8 tensor cores
+    # dense FP8 tensor-core FLOP/s (no sparsity) where the datasheet gives one: FP8 weights run W8A8 at it, measured
+    # FP8 GEMMs at their share of it (calibrate/hardware/precision.py); None on a part without FP8 tensor cores
     peak_flops_fp8: float | None = None
     # the node's network link per GPU, one direction, where the system's datasheet gives one NIC per GPU (DGX
     # A100: ConnectX-6 HDR 200 Gb/s; DGX H100/H200: ConnectX-7 NDR 400 Gb/s): a request's KV crosses it between

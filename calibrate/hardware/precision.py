@@ -10,7 +10,8 @@ quantized"; the LM head is left unquantized unless a checkpoint asks otherwise).
 of int4/int8 weight-only formats (AWQ, GPTQ: one 16-bit scale per group of 128 weights) are not counted.
 
 The matmul rate: FP8 weights on a GPU whose spec sheet gives a dense FP8 tensor rate (`peak_flops_fp8`) run
-W8A8, activations quantized to FP8 too, at that rate; everything else runs at the sheet's 16-bit rate
+W8A8, activations quantized to FP8 too, at that rate (the roofline prices a dense model's GEMMs as measured FP8
+GEMMs reach it: calibrate/parts/fp8_decoder.py); everything else runs at the sheet's 16-bit rate
 (`peak_flops`): int8 and int4 weights are weight-only (dequantized to 16 bits before the multiply), and so are
 FP8 weights on a GPU without FP8 tensor cores (A100, A10, A40): vLLM's FP8 docs (docs.vllm.ai, features/
 quantization/fp8) give W8A8 on Ada, Hopper and Blackwell, and "weight-only W8A16, utilizing FP8 Marlin" on
@@ -103,12 +104,15 @@ class Precision:
         quantized = self.quantized_params(model)
         return math.ceil(quantized * self.weight_bytes) + (model.num_params() - quantized) * self.activation_bytes
 
-    def describe(self, hw: HardwareSpec) -> str:
-        """For a cost model's source: the formats, and the rate the matmuls run at on `hw`; nothing for the
-        defaults (fp16 and fp16, or the legacy dtype_bytes), whose sources stay as they were."""
+    def describe(self, hw: HardwareSpec, gemms: str | None = None) -> str:
+        """For a cost model's source: the formats, and how the matmuls are priced on `hw` (`gemms`: the measured
+        FP8 GEMMs' note, else the sheet's rate); nothing for the defaults (fp16 and fp16, or the legacy
+        dtype_bytes), whose sources stay as they were."""
         if self.dtype_bytes is not None or (self.weights, self.kv_cache) == ("fp16", "fp16"):
             return ""
-        rate = f" W8A8 at {hw.peak_flops_fp8 / 1e12:g} TFLOP/s" if self.runs_w8a8(hw) else ""
+        rate = ""
+        if self.runs_w8a8(hw):
+            rate = f" W8A8: {gemms}" if gemms else f" W8A8 at {hw.peak_flops_fp8 / 1e12:g} TFLOP/s"
         return f"weights={self.weights}{rate}, kv_cache={self.kv_cache}"
 
 

@@ -14,17 +14,15 @@ no engine settings at all). From the run:
   experiment's memory rule (docs/config.md, kv_cache_gib: null).
 - the system: vLLM V1's scheduler (the vllm-v1 preset) with the run's block size, max_num_seqs,
   max_num_batched_tokens, prefix caching and asynchronous scheduling.
-- the clock: the GPU's own measured device clock where servesim ships one, else the A100's carried
-  (calibrate/cost_models/default_clock.py), with vLLM 0.19's engine model (host: vllm-0.19), unless the config
-  names another.
+- the clock: servesim's default (sim/experiment/config.default_cost_model: the GPU's own measured device clock where
+  servesim ships one, else the A100's carried, with vLLM 0.19's engine model), unless the config names another.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from calibrate.cost_models.default_clock import default_device_profile
-from calibrate.hardware.hardware import GIB, load_hardware
+from calibrate.hardware.hardware import GIB
 from calibrate.hardware.precision import precision_from_config
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
@@ -41,7 +39,6 @@ from sim.workload.paths import resolve_data_path
 # default)
 V1_BLOCK_SIZE = 16
 V1_PREFIX_CACHING = True
-ENGINE_MODEL = "vllm-0.19"  # vLLM 0.19's V1 engine (calibrate/host_models/vllm-0.19.yaml)
 V1_SYSTEM_NAME = "vLLM V1"
 DATA_PARALLEL_ROUTER = "least_outstanding"
 # An Experiment has a workload; a replay's requests are the run's own, so this one is never drawn (a config's
@@ -111,9 +108,7 @@ def _from_run(run: RealRun) -> tuple[dict, dict[str, str], dict[str, str]]:
             missing[key] = why
         else:
             raw[key], origins[key] = name, why
-    if "hardware" in raw:
-        raw["cost_model"] = default_cost_model(raw["hardware"])
-        origins["cost_model"] = "servesim's default for a vLLM 0.19 run: its GPU's device clock, vLLM 0.19's engine"
+    origins["cost_model"] = "servesim's default: the GPU's device clock and vLLM 0.19's engine model"
     if s.tensor_parallel is not None:
         raw["tensor_parallel"], origins["tensor_parallel"] = s.tensor_parallel, "the run"
     if s.max_model_len is not None:
@@ -125,13 +120,6 @@ def _from_run(run: RealRun) -> tuple[dict, dict[str, str], dict[str, str]]:
     if precision is not None:
         raw["precision"], origins["precision"] = precision, f"dtype {s.dtype} (the run)"
     return raw, origins, missing
-
-
-def default_cost_model(hardware: str) -> dict:
-    """The GPU's own measured device clock where servesim ships one (else the A100's carried), and vLLM 0.19's
-    engine model (calibrate/cost_models/default_clock.py)."""
-    profile = default_device_profile(load_hardware(hardware))
-    return {"kind": "transfer", "path": str(profile), "host": ENGINE_MODEL}
 
 
 def _precision(dtype: str | None) -> dict | None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from calibrate.clock.costmodel import CostModel
 from calibrate.clock.roofline import RooflineParams
+from calibrate.cost_models.default_clock import default_device_profile
 from calibrate.cost_models.registry import KINDS, PROFILE_KINDS, Clock, CostModelConfig, build_cost_model
 from calibrate.hardware.hardware import HardwareSpec, available_hardware, load_hardware
 from calibrate.hardware.precision import Precision, precision_from_config
@@ -29,6 +30,8 @@ from sim.workload.config import WorkloadConfig, recorded, replayed
 from sim.workload.lengths import data_path, load_lengths, longest_prefix
 from sim.workload.paths import resolve_data_path
 
+# the engine a config that names no cost model is priced as: vLLM 0.19's V1 engine (calibrate/host_models/)
+DEFAULT_ENGINE = "vllm-0.19"
 TOP_LEVEL_KEYS = {
     "name": "label for outputs",
     "model": "a shipped model's name (engine/specs/models) or a path",
@@ -160,6 +163,17 @@ def apply_overrides(raw: dict, overrides: list[str], source: str) -> dict:
     return raw
 
 
+def default_cost_model(hardware: HardwareSpec, precision: Precision) -> CostModelConfig:
+    """What prices a config that names no cost model: the GPU's device clock (its own measured profile where servesim
+    ships one, else the A100's carried: calibrate/cost_models/default_clock.py; the roofline for weights or a KV cache
+    below 16 bits, which no profile measured) and vLLM 0.19's engine model (DEFAULT_ENGINE), the engine users run
+    today."""
+    engine = host_model_path(DEFAULT_ENGINE)
+    if not precision.is_sixteen_bit:
+        return CostModelConfig("roofline", host=engine)
+    return CostModelConfig("transfer", default_device_profile(hardware), host=engine)
+
+
 def _cost_model(raw: Any, source: str, base_dir: Path) -> CostModelConfig:
     if raw is None or raw == "roofline":
         return CostModelConfig("roofline")
@@ -285,16 +299,18 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
         if key not in raw:
             raise SpecError(source, key, f"missing required key ({TOP_LEVEL_KEYS[key]})")
     hardware = _lookup(load_hardware, raw["hardware"], source, "hardware", base_dir)
+    precision = _precision(raw, source)
     exp = Experiment(
         name=_name(raw.get("name", Path(source).stem), source),
         source=source,
         model=_served_model(raw, source, base_dir),
         hardware=hardware,
         tensor_parallel=positive_int(raw.get("tensor_parallel", 1), source, "tensor_parallel"),
-        precision=_precision(raw, source),
+        precision=precision,
         kv_cache_gib=optional(positive, raw.get("kv_cache_gib"), source, "kv_cache_gib"),
         swap_space_gib=non_negative(raw.get("swap_space_gib", 20), source, "swap_space_gib"),
-        cost_model=_cost_model(raw.get("cost_model"), source, base_dir),
+        cost_model=(_cost_model(raw["cost_model"], source, base_dir) if raw.get("cost_model") is not None
+                    else default_cost_model(hardware, precision)),
         workload=WorkloadConfig.from_dict(raw["workload"], source, base_dir),
         systems=_systems(raw.get("systems"), source, hardware),
         rates=_list_of(raw["rates"], source, "rates", positive),

@@ -15,6 +15,8 @@ import yaml
 
 from calibrate.cost_models.registry import PROFILE_KINDS, profile_host_model
 from calibrate.hardware.hardware import HardwareSpec
+from calibrate.parts.fp8_decoder import prices_fp8_gemms
+from calibrate.parts.fp8_gemm import H100_FP8_FIT
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
 from sim.experiment.config import Experiment
@@ -45,6 +47,8 @@ def data_files(exp: Experiment) -> dict[str, Path]:
         files["workload.dataset"] = Path(workload.dataset)
     if exp.cost_model.profile_path is not None:
         files["cost_model.path"] = Path(exp.cost_model.profile_path)
+    if exp.cost_model.kind == "roofline" and prices_fp8_gemms(exp.model, exp.hardware, exp.precision):
+        files["precision.weights"] = H100_FP8_FIT  # the measured FP8 GEMMs its W8A8 matmuls are priced by
     if exp.cost_model.host is not None:
         files["cost_model.host"] = Path(exp.cost_model.host)
     elif exp.cost_model.kind in PROFILE_KINDS and exp.cost_model.profile_path is not None:

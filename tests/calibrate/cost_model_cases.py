@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 from calibrate.clock.roofline import RooflineCostModel, RooflineParams
 from calibrate.cost_models.profile_model import ProfileCostModel, transferred_roofline
 from calibrate.hardware.hardware import load_hardware
+from calibrate.hardware.precision import Precision
 from calibrate.parts.attention_fit import AttentionFit
 from calibrate.parts.attention_mixed import MixedFit
 from calibrate.parts.attention_waves import WaveFit
+from calibrate.parts.fp8_gemm import load_fp8_gemms
 from calibrate.work.expert_parallel import ExpertParallel
 from engine.core.batch import Batch
 from engine.specs.loader import load_model_spec
@@ -23,6 +25,7 @@ PROFILES = Path(__file__).resolve().parents[2] / "calibrate" / "profiles"
 OPT13B, A100 = load_model_spec("opt-13b"), load_hardware("a100-40gb")
 LLAMA7B, A100_80 = load_model_spec("llama-7b"), load_hardware("a100-80gb")
 MIXTRAL, H100 = load_model_spec("mixtral-8x7b"), load_hardware("h100-sxm")
+FP8 = Precision("fp8", "fp8")
 
 MEASURED = AttentionFit(15e-6, 0.75, 12e-6, 0.45, 0.4, 0.1)
 # decode in waves: the A100 fit's geometry, and one block per SM with floors past the slots
@@ -88,6 +91,11 @@ ROOFLINES = {  # every switch of the inlined expression: ridge bend, overhead, r
         PROFILES / "rtx-pro-6000-server.yaml", None, load_model_spec("qwen3-32b"), PRO, 2, 2, 16),
     "transferred h200 profile (host work)": transferred_roofline(PROFILES / "h200-opt-13b.yaml", None, OPT13B, A100,
                                                                  1, 2, 16),
+    # W8A8 priced by the measured FP8 GEMMs: bent, and a hard max with a bent 16-bit head; over the ring all-reduce
+    "roofline, FP8 GEMMs measured, tp 2": RooflineCostModel(LLAMA7B, H100, tp=2, precision=FP8),
+    "roofline bent, FP8 GEMMs at a hard max, fp8 kv cache": RooflineCostModel(
+        LLAMA7B, H100, params=RooflineParams(ridge_efficiency=0.8, overhead_s=0.0007), precision=FP8,
+        fp8_gemms=replace(load_fp8_gemms(), fit=replace(load_fp8_gemms().fit, ridge_efficiency=1.0))),
 }
 PROFILE_MODELS = {
     "h200 profile (host work, serving factor)": ProfileCostModel.from_profile(PROFILES / "h200-opt-13b.yaml"),

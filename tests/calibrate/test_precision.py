@@ -105,14 +105,15 @@ def test_a_mixtures_experts_are_read_at_the_weight_format_too(tokens):
 
 @pytest.mark.parametrize("hw, rate", [(H100, H100.peak_flops_fp8), (A100, A100.peak_flops)])
 def test_fp8_weights_compute_w8a8_where_the_sheet_has_an_fp8_rate_else_at_the_16_bit_rate(hw, rate):
+    """On the sheet's rate: without the measured FP8 GEMMs (tests/calibrate/test_fp8_pricing.py prices with them)."""
     batch = prefill([4096, 4096])  # compute-bound: 8192 tokens are past every sheet's ridge
     tokens, layers = 8192, LLAMA3.num_layers * LLAMA3.layer_active_linear_params()
     head = LLAMA3.vocab_size * LLAMA3.hidden_size
     eff = PARAMS.compute_efficiency
     hand = tokens * 2 * layers / (rate * eff) + 2 * 2 * head / (hw.peak_flops * eff)  # the head stays 16-bit
-    linear = roofline(hw, weights="fp8").breakdown(batch).device["linear"]
-    assert linear == pytest.approx(hand, rel=1e-12)
-    assert ("W8A8" in roofline(hw, weights="fp8").source) == (hw is H100)
+    sheet = RooflineCostModel(LLAMA3, hw, precision=Precision(weights="fp8"), fp8_gemms=False)
+    assert sheet.breakdown(batch).device["linear"] == pytest.approx(hand, rel=1e-12)
+    assert ("W8A8" in sheet.source) == (hw is H100)
 
 
 def test_int8_weights_are_weight_only_at_the_16_bit_rate_even_on_an_h100():

@@ -92,8 +92,10 @@ def test_a_gpu_llmservingsim_names_maps_to_the_sheet_of_that_name_where_one_is_s
     (run_dir / "config.json").write_text(json.dumps({"nodes": [{"instances": [{"hardware": "RTXPRO6000"}]}]}))
     run = read_run(run_dir)
     assert run.settings.gpu_name == "RTXPRO6000" and "LLMServingSim's name" in run.settings.gpu_name_from
-    with pytest.raises(SpecError, match="servesim's 'rtx-pro-6000-server', whose sheet this version does not ship"):
-        replay_setup(run)
+    # the Server Edition (its runs' 1,597 GB/s), priced by its own measured device clock
+    setup = replay_setup(run)
+    assert setup.experiment.hardware.name == "rtx-pro-6000-server"
+    assert setup.experiment.cost_model.profile_path.name == "rtx-pro-6000-server.yaml"
     (run_dir / "config.json").write_text(json.dumps({"nodes": [{"instances": [{"hardware": "H100"}]}]}))
     assert replay_setup(read_run(run_dir)).experiment.hardware.name == "h100-sxm"
 

@@ -16,6 +16,7 @@ systems: [fastertransformer, orca-max, orca-pow2, orca-oracle, vllm]
 rates: [0.5]
 seeds: [0]
 warmup_s: 20
+cost_model: roofline
 """
 
 

@@ -80,7 +80,7 @@ def test_a_system_built_in_code_is_held_to_the_fields_it_changed():
 
 def test_every_key_is_read_by_some_system():
     """A field no system reads would be refused everywhere: each is taken by at least one kind and policy."""
-    systems = [SystemSpec("v", "vllm", prefill_policy=p) for p in ("mixed", "separate", "chunked")]
+    systems = [SystemSpec("v", "vllm", prefill_policy=p) for p in ("mixed", "separate", "chunked", "v1")]
     systems += [SystemSpec("o", "orca"), SystemSpec("f", "fastertransformer")]
     for field in fields(SystemSpec):
         assert any(s.unused_reason(field.name) is None for s in systems), field.name

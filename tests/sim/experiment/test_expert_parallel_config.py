@@ -24,6 +24,7 @@ workload: {dataset: sharegpt-standin, arrival: poisson, duration_s: 10}
 systems: [{preset: vllm, name: vllm, max_num_batched_tokens: null}]
 rates: [2.0]
 warmup_s: 0
+cost_model: roofline
 """
 
 

@@ -25,9 +25,12 @@ def test_rotary_settings_leave_the_digest_and_a_priced_field_moves_it(write_conf
 
 
 def test_the_fig11_standin_is_fingerprinted_by_the_real_pairs_it_scales(write_config):
-    standin = load_experiment(write_config(tiny(workload="{dataset: sharegpt-fig11-standin, duration_s: 30}")))
+    standin = load_experiment(write_config(tiny(workload="{dataset: sharegpt-fig11-standin, duration_s: 30}",
+                                                cost_model="roofline")))
     assert data_files(standin) == {"workload.dataset": SHAREGPT_CSV}
-    assert data_files(load_experiment(write_config(tiny()))) == {}  # a lognormal stand-in reads no file
+    # a lognormal stand-in reads no file; the default clock reads its profile and engine model
+    assert data_files(load_experiment(write_config(tiny(cost_model="roofline")))) == {}
+    assert set(data_files(load_experiment(write_config(tiny())))) == {"cost_model.path", "cost_model.host"}
 
 
 def test_a_head_dim_of_its_own_moves_the_digest_and_the_implied_one_is_not_in_it(write_config):

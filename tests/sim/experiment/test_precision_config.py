@@ -8,11 +8,12 @@ import pytest
 from calibrate.cost_models.registry import Clock, CostModelConfig, build_cost_model
 from calibrate.hardware.hardware import load_hardware
 from calibrate.hardware.precision import Precision
+from calibrate.parts.fp8_gemm import H100_FP8_FIT
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 from servesim.cli import main
 from sim.experiment.config import load_experiment
-from sim.experiment.fingerprint import config_digest, spec_values
+from sim.experiment.fingerprint import config_digest, data_files, spec_values
 from tests.helpers.configs import tiny
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -68,6 +69,15 @@ def test_a_config_without_precision_fingerprints_without_the_fp8_rate():
     system = plain.systems[0]
     digests = {config_digest(exp, system, 2.0, 0, {"specs": spec_values(exp)}) for exp in (plain, fp8)}
     assert len(digests) == 2
+
+
+def test_only_a_roofline_pricing_w8a8_reads_the_measured_fp8_gemms():
+    """Its fit file is in the fingerprint of the runs it prices, so that a refit reruns them, and of no other."""
+    fp8 = load_experiment(CAPACITY, [*ON_ROOFLINE, "precision.weights=fp8"])
+    assert data_files(fp8)["precision.weights"] == H100_FP8_FIT
+    for overrides in (ON_ROOFLINE, ["cost_model=roofline", "hardware=a100-80gb", "precision.weights=fp8"],
+                      [*ON_ROOFLINE, "precision.weights=int8"]):
+        assert "precision.weights" not in data_files(load_experiment(CAPACITY, overrides))
 
 
 def test_servesim_run_with_precision_writes_records_unlike_fp16(write_config, tmp_path):

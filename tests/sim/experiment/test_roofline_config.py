@@ -11,7 +11,7 @@ def test_fastertransformer_runs_dense_attention_in_the_simulator(tmp_path):
     path = tmp_path / "exp.yaml"
     path.write_text("model: opt-13b\nhardware: a100-40gb\nkv_cache_gib: 12\n"
                     "workload: {dataset: sharegpt-standin, arrival: poisson, duration_s: 120}\n"
-                    "systems: [fastertransformer, orca-oracle, vllm]\nrates: [1.0]\n")
+                    "systems: [fastertransformer, orca-oracle, vllm]\nrates: [1.0]\ncost_model: roofline\n")
     exp = load_experiment(path)
     decodes = Batch(decode_seq_ids=list(range(8)), decode_context_lens=[512] * 8)
     times = {s.name: make_cost_model(exp, s).iteration_time(decodes) for s in exp.systems}
