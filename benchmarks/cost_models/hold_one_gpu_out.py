@@ -20,11 +20,13 @@ import os
 from pathlib import Path
 
 from calibrate.cost_models.carry_file import CARRY_FILE, carry_dict, dump_carry, load_carry
+from calibrate.fitting.op_fit import today_roofline
 from calibrate.fitting.profile_file import load_profile
 from calibrate.judging.bundle_import import PERF
 from calibrate.judging.carry_rule import ROOFLINE, HeldOutScore, beats, choose
-from calibrate.judging.gpu_holdout import EVERY_OTHER, carries, hold_each_out, shipped_fit
+from calibrate.judging.gpu_holdout import EVERY_OTHER, carries, hold_each_out, regime_scores, shipped_fit
 from calibrate.judging.gpu_rows import bundle_gpu, table_gpu
+from calibrate.judging.transfer_two_gpus import iterations
 from calibrate.parts.transfer import FINE_REGIMES, LATENCY_BAND, RIDGE_BAND, ridge_tokens
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +74,8 @@ def ridge_lines(gpus) -> None:
 
 
 def held_out_table(scores: list[HeldOutScore]) -> None:
-    """Per held-out GPU and regime, every carry beside the roofline on the same rows; * beats it, mean and worst."""
+    """Per held-out GPU and regime, every carry beside the roofline on the same rows, and whether it beat it (a lower
+    mean, a worst no higher)."""
     roof = {(s.held_out, s.regime): s for s in scores if s.carry == ROOFLINE}
     print("| held out | regime | rows | carry | mean | p95 | worst | roofline mean | p95 | worst | beats it |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -119,6 +122,19 @@ def target_lines(scores: list[HeldOutScore], verdicts) -> None:
                                 f"missed, worse than the roofline on {'; '.join(worse)}"))
 
 
+def in_sample_lines(gpus, fits, verdicts, offered) -> None:
+    """A chosen carry on the GPUs it was fitted on, which judge nothing (in sample): its error beside the roofline's."""
+    for regime, v in verdicts.items():
+        carry = next((c for c in offered if c.name == v.carry), None)
+        for gpu in [g for g in gpus if carry is not None and g.hw.name in carry.gpus]:
+            ours = regime_scores(iterations(shipped_fit(carry, fits), gpu), gpu.hw.name, carry.name)
+            roof = regime_scores(iterations(today_roofline(), gpu), gpu.hw.name, ROOFLINE)
+            for s, r in zip(ours, roof):
+                if s.regime == regime:
+                    print(f"- {regime}: {carry.name}'s fit on {gpu.hw.name} itself, in sample (not a judgement): "
+                          f"mean {s.mean:.1%}, worst {s.worst:.1%}; the roofline {r.mean:.1%}, {r.worst:.1%}")
+
+
 def compare_shipped(fresh: dict) -> None:
     """Whether the shipped file is this run's (its date aside): the choice, the chosen fits, the table."""
     if not CARRY_FILE.is_file():
@@ -128,6 +144,21 @@ def compare_shipped(fresh: dict) -> None:
     differ = [key for key in ("choice", "fits", "held_out", "gpus", "rule") if shipped[key] != fresh[key]]
     print(f"shipped {CARRY_FILE.relative_to(ROOT)} = fresh: "
           + ("yes" if not differ else f"NO, {', '.join(differ)} differ: rerun with --write"))
+
+
+def report(gpus, offered, scores, verdicts, fits) -> None:
+    ridge_lines(gpus)
+    print("\nEach GPU held out, per regime, per iteration (the carries: each GPU's own fit, "
+          f"{' + '.join(JOINTS[0])} together, and {EVERY_OTHER} together):")
+    held_out_table(scores)
+    print("\nEach carry on the GPUs held out from it:")
+    carry_table(scores, [carry.name for carry in offered])
+    print(f"\nThe choice for a GPU nobody measured. {RULE}")
+    for regime, v in verdicts.items():
+        print(f"- {regime}: {v.carry} ({v.reason})")
+    print("\nTarget: no regime priced worse than by the roofline on any held-out GPU, mean or worst:")
+    target_lines(scores, verdicts)
+    in_sample_lines(gpus, fits, verdicts, offered)
 
 
 def main() -> None:
@@ -141,17 +172,7 @@ def main() -> None:
     offered = carries([gpu.hw.name for gpu in gpus], JOINTS)
     scores, fits = hold_each_out(gpus, offered)
     verdicts = choose(scores)
-    ridge_lines(gpus)
-    print("\nEach GPU held out, per regime, per iteration (* carries: each GPU's own fit, "
-          f"{' + '.join(JOINTS[0])} together, and {EVERY_OTHER} together):")
-    held_out_table(scores)
-    print("\nEach carry on the GPUs held out from it:")
-    carry_table(scores, [carry.name for carry in offered])
-    print(f"\nThe choice for a GPU nobody measured. {RULE}")
-    for regime, v in verdicts.items():
-        print(f"- {regime}: {v.carry} ({v.reason})")
-    print("\nTarget: no regime priced worse than by the roofline on any held-out GPU, mean or worst:")
-    target_lines(scores, verdicts)
+    report(gpus, offered, scores, verdicts, fits)
     chosen = {v.carry: shipped_fit(c, fits) for v in verdicts.values() for c in offered if c.name == v.carry}
     fresh = carry_dict(verdicts, chosen, scores, described, RULE, COMMAND, dt.date.today().isoformat(), PROVENANCE)
     compare_shipped(fresh)
