@@ -35,6 +35,7 @@ SHIPPED = [
     "calibrate/profiles/LICENSE.vidur",  # the licence of the measurements that profile is derived from
     "calibrate/profiles/rtx-pro-6000-server.yaml",  # from LLMServingSim's bundles
     "calibrate/profiles/LICENSE.llmservingsim",
+    "calibrate/profiles/carry/held-out-gpus.yaml",  # what prices a GPU nobody measured, by regime
     "calibrate/host_models/vllm-a100-2024-05.yaml",  # cost_model.host's shipped names
     "calibrate/host_models/servesim-cpu-engine.yaml",
     "sim/workload/data/sharegpt_opt.csv",

@@ -1,6 +1,7 @@
 """The transfer judged holding one GPU out, both ways round: a fit on Vidur's A100 tables alone predicts the H100
 tables, a fit on the H100 tables alone predicts the A100's; per regime of the target's own ridge, beside the
-spec-sheet roofline (RooflineParams() defaults: what a GPU nobody measured gets without a profile).
+spec-sheet roofline (RooflineParams() defaults: what a GPU nobody measured gets without a profile). What a GPU
+nobody measured gets is chosen with every measured GPU held out in turn (hold_one_gpu_out.py), not by this pair.
 
     python benchmarks/cost_models/transfer_two_gpus.py [TABLES]   # default ../shared/reference/gpu-measurements
 
@@ -123,7 +124,9 @@ def main() -> None:
     op_table(holdouts)
     print("\nParameters fitted on each GPU alone and on both:")
     parameter_table(a, b, holdouts)
-    print("\ndefault on a GPU neither measured: " + two_gpu_choice(judgement(holdouts)).describe())
+    print("\non these two GPUs alone: " + two_gpu_choice(judgement(holdouts)).describe())
+    print("(the default on a GPU neither measured is chosen with every measured GPU held out in turn: "
+          "benchmarks/cost_models/hold_one_gpu_out.py)")
 
 
 if __name__ == "__main__":

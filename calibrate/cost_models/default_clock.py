@@ -3,7 +3,9 @@ whole A100 clock carried to it.
 
 A shipped profile imported from public per-operation measurements (calibrate/profiles/: a linear part and measured
 attention) prices the GPU it was measured on as measured. Any other GPU gets `a100-80gb.yaml`, the A100's clock
-carried through the two spec sheets by regime (docs/transfer.md).
+carried to its spec sheet: the attention by its shares, the linear part by regime as every measured GPU held out in
+turn chose (calibrate/profiles/carry/held-out-gpus.yaml, read by calibrate/cost_models/transfer_cost.by_regime;
+docs/transfer.md).
 """
 from __future__ import annotations
 

@@ -273,10 +273,10 @@ def _two_gpu_roofline(profile: Profile, path: str | Path, model: ModelSpec, hard
                       dtype_bytes: int, block_size: int, paged: bool, host: dict | None,
                       expert_parallel: ExpertParallel | None = None):
     """A profile fitted on two GPUs (calibrate/cost_models/transfer_joint.py): on either of them its own fit in every
-    regime; elsewhere the fit on both, by the regimes its stored held-out judgement chose. `host` as
-    transferred_roofline's."""
+    regime; elsewhere by regime as the shipped choice of carry chose (calibrate/cost_models/transfer_cost.by_regime).
+    `host` as transferred_roofline's."""
     from calibrate.cost_models.transfer_cost import by_regime
-    from calibrate.cost_models.transfer_joint import fit_for, stored_choice
+    from calibrate.cost_models.transfer_joint import fit_for
 
     all_reduce_on, fit, own = fit_for(profile, str(path), hardware)
     cost = _measured_linear_roofline(profile, Path(path).name, all_reduce_on, model, hardware, tp, dtype_bytes,
@@ -284,10 +284,11 @@ def _two_gpu_roofline(profile: Profile, path: str | Path, model: ModelSpec, hard
     if own is not None:
         cost.source += f"; {own}'s own fit of the two, in every regime: measured on this chip"
         return cost
-    cost.source = cost.source.replace("with the linear part measured in", "with the linear part fitted on "
-                                      f"{' and '.join(profile.linear['gpus'])} in")  # type: ignore[index]
-    return by_regime(cost, path, all_reduce_on, model, hardware, tp, dtype_bytes, block_size, paged,
-                     profile.host if host is None else host, choice=stored_choice(profile))
+    carried = by_regime(cost, path, all_reduce_on, model, hardware, tp, dtype_bytes, block_size, paged,
+                        profile.host if host is None else host)
+    gpus = " and ".join(profile.linear["gpus"])  # type: ignore[index]
+    carried.source = carried.source.replace(f"was measured on {all_reduce_on.name}", f"was measured on {gpus}", 1)
+    return carried
 
 
 def _measured_linear_roofline(profile: Profile, name: str, measured: HardwareSpec, model: ModelSpec,

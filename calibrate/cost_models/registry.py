@@ -176,9 +176,9 @@ def with_custom_all_reduce(cost: CostModel, clock: Clock) -> bool:
 
 
 def roofline_models(cost: CostModel) -> list[RooflineCostModel]:
-    """The rooflines a cost model prices with: itself, or a regime model's two."""
+    """The rooflines a cost model prices with: itself, or each of a regime model's."""
     if isinstance(cost, RegimeCostModel):
-        return [cost.transfer, cost.roofline]
+        return list(cost.models)
     return [cost] if isinstance(cost, RooflineCostModel) else []
 
 

@@ -1,15 +1,17 @@
-"""The transfer cost model on hardware it was not measured on: in each regime, the measured linear part
-where a held-out GPU showed it beats the spec-sheet roofline, the roofline elsewhere; and says which.
+"""The transfer cost model on hardware it was not measured on: in each regime, the linear part that every measured
+GPU held out in turn showed beats the spec-sheet roofline there, the roofline elsewhere; and says which.
 
-On the measured chip itself the measured model prices every regime (held-out models judge it there).
-Elsewhere the regime of a batch is its token count against the target GPU's own ridge
-(calibrate/parts/transfer.py); attention, copies and swaps are the roofline's in both models, and the
-engine's host work is carried as measured in both.
+On the measured chip itself the measured model prices every regime (held-out models judge it there). Elsewhere the
+regime of a batch is its token count against the target GPU's own ridge (calibrate/parts/transfer.py), and which fit
+prices it is the shipped choice (calibrate/profiles/carry/held-out-gpus.yaml, calibrate/cost_models/carry_file.py:
+a carry only in a regime where it beat the roofline, mean and worst, on every GPU held out from it). Attention,
+copies and swaps are priced alike in every regime (the profile's measured attention carried by its shares, else the
+roofline's), the all-reduce as measured, and the engine's host work is carried as measured.
 """
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import lru_cache
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -17,43 +19,49 @@ import numpy as np
 from calibrate.clock.breakdown import IterationTime
 from calibrate.clock.costmodel import BatchLike, CostModel
 from calibrate.clock.roofline import RooflineCostModel, RooflineParams
+from calibrate.cost_models.carry_file import shipped_choice
 from calibrate.hardware.hardware import HardwareSpec
-from calibrate.parts.transfer import REGIMES, RegimeChoice, regime_of, same_chip
+from calibrate.parts.linear_model import LinearFit
+from calibrate.parts.transfer import RegimeChoice, regime_of, same_chip
 from engine.core.spec import ModelSpec
-from engine.errors import SpecError
 
 
 class RegimeCostModel(CostModel):
-    """Each iteration priced by the transfer or the roofline, as its regime on `hw` is chosen."""
+    """Each iteration priced by the model its regime on `hw` is chosen for: `carried`'s (regime -> a model with a
+    measured linear part) where the choice carries, the roofline elsewhere."""
 
-    def __init__(self, transfer: RooflineCostModel, roofline: RooflineCostModel, hw: HardwareSpec,
-                 choice: RegimeChoice,
-                 dtype_bytes: int = 2):
-        self.transfer, self.roofline, self.hw, self.choice = transfer, roofline, hw, choice
+    def __init__(self, carried: dict[str, RooflineCostModel], roofline: RooflineCostModel, hw: HardwareSpec,
+                 choice: RegimeChoice, dtype_bytes: int = 2):
+        self.carried, self.roofline, self.hw, self.choice = carried, roofline, hw, choice
         self.dtype_bytes = dtype_bytes
-        self.prices_ahead = transfer.prices_ahead and roofline.prices_ahead
-        self.source = f"{transfer.source}; by regime on {hw.name}: {choice.describe()}"
+        self.models: list[RooflineCostModel] = []  # each distinct model once: the carried ones, then the roofline
+        for model in [*carried.values(), roofline]:
+            if all(model is not seen for seen in self.models):
+                self.models.append(model)
+        self.prices_ahead = all(model.prices_ahead for model in self.models)
+        self.source = f"{roofline.source}; by regime on {hw.name}: {choice.describe()}"
 
     @property
     def charge_host(self) -> bool:
-        return self.transfer.charge_host
+        return self.roofline.charge_host
 
     @charge_host.setter
     def charge_host(self, value: bool) -> None:
-        self.transfer.charge_host = self.roofline.charge_host = value
+        for model in self.models:
+            model.charge_host = value
 
     def charge_block_reads(self, overhead_tokens: float) -> None:
-        self.transfer.charge_block_reads(overhead_tokens)
-        self.roofline.charge_block_reads(overhead_tokens)
+        for model in self.models:
+            model.charge_block_reads(overhead_tokens)
         self.source += f"; a paged block read costs {overhead_tokens:g} tokens' K/V more (config)"
 
     def name_host_terms(self, terms) -> None:
-        self.transfer.name_host_terms(terms)
-        self.roofline.name_host_terms(terms)
+        for model in self.models:
+            model.name_host_terms(terms)
 
     def model_for(self, batch: BatchLike) -> CostModel:
         regime = regime_of(batch.num_tokens, self.hw, self.dtype_bytes, latency=self.choice.fine)
-        return self.transfer if self.choice.uses_transfer(regime) else self.roofline
+        return self.carried.get(regime, self.roofline)
 
     def iteration_time(self, batch: BatchLike) -> float:
         return self.model_for(batch).iteration_time(batch)
@@ -82,50 +90,58 @@ class RegimeCostModel(CostModel):
         return self.roofline.prefill_attention_time(batch)
 
 
-@lru_cache(maxsize=8)
-def _judged_choice(path: str, mtime: float, measured_on: str) -> RegimeChoice:
-    """The held-out GPU judgement of an imported profile (calibrate/judging/transfer_judge.py), once per file."""
-    from calibrate.fitting.profile_file import load_profile
-    from calibrate.judging.transfer_judge import choose, judge_profile
-
-    unjudged = RegimeChoice(frozenset(), {r: "no held-out GPU measured it" for r in REGIMES})
-    if not measured_on.startswith("a100"):  # the shipped held-out GPU data judges A100 fits only
-        return unjudged
-    try:
-        return choose(judge_profile(load_profile(path)))
-    except SpecError:  # the held-out GPU's rows are not installed, or not usable: nothing is judged
-        return unjudged
-
-
-def default_choice(path: str | Path, measured: HardwareSpec) -> RegimeChoice:
-    resolved = Path(path).resolve()
-    return _judged_choice(str(resolved), resolved.stat().st_mtime, measured.name)
-
-
 def by_regime(measured_model: RooflineCostModel, path: str | Path, measured: HardwareSpec, model: ModelSpec,
               hardware: HardwareSpec, tp: int, dtype_bytes: int, block_size: int, paged: bool,
               host: dict | None, choice: RegimeChoice | None = None) -> CostModel:
-    """`measured_model` itself on the measured chip; elsewhere the default by regime (the roofline alone,
-    with the host work, where no regime uses the transfer)."""
+    """`measured_model` itself on the measured chip; elsewhere by regime as `choice` (default: the shipped one,
+    calibrate/cost_models/carry_file.py) chose: each regime it carries priced with its carried fit (a regime
+    without one: `measured_model`'s own), the roofline with the host work the rest."""
     if same_chip(measured, hardware):
         return measured_model
-    choice = choice or default_choice(path, measured)
-    # the all-reduce kind carries as measured: its latency fixed, its bandwidth-bound part at the target's links
-    table = measured_model.all_reduce_table
-    # attention is not a regime's choice (the regimes judge the linear part): measured attention is carried by its
-    # shares of the spec sheet in every regime, unjudged off the GPU it was measured on
-    attention = measured_model.attention
-    group = measured_model.expert_parallel  # a mixture's expert parallelism, priced alike in every regime
-    roofline = RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, RooflineParams(), all_reduce=table,
-                                 host=host, paged=paged, attention=attention, expert_parallel=group)
+    choice = choice or shipped_choice()
+    with_linear = partial(_sibling, measured_model, model, hardware, tp, dtype_bytes, block_size, paged, host)
+    roofline = with_linear(None)
+    roofline.source = _roofline_source(roofline, Path(path).name, measured, tp)
     if not choice.use_transfer:
-        comm = (f", all-reduce measured on {tp} GPUs of {measured.name}, scaled to {hardware.name}'s NVLink"
-                if table is not None else "")
-        carried = (f", attention measured on {measured.name} carried by its shares (unjudged here)"
-                   if attention is not None else "")
-        roofline.source = (f"roofline({hardware.name}, tp={tp}){comm}{carried}"
-                           f"{', host work in series' if host else ''}"
-                           f"{f', {group.describe()}' if group is not None else ''}: "
-                           f"{Path(path).name} was measured on {measured.name}; by regime: {choice.describe()}")
+        roofline.source += f"; by regime: {choice.describe()}"
         return roofline
-    return RegimeCostModel(measured_model, roofline, hardware, choice, dtype_bytes)
+    return RegimeCostModel(_carried_models(choice, measured_model, with_linear), roofline, hardware, choice,
+                           dtype_bytes)
+
+
+def _sibling(measured_model: RooflineCostModel, model: ModelSpec, hardware: HardwareSpec, tp: int, dtype_bytes: int,
+             block_size: int, paged: bool, host: dict | None, fit: LinearFit | None) -> RooflineCostModel:
+    """The target's roofline with `fit` as its linear part (None: the spec sheet's) and all else `measured_model`'s:
+    the all-reduce as measured (its latency fixed, its bandwidth-bound part at the target's links); measured
+    attention carried by its shares of the sheet in every regime, unjudged off its GPU (the regimes judge the
+    linear part only); a mixture's expert parallelism."""
+    return RooflineCostModel(model, hardware, tp, dtype_bytes, block_size, RooflineParams(), linear=fit,
+                             all_reduce=measured_model.all_reduce_table, host=host, paged=paged,
+                             attention=measured_model.attention, expert_parallel=measured_model.expert_parallel)
+
+
+def _roofline_source(roofline: RooflineCostModel, name: str, measured: HardwareSpec, tp: int) -> str:
+    hardware, group = roofline.hw, roofline.expert_parallel
+    comm = (f", all-reduce measured on {tp} GPUs of {measured.name}, scaled to {hardware.name}'s NVLink"
+            if roofline.all_reduce_table is not None else "")
+    carried = (f", attention measured on {measured.name} carried by its shares (unjudged here)"
+               if roofline.attention is not None else "")
+    return (f"roofline({hardware.name}, tp={tp}){comm}{carried}{', host work in series' if roofline.host else ''}"
+            f"{f', {group.describe()}' if group is not None else ''}: {name} was measured on {measured.name}")
+
+
+def _carried_models(choice: RegimeChoice, measured_model: RooflineCostModel, with_linear) -> dict:
+    """regime -> the model that prices it where the choice carries: one model per distinct carried fit."""
+    made: list[tuple[LinearFit, RooflineCostModel]] = []
+    carried = {}
+    for regime in choice.use_transfer:
+        if regime not in choice.carried:
+            carried[regime] = measured_model
+            continue
+        fit = choice.carried[regime].fit
+        model = next((m for f, m in made if f == fit), None)
+        if model is None:
+            model = with_linear(fit)
+            made.append((fit, model))
+        carried[regime] = model
+    return carried

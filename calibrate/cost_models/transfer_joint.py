@@ -3,29 +3,17 @@
 
 On either measured GPU (or the same chip with other memory) that GPU's own fit prices every regime: its
 own tables judge it there, and its latencies and GEMM bandwidth share are its own (they differ between
-the two GPUs, docs/transfer.md). On any other GPU the fit on both prices the regimes where it beat the
-spec-sheet roofline in both held-out directions, the roofline the rest (calibrate/cost_models/transfer_cost.by_regime);
-the judgement is read from the profile, so a run never needs the held-out tables.
+the two GPUs, docs/transfer.md). On any other GPU the linear part is priced by regime as every measured GPU held out
+in turn chose (calibrate/cost_models/transfer_cost.by_regime): the profile's own two-GPU judgement
+(linear.heldout.two_gpus) is kept as a record, but one pair agreeing both ways round did not carry to a third GPU.
 """
 from __future__ import annotations
 
 from calibrate.fitting.profile_file import Profile
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
-from calibrate.judging.regime_errors import RegimeError, two_gpu_choice
 from calibrate.parts.linear_model import LinearFit
-from calibrate.parts.transfer import RegimeChoice, same_chip
+from calibrate.parts.transfer import same_chip
 from engine.errors import SpecError
-
-
-def stored_judgement(profile: Profile) -> list[RegimeError]:
-    """The held-out errors the import wrote (checked when the profile was loaded)."""
-    return [RegimeError(e["direction"], e["regime"], int(e["rows"]), float(e["mean"]), float(e["worst"]),
-                        float(e["roofline_mean"]), float(e["roofline_worst"]), str(e.get("note", "")))
-            for e in (profile.linear or {})["heldout"]["two_gpus"]]
-
-
-def stored_choice(profile: Profile) -> RegimeChoice:
-    return two_gpu_choice(stored_judgement(profile))
 
 
 def measured_gpus(profile: Profile, source: str) -> list[HardwareSpec]:

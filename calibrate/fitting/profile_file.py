@@ -201,14 +201,14 @@ def _check_linear(linear, source: str) -> None:
         return
     if not isinstance(linear, dict):
         raise SpecError(source, "linear", "must map the linear part's fitted parameters (calibrate/fitting/op_fit.py)")
-    _check_fit(linear, source, "linear")
+    check_fit(linear, source, "linear")
     gpus = linear.get("gpus", {})
     if not isinstance(gpus, dict):
         raise SpecError(source, "linear.gpus", "must map each measured GPU's name to its own fit")
     for name, fit in gpus.items():
         if not isinstance(fit, dict):
             raise SpecError(source, f"linear.gpus.{name}", "must map that GPU's own fitted parameters")
-        _check_fit(fit, source, f"linear.gpus.{name}")
+        check_fit(fit, source, f"linear.gpus.{name}")
     heldout = linear.get("heldout", {})
     judged = heldout.get("two_gpus") if isinstance(heldout, dict) else None
     if gpus and judged is None:
@@ -218,7 +218,8 @@ def _check_linear(linear, source: str) -> None:
         _check_two_gpu_judgement(judged, source)
 
 
-def _check_fit(fit: dict, source: str, key: str) -> None:
+def check_fit(fit: dict, source: str, key: str) -> None:
+    """A linear part's parameters (LinearFit.to_dict), each bad one a one-line error naming `key` under it."""
     for name in ("compute_efficiency", "bandwidth_efficiency", "ridge_efficiency"):
         share(fit.get(name), source, f"{key}.{name}")
     non_negative(fit.get("gemm_latency_s"), source, f"{key}.gemm_latency_s")  # seconds

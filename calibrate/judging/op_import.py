@@ -19,6 +19,7 @@ import pandas as pd
 from calibrate.fitting.op_fit import fit_linear, fit_linear_on, today_roofline
 from calibrate.fitting.profile_file import Profile, load_profile
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
+from calibrate.judging.carry_rule import SHIPPED_NOTE
 from calibrate.judging.regime_errors import two_gpu_choice
 from calibrate.judging.transfer_judge import RegimeError, judge_profile, report_lines
 from calibrate.judging.transfer_two_gpus import GpuTables, HoldOut, both_ways, judgement
@@ -306,8 +307,8 @@ def report(result: ImportResult) -> str:
     elif result.gpu:
         lines += report_lines(result.gpu)
     else:
-        lines.append("on a GPU the fit never saw: not judged (the shipped held-out GPU data judges A100 fits); "
-                     "on other hardware the default is the roofline in every regime")
+        lines.append("on a GPU the fit never saw: not judged (the engine's H200 data judges A100 fits); "
+                     + SHIPPED_NOTE)
     return "\n".join(lines)
 
 
@@ -353,5 +354,6 @@ def two_gpu_lines(result: ImportResult) -> list[str]:
         mean, worst, roof_mean, roof_worst = h.reference()
         lines.append(f"  {h.direction}: LLaMA-2-7B at tp 1, 1-1,024 tokens: {mean:.1%} ({worst:.1%}); roofline "
                      f"{roof_mean:.1%} ({roof_worst:.1%})")
-    lines.append("default on a GPU neither measured: " + two_gpu_choice(errors).describe())
+    lines.append("on these two GPUs alone: " + two_gpu_choice(errors).describe())
+    lines.append(SHIPPED_NOTE)
     return lines

@@ -1,7 +1,8 @@
-"""A regime's held-out error on a GPU a fit never saw, and the choice per regime that follows from such errors:
+"""A regime's held-out error on a GPU a fit never saw, and the choice per regime such errors alone would make:
 the transfer where it beat the spec-sheet roofline on every held-out GPU judged there, the roofline elsewhere.
 Shared by the judge on the engine's H200 rows (calibrate/judging/transfer_judge.py) and the one on two GPUs'
-per-operation tables (calibrate/judging/transfer_two_gpus.py)."""
+per-operation tables (calibrate/judging/transfer_two_gpus.py), whose reports print it; what prices a GPU nobody
+measured is chosen with every measured GPU held out in turn (calibrate/judging/carry_rule.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -14,8 +14,9 @@ Two GPUs are measured here, so the judge goes both ways round where the data let
   grid), carried to the A100 spec sheet, against LLaMA-7B's measured A100 linear part per iteration
   (the imported profile's token table) where it is compute-bound on the A100.
 
-The memory-bound and ridge regimes have no held-out GPU here: the H200 decodes are host-bound, and no
-other GPU's per-operation tables are shipped. They stay unjudged, so the default keeps the roofline there.
+The memory-bound and ridge regimes have no held-out GPU here: the H200 decodes are host-bound. This judgement is
+printed by `calibrate import` and `calibrate fit`; what prices a GPU nobody measured is chosen with every GPU whose
+per-operation timings servesim has held out in turn (calibrate/judging/gpu_holdout.py).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import pandas as pd
 from calibrate.clock.roofline import RooflineCostModel, RooflineParams
 from calibrate.fitting.profile_file import Profile
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
+from calibrate.judging.carry_rule import SHIPPED_NOTE
 from calibrate.judging.regime_errors import RegimeError, choose
 from calibrate.maths.nnls import nnls
 from calibrate.parts.linear_model import LinearFit
@@ -177,7 +179,8 @@ def report_lines(errors: list[RegimeError]) -> list[str]:
     for regime in REGIMES:
         if regime not in judged:
             lines.append(f"  {regime}: no held-out GPU measured it (H200 decodes are host-bound)")
-    lines.append("default on unmeasured hardware: " + choose(errors).describe())
+    lines.append("on this judgement alone: " + choose(errors).describe())
+    lines.append(SHIPPED_NOTE)
     return lines
 
 

@@ -1,20 +1,22 @@
-"""The transfer judged on per-operation tables of two GPUs: a fit on one GPU alone predicts the other's
-tables, both ways round, per regime of the target's own ridge, beside the spec-sheet roofline.
+"""The transfer judged on per-operation tables of several GPUs: a fit on some GPUs alone predicts another's
+tables, per regime of the target's own ridge, beside the spec-sheet roofline.
 
-Each direction is a GPU the fit never saw: its rows enter nothing but the errors. Errors are per iteration
+Each held-out GPU is one the fit never saw: its rows enter nothing but the errors. Errors are per iteration
 (a model's layers x one layer's non-attention operations + the embedding lookup, at each token count and
 tensor-parallel degree) and per operation. The regimes are calibrate/parts/transfer.py's four (FINE_REGIMES):
-fixed latency, memory-bound decode, the ridge, compute-bound prefill. The default for a GPU nobody measured
-(`regime_errors.two_gpu_choice`) takes the fit in a regime only where it beat the roofline in both directions.
+fixed latency, memory-bound decode, the ridge, compute-bound prefill. With two GPUs, each is held out from a fit
+on the other (`both_ways`); a fit may be made on several GPUs together (`hold_out`), and
+calibrate/judging/gpu_holdout.py judges every carry on each of several GPUs held out in turn.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from calibrate.fitting.op_fit import fit_linear, today_roofline
+from calibrate.fitting.op_fit import fit_linear_on, today_roofline
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.judging.regime_errors import RegimeError
 from calibrate.parts.linear_model import LinearFit
@@ -32,12 +34,21 @@ class GpuTables:
     hw: HardwareSpec
     ops: pd.DataFrame
     layers: dict[str, int] | None = None  # label -> layers; None: calibrate/tables/table_models.LAYERS
+    # kernels this GPU ran fused into another's and timed in that one's rows (vLLM's residual add inside the next
+    # RMSNorm): a fit that prices them apart is charged them on this GPU's iterations, as the cost model would
+    # charge them, against no measured time of their own; never fitted on
+    fused: pd.DataFrame | None = None
+
+    @property
+    def judged_ops(self) -> pd.DataFrame:
+        """The rows an iteration is priced on: the measured ones and the fused kernels'."""
+        return self.ops if self.fused is None else pd.concat([self.ops, self.fused], ignore_index=True)
 
 
 def iterations(fit: LinearFit, gpu: GpuTables) -> pd.DataFrame:
     """Each (model, tp, tokens) of `gpu`'s tables as one iteration, measured and as `fit` prices it on `gpu`'s
     spec sheet: time_s, predicted_s, ape and the regime by `gpu`'s ridge."""
-    layer = fit.predict_layers(gpu.ops, gpu.hw)
+    layer = fit.predict_layers(gpu.judged_ops, gpu.hw)
     once = gpu.ops[gpu.ops["op"].isin(ITERATION_ELEMENTWISE)]
     once = once.assign(predicted_s=fit.predict_ops(once, gpu.hw)).groupby(
         ["model", "tp", "tokens"], as_index=False)[["time_s", "predicted_s"]].sum()
@@ -60,8 +71,8 @@ def operations(fit: LinearFit, gpu: GpuTables) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class HoldOut:
-    """A fit on `train`'s GPU alone priced on `test`'s tables, with the roofline's prices beside it."""
-    direction: str  # e.g. "a100-80gb -> h100-sxm"
+    """A fit on `train`'s GPUs alone priced on `test`'s tables, with the roofline's prices beside it."""
+    direction: str  # e.g. "a100-80gb -> h100-sxm", "a100-80gb + h100-sxm -> rtx-4090"
     fit: LinearFit
     ours: pd.DataFrame  # iterations()
     roofline: pd.DataFrame
@@ -103,14 +114,20 @@ def _mean_worst(ours: pd.DataFrame, roof: pd.DataFrame, by: str) -> pd.DataFrame
                          "roofline_worst": b["max"]})
 
 
-def hold_out(train: GpuTables, test: GpuTables) -> HoldOut:
-    """`train`'s GPU alone fitted, carried to `test`'s spec sheet at the same shares and latencies."""
-    fit, roofline = fit_linear(train.ops, train.hw), today_roofline()
-    return HoldOut(f"{train.hw.name} -> {test.hw.name}", fit, iterations(fit, test), iterations(roofline, test),
-                   operations(fit, test), operations(roofline, test))
+def hold_out(train: GpuTables | Sequence[GpuTables], test: GpuTables) -> HoldOut:
+    """`train`'s GPUs fitted together (one GPU: its own fit, to the bit), carried to `test`'s spec sheet at the same
+    shares and latencies."""
+    fitted = [train] if isinstance(train, GpuTables) else list(train)
+    if any(gpu.hw.name == test.hw.name for gpu in fitted):
+        raise ValueError(f"{test.hw.name} is held out, so no fit that judges it may be fitted on it")
+    fit, roofline = fit_linear_on([(gpu.ops, gpu.hw) for gpu in fitted]), today_roofline()
+    direction = f"{' + '.join(gpu.hw.name for gpu in fitted)} -> {test.hw.name}"
+    return HoldOut(direction, fit, iterations(fit, test), iterations(roofline, test), operations(fit, test),
+                   operations(roofline, test))
 
 
 def both_ways(a: GpuTables, b: GpuTables) -> list[HoldOut]:
+    """`a`'s fit judged on `b`, then `b`'s on `a` (the order an import's profile keeps them in)."""
     return [hold_out(a, b), hold_out(b, a)]
 
 

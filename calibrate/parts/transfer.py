@@ -11,9 +11,9 @@ of kernel (GEMM, each elementwise kernel, attention, all-reduce) and are fitted 
 (calibrate/fitting/op_fit.py for GEMMs and elementwise kernels); another GPU's time is its spec sheet at the
 same shares. The host part is carried as measured, scaled by the host CPU's speed where both are known.
 
-Whether the carried shares beat the spec-sheet roofline is a question for a GPU the fit never saw:
-calibrate/judging/transfer_judge.py answers it per regime, and `RegimeChoice` keeps the roofline in every
-regime where the answer was no, or where no held-out GPU could answer.
+Whether the carried shares beat the spec-sheet roofline is a question for a GPU the fit never saw: each measured
+GPU held out in turn (calibrate/judging/gpu_holdout.py) answers it per regime, and `RegimeChoice` keeps the roofline
+in every regime where no carry beat it on every held-out GPU (calibrate/judging/carry_rule.py).
 """
 from __future__ import annotations
 
@@ -151,11 +151,21 @@ class RegimeTransfer:
 
 
 @dataclass(frozen=True)
+class CarriedFit:
+    """A linear part carried to a GPU nobody measured: its name (the GPUs it was fitted on) and its parameters."""
+    name: str
+    fit: LinearFit
+
+
+@dataclass(frozen=True)
 class RegimeChoice:
     """Which model prices each regime on hardware the profile was not measured on, and why."""
     use_transfer: frozenset[str]  # regimes where the transfer beat the roofline on a held-out GPU
     reasons: dict[str, str] = field(default_factory=dict)  # regime -> one line
     regimes: tuple[str, ...] = REGIMES  # the regimes it tells apart: FINE_REGIMES adds the fixed-latency one
+    # regime -> the carried fit that prices it (calibrate/cost_models/carry_file.py); a regime in use_transfer
+    # without one is priced by the profile's own fit
+    carried: dict[str, CarriedFit] = field(default_factory=dict)
 
     @property
     def fine(self) -> bool:
@@ -173,6 +183,8 @@ class RegimeChoice:
         parts = []
         for regime in self.regimes:
             which = "transfer" if regime in self.use_transfer else "roofline"
+            if regime in self.use_transfer and regime in self.carried:
+                which = f"the {self.carried[regime].name} fit"
             why = self.reasons.get(regime, "")
             parts.append(f"{regime}: {which}" + (f" ({why})" if why else ""))
         return "; ".join(parts)

@@ -192,7 +192,7 @@ def test_import_reports_each_regime_and_the_gpu_the_fit_never_saw(tmp_path, meas
     assert all(f"  {regime}" in printed for regime in REGIMES)
     if measured_on == "a100-80gb":
         assert [e.direction for e in result.gpu] == ["a100-80gb -> h200", "h200 -> a100-80gb"]
-        assert "on a GPU the fit never saw" in printed and "default on unmeasured hardware" in printed
+        assert "on a GPU the fit never saw" in printed and "on this judgement alone" in printed
         saved = result.profile.linear["heldout"]["gpu"]
         assert saved[0]["regime"] == COMPUTE_BOUND and saved[0]["rows"] == 6
     else:

@@ -9,12 +9,13 @@ import yaml
 from synthetic_ops import HARDWARE, LAYERS, SECOND_HARDWARE, TRUE_FIT, assert_same_fit, write_all_reduce, write_two_gpus
 
 from calibrate.clock.roofline import RooflineCostModel
+from calibrate.cost_models.carry_file import shipped_choice
 from calibrate.cost_models.profile_model import transferred_roofline
 from calibrate.cost_models.transfer_cost import RegimeCostModel
-from calibrate.cost_models.transfer_joint import stored_choice
 from calibrate.fitting.op_fit import fit_linear, fit_linear_on
 from calibrate.fitting.profile_file import load_profile
 from calibrate.hardware.hardware import load_hardware
+from calibrate.judging.carry_rule import SHIPPED_NOTE
 from calibrate.judging.op_import import import_profile, report
 from calibrate.judging.regime_errors import two_gpu_choice
 from calibrate.judging.transfer_judge import PROFILES, RegimeError
@@ -104,7 +105,7 @@ def test_the_fit_prices_a_regime_only_where_it_beat_the_roofline_both_ways():
     assert not one_way.uses_transfer(LATENCY) and "judged one way round only" in one_way.reasons[LATENCY]
 
 
-def test_a_third_gpu_prices_the_regimes_the_stored_judgement_chose(two_gpus, tmp_path):
+def test_a_third_gpu_is_priced_by_the_shipped_choice_not_the_pairs_own_judgement(two_gpus, tmp_path):
     _, _, result, path = two_gpus
     raw = yaml.safe_load(path.read_text())
     for entry in raw["linear"]["heldout"]["two_gpus"]:
@@ -113,16 +114,18 @@ def test_a_third_gpu_prices_the_regimes_the_stored_judgement_chose(two_gpus, tmp
     edited = tmp_path / "lost.yaml"
     edited.write_text(yaml.safe_dump(raw))
     spec, l40s = load_model_spec("llama-7b"), load_hardware("l40s")
-    cost = transferred_roofline(edited, None, spec, l40s, 1, 2, 16)
-    assert isinstance(cost, RegimeCostModel)
-    assert "compute-bound prefill: roofline" in cost.source and "ridge: transfer" in cost.source
-    joint = RooflineCostModel(spec, l40s, linear=result.joint, host=result.profile.host)
+    cost, kept = (transferred_roofline(p, None, spec, l40s, 1, 2, 16) for p in (edited, path))
+    choice = shipped_choice()
+    assert isinstance(cost, RegimeCostModel) and choice.describe() in cost.source
+    assert f"was measured on {HARDWARE} and {SECOND_HARDWARE}" in cost.source
     roofline = RooflineCostModel(spec, l40s, host=result.profile.host)
-    assert regime_of(2, l40s, latency=True) == LATENCY and regime_of(64, l40s, latency=True) == MEMORY_BOUND
-    assert cost.iteration_time(decode(2)) == roofline.iteration_time(decode(2))
-    assert cost.iteration_time(decode(64)) == joint.iteration_time(decode(64))
     prompt = Batch(prefill_seq_ids=[0], prefill_lens=[4096], prefill_sample_ids=[(0,)])
-    assert cost.iteration_time(prompt) == roofline.iteration_time(prompt)
+    for batch in (decode(2), decode(64), prompt):
+        assert cost.iteration_time(batch) == kept.iteration_time(batch)  # the pair's judgement sets nothing
+        regime = regime_of(batch.num_tokens, l40s, latency=True)
+        expected = (RooflineCostModel(spec, l40s, linear=choice.carried[regime].fit, host=result.profile.host)
+                    if choice.uses_transfer(regime) else roofline)
+        assert cost.iteration_time(batch) == expected.iteration_time(batch)
 
 
 def test_each_measured_gpu_is_priced_by_its_own_fit(two_gpus):
@@ -139,17 +142,15 @@ def test_each_measured_gpu_is_priced_by_its_own_fit(two_gpus):
 def test_the_shipped_two_gpu_profile_carries_to_a_third_gpu_and_names_its_choice():
     profile = load_profile(SHIPPED)
     assert sorted(profile.linear["gpus"]) == ["a100-80gb", "h100-sxm"]
-    choice = stored_choice(profile)
-    assert choice.regimes == FINE_REGIMES
     spec = load_model_spec("llama-7b")
     for name in ("l40s", "h200"):
         hw = load_hardware(name)
         cost = transferred_roofline(SHIPPED, None, spec, hw, 2, 2, 16)
-        assert "fitted on a100-80gb and h100-sxm" in cost.source and choice.describe() in cost.source
+        assert "was measured on a100-80gb and h100-sxm" in cost.source and shipped_choice().describe() in cost.source
         assert 0 < cost.iteration_time(decode(8)) < 1.0
-    # every regime the shipped judgement kept is one where both directions beat the roofline
+    # the pair's own judgement is kept in the profile: every regime it would choose, both directions beat the roofline
     errors = {(e["direction"], e["regime"]): e for e in profile.linear["heldout"]["two_gpus"]}
-    for regime in choice.use_transfer:
+    for regime in two_gpu_choice([RegimeError(**e) for e in profile.linear["heldout"]["two_gpus"]]).use_transfer:
         for direction in ("a100-80gb -> h100-sxm", "h100-sxm -> a100-80gb"):
             assert errors[(direction, regime)]["mean"] < errors[(direction, regime)]["roofline_mean"]
 
@@ -191,7 +192,7 @@ def test_the_import_reports_both_directions_and_the_default(two_gpus):
     _, _, result, _ = two_gpus
     text = report(result)
     for line in (f"{A2H}           fixed latency", f"{H2A}           compute-bound prefill",
-                 "default on a GPU neither measured: fixed latency: transfer"):
+                 "on these two GPUs alone: fixed latency: transfer", SHIPPED_NOTE):
         assert line in text
     assert result.profile.linear["heldout"]["two_gpus_by_model"][A2H].keys() == set(LAYERS)
 
