@@ -40,7 +40,7 @@ from calibrate.work.features import TERMS
 from engine.core.spec import ModelSpec
 from engine.errors import SpecError
 
-HOST_MODEL = "vllm-v1-2026"  # the bundles time vLLM 0.19.0, a V1 engine (docs/host-models.md)
+HOST_MODEL = "vllm-0.19"  # the bundles time vLLM 0.19.0 (docs/host-models.md): its engine model
 PERF = "profiler/perf/"  # where a bundle lives in LLMServingSim's tree: provenance names it from there
 
 

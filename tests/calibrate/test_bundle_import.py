@@ -71,7 +71,7 @@ def test_the_profile_loads_and_prices_through_the_transfer(imported, tmp_path):
     path = tmp_path / "gpu.yaml"
     result.profile.save(path)
     profile = load_profile(path)
-    assert profile.host_model == "vllm-v1-2026" and profile.all_reduce is None
+    assert profile.host_model == "vllm-0.19" and profile.all_reduce is None
     assert profile.provenance["bundles"] == [str(p) for p in paths] and profile.provenance["source"] == "synthetic"
     assert_same_fit(LinearFit.from_dict(profile.linear), TRUE_FIT)
     assert AttentionFit.from_dict(profile.attention).decode_latency_s == pytest.approx(TRUE_ATTENTION.decode_latency_s)

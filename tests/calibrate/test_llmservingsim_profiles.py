@@ -33,7 +33,7 @@ def measured_decode(folder: Path, batch: int, history: int) -> float:
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_the_profile_is_its_gpus_with_its_provenance(name):
     profile = load_profile(PROFILES / f"{name}.yaml")
-    assert hardware_for_device(profile.device_name) == name and profile.host_model == "vllm-v1-2026"
+    assert hardware_for_device(profile.device_name) == name and profile.host_model == "vllm-0.19"
     assert profile.provenance["source"] == ("casys-kaist/LLMServingSim profiler/perf at commit "
                                             "5daddb21a545658d5150b535712d0494584b5278")
     assert profile.provenance["licence"] == "MIT (calibrate/profiles/LICENSE.llmservingsim)"
