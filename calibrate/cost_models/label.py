@@ -7,8 +7,6 @@ a file beside them.
 """
 from __future__ import annotations
 
-from calibrate.parts.host_model import EngineMechanisms
-
 
 def device_label(kind: str, profile_name: str | None, hardware: str, tensor_parallel: int,
                  expert_degree: int | None = None) -> str:
@@ -22,9 +20,8 @@ def device_label(kind: str, profile_name: str | None, hardware: str, tensor_para
     return f"{kind} {profile_name} on {gpus}"
 
 
-def engine_label(host_name: str | None, mechanisms: EngineMechanisms, overlap: bool, graphs: bool) -> str:
+def engine_label(host_name: str | None, applied: list[str]) -> str:
     """The engine whose host work it charges, and which of its mechanisms apply here; none: the kind's own."""
     if host_name is None:
         return ""
-    applied = [what for what, on in (("async", overlap), ("CUDA graphs", graphs)) if on]
     return f" + {host_name}" + (f" ({', '.join(applied)})" if applied else "")

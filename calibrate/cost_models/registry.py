@@ -136,27 +136,28 @@ def build_cost_model(config: CostModelConfig, clock: Clock, source: str = "") ->
     cost.source = f"{cost.source}; {named}" + (", the profile's default host model" if defaulted else "")
     engine_model = load_host_model(host_path)
     cost.name_host_terms(partial(engine_model.breakdown, clock.model, clock.tensor_parallel))
-    cost = with_engine(cost, engine_model, config, clock)
-    overlap = isinstance(cost, EngineCostModel) and cost.overlap
-    graphs = isinstance(cost, EngineCostModel) and bool(cost.graph_sizes)
-    cost.label = device + engine_label(engine_model.name, engine_model.engine, overlap, graphs)
+    cost, applied = with_engine(cost, engine_model, config, clock)
+    cost.label = device + engine_label(engine_model.name, applied)
     return cost
 
 
-def with_engine(cost: CostModel, engine_model: HostModel, config: CostModelConfig, clock: Clock) -> CostModel:
-    """The cost model under its engine's mechanisms (calibrate/clock/engine_clock.py): the host overlapping the GPU
-    where the engine and the system both schedule asynchronously (its serial terms still in series), CUDA-graph
-    padding unless the config turns it off; the cost model itself where neither applies."""
+def with_engine(cost: CostModel, engine_model: HostModel, config: CostModelConfig, clock: Clock
+                ) -> tuple[CostModel, list[str]]:
+    """The cost model under its engine's mechanisms (calibrate/clock/engine_clock.py), and the mechanisms that apply
+    here: vLLM's custom all-reduce where it runs for this tensor-parallel group, the host overlapping the GPU where
+    the engine and the system both schedule asynchronously (its serial terms still in series), CUDA-graph padding
+    unless the config turns it off; the cost model itself where neither of the last two applies."""
     engine = engine_model.engine
-    if engine.custom_all_reduce:
-        with_custom_all_reduce(cost, clock)
+    custom = engine.custom_all_reduce and with_custom_all_reduce(cost, clock)
     overlap = engine.overlap and clock.async_scheduling
     graphs = engine.cuda_graphs and config.cuda_graphs is not False
     sizes = vllm_capture_sizes(clock.max_num_seqs, clock.max_num_batched_tokens) if graphs else ()
+    applied = [tag for tag, on in (("async", overlap), ("CUDA graphs", bool(sizes)), ("custom all-reduce", custom))
+               if on]
     if not overlap and not sizes:
-        return cost
+        return cost, applied
     serial = partial(engine_model.serial_time, clock.model, clock.tensor_parallel) if engine.serial else None
-    return EngineCostModel(cost, overlap, sizes, serial)
+    return EngineCostModel(cost, overlap, sizes, serial), applied
 
 
 def with_custom_all_reduce(cost: CostModel, clock: Clock) -> bool:
