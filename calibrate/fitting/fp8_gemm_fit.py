@@ -22,7 +22,7 @@ import numpy as np
 from calibrate.fitting.op_fit import LATENCY_GRID_S, RIDGE_GRID
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.maths.nnls import nnls
-from calibrate.maths.ridge import bent_roofs, ridge_exponent
+from calibrate.maths.ridge import bent_roofs, best_on_grid, ridge_exponent
 from calibrate.parts.fp8_gemm import Fp8GemmFit, fp8_rate
 from calibrate.tables.gemm_table import GemmRow
 from calibrate.work.fp8_gemms import gemm_bytes, gemm_flops, quant_bytes
@@ -85,17 +85,8 @@ def _work_at_peak(rows: list[GemmRow], hw: HardwareSpec) -> tuple[np.ndarray, np
 
 
 def _best_on_grid(compute, memory, time_s, held, ridges, latencies) -> tuple[float, float]:
-    best, best_loss = (float(ridges[0]), 0.0), np.inf
-    for latency in latencies:
-        if latency >= 0.9 * time_s.min():
-            break
-        for ridge in ridges:
-            if not 0 < ridge < 1:
-                continue
-            loss = _fit_at(compute, memory, time_s, held, ridge, latency)[2]
-            if loss < best_loss:
-                best, best_loss = (float(ridge), float(latency)), loss
-    return best
+    return best_on_grid(lambda ridge, latency: _fit_at(compute, memory, time_s, held, ridge, latency)[2],
+                        ridges, latencies, time_s.min(), (float(ridges[0]), 0.0))
 
 
 def _fit_at(compute, memory, time_s, held: float | None, ridge: float, latency: float) -> tuple[float, float, float]:

@@ -12,7 +12,7 @@ import pandas as pd
 from calibrate.clock.roofline import RooflineParams
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.maths.nnls import nnls
-from calibrate.maths.ridge import bent_roofs, ridge_exponent
+from calibrate.maths.ridge import bent_roofs, best_on_grid, ridge_exponent
 from calibrate.parts.linear_model import LinearFit
 from calibrate.work.layer_ops import MATMULS
 
@@ -85,17 +85,8 @@ class Reads:
 
 
 def _best_on_grid(compute, reads: Reads, time_s, weight, ridges, latencies) -> tuple[float, float]:
-    best, best_loss = (1.0, 0.0), np.inf
-    for latency in latencies:
-        if latency >= 0.9 * time_s.min():
-            break
-        for ridge in ridges:
-            if not 0 < ridge < 1:
-                continue
-            loss = _fit_at(compute, reads, time_s, weight, ridge, latency)[2]
-            if loss < best_loss:
-                best, best_loss = (float(ridge), float(latency)), loss
-    return best
+    return best_on_grid(lambda ridge, latency: _fit_at(compute, reads, time_s, weight, ridge, latency)[2],
+                        ridges, latencies, time_s.min(), (1.0, 0.0))
 
 
 def _fit_at(compute, reads: Reads, time_s, weight, ridge: float,

@@ -10,6 +10,7 @@ r = 1/2 is c + m (p = 1).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -38,3 +39,21 @@ def bent_roofs(compute_s, memory_s, p: float) -> np.ndarray:
         return big
     ratio = np.divide(small, big, out=np.zeros_like(big), where=big > 0)
     return big * (1.0 + ratio ** p) ** (1.0 / p)
+
+
+def best_on_grid(loss: Callable[[float, float], float], ridges: Iterable[float], latencies: Iterable[float],
+                 shortest_s: float, start: tuple[float, float]) -> tuple[float, float]:
+    """The (ridge efficiency, latency) of the grid whose fit has the lowest `loss(ridge, latency)`: ridges strictly
+    inside (0, 1), latencies below 0.9 of the shortest time fitted (a latency near a row's whole time leaves its
+    work nothing); `start` where none is tried."""
+    best, best_loss = start, np.inf
+    for latency in latencies:
+        if latency >= 0.9 * shortest_s:
+            break
+        for ridge in ridges:
+            if not 0 < ridge < 1:
+                continue
+            value = loss(ridge, latency)
+            if value < best_loss:
+                best, best_loss = (float(ridge), float(latency)), value
+    return best
