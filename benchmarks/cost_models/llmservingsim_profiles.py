@@ -19,21 +19,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.cost_models.attention_fit import roofline_errors
-from calibrate.cost_models.profile_model import transferred_roofline
-from calibrate.fitting.op_fit import fit_linear
-from calibrate.fitting.profile_file import dump_profile, load_profile
-from calibrate.hardware.hardware import HardwareSpec, hardware_for_device, load_hardware
-from calibrate.judging.bundle_import import PERF, BundleImport, import_bundles, linear_heldout, read_gpu_bundles
-from calibrate.judging.bundle_linear import from_hbm
-from calibrate.maths.nnls import nnls
-from calibrate.parts.attention_fit import AttentionWork
-from calibrate.tables.bundle_attention import bundle_attention
-from calibrate.tables.bundle_ops import bundle_op_table
-from engine.core.batch import Batch
-from engine.specs.loader import load_model_spec
-
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.cost_models.attention_fit import roofline_errors  # noqa: E402
+from calibrate.cost_models.profile_model import transferred_roofline  # noqa: E402
+from calibrate.fitting.op_fit import fit_linear  # noqa: E402
+from calibrate.fitting.profile_file import dump_profile, load_profile  # noqa: E402
+from calibrate.hardware.hardware import HardwareSpec, hardware_for_device, load_hardware  # noqa: E402
+from calibrate.judging.bundle_import import PERF, BundleImport, import_bundles, linear_heldout, read_gpu_bundles  # noqa: E402
+from calibrate.judging.bundle_linear import from_hbm  # noqa: E402
+from calibrate.maths.nnls import relative_nnls  # noqa: E402
+from calibrate.parts.attention_fit import AttentionWork  # noqa: E402
+from calibrate.tables.bundle_attention import bundle_attention  # noqa: E402
+from calibrate.tables.bundle_ops import bundle_op_table  # noqa: E402
+from engine.core.batch import Batch  # noqa: E402
+from engine.specs.loader import load_model_spec  # noqa: E402
+
 PROFILES = ("rtx-pro-6000-server", "rtx-4090")
 TARGET = 0.05
 WAYS = {"by_model": "each model", "by_tp": "each tp degree", "by_octave": "each octave of token counts"}
@@ -161,14 +163,6 @@ def mixed_rows(result: BundleImport) -> None:
               f"{fit.blocks_per_sm} block(s) per SM, floor(s) {floors} x SMs")
 
 
-def relative_fit(columns: list[np.ndarray], time_s: np.ndarray) -> np.ndarray:
-    """Coefficients >= 0 of the least squared relative error, as the attention fit's."""
-    x = np.column_stack(columns) / time_s[:, None]
-    scale = x.max(axis=0)
-    scale[scale == 0] = 1.0
-    return nnls(x / scale, np.ones(len(time_s))) / scale
-
-
 def prefill_variants(tables, hw: HardwareSpec) -> None:
     """A sensitivity, not the shipped model: the prefill rows fitted with the causal pair count (a kernel skipping
     the masked half) and a scan term (each block of 128 query rows reading every key, in waves of the GPU's SMs)."""
@@ -194,8 +188,8 @@ def prefill_variants(tables, hw: HardwareSpec) -> None:
     for pairs, scan in (("rectangle", False), ("causal", False), ("rectangle", True), ("causal", True)):
         names = ["latency", pairs, "kv", "output"] + (["scan"] if scan else [])
         x = np.column_stack([joined[k] for k in names])
-        inside = np.abs(x @ relative_fit([joined[k] for k in names], t) - t) / t
-        region = np.abs(x @ relative_fit([joined[k][~held] for k in names], t[~held]) - t) / t
+        inside = np.abs(x @ relative_nnls(x, t) - t) / t
+        region = np.abs(x @ relative_nnls(x[~held], t[~held]) - t) / t
         form = f"{pairs} pairs{' + scan in waves' if scan else ''}"
         print(f"  {form}: largest chunks held out {region[held].mean():.1%}, in sample {inside.mean():.1%}")
 

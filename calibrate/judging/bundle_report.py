@@ -3,29 +3,22 @@ the mixture's block judged, the attention part, and what the profile does not pr
 from __future__ import annotations
 
 from calibrate.judging.bundle_import import HOST_MODEL, BundleImport
-from calibrate.judging.op_import import heldout_lines
+from calibrate.judging.op_import import heldout_lines, linear_fit_lines
 from calibrate.parts.attention_fit import report_lines as attention_lines
 from calibrate.tables.bundle_ops import NOT_PRICED
-from calibrate.work.layer_ops import ELEMENTWISE
 
 WAYS = {"by_model": "held out by model", "by_tp": "held out by tp", "by_octave": "held out by octave",
         "roofline": "today's roofline"}
 
 
 def bundle_report(result: BundleImport) -> str:
-    fit, lines = result.fit, []
-    lines.append(f"linear part on {result.profile.device_name}: compute {fit.compute_efficiency:.3f} of peak, "
-                 f"bandwidth {fit.bandwidth_efficiency:.3f}, ridge efficiency {fit.ridge_efficiency:.3f}, "
-                 f"matmul latency {fit.gemm_latency_s * 1e6:.1f} us (the LM head's rows among the matmuls)")
+    fit = result.fit
+    lines = linear_fit_lines(fit, result.profile.device_name, " (the LM head's rows among the matmuls)")
     l2 = result.profile.linear.get("l2") if result.profile.linear else None
     if l2 is not None and fit.resident_bandwidth_efficiency is not None:
         lines.append(f"  the bandwidth is HBM's: {l2['matmul_rows_in_l2']} of {l2['matmul_rows']} matmul rows fit in "
                      f"the {l2['l2_cache_bytes'] / 2**20:g} MB L2 and read their weights at "
                      f"{fit.resident_bandwidth_efficiency:.3f} apart (a real model's never stay there: not priced)")
-    for op in ELEMENTWISE:
-        if op in fit.elementwise:
-            latency, efficiency = fit.elementwise[op]
-            lines.append(f"  {op:<26} latency {latency * 1e6:5.1f} us, bandwidth {efficiency:.3f}")
     columns = [(WAYS[way], errors) for way, errors in result.heldout.items()]
     lines += heldout_lines([*columns, ("today's roofline", result.roofline)])
     for way, hbm in (result.profile.linear or {}).get("heldout", {}).get("from_hbm", {}).items():

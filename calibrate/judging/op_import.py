@@ -276,16 +276,21 @@ def _host_terms(path: str | None) -> dict | None:
     return {**source.host, "source": f"{Path(path).name} ({source.device_name}, {source.created})"}
 
 
-def report(result: ImportResult) -> str:
-    """What `calibrate import` prints: the fit, then held-out errors beside today's roofline's."""
-    fit, lines = result.fit, []
-    lines.append(f"linear part on {result.profile.device_name}: compute {fit.compute_efficiency:.3f} of peak, "
-                 f"bandwidth {fit.bandwidth_efficiency:.3f}, ridge efficiency {fit.ridge_efficiency:.3f}, "
-                 f"matmul latency {fit.gemm_latency_s * 1e6:.1f} us")
+def linear_fit_lines(fit: LinearFit, device_name: str, note: str = "") -> list[str]:
+    """The linear part's fit, as `calibrate import` prints it: the matmuls' roofline, then each elementwise op's."""
+    lines = [f"linear part on {device_name}: compute {fit.compute_efficiency:.3f} of peak, "
+             f"bandwidth {fit.bandwidth_efficiency:.3f}, ridge efficiency {fit.ridge_efficiency:.3f}, "
+             f"matmul latency {fit.gemm_latency_s * 1e6:.1f} us{note}"]
     for op in ELEMENTWISE:
         if op in fit.elementwise:
             latency, efficiency = fit.elementwise[op]
             lines.append(f"  {op:<26} latency {latency * 1e6:5.1f} us, bandwidth {efficiency:.3f}")
+    return lines
+
+
+def report(result: ImportResult) -> str:
+    """What `calibrate import` prints: the fit, then held-out errors beside today's roofline's."""
+    lines = linear_fit_lines(result.fit, result.profile.device_name)
     columns = [("held out by model", result.by_model)]
     if result.by_tp is not None:
         columns.append(("held out by tp", result.by_tp))

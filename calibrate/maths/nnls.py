@@ -29,3 +29,12 @@ def nnls(a: np.ndarray, b: np.ndarray, max_iter: int | None = None, tol: float =
             x[~passive] = 0.0
         w = a.T @ (b - a @ x)
     return x
+
+
+def relative_nnls(columns: np.ndarray, time_s: np.ndarray) -> np.ndarray:
+    """Coefficients >= 0 minimising the sum of squared relative errors of columns @ coef against time_s; columns
+    are scaled to 1 so that a term in bytes and one in seconds weigh alike in the solver."""
+    x = columns / time_s[:, None]
+    scale = x.max(axis=0)
+    scale[scale == 0] = 1.0
+    return nnls(x / scale, np.ones(len(time_s))) / scale

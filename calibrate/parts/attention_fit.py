@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from calibrate.hardware.hardware import HardwareSpec
-from calibrate.maths.nnls import nnls
+from calibrate.maths.nnls import relative_nnls
 from calibrate.parts.attention_mixed import MixedFit
 from calibrate.parts.attention_waves import DecodeGrid, WaveFit, fit_waves_on
 from calibrate.parts.mixed_text import mixed_fit_line, mixed_judged_lines
@@ -138,11 +138,7 @@ class AttentionFit:
 
 
 def _relative_nnls(columns: list[np.ndarray], time_s: np.ndarray) -> np.ndarray:
-    """Coefficients >= 0 minimising the sum of squared relative errors of columns @ coef against time_s."""
-    x = np.column_stack(columns) / time_s[:, None]
-    scale = x.max(axis=0)
-    scale[scale == 0] = 1.0
-    return nnls(x / scale, np.ones(len(time_s))) / scale
+    return relative_nnls(np.column_stack(columns), time_s)
 
 
 def decode_columns(decode: pd.DataFrame, work: AttentionWork, hw: HardwareSpec) -> list[np.ndarray]:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from calibrate.maths.nnls import nnls
+from calibrate.maths.nnls import relative_nnls
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -181,13 +181,6 @@ def _sm_count(hw: HardwareSpec) -> int:
     return hw.sm_count
 
 
-def _relative_nnls(columns: np.ndarray, time_s: np.ndarray) -> np.ndarray:
-    x = columns / time_s[:, None]
-    scale = x.max(axis=0)
-    scale[scale == 0] = 1.0
-    return nnls(x / scale, np.ones(len(time_s))) / scale
-
-
 def candidate_floors(blocks_per_sm: int, sm_count: int, step: int, around=None, span: int = 0):
     """Floors in blocks per level: a coarse grid, or the grid at `step` within `span` of `around`."""
     levels = []
@@ -230,7 +223,7 @@ def fit_waves_on(parts: list[tuple[pd.DataFrame, DecodeGrid]], hw: HardwareSpec,
                             np.asarray(floors, dtype=float))
         columns = np.column_stack([np.ones(len(batch)), (splits > 1).astype(float), waves,
                                    read * head_bytes / hw.hbm_bytes_per_s])
-        coefficients = _relative_nnls(columns, time_s)
+        coefficients = relative_nnls(columns, time_s)
         if coefficients[3] <= 0:
             return
         error = float(np.mean(np.abs(columns @ coefficients - time_s) / time_s))
