@@ -23,12 +23,13 @@ def jsonl_rows(path: Path) -> Iterator[tuple[int, dict]]:
         with open_text(path) as lines:
             for number, line in enumerate(lines, 1):
                 if line.strip():
-                    yield number, _object(line, path, number)
+                    yield number, json_object(line, path, number)
     except (OSError, EOFError, UnicodeDecodeError) as err:
         raise SpecError(str(path), "", f"cannot be read: {err}") from None
 
 
-def _object(line: str, path: Path, number: int) -> dict:
+def json_object(line: str, path: Path, number: int) -> dict:
+    """One line of a JSON-lines file, which must hold an object."""
     try:
         value = json.loads(line)
     except json.JSONDecodeError as err:

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
 
 from engine.errors import SpecError
-from fidelity.runs.fields import line_key, required, whole
+from fidelity.runs.fields import json_object, line_key, required, whole
 from fidelity.runs.real_run import WorkloadTokens
 
 WORKLOADS_FOLDER = "workloads"  # where the bench keeps them, at the top of its repository
@@ -76,15 +75,8 @@ def read_workload(path: Path, dataset_hash: str | None, meta: Path) -> WorkloadT
 
 def _rows(content: bytes, path: Path):
     for number, text in enumerate(content.decode("utf-8", errors="strict").splitlines(), 1):
-        if not text.strip():
-            continue
-        try:
-            row = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise SpecError(str(path), f"line {number}", f"is not JSON ({err.msg} at column {err.colno})") from None
-        if not isinstance(row, dict):
-            raise SpecError(str(path), f"line {number}", f"must be a JSON object, got {type(row).__name__}")
-        yield number, row
+        if text.strip():
+            yield number, json_object(text, path, number)
 
 
 def _request(row: dict, path: Path, line: int) -> tuple[np.ndarray, int, int]:

@@ -163,6 +163,14 @@ def test_a_malformed_workload_row_is_refused_naming_file_line_and_field(tmp_path
     assert "tiny.jsonl" in text and where in text and what in text and "\n" not in text, text
 
 
+@pytest.mark.parametrize("line, what", [("{oops", "line 3: is not JSON"), ("[1, 2]", "line 3: must be a JSON object")])
+def test_a_workload_line_that_is_not_a_json_object_is_refused_by_line(tmp_path, line, what):
+    run_dir = write_bench_run(tmp_path, hashed=False)
+    (tmp_path / "workloads" / "tiny.jsonl").write_text(jsonl(workload_lines()[:2]) + line + "\n")
+    with pytest.raises(SpecError, match=rf"tiny.jsonl: {what}"):
+        read_run(run_dir)
+
+
 def test_a_line_that_is_not_json_and_a_bad_series_value_are_refused_by_line(tmp_path):
     run_dir = write_bench_run(tmp_path)
     (run_dir / "vllm" / "requests.jsonl").write_text(jsonl(request_lines()[:2]) + "{oops\n")
