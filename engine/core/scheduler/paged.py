@@ -29,22 +29,21 @@ class PagedScheduler(QueueScheduler):
     """The paged pool, its queues and rows; blocks come from a BlockManager one at a time as sequences grow."""
 
     def __init__(self, system: SystemSpec, max_seq_len: int, num_gpu_blocks: int, num_cpu_blocks: int,
-                 order: Order | None = None):
+                 order: Order | None = None, appends_as_needed: bool = False, runs_in_admission_order: bool = False):
         super().__init__(system, max_seq_len)
         self.order = order if order is not None else FirstComeFirstServed()  # engine.core.scheduler.order
         self.num_gpu_blocks = num_gpu_blocks
         self.num_cpu_blocks = num_cpu_blocks
-        v1 = system.prefill_policy == "v1"
         self.blocks = BlockManager(system.block_size, num_gpu_blocks, num_cpu_blocks, system.watermark,
                                    system.prefix_caching, system.prefill_policy in CHUNKED_POLICIES,
-                                   appends_as_needed=v1)
+                                   appends_as_needed)
         self.allocator = self.blocks  # the skeleton's view of it (engine.core.allocator)
         self.paged_kv = PagedKVTracker(self.blocks, self._beam_group_of)
         self.kv, self.token_slots = self.paged_kv, self.paged_kv.token_slots
         self.rows = RunningBatch(self.blocks, system.block_size)
         self.caches_prefixes = system.prefix_caching
-        # vLLM V1 runs its requests in the order it admitted them (engine.core.scheduler.vllm.PrefillRules)
-        self.runs_in_admission_order = v1
+        # else the running groups keep the order's (vLLM V1's run in the order it admitted them: PrefillRules)
+        self.runs_in_admission_order = runs_in_admission_order
         self.swapped: deque[SequenceGroup] = deque()
         self.num_swapped_out_blocks = 0
         self.num_swapped_in_blocks = 0

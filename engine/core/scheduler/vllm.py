@@ -66,12 +66,14 @@ EVERY_ARRIVAL = float("inf")  # what a synchronous schedule() sees: every reques
 
 
 class VLLMScheduler(PagedScheduler):
-    """vLLM under one of its prefill policies (mixed, separate, chunked), over PagedScheduler's pool."""
+    """vLLM under one of its prefill policies (mixed, separate, chunked, v1), over PagedScheduler's pool."""
 
     def __init__(self, system: SystemSpec, max_seq_len: int, num_gpu_blocks: int, num_cpu_blocks: int,
                  order: Order | None = None):
-        super().__init__(system, max_seq_len, num_gpu_blocks, num_cpu_blocks, order)
-        self.rules = PREFILL_RULES[system.prefill_policy]  # how this policy differs from the others
+        rules = PREFILL_RULES[system.prefill_policy]  # how this policy differs from the others
+        super().__init__(system, max_seq_len, num_gpu_blocks, num_cpu_blocks, order, rules.appends_as_needed,
+                         rules.admission_order)
+        self.rules = rules
         self.ignores_unservable = self.rules.ignores_unservable  # read by the skeleton's add_request
         # separate: padding, v0.2's prompt_limit min(max_model_len, max_num_batched_tokens), and v0.3's
         # delay_factor with the last prompt run's latency, measured from schedule() to schedule()
