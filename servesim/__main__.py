@@ -1,6 +1,4 @@
 """`python -m servesim ...`: the same as the `servesim` command."""
-import sys
+from servesim.cli import command
 
-from servesim.cli import main
-
-sys.exit(main())
+command()

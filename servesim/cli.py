@@ -74,21 +74,41 @@ def _fail(args, message: str, status: int) -> int:
 
 
 def _interrupted(signum, frame) -> None:
+    """The first SIGINT or SIGTERM ends the command; any later one is ignored while it cleans up. `timeout -s INT`
+    signals the command and then its whole group, and an impatient user presses Ctrl-C twice: a second signal
+    would cut the pools' shutdown short, or land while the interpreter joins their threads at exit and print
+    tracebacks after the command has said how it ended."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
-def _sigterm_as_interrupt():
-    """SIGTERM (kill, a job scheduler's stop) ends a command as Ctrl-C does: the same cleanup, the same
-    one line, the same exit status. The previous handler, to restore; None off the main thread."""
+def _catch_interrupts():
+    """SIGINT and SIGTERM (kill, a job scheduler's stop) end a command alike: the same cleanup, the same one
+    line, the same exit status. The previous handlers, to restore; None off the main thread."""
     if threading.current_thread() is not threading.main_thread():
         return None
-    return signal.signal(signal.SIGTERM, _interrupted)
+    return signal.signal(signal.SIGINT, _interrupted), signal.signal(signal.SIGTERM, _interrupted)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run a command; the user sees one line for any error, a traceback only with --debug."""
+def _after_the_command(previous, exiting: bool) -> None:
+    """A caller in this process gets its handlers back; a process about to exit ignores SIGINT from here on
+    (its interpreter's shutdown joins the pools' threads and processes) and lets SIGTERM end it at once."""
+    if previous is None:
+        return
+    if exiting:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    else:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
+
+
+def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
+    """Run a command; the user sees one line for any error, a traceback only with --debug. `exiting`: the
+    process ends with the command (the `servesim` script, `python -m servesim`)."""
     args = None
-    previous = _sigterm_as_interrupt()
+    previous = _catch_interrupts()
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
@@ -100,9 +120,13 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(args, f"internal error: {type(err).__name__}: {one_line(err)} "
                      "(rerun with --debug for the traceback, and report it)", EXIT_BUG)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        _after_the_command(previous, exiting)
+
+
+def command() -> None:
+    """The `servesim` script: the command, then the process's exit with its status."""
+    sys.exit(main(exiting=True))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    command()

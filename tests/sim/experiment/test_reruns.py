@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -364,6 +365,22 @@ def test_ctrl_c_exits_130_in_one_line_and_stops_the_workers(slow_reference, tmp_
         assert all_exit(workers, within_s=10.0), "workers outlived their parent"
         assert proc.stderr.read() == "servesim: interrupted\n"
     _resume_matches(config, tmp_path / "out", reference, jobs)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+@JOBS
+def test_a_burst_of_interrupts_still_ends_in_one_line(slow_reference, tmp_path, jobs):
+    # `timeout -s INT` signals the command and then its group, and users press Ctrl-C again while a command
+    # cleans up: the signals after the first land in the pools' shutdown and in the interpreter's exit
+    config, _ = slow_reference
+    with _interrupted_sweep(config, tmp_path / "out", jobs) as (proc, workers):
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            os.killpg(proc.pid, signal.SIGINT)
+            time.sleep(0.002)
+        assert proc.wait(timeout=60) == 130
+        assert all_exit(workers, within_s=10.0), "workers outlived their parent"
+        assert proc.stderr.read() == "servesim: interrupted\n"
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
