@@ -86,3 +86,8 @@ def test_the_splits_are_refused_before_any_search_runs(write_config, tmp_path, m
                  str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("servesim: error: ") and err.count("\n") == 1 and words in err, err
+    import servesim
+
+    with pytest.raises(SpecError) as caught:
+        servesim.split_capacity(config, TARGETS, splits=2)
+    assert words in str(caught.value)
