@@ -105,7 +105,8 @@ def simulate(config: str | Path | Experiment, *, system: str | None = None, rate
 
 
 def capacity(config: str | Path | Experiment, target: str | Sequence[str], *, rate: float | None = None,
-             seed: int = 0, tolerance: float = 0.05, overrides: Sequence[str] = ()) -> pd.DataFrame:
+             seed: int = 0, tolerance: float = 0.05, overrides: Sequence[str] = (), jobs: int = 1,
+             progress=print) -> pd.DataFrame:
     """The highest rate per replica that meets latency targets, per system (`servesim capacity`).
 
     `target` is `METRIC=LIMIT`, e.g. `"normalized_latency=0.1"` (the metrics are
@@ -113,27 +114,40 @@ def capacity(config: str | Path | Experiment, target: str | Sequence[str], *, ra
     and the rate that meets them all (metric `all`). With a total `rate` (req/s) it also finds the
     replicas that rate needs. A run meets a target only if it served its load: not saturated, no request
     dropped. Returns a frame in `capacity.csv`'s columns; a rate of 0 means no probed rate met the target,
-    and `limited_by` says what failed. The arguments are checked as the command checks them (SpecError
-    naming the argument). Nothing is written.
+    and `limited_by` says what failed. `jobs` is the processes the probes run on (0: one per core);
+    `progress` receives each probe's line as the command prints it, then what the command says of the
+    answers (None: none). The arguments are checked as the command checks them (SpecError naming the
+    argument) before any probe runs. Nothing is written.
 
     Example::
 
         table = servesim.capacity("configs/quickstart.yaml", "normalized_latency=0.1", rate=20)
         print(table[["system", "max_rate_per_replica_rps", "replicas_needed"]])
     """
+    from engine.specs.arguments import callback
     from sim.capacity.plan import capacity_frame, colocated, plan_capacity, run_capacity
 
+    report = callback(progress, "progress")
+    asked = _jobs(jobs)
     exp = colocated(_experiment(config, overrides), False, "servesim.split_capacity searches its prefill:decode splits")
     plan = plan_capacity(exp, target, rate, seed, tolerance)
-    return capacity_frame(run_capacity(plan).rows)
+    with _executor(asked, exp).open() as workers:
+        result = run_capacity(plan, workers, report)
+    for line in result.notes:
+        report(line)
+    return capacity_frame(result.rows)
 
 
 def split_capacity(config: str | Path | Experiment, target: str | Sequence[str], *, splits: int, seed: int = 0,
-                   tolerance: float = 0.05, overrides: Sequence[str] = ()) -> pd.DataFrame:
+                   tolerance: float = 0.05, overrides: Sequence[str] = (), jobs: int = 1,
+                   progress=print) -> pd.DataFrame:
     """Disaggregated serving's capacity (`servesim capacity --splits N`): every prefill:decode split of at most
     `splits` replicas in all, each with the rate it holds under every target at once and that rate per GPU,
-    beside the colocated replica's (docs/disaggregated.md). Returns a frame in `capacity_split.csv`'s columns;
-    the arguments are checked as the command checks them. Nothing is written.
+    beside the colocated replica's (docs/disaggregated.md). Returns a frame in `capacity_split.csv`'s columns.
+    `jobs` is the processes the probes run on (0: one per core); `progress` receives the lines the command
+    prints under its splits' header, that line first (None: none). The arguments, and the splits as the search
+    will run them, are checked as the command checks them (SpecError naming what is wrong) before any probe
+    runs. Nothing is written.
 
     Example::
 
@@ -142,17 +156,35 @@ def split_capacity(config: str | Path | Experiment, target: str | Sequence[str],
     """
     import pandas as pd
 
+    from engine.specs.arguments import callback
     from sim.capacity.plan import plan_capacity
-    from sim.capacity.split import check_splits
+    from sim.capacity.split import check_split_search, check_splits, header
     from sim.capacity.split import split_capacity as search_splits
-    from sim.experiment.config import check_split_systems
 
+    report = callback(progress, "progress")
+    asked = _jobs(jobs)
+    total = check_splits(splits, "splits")
     exp = _experiment(config, overrides)
     plan = plan_capacity(exp, target, None, seed, tolerance)
-    total = check_splits(splits, "splits")
-    assert total is not None
-    check_split_systems(exp)
-    return pd.DataFrame(search_splits(plan, total))
+    check_split_search(exp, total)
+    report(header(total))
+    with _executor(asked, exp).open() as workers:
+        return pd.DataFrame(search_splits(plan, total, workers, report))
+
+
+def _jobs(value: object) -> int:
+    from engine.specs.arguments import jobs
+
+    return jobs(value, "jobs")
+
+
+def _executor(jobs: int, exp: Experiment):
+    """A capacity search's local processes, as the command's --jobs gives them (0: one per core)."""
+    from engine.specs.arguments import per_core
+    from sim.capacity.plan import probe_runs
+    from sim.executors.spec import ExecutorSpec
+
+    return ExecutorSpec("process", per_core(jobs, probe_runs(exp)))
 
 
 def reproduce(figures: Sequence[str] = ("all",), out_dir: str | Path = "results/reproduce", *, quick: bool = False,

@@ -231,3 +231,48 @@ def test_validate_refuses_a_file_for_its_folder_before_the_replays(here, no_work
     refused(lambda: servesim.validate(config, "file.txt/out"), "out_dir: file.txt is a file, not a folder")
     assert main(["validate", str(config), "--out", "file.txt"]) == 2
     assert "servesim: error: --out: file.txt is a file, not a folder" in capsys.readouterr().err
+
+
+# --- capacity and split_capacity ----------------------------------------------------------------------------
+@pytest.fixture
+def no_search(monkeypatch) -> None:
+    """Any probe ends the test: the door must have refused, or passed, before the first."""
+    import sim.capacity.plan
+    import sim.capacity.split
+
+    monkeypatch.setattr(sim.capacity.plan, "run_jobs", _reached)
+    monkeypatch.setattr(sim.capacity.split, "run_jobs", _reached)
+
+
+@pytest.mark.parametrize("function, keywords, words", [
+    ("split_capacity", {"splits": None}, "splits: must be a whole number of replicas from 2 to 16"),
+    ("split_capacity", {"splits": "3"}, "splits: must be a whole number of replicas from 2 to 16"),
+    ("split_capacity", {"splits": 2, "jobs": -1}, "jobs: -1: must be at least 1, or 0 for one per core"),
+    ("split_capacity", {"splits": 2, "progress": 5}, "progress: must be a function"),
+    ("capacity", {"jobs": "2"}, "jobs: must be a non-negative integer, got '2'"),
+    ("capacity", {"progress": lambda: None}, "progress: must take one argument, the line")])
+def test_capacity_refuses_a_bad_argument_in_one_line_before_any_probe(here, no_search, function, keywords, words):
+    err = refused(lambda: getattr(servesim, function)("tiny.yaml", "ttft_p90_s=5", **keywords), words)
+    assert "\n" not in err
+
+
+def test_capacity_reports_each_probe_and_its_notes_as_the_command_prints_them(here, capsys):
+    lines: list[str] = []
+    table = servesim.capacity("tiny.yaml", "ttft_p90_s=5", tolerance=0.3, overrides=["systems=[vllm]"], jobs=0,
+                              progress=lines.append)
+    assert list(table["system"]) == ["vLLM"] and capsys.readouterr().out == ""
+    probes = [line for line in lines if " replica(s) at " in line]
+    assert probes and all(line.startswith("  vLLM ") for line in probes)
+    assert " replica(s) at " not in lines[-1]  # the note on its answer (6-s traces: no rate holds, and it says why)
+    assert main(["capacity", "tiny.yaml", "--target", "ttft_p90_s=5", "--tolerance", "0.3", "--set",
+                 "systems=[vllm]", "--out", "out", "--jobs", "1"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert [line for line in printed if line in lines] == lines  # the command's lines, in its order
+
+
+def test_split_capacity_reports_its_header_and_probes(here, capsys):
+    lines: list[str] = []
+    servesim.split_capacity("tiny.yaml", "ttft_p90_s=5", splits=2, tolerance=0.3, overrides=["systems=[vllm]"],
+                            progress=lines.append)
+    assert lines[0].startswith("prefill:decode splits of up to 2 replicas") and capsys.readouterr().out == ""
+    assert any(line.startswith("  vLLM ") and "1P:1D" in line for line in lines[1:])

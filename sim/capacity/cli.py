@@ -11,18 +11,18 @@ def _cmd_capacity(args) -> int:
 
     import pandas as pd
 
-    from sim.capacity.plan import FLAGS, capacity_frame, colocated, plan_capacity, run_capacity
-    from sim.capacity.split import check_splits, split_capacity
-    from sim.experiment.config import check_split_systems, load_experiment
+    from sim.capacity.plan import FLAGS, capacity_frame, colocated, plan_capacity, probe_runs, run_capacity
+    from sim.capacity.split import check_split_search, check_splits, header, split_capacity
+    from sim.experiment.config import load_experiment
     from sim.experiment.output import prepare_out_dir, write_csv, write_text
 
     exp = load_experiment(args.config, args.set)
     plan = plan_capacity(exp, args.target, args.rate, args.seed, args.tolerance, FLAGS)
-    splits = check_splits(args.splits, "--splits")
+    splits = None if args.splits is None else check_splits(args.splits, "--splits")
     if splits is not None:
-        check_split_systems(exp)
+        check_split_search(exp, splits)
     searched = colocated(exp, splits is not None, "give --splits N to search its prefill:decode splits")
-    executor = executor_spec(args, runs=len(exp.systems) * 8)  # a search probes ahead: room for more workers
+    executor = executor_spec(args, runs=probe_runs(exp))
     out_dir = prepare_out_dir(Path(args.out or Path("results") / exp.name))
     with executor.open() as workers:
         result = run_capacity(dataclasses.replace(plan, exp=searched), workers, print)
@@ -34,8 +34,7 @@ def _cmd_capacity(args) -> int:
     print(table.to_string(index=False))
     tables = {"capacity.csv": table, "capacity_probes.csv": pd.DataFrame(result.probes)}
     if splits is not None:
-        print(f"prefill:decode splits of up to {splits} replicas, against the colocated replica "
-              "(the rate each holds under every target at once, and per GPU):")
+        print(header(splits))
         with executor.open() as workers:
             tables["capacity_split.csv"] = pd.DataFrame(split_capacity(plan, splits, workers, print))
         print(tables["capacity_split.csv"].to_string(index=False))

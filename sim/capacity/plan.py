@@ -83,6 +83,11 @@ def plan_capacity(exp: Experiment, targets: str | Sequence[str], rate: float | N
     return CapacityPlan(exp, goals, None if rate is None else float(rate), int(seed), float(tolerance))
 
 
+def probe_runs(exp: Experiment) -> int:
+    """The most workers a capacity search keeps busy: a search probes ahead, so several a system."""
+    return len(exp.systems) * 8
+
+
 def _check_rate(exp: Experiment, rate: float, name: str) -> None:
     """The total rate is simulated as one run's: run's request limit applies to it too."""
     if rate > rate_ceiling(exp):

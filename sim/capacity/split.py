@@ -18,19 +18,36 @@ from sim.capacity.plan import CapacityPlan
 from sim.capacity.search import Probe, job, rate_search, run_jobs
 from sim.capacity.targets import judge
 from sim.executors.workers import Workers
-from sim.experiment.config import Experiment
-from sim.experiment.split_config import PoolConfig, SplitConfig
+from sim.experiment.config import Experiment, check_pools
+from sim.experiment.router_config import check_router
+from sim.experiment.split_config import PoolConfig, SplitConfig, routed_systems
 
 MAX_SPLIT_REPLICAS = 16  # 120 splits, each a rate search: an afternoon on two cores, not a week
 
 
-def check_splits(value: int | None, name: str) -> int | None:
-    if value is None:
-        return None
+def check_splits(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= MAX_SPLIT_REPLICAS:
         raise SpecError(name, "", f"must be a whole number of replicas from 2 to {MAX_SPLIT_REPLICAS} (a prefill "
                         f"and a decode one at least), got {value!r}")
     return value
+
+
+def check_split_search(exp: Experiment, total: int) -> None:
+    """Before any search runs: the largest pools the search makes, checked as a config's split is (their
+    systems, memory and link, and the requests they serve), and the router of the colocated replica beside them,
+    which routes to the experiment's systems, not to the prefill pool's (checked with the config)."""
+    check_pools(split_experiment(exp, total - 1, total - 1))
+    try:
+        check_router(exp.router, routed_systems(None, exp.systems), exp.source)
+    except SpecError as err:
+        raise SpecError(err.source, err.key, f"{err.message} (the colocated replica the splits are compared with "
+                        "runs the experiment's systems)") from None
+
+
+def header(total: int) -> str:
+    """What the search's lines come under."""
+    return (f"prefill:decode splits of up to {total} replicas, against the colocated replica (the rate each holds "
+            "under every target at once, and per GPU):")
 
 
 def splits_of(total: int) -> list[tuple[int, int]]:

@@ -25,7 +25,7 @@ from sim.core.routers import ROUTER_KINDS, RouterSpec
 from sim.experiment.expert_parallel_config import expert_parallel_from_config, expert_parallel_group
 from sim.experiment.kv_pool import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool, weight_bytes_per_gpu
 from sim.experiment.router_config import check_router, router_from_config
-from sim.experiment.split_config import PoolConfig, SplitConfig, split_from_config
+from sim.experiment.split_config import PoolConfig, SplitConfig, check_one_sequence, routed_systems, split_from_config
 from sim.workload.config import WorkloadConfig, recorded, replayed
 from sim.workload.lengths import data_path, load_lengths, longest_prefix
 from sim.workload.paths import resolve_data_path
@@ -329,7 +329,7 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
     if "expert_parallel" in raw:
         exp = dataclasses.replace(exp, expert_parallel=expert_parallel_from_config(
             raw["expert_parallel"], exp.model, exp.replicas, exp.tensor_parallel, exp.split is not None, source))
-    check_router(exp.router, exp.systems, source)
+    check_router(exp.router, routed_systems(exp.split, exp.systems), source)
     check_parallelism(exp)
     check_batching(exp)
     check_fits(exp)
@@ -350,9 +350,8 @@ def pool_experiment(exp: Experiment, pool: PoolConfig) -> Experiment:
 
 
 def check_split(exp: Experiment) -> None:
-    """Each pool's parallelism and memory, as the experiment's own are checked, its keys named; the link."""
-    split = exp.split
-    if split is None:
+    """A split fleet's replicas are counted per pool, and keep no breakdown; its pools (check_pools)."""
+    if exp.split is None:
         return
     if exp.replicas != 1:
         raise SpecError(exp.source, "replicas", "a split fleet counts its replicas per pool (split.prefill.replicas, "
@@ -360,6 +359,16 @@ def check_split(exp: Experiment) -> None:
     if exp.breakdown:
         raise SpecError(exp.source, "breakdown", "a split fleet's runs keep no per-iteration breakdown (nor "
                         "trace_events); leave both out with split")
+    check_pools(exp)
+
+
+def check_pools(exp: Experiment) -> None:
+    """Each pool's parallelism and memory, as the experiment's own are checked, its keys named; the link; the
+    systems and the requests a split serves (vLLM, one sequence each). The splits a capacity search makes of a
+    config are checked here too (sim.capacity.split)."""
+    split = exp.split
+    if split is None:
+        return
     for name, pool in (("prefill", split.prefill), ("decode", split.decode)):
         variant = pool_experiment(exp, pool)
         try:
@@ -369,6 +378,7 @@ def check_split(exp: Experiment) -> None:
             raise SpecError(exp.source, f"split.{name}.{err.key}", err.message) from None
     kv_link_of(exp, split)
     check_split_systems(exp)
+    check_one_sequence(exp.workload, exp.model.max_seq_len, exp.source)
 
 
 def check_split_systems(exp: Experiment) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.core.system import SystemSpec
 from engine.errors import SpecError
 from engine.specs.checks import choice, number
 from sim.core.routers import (
@@ -45,11 +46,12 @@ def router_from_config(value: Any, source: str) -> RouterSpec:
     )
 
 
-def check_router(router: RouterSpec, systems, source: str) -> None:
-    """cache_aware reads each replica's prefix cache: every system must have one."""
+def check_router(router: RouterSpec, routed: list[tuple[str, SystemSpec]], source: str) -> None:
+    """cache_aware reads the prefix cache of each replica it routes to, however many there are: every system it
+    routes to (`routed`: each with its key, sim.experiment.split_config.routed_systems) must have one."""
     if router.kind != "cache_aware":
         return
-    for i, system in enumerate(systems):
+    for key, system in routed:
         if not system.prefix_caching:
-            raise SpecError(source, "router", f"cache_aware needs prefix caching, which systems[{i}] "
-                            f"({system.name}) has not: set its prefix_caching: true, or choose another router")
+            raise SpecError(source, "router", f"cache_aware needs prefix caching, which {key} ({system.name}) "
+                            "has not: set its prefix_caching: true, or choose another router")

@@ -9,7 +9,9 @@
 
 A pool's keys default to the experiment's (hardware, tensor_parallel, kv_cache_gib) and to the system being run;
 each run of the sweep serves its system on both pools, the decode pool without prefix caching (its prompts were
-computed by the prefill pool).
+computed by the prefill pool). A pool's own system is a vLLM one, and every request is one sequence (n and
+beam_width 1): a decode replica receives one sequence's KV, prefilled elsewhere, which only vLLM's paged
+scheduler does.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from engine.errors import SpecError
 from engine.specs.checks import choice, number, optional, positive, positive_int
 from engine.specs.loader import system_from_dict
 from sim.core.split_fleet import ON_DECODE_FULL
+from sim.workload.config import WorkloadConfig, recorded, replayed
 
 SPLIT_KEYS = ("prefill", "decode", "kv_link", "on_decode_full")
 POOL_KEYS = ("replicas", "hardware", "tensor_parallel", "kv_cache_gib", "system")
@@ -94,8 +97,16 @@ def _pool(value: Any, source: str, key: str, base_dir: Path) -> PoolConfig:
         hardware=hardware,
         tensor_parallel=optional(positive_int, value.get("tensor_parallel"), source, f"{key}.tensor_parallel"),
         kv_cache_gib=optional(positive, value.get("kv_cache_gib"), source, f"{key}.kv_cache_gib"),
-        system=system_from_dict(system, source, f"{key}.system") if system is not None else None,
+        system=_pool_system(system, source, f"{key}.system") if system is not None else None,
     )
+
+
+def _pool_system(value: Any, source: str, key: str) -> SystemSpec:
+    system = system_from_dict(value, source, key)
+    if system.kind != "vllm":
+        raise SpecError(source, key, f"{system.name} is {system.kind}: only vLLM (kind vllm) serves in a split pool, "
+                        "its decode replicas receiving KV prefilled elsewhere")
+    return system
 
 
 def pool_system(pool: PoolConfig, system: SystemSpec, decode: bool) -> SystemSpec:
@@ -103,3 +114,29 @@ def pool_system(pool: PoolConfig, system: SystemSpec, decode: bool) -> SystemSpe
     caching."""
     chosen = pool.system or system
     return dataclasses.replace(chosen, prefix_caching=False) if decode and chosen.prefix_caching else chosen
+
+
+def routed_systems(split: SplitConfig | None, systems: tuple[SystemSpec, ...]) -> list[tuple[str, SystemSpec]]:
+    """The systems the router places requests on, each with its key: a split fleet's router spreads them over the
+    prefill pool, which runs its own system where it names one; a colocated fleet's over the systems' replicas."""
+    if split is not None and split.prefill.system is not None:
+        return [("split.prefill.system", split.prefill.system)]
+    return [(f"systems[{i}]", system) for i, system in enumerate(systems)]
+
+
+def check_one_sequence(workload: WorkloadConfig, max_seq_len: int, source: str) -> None:
+    """A split fleet serves one sequence per request: its decode replicas receive one sequence's KV. A replay's
+    samples and beams are its trace's, as replayed (workload.n or beam_width, where given, replace them)."""
+    if workload.is_replay:
+        trace = replayed(workload, recorded(workload, max_seq_len), None)
+        n, beams = int(trace.n.max()), int(trace.beam_width.max())
+    else:
+        n, beams = workload.n or 1, workload.beam_width or 1
+    for count, name, what in ((n, "n", "samples"), (beams, "beam_width", "beams")):
+        if count > 1:
+            given = getattr(workload, name) is not None
+            many = f"{count} {what} per request" if given else \
+                f"a request of {Path(str(workload.trace)).name} has {count} {what}"
+            raise SpecError(source, f"workload.{name}" if given else "workload.trace", (
+                f"{many}: a split fleet serves one sequence per request, its decode replicas receiving one "
+                f"sequence's KV; set workload.{name}: 1, or serve it on a colocated fleet"))

@@ -62,3 +62,32 @@ def test_the_api_answers_as_the_command_does(write_config):
     assert table["fleet"].tolist() == ["colocated", "1P:1D"]
     with pytest.raises(SpecError, match="splits: must be a whole number"):
         servesim.split_capacity(config, TARGETS, splits=1)
+
+
+def _no_search(monkeypatch) -> None:
+    """Any probe, colocated or split, ends the test: a refusal must come before the first."""
+    import sim.capacity.plan
+    import sim.capacity.split
+    from tests.helpers.doors import reached
+
+    monkeypatch.setattr(sim.capacity.plan, "run_jobs", reached)
+    monkeypatch.setattr(sim.capacity.split, "run_jobs", reached)
+
+
+@pytest.mark.parametrize("keys, words", [
+    ({"workload": "{dataset: sharegpt-standin, duration_s: 30, n: 2}"}, ": workload.n: 2 samples per request"),
+    ({"split": "{prefill: {replicas: 1, system: {preset: vllm, prefix_caching: true}}, decode: {replicas: 1}}",
+      "router": "cache_aware"}, "which systems[0] (vLLM) has not: set its prefix_caching: true, or choose another "
+                                "router (the colocated replica the splits are compared with")])
+def test_the_splits_are_refused_before_any_search_runs(write_config, tmp_path, monkeypatch, capsys, keys, words):
+    _no_search(monkeypatch)
+    config = write_config(tiny(systems="[vllm]", rates="[1]", **keys))
+    assert main(["capacity", str(config), "--target", ",".join(TARGETS), "--splits", "2", "--out",
+                 str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("servesim: error: ") and err.count("\n") == 1 and words in err, err
+    import servesim
+
+    with pytest.raises(SpecError) as caught:
+        servesim.split_capacity(config, TARGETS, splits=2)
+    assert words in str(caught.value)

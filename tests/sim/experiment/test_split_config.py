@@ -75,3 +75,45 @@ def test_servesim_run_writes_a_split_sweep(write_config, tmp_path, capsys):
     assert "1 x 1 x a100-40gb prefill + 2 x 1 x a100-40gb decode" in capsys.readouterr().out
     header = (tmp_path / "out" / "summary.csv").read_text().splitlines()[0].split(",")
     assert header[-len(SPLIT_COLUMNS):] == list(SPLIT_COLUMNS)
+
+
+@pytest.mark.parametrize("split, key", [
+    ("{prefill: {replicas: 1}, decode: {replicas: 1, system: orca-max}}", "split.decode.system"),
+    ("{prefill: {replicas: 1, system: fastertransformer}, decode: {replicas: 1}}", "split.prefill.system")])
+def test_a_pools_own_system_is_vllm_or_refused_naming_it(write_config, split, key):
+    with pytest.raises(SpecError) as caught:
+        load_experiment(write_config(tiny(split=split, systems="[vllm]")))
+    assert f": {key}: " in str(caught.value) and "only vLLM (kind vllm) serves in a split pool" in str(caught.value)
+
+
+@pytest.mark.parametrize("workload, key, words", [
+    ("{dataset: sharegpt-standin, duration_s: 30, n: 2}", "workload.n", "2 samples per request"),
+    ("{dataset: sharegpt-standin, duration_s: 30, beam_width: 2}", "workload.beam_width", "2 beams per request"),
+    ("{trace: beams.csv}", "workload.trace", "a request of beams.csv has 3 beams")])
+def test_a_split_refuses_requests_of_several_sequences_when_read(write_config, tmp_path, workload, key, words):
+    rows = [f"{i * 0.5},100,50,{3 if i == 7 else 1}" for i in range(40)]
+    (tmp_path / "beams.csv").write_text("\n".join(["arrived_at,num_prefill_tokens,num_decode_tokens,beam_width",
+                                                   *rows]) + "\n")
+    with pytest.raises(SpecError) as caught:
+        load_experiment(write_config(tiny(split=SPLIT, systems="[vllm]", workload=workload)))
+    message = str(caught.value)
+    assert f": {key}: {words}: a split fleet serves one sequence per request" in message, message
+
+
+CACHING = "{preset: vllm, prefix_caching: true}"
+
+
+@pytest.mark.parametrize("prefill_replicas", [1, 2])
+def test_cache_aware_needs_the_prefill_pools_prefix_cache_with_one_replica_as_with_many(write_config,
+                                                                                      prefill_replicas):
+    split = f"{{prefill: {{replicas: {prefill_replicas}, system: vllm}}, decode: {{replicas: 1}}}}"
+    config = write_config(tiny(split=split, systems=f"[{CACHING}]", router="cache_aware"))
+    with pytest.raises(SpecError, match=r": router: cache_aware needs prefix caching, which split.prefill.system "
+                                        r"\(vLLM\) has not"):
+        load_experiment(config)
+
+
+def test_cache_aware_routes_on_the_prefill_pools_own_caching_system(write_config):
+    split = f"{{prefill: {{replicas: 2, system: {CACHING}}}, decode: {{replicas: 1}}}}"
+    exp = load_experiment(write_config(tiny(split=split, systems="[vllm]", router="cache_aware", rates="[1]")))
+    assert run_one(exp, exp.systems[0], 1.0, 0).summary["num_unfinished"] == 0
