@@ -4,6 +4,7 @@ import pytest
 
 from calibrate.fitting.fit import NOT_SHAPES
 from calibrate.fitting.profile_file import load_profile
+from calibrate.profiling.serving import PLAUSIBLE
 from servesim.cli import main
 
 EXPERIMENT = """
@@ -58,7 +59,13 @@ def test_profile_fit_show_then_simulate(tmp_path, capsys, monkeypatch):
     assert fitted.host["rows"] >= 10 and fitted.host["mean_s"] > 0  # the host work was measured and fitted
     served = rows[rows["kind"] == "serving"]
     assert 10 <= len(served) <= 200 and (served["alone_s"] > 0).all()
-    assert fitted.serving["factor"] == pytest.approx(served["time_s"].sum() / served["alone_s"].sum())
+    factor = served["time_s"].sum() / served["alone_s"].sum()
+    # wall time over wall time: on a machine whose load changes between the replay and its re-timing (a busy CI
+    # box) the factor leaves the plausible range, and the fit then drops it with a warning (tests/calibrate/test_fit.py)
+    if PLAUSIBLE[0] <= factor <= PLAUSIBLE[1]:
+        assert fitted.serving["factor"] == pytest.approx(factor)
+    else:
+        assert fitted.serving is None
     assert fitted.token_knots == sorted(set(fitted.token_knots))
     assert len(fitted.token_costs_s) == len(fitted.token_knots)
     assert main(["calibrate", "show", str(profile)]) == 0
