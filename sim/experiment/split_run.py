@@ -12,7 +12,7 @@ from engine.core.system import SystemSpec
 from sim.core.fleet import FleetSetup
 from sim.core.routers import make_router
 from sim.core.split_fleet import TRANSFER_COLUMNS, SplitRuns, SplitSetup, serve_split
-from sim.experiment.config import Experiment, clock_for, kv_link_of, pool_experiment
+from sim.experiment.config import Experiment, clock_for, kv_copy_parallel, kv_link_of, pool_experiment
 from sim.experiment.split_config import SplitConfig, pool_system
 from sim.workload.trace import Trace
 
@@ -21,8 +21,7 @@ def kv_copy_price(exp: Experiment, split: SplitConfig) -> Callable[[int], float]
     """Seconds to copy a request's prompt KV (all layers, K and V, at the KV cache's format) from a prefill replica
     to a decode replica: each of the smaller pool's tensor-parallel GPUs sends its share over its own link."""
     link = kv_link_of(exp, split)
-    parallel = min(split.prefill.tensor_parallel or exp.tensor_parallel,
-                   split.decode.tensor_parallel or exp.tensor_parallel)
+    parallel = kv_copy_parallel(exp, split)
     element = exp.precision.kv_bytes
     model = exp.model
 
