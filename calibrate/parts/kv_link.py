@@ -10,6 +10,7 @@ degree, the smaller one's GPUs carry it (each of them sends, or receives, a larg
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from calibrate.hardware.hardware import HardwareSpec
@@ -58,6 +59,36 @@ def kv_bytes(spec: ModelSpec, num_tokens: int, dtype_bytes: int = KV_ELEMENT_BYT
     """A request's whole KV cache, every layer's K and V of `num_tokens` tokens (ModelSpec.kv_bytes_per_token,
     the count the roofline prices decode reads with)."""
     return num_tokens * spec.kv_bytes_per_token(dtype_bytes)
+
+
+def check_moves_a_token(link: KVLink, token_bytes: int, tensor_parallel: int, within_s: float, within: str,
+                        source: str, key: str = "kv_link") -> None:
+    """One token's KV (`token_bytes` over `tensor_parallel` GPUs), the least a prompt's copy moves, crosses `link`
+    within `within_s` (`within` says what that is). Over a slower link no copy could end inside a run, and a long
+    prompt's copy may overflow to infinity: the figure that makes it so is refused, with the least that passes."""
+    seconds = link.transfer_s(token_bytes, tensor_parallel)
+    if seconds <= within_s:
+        return
+    gpus = f"{tensor_parallel} GPU{'s' if tensor_parallel > 1 else ''}"
+    moves = f"one token's KV ({token_bytes:,} bytes over {gpus}) takes {seconds:.3g} s, longer than {within}"
+    given = "" if link.kind == "custom" else f" ({link.source})"
+    if link.latency_s >= within_s:
+        raise SpecError(source, _figure_key(link, key, "latency_s"),
+                        f"{link.latency_s:g} s of latency{given}: {moves}; must be below {within_s:g} s")
+    least = _rounded_up(token_bytes / (tensor_parallel * (within_s - link.latency_s)))
+    raise SpecError(source, _figure_key(link, key, "bytes_per_s"),
+                    f"{link.bytes_per_s:g} B/s{given}: {moves}; must be at least {least:.3g} B/s")
+
+
+def _figure_key(link: KVLink, key: str, figure: str) -> str:
+    """Where a link's figure was written: a custom link's own key, a measured one's table, else the link's kind."""
+    return {"custom": f"{key}.{figure}", "measured": f"{key}.table"}.get(link.kind, key)
+
+
+def _rounded_up(value: float) -> float:
+    """`value` up to three significant digits, so that the least figure an error prints passes."""
+    scale = 10.0 ** (math.floor(math.log10(value)) - 2)
+    return math.ceil(value / scale) * scale
 
 
 def link_from_spec(hardware: HardwareSpec, kind: str, source: str = "kv_link", key: str = "kv_link") -> KVLink:

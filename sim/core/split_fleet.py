@@ -12,9 +12,12 @@ When no decode replica has room (on_decode_full): `hold` keeps it waiting in 2 w
 pool fills and stops admitting (DistServe, vLLM's disaggregated prefill); `recompute` lets the prefill KV go at
 once and queues it on the least loaded decode replica as a prompt to compute again there (Splitwise's fallback
 to a mixed machine).
+The run ends at the horizon for the copies as for the replicas: a copy the horizon cuts off stops there, its
+request recorded unfinished, so nothing the fleet records happens after the run's end.
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -34,10 +37,13 @@ from sim.workload.tokens import with_block_keys
 from sim.workload.trace import Trace
 
 ON_DECODE_FULL = ("hold", "recompute")
-# the columns of a split fleet's transfers, one row per request that left the prefill pool: "copied" (its KV
-# went over the link, start_s to end_s) or "recomputed" (on_decode_full: recompute; start_s = end_s = when)
+# the columns of a split fleet's transfers, one row per request prefilled for a decode replica: "copied" (its KV
+# went over the link, start_s to end_s), "recomputed" (on_decode_full: recompute; start_s = end_s = when), or,
+# at the horizon, "unfinished" (its copy had not ended: end_s NaN, and start_s NaN if it was still queued for the
+# link) or "waiting" (still waiting for a decode replica: decode_replica -1, start_s and end_s NaN)
 TRANSFER_COLUMNS = ("request_id", "prefill_replica", "decode_replica", "prefilled_s", "start_s", "end_s",
                     "num_tokens", "kind")
+NOT_REACHED = float("nan")  # a transfer's time the run ended before
 
 
 @dataclass(frozen=True)
@@ -123,12 +129,22 @@ class SplitFleet:
             replica.close()
 
     def _copy(self, handoff: Handoff, decode: Replica) -> Iterator[simpy.Event]:
-        """The request's prompt KV over its prefill replica's link, after the copies queued on it before."""
-        env, request = self.env, handoff.request
+        """The request's prompt KV over its prefill replica's link, after the copies queued on it before; one the
+        horizon cuts off holds the link to the horizon and stays unfinished (its request too: the decode replica
+        records it so)."""
+        env, request, horizon = self.env, handoff.request, self.setup.decode.horizon_s
         with self.links[handoff.prefill.index].request() as turn:
             yield turn
             start = env.now
-            yield env.timeout(self.setup.kv_copy_s(request.prompt_len))
+            if start >= horizon:
+                self._unfinished(handoff, decode, NOT_REACHED)
+                return
+            seconds = self._copy_s(request)
+            if start + seconds > horizon:
+                yield env.timeout(horizon - start)
+                self._unfinished(handoff, decode, start)
+                return
+            yield env.timeout(seconds)
         handoff.prefill.core.release_kv(request.request_id)
         handoff.prefill.wake()
         decode.core.kv_arrived(request.request_id)
@@ -137,6 +153,19 @@ class SplitFleet:
                                start, env.now, request.prompt_len, "copied"))
         self.num_copying -= 1
         self._check_drained()
+
+    def _copy_s(self, request: Request) -> float:
+        seconds = self.setup.kv_copy_s(request.prompt_len)
+        if not 0.0 <= seconds < math.inf:  # NaN fails both comparisons
+            raise ValueError(f"request {request.request_id}: a KV copy of its {request.prompt_len} prompt tokens is "
+                             f"priced at {seconds!r} s; kv_copy_s must give a finite, non-negative number of seconds")
+        return seconds
+
+    def _unfinished(self, handoff: Handoff, decode: Replica, start_s: float) -> None:
+        """A copy the horizon cut off: it stays being copied (num_copying, the decode replica's incoming)."""
+        request = handoff.request
+        self.transfers.append((request.request_id, handoff.prefill.index, decode.index, handoff.first_token_s,
+                               start_s, NOT_REACHED, request.prompt_len, "unfinished"))
 
     # --- what the replicas tell it -----------------------------------------------------------------------
     def _prefilled(self, replica: Replica, finished: list[SequenceGroup]) -> None:
@@ -244,6 +273,9 @@ class SplitFleet:
             replica.core.close()
         for handoff in self.waiting:
             self._record(handoff, None)
+            request = handoff.request
+            self.transfers.append((request.request_id, handoff.prefill.index, -1, handoff.first_token_s,
+                                   NOT_REACHED, NOT_REACHED, request.prompt_len, "waiting"))
 
     def runs(self) -> SplitRuns:
         replicas = [*self.prefill, *self.decode]

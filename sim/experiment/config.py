@@ -14,7 +14,7 @@ from calibrate.cost_models.registry import KINDS, PROFILE_KINDS, Clock, CostMode
 from calibrate.hardware.hardware import HardwareSpec, available_hardware, load_hardware
 from calibrate.hardware.precision import Precision, precision_from_config
 from calibrate.parts.host_model import available_host_models, host_model_path, load_host_model
-from calibrate.parts.kv_link import KVLink, link_from_config
+from calibrate.parts.kv_link import KVLink, check_moves_a_token, kv_bytes, link_from_config
 from calibrate.work.expert_parallel import ExpertParallel
 from engine.core.spec import ModelSpec
 from engine.core.system import CHUNKED_POLICIES, PAPER_SYSTEMS, PRESETS, SystemSpec
@@ -26,7 +26,7 @@ from sim.experiment.expert_parallel_config import expert_parallel_from_config, e
 from sim.experiment.kv_pool import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool, weight_bytes_per_gpu
 from sim.experiment.router_config import check_router, router_from_config
 from sim.experiment.split_config import PoolConfig, SplitConfig, check_one_sequence, routed_systems, split_from_config
-from sim.workload.config import WorkloadConfig, recorded, replayed
+from sim.workload.config import MAX_DURATION_S, WorkloadConfig, recorded, replayed
 from sim.workload.lengths import data_path, load_lengths, longest_prefix
 from sim.workload.paths import resolve_data_path
 
@@ -397,8 +397,22 @@ def pool_label(exp: Experiment, pool: PoolConfig) -> str:
 
 
 def kv_link_of(exp: Experiment, split: SplitConfig) -> KVLink:
-    """The split fleet's KV link, read against the prefill pool's GPU (calibrate/parts/kv_link.py)."""
-    return link_from_config(split.kv_link, split.prefill.hardware or exp.hardware, exp.source, key="split.kv_link")
+    """The split fleet's KV link, read against the prefill pool's GPU (calibrate/parts/kv_link.py): one that takes
+    longer than the longest workload to copy a single token's KV is refused, since none of its copies could end
+    in a run (and a long prompt's time would overflow)."""
+    key = "split.kv_link"
+    link = link_from_config(split.kv_link, split.prefill.hardware or exp.hardware, exp.source, key=key)
+    token_bytes = kv_bytes(exp.model, 1, exp.precision.kv_bytes)
+    check_moves_a_token(link, token_bytes, kv_copy_parallel(exp, split), MAX_DURATION_S,
+                        f"the longest workload ({MAX_DURATION_S:g} s of arrivals)", exp.source, key)
+    return link
+
+
+def kv_copy_parallel(exp: Experiment, split: SplitConfig) -> int:
+    """The GPUs a request's KV copy runs over at once: the smaller pool's tensor parallelism (each of its GPUs
+    sends, or receives, its share over its own link)."""
+    return min(split.prefill.tensor_parallel or exp.tensor_parallel,
+               split.decode.tensor_parallel or exp.tensor_parallel)
 
 
 def check_cost_model(exp: Experiment) -> None:

@@ -202,7 +202,7 @@ def _run_split(exp: Experiment, system: SystemSpec, trace: Trace, rate: float, s
     summary = {
         **summary_head(exp, system, trace, split.replicas, setup.prefill.cost_model, rate, seed), **metrics,
         "prefill_replicas": split.prefill.replicas, "decode_replicas": split.decode.replicas,
-        **transfer_metrics(split_runs.transfers, exp.warmup_s, trace.arrival_s),
+        **transfer_metrics(split_runs.transfers, exp.warmup_s, trace.arrival_s, horizon_s),
         COST_MODEL_SOURCE: setup.prefill.cost_model.source,
     }
     return RunResult(summary, requests, iterations, dropped)

@@ -12,7 +12,7 @@ from engine.core.system import SystemSpec
 from sim.core.fleet import FleetSetup
 from sim.core.routers import make_router
 from sim.core.split_fleet import TRANSFER_COLUMNS, SplitRuns, SplitSetup, serve_split
-from sim.experiment.config import Experiment, clock_for, kv_link_of, pool_experiment
+from sim.experiment.config import Experiment, clock_for, kv_copy_parallel, kv_link_of, pool_experiment
 from sim.experiment.split_config import SplitConfig, pool_system
 from sim.workload.trace import Trace
 
@@ -21,8 +21,7 @@ def kv_copy_price(exp: Experiment, split: SplitConfig) -> Callable[[int], float]
     """Seconds to copy a request's prompt KV (all layers, K and V, at the KV cache's format) from a prefill replica
     to a decode replica: each of the smaller pool's tensor-parallel GPUs sends its share over its own link."""
     link = kv_link_of(exp, split)
-    parallel = min(split.prefill.tensor_parallel or exp.tensor_parallel,
-                   split.decode.tensor_parallel or exp.tensor_parallel)
+    parallel = kv_copy_parallel(exp, split)
     element = exp.precision.kv_bytes
     model = exp.model
 
@@ -63,17 +62,35 @@ def prefill_replicas(requests: dict[str, np.ndarray], split_runs: SplitRuns) -> 
 SPLIT_COLUMNS = ("prefill_replicas", "decode_replicas", "kv_copy_mean_s", "kv_wait_mean_s", "recomputed_share")
 
 
-def transfer_metrics(transfers: list[tuple], warmup_s: float, arrivals: np.ndarray) -> dict[str, float]:
-    """The summary's KV-move columns, over the requests that arrived after the warm-up: the copies' mean time
-    on the link, their mean wait from the first token to the copy's start (a full decode pool, a busy link), and
-    the share of requests recomputed on a decode replica instead."""
+def transfer_metrics(transfers: list[tuple], warmup_s: float, arrivals: np.ndarray,
+                     horizon_s: float) -> dict[str, float]:
+    """The summary's KV-move columns, over the requests that arrived after the warm-up, each counting only what
+    happened before the horizon, as the latencies count a request unfinished there (sim/experiment/metrics.py):
+    - kv_copy_mean_s: the copies' mean time on the link, a copy the horizon cut off until the horizon (one still
+      queued for the link had none);
+    - kv_wait_mean_s: their mean wait from the first token to the copy's start (a full decode pool, a busy link),
+      a request whose copy had not started until the horizon (one prefilled after it waited for nothing in the
+      run);
+    - recomputed_share: the share of the requests placed on a decode replica that were recomputed there instead
+      of copied."""
     rows = [row for row in transfers if arrivals[row[0]] >= warmup_s]
-    kind = TRANSFER_COLUMNS.index("kind")
-    copied = [row for row in rows if row[kind] == "copied"]
-    start, end, prefilled = (TRANSFER_COLUMNS.index(k) for k in ("start_s", "end_s", "prefilled_s"))
-    nan = float("nan")
+    kind, prefilled, start, end = (TRANSFER_COLUMNS.index(k) for k in ("kind", "prefilled_s", "start_s", "end_s"))
+    to_copy = [row for row in rows if row[kind] != "recomputed"]
+    started = np.array([(row[start], row[end]) for row in to_copy if not np.isnan(row[start])], dtype=np.float64)
+    waited = np.array([(row[prefilled], row[start]) for row in to_copy if row[prefilled] < horizon_s],
+                      dtype=np.float64)
+    placed = [row for row in rows if row[kind] != "waiting"]
+    recomputed = sum(row[kind] == "recomputed" for row in placed)
     return {
-        "kv_copy_mean_s": float(np.mean([r[end] - r[start] for r in copied])) if copied else nan,
-        "kv_wait_mean_s": float(np.mean([r[start] - r[prefilled] for r in copied])) if copied else nan,
-        "recomputed_share": (len(rows) - len(copied)) / len(rows) if rows else nan,
+        "kv_copy_mean_s": _mean_span(started, horizon_s),
+        "kv_wait_mean_s": _mean_span(waited, horizon_s),
+        "recomputed_share": recomputed / len(placed) if placed else float("nan"),
     }
+
+
+def _mean_span(spans: np.ndarray, horizon_s: float) -> float:
+    """The mean of (from, to) spans, a `to` the run never reached (NaN) at the horizon; NaN with none."""
+    if not len(spans):
+        return float("nan")
+    to = np.where(np.isnan(spans[:, 1]), horizon_s, spans[:, 1])
+    return float(np.mean(to - spans[:, 0]))
