@@ -19,6 +19,7 @@ from engine.core.system import SystemSpec
 from engine.errors import SpecError
 from engine.specs.arguments import API, Spelling
 from engine.specs.checks import number, option, positive
+from sim.capacity.saturation import PACE_KEYS
 from sim.capacity.search import (
     MIN_REL_TOL,
     Probe,
@@ -202,6 +203,7 @@ def _probe_row(system: str, p: Probe, targets: tuple[Target, ...]) -> dict:
     row = {"system": system, "rate": p.rate, "replicas": p.replicas}
     row.update({t.metric: p.summary[t.metric] for t in targets})
     row.update(saturated=p.summary["saturated"], backlog_growth=p.summary["backlog_growth"],
+               **{key: p.summary[key] for key in PACE_KEYS},
                dropped=p.summary["num_ignored"] + p.summary["num_aborted"], measured=p.summary["num_measured"],
                holds=verdict.held, why=verdict.why)
     return row

@@ -1,7 +1,7 @@
 """Capacity planning: the highest rate that meets a latency target, and replicas for a rate.
 
-A rate "holds" when the run served its load (not saturated, nothing dropped) and every target's metric
-stays at or under its limit (sim/capacity/targets.py). The search brackets the knee by doubling, then
+A rate "holds" when the run served its load (kept pace with its arrivals, nothing dropped) and every target's
+metric stays at or under its limit (sim/capacity/targets.py). The search brackets the knee by doubling, then
 bisects to a relative tolerance; each probe is one run.
 
 Each search is written as a generator of the (rate, replicas) points it probes, so that one
@@ -20,6 +20,7 @@ from pathlib import Path
 from engine.core.system import SystemSpec
 from engine.errors import SpecError
 from sim.capacity.parallel import Job, run_searches
+from sim.capacity.saturation import pace
 from sim.capacity.targets import SERVED_KEYS, TARGET_METRICS, Target, judge
 from sim.executors.workers import Workers
 from sim.experiment.config import MAX_REQUESTS, Experiment
@@ -42,7 +43,7 @@ class Probe:
     """One run at a point, as a worker sends it back: a few numbers of its summary, not its records."""
     rate: float
     replicas: int
-    summary: dict  # every target metric, SERVED_KEYS, num_measured and PRICED_BY
+    summary: dict  # every target metric, SERVED_KEYS, PACE_KEYS, num_measured and PRICED_BY
 
 
 # what priced a probe: its system, and its cost model in a few words and in whole (capacity's cost_models.txt)
@@ -50,9 +51,12 @@ PRICED_BY = ("system", "cost_model", COST_MODEL_SOURCE)
 
 
 def probe(exp: Experiment, system: SystemSpec, rate: float, replicas: int, seed: int) -> Probe:
-    summary = run_one(dataclasses.replace(exp, replicas=replicas), system, rate, seed).summary
+    """One run, and how it kept pace with its arrivals (sim/capacity/saturation.py), read from its records here:
+    a worker sends back the summary alone."""
+    run = run_one(dataclasses.replace(exp, replicas=replicas), system, rate, seed)
     kept = (*TARGET_METRICS, *SERVED_KEYS, "num_measured", *PRICED_BY)
-    return Probe(rate, replicas, {key: summary[key] for key in kept})
+    summary = {key: run.summary[key] for key in kept}
+    return Probe(rate, replicas, {**summary, **pace(run.requests, exp.warmup_s).as_summary()})
 
 
 def rate_search(start: float, rel_tol: float, replicas: int, ceiling: float = math.inf

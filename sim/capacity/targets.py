@@ -1,7 +1,8 @@
 """Latency targets, and whether one run meets them: what a capacity search asks of each probe.
 
 A run meets a target only if it served its load: it is not saturated (sim/experiment/metrics.py measures
-that from the backlog, not from the horizon) and it dropped no request (a request vLLM ignored was never
+that from the backlog, not from the horizon), it kept pace with its arrivals (sim/capacity/saturation.py: no
+backlog growing beyond noise, no climbing TTFT) and it dropped no request (a request vLLM ignored was never
 served, so a latency over the rest says nothing of it). Then each target's metric must be at or under its
 limit. Several targets are a joint SLO: a run meets them all, or not.
 """
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.errors import SpecError
+from sim.capacity.saturation import Pace
 
 TARGET_METRICS = ("normalized_latency", "normalized_latency_p90", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
                   "tpot_mean_s", "tpot_p90_s", "tpot_p99_s", "latency_mean_s")
@@ -106,8 +108,10 @@ def unmeasured(metrics: Sequence[str]) -> str:
 
 
 def not_served(summary: dict) -> list[str]:
-    """Why a run did not serve its load, if it did not: saturated, or requests dropped unserved."""
+    """Why a run did not serve its load, if it did not: saturated, fallen behind its arrivals (Pace: what a
+    probe's summary carries besides the run's), or requests dropped unserved."""
     reasons = []
+    fell_behind = Pace.of_summary(summary).why()
     if summary["saturated"]:
         growth = summary["backlog_growth"]
         unfinished = summary["num_unfinished"]
@@ -117,6 +121,8 @@ def not_served(summary: dict) -> list[str]:
         if unfinished:
             parts.append(f"{_requests(unfinished)} unfinished at the horizon")
         reasons.append("saturated" + (f" ({', '.join(parts)})" if parts else ""))
+    elif fell_behind:
+        reasons.append(fell_behind)
     dropped = summary["num_ignored"] + summary["num_aborted"]
     if dropped:
         reasons.append(f"{_requests(dropped)} dropped unserved")

@@ -174,10 +174,13 @@ def request_latencies(requests: Columns, horizon_s: float) -> dict[str, np.ndarr
 class Backlog:
     """The backlog (requests arrived, not finished) over the measured arrivals, fitted with a line: its slope
     over their arrival rate (the share of arrivals the server fell behind by: 1 - served / arrival rate), the
-    requests it grew by over their span, and its spread about the line (the backlog's own fluctuation)."""
+    requests it grew by over their span, and its spread about the line (the backlog's own fluctuation); the
+    arrivals it was fitted over, from start_s on (after the warm-up and the filling)."""
     growth: float
     grown_by: float
     spread: float
+    arrivals: int
+    start_s: float
 
     @property
     def is_growing(self) -> bool:
@@ -207,13 +210,13 @@ def backlog(arrival_s: np.ndarray, finish_s: np.ndarray, warmup_s: float, first_
     first = int(np.searchsorted(arrival, start, side="left"))
     times = arrival[first:]
     if len(times) < 3 or times[-1] <= times[0]:
-        return Backlog(float("nan"), 0.0, 0.0)
+        return Backlog(float("nan"), 0.0, 0.0, len(times), float(start))
     count = np.arange(first + 1, len(arrival) + 1) - np.searchsorted(finish, times, side="right")
     span = float(times[-1] - times[0])
     centred = times - times.mean()
     slope = float((centred * (count - count.mean())).sum() / (centred * centred).sum())
     spread = float((count - count.mean() - slope * centred).std())
-    return Backlog(slope / ((len(times) - 1) / span), slope * span, spread)
+    return Backlog(slope / ((len(times) - 1) / span), slope * span, spread, len(times), float(start))
 
 
 def is_saturated(growth: Backlog, arrival_s: np.ndarray, is_finished: np.ndarray, horizon_s: float) -> bool:

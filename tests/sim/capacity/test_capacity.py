@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 
 from servesim.cli import main
-from sim.capacity.search import Target, max_rate, replicas_for
+from sim.capacity.search import Target, max_rate, probe, replicas_for
 from sim.capacity.targets import judge
 from sim.experiment.config import load_experiment
 from sim.experiment.run import run_one
@@ -25,8 +25,8 @@ def test_max_rate_is_the_knee(exp):
     assert 0.5 < rate < 4
     assert any(held(p.summary, target) for p in probes) and any(not held(p.summary, target) for p in probes)
     # the answer holds, and 10% more does not
-    assert held(run_one(exp, system, rate, 0).summary, target)
-    assert not held(run_one(exp, system, rate * 1.1, 0).summary, target)
+    assert held(probe(exp, system, rate, 1, 0).summary, target)
+    assert not held(probe(exp, system, rate * 1.1, 1, 0).summary, target)
 
 
 def test_more_replicas_hold_a_rate_one_cannot(exp):

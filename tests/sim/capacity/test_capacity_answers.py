@@ -12,13 +12,15 @@ import servesim
 from engine.errors import SpecError
 from servesim.cli import main
 from sim.capacity.plan import CapacityPlan, Search, _row, capacity_frame
+from sim.capacity.saturation import Pace
 from sim.capacity.search import Probe, replica_search
 from sim.capacity.targets import TARGET_METRICS, Target, judge
 from sim.experiment.config import load_experiment
 from sim.experiment.output import check_out_dir
 from tests.helpers.configs import tiny
 
-SERVED = {"saturated": False, "backlog_growth": 0.0, "num_unfinished": 0, "num_ignored": 0, "num_aborted": 0}
+SERVED = {"saturated": False, "backlog_growth": 0.0, "num_unfinished": 0, "num_ignored": 0, "num_aborted": 0,
+          **Pace(0.0, 30.0, 0.0, 0.01, 0.1).as_summary()}  # a run that kept pace
 TARGET = Target("ttft_p90_s", 1.0)
 
 
