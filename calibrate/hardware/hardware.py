@@ -7,8 +7,10 @@ from pathlib import Path
 from engine.errors import SpecError
 from engine.specs.checks import number, positive, positive_int
 from engine.specs.loader import read_named_yaml
+from engine.specs.paths import Shipped
 
 HARDWARE_DIR = Path(__file__).resolve().parents[1] / "hardware_specs"
+SHIPPED_SHEETS = Shipped(HARDWARE_DIR, ".yaml", "calibrate/hardware_specs", "hardware sheet")
 GIB = 1 << 30
 OPTIONAL_KEYS = ("device_names", "infiniband_bytes_per_s", "peak_flops_fp8", "sm_count", "l2_cache_bytes")
 MAX_MEMORY_GIB = 2.0**20  # a PiB per device: far past any accelerator, and still a whole number of bytes

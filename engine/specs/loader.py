@@ -16,8 +16,10 @@ from engine.core.spec import ModelSpec
 from engine.core.system import CHUNKED_TOKEN_BUDGET, PRESETS, SystemSpec, v1_limits
 from engine.errors import SpecError
 from engine.specs.checks import choice, positive, positive_int, share
+from engine.specs.paths import Shipped
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
+SHIPPED_MODELS = Shipped(MODELS_DIR, ".yaml", "engine/specs/models", "model")
 
 # What each family's YAML may leave out: its norm, activation and position encoding.
 FAMILIES = {

@@ -11,16 +11,18 @@ from calibrate.clock.costmodel import CostModel
 from calibrate.clock.roofline import RooflineParams
 from calibrate.cost_models.default_clock import default_device_profile
 from calibrate.cost_models.registry import KINDS, PROFILE_KINDS, Clock, CostModelConfig, build_cost_model
-from calibrate.hardware.hardware import HardwareSpec, available_hardware, load_hardware
+from calibrate.fitting.profile_file import SHIPPED_PROFILES
+from calibrate.hardware.hardware import SHIPPED_SHEETS, HardwareSpec, available_hardware, load_hardware
 from calibrate.hardware.precision import Precision, precision_from_config
-from calibrate.parts.host_model import available_host_models, host_model_path, load_host_model
+from calibrate.parts.host_model import SHIPPED_HOST_MODELS, available_host_models, host_model_path, load_host_model
 from calibrate.parts.kv_link import KVLink, link_from_config
 from calibrate.work.expert_parallel import ExpertParallel
 from engine.core.spec import ModelSpec
 from engine.core.system import CHUNKED_POLICIES, PAPER_SYSTEMS, PRESETS, SystemSpec
 from engine.errors import SpecError
 from engine.specs.checks import choice, non_negative, number, optional, positive, positive_int, share
-from engine.specs.loader import load_model_spec, parse_yaml, read_yaml, system_from_dict
+from engine.specs.loader import SHIPPED_MODELS, load_model_spec, parse_yaml, read_yaml, system_from_dict
+from engine.specs.paths import Shipped, resolve_path
 from sim.core.routers import ROUTER_KINDS, RouterSpec
 from sim.experiment.expert_parallel_config import expert_parallel_from_config, expert_parallel_group
 from sim.experiment.kv_pool import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool, weight_bytes_per_gpu
@@ -28,7 +30,6 @@ from sim.experiment.router_config import check_router, router_from_config
 from sim.experiment.split_config import PoolConfig, SplitConfig, split_from_config
 from sim.workload.config import WorkloadConfig, recorded, replayed
 from sim.workload.lengths import data_path, load_lengths, longest_prefix
-from sim.workload.paths import resolve_data_path
 
 # the engine a config that names no cost model is priced as: vLLM 0.19's V1 engine (calibrate/host_models/)
 DEFAULT_ENGINE = "vllm-0.19"
@@ -183,36 +184,41 @@ def _cost_model(raw: Any, source: str, base_dir: Path) -> CostModelConfig:
         raise SpecError(source, "cost_model", "must be 'roofline', a profile path, or a mapping")
     raw = dict(raw)
     kind = raw.pop("kind", "roofline")
+    _check_cost_model_keys(kind, raw, source)
     host = _host_model(raw.pop("host"), base_dir, source) if "host" in raw else None
     graphs = _cuda_graphs(raw.pop("cuda_graphs"), host, source) if "cuda_graphs" in raw else None
     if kind in PROFILE_KINDS:
         if "path" not in raw:
             raise SpecError(source, "cost_model.path", f"a {kind} cost model needs the profile's path")
         path = _resolve(raw.pop("path"), base_dir, source, "cost_model.path")
-        measured_on = raw.pop("measured_on", None) if kind == "transfer" else None
+        measured_on = raw.pop("measured_on", None)
         if measured_on is not None:
             choice(measured_on, source, "cost_model.measured_on", available_hardware())
-        block_reads = raw.pop("block_read_overhead_tokens", None) if kind == "transfer" else None
+        block_reads = raw.pop("block_read_overhead_tokens", None)
         if block_reads is not None:
             non_negative(block_reads, source, "cost_model.block_read_overhead_tokens")
-        for key in raw:
-            valid = ["cuda_graphs", "host", "kind", "path"] + (["block_read_overhead_tokens", "measured_on"]
-                                                               if kind == "transfer" else [])
-            raise SpecError(source, f"cost_model.{key}", f"unknown key; valid keys are {valid}")
         return CostModelConfig(kind, path, measured_on=measured_on, host=host, block_read_overhead_tokens=block_reads,
                                cuda_graphs=graphs)
-    if kind != "roofline":
-        raise SpecError(source, "cost_model.kind", f"{kind!r} is not one of {list(KINDS)}")
     if "swap_transfer_latency_s" in raw and "swap_copy_latency_s" not in raw:  # its name before: still read
         raw["swap_copy_latency_s"] = raw.pop("swap_transfer_latency_s")
-    valid = set(RooflineParams.__dataclass_fields__)
     for key, value in raw.items():
-        if key not in valid:
-            raise SpecError(source, f"cost_model.{key}", f"unknown key; valid keys are "
-                            f"{sorted(valid | {'kind', 'host', 'cuda_graphs'})}")
         # an efficiency is a share of the spec sheet's peak: none is nothing, more than all is a typo
         (share if key.endswith("_efficiency") else non_negative)(value, source, f"cost_model.{key}")
     return CostModelConfig("roofline", roofline=RooflineParams(**raw), host=host, cuda_graphs=graphs)
+
+
+def _check_cost_model_keys(kind: Any, raw: dict, source: str) -> None:
+    """A cost model mapping's kind and its other keys (`raw`), checked before any file it names is looked for: a
+    missing file would hide a mistyped key."""
+    choice(kind, source, "cost_model.kind", list(KINDS))
+    if kind in PROFILE_KINDS:
+        valid = ["cuda_graphs", "host", "kind", "path"] + (["block_read_overhead_tokens", "measured_on"]
+                                                           if kind == "transfer" else [])
+    else:
+        valid = sorted(set(RooflineParams.__dataclass_fields__) | {"kind", "host", "cuda_graphs"})
+    for key in raw:
+        if key not in valid and not (kind == "roofline" and key == "swap_transfer_latency_s"):  # its name before
+            raise SpecError(source, f"cost_model.{key}", f"unknown key; valid keys are {valid}")
 
 
 def _cuda_graphs(value: Any, host: Path | None, source: str) -> bool:
@@ -232,7 +238,7 @@ def _host_model(value: Any, base_dir: Path, source: str) -> Path:
         raise SpecError(source, key, f"must be a shipped host model's name {available_host_models()} or a host "
                         f"model YAML's path, got {value!r}")
     if Path(value).suffix in (".yaml", ".yml"):
-        return _resolve(value, base_dir, source, key)
+        return resolve_path(value, base_dir, source, key, SHIPPED_HOST_MODELS, what="a host model YAML")
     if value not in available_host_models():
         raise SpecError(source, key, f"unknown host model {value!r}; shipped: {available_host_models()} "
                         "(or a host model YAML's path)")
@@ -240,10 +246,10 @@ def _host_model(value: Any, base_dir: Path, source: str) -> Path:
 
 
 def _resolve(path: Any, base_dir: Path, source: str, key: str) -> Path:
-    """A profile path: beside the config, then in the current directory."""
+    """A profile: a path (beside the config, then in the current folder) or a shipped profile's name."""
     if not isinstance(path, str) or not path.strip():
-        raise SpecError(source, key, f"must be a profile's path, got {path!r}")
-    return resolve_data_path(path, base_dir, source, key)
+        raise SpecError(source, key, f"must be a profile's path or a shipped profile's name, got {path!r}")
+    return resolve_path(path, base_dir, source, key, SHIPPED_PROFILES, what="a profile YAML")
 
 
 def _systems(raw: Any, source: str, hardware: HardwareSpec) -> tuple[SystemSpec, ...]:
@@ -260,12 +266,12 @@ def _systems(raw: Any, source: str, hardware: HardwareSpec) -> tuple[SystemSpec,
     return systems
 
 
-def _lookup(loader, value: Any, source: str, key: str, base_dir: Path):
-    """A shipped spec by name, or a YAML file beside the config, then in the current directory."""
+def _lookup(loader, value: Any, source: str, key: str, base_dir: Path, shipped: Shipped):
+    """A shipped spec by name, or a YAML file beside the config, then in the current folder."""
     if not isinstance(value, str) or not value.strip():
         raise SpecError(source, key, f"must be a name or a path, got {value!r}")
     if Path(value).suffix in (".yaml", ".yml"):
-        value = resolve_data_path(value, base_dir, source, key)
+        value = resolve_path(value, base_dir, source, key, shipped, what=f"a {shipped.what} YAML")
     try:
         return loader(value)
     except SpecError as err:
@@ -277,7 +283,7 @@ def _lookup(loader, value: Any, source: str, key: str, base_dir: Path):
 def _served_model(raw: dict, source: str, base_dir: Path) -> ModelSpec:
     """The model as it is served: its spec, with max_model_len (a server's own cap, vLLM's --max-model-len, which a
     GPU too small for the model's whole context needs) in place of its max_seq_len where the config gives one."""
-    model = _lookup(load_model_spec, raw["model"], source, "model", base_dir)
+    model = _lookup(load_model_spec, raw["model"], source, "model", base_dir, SHIPPED_MODELS)
     cap = raw.get("max_model_len")
     if cap is None:
         return model
@@ -298,7 +304,7 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
     for key in ("model", "hardware", "workload", "rates"):
         if key not in raw:
             raise SpecError(source, key, f"missing required key ({TOP_LEVEL_KEYS[key]})")
-    hardware = _lookup(load_hardware, raw["hardware"], source, "hardware", base_dir)
+    hardware = _lookup(load_hardware, raw["hardware"], source, "hardware", base_dir, SHIPPED_SHEETS)
     precision = _precision(raw, source)
     exp = Experiment(
         name=_name(raw.get("name", Path(source).stem), source),

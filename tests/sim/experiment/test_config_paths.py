@@ -1,0 +1,67 @@
+"""Every file a config names is found one way, whatever folder the user runs from: beside the config, then the
+current folder, then servesim's shipped data by name; and an error points at what the user gave (their own sheet,
+their folder, their --set), not somewhere else."""
+import shutil
+from pathlib import Path
+
+import pytest
+
+from engine.errors import SpecError
+from sim.experiment.config import kv_link_of, load_experiment
+from tests.helpers.configs import tiny
+
+ROOT = Path(__file__).resolve().parents[3]
+SPLIT = "{prefill: {replicas: 1}, decode: {replicas: 1}, kv_link: %s}"
+
+
+@pytest.fixture
+def elsewhere(tmp_path, monkeypatch) -> Path:
+    """A config folder, and the current folder another one beside it."""
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    return tmp_path / "configs"
+
+
+def test_a_send_recv_table_is_found_beside_the_config_from_another_folder(elsewhere):
+    shipped = ROOT / "calibrate" / "network_tables" / "h100_dgx.send_recv.csv"
+    shutil.copy(shipped, elsewhere / "mine.send_recv.csv")
+    config = elsewhere / "split.yaml"
+    config.write_text(tiny(split=SPLIT % "{kind: measured, table: mine.send_recv.csv}", systems="[vllm]"))
+    mine = load_experiment(config)
+    assert mine.split.kv_link["table"] == str(elsewhere / "mine.send_recv.csv")
+    shipped = load_experiment(config, ["split.kv_link={kind: measured, table: h100_dgx}"])
+    assert kv_link_of(mine, mine.split).bytes_per_s == kv_link_of(shipped, shipped.split).bytes_per_s
+
+
+def test_a_folder_given_as_a_send_recv_table_is_called_a_folder(elsewhere):
+    (elsewhere / "tables").mkdir()
+    config = elsewhere / "split.yaml"
+    config.write_text(tiny(split=SPLIT % "{kind: measured, table: tables}", systems="[vllm]"))
+    with pytest.raises(SpecError) as refused:
+        load_experiment(config)
+    assert refused.value.key == "split.kv_link.table"
+    assert "'tables' is a folder" in refused.value.message and "a .csv with the columns" in refused.value.message
+
+
+def test_a_copied_example_finds_the_shipped_profile_by_its_place_in_the_source_tree(elsewhere):
+    text = tiny(cost_model="{kind: transfer, path: ../../calibrate/profiles/a100-80gb.yaml, host: vllm-0.19}")
+    (elsewhere / "copied.yaml").write_text(text)
+    exp = load_experiment(elsewhere / "copied.yaml")
+    assert exp.cost_model.profile_path == ROOT / "calibrate" / "profiles" / "a100-80gb.yaml"
+
+
+def test_a_missing_profile_says_where_it_looked_and_the_closest_shipped_name(elsewhere):
+    (elsewhere / "exp.yaml").write_text(tiny(cost_model="{kind: transfer, path: a100-80gbb}"))
+    with pytest.raises(SpecError) as refused:
+        load_experiment(elsewhere / "exp.yaml")
+    message = refused.value.message
+    assert str(elsewhere / "a100-80gbb") in message and str(Path.cwd() / "a100-80gbb") in message
+    assert "calibrate/profiles/" in message and "did you mean 'a100-80gb'?" in message
+
+
+def test_a_mistyped_cost_model_key_is_not_hidden_by_a_missing_profile(elsewhere):
+    (elsewhere / "exp.yaml").write_text(tiny(cost_model="{kind: transfer, path: nowhere.yaml, hots: vllm-0.19}"))
+    with pytest.raises(SpecError) as refused:
+        load_experiment(elsewhere / "exp.yaml")
+    assert refused.value.key == "cost_model.hots" and "unknown key" in refused.value.message
