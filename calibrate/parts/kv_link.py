@@ -69,7 +69,7 @@ def link_from_spec(hardware: HardwareSpec, kind: str, source: str = "kv_link", k
     bandwidth = getattr(hardware, SPEC_FIELDS[kind])
     if bandwidth is None:
         raise SpecError(source, key, f"{kind} needs {hardware.name}'s sheet to give {SPEC_FIELDS[kind]} "
-                                     f"(calibrate/hardware_specs/{hardware.name}.yaml gives none); valid here are "
+                                     f"({hardware.sheet or hardware.name} gives none); valid here are "
                                      f"{[k for k in SPEC_FIELDS if getattr(hardware, SPEC_FIELDS[k]) is not None]}, "
                                      f"custom or measured")
     latency = SPEC_LATENCY_S[kind]

@@ -12,6 +12,14 @@ from tests.helpers.configs import tiny
 
 ROOT = Path(__file__).resolve().parents[3]
 SPLIT = "{prefill: {replicas: 1}, decode: {replicas: 1}, kv_link: %s}"
+MY_SHEET = """\
+name: my-rtx6000
+peak_flops: 3.0e+14
+hbm_bytes_per_s: 9.6e+11
+memory_gib: 48
+nvlink_bytes_per_s: 5.0e+10
+pcie_bytes_per_s: 3.2e+10
+"""
 
 
 @pytest.fixture
@@ -65,3 +73,26 @@ def test_a_mistyped_cost_model_key_is_not_hidden_by_a_missing_profile(elsewhere)
     with pytest.raises(SpecError) as refused:
         load_experiment(elsewhere / "exp.yaml")
     assert refused.value.key == "cost_model.hots" and "unknown key" in refused.value.message
+
+
+def test_a_sheet_of_ones_own_without_a_nic_is_named_as_given(elsewhere):
+    (elsewhere / "my-rtx6000.yaml").write_text(MY_SHEET)
+    config = elsewhere / "split.yaml"
+    config.write_text(tiny(hardware="my-rtx6000.yaml", split=SPLIT % "infiniband", systems="[vllm]"))
+    with pytest.raises(SpecError) as refused:
+        load_experiment(config)
+    assert refused.value.key == "split.kv_link"
+    assert f"({elsewhere / 'my-rtx6000.yaml'} gives none)" in refused.value.message
+    assert "calibrate/hardware_specs" not in refused.value.message
+
+
+def test_a_sheet_remembers_its_file_but_is_its_figures():
+    from calibrate.hardware.hardware import HARDWARE_DIR, hardware_from_dict, load_hardware
+
+    shipped = load_hardware("h100-sxm")
+    assert shipped.sheet == str(HARDWARE_DIR / "h100-sxm.yaml")
+    import yaml
+    raw = yaml.safe_load((HARDWARE_DIR / "h100-sxm.yaml").read_text())
+    assert hardware_from_dict(raw, "elsewhere.yaml") == shipped  # equal figures, equal sheets
+    with pytest.raises(SpecError, match="unknown key"):
+        hardware_from_dict({**raw, "sheet": "x.yaml"}, "mine.yaml")
