@@ -21,11 +21,12 @@ from engine.core.spec import ModelSpec
 from engine.core.system import CHUNKED_POLICIES, PAPER_SYSTEMS, PRESETS, SystemSpec
 from engine.errors import SpecError
 from engine.specs.checks import choice, non_negative, number, optional, positive, positive_int, share
-from engine.specs.loader import SHIPPED_MODELS, load_model_spec, parse_yaml, read_yaml, system_from_dict
-from engine.specs.paths import Shipped, resolve_path
+from engine.specs.loader import SHIPPED_MODELS, load_model_spec, read_yaml, system_from_dict
+from engine.specs.paths import Shipped, names_hint, resolve_path
 from sim.core.routers import ROUTER_KINDS, RouterSpec
 from sim.experiment.expert_parallel_config import expert_parallel_from_config, expert_parallel_group
 from sim.experiment.kv_pool import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool, weight_bytes_per_gpu
+from sim.experiment.overrides import apply_overrides, blamed_on_overrides
 from sim.experiment.router_config import check_router, router_from_config
 from sim.experiment.split_config import PoolConfig, SplitConfig, split_from_config
 from sim.workload.config import WorkloadConfig, recorded, replayed
@@ -145,25 +146,6 @@ def _precision(raw: dict, source: str) -> Precision:
     return precision_from_config(raw.get("precision"), dtype_bytes, source)
 
 
-def apply_overrides(raw: dict, overrides: list[str], source: str) -> dict:
-    """--set a.b=value: the value is parsed as YAML (numbers, lists, null)."""
-    for item in overrides:
-        if "=" not in item:
-            raise SpecError(source, item, "an override is key.path=value")
-        path, text = item.split("=", 1)
-        node = raw
-        keys = path.split(".")
-        for key in keys[:-1]:
-            node = node.setdefault(key, {})
-            if not isinstance(node, dict):
-                raise SpecError(source, path, f"{key} is not a mapping")
-        try:
-            node[keys[-1]] = parse_yaml(text, source, path)
-        except SpecError as err:
-            raise SpecError(source, path, f"--set {item!r}: {err.message}") from None
-    return raw
-
-
 def default_cost_model(hardware: HardwareSpec, precision: Precision) -> CostModelConfig:
     """What prices a config that names no cost model: the GPU's device clock (its own measured profile where servesim
     ships one, else the A100's carried: calibrate/cost_models/default_clock.py; the roofline for weights or a KV cache
@@ -240,8 +222,8 @@ def _host_model(value: Any, base_dir: Path, source: str) -> Path:
     if Path(value).suffix in (".yaml", ".yml"):
         return resolve_path(value, base_dir, source, key, SHIPPED_HOST_MODELS, what="a host model YAML")
     if value not in available_host_models():
-        raise SpecError(source, key, f"unknown host model {value!r}; shipped: {available_host_models()} "
-                        "(or a host model YAML's path)")
+        shipped = names_hint(value, available_host_models(), "shipped")
+        raise SpecError(source, key, f"unknown host model {value!r}{shipped} (or a host model YAML's path)")
     return host_model_path(value)
 
 
@@ -597,4 +579,6 @@ def read_config(path: str | Path, overrides: list[str] | None = None) -> object:
 
 def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
     path = Path(path)
-    return experiment_from_dict(read_config(path, overrides), str(path), path.resolve().parent)
+    raw = read_config(path, overrides)
+    with blamed_on_overrides(str(path), overrides or []):
+        return experiment_from_dict(raw, str(path), path.resolve().parent)

@@ -5,8 +5,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
+from calibrate.hardware.hardware import HARDWARE_DIR, hardware_from_dict, load_hardware
 from engine.errors import SpecError
+from fidelity.config import load_validation
+from servesim.cli import main
 from sim.experiment.config import kv_link_of, load_experiment
 from tests.helpers.configs import tiny
 
@@ -87,12 +91,41 @@ def test_a_sheet_of_ones_own_without_a_nic_is_named_as_given(elsewhere):
 
 
 def test_a_sheet_remembers_its_file_but_is_its_figures():
-    from calibrate.hardware.hardware import HARDWARE_DIR, hardware_from_dict, load_hardware
-
     shipped = load_hardware("h100-sxm")
     assert shipped.sheet == str(HARDWARE_DIR / "h100-sxm.yaml")
-    import yaml
     raw = yaml.safe_load((HARDWARE_DIR / "h100-sxm.yaml").read_text())
     assert hardware_from_dict(raw, "elsewhere.yaml") == shipped  # equal figures, equal sheets
     with pytest.raises(SpecError, match="unknown key"):
         hardware_from_dict({**raw, "sheet": "x.yaml"}, "mine.yaml")
+
+
+def test_a_mistyped_model_given_with_set_is_blamed_on_the_set(elsewhere, capsys):
+    (elsewhere / "exp.yaml").write_text(tiny())
+    assert main(["run", str(elsewhere / "exp.yaml"), "--set", "model=llama-3-8bb", "--out", "out"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("servesim: error: --set model=llama-3-8bb: model: unknown model 'llama-3-8bb'; "
+                          "did you mean 'llama-3-8b'? available: [") and err.count("\n") == 1, err
+    assert "exp.yaml" not in err and not Path("out").exists()
+
+
+def test_a_value_a_set_gave_inside_a_mapping_is_blamed_on_that_set(elsewhere):
+    (elsewhere / "exp.yaml").write_text(tiny())
+    with pytest.raises(SpecError) as refused:
+        load_experiment(elsewhere / "exp.yaml", ["rates=[1]", "cost_model={kind: transfer, path: a100-80gbb}"])
+    assert refused.value.source == "--set cost_model={kind: transfer, path: a100-80gbb}"
+    assert refused.value.key == "cost_model.path"
+
+
+def test_a_validation_set_is_blamed_on_the_set(elsewhere):
+    shutil.copytree(ROOT / "configs" / "validation", elsewhere / "validation")
+    with pytest.raises(SpecError) as refused:
+        load_validation(elsewhere / "validation" / "cpu-opt-125m.yaml", ["experiment.hardware=h100sxm"])
+    assert refused.value.source == "--set experiment.hardware=h100sxm"
+    assert "unknown hardware 'h100sxm'; did you mean 'h100-sxm'?" in refused.value.message
+
+
+def test_a_value_the_file_gave_is_still_blamed_on_the_file(elsewhere):
+    (elsewhere / "exp.yaml").write_text(tiny(model="llama-3-8bb"))
+    with pytest.raises(SpecError) as refused:
+        load_experiment(elsewhere / "exp.yaml", ["rates=[1]"])
+    assert refused.value.source == str(elsewhere / "exp.yaml") and "'llama-3-8bb'" in refused.value.message
