@@ -38,12 +38,13 @@ def override_of(key: str, overrides: list[str]) -> str | None:
 
 @contextmanager
 def blamed_on_overrides(source: str, overrides: list[str]) -> Iterator[None]:
-    """An error about a value a --set gave names that --set as its source, not the file `source` it overrode
-    (where the user would look for the value and not find it)."""
+    """An error about a value a --set gave says so, and which --set: the file `source` it names (the config
+    that was overridden, as every config error names its file first) does not hold that value, and a user
+    looking there for it would not find it."""
     try:
         yield
     except SpecError as err:
         item = override_of(err.key, overrides) if err.source == source and err.key else None
         if item is None:
             raise
-        raise SpecError(f"--set {item}", err.key, err.message) from None
+        raise SpecError(err.source, err.key, f"{err.message} (given by --set {item}, not by the file)") from None
