@@ -41,6 +41,7 @@ from engine.errors import SpecError
 from engine.runtime.options import EngineOptions, engine_options_from_dict
 from engine.specs.checks import choice, number, optional, positive
 from sim.experiment.config import Experiment, experiment_from_dict, read_config
+from sim.experiment.overrides import blamed_on_overrides
 
 TOP_LEVEL_KEYS = {"name": "label for outputs (default: the file's stem)",
                   "experiment": "the experiment mapping (same schema as configs/*.yaml)",
@@ -240,4 +241,6 @@ def check_engine_precision(precision: Precision, engine_dtype: str, source: str)
 def load_validation(path: str | Path, overrides: list[str] | None = None) -> ValidationConfig:
     """Read a validation YAML; --set overrides address it whole (experiment.rates=[1,2], validation.repeats=1)."""
     path = Path(path)
-    return validation_from_dict(read_config(path, overrides), str(path), path.resolve().parent)
+    raw = read_config(path, overrides)
+    with blamed_on_overrides(str(path), overrides or []):
+        return validation_from_dict(raw, str(path), path.resolve().parent)

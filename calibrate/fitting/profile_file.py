@@ -16,11 +16,15 @@ from engine.atomic import write_text_atomic
 from engine.errors import SpecError
 from engine.specs.checks import choice, non_negative, number, optional, positive, positive_int, share
 from engine.specs.loader import available_models, load_model_spec, read_yaml
+from engine.specs.paths import Shipped
 
 # /3 added per_prefill_s and mixed_s; /4 decode_block_s, block_sizes, and the swap's cost per copy and
 # per byte in place of one cost per block; /5 the device part's source (device_part) and the host part's
 # relative held-out errors and source (docs/cost-model-split.md); /6 names the swap's cost per copy
 # swap_s_per_copy (swap_s_per_transfer before: "transfer" is the word for carrying a clock to another GPU)
+# the shipped profiles (package data), found by name from any folder: cost_model.path (engine/specs/paths.py)
+SHIPPED_PROFILES = Shipped(Path(__file__).resolve().parents[1] / "profiles", ".yaml", "calibrate/profiles",
+                           "profile")
 FORMAT_PREFIX = "servesim-profile/"
 FORMAT = f"{FORMAT_PREFIX}6"
 # /1 had a knee and power-of-two steps instead of the token table; /2 and /3 read with the added terms at 0

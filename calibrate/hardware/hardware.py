@@ -1,14 +1,16 @@
 """Accelerators as spec-sheet numbers: shipped sheets are package data in calibrate/hardware_specs/."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from engine.errors import SpecError
 from engine.specs.checks import number, positive, positive_int
 from engine.specs.loader import read_named_yaml
+from engine.specs.paths import Shipped
 
 HARDWARE_DIR = Path(__file__).resolve().parents[1] / "hardware_specs"
+SHIPPED_SHEETS = Shipped(HARDWARE_DIR, ".yaml", "calibrate/hardware_specs", "hardware sheet")
 GIB = 1 << 30
 OPTIONAL_KEYS = ("device_names", "infiniband_bytes_per_s", "peak_flops_fp8", "sm_count", "l2_cache_bytes")
 MAX_MEMORY_GIB = 2.0**20  # a PiB per device: far past any accelerator, and still a whole number of bytes
@@ -40,6 +42,9 @@ class HardwareSpec:
     # weights can stay in it between timed repetitions (calibrate/fitting/l2_resident.py), and a mixed step's query
     # heads reread a group's keys from it (calibrate/parts/attention_mixed.py); None where no source gives it
     l2_cache_bytes: int | None = None
+    # the file the sheet was read from, for a message that points at it (a user's own sheet is not in
+    # calibrate/hardware_specs/); no figure of the part, so no key of a sheet, and two equal sheets are equal
+    sheet: str = field(default="", compare=False, repr=False)
 
     @property
     def memory_bytes(self) -> int:
@@ -53,7 +58,7 @@ def available_hardware() -> list[str]:
 def hardware_from_dict(raw: dict, source: str) -> HardwareSpec:
     if not isinstance(raw, dict):
         raise SpecError(source, "", "a hardware spec must be a mapping")
-    known = {f.name for f in fields(HardwareSpec)}
+    known = {f.name for f in fields(HardwareSpec)} - {"sheet"}
     for key in raw:
         if key not in known:
             raise SpecError(source, key, f"unknown key; valid keys are {sorted(known)}")
@@ -77,7 +82,7 @@ def hardware_from_dict(raw: dict, source: str) -> HardwareSpec:
         l2 = positive_int(l2, source, "l2_cache_bytes")
     return HardwareSpec(name=raw["name"], device_names=_device_names(raw.get("device_names", []), source),
                         sm_count=sm_count, peak_flops_fp8=fp8, infiniband_bytes_per_s=infiniband, l2_cache_bytes=l2,
-                        **values)
+                        sheet=source, **values)
 
 
 def _device_names(names, source: str) -> tuple[str, ...]:

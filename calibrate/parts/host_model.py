@@ -31,9 +31,11 @@ from engine.core.spec import ModelSpec
 from engine.errors import SpecError
 from engine.specs.checks import non_negative
 from engine.specs.loader import read_yaml
+from engine.specs.paths import Shipped
 
 FORMAT = "servesim-host-model/1"
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "host_models"
+SHIPPED_HOST_MODELS = Shipped(SHIPPED_DIR, ".yaml", "calibrate/host_models", "host model")
 KEYS = ("format", "name", "measured", "source", "licence", "terms", "heldout", "engine")
 # an engine model's mechanisms beyond its host terms (calibrate/clock/engine_clock.py), each with what it means
 ENGINE_KEYS = {

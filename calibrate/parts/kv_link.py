@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from calibrate.hardware.hardware import HardwareSpec
-from calibrate.tables.send_recv_table import PLACEMENTS, fit_send_recv
+from calibrate.tables.send_recv_table import PLACEMENTS, fit_send_recv, table_path
 from engine.core.spec import ModelSpec
 from engine.errors import SpecError
 from engine.specs.checks import number, positive
@@ -98,7 +100,7 @@ def link_from_spec(hardware: HardwareSpec, kind: str, source: str = "kv_link", k
     bandwidth = getattr(hardware, SPEC_FIELDS[kind])
     if bandwidth is None:
         raise SpecError(source, key, f"{kind} needs {hardware.name}'s sheet to give {SPEC_FIELDS[kind]} "
-                                     f"(calibrate/hardware_specs/{hardware.name}.yaml gives none); valid here are "
+                                     f"({hardware.sheet or hardware.name} gives none); valid here are "
                                      f"{[k for k in SPEC_FIELDS if getattr(hardware, SPEC_FIELDS[k]) is not None]}, "
                                      f"custom or measured")
     latency = SPEC_LATENCY_S[kind]
@@ -124,6 +126,31 @@ def link_from_config(raw: dict | str, hardware: HardwareSpec, source: str, key: 
             raise SpecError(source, key, f"{raw} needs a mapping with {list(REQUIRED_KEYS[raw])}: "
                                          f"{{kind: {raw}, ...}}")
         return link_from_spec(hardware, _kind(raw, source, key), source, key)
+    kind = _checked_mapping(raw, source, key)
+    if kind == "custom":
+        return KVLink("custom", positive(raw["bytes_per_s"], source, f"{key}.bytes_per_s"),
+                      number(raw["latency_s"], source, f"{key}.latency_s", low=0), f"custom ({source})")
+    if kind == "measured":
+        placement = raw.get("placement", DEFAULT_PLACEMENT)
+        if not isinstance(raw["table"], str) or not isinstance(placement, str):
+            raise SpecError(source, key, "table and placement are names: a shipped table (or a .csv path) and "
+                                         f"one of {sorted(PLACEMENTS)}")
+        return link_from_table(raw["table"], placement, source, key)
+    return link_from_spec(hardware, kind, source, key)
+
+
+def link_table_found(raw: Any, source: str, key: str, base_dir: str | Path | None) -> Any:
+    """A config's kv_link as written, a measured link's table found as every file a config names is (beside the
+    config first: engine/specs/paths.py): the link itself is read later, against the prefill pool's GPU, where the
+    config's folder is no longer known."""
+    if not isinstance(raw, dict) or raw.get("kind") != "measured" or not isinstance(raw.get("table"), str):
+        return raw
+    _checked_mapping(raw, source, key)  # a mistyped key is reported before a missing file
+    return {**raw, "table": str(table_path(raw["table"], source, f"{key}.table", base_dir))}
+
+
+def _checked_mapping(raw: Any, source: str, key: str) -> str:
+    """A link mapping's kind, its keys that kind's and its required ones there."""
     if not isinstance(raw, dict):
         raise SpecError(source, key, f"must be a link kind or a mapping with its kind; valid kinds are "
                                      f"{sorted(KIND_KEYS)}, got {raw!r}")
@@ -135,16 +162,7 @@ def link_from_config(raw: dict | str, hardware: HardwareSpec, source: str, key: 
     for name in REQUIRED_KEYS.get(kind, ()):
         if name not in raw:
             raise SpecError(source, f"{key}.{name}", f"missing: kind {kind} needs {list(REQUIRED_KEYS[kind])}")
-    if kind == "custom":
-        return KVLink("custom", positive(raw["bytes_per_s"], source, f"{key}.bytes_per_s"),
-                      number(raw["latency_s"], source, f"{key}.latency_s", low=0), f"custom ({source})")
-    if kind == "measured":
-        placement = raw.get("placement", DEFAULT_PLACEMENT)
-        if not isinstance(raw["table"], str) or not isinstance(placement, str):
-            raise SpecError(source, key, "table and placement are names: a shipped table (or a .csv path) and "
-                                         f"one of {sorted(PLACEMENTS)}")
-        return link_from_table(raw["table"], placement, source, key)
-    return link_from_spec(hardware, kind, source, key)
+    return kind
 
 
 def _kind(kind, source: str, key: str) -> str:

@@ -26,9 +26,11 @@ import numpy as np
 
 from calibrate.tables.op_table import MS, check_columns, numeric, read_csv
 from engine.errors import SpecError
+from engine.specs.paths import Shipped, resolve_path
 
 NETWORK_TABLES_DIR = Path(__file__).resolve().parents[1] / "network_tables"
 SUFFIX = ".send_recv.csv"
+SHIPPED_TABLES = Shipped(NETWORK_TABLES_DIR, SUFFIX, "calibrate/network_tables", "send/recv table")
 TIME_COLUMN = "time_stats.send_recv.median"
 REQUIRED_COLUMNS = ("size", TIME_COLUMN, "num_workers", "devices_per_node")
 PLACEMENTS = {"intra_node": 2, "inter_node": 1}  # placement -> devices_per_node of the two GPUs
@@ -53,14 +55,12 @@ def available_send_recv_tables() -> list[str]:
     return sorted(p.name.removesuffix(SUFFIX) for p in NETWORK_TABLES_DIR.glob(f"*{SUFFIX}"))
 
 
-def table_path(name_or_path: str | Path, source: str, key: str) -> Path:
-    """A shipped table by name (calibrate/network_tables/NAME.send_recv.csv) or any such CSV by path."""
-    if str(name_or_path) in available_send_recv_tables():
-        return NETWORK_TABLES_DIR / f"{name_or_path}{SUFFIX}"
-    if str(name_or_path).endswith(".csv") and Path(name_or_path).is_file():
-        return Path(name_or_path)
-    raise SpecError(source, key, f"unknown send/recv table {str(name_or_path)!r}; valid are the shipped "
-                                 f"{available_send_recv_tables()} or the path of a .csv in their format")
+def table_path(name_or_path: str | Path, source: str, key: str, base_dir: str | Path | None = None) -> Path:
+    """A send/recv table's file: a path (beside the config in `base_dir`, else in the current folder) or a shipped
+    table's name (calibrate/network_tables/NAME.send_recv.csv), as engine/specs/paths.py finds every config's file."""
+    return resolve_path(name_or_path, base_dir, source, key, SHIPPED_TABLES,
+                        what=f"a send/recv table: a .csv with the columns {list(REQUIRED_COLUMNS)} (Vidur's "
+                             f"send_recv.csv), or a shipped table's name {available_send_recv_tables()}")
 
 
 def read_send_recv(path: str | Path, placement: str) -> tuple[np.ndarray, np.ndarray]:

@@ -16,8 +16,10 @@ from engine.core.spec import ModelSpec
 from engine.core.system import CHUNKED_TOKEN_BUDGET, PRESETS, SystemSpec, v1_limits
 from engine.errors import SpecError
 from engine.specs.checks import choice, positive, positive_int, share
+from engine.specs.paths import Shipped, names_hint
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
+SHIPPED_MODELS = Shipped(MODELS_DIR, ".yaml", "engine/specs/models", "model")
 
 # What each family's YAML may leave out: its norm, activation and position encoding.
 FAMILIES = {
@@ -111,7 +113,8 @@ def read_named_yaml(directory: Path, name_or_path: str | Path, what: str) -> tup
         path = directory / f"{name_or_path}.yaml"
         if not path.exists():
             names = sorted(p.stem for p in directory.glob("*.yaml"))
-            raise SpecError(what, str(name_or_path), f"unknown {what}; available: {names}")
+            raise SpecError(what, str(name_or_path), f"unknown {what} {str(name_or_path)!r}"
+                                                     f"{names_hint(str(name_or_path), names)}")
     return read_yaml(path, f"{what} spec"), str(path)
 
 

@@ -28,12 +28,12 @@ from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
 from engine.errors import SpecError
 from engine.specs.checks import positive_int
-from engine.specs.loader import load_model_spec
+from engine.specs.loader import SHIPPED_MODELS, load_model_spec
+from engine.specs.paths import resolve_path
 from fidelity.runs.names import hardware_name, model_name
 from fidelity.runs.real_run import RealRun
 from sim.experiment.config import Experiment, apply_overrides, experiment_from_dict, read_config
 from sim.experiment.kv_pool import block_bytes
-from sim.workload.paths import resolve_data_path
 
 # vLLM V1's defaults for what a run may not record (vllm/config/cache.py: block_size 16; V1 caches prefixes by
 # default)
@@ -158,7 +158,7 @@ def _model_spec(model, source: str, base_dir: Path) -> ModelSpec:
     if not isinstance(model, str) or not model.strip():
         raise SpecError(source, "model", f"must be a name or a path, got {model!r}")
     if Path(model).suffix in (".yaml", ".yml"):
-        model = resolve_data_path(model, base_dir, source, "model")
+        model = resolve_path(model, base_dir, source, "model", SHIPPED_MODELS)
     try:
         return load_model_spec(model)
     except SpecError as err:

@@ -11,24 +11,26 @@ from calibrate.clock.costmodel import CostModel
 from calibrate.clock.roofline import RooflineParams
 from calibrate.cost_models.default_clock import default_device_profile
 from calibrate.cost_models.registry import KINDS, PROFILE_KINDS, Clock, CostModelConfig, build_cost_model
-from calibrate.hardware.hardware import HardwareSpec, available_hardware, load_hardware
+from calibrate.fitting.profile_file import SHIPPED_PROFILES
+from calibrate.hardware.hardware import SHIPPED_SHEETS, HardwareSpec, available_hardware, load_hardware
 from calibrate.hardware.precision import Precision, precision_from_config
-from calibrate.parts.host_model import available_host_models, host_model_path, load_host_model
+from calibrate.parts.host_model import SHIPPED_HOST_MODELS, available_host_models, host_model_path, load_host_model
 from calibrate.parts.kv_link import KVLink, check_moves_a_token, kv_bytes, link_from_config
 from calibrate.work.expert_parallel import ExpertParallel
 from engine.core.spec import ModelSpec
 from engine.core.system import CHUNKED_POLICIES, PAPER_SYSTEMS, PRESETS, SystemSpec
 from engine.errors import SpecError
 from engine.specs.checks import choice, non_negative, number, optional, positive, positive_int, share
-from engine.specs.loader import load_model_spec, parse_yaml, read_yaml, system_from_dict
+from engine.specs.loader import SHIPPED_MODELS, load_model_spec, read_yaml, system_from_dict
+from engine.specs.paths import Shipped, names_hint, resolve_path
 from sim.core.routers import ROUTER_KINDS, RouterSpec
 from sim.experiment.expert_parallel_config import expert_parallel_from_config, expert_parallel_group
 from sim.experiment.kv_pool import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool, weight_bytes_per_gpu
+from sim.experiment.overrides import apply_overrides, blamed_on_overrides
 from sim.experiment.router_config import check_router, router_from_config
 from sim.experiment.split_config import PoolConfig, SplitConfig, check_one_sequence, routed_systems, split_from_config
 from sim.workload.config import MAX_DURATION_S, WorkloadConfig, recorded, replayed
 from sim.workload.lengths import data_path, load_lengths, longest_prefix
-from sim.workload.paths import resolve_data_path
 
 # the engine a config that names no cost model is priced as: vLLM 0.19's V1 engine (calibrate/host_models/)
 DEFAULT_ENGINE = "vllm-0.19"
@@ -144,25 +146,6 @@ def _precision(raw: dict, source: str) -> Precision:
     return precision_from_config(raw.get("precision"), dtype_bytes, source)
 
 
-def apply_overrides(raw: dict, overrides: list[str], source: str) -> dict:
-    """--set a.b=value: the value is parsed as YAML (numbers, lists, null)."""
-    for item in overrides:
-        if "=" not in item:
-            raise SpecError(source, item, "an override is key.path=value")
-        path, text = item.split("=", 1)
-        node = raw
-        keys = path.split(".")
-        for key in keys[:-1]:
-            node = node.setdefault(key, {})
-            if not isinstance(node, dict):
-                raise SpecError(source, path, f"{key} is not a mapping")
-        try:
-            node[keys[-1]] = parse_yaml(text, source, path)
-        except SpecError as err:
-            raise SpecError(source, path, f"--set {item!r}: {err.message}") from None
-    return raw
-
-
 def default_cost_model(hardware: HardwareSpec, precision: Precision) -> CostModelConfig:
     """What prices a config that names no cost model: the GPU's device clock (its own measured profile where servesim
     ships one, else the A100's carried: calibrate/cost_models/default_clock.py; the roofline for weights or a KV cache
@@ -183,36 +166,41 @@ def _cost_model(raw: Any, source: str, base_dir: Path) -> CostModelConfig:
         raise SpecError(source, "cost_model", "must be 'roofline', a profile path, or a mapping")
     raw = dict(raw)
     kind = raw.pop("kind", "roofline")
+    _check_cost_model_keys(kind, raw, source)
     host = _host_model(raw.pop("host"), base_dir, source) if "host" in raw else None
     graphs = _cuda_graphs(raw.pop("cuda_graphs"), host, source) if "cuda_graphs" in raw else None
     if kind in PROFILE_KINDS:
         if "path" not in raw:
             raise SpecError(source, "cost_model.path", f"a {kind} cost model needs the profile's path")
         path = _resolve(raw.pop("path"), base_dir, source, "cost_model.path")
-        measured_on = raw.pop("measured_on", None) if kind == "transfer" else None
+        measured_on = raw.pop("measured_on", None)
         if measured_on is not None:
             choice(measured_on, source, "cost_model.measured_on", available_hardware())
-        block_reads = raw.pop("block_read_overhead_tokens", None) if kind == "transfer" else None
+        block_reads = raw.pop("block_read_overhead_tokens", None)
         if block_reads is not None:
             non_negative(block_reads, source, "cost_model.block_read_overhead_tokens")
-        for key in raw:
-            valid = ["cuda_graphs", "host", "kind", "path"] + (["block_read_overhead_tokens", "measured_on"]
-                                                               if kind == "transfer" else [])
-            raise SpecError(source, f"cost_model.{key}", f"unknown key; valid keys are {valid}")
         return CostModelConfig(kind, path, measured_on=measured_on, host=host, block_read_overhead_tokens=block_reads,
                                cuda_graphs=graphs)
-    if kind != "roofline":
-        raise SpecError(source, "cost_model.kind", f"{kind!r} is not one of {list(KINDS)}")
     if "swap_transfer_latency_s" in raw and "swap_copy_latency_s" not in raw:  # its name before: still read
         raw["swap_copy_latency_s"] = raw.pop("swap_transfer_latency_s")
-    valid = set(RooflineParams.__dataclass_fields__)
     for key, value in raw.items():
-        if key not in valid:
-            raise SpecError(source, f"cost_model.{key}", f"unknown key; valid keys are "
-                            f"{sorted(valid | {'kind', 'host', 'cuda_graphs'})}")
         # an efficiency is a share of the spec sheet's peak: none is nothing, more than all is a typo
         (share if key.endswith("_efficiency") else non_negative)(value, source, f"cost_model.{key}")
     return CostModelConfig("roofline", roofline=RooflineParams(**raw), host=host, cuda_graphs=graphs)
+
+
+def _check_cost_model_keys(kind: Any, raw: dict, source: str) -> None:
+    """A cost model mapping's kind and its other keys (`raw`), checked before any file it names is looked for: a
+    missing file would hide a mistyped key."""
+    choice(kind, source, "cost_model.kind", list(KINDS))
+    if kind in PROFILE_KINDS:
+        valid = ["cuda_graphs", "host", "kind", "path"] + (["block_read_overhead_tokens", "measured_on"]
+                                                           if kind == "transfer" else [])
+    else:
+        valid = sorted(set(RooflineParams.__dataclass_fields__) | {"kind", "host", "cuda_graphs"})
+    for key in raw:
+        if key not in valid and not (kind == "roofline" and key == "swap_transfer_latency_s"):  # its name before
+            raise SpecError(source, f"cost_model.{key}", f"unknown key; valid keys are {valid}")
 
 
 def _cuda_graphs(value: Any, host: Path | None, source: str) -> bool:
@@ -232,18 +220,18 @@ def _host_model(value: Any, base_dir: Path, source: str) -> Path:
         raise SpecError(source, key, f"must be a shipped host model's name {available_host_models()} or a host "
                         f"model YAML's path, got {value!r}")
     if Path(value).suffix in (".yaml", ".yml"):
-        return _resolve(value, base_dir, source, key)
+        return resolve_path(value, base_dir, source, key, SHIPPED_HOST_MODELS, what="a host model YAML")
     if value not in available_host_models():
-        raise SpecError(source, key, f"unknown host model {value!r}; shipped: {available_host_models()} "
-                        "(or a host model YAML's path)")
+        shipped = names_hint(value, available_host_models(), "shipped")
+        raise SpecError(source, key, f"unknown host model {value!r}{shipped} (or a host model YAML's path)")
     return host_model_path(value)
 
 
 def _resolve(path: Any, base_dir: Path, source: str, key: str) -> Path:
-    """A profile path: beside the config, then in the current directory."""
+    """A profile: a path (beside the config, then in the current folder) or a shipped profile's name."""
     if not isinstance(path, str) or not path.strip():
-        raise SpecError(source, key, f"must be a profile's path, got {path!r}")
-    return resolve_data_path(path, base_dir, source, key)
+        raise SpecError(source, key, f"must be a profile's path or a shipped profile's name, got {path!r}")
+    return resolve_path(path, base_dir, source, key, SHIPPED_PROFILES, what="a profile YAML")
 
 
 def _systems(raw: Any, source: str, hardware: HardwareSpec) -> tuple[SystemSpec, ...]:
@@ -260,12 +248,12 @@ def _systems(raw: Any, source: str, hardware: HardwareSpec) -> tuple[SystemSpec,
     return systems
 
 
-def _lookup(loader, value: Any, source: str, key: str, base_dir: Path):
-    """A shipped spec by name, or a YAML file beside the config, then in the current directory."""
+def _lookup(loader, value: Any, source: str, key: str, base_dir: Path, shipped: Shipped):
+    """A shipped spec by name, or a YAML file beside the config, then in the current folder."""
     if not isinstance(value, str) or not value.strip():
         raise SpecError(source, key, f"must be a name or a path, got {value!r}")
     if Path(value).suffix in (".yaml", ".yml"):
-        value = resolve_data_path(value, base_dir, source, key)
+        value = resolve_path(value, base_dir, source, key, shipped, what=f"a {shipped.what} YAML")
     try:
         return loader(value)
     except SpecError as err:
@@ -277,7 +265,7 @@ def _lookup(loader, value: Any, source: str, key: str, base_dir: Path):
 def _served_model(raw: dict, source: str, base_dir: Path) -> ModelSpec:
     """The model as it is served: its spec, with max_model_len (a server's own cap, vLLM's --max-model-len, which a
     GPU too small for the model's whole context needs) in place of its max_seq_len where the config gives one."""
-    model = _lookup(load_model_spec, raw["model"], source, "model", base_dir)
+    model = _lookup(load_model_spec, raw["model"], source, "model", base_dir, SHIPPED_MODELS)
     cap = raw.get("max_model_len")
     if cap is None:
         return model
@@ -298,7 +286,7 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
     for key in ("model", "hardware", "workload", "rates"):
         if key not in raw:
             raise SpecError(source, key, f"missing required key ({TOP_LEVEL_KEYS[key]})")
-    hardware = _lookup(load_hardware, raw["hardware"], source, "hardware", base_dir)
+    hardware = _lookup(load_hardware, raw["hardware"], source, "hardware", base_dir, SHIPPED_SHEETS)
     precision = _precision(raw, source)
     exp = Experiment(
         name=_name(raw.get("name", Path(source).stem), source),
@@ -615,4 +603,6 @@ def read_config(path: str | Path, overrides: list[str] | None = None) -> object:
 
 def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
     path = Path(path)
-    return experiment_from_dict(read_config(path, overrides), str(path), path.resolve().parent)
+    raw = read_config(path, overrides)
+    with blamed_on_overrides(str(path), overrides or []):
+        return experiment_from_dict(raw, str(path), path.resolve().parent)

@@ -102,6 +102,7 @@ def _transfer_specs(exp: Experiment) -> dict[str, dict]:
 def sheet_values(hw: HardwareSpec, reads_fp8_rate: bool) -> dict:
     """A hardware sheet's values, its FP8 rate among them only where the run may read it."""
     values = asdict(hw)
+    del values["sheet"]  # where it was read from: the figures are what a run depends on
     if not reads_fp8_rate:
         del values["peak_flops_fp8"]
     return values

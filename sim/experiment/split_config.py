@@ -20,11 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from calibrate.hardware.hardware import HardwareSpec, load_hardware
+from calibrate.hardware.hardware import SHIPPED_SHEETS, HardwareSpec, load_hardware
+from calibrate.parts.kv_link import link_table_found
 from engine.core.system import SystemSpec
 from engine.errors import SpecError
 from engine.specs.checks import choice, number, optional, positive, positive_int
 from engine.specs.loader import system_from_dict
+from engine.specs.paths import resolve_path
 from sim.core.split_fleet import ON_DECODE_FULL
 from sim.workload.config import WorkloadConfig, recorded, replayed
 
@@ -70,7 +72,7 @@ def split_from_config(value: Any, source: str, base_dir: Path) -> SplitConfig | 
     return SplitConfig(
         prefill=_pool(value["prefill"], source, "split.prefill", base_dir),
         decode=_pool(value["decode"], source, "split.decode", base_dir),
-        kv_link=value.get("kv_link", "nvlink"),
+        kv_link=link_table_found(value.get("kv_link", "nvlink"), source, "split.kv_link", base_dir),
         on_decode_full=choice(value.get("on_decode_full", "hold"), source, "split.on_decode_full", ON_DECODE_FULL),
     )
 
@@ -88,7 +90,10 @@ def _pool(value: Any, source: str, key: str, base_dir: Path) -> PoolConfig:
         if not isinstance(hardware, str) or not hardware.strip():
             raise SpecError(source, f"{key}.hardware", f"must be a shipped hardware name or a path, got {hardware!r}")
         try:
-            hardware = load_hardware(str(base_dir / hardware) if hardware.endswith((".yaml", ".yml")) else hardware)
+            if hardware.endswith((".yaml", ".yml")):
+                hardware = resolve_path(hardware, base_dir, source, f"{key}.hardware", SHIPPED_SHEETS,
+                                        what="a hardware sheet YAML")
+            hardware = load_hardware(hardware)
         except SpecError as err:
             raise SpecError(source, f"{key}.hardware", err.message) from None
     system = value.get("system")

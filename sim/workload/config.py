@@ -36,13 +36,13 @@ import numpy as np
 
 from engine.errors import SpecError
 from engine.specs.checks import choice, is_number, number, positive, positive_int
+from engine.specs.paths import resolve_path
 
 from .arrivals import ARRIVALS
 from .beams import DEFAULT_BEAM_CONTINUE
 from .chatbot import DEFAULT_NEW_CONVERSATION_PROB, chatbot_label, chatbot_requests
 from .conversations import CONVERSATION_NAMES, is_conversation_dataset, load_conversations
 from .lengths import DATASET_NAMES, LENGTH_FILTERS, PAPER_CUT_ONLY, load_lengths
-from .paths import resolve_data_path
 from .recorded import Replay, load_recorded
 from .tokens import system_prompt_segments
 from .trace import Trace
@@ -300,7 +300,7 @@ def _path(raw: dict, key: str, source: str, base_dir) -> Path | None:
         return None
     if not isinstance(value, (str, Path)) or not str(value).strip():
         raise SpecError(source, f"{SECTION}.{key}", f"must be a file path, got {value!r}")
-    return resolve_data_path(value, base_dir, source, f"{SECTION}.{key}")
+    return resolve_path(value, base_dir, source, f"{SECTION}.{key}")
 
 
 def _dataset(value, source: str, base_dir) -> str:
@@ -310,7 +310,7 @@ def _dataset(value, source: str, base_dir) -> str:
     if str(value) in NAMES:
         return str(value)
     try:
-        return str(resolve_data_path(value, base_dir, source, f"{SECTION}.dataset"))
+        return str(resolve_path(value, base_dir, source, f"{SECTION}.dataset"))
     except SpecError as e:
         hint = "; no Alpaca file is shipped: use alpaca-standin or a path to alpaca_data.json" \
             if str(value).lower() == "alpaca" else ""

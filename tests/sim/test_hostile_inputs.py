@@ -106,6 +106,8 @@ def _refused(tmp_path, *overrides: str, text: str = TINY) -> str:
         load_experiment(path, list(overrides))
     message = str(err.value)
     assert "\n" not in message and message.startswith(str(path))
+    for item in overrides:  # an error about a value a --set gave ends by naming it
+        message = message.removesuffix(f" (given by --set {item}, not by the file)")
     return message.removeprefix(f"{path}: ")
 
 
