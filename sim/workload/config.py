@@ -36,7 +36,7 @@ import numpy as np
 
 from engine.errors import SpecError
 from engine.specs.checks import choice, is_number, number, positive, positive_int
-from engine.specs.paths import resolve_path
+from engine.specs.paths import Shipped, resolve_path
 
 from .arrivals import ARRIVALS
 from .beams import DEFAULT_BEAM_CONTINUE
@@ -294,13 +294,17 @@ def _scaled(cfg: WorkloadConfig, trace: Trace, factor: float, key: str) -> Trace
     return trace.scaled(factor)
 
 
+# the traces servesim ships (package data of sim.workload), found by name from any folder and any install
+SHIPPED_TRACES = Shipped(Path(__file__).resolve().parent / "traces", ".csv", "sim/workload/traces", "trace")
+
+
 def _path(raw: dict, key: str, source: str, base_dir) -> Path | None:
     value = raw.get(key)
     if value is None:
         return None
     if not isinstance(value, (str, Path)) or not str(value).strip():
         raise SpecError(source, f"{SECTION}.{key}", f"must be a file path, got {value!r}")
-    return resolve_path(value, base_dir, source, f"{SECTION}.{key}")
+    return resolve_path(value, base_dir, source, f"{SECTION}.{key}", SHIPPED_TRACES, what="a trace CSV")
 
 
 def _dataset(value, source: str, base_dir) -> str:

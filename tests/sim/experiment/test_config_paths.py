@@ -137,8 +137,6 @@ def test_every_shipped_config_loads_copied_elsewhere_and_run_from_another_folder
     configs = sorted((elsewhere / "copied").rglob("*.yaml"))
     assert len(configs) >= 30
     for config in configs:
-        if config.name == "replay.yaml":  # its trace, traces/example_bursty.csv, is the source tree's, not shipped
-            continue
         if config.parent.name != "validation":
             assert load_experiment(config).rates
         elif config.name != "cpu-host.yaml":  # the hardware sheet the CPU validations name beside them

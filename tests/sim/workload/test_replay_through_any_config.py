@@ -13,7 +13,7 @@ from sim.experiment.config import load_experiment
 from sim.workload.config import WorkloadConfig, build_trace
 
 ROOT = Path(__file__).resolve().parents[3]
-EXAMPLE_TRACE = ROOT / "traces/example_bursty.csv"
+EXAMPLE_TRACE = ROOT / "sim/workload/traces/example_bursty.csv"
 SHIPPED = sorted([ROOT / "configs/quickstart.yaml", *(ROOT / "configs/paper").glob("*.yaml"),
                   *(ROOT / "configs/examples").glob("*.yaml")])
 
