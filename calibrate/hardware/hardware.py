@@ -50,6 +50,12 @@ class HardwareSpec:
     def memory_bytes(self) -> int:
         return int(self.memory_gib * GIB)
 
+    @property
+    def serving_gpu(self) -> tuple[float, tuple[str, ...]]:
+        """(memory GiB, driver names): what a V1 system derives its token budget and batch size from
+        (engine.specs.loader.system_from_dict)."""
+        return self.memory_gib, tuple(self.device_names) or (self.name,)
+
 
 def available_hardware() -> list[str]:
     return sorted(p.stem for p in HARDWARE_DIR.glob("*.yaml"))

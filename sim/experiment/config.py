@@ -239,8 +239,7 @@ def _systems(raw: Any, source: str, hardware: HardwareSpec) -> tuple[SystemSpec,
         raw = list(PAPER_SYSTEMS)
     if not isinstance(raw, list) or not raw:
         raise SpecError(source, "systems", f"must be a non-empty list of presets {sorted(PRESETS)} or mappings")
-    gpu = (hardware.memory_gib, tuple(hardware.device_names) or (hardware.name,))
-    systems = tuple(system_from_dict(item, source, f"systems[{i}]", gpu) for i, item in enumerate(raw))
+    systems = tuple(system_from_dict(item, source, f"systems[{i}]", hardware.serving_gpu) for i, item in enumerate(raw))
     names = [s.name for s in systems]
     for i, name in enumerate(names):
         if names.index(name) != i:
@@ -312,7 +311,7 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
         breakdown=_flag(raw.get("breakdown", False), source, "breakdown") or _flag(
             raw.get("trace_events", False), source, "trace_events"),
         trace_events=_flag(raw.get("trace_events", False), source, "trace_events"),
-        split=split_from_config(raw.get("split"), source, base_dir),
+        split=split_from_config(raw.get("split"), source, base_dir, hardware),
     )
     if "expert_parallel" in raw:
         exp = dataclasses.replace(exp, expert_parallel=expert_parallel_from_config(
@@ -359,14 +358,27 @@ def check_pools(exp: Experiment) -> None:
         return
     for name, pool in (("prefill", split.prefill), ("decode", split.decode)):
         variant = pool_experiment(exp, pool)
+        if pool.system is not None:  # the pool runs its own system, whatever the experiment's are
+            variant = dataclasses.replace(variant, systems=(pool.system,))
         try:
             check_parallelism(variant)
+            check_batching(variant)
             check_fits(variant)
         except SpecError as err:
-            raise SpecError(exp.source, f"split.{name}.{err.key}", err.message) from None
+            raise SpecError(exp.source, _pool_key(name, pool, err.key), err.message) from None
     kv_link_of(exp, split)
     check_split_systems(exp)
     check_one_sequence(exp.workload, exp.model.max_seq_len, exp.source)
+
+
+def _pool_key(name: str, pool: PoolConfig, key: str) -> str:
+    """The key a pool's check names: the pool's own (split.decode.system.max_num_seqs, split.prefill.kv_cache_gib);
+    the workload's keys are the experiment's."""
+    if key.startswith("workload."):
+        return key
+    if pool.system is not None and key.startswith("systems[0]"):
+        key = "system" + key.removeprefix("systems[0]")
+    return f"split.{name}.{key}"
 
 
 def check_split_systems(exp: Experiment) -> None:

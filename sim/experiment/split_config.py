@@ -58,7 +58,8 @@ class SplitConfig:
         return self.prefill.replicas + self.decode.replicas
 
 
-def split_from_config(value: Any, source: str, base_dir: Path) -> SplitConfig | None:
+def split_from_config(value: Any, source: str, base_dir: Path, hardware: HardwareSpec) -> SplitConfig | None:
+    """The `split:` section; `hardware` is the experiment's GPU, a pool's own where it names none."""
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -70,14 +71,14 @@ def split_from_config(value: Any, source: str, base_dir: Path) -> SplitConfig | 
         if key not in value:
             raise SpecError(source, f"split.{key}", f"missing required key (a pool: {list(POOL_KEYS)})")
     return SplitConfig(
-        prefill=_pool(value["prefill"], source, "split.prefill", base_dir),
-        decode=_pool(value["decode"], source, "split.decode", base_dir),
+        prefill=_pool(value["prefill"], source, "split.prefill", base_dir, hardware),
+        decode=_pool(value["decode"], source, "split.decode", base_dir, hardware),
         kv_link=link_table_found(value.get("kv_link", "nvlink"), source, "split.kv_link", base_dir),
         on_decode_full=choice(value.get("on_decode_full", "hold"), source, "split.on_decode_full", ON_DECODE_FULL),
     )
 
 
-def _pool(value: Any, source: str, key: str, base_dir: Path) -> PoolConfig:
+def _pool(value: Any, source: str, key: str, base_dir: Path, default_hardware: HardwareSpec) -> PoolConfig:
     if not isinstance(value, dict):
         raise SpecError(source, key, f"must be a mapping with keys {list(POOL_KEYS)}, got {value!r}")
     for name in value:
@@ -102,12 +103,14 @@ def _pool(value: Any, source: str, key: str, base_dir: Path) -> PoolConfig:
         hardware=hardware,
         tensor_parallel=optional(positive_int, value.get("tensor_parallel"), source, f"{key}.tensor_parallel"),
         kv_cache_gib=optional(positive, value.get("kv_cache_gib"), source, f"{key}.kv_cache_gib"),
-        system=_pool_system(system, source, f"{key}.system") if system is not None else None,
+        system=_pool_system(system, source, f"{key}.system", hardware or default_hardware) if system is not None
+        else None,
     )
 
 
-def _pool_system(value: Any, source: str, key: str) -> SystemSpec:
-    system = system_from_dict(value, source, key)
+def _pool_system(value: Any, source: str, key: str, hardware: HardwareSpec) -> SystemSpec:
+    """A pool's own system, its defaults derived from the pool's GPU (V1's token budget and batch size are)."""
+    system = system_from_dict(value, source, key, hardware.serving_gpu)
     if system.kind != "vllm":
         raise SpecError(source, key, f"{system.name} is {system.kind}: only vLLM (kind vllm) serves in a split pool, "
                         "its decode replicas receiving KV prefilled elsewhere")

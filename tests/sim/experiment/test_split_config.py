@@ -117,3 +117,28 @@ def test_cache_aware_routes_on_the_prefill_pools_own_caching_system(write_config
     split = f"{{prefill: {{replicas: 2, system: {CACHING}}}, decode: {{replicas: 1}}}}"
     exp = load_experiment(write_config(tiny(split=split, systems="[vllm]", router="cache_aware", rates="[1]")))
     assert run_one(exp, exp.systems[0], 1.0, 0).summary["num_unfinished"] == 0
+
+
+@pytest.mark.parametrize("pool, words", [
+    # OPT-13B's 2,048-token prompts: a pool that prefills in one iteration needs a budget that holds one
+    ("prefill", "cannot prefill a 2048-token prompt"),
+    ("decode", "cannot prefill a 2048-token prompt"),  # a decode replica recomputes a prompt it had to drop
+])
+def test_a_pools_own_system_is_checked_as_the_experiments_are(write_config, pool, words):
+    own = "{preset: vllm, name: small budget, max_num_batched_tokens: 512}"
+    other = "prefill" if pool == "decode" else "decode"
+    text = tiny(split=f"{{{pool}: {{replicas: 1, system: {own}}}, {other}: {{replicas: 1}}}}", systems="[vllm]")
+    with pytest.raises(SpecError) as caught:
+        load_experiment(write_config(text))
+    message = str(caught.value)
+    assert f": split.{pool}.system.max_num_batched_tokens: " in message and words in message, message
+
+
+@pytest.mark.parametrize("pool_gpu, budget, seqs", [("h100-sxm", 8192, 1024), ("l40s", 2048, 256)])
+def test_a_pools_own_v1_system_takes_its_defaults_from_the_pools_gpu(write_config, pool_gpu, budget, seqs):
+    # vLLM V1 derives max_num_batched_tokens and max_num_seqs from the GPU it serves on: the pool's, not the
+    # experiment's A100
+    text = tiny(split=f"{{prefill: {{replicas: 1}}, decode: {{replicas: 1, hardware: {pool_gpu}, system: vllm-v1}}}}",
+                systems="[vllm]", kv_cache_gib="null")
+    decode = load_experiment(write_config(text)).split.decode.system
+    assert (decode.max_num_batched_tokens, decode.max_num_seqs) == (budget, seqs)
