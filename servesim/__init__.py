@@ -11,7 +11,7 @@ and the real engine (torch) load only when a function that needs them runs.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -104,13 +104,13 @@ def simulate(config: str | Path | Experiment, *, system: str | None = None, rate
     return run_one(chosen.exp, chosen.system, chosen.rate, chosen.seed)
 
 
-def capacity(config: str | Path | Experiment, target: str | Sequence[str], *, rate: float | None = None,
-             seed: int = 0, tolerance: float = 0.05, overrides: Sequence[str] = (), jobs: int = 1,
-             progress=print) -> pd.DataFrame:
+def capacity(config: str | Path | Experiment, target: str | Sequence[str] | Mapping[str, float], *,
+             rate: float | None = None, seed: int = 0, tolerance: float = 0.05, overrides: Sequence[str] = (),
+             jobs: int = 1, progress=print) -> pd.DataFrame:
     """The highest rate per replica that meets latency targets, per system (`servesim capacity`).
 
     `target` is `METRIC=LIMIT`, e.g. `"normalized_latency=0.1"` (the metrics are
-    `sim.capacity.targets.TARGET_METRICS`), or several (a list, or a comma list): then each target's rate
+    `sim.capacity.targets.TARGET_METRICS`), or several (a list, a comma list, or a mapping {METRIC: LIMIT}): then each target's rate
     and the rate that meets them all (metric `all`). With a total `rate` (req/s) it also finds the
     replicas that rate needs. A run meets a target only if it served its load: not saturated, no request
     dropped. Returns a frame in `capacity.csv`'s columns; a rate of 0 means no probed rate met the target,
@@ -138,7 +138,8 @@ def capacity(config: str | Path | Experiment, target: str | Sequence[str], *, ra
     return capacity_frame(result.rows)
 
 
-def split_capacity(config: str | Path | Experiment, target: str | Sequence[str], *, splits: int, seed: int = 0,
+def split_capacity(config: str | Path | Experiment, target: str | Sequence[str] | Mapping[str, float], *,
+                   splits: int, seed: int = 0,
                    tolerance: float = 0.05, overrides: Sequence[str] = (), jobs: int = 1,
                    progress=print) -> pd.DataFrame:
     """Disaggregated serving's capacity (`servesim capacity --splits N`): every prefill:decode split of at most

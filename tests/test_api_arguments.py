@@ -256,6 +256,19 @@ def test_capacity_refuses_a_bad_argument_in_one_line_before_any_probe(here, no_s
     assert "\n" not in err
 
 
+def test_capacity_takes_its_targets_as_a_mapping_too(here, no_search):
+    # a Python caller writes {metric: limit}: the same targets as the strings, checked alike
+    from sim.capacity.targets import Target, parse_targets
+
+    assert parse_targets({"ttft_p90_s": 1, "tpot_p90_s": 0.05}) == parse_targets("ttft_p90_s=1,tpot_p90_s=0.05") == (
+        Target("ttft_p90_s", 1.0), Target("tpot_p90_s", 0.05))
+    refused(lambda: servesim.capacity("tiny.yaml", {"ttft_p91_s": 1}), "unknown metric")
+    refused(lambda: servesim.capacity("tiny.yaml", {"ttft_p90_s": -1}), "limit must be a positive number")
+    refused(lambda: servesim.capacity("tiny.yaml", {}), "give at least one METRIC=LIMIT")
+    with pytest.raises(Reached):  # a good mapping gets as far as the first probe
+        servesim.capacity("tiny.yaml", {"ttft_p90_s": 5}, progress=None)
+
+
 def test_capacity_reports_each_probe_and_its_notes_as_the_command_prints_them(here, capsys):
     lines: list[str] = []
     table = servesim.capacity("tiny.yaml", "ttft_p90_s=5", tolerance=0.3, overrides=["systems=[vllm]"], jobs=0,

@@ -9,7 +9,7 @@ limit. Several targets are a joint SLO: a run meets them all, or not.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from engine.errors import SpecError
@@ -54,11 +54,14 @@ def parse_target(text: str, name: str = "target") -> Target:
     return Target(metric, value)
 
 
-def parse_targets(texts: str | Sequence[str], name: str = "target") -> tuple[Target, ...]:
-    """Every target of repeated --target options (or the API's list), each METRIC=LIMIT or a comma list of
-    them; a metric given twice with two limits is refused, since which one counts would be a guess."""
+def parse_targets(texts: str | Sequence[str] | Mapping[str, float], name: str = "target") -> tuple[Target, ...]:
+    """Every target of repeated --target options (or the API's list, or its mapping {METRIC: LIMIT}), each
+    METRIC=LIMIT or a comma list of them; a metric given twice with two limits is refused, since which one counts
+    would be a guess."""
     if isinstance(texts, str):
         texts = [texts]
+    elif isinstance(texts, Mapping):
+        texts = [f"{metric}={limit}" for metric, limit in texts.items()]
     if not isinstance(texts, Sequence) or not texts:
         raise SpecError(name, repr(texts), "give at least one METRIC=LIMIT, e.g. normalized_latency=0.1")
     targets = [parse_target(part, name) for text in texts for part in _parts(text)]
