@@ -28,7 +28,14 @@ from sim.experiment.expert_parallel_config import expert_parallel_from_config, e
 from sim.experiment.kv_pool import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool, weight_bytes_per_gpu
 from sim.experiment.overrides import apply_overrides, blamed_on_overrides
 from sim.experiment.router_config import check_router, router_from_config
-from sim.experiment.split_config import PoolConfig, SplitConfig, check_one_sequence, routed_systems, split_from_config
+from sim.experiment.split_config import (
+    POOL_KEYS,
+    PoolConfig,
+    SplitConfig,
+    check_one_sequence,
+    routed_systems,
+    split_from_config,
+)
 from sim.workload.config import MAX_DURATION_S, WorkloadConfig, recorded, replayed
 from sim.workload.lengths import data_path, load_lengths, longest_prefix
 
@@ -372,13 +379,14 @@ def check_pools(exp: Experiment) -> None:
 
 
 def _pool_key(name: str, pool: PoolConfig, key: str) -> str:
-    """The key a pool's check names: the pool's own (split.decode.system.max_num_seqs, split.prefill.kv_cache_gib);
-    the workload's keys are the experiment's."""
-    if key.startswith("workload."):
-        return key
+    """The key a pool's check names: the pool's own where the pool has it (split.decode.kv_cache_gib,
+    split.decode.system.max_num_seqs), the pool itself for its weights (split.decode: its GPU or its tensor
+    parallelism), else the experiment's (workload.n, swap_space_gib, systems[0].max_num_batched_tokens)."""
     if pool.system is not None and key.startswith("systems[0]"):
         key = "system" + key.removeprefix("systems[0]")
-    return f"split.{name}.{key}"
+    if key == "model":
+        return f"split.{name}"
+    return f"split.{name}.{key}" if key.split(".")[0] in POOL_KEYS else key
 
 
 def check_split_systems(exp: Experiment) -> None:

@@ -44,6 +44,9 @@ def test_a_split_reads_its_pools_and_their_defaults(write_config):
     ("{prefill: {replicas: 1, tensor_parallel: 3}, decode: {replicas: 1}}", "split.prefill.tensor_parallel",
      "does not divide"),
     ("{prefill: {replicas: 1}, decode: {replicas: 1, kv_cache_gib: 500}}", "split.decode.kv_cache_gib", "fit"),
+    # a pool's check names the pool's key where the pool has it, else the experiment's: no split.decode.model
+    ("{prefill: {replicas: 1}, decode: {replicas: 1, hardware: l4, kv_cache_gib: null}}", "split.decode",
+     "GiB of weights per GPU"),
 ])
 def test_errors_are_one_line_naming_the_key(write_config, split, key, words):
     with pytest.raises(SpecError) as caught:
