@@ -110,9 +110,9 @@ def capacity(config: str | Path | Experiment, target: str | Sequence[str] | Mapp
     """The highest rate per replica that meets latency targets, per system (`servesim capacity`).
 
     `target` is `METRIC=LIMIT`, e.g. `"normalized_latency=0.1"` (the metrics are
-    `sim.capacity.targets.TARGET_METRICS`), or several (a list, a comma list, or a mapping {METRIC: LIMIT}): then each target's rate
-    and the rate that meets them all (metric `all`). With a total `rate` (req/s) it also finds the
-    replicas that rate needs. A run meets a target only if it served its load: not saturated, no request
+    `sim.capacity.targets.TARGET_METRICS`), or several (a list, a comma list, or a mapping {METRIC: LIMIT}):
+    then each target's rate and the rate that meets them all (metric `all`). With a total `rate` (req/s) it also
+    finds the replicas that rate needs. A run meets a target only if it served its load: not saturated, no request
     dropped. Returns a frame in `capacity.csv`'s columns; a rate of 0 means no probed rate met the target,
     and `limited_by` says what failed. `jobs` is the processes the probes run on (0: one per core);
     `progress` receives each probe's line as the command prints it, then what the command says of the
