@@ -211,7 +211,9 @@ def system_from_dict(raw: dict | str, source: str, key: str, gpu: tuple[float, t
         base = {f.name: getattr(PRESETS[preset], f.name) for f in fields(SystemSpec)}
     else:
         base = {}
-    known = {f.name for f in fields(SystemSpec)}
+    # speculative decoding runs on the control plane alone so far: a config may not ask for it until the
+    # simulator draws its acceptance and prices its verify steps
+    known = {f.name for f in fields(SystemSpec)} - {"speculative"}
     for k in raw:
         if k not in known:
             raise SpecError(source, f"{key}.{k}", f"unknown key; valid keys are {sorted(known | {'preset'})}")

@@ -76,6 +76,9 @@ def simulate_runs(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model:
     faster way to."""
     if trace.has_beams and rng is None:
         raise ValueError("a trace with beam searches needs the run's seeded rng to choose the beams' parents")
+    if system.speculative is not None:
+        raise ValueError(f"system {system.name!r} speculates: the simulator does not draw its acceptance or price "
+                         "its verify steps yet")
     routing = router_spec(router)
     if routing.kind == "cache_aware" and not system.prefix_caching:
         raise ValueError(f"the cache_aware router needs prefix caching, which system {system.name!r} has not")
