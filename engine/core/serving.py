@@ -170,6 +170,8 @@ class ServingCore:
             self.records.add_iterations(batch, usage, starts, map(sub, ends, starts), waits, self.replica)
         self.last_start_s = ends[-2] if count > 1 else step.start_s
         self.last_end_s = ends[-1]
+        if self.records.speculating:  # a speculating run steps through its iterations: this one's pair
+            self.records.add_speculation(batch.num_proposed, sum(accepted) if accepted is not None else 0)
         finished = scheduler.complete(batch, ends[-1], beam_parents, accepted)
         if not self.hands_off:
             for group in finished:

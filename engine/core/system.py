@@ -97,7 +97,7 @@ class SystemSpec:
     # vllm v1: the host schedules the next step while the GPU runs this one (vLLM's --async-scheduling), so a
     # request that arrives during a busy step joins one step later, and the step's host work overlaps the GPU's
     async_scheduling: bool = False
-    # vllm only: speculative decoding (engine.core.speculative); None: none
+    # vllm only: speculative decoding (engine.core.speculative, docs/speculative-decoding.md); None: none
     speculative: SpeculativeSpec | None = None
 
     @property

@@ -82,7 +82,8 @@ class Engine:
         system.validate("Engine", "system")
         if system.speculative is not None:
             raise SpecError("Engine", "system.speculative", "the real engine does not speculate yet (no draft model, "
-                                                            "n-gram proposer or rejection sampler); remove the key")
+                                                            "n-gram proposer or rejection sampler); remove the key "
+                                                            "(the simulator runs it: docs/speculative-decoding.md)")
         if clock not in CLOCKS:
             raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
         self.spec, self.system, self.seed, self.time_fn, self.clock = spec, system, seed, time_fn, clock
