@@ -133,7 +133,8 @@ class VLLMScheduler(PagedScheduler):
         due: list[Sequence] = []  # the rows due for a block
         if self.lookahead:  # each speculating row takes its proposals' slots every step: the calendar cannot tell
             self.rows.stale = True
-            self._walk_running(plan)
+            if self.prefill_progress or not self._lookahead_fits_all(plan):
+                self._walk_running(plan)
             return
         if self.prefill_progress:  # prompts part way through their chunks run without decoding: the rows fall behind
             self.rows.stale = True
@@ -146,6 +147,20 @@ class VLLMScheduler(PagedScheduler):
                 return
         self._walk_running(plan)
         self.rows.walked(due)
+
+    def _lookahead_fits_all(self, plan: StepPlan) -> bool:
+        """Speculating: where the free blocks hold every running sequence's next slot and proposals at once, they take
+        them in the running order, as the walk would give them group by group with nobody preempted (each group's
+        need is then within what the groups before it left), without walking the groups."""
+        seqs: list[Sequence] = []
+        for group in self.running:
+            seqs.extend(group.running_seqs())
+        if self.blocks.blocks_to_append(seqs) > self.blocks.gpu.num_free:
+            return False
+        self.blocks.append_slots(seqs, plan.copies)
+        plan.decode_groups = list(self.running)
+        plan.decode_seqs = seqs
+        return True
 
     def _appends_fit_all(self, due: list[Sequence]) -> bool:
         """Whether every running sequence surely takes its next slot with nobody preempted. Each of the rows due

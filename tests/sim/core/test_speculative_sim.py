@@ -105,3 +105,33 @@ def test_a_speculating_run_needs_the_seeded_generator():
     spec = replace(VLLM, speculative=speculating(2, (0.5, 0.5)))
     with pytest.raises(ValueError, match="seeded rng"):
         simulate(random_trace(0, count=5), MODEL, spec, SpeculativeCostModel(ROOFLINE, "ngram", None), 200, 64)
+
+
+def test_giving_every_decode_its_slots_at_once_decides_what_the_walk_does(monkeypatch):
+    """Where every running sequence's slots fit, a speculating step takes them at once instead of walking the groups
+    (VLLMScheduler._lookahead_fits_all): the same records to the bit, in a pool tight enough to preempt too."""
+    from engine.core.scheduler.vllm import VLLMScheduler
+
+    trace = random_trace(6, count=80, rate=20.0)
+    spec = replace(VLLM, speculative=speculating(4, (0.8, 0.6, 0.4, 0.2)), preemption="swap")
+    cost = SpeculativeCostModel(ROOFLINE, "ngram", None)
+
+    def run():
+        return simulate(trace, MODEL, spec, cost, 60, 400, rng=np.random.default_rng(2))
+
+    fast = run()
+    monkeypatch.setattr(VLLMScheduler, "_lookahead_fits_all", lambda self, plan: False)
+    walked = run()
+    assert fast.requests_frame().to_csv() == walked.requests_frame().to_csv()
+    assert fast.iterations_frame().to_csv() == walked.iterations_frame().to_csv()
+    assert fast.speculation_values == walked.speculation_values
+    assert sum(row[8] for row in fast.request_values) > 0  # it preempted
+
+
+def test_drawing_a_block_of_decodes_ahead_draws_what_a_step_at_a_time_does():
+    spec = speculating(3, (0.9, 0.5, 0.2))
+    batches = [Batch(decode_seq_ids=list(range(n)), decode_context_lens=[9] * n, decode_proposed=[3, 2, 0, 1][:n])
+               for n in (4, 1, 0, 3, 4, 2) * 50]
+    ahead, stepwise = AcceptanceModel(spec, np.random.default_rng(3)), AcceptanceModel(spec, np.random.default_rng(3),
+                                                                                        block=1)
+    assert [ahead.accepted(b) for b in batches] == [stepwise.accepted(b) for b in batches]
