@@ -118,6 +118,9 @@ class Batch(ShapeMetrics):
     blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  # (gpu, cpu)
     num_running_groups: int = 0  # requests in the batch (the paper's "batched requests")
     beam_groups: list[tuple[int, ...]] = field(default_factory=list)
+    # speculative decoding: the tokens each decode proposes (decode_seq_ids' order), verified with its next token
+    # in this iteration; empty when the system does not speculate
+    decode_proposed: list[int] = field(default_factory=list)
 
     # written out, as the fields above, so that mypyc compiles it: a dataclass's generated __init__ runs
     # interpreted, and a batch is built every step (tests/engine/core/test_value_inits.py)
@@ -128,7 +131,7 @@ class Batch(ShapeMetrics):
                  blocks_to_copy: list[tuple[int, int]] | None = None,
                  blocks_to_swap_in: list[tuple[int, int]] | None = None,
                  blocks_to_swap_out: list[tuple[int, int]] | None = None, num_running_groups: int = 0,
-                 beam_groups: list[tuple[int, ...]] | None = None) -> None:
+                 beam_groups: list[tuple[int, ...]] | None = None, decode_proposed: list[int] | None = None) -> None:
         self.prefill_seq_ids = prefill_seq_ids if prefill_seq_ids is not None else []
         self.prefill_lens = prefill_lens if prefill_lens is not None else []
         self.prefill_sample_ids = prefill_sample_ids if prefill_sample_ids is not None else []
@@ -140,6 +143,12 @@ class Batch(ShapeMetrics):
         self.blocks_to_swap_out = blocks_to_swap_out if blocks_to_swap_out is not None else []
         self.num_running_groups = num_running_groups
         self.beam_groups = beam_groups if beam_groups is not None else []
+        self.decode_proposed = decode_proposed if decode_proposed is not None else []
+
+    @property
+    def num_proposed(self) -> int:
+        """Tokens the decodes propose in this iteration (speculative decoding; 0 without)."""
+        return sum(self.decode_proposed)
 
     @property
     def is_empty(self) -> bool:

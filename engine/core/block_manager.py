@@ -52,6 +52,7 @@ from collections.abc import Iterable
 from engine.core.block_allocator import BlockAllocator, CachingBlockAllocator
 from engine.core.blocks import blocks_for
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
+from engine.core.speculative import lookahead_slots
 
 SHARED_PREFIX = -1  # block i of the explicit shared prefix is keyed hash((SHARED_PREFIX, i))
 
@@ -74,10 +75,13 @@ class BlockManager:
     docstring). prefix_caching: every request's prompt blocks are keyed (automatic prefix caching), else only
     an explicit shared prefix's; by_chunk (chunked prefill): a prompt's blocks are keyed chunk by chunk;
     appends_as_needed (vLLM V1): a group may take its next slots while the blocks they need are free, not only
-    while a block per sequence is (can_append)."""
+    while a block per sequence is (can_append); lookahead (speculative decoding): the tokens a decoding
+    sequence proposes a step, whose slots it takes beside its next token's and gives back once the step
+    has said how many were accepted (give_back_lookahead)."""
 
     def __init__(self, block_size: int, num_gpu_blocks: int, num_cpu_blocks: int, watermark: float = 0.01,
-                 prefix_caching: bool = False, by_chunk: bool = False, appends_as_needed: bool = False):
+                 prefix_caching: bool = False, by_chunk: bool = False, appends_as_needed: bool = False,
+                 lookahead: int = 0):
         self.block_size = block_size
         self.gpu = CachingBlockAllocator(num_gpu_blocks, "gpu")
         self.cpu = BlockAllocator(num_cpu_blocks, "cpu")
@@ -85,6 +89,7 @@ class BlockManager:
         self.prefix_caching = prefix_caching
         self.by_chunk = by_chunk
         self.appends_as_needed = appends_as_needed
+        self.lookahead = lookahead
         self.block_tables: dict[int, list[int]] = {}
         self.pinned: list[int] = []  # the explicit shared prefix's blocks, held by the manager itself
         self._pin_keys: set[int] = set()  # the keys whose blocks are pinned once registered
@@ -283,8 +288,9 @@ class BlockManager:
     # --- growth ----------------------------------------------------------------
     def can_append(self, seqs: list[Sequence]) -> bool:
         """Whether a group's running sequences, seqs, may take their next slots: a free block for each (the
-        paper-era rule, appends_fit), or, appends_as_needed, for each that needs one (V1's allocate_slots)."""
-        if self.appends_as_needed:
+        paper-era rule, appends_fit), or, appends_as_needed or speculating, the blocks they need (V1's
+        allocate_slots; vLLM's block manager v2, which speculative decoding needs, counts lookahead slots so)."""
+        if self.appends_as_needed or self.lookahead:
             return self.blocks_to_append(seqs) <= self.gpu.num_free
         return appends_fit(len(seqs), self.gpu.num_free)
 
@@ -293,6 +299,14 @@ class BlockManager:
         or whose last block is shared (a copy on write)."""
         tables, bs, ref_counts = self.block_tables, self.block_size, self.gpu.ref_counts
         needed = 0
+        if self.lookahead:  # a speculating sequence's proposals need their slots too
+            for seq in seqs:
+                table = tables[seq.seq_id]
+                if len(table) * bs >= seq.length and ref_counts[table[-1]] != 1:
+                    needed += 1
+                end = seq.length + lookahead_slots(seq.length, seq.final_len, self.lookahead)
+                needed += max(blocks_for(end, bs) - len(table), 0)
+            return needed
         for seq in seqs:
             table = tables[seq.seq_id]
             if len(table) * bs < seq.length or ref_counts[table[-1]] != 1:
@@ -307,6 +321,10 @@ class BlockManager:
         (docs/concepts/fast-forward.md)."""
         tables, bs, gpu = self.block_tables, self.block_size, self.gpu
         ref_counts, allocate = gpu.ref_counts, gpu.allocate
+        if self.lookahead:
+            for seq in seqs:
+                self._append_lookahead(seq, copies)
+            return
         for seq in seqs:
             table = tables[seq.seq_id]
             if len(table) * bs < seq.length:
@@ -315,6 +333,33 @@ class BlockManager:
             elif ref_counts[table[-1]] != 1:
                 copies.append(self._copy_last_block(table))
                 self._table_changed(seq.seq_id)
+
+    def _append_lookahead(self, seq: Sequence, copies: list[tuple[int, int]]) -> None:
+        """append_slots for a speculating sequence: its next token's slot (a copy on write of a shared last
+        block where that slot is in it) and one for each token it proposes this step (lookahead_slots)."""
+        table, bs = self.block_tables[seq.seq_id], self.block_size
+        if len(table) * bs >= seq.length and self.gpu.ref_counts[table[-1]] != 1:
+            copies.append(self._copy_last_block(table))
+        end = seq.length + lookahead_slots(seq.length, seq.final_len, self.lookahead)
+        if len(table) * bs < end:
+            while len(table) * bs < end:
+                table.append(self.gpu.allocate())
+        self._table_changed(seq.seq_id)
+
+    def give_back_lookahead(self, seq: Sequence) -> int:
+        """After a speculating step: the slots past the sequence's computed tokens (all but its last sampled one)
+        held the proposals the target rejected; a block left holding none of its tokens is freed (it was the
+        sequence's own, fresh this step: never keyed, never shared). Returns how many blocks."""
+        table = self.block_tables[seq.seq_id]
+        keep = blocks_for(seq.length - 1, self.block_size)
+        extra = len(table) - keep
+        if extra <= 0:
+            return 0
+        for block in table[keep:]:
+            self.gpu.free(block)
+        del table[keep:]
+        self._table_changed(seq.seq_id)
+        return extra
 
     def _copy_last_block(self, table: list[int]) -> tuple[int, int]:
         """Copy on write: the table's shared last block is replaced by a fresh one the data plane fills."""
@@ -404,8 +449,9 @@ class BlockManager:
 
     def blocks_to_swap_in(self, group: SequenceGroup) -> int:
         """The free blocks a swapped-out group takes to come back: its own, and a spare one per sequence for
-        the appends of the step that swaps it in."""
-        return self._unique_blocks(group) + len(group.live_seqs())
+        the appends of the step that swaps it in (a speculating one's: its next token's and its proposals')."""
+        spare = 1 + (self.lookahead + self.block_size - 1) // self.block_size
+        return self._unique_blocks(group) + spare * len(group.live_seqs())
 
     def can_swap_in(self, group: SequenceGroup) -> bool:
         return self.gpu.num_free - self.blocks_to_swap_in(group) >= self.watermark_blocks

@@ -38,6 +38,9 @@ class RequestRecord:
     num_preemptions: int
     # prefix caching only (CACHED_COLUMN): prompt tokens found in the prefix cache at its first admission
     cached_tokens: int | None = None
+    # speculative decoding only (SPECULATIVE_COLUMNS): tokens its sequences proposed, and those the target accepted
+    proposed_tokens: int | None = None
+    accepted_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +85,12 @@ class DroppedRecord:
 
 
 DROPPED_STATUSES = ("aborted", "ignored")
-# every run's request columns; a run with prefix caching adds CACHED_COLUMN after them (its rows one value longer)
+# every run's request columns; a run with prefix caching adds CACHED_COLUMN after them (its rows one value longer),
+# a speculating run SPECULATIVE_COLUMNS after those (two values longer); its iterations carry the same two, apart
+# (ServingRecords.speculation_values)
 CACHED_COLUMN = "cached_tokens"
-REQUEST_COLUMNS = tuple(f.name for f in fields(RequestRecord) if f.name != CACHED_COLUMN)
+SPECULATIVE_COLUMNS = ("proposed_tokens", "accepted_tokens")
+REQUEST_COLUMNS = tuple(f.name for f in fields(RequestRecord) if f.name not in (CACHED_COLUMN, *SPECULATIVE_COLUMNS))
 DROPPED_COLUMNS = tuple(f.name for f in fields(DroppedRecord))
 ITERATION_COLUMNS = tuple(f.name for f in fields(IterationRecord))
 # array typecodes of the iteration columns: float64 for times, int64 for counts (a field's type is the string
@@ -111,6 +117,10 @@ class ServingRecords:
         # holding those arrays must not see them grow)
         self._open: tuple[array, ...] | None = None
         self.cached_column = False  # the requests carry CACHED_COLUMN (a prefix-caching run: ServingCore.admit)
+        # a speculating run (sim.core.replica): requests carry SPECULATIVE_COLUMNS, and each iteration its tokens
+        # proposed and accepted, in speculation_values (one pair an iteration, in the order they ran)
+        self.speculating = False
+        self.speculation_values: list[tuple[int, int]] = []
 
     def add_request(self, group: SequenceGroup, replica: int, finished: bool = True) -> None:
         values: tuple[int | float | None, ...] = (group.request_id, replica, group.arrival_s, group.first_token_s,
@@ -118,7 +128,13 @@ class ServingRecords:
                   group.num_seqs, group.num_preemptions)
         if self.cached_column:
             values += (max(group.cached_prompt_tokens, 0),)
+        if self.speculating:
+            values += (group.num_proposed_tokens, group.num_accepted_tokens)
         self.request_values.append(values)
+
+    def add_speculation(self, num_proposed: int, num_accepted: int) -> None:
+        """The last iteration's tokens proposed and accepted (a speculating run's: ServingCore.end_steps)."""
+        self.speculation_values.append((num_proposed, num_accepted))
 
     def add_dropped(self, group: SequenceGroup, replica: int, dropped_s: float, status: str) -> None:
         if status not in DROPPED_STATUSES:
@@ -220,9 +236,11 @@ class ServingRecords:
     @property
     def request_columns(self) -> tuple[str, ...]:
         """REQUEST_COLUMNS, and CACHED_COLUMN where the requests carry it (a prefix-caching run)."""
-        values = self.request_values  # a fleet's merged records have the rows, not the flag
-        longer = self.cached_column or bool(values and len(values[0]) > len(REQUEST_COLUMNS))
-        return REQUEST_COLUMNS + (CACHED_COLUMN,) if longer else REQUEST_COLUMNS
+        values = self.request_values  # a fleet's merged records have the rows, not the flags
+        if values:
+            return request_columns_of(len(values[0]))
+        return (REQUEST_COLUMNS + ((CACHED_COLUMN,) if self.cached_column else ())
+                + (SPECULATIVE_COLUMNS if self.speculating else ()))
 
     @property
     def requests(self) -> dict[str, list]:
@@ -243,12 +261,23 @@ class ServingRecords:
 
     def request_rows(self) -> list[RequestRecord]:
         """Every request, ordered by request id."""
-        rows = [RequestRecord(*values) for values in self.request_values]
+        names = self.request_columns
+        rows = [RequestRecord(**dict(zip(names, values))) for values in self.request_values]
         return sorted(rows, key=lambda r: r.request_id)
 
     def iteration_rows(self) -> list[IterationRecord]:
         """Every iteration, in the order they ran."""
         return [IterationRecord(*values) for values in self.iteration_values]
+
+
+def request_columns_of(width: int) -> tuple[str, ...]:
+    """The request columns of rows `width` values long: REQUEST_COLUMNS, then CACHED_COLUMN (one more) or
+    SPECULATIVE_COLUMNS (two more) or both (three)."""
+    extra = width - len(REQUEST_COLUMNS)
+    if extra not in (0, 1, 2, 3):
+        raise ValueError(f"request rows of {width} values: expected {len(REQUEST_COLUMNS)} to "
+                         f"{len(REQUEST_COLUMNS) + 3}")
+    return REQUEST_COLUMNS + ((CACHED_COLUMN,) if extra % 2 else ()) + (SPECULATIVE_COLUMNS if extra >= 2 else ())
 
 
 def _joined(typecode: str, parts: list[array]) -> array:

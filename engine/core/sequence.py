@@ -68,17 +68,22 @@ class SequenceGroup:
     block_keys: tuple[int, ...] = ()
     cache_blocks: int = 0
     cached_prompt_tokens: int = -1
+    # speculative decoding: the tokens its sequences proposed, and those the target accepted (engine.core.speculative)
+    num_proposed_tokens: int = 0
+    num_accepted_tokens: int = 0
 
     # written out so that mypyc compiles it: one a request
     def __init__(self, request_id: int, arrival_s: float, seqs: list[Sequence], first_token_s: float | None = None,
                  finish_s: float | None = None, num_preemptions: int = 0, shares_prompt: bool = True,
                  prefix_len: int = 0, num_cached_tokens: int = 0, is_beam: bool = False,
-                 block_keys: tuple[int, ...] = (), cache_blocks: int = 0, cached_prompt_tokens: int = -1) -> None:
+                 block_keys: tuple[int, ...] = (), cache_blocks: int = 0, cached_prompt_tokens: int = -1,
+                 num_proposed_tokens: int = 0, num_accepted_tokens: int = 0) -> None:
         self.request_id, self.arrival_s, self.seqs = request_id, arrival_s, seqs
         self.first_token_s, self.finish_s, self.num_preemptions = first_token_s, finish_s, num_preemptions
         self.shares_prompt, self.prefix_len, self.num_cached_tokens = shares_prompt, prefix_len, num_cached_tokens
         self.is_beam, self.block_keys, self.cache_blocks = is_beam, block_keys, cache_blocks
         self.cached_prompt_tokens = cached_prompt_tokens
+        self.num_proposed_tokens, self.num_accepted_tokens = num_proposed_tokens, num_accepted_tokens
 
     @property
     def prompt_len(self) -> int:

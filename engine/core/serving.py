@@ -129,14 +129,15 @@ class ServingCore:
             return None
         return Step(batch, self.scheduler.kv_usage(), now_s, self.scheduler.num_waiting)
 
-    def end_step(self, step: Step, now_s: float, beam_parents: Mapping[int, int] | None = None
-                 ) -> list[SequenceGroup]:
+    def end_step(self, step: Step, now_s: float, beam_parents: Mapping[int, int] | None = None,
+                 accepted: list[int] | None = None) -> list[SequenceGroup]:
         """The batch ran until now_s: record the iteration, complete it, record the requests it finished.
 
         beam_parents: the data plane's choice for the batch's beam searches (step.batch.beam_groups)
         after a decode step, as forks {child seq id: parent seq id} (engine.core.beam.beam_parents);
-        a beam left out continues itself."""
-        return self.end_steps(step, (now_s,), beam_parents)
+        a beam left out continues itself. accepted: speculative decoding's outcome, the proposals accepted for
+        each decode (Scheduler.complete)."""
+        return self.end_steps(step, (now_s,), beam_parents, accepted=accepted)
 
     def decode_stretch(self, step: Step) -> int:
         """How many iterations the step's decode-only batch may repeat, nothing decided differently
@@ -145,7 +146,7 @@ class ServingCore:
         return step.stretch.num_steps
 
     def end_steps(self, step: Step, ends: Sequence[float], beam_parents: Mapping[int, int] | None = None,
-                  queued_s: Sequence[float] = ()) -> list[SequenceGroup]:
+                  queued_s: Sequence[float] = (), accepted: list[int] | None = None) -> list[SequenceGroup]:
         """The step's batch and the next len(ends) - 1 iterations of its decode stretch (decode_stretch) ran,
         ending at `ends`: record each iteration, complete them, record the requests the last finished (only
         the last may). One end is end_step. Requests that arrived meanwhile arrived during the last, but for
@@ -169,7 +170,9 @@ class ServingCore:
             self.records.add_iterations(batch, usage, starts, map(sub, ends, starts), waits, self.replica)
         self.last_start_s = ends[-2] if count > 1 else step.start_s
         self.last_end_s = ends[-1]
-        finished = scheduler.complete(batch, ends[-1], beam_parents)
+        if self.records.speculating:  # a speculating run steps through its iterations: this one's pair
+            self.records.add_speculation(batch.num_proposed, sum(accepted) if accepted is not None else 0)
+        finished = scheduler.complete(batch, ends[-1], beam_parents, accepted)
         if not self.hands_off:
             for group in finished:
                 self.records.add_request(group, self.replica)

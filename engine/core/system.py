@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, fields
 
+from engine.core.speculative import SpeculativeSpec
 from engine.errors import SpecError
 
 KINDS = ("vllm", "orca", "fastertransformer")
@@ -58,6 +59,7 @@ VLLM_ONLY_KEYS = {
     "watermark": "vLLM's share of blocks kept free when it admits a request",
     "prefix_caching": "vLLM's cache of full blocks shared across requests (paged blocks)",
     "prefill_policy": "vLLM's choice of scheduler (how prompts share iterations with decodes)",
+    "speculative": "vLLM's speculative decoding (lookahead slots in its paged blocks)",
 }
 # The keys only vLLM V1's scheduler reads (prefill_policy: v1)
 V1_ONLY_KEYS = {"async_scheduling": "vLLM V1's overlap of the host's scheduling with the GPU's step"}
@@ -95,6 +97,13 @@ class SystemSpec:
     # vllm v1: the host schedules the next step while the GPU runs this one (vLLM's --async-scheduling), so a
     # request that arrives during a busy step joins one step later, and the step's host work overlaps the GPU's
     async_scheduling: bool = False
+    # vllm only: speculative decoding (engine.core.speculative, docs/speculative-decoding.md); None: none
+    speculative: SpeculativeSpec | None = None
+
+    @property
+    def num_lookahead_slots(self) -> int:
+        """The tokens a speculating sequence proposes a step, k (0: no speculation)."""
+        return self.speculative.num_speculative_tokens if self.speculative is not None else 0
 
     @property
     def max_seqs_per_batch(self) -> int:
@@ -138,6 +147,9 @@ class SystemSpec:
             raise bad("delay_factor", f"must be a finite number >= 0, got {self.delay_factor!r}")
         if not isinstance(self.async_scheduling, bool):
             raise bad("async_scheduling", f"must be true or false, got {self.async_scheduling!r}")
+        if self.speculative is not None and not isinstance(self.speculative, SpeculativeSpec):
+            raise bad("speculative", f"must be a mapping {{method, num_speculative_tokens, draft_model, acceptance}}, "
+                                     f"got {self.speculative!r}")
         if self.kind == "vllm" and self.prefill_policy == "v1" and self.preemption == "swap":
             raise bad("preemption", "vLLM V1 has no swap space: it recomputes a preempted request (give "
                                     "recompute or auto, or another prefill_policy)")
@@ -160,7 +172,7 @@ class SystemSpec:
     def unused_reason(self, field: str) -> str | None:
         """Why `field` means nothing for this system (its kind, its prefill policy), or None where it is read."""
         if field in VLLM_ONLY_KEYS and self.kind != "vllm":
-            what = ("applies only to a vllm system (paged blocks)" if field == "prefix_caching"
+            what = ("applies only to a vllm system (paged blocks)" if field in ("prefix_caching", "speculative")
                     else f"is {VLLM_ONLY_KEYS[field]}")
             why = ("has its own scheduler only" if field == "prefill_policy"
                    else "holds one reservation per sequence until it finishes")

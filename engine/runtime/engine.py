@@ -21,6 +21,7 @@ from engine.core.sequence import SequenceGroup
 from engine.core.serving import Request, ServingCore
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
+from engine.errors import SpecError
 from engine.runtime.beam import BeamSearch
 from engine.runtime.cache import default_swap_blocks
 from engine.runtime.graphs import MAX_GRAPH_BATCH
@@ -79,6 +80,10 @@ class Engine:
                  time_fn: TimeFn | None = None, run_model: bool = True, cpu_budget_bytes: int | None = None,
                  model=None, clock: str = "forward", cuda_graphs: bool | None = None):
         system.validate("Engine", "system")
+        if system.speculative is not None:
+            raise SpecError("Engine", "system.speculative", "the real engine does not speculate yet (no draft model, "
+                                                            "n-gram proposer or rejection sampler); remove the key "
+                                                            "(the simulator runs it: docs/speculative-decoding.md)")
         if clock not in CLOCKS:
             raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
         self.spec, self.system, self.seed, self.time_fn, self.clock = spec, system, seed, time_fn, clock

@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from engine.core.spec import ModelSpec
+from engine.core.speculative import speculative_from_dict
 from engine.core.system import CHUNKED_TOKEN_BUDGET, PRESETS, SystemSpec, v1_limits
 from engine.errors import SpecError
 from engine.specs.checks import choice, positive, positive_int, share
@@ -230,6 +231,8 @@ def system_from_dict(raw: dict | str, source: str, key: str, gpu: tuple[float, t
                             f"{sorted(PRESETS)})")
     if not isinstance(base["name"], str) or not base["name"].strip():
         raise SpecError(source, f"{key}.name", f"must be a non-empty label, got {base['name']!r}")
+    if "speculative" in raw:
+        base["speculative"] = speculative_from_dict(raw["speculative"], source, f"{key}.speculative")
     spec = SystemSpec(**base)
     spec.validate(source, key, given=raw.keys())  # only what the user wrote: a preset's values are its own
     return spec

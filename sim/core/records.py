@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engine.core.records import CACHED_COLUMN, ITERATION_COLUMNS, REQUEST_COLUMNS, ServingRecords
+from engine.core.records import ITERATION_COLUMNS, REQUEST_COLUMNS, ServingRecords, request_columns_of
 from sim.core.columns import infer_column
 
 if TYPE_CHECKING:
@@ -40,8 +40,8 @@ def request_arrays(request_values: list[tuple]) -> dict[str, np.ndarray]:
     pandas would type it (sim.core.columns.infer_column), so both write the same CSV."""
     if not request_values:  # typed all the same, for the metrics (the times are floats)
         return {name: np.empty(0, dtype=np.float64 if name.endswith("_s") else np.int64) for name in REQUEST_COLUMNS}
-    # a run with prefix caching: every row one value longer (engine.core.records.CACHED_COLUMN)
-    names = REQUEST_COLUMNS + ((CACHED_COLUMN,) if len(request_values[0]) > len(REQUEST_COLUMNS) else ())
+    # a run with prefix caching, or speculation: every row longer (engine.core.records.request_columns_of)
+    names = request_columns_of(len(request_values[0]))
     columns = {name: infer_column(values) for name, values in zip(names, zip(*request_values))}
     order = np.argsort(columns["request_id"], kind="stable")
     return {name: column[order] for name, column in columns.items()}

@@ -20,6 +20,7 @@ from engine.core.scheduler.base import Scheduler
 from engine.core.sequence import SequenceGroup
 from engine.core.serving import Request, ServingCore
 from engine.errors import SpecError
+from sim.core.acceptance import AcceptanceModel
 from sim.core.alarm import Alarm
 from sim.core.beams import BeamParentModel
 from sim.core.fast_forward import FastForward, Stretch
@@ -30,14 +31,19 @@ from sim.core.known_arrivals import KnownArrivals
 class Replica:
     def __init__(self, env: simpy.Environment, index: int, scheduler: Scheduler, cost_model: CostModel,
                  records: ServingRecords, horizon_s: float, beams: BeamParentModel | None = None,
-                 fast_forward: FastForward | None = None, arrivals: KnownArrivals | None = None):
+                 fast_forward: FastForward | None = None, arrivals: KnownArrivals | None = None,
+                 acceptance: AcceptanceModel | None = None):
         """arrivals: the replica's requests known ahead, for a replica alone on `env`, which takes them itself
-        (serve_known); None: the router's process submits them."""
+        (serve_known); None: the router's process submits them. acceptance: a speculating system's outcome of
+        each step (sim.core.acceptance); None: the system does not speculate."""
         self.env = env
         self.index = index
         self.core = ServingCore(scheduler, records, replica=index)
         self.cost_model = cost_model
         self.beams = beams  # chooses the beam searches' parents; None: the trace has none
+        self.acceptance = acceptance
+        if acceptance is not None:
+            records.speculating = True  # its records say what each iteration and request proposed and accepted
         self.horizon_s = horizon_s
         self.arrivals_done = False
         self.fast_forward = fast_forward  # decode stretches in one event (fast_forward.py); None: step by step
@@ -102,7 +108,7 @@ class Replica:
                 self.iteration_ends.extend(ends)
                 continue
             yield env.timeout(seconds)
-            finished = core.end_step(step, env.now, self._beam_parents(step.batch))
+            finished = core.end_step(step, env.now, self._beam_parents(step.batch), self._accepted(step.batch))
             self.iteration_ends.append(env.now)
             if self.after_step is not None:
                 self.after_step(self, finished)
@@ -148,7 +154,7 @@ class Replica:
             else:
                 end = now + seconds
                 arrivals.iteration_ends(core, now, end)
-                core.end_step(step, end, self._beam_parents(step.batch))
+                core.end_step(step, end, self._beam_parents(step.batch), self._accepted(step.batch))
                 self.iteration_ends.append(end)
                 now = end
             self.now_s = now
@@ -160,6 +166,14 @@ class Replica:
         if self.beams is None:
             raise ValueError("the trace has beam searches but the replica has no BeamParentModel to choose parents")
         return self.beams.parents(batch)
+
+    def _accepted(self, batch) -> list[int] | None:
+        """The proposals the target accepted for each of the batch's decodes (None: it proposed nothing)."""
+        if not batch.decode_proposed:
+            return None
+        if self.acceptance is None:
+            raise ValueError("the system speculates but the replica has no AcceptanceModel to draw its outcome")
+        return self.acceptance.accepted(batch)
 
     def _bad_step_time(self, seconds: float, batch, now_s: float) -> SpecError:
         """A cost model's garbage would reach SimPy as "Negative delay" or freeze the clock at NaN: name

@@ -42,7 +42,8 @@ def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: Cost
     still in the system then are recorded without a finish time).
 
     A trace with beam searches needs `rng`, the run's seeded Generator: the beams' parents are drawn
-    from it (sim.core.beams, with its one parameter beam_continue). A trace without draws nothing.
+    from it (sim.core.beams, with its one parameter beam_continue). A trace without draws nothing. A speculating
+    system needs it too: each replica draws the proposals accepted from a child of it (sim.core.acceptance).
 
     router: a kind of sim.core.routers (its default parameters) or a RouterSpec. A power_of_two fleet needs `rng`
     too: its router draws from a child of it (Generator.spawn), which leaves the parent's draws as they were.
@@ -76,6 +77,8 @@ def simulate_runs(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model:
     faster way to."""
     if trace.has_beams and rng is None:
         raise ValueError("a trace with beam searches needs the run's seeded rng to choose the beams' parents")
+    if system.speculative is not None and rng is None:
+        raise ValueError("a speculating system needs the run's seeded rng to draw the proposals accepted")
     routing = router_spec(router)
     if routing.kind == "cache_aware" and not system.prefix_caching:
         raise ValueError(f"the cache_aware router needs prefix caching, which system {system.name!r} has not")
@@ -83,8 +86,11 @@ def simulate_runs(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model:
         fast_forward = fast_forward_default()
     if system.prefix_caching and trace.block_keys is None:  # its requests carry their blocks' keys
         trace = with_block_keys(trace, system.block_size)
+    # a speculating replica draws its acceptance from a child of the run's Generator (spawned only then: a run without
+    # speculation draws what it always did)
+    acceptance_rngs = tuple(rng.spawn(replicas)) if system.speculative is not None and rng is not None else ()
     fleet = FleetSetup(spec, system, cost_model, num_gpu_blocks, num_cpu_blocks, replicas, horizon_s,
-                       fast_forward and cost_model.prices_ahead, routing.known_ahead or replicas == 1)
+                       fast_forward and cost_model.prices_ahead, routing.known_ahead or replicas == 1, acceptance_rngs)
     beams = BeamParentModel(beam_continue, rng) if trace.has_beams and rng is not None else None
     with older_objects_frozen():
         wakes = arrival_event_times(trace.arrival_s.tolist())

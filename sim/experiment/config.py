@@ -9,6 +9,7 @@ from typing import Any
 
 from calibrate.clock.costmodel import CostModel
 from calibrate.clock.roofline import RooflineParams
+from calibrate.clock.speculative_pricing import SpeculativeCostModel
 from calibrate.cost_models.default_clock import default_device_profile
 from calibrate.cost_models.registry import KINDS, PROFILE_KINDS, Clock, CostModelConfig, build_cost_model
 from calibrate.fitting.profile_file import SHIPPED_PROFILES
@@ -28,6 +29,8 @@ from sim.experiment.expert_parallel_config import expert_parallel_from_config, e
 from sim.experiment.kv_pool import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool, weight_bytes_per_gpu
 from sim.experiment.overrides import apply_overrides, blamed_on_overrides
 from sim.experiment.router_config import check_router, router_from_config
+from sim.experiment.speculation import check_requests, check_trace, proposer_model, with_drafts
+from sim.experiment.speculation import check_split as check_split_speculation
 from sim.experiment.split_config import (
     POOL_KEYS,
     PoolConfig,
@@ -110,8 +113,10 @@ class Experiment:
         return expert_parallel_group(self.expert_parallel, self.replicas, self.tensor_parallel)
 
     def kv_pool(self, system: SystemSpec) -> KVPool:
+        spec = system.speculative
+        draft = spec.draft if spec is not None and spec.method == "draft" else None
         return kv_pool(self.model, self.hardware, self.tensor_parallel, self.precision,
-                       system.block_size, self.kv_cache_gib, self.swap_space_gib, self.expert_parallel_group)
+                       system.block_size, self.kv_cache_gib, self.swap_space_gib, self.expert_parallel_group, draft)
 
 
 # --- small validators ----------------------------------------------------------------
@@ -320,12 +325,16 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
         trace_events=_flag(raw.get("trace_events", False), source, "trace_events"),
         split=split_from_config(raw.get("split"), source, base_dir, hardware),
     )
+    if any(system.speculative is not None for system in exp.systems):
+        exp = dataclasses.replace(exp, systems=with_drafts(exp.systems, exp.model, source, lambda value, key: _lookup(
+            load_model_spec, value, source, key, base_dir, SHIPPED_MODELS)))
     if "expert_parallel" in raw:
         exp = dataclasses.replace(exp, expert_parallel=expert_parallel_from_config(
             raw["expert_parallel"], exp.model, exp.replicas, exp.tensor_parallel, exp.split is not None, source))
     check_router(exp.router, routed_systems(exp.split, exp.systems), source)
     check_parallelism(exp)
     check_batching(exp)
+    check_requests(exp.systems, exp.workload, source)
     check_fits(exp)
     check_split(exp)
     if check_profile:
@@ -353,6 +362,10 @@ def check_split(exp: Experiment) -> None:
     if exp.breakdown:
         raise SpecError(exp.source, "breakdown", "a split fleet's runs keep no per-iteration breakdown (nor "
                         "trace_events); leave both out with split")
+    check_split_speculation(exp.systems, exp.source, "systems")
+    for name, pool in (("prefill", exp.split.prefill), ("decode", exp.split.decode)):
+        if pool.system is not None:
+            check_split_speculation((pool.system,), exp.source, f"split.{name}.system")
     check_pools(exp)
 
 
@@ -431,12 +444,23 @@ def check_cost_model(exp: Experiment) -> None:
 
 def clock_for(exp: Experiment, system: SystemSpec) -> CostModel:
     """The cost model one of the experiment's systems runs on (calibrate/cost_models/registry.py): FasterTransformer
-    ran its own dense attention kernel in the paper; vLLM and the Orca baselines the paged one."""
+    ran its own dense attention kernel in the paper; vLLM and the Orca baselines the paged one. A speculating
+    system's prices its verify steps and its proposer on it (calibrate/clock/speculative_pricing.py)."""
     clock = Clock(exp.model, exp.hardware, exp.tensor_parallel, exp.precision, system.block_size,
                   paged=system.kind != "fastertransformer", async_scheduling=system.async_scheduling,
                   max_num_seqs=system.max_seqs_per_batch, max_num_batched_tokens=system.max_num_batched_tokens,
                   expert_parallel=exp.expert_parallel_group)
-    return build_cost_model(exp.cost_model, clock, exp.source)
+    cost_model = build_cost_model(exp.cost_model, clock, exp.source)
+    spec = system.speculative
+    if spec is None:
+        return cost_model
+    plain = dataclasses.replace(system, speculative=None)
+    proposer = proposer_model(spec, exp.model)
+    if proposer is None:
+        return SpeculativeCostModel(cost_model, spec.method, None)
+    # a draft is a dense model of its own; a head is a layer of the target, its experts placed as the target's
+    variant = dataclasses.replace(exp, model=proposer, expert_parallel=exp.expert_parallel and spec.method != "draft")
+    return SpeculativeCostModel(cost_model, spec.method, clock_for(variant, plain))
 
 
 def check_parallelism(exp: Experiment) -> None:
@@ -569,6 +593,8 @@ def check_workload(exp: Experiment, check_warmup: bool = True) -> None:
                 f"(workload.duration_s); must be less than workload.duration_s"))
         return
     trace = recorded(workload, exp.model.max_seq_len)
+    check_trace(exp.systems, workload.n or int(trace.n.max()), workload.beam_width or int(trace.beam_width.max()),
+                Path(workload.trace).name, exp.source)
     caps = {s.name: seqs_per_batch(s) for s in exp.systems}
     if workload.n is None and (workload.beam_width or 1) == 1 and int(trace.n.max()) > min(caps.values()):
         name = min(caps, key=caps.get)

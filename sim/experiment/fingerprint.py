@@ -113,9 +113,20 @@ def input_digest(exp: Experiment) -> dict:
     return {"files": {key: file_hash(path) for key, path in data_files(exp).items()}, "specs": spec_values(exp)}
 
 
+def system_values(system: SystemSpec) -> dict:
+    """A system's values; its speculation (a spec of its own, its draft model's spec in it) only where it speculates,
+    so that every other run's digest stays what it was before systems could."""
+    values = dict(system.__dict__)
+    spec = values.pop("speculative")
+    if spec is not None:
+        values["speculative"] = {**{k: v for k, v in spec.__dict__.items() if k != "draft"}, "rates": list(spec.rates),
+                                 "draft": model_values(spec.draft) if spec.draft is not None else None}
+    return values
+
+
 def config_digest(exp: Experiment, system: SystemSpec, rate: float, seed: int, inputs: dict) -> str:
     """One run's fingerprint: the config less the sweep lists, its own key, and what it reads."""
     shared = {k: v for k, v in exp.raw.items() if k not in SWEEP_KEYS}
-    text = yaml.safe_dump({"experiment": shared, "system": system.__dict__, "rate": rate, "seed": seed,
+    text = yaml.safe_dump({"experiment": shared, "system": system_values(system), "rate": rate, "seed": seed,
                            "inputs": inputs}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

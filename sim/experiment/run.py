@@ -22,6 +22,7 @@ from sim.experiment.breakdown import breakdown_columns, breakdown_shares, record
 from sim.experiment.config import Experiment, clock_for
 from sim.experiment.merged import MergedIterations
 from sim.experiment.metrics import SUMMARY_METRICS, kv_shares, load_imbalance, summarize
+from sim.experiment.speculation_records import speculation_columns
 from sim.experiment.split_run import prefill_replicas, serve_split_trace, split_setup, transfer_metrics
 from sim.workload.config import build_trace
 from sim.workload.trace import Trace
@@ -148,7 +149,9 @@ def _run_one(exp: Experiment, system: SystemSpec, rate: float, seed: int, jobs: 
     cost_model = make_cost_model(exp, system)
     # a breakdown is kept by clocks in this process: the replicas are served here too
     clock = BreakdownRecorder(cost_model) if exp.breakdown else cost_model
-    runs, horizon_s = serve_trace(exp, system, trace, clock, rng, jobs=1 if exp.breakdown else jobs)
+    # a breakdown is kept by clocks, and speculation's counts by the records, of replicas served in this process
+    in_process = exp.breakdown or system.speculative is not None
+    runs, horizon_s = serve_trace(exp, system, trace, clock, rng, jobs=1 if in_process else jobs)
     requests, dropped = requests_of(runs)
     iterations: Mapping[str, np.ndarray] = (runs[0].records.iteration_arrays() if len(runs) == 1 and
                                             runs[0].stored is None else MergedIterations(runs))
@@ -157,6 +160,8 @@ def _run_one(exp: Experiment, system: SystemSpec, rate: float, seed: int, jobs: 
         parts = breakdown_columns(recorded_steps(clock, runs))
         iterations = {**{name: iterations[name] for name in ITERATION_COLUMNS}, **parts}
         shares = breakdown_shares(parts, iterations["duration_s"])
+    if system.speculative is not None:
+        iterations = {**{name: iterations[name] for name in iterations}, **speculation_columns(runs)}
     metrics = summarize(requests, iterations, pool_slots=exp.kv_pool(system).num_slots,
                         warmup_s=exp.warmup_s, horizon_s=horizon_s, dropped=dropped, replicas=exp.replicas)
     summary = {**summary_head(exp, system, trace, exp.replicas, cost_model, rate, seed), **metrics, **shares,

@@ -7,6 +7,7 @@ cost model. Requests arrive at whole steps.
 from __future__ import annotations
 
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from hypothesis import HealthCheck, settings
@@ -65,8 +66,10 @@ class Checker:
         pass
 
 
-def drive(sched, reqs: list[Req], checkers: tuple[Checker, ...] = (), max_steps: int = 50_000) -> Run:
-    """Feed requests at their arrival steps, run schedule/complete until all finish."""
+def drive(sched, reqs: list[Req], checkers: tuple[Checker, ...] = (), max_steps: int = 50_000,
+          accept: Callable[[Batch], list[int]] | None = None) -> Run:
+    """Feed requests at their arrival steps, run schedule/complete until all finish. accept: speculative
+    decoding's outcome of each batch, the proposals accepted for each decode (None: none accepted)."""
     counter = SequenceCounter()
     pending = deque(sorted(enumerate(reqs), key=lambda item: (item[1].arrival, item[0])))
     groups, finished, batches, waiting = [], [], [], []
@@ -86,7 +89,8 @@ def drive(sched, reqs: list[Req], checkers: tuple[Checker, ...] = (), max_steps:
         for c in checkers:
             c.after(sched, batch, step)
         batches.append(batch)
-        finished.extend(sched.complete(batch, float(step + 1)))
+        accepted = accept(batch) if accept is not None and batch.decode_proposed else None
+        finished.extend(sched.complete(batch, float(step + 1), None, accepted))
         step += 1
     return Run(groups, finished, batches, step, waiting)
 
@@ -160,6 +164,13 @@ class StepInvariants(Checker):
     def before(self, sched, step: int) -> None:  # i.e. right after the previous complete()
         check_usage(sched, step)
         check_rows(sched, step)
+        if getattr(sched, "lookahead", 0):  # the rejected proposals' slots went back: each table holds its KV, no more
+            for group in sched.running:
+                for seq in group.running_seqs():
+                    if group.request_id not in sched.prefill_progress and seq.length > seq.prompt_len:
+                        table = sched.block_table(seq.seq_id)
+                        assert len(table) == -(-(seq.length - 1) // sched.block_size), (
+                            f"step {step}: seq {seq.seq_id} of {seq.length} tokens holds {len(table)} blocks")
 
     def after(self, sched, batch: Batch, step: int) -> None:
         system: SystemSpec = sched.system
@@ -169,7 +180,9 @@ class StepInvariants(Checker):
         assert len(ids) <= system.max_num_seqs, (
             f"step {step}: {len(ids)} sequences in the batch > max_num_seqs {system.max_num_seqs}")
         if isinstance(sched, VLLMScheduler):  # the iteration's SchedulingBudget, never exceeded
-            assert batch.num_tokens <= sched.token_cap, f"step {step}: {batch.num_tokens} tokens over the cap"
+            # (but by speculating decodes alone, which always run: a prompt joins only while their tokens leave room)
+            tokens = batch.num_tokens + batch.num_proposed
+            assert tokens <= sched.token_cap or not batch.prefill_seq_ids, f"step {step}: {tokens} tokens over the cap"
             lens = batch.prefill_lens
             if sched.rules.prompt_only and lens:  # a prompt-only iteration, padded to its longest prompt
                 padded = len(lens) * max(lens)
@@ -211,11 +224,15 @@ class StepInvariants(Checker):
                     assert table[:cached // bs] == blocks.pinned[:cached // bs]
             for pos in range(cached, cached + length):
                 write(table, pos, seq_id)
-        for seq_id, ctx in zip(batch.decode_seq_ids, batch.decode_context_lens):
+        proposed = batch.decode_proposed or [0] * len(batch.decode_seq_ids)
+        assert len(proposed) == len(batch.decode_seq_ids)
+        for seq_id, ctx, k in zip(batch.decode_seq_ids, batch.decode_context_lens, proposed):
             seq = sched.sequence(seq_id)
             assert seq.status is SeqStatus.RUNNING
             assert ctx == seq.length
-            write(sched.block_table(seq_id), ctx - 1, seq_id)
+            assert 0 <= k <= max(seq.final_len - seq.length - 1, 0), f"seq {seq_id}: {k} proposals it cannot use"
+            for pos in range(ctx - 1, ctx + k):  # its next token, and a lookahead slot per proposal
+                write(sched.block_table(seq_id), pos, seq_id)
 
         if isinstance(sched, VLLMScheduler):
             check_block_manager(sched.blocks, lambda sid: sched.sequence(sid).status)

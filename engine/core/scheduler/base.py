@@ -23,6 +23,9 @@ class Scheduler:
     a cost model); complete(batch, now, beam_parents) applies the sampled tokens and returns
     the requests that finished. beam_parents ({child seq id: parent seq id}, engine.core.beam)
     are the forks of the batch's beam searches after a decode step: the data plane's choice.
+    accepted (speculative decoding, Batch.decode_proposed) are the proposals the target accepted
+    for each decode: the data plane's outcome too (the simulator draws it, an engine measures it);
+    only a speculating vLLM scheduler reads it.
     """
 
     block_size: int
@@ -49,7 +52,8 @@ class Scheduler:
 
     @abstractmethod
     def complete(self, batch: Batch, now_s: float,
-                 beam_parents: Mapping[int, int] | None = None) -> list[SequenceGroup]:
+                 beam_parents: Mapping[int, int] | None = None,
+                 accepted: list[int] | None = None) -> list[SequenceGroup]:
         raise NotImplementedError(f"{type(self).__name__}.complete")
 
     @abstractmethod

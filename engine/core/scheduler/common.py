@@ -99,7 +99,8 @@ class QueueScheduler(Scheduler):
         self.ignored.append(group)
 
     def complete(self, batch: Batch, now_s: float,
-                 beam_parents: Mapping[int, int] | None = None) -> list[SequenceGroup]:
+                 beam_parents: Mapping[int, int] | None = None,
+                 accepted: list[int] | None = None) -> list[SequenceGroup]:
         if beam_parents:  # before the lengths advance: a child takes the parent's KV as the batch left it
             self._apply_beam_parents(beam_parents)
         for group in self._prefilled:

@@ -46,7 +46,8 @@ class FasterTransformerScheduler(ReservationScheduler):
         return list(self._batch_groups)
 
     def complete(self, batch: Batch, now_s: float,
-                 beam_parents: Mapping[int, int] | None = None) -> list[SequenceGroup]:
+                 beam_parents: Mapping[int, int] | None = None,
+                 accepted: list[int] | None = None) -> list[SequenceGroup]:
         prefilled = self._prefilled
         super().complete(batch, now_s, beam_parents)  # requests finish together below, not one by one
         self._fork_prompt_copies(prefilled)

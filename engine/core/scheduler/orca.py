@@ -35,7 +35,8 @@ class OrcaScheduler(ReservationScheduler):
         return batch
 
     def complete(self, batch: Batch, now_s: float,
-                 beam_parents: Mapping[int, int] | None = None) -> list[SequenceGroup]:
+                 beam_parents: Mapping[int, int] | None = None,
+                 accepted: list[int] | None = None) -> list[SequenceGroup]:
         prefilled = self._prefilled
         finished = super().complete(batch, now_s, beam_parents)
         self._fork_prompt_copies([g for g in prefilled if g.finish_s is None])

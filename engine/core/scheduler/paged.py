@@ -36,7 +36,8 @@ class PagedScheduler(QueueScheduler):
         self.num_cpu_blocks = num_cpu_blocks
         self.blocks = BlockManager(system.block_size, num_gpu_blocks, num_cpu_blocks, system.watermark,
                                    system.prefix_caching, system.prefill_policy in CHUNKED_POLICIES,
-                                   appends_as_needed)
+                                   appends_as_needed, system.num_lookahead_slots)
+        self.lookahead = system.num_lookahead_slots  # speculative decoding's k (0: none)
         self.allocator = self.blocks  # the skeleton's view of it (engine.core.allocator)
         self.paged_kv = PagedKVTracker(self.blocks, self._beam_group_of)
         self.kv, self.token_slots = self.paged_kv, self.paged_kv.token_slots

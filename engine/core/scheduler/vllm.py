@@ -26,7 +26,7 @@ from engine.core.scheduler.order import Order, insert_in_order
 from engine.core.scheduler.paged import PagedScheduler
 from engine.core.scheduler.preemption import PreemptionMode
 from engine.core.scheduler.stretch import paged_stretch
-from engine.core.scheduler.vllm_step import NO_TOKEN_CAP, Prefill, SchedulingBudget, StepPlan, batch_of
+from engine.core.scheduler.vllm_step import NO_TOKEN_CAP, Prefill, SchedulingBudget, StepPlan, batch_of, decode_tokens
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
 
@@ -85,6 +85,8 @@ class VLLMScheduler(PagedScheduler):
         self.prev_prompt = False
         self.async_scheduling = system.async_scheduling
         self._prefills: list[Prefill] = []  # this iteration's, for complete() to move the chunks' progress
+        self.num_proposed_tokens = 0  # speculative decoding: proposals so far, and those accepted
+        self.num_accepted_tokens = 0
 
     # --- one step ----------------------------------------------------------------
     def schedule(self) -> Batch:
@@ -109,7 +111,8 @@ class VLLMScheduler(PagedScheduler):
         # no swapped-out group waits to come back first
         if (self.waiting or self.prefill_progress) and not self.rules.prompt_only and (
                 self.rules.prompts_while_swapped or not self.swapped):
-            budget = self._budget(len(plan.decode_seqs))  # a token per decode
+            # a token per decode (and one per proposal, speculating)
+            budget = self._budget(decode_tokens(plan.decode_seqs, self.lookahead))
             self._continue_prefills(plan, budget)  # chunked: the prompts part way through, first
             self._admit(plan, budget)
         return self._batch(plan)
@@ -128,6 +131,11 @@ class VLLMScheduler(PagedScheduler):
         sequence decodes and the free blocks are sure to suffice, only the rows due for a block take one and no
         group is walked; otherwise the groups are walked one by one, preempting as they go (_walk_running)."""
         due: list[Sequence] = []  # the rows due for a block
+        if self.lookahead:  # each speculating row takes its proposals' slots every step: the calendar cannot tell
+            self.rows.stale = True
+            if self.prefill_progress or not self._lookahead_fits_all(plan):
+                self._walk_running(plan)
+            return
         if self.prefill_progress:  # prompts part way through their chunks run without decoding: the rows fall behind
             self.rows.stale = True
         else:
@@ -139,6 +147,20 @@ class VLLMScheduler(PagedScheduler):
                 return
         self._walk_running(plan)
         self.rows.walked(due)
+
+    def _lookahead_fits_all(self, plan: StepPlan) -> bool:
+        """Speculating: where the free blocks hold every running sequence's next slot and proposals at once, they take
+        them in the running order, as the walk would give them group by group with nobody preempted (each group's
+        need is then within what the groups before it left), without walking the groups."""
+        seqs: list[Sequence] = []
+        for group in self.running:
+            seqs.extend(group.running_seqs())
+        if self.blocks.blocks_to_append(seqs) > self.blocks.gpu.num_free:
+            return False
+        self.blocks.append_slots(seqs, plan.copies)
+        plan.decode_groups = list(self.running)
+        plan.decode_seqs = seqs
+        return True
 
     def _appends_fit_all(self, due: list[Sequence]) -> bool:
         """Whether every running sequence surely takes its next slot with nobody preempted. Each of the rows due
@@ -198,7 +220,8 @@ class VLLMScheduler(PagedScheduler):
     def _join_arrived(self, plan: StepPlan) -> None:
         """Requests whose KV arrived decode from this step, in the order they arrived, while sequences are left.
         Their blocks hold the prompt and a slot for the first token (receive): they append nothing new now."""
-        while self.arrived and self._seqs_fit(self.arrived[0]):
+        while self.arrived and self._seqs_fit(self.arrived[0]) and (
+                not self.lookahead or self.blocks.can_append(self.arrived[0].live_seqs())):
             group = self.arrived.popleft()
             self.paged_kv.incoming_slots -= self.paged_kv.slots_of(group)
             self._join(group, plan)
@@ -348,12 +371,17 @@ class VLLMScheduler(PagedScheduler):
             self.paged_kv.keyed(keyed)
 
     def _batch(self, plan: StepPlan) -> Batch:
-        batch, self._prefilled = batch_of(plan, self.num_running_beam_groups > 0)
+        batch, self._prefilled = batch_of(plan, self.num_running_beam_groups > 0, self.lookahead)
         self._prefills, self._decoded, self._joined = plan.prefills, plan.decode_groups, plan.joined
         return batch
 
-    def complete(self, batch: Batch, now_s: float,
-                 beam_parents: Mapping[int, int] | None = None) -> list[SequenceGroup]:
+    def complete(self, batch: Batch, now_s: float, beam_parents: Mapping[int, int] | None = None,
+                 accepted: list[int] | None = None) -> list[SequenceGroup]:
+        """accepted: speculative decoding, the proposals the target accepted for each decode (decode_seq_ids'
+        order), each from 0 to its decode_proposed; None: none accepted."""
+        speculated = [self._seqs[seq_id] for seq_id in batch.decode_seq_ids] if batch.decode_proposed else []
+        if speculated:
+            self._accept(batch, speculated, accepted)
         progress = self.prefill_progress
         if progress:  # chunked: each prompt computed as far as its chunk went; one whose last chunk ran decodes
             for prefill in self._prefills:
@@ -361,7 +389,38 @@ class VLLMScheduler(PagedScheduler):
                     progress.pop(prefill.group.request_id, None)
                 else:
                     progress[prefill.group.request_id] = prefill.stop
-        return super().complete(batch, now_s, beam_parents)
+        finished = super().complete(batch, now_s, beam_parents)
+        running = SeqStatus.RUNNING
+        for seq in speculated:  # the rejected proposals' slots go back
+            if seq.status is running:
+                self.blocks.give_back_lookahead(seq)
+        return finished
+
+    def _accept(self, batch: Batch, seqs: list[Sequence], accepted: list[int] | None) -> None:
+        """Each speculating sequence moves on by its accepted proposals (complete() then adds the target's own
+        token); the counts are checked against what it proposed, and kept for the records."""
+        proposed = batch.decode_proposed
+        if accepted is not None and len(accepted) != len(seqs):
+            raise ValueError(f"{len(accepted)} accepted counts for {len(seqs)} decodes")
+        total, i = 0, 0
+        running = SeqStatus.RUNNING
+        for group in self._decoded:  # the decodes are the groups' running sequences, in this order
+            for seq in group.seqs:
+                if seq.status is not running:
+                    continue
+                count = accepted[i] if accepted is not None else 0
+                if not 0 <= count <= proposed[i]:
+                    raise ValueError(f"sequence {seq.seq_id}: {count} proposals accepted of {proposed[i]} proposed")
+                seq.length += count
+                group.num_proposed_tokens += proposed[i]
+                group.num_accepted_tokens += count
+                total += count
+                i += 1
+        if i != len(proposed):
+            raise RuntimeError(f"{len(proposed)} decodes proposed, but the groups that decoded run {i} sequences")
+        self.token_slots.sampled(total)
+        self.num_proposed_tokens += batch.num_proposed
+        self.num_accepted_tokens += total
 
     # --- preemption ----------------------------------------------------------------
     def preemption_mode(self, group: SequenceGroup) -> PreemptionMode:
@@ -397,6 +456,8 @@ class VLLMScheduler(PagedScheduler):
         no prompt part way through its chunks, and the oldest waiting request refused now by admissible(), as
         the next step would ask it; paged_stretch then counts the steps to the first finish or preemption."""
         if self.swapped or batch.num_swap_blocks or self.prefill_progress or self.incoming or self.arrived:
+            return DecodeStretch(batch, 1)
+        if self.lookahead:  # how far each step advances is drawn after it: speculating runs are stepped through
             return DecodeStretch(batch, 1)
         head = self.waiting[0] if self.waiting else None
         if head is not None and (self._must_ignore(head) or self.admissible(head, self.next_budget()) is not None):

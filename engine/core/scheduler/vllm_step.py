@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from engine.core.batch import Batch
 from engine.core.sequence import Sequence, SequenceGroup
+from engine.core.speculative import lookahead_slots
 
 NO_TOKEN_CAP = 1 << 60  # max_num_batched_tokens unset (mixed): no iteration comes near it
 
@@ -90,11 +91,18 @@ class SchedulingBudget:
         return self.token_cap - self.num_tokens
 
 
-def batch_of(plan: StepPlan, beams: bool) -> tuple[Batch, list[SequenceGroup]]:
+def decode_tokens(seqs: list[Sequence], lookahead: int) -> int:
+    """The tokens the decodes put through the model: one each, and a speculating one's proposals too."""
+    if not lookahead:
+        return len(seqs)
+    return sum(1 + lookahead_slots(seq.length, seq.final_len, lookahead) for seq in seqs)
+
+
+def batch_of(plan: StepPlan, beams: bool, lookahead: int = 0) -> tuple[Batch, list[SequenceGroup]]:
     """The iteration the plan makes: the decodes in the order their slots were given, then the prefills (one
     per sample recomputed apart); a chunk that is not its prompt's last samples nothing. Also the groups whose
     prompt is computed by the end of it. beams: whether any running group is a beam search (the batch then
-    names each one's beams)."""
+    names each one's beams). lookahead: speculative decoding's k, each decode's proposals (Batch.decode_proposed)."""
     decodes, decode_ids = plan.decode_seqs, plan.decode_ids
     if len(decode_ids) < len(decodes):  # those swapped in or arrived after the rows
         decode_ids.extend([seq.seq_id for seq in decodes[len(decode_ids):]])
@@ -102,6 +110,8 @@ def batch_of(plan: StepPlan, beams: bool) -> tuple[Batch, list[SequenceGroup]]:
                   decode_context_lens=[seq.length for seq in decodes], blocks_to_copy=plan.copies,
                   blocks_to_swap_in=plan.swap_in, blocks_to_swap_out=plan.swap_out,
                   num_running_groups=len(plan.decode_groups) + len(plan.prefills))
+    if lookahead:
+        batch.decode_proposed = [lookahead_slots(seq.length, seq.final_len, lookahead) for seq in decodes]
     ids, lens, cached, samples = batch.prefill_seq_ids, [], [], batch.prefill_sample_ids
     final: list[SequenceGroup] = []
     for prefill in plan.prefills:

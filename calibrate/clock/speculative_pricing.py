@@ -1,0 +1,114 @@
+"""What a speculating iteration costs (docs/speculative-decoding.md): the target's verify forward, priced by the
+clock on a shape it already knows, and the proposer's work, priced by the same clock on the proposer's spec.
+
+- The verify step. A decode that proposed k tokens feeds the target k + 1 tokens (its last sampled one and the
+  proposals) that attend over its context: exactly a prefill chunk of k + 1 tokens over c - 1 cached ones (c: the
+  decode's context, its fed token included), which the clock prices as chunked prefill's chunks are priced. A
+  decode that proposed nothing stays a decode. The shape keeps one logit row per sequence, as a prefill's: the LM
+  head of the k other verified positions is not priced (vocab x hidden each: about 1.5% of a token's linear work
+  for Llama-3-70B).
+- The proposer. `draft`: k decode forwards of the draft model over the speculating sequences (the j-th over each
+  context + j), and its forward over the iteration's prefills (the draft keeps its own KV of every prompt);
+  `eagle` / `mtp`: the same over one decoder layer of the target (the head EAGLE or MTP adds); `ngram`: a lookup on
+  the host for each speculating sequence, NGRAM_SECONDS_PER_SEQUENCE each.
+"""
+from __future__ import annotations
+
+from calibrate.clock.breakdown import IterationTime
+from calibrate.clock.costmodel import BatchLike, CostModel
+from engine.core.batch import Batch, BatchShape
+
+# A stated assumption, not a measurement of this code: vLLM's n-gram (prompt lookup) proposer after its Numba
+# rewrite spent 1.9 s over a ShareGPT run of 5,000 requests (vllm-project/vllm pull request 13365), about
+# 600,000 sequence-steps of proposals at two tokens a step: some 3 microseconds a speculating sequence a step.
+NGRAM_SECONDS_PER_SEQUENCE = 3e-6
+PROPOSER_KIND = "proposer"  # the breakdown's device kind for the proposer's forwards and lookups
+
+
+class SpeculativeCostModel(CostModel):
+    """`base` prices the target's verify (verify_shape); `proposer` the draft model's or the head's forwards
+    (None for ngram, which costs ngram_s_per_sequence on the host a speculating sequence)."""
+
+    def __init__(self, base: CostModel, method: str, proposer: CostModel | None,
+                 ngram_s_per_sequence: float = NGRAM_SECONDS_PER_SEQUENCE):
+        if (proposer is None) != (method == "ngram"):
+            raise ValueError(f"method {method!r}: a proposer's cost model is for draft, eagle and mtp, not ngram")
+        self.base, self.method, self.proposer = base, method, proposer
+        self.ngram_s_per_sequence = ngram_s_per_sequence
+        self.prices_ahead = base.prices_ahead
+        self.source = f"{base.source}; speculative decoding ({method}) priced on it"
+        self.label = base.label
+        self._charge_host = base.charge_host
+
+    @property
+    def charge_host(self) -> bool:
+        return self.base.charge_host
+
+    @charge_host.setter
+    def charge_host(self, value: bool) -> None:
+        self.base.charge_host = value
+
+    def iteration_time(self, batch: BatchLike) -> float:
+        """The target's verify as its own clock combines its parts (an engine's may overlap host and device work),
+        then the proposer's forwards on the device after it."""
+        return self.base.iteration_time(verify_shape(batch)) + self.proposer_time(batch)
+
+    def device_time(self, batch: BatchLike) -> float:
+        return self.base.device_time(verify_shape(batch)) + self.proposer_time(batch)
+
+    def host_time(self, batch: BatchLike) -> float:
+        return self.base.host_time(verify_shape(batch))
+
+    def swap_time(self, num_blocks: int) -> float:
+        return self.base.swap_time(num_blocks)
+
+    def breakdown(self, batch: BatchLike) -> IterationTime:
+        verify = self.base.breakdown(verify_shape(batch))
+        proposer = self.proposer_time(batch)
+        if not proposer:
+            return verify
+        return IterationTime({**verify.device, PROPOSER_KIND: proposer}, dict(verify.host),
+                             verify.device_s + proposer, verify.host_s, verify.swap_s, parts_exact=False)
+
+    def proposer_time(self, batch: BatchLike) -> float:
+        """The proposals' cost: the draft's or head's forwards, or the n-gram lookups (module docstring)."""
+        proposed = proposals(batch)
+        if self.proposer is None:
+            return self.ngram_s_per_sequence * sum(1 for k in proposed if k)
+        seconds = 0.0
+        if batch.prefill_lens:  # the proposer computes the prompts' KV too, whether or not a decode proposes
+            seconds += self.proposer.iteration_time(BatchShape(tuple(batch.prefill_lens), (),
+                                                               prefill_cached_lens=_cached(batch)))
+        contexts = batch.decode_context_lens
+        for j in range(max(proposed, default=0)):
+            shape = BatchShape((), tuple(c + j for c, k in zip(contexts, proposed) if k > j))
+            seconds += self.proposer.iteration_time(shape)
+        return seconds
+
+
+def proposals(batch: BatchLike) -> list[int]:
+    """Each decode's proposals (Batch.decode_proposed); a shape kept after its batch proposed nothing."""
+    return batch.decode_proposed if isinstance(batch, Batch) else []
+
+
+def verify_shape(batch: BatchLike) -> BatchLike:
+    """The iteration as the target runs it: each speculating decode a prefill chunk of k + 1 tokens over its context
+    less one (module docstring); a batch that proposes nothing as it is."""
+    proposed = proposals(batch)
+    if not any(proposed):
+        return batch
+    prefills, cached = list(batch.prefill_lens), list(_cached(batch) or (0,) * len(batch.prefill_lens))
+    decodes = []
+    for context, k in zip(batch.decode_context_lens, proposed):
+        if k:
+            prefills.append(k + 1)
+            cached.append(context - 1)
+        else:
+            decodes.append(context)
+    return BatchShape(tuple(prefills), tuple(decodes), batch.num_swap_blocks, batch.num_copy_blocks,
+                      batch.num_running_groups, tuple(cached) if any(cached) else ())
+
+
+def _cached(batch: BatchLike) -> tuple[int, ...]:
+    cached = tuple(batch.prefill_cached_lens)
+    return cached if any(cached) else ()

@@ -1,0 +1,113 @@
+"""A speculating iteration's price: the verify step as prefill chunks of k + 1 tokens over each context, plus the
+proposer's forwards on its own spec (or the n-gram lookups on the host)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from calibrate.clock.costmodel import CostModel
+from calibrate.clock.roofline import RooflineCostModel
+from calibrate.clock.speculative_pricing import PROPOSER_KIND, SpeculativeCostModel, verify_shape
+from calibrate.hardware.hardware import load_hardware
+from engine.core.batch import Batch, BatchShape
+from engine.specs.loader import load_model_spec
+
+TARGET = load_model_spec("llama-3-70b")
+DRAFT = load_model_spec("llama-3-8b")
+H100 = load_hardware("h100-sxm")
+
+
+class Shapes(CostModel):
+    """Records every shape it prices, at a second each."""
+
+    source = "shapes(test)"
+
+    def __init__(self):
+        self.shapes = []
+
+    def iteration_time(self, batch) -> float:
+        self.shapes.append((tuple(batch.prefill_lens), tuple(batch.prefill_cached_lens),
+                            tuple(batch.decode_context_lens)))
+        return 1.0
+
+    def swap_time(self, num_blocks: int) -> float:
+        return 0.0
+
+
+def speculating(contexts, proposed, prefills=()) -> Batch:
+    return Batch(prefill_seq_ids=list(range(100, 100 + len(prefills))), prefill_lens=list(prefills),
+                 prefill_sample_ids=[(100 + i,) for i in range(len(prefills))],
+                 decode_seq_ids=list(range(len(contexts))), decode_context_lens=list(contexts),
+                 decode_proposed=list(proposed), num_running_groups=len(contexts) + len(prefills))
+
+
+def test_a_speculating_decode_is_priced_as_a_chunk_of_k_plus_one_tokens_over_its_context():
+    shape = verify_shape(speculating([10, 20, 30], [3, 0, 2], prefills=[7]))
+    assert shape.prefill_lens == (7, 4, 3) and shape.prefill_cached_lens == (0, 9, 29)
+    assert shape.decode_context_lens == (20,) and shape.num_seqs == 4 and shape.num_tokens == 7 + 4 + 3 + 1
+    plain = Batch(decode_seq_ids=[0], decode_context_lens=[10])
+    assert verify_shape(plain) is plain
+
+
+def test_a_draft_runs_k_decode_forwards_and_the_prompts_on_its_own_clock():
+    target, draft = Shapes(), Shapes()
+    cost = SpeculativeCostModel(target, "draft", draft)
+    assert cost.iteration_time(speculating([10, 20], [3, 1], prefills=[5])) == 1.0 + 4 * 1.0
+    assert draft.shapes == [((5,), (), ()), ((), (), (10, 20)), ((), (), (11,)), ((), (), (12,))]
+    assert target.shapes == [((5, 4, 2), (0, 9, 19), ())]
+
+
+def test_an_ngram_proposer_costs_its_lookups_on_the_host_per_speculating_sequence():
+    cost = SpeculativeCostModel(Shapes(), "ngram", None, ngram_s_per_sequence=0.5)
+    assert cost.iteration_time(speculating([10, 20, 30], [2, 0, 2])) == 1.0 + 2 * 0.5
+    breakdown = cost.breakdown(speculating([10], [2]))
+    assert breakdown.device[PROPOSER_KIND] == 0.5 and breakdown.device_s == pytest.approx(1.5)
+
+
+def test_a_proposer_is_for_the_methods_that_run_one():
+    with pytest.raises(ValueError, match="ngram"):
+        SpeculativeCostModel(Shapes(), "ngram", Shapes())
+    with pytest.raises(ValueError, match="draft"):
+        SpeculativeCostModel(Shapes(), "draft", None)
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_the_verify_is_nearly_free_below_the_ridge_and_costs_k_plus_one_decodes_above_it(k):
+    """What makes speculation pay, on the roofline: a decode batch reads every weight once whatever its tokens, so at
+    batch 1 verifying k + 1 tokens costs about a decode; far past the ridge a step is compute bound, and k + 1
+    tokens a sequence cost about k + 1 decodes (less over long contexts: the verify reads each context once for its
+    k + 1 tokens, as k + 1 decodes would read it k + 1 times)."""
+    roofline = RooflineCostModel(TARGET, H100, tp=4)
+    cost = SpeculativeCostModel(roofline, "ngram", None, ngram_s_per_sequence=0.0)
+
+    def ratio(batch: int) -> float:
+        contexts = [100] * batch
+        plain = roofline.iteration_time(BatchShape((), tuple(contexts)))
+        return cost.iteration_time(speculating(contexts, [k] * batch)) / plain
+
+    assert ratio(1) < 1.05
+    assert ratio(1024) > 0.8 * (k + 1)
+
+
+def test_a_draft_costs_less_than_the_target_it_proposes_for():
+    target = RooflineCostModel(TARGET, H100, tp=4)
+    draft = RooflineCostModel(DRAFT, H100, tp=4)
+    head = RooflineCostModel(replace(TARGET, num_layers=1), H100, tp=4)
+    batch = speculating([1000] * 8, [3] * 8)
+    by_draft = SpeculativeCostModel(target, "draft", draft).proposer_time(batch)
+    by_head = SpeculativeCostModel(target, "eagle", head).proposer_time(batch)
+    decode = target.iteration_time(BatchShape((), (1000,) * 8))
+    assert 0 < by_head < by_draft < 3 * decode
+
+
+def test_a_decode_that_proposes_nothing_costs_what_the_base_says_and_a_prompt_the_proposer_too():
+    roofline = RooflineCostModel(TARGET, H100, tp=4)
+    head = RooflineCostModel(replace(TARGET, num_layers=1), H100, tp=4)
+    cost = SpeculativeCostModel(roofline, "eagle", head)
+    for batch in (Batch(decode_seq_ids=[0, 1], decode_context_lens=[10, 900]),
+                  speculating([10, 20], [0, 0])):
+        assert cost.iteration_time(batch) == roofline.iteration_time(batch)
+        assert cost.breakdown(batch) == roofline.breakdown(batch)
+    prompts = Batch(prefill_seq_ids=[0], prefill_lens=[300], prefill_sample_ids=[(0,)])
+    assert cost.iteration_time(prompts) == roofline.iteration_time(prompts) + head.iteration_time(BatchShape((300,)))

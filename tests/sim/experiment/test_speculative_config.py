@@ -1,0 +1,110 @@
+"""speculative: on a system: every bad value stops with one line naming the file and the key, where it is read."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from engine.errors import SpecError
+from sim.experiment.config import experiment_from_dict
+from sim.experiment.kv_pool import block_bytes
+from tests.helpers.configs import tiny
+
+NGRAM = "{method: ngram, num_speculative_tokens: 3, acceptance: {mean_accepted: 1.5}}"
+DRAFT = "{method: draft, num_speculative_tokens: 3, draft_model: opt-125m, acceptance: {rates: [0.8, 0.6, 0.4]}}"
+
+
+def experiment(tmp_path, speculative: str, system: str = "vllm", **keys):
+    text = tiny(systems=f"[{{preset: {system}, name: spec, speculative: {speculative}}}]", **keys)
+    return experiment_from_dict(yaml.safe_load(text), str(tmp_path / "tiny.yaml"), tmp_path)
+
+
+def refused(tmp_path, speculative: str, key: str, *fragments: str, system: str = "vllm", **keys) -> str:
+    with pytest.raises(SpecError) as err:
+        experiment(tmp_path, speculative, system, **keys)
+    message = str(err.value)
+    assert "\n" not in message and "tiny.yaml" in message and f": {key}: " in message, message
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+def test_a_speculating_system_is_read_with_its_rates_and_draft(tmp_path):
+    spec = experiment(tmp_path, DRAFT).systems[0].speculative
+    assert spec.method == "draft" and spec.num_speculative_tokens == 3 and spec.rates == (0.8, 0.6, 0.4)
+    assert spec.draft.name == "opt-125m" and spec.expected_accepted == pytest.approx(0.8 + 0.48 + 0.192)
+    mean = experiment(tmp_path, NGRAM).systems[0].speculative
+    assert mean.expected_accepted == pytest.approx(1.5) and len(set(mean.rates)) == 1
+
+
+@pytest.mark.parametrize("k", ["0", "-1", "17", "2.5", "true", "'3'"])
+def test_k_is_a_whole_number_from_1_to_16(tmp_path, k):
+    refused(tmp_path, NGRAM.replace("num_speculative_tokens: 3", f"num_speculative_tokens: {k}"),
+            "systems[0].speculative.num_speculative_tokens", "[1, 16]")
+
+
+@pytest.mark.parametrize("mean", ["-0.1", "3.5", ".nan", "true"])
+def test_a_mean_accepted_outside_0_to_k_is_refused(tmp_path, mean):
+    refused(tmp_path, NGRAM.replace("1.5", mean), "systems[0].speculative.acceptance.mean_accepted", "[0, 3]")
+
+
+def test_a_rate_outside_0_to_1_is_refused(tmp_path):
+    refused(tmp_path, DRAFT.replace("0.6", "1.2"), "systems[0].speculative.acceptance.rates[1]", "[0, 1]")
+
+
+def test_rates_are_one_per_proposed_token(tmp_path):
+    refused(tmp_path, DRAFT.replace("[0.8, 0.6, 0.4]", "[0.8, 0.6]"), "systems[0].speculative.acceptance.rates",
+            "3 rates")
+
+
+def test_acceptance_is_a_mean_or_rates(tmp_path):
+    refused(tmp_path, NGRAM.replace("mean_accepted: 1.5", "length: 2"), "systems[0].speculative.acceptance",
+            "mean_accepted", "rates")
+
+
+def test_an_unknown_method_or_key_is_refused(tmp_path):
+    refused(tmp_path, NGRAM.replace("ngram", "medusa"), "systems[0].speculative.method", "eagle")
+    refused(tmp_path, NGRAM.replace("method", "metod"), "systems[0].speculative.metod", "valid keys")
+
+
+def test_a_draft_needs_its_model_and_only_a_draft_names_one(tmp_path):
+    refused(tmp_path, DRAFT.replace(" draft_model: opt-125m,", ""), "systems[0].speculative.draft_model", "'draft'")
+    refused(tmp_path, NGRAM.replace("acceptance", "draft_model: opt-125m, acceptance"),
+            "systems[0].speculative.draft_model", "only by method 'draft'")
+
+
+def test_a_draft_of_another_vocabulary_is_refused(tmp_path):
+    refused(tmp_path, DRAFT.replace("opt-125m", "llama-2-7b"), "systems[0].speculative.draft_model", "vocabulary",
+            "32000", "50272")
+
+
+def test_a_draft_not_smaller_than_the_target_is_refused(tmp_path):
+    refused(tmp_path, DRAFT.replace("opt-125m", "opt-13b"), "systems[0].speculative.draft_model", "not smaller")
+
+
+def test_an_unknown_draft_model_is_refused(tmp_path):
+    refused(tmp_path, DRAFT.replace("opt-125m", "opt-126m"), "systems[0].speculative.draft_model", "opt-125m")
+
+
+@pytest.mark.parametrize("system", ["orca-max", "fastertransformer"])
+def test_speculation_on_a_system_that_is_not_vllm_is_refused(tmp_path, system):
+    refused(tmp_path, NGRAM, "systems[0].speculative", "vllm", system=system)
+
+
+def test_speculation_with_samples_or_beams_is_refused(tmp_path):
+    workload = "{dataset: sharegpt-standin, duration_s: 30, %s}"
+    refused(tmp_path, NGRAM, "workload.n", "one sequence", workload=workload % "n: 2")
+    refused(tmp_path, NGRAM, "workload.beam_width", "beams", workload=workload % "beam_width: 2")
+
+
+def test_a_split_fleet_does_not_speculate_yet(tmp_path):
+    split = "{prefill: {replicas: 1}, decode: {replicas: 1}}"
+    refused(tmp_path, NGRAM, "systems[0].speculative", "split", split=split)
+
+
+def test_a_draft_takes_its_weights_and_its_kv_out_of_the_pool(tmp_path):
+    plain = experiment(tmp_path, NGRAM)
+    drafted = experiment(tmp_path, DRAFT)
+    pool, with_draft = plain.kv_pool(plain.systems[0]), drafted.kv_pool(drafted.systems[0])
+    draft = drafted.systems[0].speculative.draft
+    assert with_draft.block_bytes == pool.block_bytes + block_bytes(draft, 16, 1, plain.precision)
+    assert with_draft.num_gpu_blocks == 12 * 2**30 // with_draft.block_bytes < pool.num_gpu_blocks  # kv_cache_gib: 12
