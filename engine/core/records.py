@@ -90,7 +90,8 @@ DROPPED_STATUSES = ("aborted", "ignored")
 # (ServingRecords.speculation_values)
 CACHED_COLUMN = "cached_tokens"
 SPECULATIVE_COLUMNS = ("proposed_tokens", "accepted_tokens")
-REQUEST_COLUMNS = tuple(f.name for f in fields(RequestRecord) if f.name not in (CACHED_COLUMN, *SPECULATIVE_COLUMNS))
+OPTIONAL_COLUMNS = (CACHED_COLUMN,) + SPECULATIVE_COLUMNS  # mypyc compiles no starred tuple display here
+REQUEST_COLUMNS = tuple(f.name for f in fields(RequestRecord) if f.name not in OPTIONAL_COLUMNS)
 DROPPED_COLUMNS = tuple(f.name for f in fields(DroppedRecord))
 ITERATION_COLUMNS = tuple(f.name for f in fields(IterationRecord))
 # array typecodes of the iteration columns: float64 for times, int64 for counts (a field's type is the string
