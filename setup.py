@@ -28,7 +28,7 @@ GROUP = "engine.core.native"  # mypyc's shared library: engine/core/native__mypy
 # the packages' entry points and the module choosing the build; and the values that cross processes pickled and
 # are fingerprinted by their __dict__ (a compiled frozen dataclass has none and does not unpickle), read once a run;
 # and the allocators' interface, a typing.Protocol (compiled, it is a native class isinstance cannot check against)
-NOT_COMPILED = {"__init__.py", "compiled.py", "system.py", "spec.py", "allocator.py"}
+NOT_COMPILED = {"__init__.py", "compiled.py", "system.py", "spec.py", "speculative.py", "allocator.py"}
 # the simulator's loop; the rest runs once
 SIM_CORE = ["replica.py", "fast_forward.py", "router_wakes.py", "beams.py", "known_arrivals.py"]
 # in calibrate/clock/: the roofline cost model's arithmetic per step; the rest runs once

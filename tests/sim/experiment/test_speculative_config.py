@@ -1,11 +1,14 @@
 """speculative: on a system: every bad value stops with one line naming the file and the key, where it is read."""
 from __future__ import annotations
 
+import pickle
+
 import pytest
 import yaml
 
 from engine.errors import SpecError
 from sim.experiment.config import experiment_from_dict
+from sim.experiment.fingerprint import system_values
 from sim.experiment.kv_pool import block_bytes
 from tests.helpers.configs import tiny
 
@@ -34,6 +37,14 @@ def test_a_speculating_system_is_read_with_its_rates_and_draft(tmp_path):
     assert spec.draft.name == "opt-125m" and spec.expected_accepted == pytest.approx(0.8 + 0.48 + 0.192)
     mean = experiment(tmp_path, NGRAM).systems[0].speculative
     assert mean.expected_accepted == pytest.approx(1.5) and len(set(mean.rates)) == 1
+
+
+def test_a_speculating_experiment_crosses_processes(tmp_path):
+    # a sweep's process pool pickles each run's experiment: its speculation too, compiled (mypyc) or not
+    exp = experiment(tmp_path, DRAFT)
+    again = pickle.loads(pickle.dumps(exp))
+    assert again.systems[0].speculative == exp.systems[0].speculative
+    assert system_values(again.systems[0]) == system_values(exp.systems[0])  # what a resumed sweep compares
 
 
 @pytest.mark.parametrize("k", ["0", "-1", "17", "2.5", "true", "'3'"])
