@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.runtime.rejection import verify_greedy, verify_random
+
 SAMPLING_METHODS = ("greedy", "random")
 
 
@@ -55,6 +57,22 @@ class Sampler:
         if params.top_p < 1:
             probs = top_p_filter(probs, params.top_p)
         return torch.multinomial(probs, 1, generator=self.generator).squeeze(1)
+
+    def probs(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+        """The distribution random sampling draws from (temperature, then top-p), normalized."""
+        probs = torch.softmax(logits.float() / params.temperature, dim=-1)
+        if params.top_p < 1:
+            probs = top_p_filter(probs, params.top_p)
+            probs = probs / probs.sum(dim=-1, keepdim=True)
+        return probs
+
+    def verify(self, target_logits: torch.Tensor, proposals: torch.Tensor, num_proposed: torch.Tensor,
+               params: SamplingParams, draft_probs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Speculative decoding's verify (engine/runtime/rejection.py): the proposals kept of each sequence, and the
+        target's token after them, as `choose` would draw it; no sync."""
+        if params.method == "greedy":
+            return verify_greedy(target_logits, proposals, num_proposed)
+        return verify_random(self.probs(target_logits, params), proposals, num_proposed, draft_probs, self.generator)
 
     def sample(self, logits: torch.Tensor, sample_ids: list[tuple[int, ...]],
                params: SamplingParams) -> dict[int, int]:
