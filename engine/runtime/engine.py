@@ -21,7 +21,6 @@ from engine.core.sequence import SequenceGroup
 from engine.core.serving import Request, ServingCore
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
-from engine.errors import SpecError
 from engine.runtime.beam import BeamSearch
 from engine.runtime.cache import default_swap_blocks
 from engine.runtime.graphs import MAX_GRAPH_BATCH
@@ -29,6 +28,7 @@ from engine.runtime.prefix_keys import segment_token_ids, token_block_keys
 from engine.runtime.records import ReplayResult, check_request, replay_requests
 from engine.runtime.runner import ModelRunner, resolve_dtype
 from engine.runtime.sampler import SamplingParams
+from engine.runtime.speculation import check_speculation, ngram_proposals
 
 CLOCKS = ("forward", "step")
 TimeFn = Callable[[Batch], float]
@@ -80,10 +80,7 @@ class Engine:
                  time_fn: TimeFn | None = None, run_model: bool = True, cpu_budget_bytes: int | None = None,
                  model=None, clock: str = "forward", cuda_graphs: bool | None = None):
         system.validate("Engine", "system")
-        if system.speculative is not None:
-            raise SpecError("Engine", "system.speculative", "the real engine does not speculate yet (no draft model, "
-                                                            "n-gram proposer or rejection sampler); remove the key "
-                                                            "(the simulator runs it: docs/speculative-decoding.md)")
+        check_speculation(system)
         if clock not in CLOCKS:
             raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
         self.spec, self.system, self.seed, self.time_fn, self.clock = spec, system, seed, time_fn, clock
@@ -215,6 +212,7 @@ class Engine:
         scheduler = make_scheduler(self.system, self.spec, self.num_gpu_blocks, self.num_cpu_blocks)
         pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.request_id)))
         run = ServingRun(ServingCore(scheduler), pending, prompts, streams=streams or {})
+        run.core.records.speculating = self.system.speculative is not None  # proposed and accepted, per request
         while self._step(run, sampling, time_fn):
             pass
         run.core.close()
@@ -236,7 +234,8 @@ class Engine:
                 return True
             run.core.check_schedulable()
             return False
-        sampled, measured = self._execute(run, step.batch, sampling)
+        proposals = ngram_proposals(step.batch, run.tokens, run.forced) if self._speculates(step.batch) else {}
+        sampled, measured = self._execute(run, step.batch, sampling, proposals)
         forks = run.beam.take_forks() if step.batch.beam_groups else None  # the beam searches' choice
         # host work charged to this iteration: its admission, scheduling and inputs, and the previous
         # iteration's completion and records, which ran between the two forwards
@@ -249,10 +248,11 @@ class Engine:
         self._admit_arrivals(run)  # those arriving during the iteration wait, as in the simulator
         if forks:  # a child beam continues its parent's tokens, as the control plane gives it the parent's KV
             run.tokens.update({child: list(run.tokens[parent]) for child, parent in forks.items()})
+        accepted = self._accepted(step.batch, proposals, run)
         for seq_id, token in sampled.items():
             forced = run.forced.get(seq_id)
             run.tokens[seq_id].append(token if forced is None else forced[len(run.tokens[seq_id])])
-        for group in run.core.end_step(step, run.clock, forks):
+        for group in run.core.end_step(step, run.clock, forks, accepted):
             self._finish(run, group)
         run.host_s.append(self.last_host_s)
         run.device_s.append(self.runner.last_timing.device_s if self.runner is not None else 0.0)
@@ -271,11 +271,27 @@ class Engine:
                 if group.is_beam:
                     run.beam.start(s.seq_id for s in group.seqs)
 
-    def _execute(self, run: ServingRun, batch: Batch, sampling) -> tuple[dict[int, int], float]:
+    def _speculates(self, batch: Batch) -> bool:
+        return self.runner is not None and any(batch.decode_proposed)
+
+    def _execute(self, run: ServingRun, batch: Batch, sampling,
+                 proposals: dict[int, list[int]]) -> tuple[dict[int, int], float]:
         if self.runner is None:  # control plane only: every beam continues itself
             return {}, 0.0
-        beam = {"beam": run.beam} if batch.beam_groups else {}
-        return self.runner.execute(batch, run.tokens, run.core.scheduler.block_table, sampling, **beam)
+        extra: dict = {"beam": run.beam} if batch.beam_groups else {}
+        if proposals:
+            extra["proposals"] = proposals
+        return self.runner.execute(batch, run.tokens, run.core.scheduler.block_table, sampling, **extra)
+
+    def _accepted(self, batch: Batch, proposals: dict[int, list[int]], run: ServingRun) -> list[int] | None:
+        """Each decode's proposals the verify kept (decode_seq_ids' order), now the sequence's tokens (before its
+        own sampled token); None where nothing was proposed, or nothing measured (no model: none kept)."""
+        if not proposals:
+            return None
+        kept = self.runner.last_accepted if self.runner is not None else {}
+        for seq_id, proposal in proposals.items():
+            run.tokens[seq_id].extend(proposal[:kept[seq_id]])
+        return [kept.get(seq_id, 0) for seq_id in batch.decode_seq_ids]
 
     def _apply_plans_only(self, run: ServingRun, batch: Batch | None) -> None:
         # a batch can preempt by swapping and run nothing; the KV must still move, or the

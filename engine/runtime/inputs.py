@@ -43,6 +43,10 @@ class HostInputs:
     # row r of the logits belongs to these sequences (a prefill samples for all its forks)
     sample_ids: list[tuple[int, ...]] = field(default_factory=list)
     logit_rows: list[int] = field(default_factory=list)  # token index of each logits row
+    # speculative decoding: the decodes verified (each a chunk of its last token and its proposals, among the
+    # prefills), and how many proposals each; their logits rows follow the sampled ones', proposals + 1 each
+    verify_ids: list[int] = field(default_factory=list)
+    verify_proposed: list[int] = field(default_factory=list)
 
     def to_device(self, device: torch.device, backend: str
                   ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor]:
@@ -121,8 +125,11 @@ def _check_vocab(input_ids: list[int], limits: PoolLimits) -> None:
 
 
 def build_inputs(batch: Batch, tokens: dict[int, list[int]], block_table_fn: BlockTableFn,
-                 limits: PoolLimits) -> HostInputs:
-    """Prefills first (whole token runs), then one token per decode; raises ValueError on bad input."""
+                 limits: PoolLimits, proposals: dict[int, list[int]] | None = None) -> HostInputs:
+    """Prefills first (whole token runs), then the verifies (a speculating decode's last token and its
+    proposals, a chunk over its cached context, as chunked prefill computes one), then one token per decode;
+    raises ValueError on bad input. proposals: seq_id -> the tokens a decode proposes, as many as the batch's
+    decode_proposed says."""
     if not (len(batch.prefill_seq_ids) == len(batch.prefill_lens) == len(batch.prefill_sample_ids)):
         raise ValueError("batch prefill_seq_ids, prefill_lens and prefill_sample_ids differ in length")
     if len(batch.decode_seq_ids) != len(batch.decode_context_lens):
@@ -134,8 +141,16 @@ def build_inputs(batch: Batch, tokens: dict[int, list[int]], block_table_fn: Blo
     for seq_id, length, sample_ids, cached in zip(batch.prefill_seq_ids, batch.prefill_lens,
                                                   batch.prefill_sample_ids, cached_lens):
         _add_prefill(out, seq_id, length, cached, tuple(sample_ids), tokens, block_table_fn, limits)
-    for seq_id, context in zip(batch.decode_seq_ids, batch.decode_context_lens):
-        _add_decode(out, seq_id, context, tokens, block_table_fn, limits)
+    proposed = _proposed_counts(batch)
+    verify_rows: list[int] = []
+    for seq_id, context, count in zip(batch.decode_seq_ids, batch.decode_context_lens, proposed):
+        if count:
+            _add_verify(out, seq_id, context, _proposal(seq_id, count, proposals), tokens, block_table_fn, limits)
+            verify_rows.extend(range(len(out.input_ids) - count - 1, len(out.input_ids)))
+    for seq_id, context, count in zip(batch.decode_seq_ids, batch.decode_context_lens, proposed):
+        if not count:
+            _add_decode(out, seq_id, context, tokens, block_table_fn, limits)
+    out.logit_rows.extend(verify_rows)
     _check_vocab(out.input_ids, limits)
     if len(set(out.slot_mapping)) != len(out.slot_mapping):
         # two tokens into one slot: a shared block was written without copy-on-write
@@ -189,3 +204,39 @@ def _add_decode(out: HostInputs, seq_id, context, tokens, block_table_fn, limits
     out.block_tables.append(table[:blocks_for(context, limits.block_size)])
     out.context_lens.append(context)
     out.sample_ids.append((seq_id,))
+
+
+def _proposed_counts(batch: Batch) -> list[int]:
+    if not batch.decode_proposed:
+        return [0] * len(batch.decode_seq_ids)
+    if len(batch.decode_proposed) != len(batch.decode_seq_ids):
+        raise ValueError("batch decode_proposed must be empty or have one entry per decode")
+    return batch.decode_proposed
+
+
+def _proposal(seq_id: int, count: int, proposals: dict[int, list[int]] | None) -> list[int]:
+    proposal = (proposals or {}).get(seq_id)
+    if proposal is None or len(proposal) != count:
+        got = "none" if proposal is None else len(proposal)
+        raise ValueError(f"sequence {seq_id} proposes {count} tokens in the batch, but {got} were given")
+    return proposal
+
+
+def _add_verify(out: HostInputs, seq_id, context, proposal, tokens, block_table_fn, limits) -> None:
+    """A speculating decode: its last token and its proposals, computed over its context's cached KV; every one
+    of their logits rows is kept (the target's distribution after each)."""
+    seq_tokens = _check_tokens(seq_id, tokens, context, "decode", limits)
+    total = context + len(proposal)
+    if total > limits.max_seq_len:
+        raise ValueError(f"sequence {seq_id}: {context} tokens and {len(proposal)} proposals exceed "
+                         f"{limits.max_seq_len} (the model's max_seq_len)")
+    table = block_table_fn(seq_id)
+    _check_table(seq_id, table, total, limits)
+    out.input_ids.extend([seq_tokens[-1], *proposal])
+    out.positions.extend(range(context - 1, total))
+    out.slot_mapping.extend(_slots(table, total, limits.block_size, start=context - 1))
+    out.prefill_lens.append(len(proposal) + 1)
+    out.prefill_cached_lens.append(context - 1)
+    out.prefill_block_tables.append(list(table[:blocks_for(total, limits.block_size)]))
+    out.verify_ids.append(seq_id)
+    out.verify_proposed.append(len(proposal))

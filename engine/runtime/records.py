@@ -11,6 +11,7 @@ from engine.core.records import (
     CACHED_COLUMN,
     ITERATION_COLUMNS,
     REQUEST_COLUMNS,
+    SPECULATIVE_COLUMNS,
     DroppedRecord,
     IterationRecord,
     RequestRecord,
@@ -34,21 +35,27 @@ class ReplayResult:
     # its step: duration + host_s - device_s on the forward clock. Measured, not in the shared records.
     device_s: list[float] = field(default_factory=list, compare=False)
     dropped: list[DroppedRecord] = field(default_factory=list)  # aborted or ignored, by request id
+    # a speculating run's: each iteration's tokens proposed and accepted, in the order they ran
+    speculation: list[tuple[int, int]] = field(default_factory=list)
 
 
     @classmethod
     def of(cls, records: ServingRecords, host_s: list[float] | None = None,
            device_s: list[float] | None = None) -> ReplayResult:
         return cls(records.request_rows(), records.iteration_rows(), list(host_s or []), list(device_s or []),
-                   records.dropped_rows())
+                   records.dropped_rows(), list(records.speculation_values))
 
     def request_columns(self) -> dict[str, list]:
-        names = REQUEST_COLUMNS + ((CACHED_COLUMN,) if self.requests and self.requests[0].cached_tokens is not None
-                                   else ())
+        first = self.requests[0] if self.requests else None
+        names = (REQUEST_COLUMNS + ((CACHED_COLUMN,) if first is not None and first.cached_tokens is not None else ())
+                 + (SPECULATIVE_COLUMNS if first is not None and first.proposed_tokens is not None else ()))
         return {name: [getattr(r, name) for r in self.requests] for name in names}
 
     def iteration_columns(self) -> dict[str, list]:
-        return {name: [getattr(r, name) for r in self.iterations] for name in ITERATION_COLUMNS}
+        columns = {name: [getattr(r, name) for r in self.iterations] for name in ITERATION_COLUMNS}
+        if self.speculation:  # the simulator's iterations carry the same two columns (speculation_records.py)
+            columns.update({name: [pair[i] for pair in self.speculation] for i, name in enumerate(SPECULATIVE_COLUMNS)})
+        return columns
 
 
 def _row_value(row, name: str, index: int, default=None):
@@ -103,6 +110,10 @@ def check_request(request: Request, max_seq_len: int, system: SystemSpec | None 
     if request.n > 1 and request.beam_width > 1:
         raise ValueError(f"{where}: n={request.n} and beam_width={request.beam_width}; a request samples n "
                          "sequences or searches beam_width beams, not both")
+    if system is not None and system.speculative is not None and max(request.n, request.beam_width) > 1:
+        what = f"n={request.n}" if request.n > 1 else f"beam_width={request.beam_width}"
+        raise ValueError(f"{where}: {what}, but {system.name} speculates, and speculative decoding serves one "
+                         "sequence a request (give n=1 and beam_width=1)")
     if system is not None and request.beam_width > system.max_seqs_per_batch:
         raise ValueError(f"{where}: beam_width {request.beam_width} is more beams than {system.name} ever "
                          f"batches ({system.max_seqs_per_batch} sequences); give at most {system.max_seqs_per_batch}")

@@ -78,6 +78,8 @@ class SamplePlan:
     beams: list[BeamBatch]  # the beam searches' groups
     beam_rows: list[int]
     beam_scores: list[float]
+    verify_ids: list[int]  # speculating decodes, verified (their logits rows follow the sampled ones')
+    verify_proposed: list[int]
 
 
 @dataclass
@@ -88,6 +90,30 @@ class StagedStep:
     rows: torch.Tensor
     beam_rows: torch.Tensor
     beam_scores: torch.Tensor
+    verify: VerifyInputs | None  # speculating decodes: their rows, proposals and counts, padded to the widest
+
+
+@dataclass
+class VerifyInputs:
+    """The verify's tensors: rows[b, i] is the logits row of sequence b's position i (its last row repeated past
+    its own proposals), proposals[b] its proposals (padded), proposed[b] how many."""
+
+    rows: torch.Tensor
+    proposals: torch.Tensor
+    proposed: torch.Tensor
+
+
+def verify_inputs(host: HostInputs, proposals: dict[int, list[int]], device: torch.device) -> VerifyInputs | None:
+    if not host.verify_ids:
+        return None
+    widest = max(host.verify_proposed)
+    rows, padded, first = [], [], len(host.sample_ids)
+    for seq_id, count in zip(host.verify_ids, host.verify_proposed):
+        rows.append([first + min(i, count) for i in range(widest + 1)])
+        padded.append(proposals[seq_id] + [0] * (widest - count))
+        first += count + 1
+    return VerifyInputs(upload(rows, torch.int64, device), upload(padded, torch.int64, device),
+                        upload(host.verify_proposed, torch.int64, device))
 
 
 class ModelRunner:
@@ -139,6 +165,7 @@ class ModelRunner:
             width = blocks_for(spec.max_seq_len, block_size)
             self.graphs = DecodeGraphs(self.model, self.cache.layers, max_graph_batch, width, attention_backend)
         self.last_timing = IterationTiming(0.0, 0.0, 0.0)
+        self.last_accepted: dict[int, int] = {}  # the last iteration's speculating decodes: proposals kept
 
     @property
     def cuda_graphs(self) -> bool:
@@ -168,8 +195,8 @@ class ModelRunner:
 
     # --- one iteration ------------------------------------------------------------
     def execute(self, batch: Batch, tokens: dict[int, list[int]], block_table_fn: BlockTableFn,
-                sampling: SamplingParams | str = "greedy", *,
-                beam: BeamSearch | None = None) -> tuple[dict[int, int], float]:
+                sampling: SamplingParams | str = "greedy", *, beam: BeamSearch | None = None,
+                proposals: dict[int, list[int]] | None = None) -> tuple[dict[int, int], float]:
         """Run `batch`; returns the sampled token of every sampled sequence and the seconds it took.
 
         tokens[seq_id] is the sequence's whole token list (prompt + generated), as long as
@@ -178,19 +205,22 @@ class ModelRunner:
         iteration's device span and wall time are kept in `last_timing`.
         The batch's beam searches (batch.beam_groups) choose their tokens in `beam`, which then
         holds their forks; `sampling` does not apply to them (beam search is temperature 0).
+        proposals: speculative decoding, the tokens each speculating decode proposes (batch.decode_proposed of
+        them); the target verifies them, its token after those it keeps is the sequence's sampled token, and how
+        many it kept is in `last_accepted`.
         """
         started = time.perf_counter()
         if isinstance(sampling, str):
             sampling = SamplingParams(sampling)
         if batch.beam_groups and beam is None:
             raise ValueError("the batch holds beam searches (beam_groups): pass the run's BeamSearch")
-        host = build_inputs(batch, tokens, block_table_fn, self.limits)
+        host = build_inputs(batch, tokens, block_table_fn, self.limits, proposals)
         self.cache.check_block_plans(batch.blocks_to_swap_out, batch.blocks_to_swap_in, batch.blocks_to_copy)
         plan = self._plan(host, batch.beam_groups, beam)
         span = DeviceSpan(self.device)
         with IterationTimer(self.device) as timer:
             with torch.inference_mode():
-                staged = self._stage(host, plan) if host.input_ids else None  # None: block plans alone
+                staged = self._stage(host, plan, proposals or {}) if host.input_ids else None  # None: block plans alone
                 span.start()
                 self._apply_block_plans(batch)
                 chosen = self._forward_and_choose(host, staged, plan, sampling, beam) if staged else None
@@ -215,9 +245,9 @@ class ModelRunner:
                     ids.append(seq_id)
                     rows.append(r)
         beams, beam_rows, beam_scores = beam.plan(host.sample_ids, beam_groups) if in_beams else ([], [], [])
-        return SamplePlan(ids, rows, beams, beam_rows, beam_scores)
+        return SamplePlan(ids, rows, beams, beam_rows, beam_scores, host.verify_ids, host.verify_proposed)
 
-    def _stage(self, host: HostInputs, plan: SamplePlan) -> StagedStep:
+    def _stage(self, host: HostInputs, plan: SamplePlan, proposals: dict[int, list[int]]) -> StagedStep:
         """Host work and uploads, before the device span starts: the inputs, and the forward that reads them."""
         device = self.device
         if self.graphs is not None and self.graphs.serves(host):
@@ -233,7 +263,7 @@ class ModelRunner:
                 hidden = self.model(input_ids, positions, meta, self.cache.layers)
                 return self.model.logits(hidden[logit_rows])
         return StagedStep(forward, upload(plan.rows, torch.int64, device), upload(plan.beam_rows, torch.int64, device),
-                          upload(plan.beam_scores, torch.float64, device))
+                          upload(plan.beam_scores, torch.float64, device), verify_inputs(host, proposals, device))
 
     def _forward_and_choose(self, host: HostInputs, staged: StagedStep, plan: SamplePlan,
                             sampling: SamplingParams, beam: BeamSearch | None) -> torch.Tensor:
@@ -244,6 +274,10 @@ class ModelRunner:
         # no draw at all when only beams are sampled: the random stream stays where it was
         chosen = (self.sampler.choose(logits, staged.rows, sampling) if plan.ids
                   else torch.zeros(0, dtype=torch.int64, device=logits.device))
+        if staged.verify is not None:  # each speculating decode's kept count and its token after them
+            verify = staged.verify
+            accepted, token = self.sampler.verify(logits[verify.rows], verify.proposals, verify.proposed, sampling)
+            chosen = torch.cat([chosen, accepted, token])
         if not plan.beams or beam is None:
             return chosen
         # token ids are exact in float64 (< 2**53): one tensor, one copy back
@@ -251,8 +285,12 @@ class ModelRunner:
 
     def _sampled(self, plan: SamplePlan, values: list, beam: BeamSearch | None) -> dict[int, int]:
         sampled = {seq_id: int(v) for seq_id, v in zip(plan.ids, values)}
+        done, verified = len(plan.ids), len(plan.verify_ids)
+        kept, tokens = values[done:done + verified], values[done + verified:done + 2 * verified]
+        self.last_accepted = {seq_id: int(v) for seq_id, v in zip(plan.verify_ids, kept)}
+        sampled.update({seq_id: int(v) for seq_id, v in zip(plan.verify_ids, tokens)})
         if plan.beams and beam is not None:
-            sampled.update(beam.finish(values[len(plan.ids):]))
+            sampled.update(beam.finish(values[done + 2 * verified:]))
         return sampled
 
     # --- synthetic batches, for the profiler --------------------------------------

@@ -89,6 +89,9 @@ class SplitEngine:
         for name, engine in (("prefill", prefill), ("decode", decode)):
             if engine.system.prefix_caching:
                 raise ValueError(f"the split engine's {name} engine runs without prefix caching")
+            if engine.system.speculative is not None:  # as the simulator's split fleet, it does not speculate
+                raise ValueError(f"the split engine's {name} engine runs without speculative decoding "
+                                 "(remove system.speculative)")
         if prefill.runner is None or decode.runner is None:
             raise ValueError("a split fleet's engines run the model: build them with run_model=True")
         check_compatible(prefill.runner.cache, decode.runner.cache)

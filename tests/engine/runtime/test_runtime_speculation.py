@@ -1,0 +1,118 @@
+"""Speculative decoding on the real engine: the n-gram proposer's proposals verified in one chunk through the
+paged cache. Greedy output is the target's own, token for token, on every tiny family, whatever is proposed; the
+kept counts reach the control plane and the records; the block tables stay sound every step."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+pytest.importorskip("torch")
+
+from engine.core.blocks import blocks_for  # noqa: E402
+from engine.core.sequence import SeqStatus  # noqa: E402
+from engine.core.speculative import SpeculativeSpec  # noqa: E402
+from engine.core.system import SystemSpec  # noqa: E402
+from engine.errors import SpecError  # noqa: E402
+from engine.runtime import engine as engine_module  # noqa: E402
+from engine.runtime.engine import Engine  # noqa: E402
+from tests.helpers.core_harness import check_block_manager  # noqa: E402
+
+PLAIN = SystemSpec("vLLM", "vllm", block_size=4)
+PROMPTS = [[1, 2, 3, 4, 1, 2, 3, 4, 1, 2], [5, 6, 7, 5, 6, 7, 5], [9, 10, 11, 12, 13]]
+NEW_TOKENS = 14
+
+
+def speculating(method: str = "ngram", k: int = 3) -> SystemSpec:
+    return dataclasses.replace(PLAIN, speculative=SpeculativeSpec(method, k, (0.5,) * k))
+
+
+def engine(spec, system: SystemSpec) -> Engine:
+    return Engine(spec, system, num_gpu_blocks=64, attention_backend="torch")
+
+
+def test_greedy_ngram_speculation_is_the_targets_greedy_output(spec):
+    assert engine(spec, speculating()).generate(PROMPTS, NEW_TOKENS) == engine(spec, PLAIN).generate(PROMPTS,
+                                                                                                    NEW_TOKENS)
+
+
+def oracle(reference: dict[int, list[int]], wrong_at: int):
+    """Proposals from the target's own greedy output, the one at index wrong_at of each step's made wrong: every
+    step keeps some and rejects the rest, so the KV written for kept proposals is what the next steps read."""
+    def propose(batch, tokens, forced):
+        proposals = {}
+        for seq_id, count in zip(batch.decode_seq_ids, batch.decode_proposed):
+            if count:
+                done = len(tokens[seq_id])
+                proposal = list(reference[seq_id][done:done + count])
+                if wrong_at < count:
+                    proposal[wrong_at] = (proposal[wrong_at] + 1) % 7
+                proposals[seq_id] = proposal
+        return proposals
+    return propose
+
+
+@pytest.mark.parametrize("wrong_at", [0, 2, 4])
+def test_kept_proposals_leave_the_output_the_targets(spec, monkeypatch, wrong_at):
+    plain = engine(spec, PLAIN).generate(PROMPTS, NEW_TOKENS)
+    reference = {i: prompt + out for i, (prompt, out) in enumerate(zip(PROMPTS, plain))}  # seq ids = request ids
+    monkeypatch.setattr(engine_module, "ngram_proposals", oracle(reference, wrong_at))
+    speculative = engine(spec, speculating(k=4))
+    assert speculative.generate(PROMPTS, NEW_TOKENS) == plain
+    accepted = sum(r.accepted_tokens for r in speculative.records.requests)
+    assert accepted == sum(pair[1] for pair in speculative.records.speculation)
+    assert accepted > 0 if wrong_at else accepted == 0
+
+
+def test_the_records_count_each_requests_proposals_and_acceptances(opt_tiny):
+    run = engine(opt_tiny, speculating())
+    run.generate(PROMPTS, NEW_TOKENS)
+    records = run.records
+    requests, iterations = records.request_columns(), records.iteration_columns()
+    assert sum(requests["proposed_tokens"]) == sum(iterations["proposed_tokens"]) > 0
+    assert sum(requests["accepted_tokens"]) == sum(iterations["accepted_tokens"])
+    assert len(iterations["proposed_tokens"]) == len(records.iterations)
+
+
+def test_block_tables_stay_sound_through_speculating_steps(monkeypatch):
+    from engine.specs.loader import load_model_spec
+    llama = load_model_spec("llama-tiny")
+    plain = engine(llama, PLAIN).generate(PROMPTS, NEW_TOKENS)
+    reference = {i: prompt + out for i, (prompt, out) in enumerate(zip(PROMPTS, plain))}
+    monkeypatch.setattr(engine_module, "ngram_proposals", oracle(reference, 2))
+    run = Engine(llama, speculating(k=4), num_gpu_blocks=12, num_cpu_blocks=16, attention_backend="torch")
+    step, checked = run._step, []
+
+    def checked_step(serving, sampling, time_fn):
+        more = step(serving, sampling, time_fn)
+        scheduler = serving.core.scheduler
+        blocks = scheduler.blocks
+        check_block_manager(blocks, lambda seq_id: scheduler._seqs[seq_id].status)
+        for seq_id, seq in scheduler._seqs.items():  # the rejected proposals' blocks were given back
+            if seq.status is SeqStatus.RUNNING and seq_id in blocks.block_tables and seq.length > seq.prompt_len:
+                assert len(blocks.block_tables[seq_id]) == blocks_for(seq.length - 1, blocks.block_size)
+        checked.append(True)
+        return more
+    monkeypatch.setattr(run, "_step", checked_step)
+    assert run.generate(PROMPTS, NEW_TOKENS) == plain
+    assert checked
+
+
+@pytest.mark.parametrize("method", ["eagle", "mtp"])
+def test_eagle_and_mtp_are_refused_as_simulator_only(opt_tiny, method):
+    with pytest.raises(SpecError, match=f"system.speculative.method: '{method}' is simulator-only"):
+        Engine(opt_tiny, speculating(method), num_gpu_blocks=64, run_model=False, time_fn=lambda batch: 0.01)
+
+
+def test_samples_and_beams_are_refused_when_speculating(opt_tiny):
+    run = engine(opt_tiny, speculating())
+    with pytest.raises(ValueError, match="request 0: n=2, but vLLM speculates"):
+        run.generate(PROMPTS[:1], 4, n=2)
+    with pytest.raises(ValueError, match="request 0: beam_width=2, but vLLM speculates"):
+        run.beam_search(PROMPTS[:1], 4, beam_width=2)
+
+
+def test_a_split_fleet_refuses_a_speculating_system(opt_tiny):
+    from engine.runtime.split_engine import SplitEngine
+    with pytest.raises(ValueError, match="split engine's prefill engine runs without speculative decoding"):
+        SplitEngine.build(opt_tiny, speculating(), 32, 32, attention_backend="torch")
