@@ -22,13 +22,15 @@ from engine.core.serving import Request, ServingCore
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
 from engine.runtime.beam import BeamSearch
-from engine.runtime.cache import default_swap_blocks
+from engine.runtime.cache import DEFAULT_MEMORY_FRACTION, default_swap_blocks
+from engine.runtime.draft import DraftProposer
 from engine.runtime.graphs import MAX_GRAPH_BATCH
+from engine.runtime.model import build_decoder
 from engine.runtime.prefix_keys import segment_token_ids, token_block_keys
 from engine.runtime.records import ReplayResult, check_request, replay_requests
-from engine.runtime.runner import ModelRunner, resolve_dtype
+from engine.runtime.runner import ModelRunner, resolve_device, resolve_dtype
 from engine.runtime.sampler import SamplingParams
-from engine.runtime.speculation import check_speculation, ngram_proposals
+from engine.runtime.speculation import check_speculation, draft_spec, ngram_proposals, target_pool_share
 
 CLOCKS = ("forward", "step")
 TimeFn = Callable[[Batch], float]
@@ -86,11 +88,20 @@ class Engine:
         self.spec, self.system, self.seed, self.time_fn, self.clock = spec, system, seed, time_fn, clock
         self.last_host_s = 0.0  # the host seconds charged to the iteration now running (a time_fn may read it)
         self.runner: ModelRunner | None = None
+        self.draft: DraftProposer | None = None  # a draft system's draft model, on its own cache
         if run_model:
+            draft = draft_spec(system.speculative, spec)
+            on = resolve_device(device)
+            draft_model = build_decoder(draft, on, resolve_dtype(dtype, on), seed) if draft is not None else None
+            share = target_pool_share(spec, draft, system.block_size, resolve_dtype(dtype, on))
             self.runner = ModelRunner(spec, device, dtype, seed, num_gpu_blocks, num_cpu_blocks, system.block_size,
                                       attention_backend=attention_backend, cpu_budget_bytes=cpu_budget_bytes,
                                       model=model, cuda_graphs=cuda_graphs,
-                                      max_graph_batch=min(system.max_seqs_per_batch, MAX_GRAPH_BATCH))
+                                      max_graph_batch=min(system.max_seqs_per_batch, MAX_GRAPH_BATCH),
+                                      memory_fraction=DEFAULT_MEMORY_FRACTION * share)
+            if draft is not None and draft_model is not None:
+                self.draft = DraftProposer(draft, draft_model, self.runner.num_gpu_blocks, self.runner.num_cpu_blocks,
+                                           system.block_size, attention_backend, seed)
             self.runner.capture_graphs()  # at start-up, as a server does: no replay pays for a capture
             num_gpu_blocks, num_cpu_blocks = self.runner.num_gpu_blocks, self.runner.num_cpu_blocks
         elif time_fn is None or num_gpu_blocks is None:
@@ -209,6 +220,8 @@ class Engine:
             raise ValueError("request ids must be unique")
         if self.runner is not None:
             self.runner.reset_sampler(self.seed)  # each run samples the same way
+        if self.draft is not None:
+            self.draft.reset(self.seed)
         scheduler = make_scheduler(self.system, self.spec, self.num_gpu_blocks, self.num_cpu_blocks)
         pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.request_id)))
         run = ServingRun(ServingCore(scheduler), pending, prompts, streams=streams or {})
@@ -234,8 +247,9 @@ class Engine:
                 return True
             run.core.check_schedulable()
             return False
-        proposals = ngram_proposals(step.batch, run.tokens, run.forced) if self._speculates(step.batch) else {}
-        sampled, measured = self._execute(run, step.batch, sampling, proposals)
+        proposals, draft_probs, draft_s = self._propose(run, step.batch, sampling)
+        sampled, measured = self._execute(run, step.batch, sampling, proposals, draft_probs)
+        measured += draft_s  # the draft's forwards are the iteration's device work too
         forks = run.beam.take_forks() if step.batch.beam_groups else None  # the beam searches' choice
         # host work charged to this iteration: its admission, scheduling and inputs, and the previous
         # iteration's completion and records, which ran between the two forwards
@@ -249,6 +263,8 @@ class Engine:
         if forks:  # a child beam continues its parent's tokens, as the control plane gives it the parent's KV
             run.tokens.update({child: list(run.tokens[parent]) for child, parent in forks.items()})
         accepted = self._accepted(step.batch, proposals, run)
+        if self.draft is not None:
+            self.draft.kept(step.batch, accepted)
         for seq_id, token in sampled.items():
             forced = run.forced.get(seq_id)
             run.tokens[seq_id].append(token if forced is None else forced[len(run.tokens[seq_id])])
@@ -271,16 +287,23 @@ class Engine:
                 if group.is_beam:
                     run.beam.start(s.seq_id for s in group.seqs)
 
-    def _speculates(self, batch: Batch) -> bool:
-        return self.runner is not None and any(batch.decode_proposed)
+    def _propose(self, run: ServingRun, batch: Batch, sampling: SamplingParams):
+        """Each speculating decode's proposals, the draft's distributions of them (a draft sampling at random) and
+        the seconds the draft took. The draft runs every iteration: it computes its KV of whatever the target does."""
+        if self.draft is not None:
+            drafted = self.draft.propose(batch, run.tokens, run.core.scheduler.block_table, sampling, run.forced)
+            return drafted.tokens, drafted.probs, drafted.seconds
+        if self.runner is not None and any(batch.decode_proposed):
+            return ngram_proposals(batch, run.tokens, run.forced), None, 0.0
+        return {}, None, 0.0
 
-    def _execute(self, run: ServingRun, batch: Batch, sampling,
-                 proposals: dict[int, list[int]]) -> tuple[dict[int, int], float]:
+    def _execute(self, run: ServingRun, batch: Batch, sampling, proposals: dict[int, list[int]],
+                 draft_probs=None) -> tuple[dict[int, int], float]:
         if self.runner is None:  # control plane only: every beam continues itself
             return {}, 0.0
         extra: dict = {"beam": run.beam} if batch.beam_groups else {}
         if proposals:
-            extra["proposals"] = proposals
+            extra.update(proposals=proposals, draft_probs=draft_probs)
         return self.runner.execute(batch, run.tokens, run.core.scheduler.block_table, sampling, **extra)
 
     def _accepted(self, batch: Batch, proposals: dict[int, list[int]], run: ServingRun) -> list[int] | None:
@@ -300,6 +323,8 @@ class Engine:
             return
         if batch.blocks_to_swap_out or batch.blocks_to_swap_in or batch.blocks_to_copy:
             self.runner.execute(batch, run.tokens, run.core.scheduler.block_table)
+            if self.draft is not None:  # the draft's KV moves with the target's
+                self.draft.apply_block_plans(batch)
 
     def _finish(self, run: ServingRun, group: SequenceGroup) -> None:
         if self.runner is None:

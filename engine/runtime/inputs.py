@@ -240,3 +240,37 @@ def _add_verify(out: HostInputs, seq_id, context, proposal, tokens, block_table_
     out.prefill_block_tables.append(list(table[:blocks_for(total, limits.block_size)]))
     out.verify_ids.append(seq_id)
     out.verify_proposed.append(len(proposal))
+
+
+@dataclass
+class Chunk:
+    """Tokens of one sequence computed at positions start.. over its cached KV (a draft model's work);
+    logits: whether the last one's logits row is wanted."""
+
+    seq_id: int
+    start: int
+    tokens: list[int]
+    logits: bool = False
+
+
+def chunk_inputs(chunks: list[Chunk], block_table_fn: BlockTableFn, limits: PoolLimits) -> HostInputs:
+    """Every chunk as a prefill chunk over its cached context; raises ValueError on bad input."""
+    out = HostInputs()
+    for chunk in chunks:
+        stop = chunk.start + len(chunk.tokens)
+        if not chunk.tokens or chunk.start < 0 or stop > limits.max_seq_len:
+            raise ValueError(f"sequence {chunk.seq_id}: a chunk of positions [{chunk.start}, {stop}) is empty or "
+                             f"outside 0..{limits.max_seq_len - 1}")
+        table = block_table_fn(chunk.seq_id)
+        _check_table(chunk.seq_id, table, stop, limits)
+        out.input_ids.extend(chunk.tokens)
+        out.positions.extend(range(chunk.start, stop))
+        out.slot_mapping.extend(_slots(table, stop, limits.block_size, start=chunk.start))
+        out.prefill_lens.append(len(chunk.tokens))
+        out.prefill_cached_lens.append(chunk.start)
+        out.prefill_block_tables.append(list(table[:blocks_for(stop, limits.block_size)]))
+        if chunk.logits:
+            out.sample_ids.append((chunk.seq_id,))
+            out.logit_rows.append(len(out.input_ids) - 1)
+    _check_vocab(out.input_ids, limits)
+    return out

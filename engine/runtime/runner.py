@@ -96,14 +96,17 @@ class StagedStep:
 @dataclass
 class VerifyInputs:
     """The verify's tensors: rows[b, i] is the logits row of sequence b's position i (its last row repeated past
-    its own proposals), proposals[b] its proposals (padded), proposed[b] how many."""
+    its own proposals), proposals[b] its proposals (padded), proposed[b] how many; draft_probs[b, i] the
+    distribution a draft model drew proposal i from (zeros past its own; None: a deterministic proposer)."""
 
     rows: torch.Tensor
     proposals: torch.Tensor
     proposed: torch.Tensor
+    draft_probs: torch.Tensor | None = None
 
 
-def verify_inputs(host: HostInputs, proposals: dict[int, list[int]], device: torch.device) -> VerifyInputs | None:
+def verify_inputs(host: HostInputs, proposals: dict[int, list[int]], device: torch.device,
+                  draft_probs: dict[int, torch.Tensor] | None = None) -> VerifyInputs | None:
     if not host.verify_ids:
         return None
     widest = max(host.verify_proposed)
@@ -113,7 +116,16 @@ def verify_inputs(host: HostInputs, proposals: dict[int, list[int]], device: tor
         padded.append(proposals[seq_id] + [0] * (widest - count))
         first += count + 1
     return VerifyInputs(upload(rows, torch.int64, device), upload(padded, torch.int64, device),
-                        upload(host.verify_proposed, torch.int64, device))
+                        upload(host.verify_proposed, torch.int64, device),
+                        _padded_probs([draft_probs[s] for s in host.verify_ids], widest) if draft_probs else None)
+
+
+def _padded_probs(probs: list[torch.Tensor], widest: int) -> torch.Tensor:
+    """[B, widest, V]: each sequence's draft distributions, zeros past its own (never kept, never read)."""
+    out = probs[0].new_zeros(len(probs), widest, probs[0].shape[-1])
+    for b, rows in enumerate(probs):
+        out[b, :rows.shape[0]] = rows
+    return out
 
 
 class ModelRunner:
@@ -196,7 +208,8 @@ class ModelRunner:
     # --- one iteration ------------------------------------------------------------
     def execute(self, batch: Batch, tokens: dict[int, list[int]], block_table_fn: BlockTableFn,
                 sampling: SamplingParams | str = "greedy", *, beam: BeamSearch | None = None,
-                proposals: dict[int, list[int]] | None = None) -> tuple[dict[int, int], float]:
+                proposals: dict[int, list[int]] | None = None,
+                draft_probs: dict[int, torch.Tensor] | None = None) -> tuple[dict[int, int], float]:
         """Run `batch`; returns the sampled token of every sampled sequence and the seconds it took.
 
         tokens[seq_id] is the sequence's whole token list (prompt + generated), as long as
@@ -207,7 +220,8 @@ class ModelRunner:
         holds their forks; `sampling` does not apply to them (beam search is temperature 0).
         proposals: speculative decoding, the tokens each speculating decode proposes (batch.decode_proposed of
         them); the target verifies them, its token after those it keeps is the sequence's sampled token, and how
-        many it kept is in `last_accepted`.
+        many it kept is in `last_accepted`. draft_probs: a draft model's distributions of them (random sampling;
+        None: the proposer is deterministic).
         """
         started = time.perf_counter()
         if isinstance(sampling, str):
@@ -220,7 +234,8 @@ class ModelRunner:
         span = DeviceSpan(self.device)
         with IterationTimer(self.device) as timer:
             with torch.inference_mode():
-                staged = self._stage(host, plan, proposals or {}) if host.input_ids else None  # None: block plans alone
+                # None: block plans alone
+                staged = self._stage(host, plan, proposals or {}, draft_probs) if host.input_ids else None
                 span.start()
                 self._apply_block_plans(batch)
                 chosen = self._forward_and_choose(host, staged, plan, sampling, beam) if staged else None
@@ -247,7 +262,8 @@ class ModelRunner:
         beams, beam_rows, beam_scores = beam.plan(host.sample_ids, beam_groups) if in_beams else ([], [], [])
         return SamplePlan(ids, rows, beams, beam_rows, beam_scores, host.verify_ids, host.verify_proposed)
 
-    def _stage(self, host: HostInputs, plan: SamplePlan, proposals: dict[int, list[int]]) -> StagedStep:
+    def _stage(self, host: HostInputs, plan: SamplePlan, proposals: dict[int, list[int]],
+               draft_probs: dict[int, torch.Tensor] | None = None) -> StagedStep:
         """Host work and uploads, before the device span starts: the inputs, and the forward that reads them."""
         device = self.device
         if self.graphs is not None and self.graphs.serves(host):
@@ -263,7 +279,8 @@ class ModelRunner:
                 hidden = self.model(input_ids, positions, meta, self.cache.layers)
                 return self.model.logits(hidden[logit_rows])
         return StagedStep(forward, upload(plan.rows, torch.int64, device), upload(plan.beam_rows, torch.int64, device),
-                          upload(plan.beam_scores, torch.float64, device), verify_inputs(host, proposals, device))
+                          upload(plan.beam_scores, torch.float64, device),
+                          verify_inputs(host, proposals, device, draft_probs))
 
     def _forward_and_choose(self, host: HostInputs, staged: StagedStep, plan: SamplePlan,
                             sampling: SamplingParams, beam: BeamSearch | None) -> torch.Tensor:
@@ -276,7 +293,8 @@ class ModelRunner:
                   else torch.zeros(0, dtype=torch.int64, device=logits.device))
         if staged.verify is not None:  # each speculating decode's kept count and its token after them
             verify = staged.verify
-            accepted, token = self.sampler.verify(logits[verify.rows], verify.proposals, verify.proposed, sampling)
+            accepted, token = self.sampler.verify(logits[verify.rows], verify.proposals, verify.proposed, sampling,
+                                                  verify.draft_probs)
             chosen = torch.cat([chosen, accepted, token])
         if not plan.beams or beam is None:
             return chosen

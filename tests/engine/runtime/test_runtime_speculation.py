@@ -1,6 +1,7 @@
-"""Speculative decoding on the real engine: the n-gram proposer's proposals verified in one chunk through the
-paged cache. Greedy output is the target's own, token for token, on every tiny family, whatever is proposed; the
-kept counts reach the control plane and the records; the block tables stay sound every step."""
+"""Speculative decoding on the real engine: the n-gram proposer's or a draft model's proposals verified in one
+chunk through the paged cache. Greedy output is the target's own, token for token, on every tiny family, whatever
+is proposed; a draft that is the target itself has every proposal kept, greedy or sampled, through preemptions;
+the kept counts reach the control plane and the records; the block tables stay sound every step."""
 from __future__ import annotations
 
 import dataclasses
@@ -23,8 +24,14 @@ PROMPTS = [[1, 2, 3, 4, 1, 2, 3, 4, 1, 2], [5, 6, 7, 5, 6, 7, 5], [9, 10, 11, 12
 NEW_TOKENS = 14
 
 
-def speculating(method: str = "ngram", k: int = 3) -> SystemSpec:
-    return dataclasses.replace(PLAIN, speculative=SpeculativeSpec(method, k, (0.5,) * k))
+def speculating(method: str = "ngram", k: int = 3, draft=None) -> SystemSpec:
+    name = draft.name if draft is not None else None
+    return dataclasses.replace(PLAIN, speculative=SpeculativeSpec(method, k, (0.5,) * k, name, draft))
+
+
+def smaller(spec):
+    """A one-layer draft of the target's family and vocabulary."""
+    return dataclasses.replace(spec, name=f"{spec.name}-draft", num_layers=1)
 
 
 def engine(spec, system: SystemSpec) -> Engine:
@@ -96,6 +103,49 @@ def test_block_tables_stay_sound_through_speculating_steps(monkeypatch):
     monkeypatch.setattr(run, "_step", checked_step)
     assert run.generate(PROMPTS, NEW_TOKENS) == plain
     assert checked
+
+
+def test_greedy_draft_speculation_is_the_targets_greedy_output(spec):
+    assert engine(spec, speculating("draft", draft=smaller(spec))).generate(PROMPTS, NEW_TOKENS) == \
+        engine(spec, PLAIN).generate(PROMPTS, NEW_TOKENS)
+
+
+@pytest.mark.parametrize("sampling", ["greedy", "random"])
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+def test_a_draft_that_is_the_target_has_every_proposal_kept(sampling, preemption):
+    """Its KV, kept in its own pool over the target's block tables, follows every step, swap and recompute: a
+    stale or misplaced draft KV would propose otherwise than the target (greedy), or draw from another
+    distribution than the one the verify divides by (sampled), and lose proposals."""
+    from engine.specs.loader import load_model_spec
+    llama = load_model_spec("llama-tiny")
+    system = dataclasses.replace(speculating("draft", k=4, draft=llama), preemption=preemption)
+    run = Engine(llama, system, num_gpu_blocks=12, num_cpu_blocks=16, attention_backend="torch")
+    out = run.generate(PROMPTS, NEW_TOKENS, sampling=sampling)
+    requests = run.records.requests
+    assert sum(r.num_preemptions for r in requests) > 0
+    assert all(r.accepted_tokens == r.proposed_tokens > 0 for r in requests)
+    if sampling == "greedy":
+        assert out == engine(llama, PLAIN).generate(PROMPTS, NEW_TOKENS)
+
+
+def test_sampled_speculation_runs_and_repeats_itself(opt_tiny):
+    for system in (speculating(), speculating("draft", draft=smaller(opt_tiny))):
+        run = engine(opt_tiny, system)
+        first = run.generate(PROMPTS, NEW_TOKENS, sampling="random")
+        assert first == run.generate(PROMPTS, NEW_TOKENS, sampling="random")
+        assert all(len(out) == NEW_TOKENS and all(0 <= t < opt_tiny.vocab_size for t in out) for out in first)
+
+
+def test_a_draft_of_another_vocabulary_is_refused(opt_tiny):
+    other = dataclasses.replace(smaller(opt_tiny), vocab_size=256)
+    with pytest.raises(SpecError, match="system.speculative.draft_model: opt-tiny-draft has a vocabulary of 256"):
+        engine(opt_tiny, speculating("draft", draft=other))
+
+
+def test_an_unknown_draft_model_is_refused_naming_the_key(opt_tiny):
+    system = dataclasses.replace(PLAIN, speculative=SpeculativeSpec("draft", 2, (0.5, 0.5), "no-such-model"))
+    with pytest.raises(SpecError, match="Engine: system.speculative.draft_model: unknown model 'no-such-model'"):
+        engine(opt_tiny, system)
 
 
 @pytest.mark.parametrize("method", ["eagle", "mtp"])
