@@ -166,3 +166,18 @@ def test_a_split_fleet_refuses_a_speculating_system(opt_tiny):
     from engine.runtime.split_engine import SplitEngine
     with pytest.raises(ValueError, match="split engine's prefill engine runs without speculative decoding"):
         SplitEngine.build(opt_tiny, speculating(), 32, 32, attention_backend="torch")
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_a_prefix_cached_replay_speculates_over_its_streams(opt_tiny, method):
+    """Its sequences generate their streams' outputs and propose the streams' next tokens: the records carry the
+    cached prompt tokens and the proposals both."""
+    system = dataclasses.replace(speculating(method, draft=smaller(opt_tiny) if method == "draft" else None),
+                                 prefix_caching=True)
+    rows = [dict(arrival_s=0.0, prompt_len=12, output_len=9, n=1, prefix_len=8),
+            dict(arrival_s=0.3, prompt_len=14, output_len=6, n=1, prefix_len=8)]
+    result = Engine(opt_tiny, system, num_gpu_blocks=20, attention_backend="torch").replay(rows,
+                                                                                          time_fn=lambda b: 0.01)
+    columns = result.request_columns()
+    assert columns["cached_tokens"] == [0, 8]
+    assert all(p > 0 for p in columns["proposed_tokens"]) and columns["output_len"] == [9, 6]
