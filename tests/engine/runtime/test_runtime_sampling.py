@@ -1,5 +1,6 @@
 """Sampling on the device: the same tokens as the host-side sampler it replaced, beams included, and an
 iteration that reads the device once."""
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -10,6 +11,7 @@ torch = pytest.importorskip("torch")
 from runtime_reference import BACKEND  # noqa: E402
 
 from engine.core.beam import continue_beams  # noqa: E402
+from engine.core.speculative import SpeculativeSpec  # noqa: E402
 from engine.core.system import SystemSpec  # noqa: E402
 from engine.runtime.beam import BeamSearch, BeamStep, batch_steps  # noqa: E402
 from engine.runtime.engine import Engine  # noqa: E402
@@ -165,6 +167,18 @@ def test_a_beam_iteration_reads_the_device_once(opt_tiny, monkeypatch):
                     num_cpu_blocks=8, attention_backend=BACKEND)
     reads = count_reads_per_iteration(engine, monkeypatch, lambda: engine.replay(
         [(0.0, 6, 5, 1, 3), (0.0, 4, 6, 2), (0.0, 7, 4, 1, 2)], time_fn=lambda batch: 1.0))
+    assert reads and set(reads) == {1}
+
+
+@pytest.mark.parametrize("sampling", ["greedy", "random"])
+def test_a_speculating_iteration_reads_the_device_once(opt_tiny, monkeypatch, sampling):
+    """The verify's kept counts and tokens ride in the iteration's one copy (the n-gram proposer reads nothing)."""
+    system = dataclasses.replace(SystemSpec("vLLM", "vllm", block_size=4),
+                                 speculative=SpeculativeSpec("ngram", 3, (0.5, 0.5, 0.5)))
+    engine = Engine(opt_tiny, system, "cpu", num_gpu_blocks=64, num_cpu_blocks=8, attention_backend=BACKEND)
+    reads = count_reads_per_iteration(engine, monkeypatch, lambda: engine.replay(
+        [(0.0, 6, 5, 1), (0.0, 9, 4, 1), (0.5, 5, 6, 1)], sampling, time_fn=lambda batch: 0.2))
+    assert sum(engine.records.request_columns()["proposed_tokens"]) > 0
     assert reads and set(reads) == {1}
 
 
