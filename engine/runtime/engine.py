@@ -92,8 +92,9 @@ class Engine:
         if run_model:
             draft = draft_spec(system.speculative, spec)
             on = resolve_device(device)
-            draft_model = build_decoder(draft, on, resolve_dtype(dtype, on), seed) if draft is not None else None
-            share = target_pool_share(spec, draft, system.block_size, resolve_dtype(dtype, on))
+            dtype_on = resolve_dtype(dtype, on)
+            draft_model = build_decoder(draft, on, dtype_on, seed) if draft is not None else None
+            share = target_pool_share(spec, draft, system.block_size, dtype_on)
             self.runner = ModelRunner(spec, device, dtype, seed, num_gpu_blocks, num_cpu_blocks, system.block_size,
                                       attention_backend=attention_backend, cpu_budget_bytes=cpu_budget_bytes,
                                       model=model, cuda_graphs=cuda_graphs,
@@ -287,7 +288,8 @@ class Engine:
                 if group.is_beam:
                     run.beam.start(s.seq_id for s in group.seqs)
 
-    def _propose(self, run: ServingRun, batch: Batch, sampling: SamplingParams):
+    def _propose(self, run: ServingRun, batch: Batch, sampling: SamplingParams
+                 ) -> tuple[dict[int, list[int]], dict[int, torch.Tensor] | None, float]:
         """Each speculating decode's proposals, the draft's distributions of them (a draft sampling at random) and
         the seconds the draft took. The draft runs every iteration: it computes its KV of whatever the target does."""
         if self.draft is not None:
@@ -298,7 +300,7 @@ class Engine:
         return {}, None, 0.0
 
     def _execute(self, run: ServingRun, batch: Batch, sampling, proposals: dict[int, list[int]],
-                 draft_probs=None) -> tuple[dict[int, int], float]:
+                 draft_probs: dict[int, torch.Tensor] | None = None) -> tuple[dict[int, int], float]:
         if self.runner is None:  # control plane only: every beam continues itself
             return {}, 0.0
         extra: dict = {"beam": run.beam} if batch.beam_groups else {}
