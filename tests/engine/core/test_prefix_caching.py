@@ -24,40 +24,7 @@ from tests.helpers.core_harness import (
     hyp,
     scheduler_for,
 )
-
-BS = 4
-
-
-def caching(preemption: str = "auto", **overrides) -> SystemSpec:
-    return dataclasses.replace(PAPER_SYSTEMS["vllm"], block_size=BS, preemption=preemption, prefix_caching=True,
-                               **overrides)
-
-
-def stream_keys(family: int, shared_blocks: int, request: int, num_blocks: int) -> tuple[int, ...]:
-    """A request's keys: its family's first shared_blocks blocks (a system prompt, a conversation's
-    history), then its own. Chained: once two streams differ they never agree again."""
-    keys, key = [], 0
-    for i in range(num_blocks):
-        key = hash((key, ("family", family) if i < shared_blocks else ("own", request, i)))
-        keys.append(key)
-    return tuple(keys)
-
-
-FAMILY_BLOCKS = (3, 1, 5)  # each family's shared prompt, in blocks
-
-
-@st.composite
-def workloads(draw, max_n: int):
-    reqs = []
-    for rid in range(draw(st.integers(1, 14))):
-        family = draw(st.integers(0, len(FAMILY_BLOCKS) - 1))
-        shared = FAMILY_BLOCKS[family] * BS
-        prompt = draw(st.sampled_from([shared, shared + 1, shared + 3, 2, 7, shared + 9]))
-        output = draw(st.integers(1, 12))
-        n = draw(st.integers(1, max_n))
-        keys = stream_keys(family, FAMILY_BLOCKS[family], rid, (prompt + output) // BS)
-        reqs.append(Req(draw(st.integers(0, 12)), prompt, output, n, keys=keys))
-    return reqs
+from tests.helpers.core_workloads import BS, caching, stream_keys, workloads
 
 
 @hyp(max_examples=60)

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.core.blocks import blocks_for
 from engine.core.scheduler.common import RequestTooLong
 from engine.core.scheduler.fastertransformer import FasterTransformerScheduler
 from engine.core.scheduler.orca import OrcaScheduler
@@ -16,16 +15,8 @@ from engine.core.scheduler.vllm import VLLMScheduler
 from engine.core.sequence import SequenceCounter, make_group
 from engine.core.system import PAPER_SYSTEMS
 from tests.helpers.core_harness import Req, StepInvariants, check_finished, drive, hyp, scheduler_for
+from tests.helpers.core_workloads import MAX_LEN, FinalState, pool_blocks, requests
 from tests.helpers.vllm_policy import VLLMPolicy
-
-MAX_LEN = 64  # tiny model: Max reserves 64 tokens
-
-
-def requests(max_n: int):
-    req = st.builds(Req, arrival=st.integers(0, 4), prompt=st.integers(1, 24), output=st.integers(1, 24),
-                    n=st.integers(1, max_n))
-    return st.lists(req, min_size=1, max_size=24)
-
 
 # the paper's systems, and vLLM's later prefill policies on the same skeleton
 SYSTEMS = {**PAPER_SYSTEMS, "vllm-separate": replace(PAPER_SYSTEMS["vllm"], prefill_policy="separate"),
@@ -39,34 +30,6 @@ def system_for(name, block_size, max_num_seqs, token_cap):
             token_cap = max(token_cap or 64, max_num_seqs)
         system = replace(system, max_num_batched_tokens=token_cap)
     return system
-
-
-def pool_blocks(block_size: int, extra: int, kind: str = "orca") -> int:
-    if kind == "vllm":  # tight: three unshared 48-token samples plus one block each for appends
-        return 3 * blocks_for(48, block_size) + 3 + extra // 4
-    # enough for 3 Max reservations (n <= 3), so every request fits an empty pool in every system
-    per_seq = 1
-    while per_seq * block_size < MAX_LEN:
-        per_seq *= 2
-    return 3 * per_seq + extra
-
-
-class FinalState:
-    def __init__(self, sched):
-        self.sched = sched
-
-    def check(self):
-        sched = self.sched
-        assert not sched.has_unfinished() and sched.num_waiting == 0 and len(sched.running) == 0
-        usage = sched.kv_usage()
-        assert usage.idle == sched.num_gpu_blocks * sched.block_size, f"memory left behind: {usage}"
-        if isinstance(sched, VLLMScheduler):
-            assert sched.blocks.gpu.num_free == sched.num_gpu_blocks
-            assert sched.blocks.cpu.num_free == sched.num_cpu_blocks
-            assert not sched.blocks.block_tables
-        else:
-            assert sched.allocator.num_free_blocks == sched.num_gpu_blocks
-            assert not sched.allocator.reservations
 
 
 @pytest.mark.parametrize("name", sorted(SYSTEMS))

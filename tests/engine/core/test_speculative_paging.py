@@ -14,8 +14,6 @@ from engine.core.block_manager import BlockManager
 from engine.core.sequence import SeqStatus, SequenceCounter, SequenceGroup, make_group
 from engine.core.speculative import SpeculativeSpec, lookahead_slots
 from engine.core.system import PAPER_SYSTEMS, VLLM_V1
-from tests.engine.core.test_prefix_caching import caching, workloads
-from tests.engine.core.test_scheduler_invariants import FinalState, pool_blocks, requests
 from tests.helpers.core_harness import (
     ChunkedPrefill,
     PrefixCacheInvariants,
@@ -26,6 +24,7 @@ from tests.helpers.core_harness import (
     hyp,
     scheduler_for,
 )
+from tests.helpers.core_workloads import FinalState, caching, pool_blocks, requests, workloads
 
 BS = 4
 
