@@ -79,11 +79,27 @@ class SpeculativeCostModel(CostModel):
         if batch.prefill_lens:  # the proposer computes the prompts' KV too, whether or not a decode proposes
             seconds += self.proposer.iteration_time(BatchShape(tuple(batch.prefill_lens), (),
                                                                prefill_cached_lens=_cached(batch)))
-        contexts = batch.decode_context_lens
-        for j in range(max(proposed, default=0)):
-            shape = BatchShape((), tuple(c + j for c, k in zip(contexts, proposed) if k > j))
-            seconds += self.proposer.iteration_time(shape)
+        for shape, num_steps in proposer_stretches(batch.decode_context_lens, proposed):
+            for step_s in self.proposer.decode_step_time_list(shape, num_steps):
+                seconds += step_s
         return seconds
+
+
+def proposer_stretches(contexts: list[int], proposed: list[int]) -> list[tuple[BatchShape, int]]:
+    """The proposer's forwards as decode stretches: the j-th forward runs the decodes proposing more than j tokens,
+    each over its context + j, so between two of the distinct proposal counts the same decodes run forward after
+    forward with every context one longer, which a clock prices as one stretch (decode_step_time_list: the same
+    floats as a call a forward, in the same order)."""
+    counts = set(proposed)
+    if len(counts) == 1:  # the common case: every decode proposes as many, so one stretch of them all
+        return [(BatchShape((), tuple(contexts)), proposed[0])] if proposed[0] else []
+    stretches = []
+    start = 0
+    for end in sorted(counts - {0}):
+        shape = BatchShape((), tuple(c + start for c, k in zip(contexts, proposed) if k > start))
+        stretches.append((shape, end - start))
+        start = end
+    return stretches
 
 
 def proposals(batch: BatchLike) -> list[int]:
@@ -98,7 +114,12 @@ def verify_shape(batch: BatchLike) -> BatchLike:
     if not any(proposed):
         return batch
     prefills, cached = list(batch.prefill_lens), list(_cached(batch) or (0,) * len(batch.prefill_lens))
-    decodes = []
+    decodes: list[int] = []
+    if all(proposed):  # the common case: every decode speculates
+        prefills += [k + 1 for k in proposed]
+        cached += [context - 1 for context in batch.decode_context_lens]
+        return BatchShape(tuple(prefills), (), batch.num_swap_blocks, batch.num_copy_blocks,
+                          batch.num_running_groups, tuple(cached) if any(cached) else ())
     for context, k in zip(batch.decode_context_lens, proposed):
         if k:
             prefills.append(k + 1)

@@ -51,7 +51,8 @@ def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: Cost
 
     fast_forward (default: on, unless the environment sets SERVESIM_FAST_FORWARD=0) runs each decode
     stretch on one SimPy event (sim/core/fast_forward.py) instead of one event per iteration; the records are
-    the same either way. A cost model that cannot price iterations ahead (prices_ahead) runs step by step.
+    the same either way. A cost model that cannot price iterations ahead (prices_ahead), or a speculating
+    system, runs step by step.
 
     replica_pool: processes for a fleet whose replicas share nothing (independent_replicas.py), each serving some
     of them (sim.executors.replica_pool.ProcessReplicaPool; None: all in this process); the same records with any
@@ -89,8 +90,11 @@ def simulate_runs(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model:
     # a speculating replica draws its acceptance from a child of the run's Generator (spawned only then: a run without
     # speculation draws what it always did)
     acceptance_rngs = tuple(rng.spawn(replicas)) if system.speculative is not None and rng is not None else ()
-    fleet = FleetSetup(spec, system, cost_model, num_gpu_blocks, num_cpu_blocks, replicas, horizon_s,
-                       fast_forward and cost_model.prices_ahead, routing.known_ahead or replicas == 1, acceptance_rngs)
+    # a speculating step's advance is drawn after it, so its scheduler never lets a stretch run (decode_stretch): its
+    # replicas are stepped through without asking at every step
+    stretches = fast_forward and cost_model.prices_ahead and system.speculative is None
+    fleet = FleetSetup(spec, system, cost_model, num_gpu_blocks, num_cpu_blocks, replicas, horizon_s, stretches,
+                       routing.known_ahead or replicas == 1, acceptance_rngs)
     beams = BeamParentModel(beam_continue, rng) if trace.has_beams and rng is not None else None
     with older_objects_frozen():
         wakes = arrival_event_times(trace.arrival_s.tolist())

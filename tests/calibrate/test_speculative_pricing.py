@@ -3,6 +3,7 @@ proposer's forwards on its own spec (or the n-gram lookups on the host)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from engine.specs.loader import load_model_spec
 TARGET = load_model_spec("llama-3-70b")
 DRAFT = load_model_spec("llama-3-8b")
 H100 = load_hardware("h100-sxm")
+EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / "examples" / "speculative_llama3_70b_h100.yaml"
 
 
 class Shapes(CostModel):
@@ -111,3 +113,21 @@ def test_a_decode_that_proposes_nothing_costs_what_the_base_says_and_a_prompt_th
         assert cost.breakdown(batch) == roofline.breakdown(batch)
     prompts = Batch(prefill_seq_ids=[0], prefill_lens=[300], prefill_sample_ids=[(0,)])
     assert cost.iteration_time(prompts) == roofline.iteration_time(prompts) + head.iteration_time(BatchShape((300,)))
+
+
+@pytest.mark.parametrize("proposed", [[3, 3, 3, 3], [3, 1, 0, 2], [0, 0, 5, 5], [1, 1, 1, 1]])
+def test_the_proposers_forwards_priced_as_stretches_are_the_floats_of_one_call_each(proposed):
+    # the example's EAGLE head on the example's clock: the j-th forward runs the decodes proposing more than j, each
+    # over its context + j (contexts that cross a block boundary on the way)
+    from sim.experiment.config import load_experiment
+    from sim.experiment.run import make_cost_model
+
+    exp = load_experiment(EXAMPLE)
+    cost = make_cost_model(exp, next(s for s in exp.systems if s.name == "eagle k=5"))
+    contexts = [15, 16, 17, 1000]
+    batch = speculating(contexts, proposed, prefills=[300])
+    expected = cost.proposer.iteration_time(BatchShape((300,), ()))
+    for j in range(max(proposed)):
+        expected += cost.proposer.iteration_time(BatchShape((), tuple(c + j for c, k in zip(contexts, proposed)
+                                                                      if k > j)))
+    assert cost.proposer_time(batch) == expected

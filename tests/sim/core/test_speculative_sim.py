@@ -135,3 +135,20 @@ def test_drawing_a_block_of_decodes_ahead_draws_what_a_step_at_a_time_does():
     ahead, stepwise = AcceptanceModel(spec, np.random.default_rng(3)), AcceptanceModel(spec, np.random.default_rng(3),
                                                                                         block=1)
     assert [ahead.accepted(b) for b in batches] == [stepwise.accepted(b) for b in batches]
+
+
+def test_a_speculating_replica_is_stepped_through_without_planning_stretches(monkeypatch):
+    # its scheduler lets no stretch run (how far a step advances is drawn after it): none is planned at every step
+    from sim.core.fast_forward import FastForward
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a speculating replica planned a decode stretch")
+
+    trace = random_trace(5, count=40)
+    spec = replace(VLLM, speculative=speculating(3, (0.7, 0.6, 0.5)))
+    cost = SpeculativeCostModel(ROOFLINE, "ngram", None)
+    stepped = simulate(trace, MODEL, spec, cost, 400, 64, rng=np.random.default_rng(2), fast_forward=False)
+    monkeypatch.setattr(FastForward, "plan", refused)
+    asked = simulate(trace, MODEL, spec, cost, 400, 64, rng=np.random.default_rng(2), fast_forward=True)
+    assert asked.request_values == stepped.request_values
+    assert [bytes(c) for c in asked.iteration_columns] == [bytes(c) for c in stepped.iteration_columns]
