@@ -1,4 +1,5 @@
-"""A speculating hour beside a plain hour, simulated in the same run: the issue's target is at most 2x.
+"""A speculating hour beside a plain hour, simulated in the same run, against the target: a speculating hour
+costs at most 2x a plain hour's simulation time.
 
 The scenario: configs/examples/speculative_llama3_70b_h100.yaml (Llama-3-70B at tensor parallelism 4 on H100 SXM,
 vLLM V1, real ShareGPT lengths), Poisson arrivals for --duration-s at --rate on one replica. The plain system

@@ -165,6 +165,21 @@ def decode_shapes(batch: BatchLike, num_steps: int) -> Iterator[BatchShape]:
                          batch.num_running_groups, cached)
 
 
+class PricedOnBase(CostModel):
+    """A cost model that prices its iterations on another one (`base`): whether host work is charged is the base's
+    (a validation that turns it off turns it off where the host terms are)."""
+
+    base: CostModel
+
+    @property
+    def charge_host(self) -> bool:
+        return self.base.charge_host
+
+    @charge_host.setter
+    def charge_host(self, value: bool) -> None:
+        self.base.charge_host = value
+
+
 class ScaledCostModel(CostModel):
     """Another cost model's times, all multiplied by one factor: the same machine running slower
     (factor > 1) or faster than when it was calibrated (see calibrate/profiling/speed.py)."""

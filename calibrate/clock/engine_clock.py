@@ -30,11 +30,11 @@ from collections.abc import Callable
 import numpy as np
 
 from calibrate.clock.breakdown import IterationTime
-from calibrate.clock.costmodel import BatchLike, CostModel
+from calibrate.clock.costmodel import BatchLike, CostModel, PricedOnBase
 from calibrate.parts.cuda_graphs import padded_tokens
 
 
-class EngineCostModel(CostModel):
+class EngineCostModel(PricedOnBase):
     """`base`'s iteration, with the host's work overlapping the GPU's (overlap) and the linear layers run at the
     CUDA graph's padded size (graph_sizes; empty: eager)."""
 
@@ -56,14 +56,6 @@ class EngineCostModel(CostModel):
             notes.append("CUDA-graph padding not priced (this kind measured its own engine's iterations)")
         self.source = base.source + "".join(f"; {note}" for note in notes)
         self.label = base.label
-
-    @property
-    def charge_host(self) -> bool:
-        return self.base.charge_host
-
-    @charge_host.setter
-    def charge_host(self, value: bool) -> None:
-        self.base.charge_host = value
 
     # --- one iteration ----------------------------------------------------------------------------------------
     def padding_time(self, batch: BatchLike) -> float:

@@ -15,7 +15,7 @@ clock on a shape it already knows, and the proposer's work, priced by the same c
 from __future__ import annotations
 
 from calibrate.clock.breakdown import IterationTime
-from calibrate.clock.costmodel import BatchLike, CostModel
+from calibrate.clock.costmodel import BatchLike, CostModel, PricedOnBase
 from engine.core.batch import Batch, BatchShape
 
 # A stated assumption, not a measurement of this code: vLLM's n-gram (prompt lookup) proposer after its Numba
@@ -25,7 +25,7 @@ NGRAM_SECONDS_PER_SEQUENCE = 3e-6
 PROPOSER_KIND = "proposer"  # the breakdown's device kind for the proposer's forwards and lookups
 
 
-class SpeculativeCostModel(CostModel):
+class SpeculativeCostModel(PricedOnBase):
     """`base` prices the target's verify (verify_shape); `proposer` the draft model's or the head's forwards
     (None for ngram, which costs ngram_s_per_sequence on the host a speculating sequence)."""
 
@@ -38,15 +38,6 @@ class SpeculativeCostModel(CostModel):
         self.prices_ahead = base.prices_ahead
         self.source = f"{base.source}; speculative decoding ({method}) priced on it"
         self.label = base.label
-        self._charge_host = base.charge_host
-
-    @property
-    def charge_host(self) -> bool:
-        return self.base.charge_host
-
-    @charge_host.setter
-    def charge_host(self, value: bool) -> None:
-        self.base.charge_host = value
 
     def iteration_time(self, batch: BatchLike) -> float:
         """The target's verify as its own clock combines its parts (an engine's may overlap host and device work),

@@ -302,10 +302,9 @@ class BlockManager:
         if self.lookahead:  # a speculating sequence's proposals need their slots too
             for seq in seqs:
                 table = tables[seq.seq_id]
-                if len(table) * bs >= seq.length and ref_counts[table[-1]] != 1:
+                if self._next_slot_shared(seq, table):
                     needed += 1
-                end = seq.length + lookahead_slots(seq.length, seq.final_len, self.lookahead)
-                needed += max(blocks_for(end, bs) - len(table), 0)
+                needed += max(blocks_for(self._lookahead_end(seq), bs) - len(table), 0)
             return needed
         for seq in seqs:
             table = tables[seq.seq_id]
@@ -338,13 +337,21 @@ class BlockManager:
         """append_slots for a speculating sequence: its next token's slot (a copy on write of a shared last
         block where that slot is in it) and one for each token it proposes this step (lookahead_slots)."""
         table, bs = self.block_tables[seq.seq_id], self.block_size
-        if len(table) * bs >= seq.length and self.gpu.ref_counts[table[-1]] != 1:
+        if self._next_slot_shared(seq, table):
             copies.append(self._copy_last_block(table))
-        end = seq.length + lookahead_slots(seq.length, seq.final_len, self.lookahead)
-        if len(table) * bs < end:
-            while len(table) * bs < end:
-                table.append(self.gpu.allocate())
+        end = self._lookahead_end(seq)
+        while len(table) * bs < end:
+            table.append(self.gpu.allocate())
         self._table_changed(seq.seq_id)
+
+    def _next_slot_shared(self, seq: Sequence, table: list[int]) -> bool:
+        """Whether a speculating sequence's next token falls in its last block and that block is shared: a copy on
+        write before the step writes there."""
+        return len(table) * self.block_size >= seq.length and self.gpu.ref_counts[table[-1]] != 1
+
+    def _lookahead_end(self, seq: Sequence) -> int:
+        """The slots a speculating sequence holds this step: its tokens and the ones it proposes."""
+        return seq.length + lookahead_slots(seq.length, seq.final_len, self.lookahead)
 
     def give_back_lookahead(self, seq: Sequence) -> int:
         """After a speculating step: the slots past the sequence's computed tokens (all but its last sampled one)

@@ -455,9 +455,9 @@ class VLLMScheduler(PagedScheduler):
         """Points 2 and 3 of the stretch's argument, the paged pool's way: nothing swapped out to come back,
         no prompt part way through its chunks, and the oldest waiting request refused now by admissible(), as
         the next step would ask it; paged_stretch then counts the steps to the first finish or preemption."""
-        if self.swapped or batch.num_swap_blocks or self.prefill_progress or self.incoming or self.arrived:
-            return DecodeStretch(batch, 1)
-        if self.lookahead:  # how far each step advances is drawn after it: speculating runs are stepped through
+        # speculating (lookahead): how far each step advances is drawn after it, so those runs are stepped through
+        if (self.swapped or batch.num_swap_blocks or self.prefill_progress or self.incoming or self.arrived
+                or self.lookahead):
             return DecodeStretch(batch, 1)
         head = self.waiting[0] if self.waiting else None
         if head is not None and (self._must_ignore(head) or self.admissible(head, self.next_budget()) is not None):

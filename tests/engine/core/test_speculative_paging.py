@@ -138,12 +138,17 @@ def test_the_token_budget_counts_each_speculating_decode_as_k_plus_one():
     assert (sched.num_proposed_tokens, sched.num_accepted_tokens) == (12, 6)
 
 
-def test_accepted_counts_outside_the_proposals_are_refused():
-    system = replace(PAPER_SYSTEMS["vllm"], block_size=BS, speculative=speculating(2))
+def one_decode_proposing(k: int):
+    """A scheduler whose one request, its prompt done, is scheduled to decode proposing k tokens; and that step."""
+    system = replace(PAPER_SYSTEMS["vllm"], block_size=BS, speculative=speculating(k))
     sched = scheduler_for(system, 64, max_seq_len=64)
     sched.add_request(make_group(0, 0.0, 5, 30, 1, SequenceCounter()))
     sched.complete(sched.schedule(), 1.0)
-    batch = sched.schedule()
+    return sched, sched.schedule()
+
+
+def test_accepted_counts_outside_the_proposals_are_refused():
+    sched, batch = one_decode_proposing(2)
     with pytest.raises(ValueError, match="3 proposals accepted of 2 proposed"):
         sched.complete(batch, 2.0, None, [3])
 
@@ -163,11 +168,7 @@ def test_a_step_whose_lookahead_slots_do_not_fit_preempts_the_latest_arrival():
 
 
 def test_speculating_runs_are_stepped_through_not_stretched():
-    system = replace(PAPER_SYSTEMS["vllm"], block_size=BS, speculative=speculating(2))
-    sched = scheduler_for(system, 64, max_seq_len=64)
-    sched.add_request(make_group(0, 0.0, 5, 30, 1, SequenceCounter()))
-    sched.complete(sched.schedule(), 1.0)
-    batch = sched.schedule()
+    sched, batch = one_decode_proposing(2)
     assert sched.decode_stretch(batch).num_steps == 1
 
 
