@@ -28,7 +28,8 @@ def _cmd_run(args) -> int:
 
     # the figures are drawn once every run is summarized: their arguments are checked first, or a bad one would
     # leave the runs done and summary.csv written, and then fail
-    option(positive, args.ylim, "--ylim")
+    if args.ylim is not None:  # none given: the axis fits the runs (sim/experiment/plots.py fitted_top)
+        option(positive, args.ylim, "--ylim")
     overrides = [*args.set, *(["breakdown=true"] if args.breakdown else []),
                  *(["trace_events=true"] if args.trace_events else [])]
     checked = run_arguments(args.config, overrides, args.out, args.jobs, args.iterations, RUN_FLAGS,
@@ -99,7 +100,9 @@ def register(sub) -> None:
     run.add_argument("--trace-events", action="store_true",
                      help="also each run's trace.json.gz, a Chrome/Perfetto trace: a track per replica, a slice per "
                      "iteration with its parts (the config's `trace_events: true`; implies --breakdown)")
-    run.add_argument("--ylim", type=float, default=1.0, help="y-axis top of the plot, s/token (paper: 1.0)")
+    run.add_argument("--ylim", type=float, default=None,
+                     help="y-axis top of normalized_latency.png, s/token (default: fitted to the runs; at least "
+                     "1.0, the paper's, where a curve reaches the 0.5 s/token line)")
     run.add_argument("--no-plots", action="store_true",
                      help="skip normalized_latency.png, ttft.png, tpot.png and kv_usage.png (and matplotlib's import); "
                      "summary.csv and summary.txt are written as always")

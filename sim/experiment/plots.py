@@ -9,8 +9,11 @@ rather than mathtext's powers of ten, whose parser a drawing process would other
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
+from matplotlib.lines import Line2D
 from matplotlib.ticker import LogFormatter
 
 from sim.experiment.metrics import KNEE_S_PER_TOKEN
@@ -19,58 +22,114 @@ from sim.experiment.table import group_means, rows_to_columns
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 OFF_AXIS = r"$\uparrow$"  # a point above the y axis, drawn on its top edge
+SATURATED = "hollow: saturated\n(fell behind its arrivals;\nthe value is a lower bound)"
+PAPER_YLIM = 1.0  # s/token: the paper's Fig. 12 axis (`servesim reproduce` draws its own, sim/reproduce)
+HEADROOM = 1.1  # a fitted axis's top over the highest point it fits
+KNEE_ROOM = 2.0  # a fitted axis's top over the knee, where a point reaches it (the paper's 1 over 0.5 s/token)
+NICE_STEPS = (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10)
+# the title's gap over the axes: clear of the markers drawn on the top edge (an arrow reaches 6 pt above it, and the
+# title's descenders reach below its baseline)
+TITLE_PAD_PT = 10
 KV_PARTS = (("kv_token_share", "Token states"), ("kv_reserved_share", "Reservation"),
             ("kv_internal_frag_share", "Internal frag."), ("kv_external_frag_share", "External frag. & others"),
             ("kv_idle_share", "Idle"))
 
 
-def normalized_latency_plot(rows: list[dict], path: Path, title: str = "", ylim: float = 1.0) -> Path:
+def normalized_latency_plot(rows: list[dict], path: Path, title: str = "", ylim: float | None = None) -> Path:
     """The paper's figure: one line per system, mean over seeds, hollow markers where the run saturated, points past
     the axis drawn on its top edge as arrows (so that a system past its knee at every rate still shows), and the
-    line the knees are read at."""
+    line the knees are read at. Without `ylim` the axis fits the runs (fitted_top), not the paper's 1 s/token."""
     return metric_plot(rows, path, "normalized_latency", "Normalized latency (s/token)", title, ylim,
                        knee=KNEE_S_PER_TOKEN)
 
 
 def metric_plot(rows: list[dict], path: Path, metric: str, ylabel: str, title: str = "",
                 ylim: float | None = None, knee: float | None = None, log: bool = False) -> Path:
-    """`metric` against request rate, a line per system (mean over seeds); hollow markers where a run saturated.
-    With `ylim`, a point above it is drawn on the top edge as an arrow; with `knee`, a dashed line there."""
+    """`metric` against request rate, a line per system (mean over seeds); hollow markers where a run saturated,
+    keyed in the legend. A linear axis goes up to `ylim`, or without it to fitted_top; a point above the top is
+    drawn on it as an arrow. With `knee` (where it is on the axis), a dashed line there, named in the legend: a
+    label on the axes would sit on whichever curve crosses it."""
     fig, ax = new_figure((5.1, 2.8))
-    above = False
-    for i, (system, points) in enumerate(seed_means(rows, metric).items()):
-        rates = [rate for rate, _, _ in points]
-        values = [value for _, value, _ in points]
-        shown = [min(value, ylim) for value in values] if ylim is not None else values
-        marker = MARKERS[i % len(MARKERS)]
-        line, = ax.plot(rates, shown, marker=marker, label=system, linewidth=1.6, markersize=5)
-        saturated = [(rate, value) for (rate, _, sat), value in zip(points, shown) if sat]
-        ax.plot([r for r, _ in saturated], [v for _, v in saturated], linestyle="none", marker=marker, markersize=7,
-                markerfacecolor="white", color=line.get_color())
-        off = [rate for rate, value in zip(rates, values) if ylim is not None and value > ylim]
-        if off:  # only then: the arrow is a mathtext marker, whose parser is built the first time one is made
-            above = True
-            ax.plot(off, [ylim] * len(off), linestyle="none", marker=OFF_AXIS, markersize=11,
-                    color=line.get_color(), clip_on=False, label="_off axis")
-    if knee is not None:
-        ax.axhline(knee, color="0.4", linestyle="--", linewidth=0.9)
-        ax.annotate(f"{knee:g}: capacity is read here", (0.99, knee), xycoords=("axes fraction", "data"),
-                    ha="right", va="bottom", fontsize=7, color="0.3")
+    series = seed_means(rows, metric)
+    top = None if log else (ylim if ylim is not None else fitted_top(series, knee))
+    above = hollow = False
+    for i, (system, points) in enumerate(series.items()):
+        drawn = draw_series(ax, system, points, MARKERS[i % len(MARKERS)], top)
+        above, hollow = above or drawn.above, hollow or drawn.hollow
+    if knee is not None and (top is None or knee <= top):
+        ax.axhline(knee, color="0.4", linestyle="--", linewidth=0.9, label=f"{knee:g}: capacity is read here")
     ax.set_xlabel("Request rate (req/s)")
     ax.set_ylabel(ylabel + ("; ↑ above the axis" if above else ""))
     if log:
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(PlainLogFormatter())
         ax.yaxis.set_minor_formatter(PlainLogFormatter())
-    elif ylim is not None:
-        ax.set_ylim(0, ylim)
-    else:
-        ax.set_ylim(bottom=0)
+    elif top is not None:
+        ax.set_ylim(0, top)
     ax.set_xlim(left=0)
     ax.grid(alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    if hollow:
+        handles.append(saturated_key())
+        labels.append(SATURATED)
     # beside the axes, not on them: past the knees the curves fill every corner
-    ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.legend(handles, labels, fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return save_figure(fig, ax, path, title)
+
+
+@dataclass(frozen=True)
+class DrawnSeries:
+    above: bool  # a point was drawn on the top edge as an arrow
+    hollow: bool  # a saturated point was drawn
+
+
+def draw_series(ax, system: str, points: list[tuple[float, float, bool]], marker: str,
+                top: float | None) -> DrawnSeries:
+    """One system's line, its saturated points hollow over it, and its points above `top` as arrows on it."""
+    rates = [rate for rate, _, _ in points]
+    values = [value for _, value, _ in points]
+    shown = [min(value, top) for value in values] if top is not None else values
+    line, = ax.plot(rates, shown, marker=marker, label=system, linewidth=1.6, markersize=5)
+    saturated = [(rate, value) for (rate, _, sat), value in zip(points, shown) if sat]
+    if saturated:
+        ax.plot([r for r, _ in saturated], [v for _, v in saturated], linestyle="none", marker=marker,
+                markersize=7, markerfacecolor="white", color=line.get_color(), label="_saturated")
+    off = [rate for rate, value in zip(rates, values) if top is not None and value > top]
+    if off:  # only then: the arrow is a mathtext marker, whose parser is built the first time one is made
+        ax.plot(off, [top] * len(off), linestyle="none", marker=OFF_AXIS, markersize=11,
+                color=line.get_color(), clip_on=False, label="_off axis")
+    return DrawnSeries(above=bool(off), hollow=bool(saturated))
+
+
+def saturated_key() -> Line2D:
+    """The legend's sample of a hollow marker: what SATURATED says it means, in no system's colour."""
+    return Line2D([], [], linestyle="none", marker="o", markersize=7, markerfacecolor="white", color="0.35")
+
+
+def fitted_top(series: dict[str, list[tuple[float, float, bool]]], knee: float | None = None) -> float:
+    """The top of a linear axis fitted to the points: HEADROOM over the highest unsaturated one (a saturated point
+    is a lower bound that may be far above: it is drawn on the top as an arrow), rounded up to a round number
+    (nice_ceiling). Where a point reaches the knee, at least twice the knee, as the paper draws it: the line
+    capacity is read at halfway up, and room above it to see how fast each curve climbs past it. Where every point
+    saturated, the highest of them; where none has a value, the paper's 1."""
+    points = [(value, saturated) for by_rate in series.values() for _, value, saturated in by_rate
+              if math.isfinite(value)]
+    served = [value for value, saturated in points if not saturated]
+    highest = max(served or [value for value, _ in points], default=0.0)
+    top = nice_ceiling(highest * HEADROOM) if highest > 0 else PAPER_YLIM
+    if knee is not None and any(value >= knee for value, _ in points):
+        top = max(top, nice_ceiling(KNEE_ROOM * knee))
+    return top
+
+
+def nice_ceiling(value: float) -> float:
+    """The least of 1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6 or 8 times a power of ten that is at least `value` (> 0): an
+    axis top the tick labels reach."""
+    scale = 10.0 ** math.floor(math.log10(value))
+    for step in NICE_STEPS:
+        if step * scale >= value * (1 - 1e-9):
+            return float(f"{step * scale:.12g}")  # 0.6, not 0.6000000000000001
+    return 10 * scale
 
 
 class PlainLogFormatter(LogFormatter):
@@ -130,5 +189,5 @@ def kv_usage_plot(rows: list[dict], path: Path, rate: float) -> Path:
 def save_figure(fig, ax, path: Path, title: str = "") -> Path:
     """Title it and write it (png.write_png)."""
     if title:
-        ax.set_title(title, fontsize=9)
+        ax.set_title(title, fontsize=9, pad=TITLE_PAD_PT)
     return write_png(fig, Path(path))

@@ -40,9 +40,9 @@ class PlotProcess:
         self.warm: Future = self.pool.submit(_import_plots)  # while the runs simulate
         self.drawn: Future | None = None
 
-    def start(self, title: str, rows: list[dict], out_dir: Path, ylim: float, rate: float) -> None:
+    def start(self, title: str, rows: list[dict], out_dir: Path, ylim: float | None, rate: float) -> None:
         """Start drawing the four figures from the summary's rows (in the drawing processes, once the plots are
-        imported), and return at once."""
+        imported), and return at once. ylim: normalized latency's axis top, None to fit it to the rows."""
         self.drawn = self.pool.submit(draw_plots, title, rows, out_dir, ylim, rate)
 
     def names(self) -> list[str]:
@@ -97,7 +97,7 @@ def _import_plots_alone() -> None:
     import sim.experiment.plots  # noqa: F401  inherited where the process was forked; imported where spawned
 
 
-def draw_plots(title: str, rows: list[dict], out_dir: Path, ylim: float, rate: float) -> list[str]:
+def draw_plots(title: str, rows: list[dict], out_dir: Path, ylim: float | None, rate: float) -> list[str]:
     """The normalized latency, the TTFT and TPOT percentiles and the KV usage at `rate`; the names written. In the
     first drawing process the second draws its share meanwhile; elsewhere all four are drawn here."""
     args = (title, rows, out_dir, ylim, rate)
@@ -113,7 +113,7 @@ def draw_plots(title: str, rows: list[dict], out_dir: Path, ylim: float, rate: f
     return [written[name] for name in FIGURES]
 
 
-def draw_figures(names: tuple[str, ...], title: str, rows: list[dict], out_dir: Path, ylim: float,
+def draw_figures(names: tuple[str, ...], title: str, rows: list[dict], out_dir: Path, ylim: float | None,
                  rate: float) -> dict[str, str]:
     """The named figures of FIGURES drawn from the summary's rows: each name, the name of the file written."""
     from sim.experiment import plots

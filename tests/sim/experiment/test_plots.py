@@ -95,3 +95,115 @@ def test_the_kv_bars_stack_each_systems_shares_at_the_rate_asked(monkeypatch, tm
     assert [label.get_text() for label in ax.get_yticklabels()] == ["vLLM", "Orca"]
     assert bars[:2] == [(0.0, pytest.approx(60.0)), (0.0, pytest.approx(20.0))]  # token states: seeds averaged
     assert bars[-2][0] + bars[-2][1] == pytest.approx(100.0) and bars[-1][0] + bars[-1][1] == pytest.approx(100.0)
+
+
+def mixtral_like(saturated_top: float | None = None) -> list[dict]:
+    """A run far under the paper's 1 s/token: flat on the paper's axis; optionally a saturated last rate."""
+    values = [0.030, 0.033, 0.036, 0.041]
+    rows = [{"system": "vLLM", "rate": rate, "normalized_latency": value, "saturated": False}
+            for rate, value in zip([2.0, 4.0, 6.0, 8.0], values)]
+    if saturated_top is not None:
+        rows.append({"system": "vLLM", "rate": 10.0, "normalized_latency": saturated_top, "saturated": True})
+    return rows
+
+
+def legend_texts(ax) -> list[str]:
+    return [text.get_text() for text in ax.get_legend().get_texts()]
+
+
+def test_the_hollow_marker_is_keyed_in_the_legend_only_where_one_is_drawn(drawn, tmp_path):
+    plots.normalized_latency_plot(mixtral_like(), tmp_path / "n.png")
+    plots.normalized_latency_plot(mixtral_like(saturated_top=0.2), tmp_path / "n.png")
+    plots.ttft_plot(summary(), tmp_path / "t.png")
+    unsaturated, saturated, log_axes = drawn
+    assert plots.SATURATED not in legend_texts(unsaturated)
+    assert legend_texts(saturated) == ["vLLM", plots.SATURATED]
+    assert plots.SATURATED in legend_texts(log_axes)
+    assert "lower bound" in plots.SATURATED and "saturated" in plots.SATURATED
+    handle = saturated.get_legend().legend_handles[-1]
+    assert handle.get_markerfacecolor() == "white" and handle.get_linestyle() == "None"  # drawn hollow
+
+
+def test_the_y_axis_fits_the_runs_points_unless_told(drawn, tmp_path):
+    plots.normalized_latency_plot(mixtral_like(), tmp_path / "n.png")
+    plots.normalized_latency_plot(mixtral_like(saturated_top=0.2), tmp_path / "n.png")
+    plots.normalized_latency_plot(summary(), tmp_path / "n.png")
+    plots.normalized_latency_plot(mixtral_like(), tmp_path / "n.png", ylim=1.0)
+    fitted, with_saturated, past_the_knee, told = drawn
+    assert fitted.get_ylim() == (0.0, 0.05)  # a round number a little above 0.041
+    assert with_saturated.get_ylim() == (0.0, 0.05)  # the lower bound at 0.2 is an arrow on the top edge
+    arrows = [line for line in with_saturated.lines if line.get_label() == "_off axis"]
+    assert [list(line.get_xydata()[0]) for line in arrows] == [[10.0, 0.05]]
+    assert past_the_knee.get_ylim() == (0.0, 1.0)  # a point reaches 0.5 s/token: the paper's axis, the line shown
+    assert told.get_ylim() == (0.0, 1.0)
+    knee = "0.5: capacity is read here"
+    assert knee in legend_texts(past_the_knee) and knee in legend_texts(told)
+    assert knee not in legend_texts(fitted)  # off the axis: neither the line nor its name
+
+
+def test_servesim_run_fits_the_axis_unless_ylim_is_given():
+    from servesim.cli import build_parser
+
+    assert build_parser().parse_args(["run", "c.yaml"]).ylim is None
+    assert build_parser().parse_args(["run", "c.yaml", "--ylim", "0.2"]).ylim == 0.2
+
+
+@pytest.mark.parametrize(("value", "top"), [(0.0451, 0.05), (0.55, 0.6), (1.0, 1.0), (0.226, 0.25), (13.0, 15.0),
+                                            (0.081, 0.1)])
+def test_a_fitted_top_is_a_round_number(value, top):
+    assert plots.nice_ceiling(value) == top
+
+
+def test_reproduce_keeps_the_papers_axes_whatever_the_points():
+    """`servesim reproduce` draws the paper's figures on the paper's axes: 1 s/token, however low the points."""
+    pd = pytest.importorskip("pandas")
+    from sim.reproduce.figures import FIG12
+    from sim.reproduce.paper_plots import draw_figure
+
+    low = pd.DataFrame({"system": ["vLLM"] * 3, "rate": [0.5, 1.0, 1.5], "normalized_latency": [0.03, 0.035, 0.04],
+                        "saturated": [False, False, True]})
+    fig = draw_figure(FIG12, {panel.id: low for panel in FIG12.panels}, [])
+    tops = [ax.get_ylim() for ax in fig.axes if ax.get_ylabel()]
+    assert len(tops) == len(FIG12.panels) and set(tops) == {(0.0, 1.0)}
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def overlaps(fig) -> list[str]:
+    """Each text drawn over a marker of the axes, as 'text / marker of line'."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+    from matplotlib.transforms import Bbox
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text()]
+    found = []
+    for ax in fig.axes:
+        for line in ax.lines:
+            if line.get_marker() in (None, "None", "", " "):
+                continue
+            half = (line.get_markersize() + line.get_markeredgewidth()) * fig.dpi / 72 / 2
+            for x, y in line.get_transform().transform(line.get_xydata()):
+                box = Bbox.from_extents(x - half, y - half, x + half, y + half)
+                found += [f"{t.get_text()!r} / {line.get_label()}" for t in texts
+                          if t.get_window_extent(renderer).overlaps(box)]
+    return found
+
+
+def test_no_label_is_drawn_over_a_marker(monkeypatch, tmp_path):
+    """vLLM's point on the knee at the highest rate, where the knee's name was written; hollow markers and arrows
+    on the top edge, under the title."""
+    figures = []
+    monkeypatch.setattr(plots, "write_png", lambda fig, path: figures.append(fig) or path)
+    rows = summary() + [{"system": "vLLM", "rate": 2.5, "normalized_latency": 0.52, "saturated": True},
+                        {"system": "FasterTransformer", "rate": 2.5, "normalized_latency": 9.5, "saturated": True}]
+    title = "opt-13b, 1x a100-40gb, sharegpt-fig11-standin, poisson arrivals"
+    plots.normalized_latency_plot(rows, tmp_path / "n.png", title=title, ylim=1.0)
+    plots.normalized_latency_plot(rows, tmp_path / "n.png", title=title)
+    plots.latency_plots(rows, tmp_path, title=title)
+    assert len(figures) == 4
+    for fig in figures:
+        assert overlaps(fig) == []
