@@ -24,7 +24,9 @@ def _cmd_run(args) -> int:
     from engine.core.compiled import control_plane_build
     from sim.experiment.checked import run_arguments
     from sim.experiment.config import pool_label
+    from sim.experiment.request_tracks import MAX_REQUEST_TRACKS
     from sim.experiment.run_plots import PlotProcess
+    from sim.experiment.trace_events import TRACE_FILE
 
     # the figures are drawn once every run is summarized: their arguments are checked first, or a bad one would
     # leave the runs done and summary.csv written, and then fail
@@ -42,6 +44,9 @@ def _cmd_run(args) -> int:
     print(f"servesim: {exp.name}: {exp.model.name} on {fleet}, "
           f"{runs} runs ({len(exp.systems)} systems x {len(exp.rates)} rates x {len(exp.seeds)} seeds) -> {out_dir}")
     print(f"servesim: control plane: {control_plane_build()}")  # compiled or pure Python: docs/compiled.md
+    if exp.trace_events:
+        print(f"servesim: trace events: each run's {TRACE_FILE} has a track per request, at most "
+              f"{MAX_REQUEST_TRACKS} (beyond, every k-th request by id: its requests process names k)")
     started = time.perf_counter()
     if args.no_plots:
         return _run_and_report(args, exp, out_dir, executor, started, None)
@@ -99,7 +104,8 @@ def register(sub) -> None:
                      "iterations file and shares in summary.csv (the config's `breakdown: true`)")
     run.add_argument("--trace-events", action="store_true",
                      help="also each run's trace.json.gz, a Chrome/Perfetto trace: a track per replica, a slice per "
-                     "iteration with its parts (the config's `trace_events: true`; implies --breakdown)")
+                     "iteration with its parts, and a track per request with its phases, a long run's every k-th "
+                     "(the config's `trace_events: true`; implies --breakdown)")
     run.add_argument("--ylim", type=float, default=None,
                      help="y-axis top of normalized_latency.png, s/token (default: fitted to the runs; at least "
                      "1.0, the paper's, where a curve reaches the 0.5 s/token line)")

@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.core.system import SystemSpec
+from engine.core.system import CHUNKED_POLICIES, SystemSpec
 from sim.executors.spec import ExecutorSpec
 from sim.executors.workers import Workers
 from sim.experiment.config import Experiment
@@ -37,6 +37,7 @@ from sim.experiment.output import (
     write_json,
 )
 from sim.experiment.progress import Eta
+from sim.experiment.request_tracks import RunRequests
 from sim.experiment.run import COST_MODEL_SOURCE, SUMMARY_COLUMNS, run_label, run_one
 from sim.experiment.split_run import SPLIT_COLUMNS
 from sim.experiment.table import rows_to_columns
@@ -97,8 +98,10 @@ def execute(exp: Experiment, key: RunKey, digest: str, iterations: str = DEFAULT
     if ITERATION_FILES[iterations] is not None:
         files[ITERATION_FILES[iterations]] = iterations_bytes(result.iteration_arrays, iterations)
     if exp.trace_events:
+        requests = RunRequests(result.request_arrays, result.dropped_values,
+                               chunked=key.system.prefill_policy in CHUNKED_POLICIES)
         files[TRACE_FILE] = trace_events_bytes(result.iteration_arrays, result.iteration_arrays,
-                                               f"{exp.name}: {run_label(key.system, key.rate, key.seed)}")
+                                               f"{exp.name}: {run_label(key.system, key.rate, key.seed)}", requests)
     return RunFiles(summary, files)
 
 

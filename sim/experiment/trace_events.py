@@ -1,8 +1,9 @@
 """A run as a Chrome/Perfetto trace (the JSON trace-event format; open trace.json.gz in https://ui.perfetto.dev or
 chrome://tracing): a track per replica, a slice per iteration named after its batch, and inside it its parts
 (swaps, the device's kernel kinds, the host's terms) laid end to end in the order the clock adds them, with a
-counter of each replica's batch. The parts' order inside an iteration is the cost model's sum, not a measured
-timeline: the simulator knows how long each part takes, not when the engine ran it.
+counter of each replica's batch; and beside them a track per request, up to a cap (sim/experiment/request_tracks.py).
+The parts' order inside an iteration is the cost model's sum, not a measured timeline: the simulator knows how long
+each part takes, not when the engine ran it.
 """
 from __future__ import annotations
 
@@ -10,21 +11,28 @@ import gzip
 import io
 import json
 from collections.abc import Iterator, Mapping
+from itertools import chain
 
 import numpy as np
 
-US = 1e6  # the format's timestamps are microseconds
+from sim.experiment.request_tracks import RunRequests, request_events
+
+US = 1e6  # the format's timestamps are microseconds (request_tracks' too)
 TRACE_FILE = "trace.json.gz"
 
 
-def trace_events_bytes(iterations: Mapping[str, np.ndarray], breakdown: Mapping[str, np.ndarray], label: str) -> bytes:
-    """The trace of a run's iterations (their records and breakdown columns, sim/experiment/breakdown.py), gzipped;
-    written a batch of events at a time, never held as one text."""
+def trace_events_bytes(iterations: Mapping[str, np.ndarray], breakdown: Mapping[str, np.ndarray], label: str,
+                       requests: RunRequests | None = None) -> bytes:
+    """The trace of a run's iterations (their records and breakdown columns, sim/experiment/breakdown.py), and of
+    its requests where given, gzipped; written a batch of events at a time, never held as one text."""
     sink = io.BytesIO()
     with gzip.GzipFile(fileobj=sink, mode="wb", mtime=0) as out:  # mtime 0: the same run, the same bytes
         out.write(b'{"displayTimeUnit": "ms", "traceEvents": [\n')
         first = True
-        for event in events(iterations, breakdown, label):
+        every = events(iterations, breakdown, label)
+        if requests is not None:
+            every = chain(every, request_events(requests, iterations))
+        for event in every:
             out.write((("" if first else ",\n") + json.dumps(event, separators=(",", ":"))).encode())
             first = False
         out.write(b"\n]}\n")

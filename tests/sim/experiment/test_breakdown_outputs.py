@@ -70,8 +70,8 @@ def test_trace_events_are_a_trace_of_the_iterations(tmp_path):
     files = execute(exp, RunKey(exp.systems[0], 3.0, 0), "digest", "csv").files
     trace = json.loads(gzip.decompress(files[TRACE_FILE]))
     events = trace["traceEvents"]
-    threads = {e["tid"] for e in events if e["name"] == "thread_name"}
-    assert threads == {0, 1}
+    threads = {e["tid"] for e in events if e["name"] == "thread_name" and e["pid"] == 0}
+    assert threads == {0, 1}  # the replicas (the requests' tracks are process 1's: test_request_tracks)
     iterations = [e for e in events if e.get("cat") == "iteration"]
     result = run_one(exp, exp.systems[0], 3.0, 0)
     assert len(iterations) == len(result.iteration_arrays["duration_s"])
