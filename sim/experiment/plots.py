@@ -25,6 +25,7 @@ OFF_AXIS = r"$\uparrow$"  # a point above the y axis, drawn on its top edge
 SATURATED = "hollow: saturated\n(fell behind its arrivals;\nthe value is a lower bound)"
 PAPER_YLIM = 1.0  # s/token: the paper's Fig. 12 axis (`servesim reproduce` draws its own, sim/reproduce)
 HEADROOM = 1.1  # a fitted axis's top over the highest point it fits
+NEAR = 3.0  # a saturated point up to this many times the highest unsaturated one is fitted too, not an arrow
 KNEE_ROOM = 2.0  # a fitted axis's top over the knee, where a point reaches it (the paper's 1 over 0.5 s/token)
 NICE_STEPS = (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10)
 # the title's gap over the axes: clear of the markers drawn on the top edge (an arrow reaches 6 pt above it, and the
@@ -107,15 +108,17 @@ def saturated_key() -> Line2D:
 
 
 def fitted_top(series: dict[str, list[tuple[float, float, bool]]], knee: float | None = None) -> float:
-    """The top of a linear axis fitted to the points: HEADROOM over the highest unsaturated one (a saturated point
-    is a lower bound that may be far above: it is drawn on the top as an arrow), rounded up to a round number
-    (nice_ceiling). Where a point reaches the knee, at least twice the knee, as the paper draws it: the line
+    """The top of a linear axis fitted to the points, rounded up to a round number (nice_ceiling): HEADROOM over the
+    highest unsaturated point, or over a saturated one up to NEAR times as high (where a curve bends). A saturated
+    point is a lower bound that may be far above: past that it is drawn on the top as an arrow, not allowed to
+    flatten the curves. Where a point reaches the knee, at least twice the knee, as the paper draws it: the line
     capacity is read at halfway up, and room above it to see how fast each curve climbs past it. Where every point
     saturated, the highest of them; where none has a value, the paper's 1."""
     points = [(value, saturated) for by_rate in series.values() for _, value, saturated in by_rate
               if math.isfinite(value)]
-    served = [value for value, saturated in points if not saturated]
-    highest = max(served or [value for value, _ in points], default=0.0)
+    served = max((value for value, saturated in points if not saturated), default=None)
+    near = [value for value, _ in points if served is None or value <= NEAR * served]
+    highest = max(near, default=0.0)
     top = nice_ceiling(highest * HEADROOM) if highest > 0 else PAPER_YLIM
     if knee is not None and any(value >= knee for value, _ in points):
         top = max(top, nice_ceiling(KNEE_ROOM * knee))

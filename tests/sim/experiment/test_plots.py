@@ -129,9 +129,12 @@ def test_the_y_axis_fits_the_runs_points_unless_told(drawn, tmp_path):
     plots.normalized_latency_plot(mixtral_like(saturated_top=0.2), tmp_path / "n.png")
     plots.normalized_latency_plot(summary(), tmp_path / "n.png")
     plots.normalized_latency_plot(mixtral_like(), tmp_path / "n.png", ylim=1.0)
-    fitted, with_saturated, past_the_knee, told = drawn
+    plots.normalized_latency_plot(mixtral_like(saturated_top=0.06), tmp_path / "n.png")
+    fitted, with_saturated, past_the_knee, told, bending = drawn
     assert fitted.get_ylim() == (0.0, 0.05)  # a round number a little above 0.041
     assert with_saturated.get_ylim() == (0.0, 0.05)  # the lower bound at 0.2 is an arrow on the top edge
+    assert bending.get_ylim() == (0.0, 0.08)  # one near the curve is drawn where it is (hollow)
+    assert not [line for line in bending.lines if line.get_label() == "_off axis"]
     arrows = [line for line in with_saturated.lines if line.get_label() == "_off axis"]
     assert [list(line.get_xydata()[0]) for line in arrows] == [[10.0, 0.05]]
     assert past_the_knee.get_ylim() == (0.0, 1.0)  # a point reaches 0.5 s/token: the paper's axis, the line shown
