@@ -17,7 +17,7 @@ import numpy as np
 
 from sim.experiment.request_tracks import RunRequests, request_events
 
-US = 1e6  # the format's timestamps are microseconds (request_tracks' too)
+US = 1e6  # the format's timestamps are microseconds
 TRACE_FILE = "trace.json.gz"
 
 

@@ -100,7 +100,11 @@ def test_a_tiny_runs_request_tracks_are_its_requests(tmp_path, keys):
     events, requests = run_trace(tmp_path, **keys)
     found = tracks(events)
     assert sorted(found) == requests["request_id"].tolist()
-    iteration_slices = {(e["tid"], e["ts"], e["dur"]) for e in events if e.get("cat") == "iteration"}
+    # each slice's start and length in integer nanoseconds, as Perfetto reads them
+    found_ns = {tid: [(round(ts * 1e9), round(dur * 1e9)) for _, ph, ts, dur in track if ph == "X"]
+                for tid, track in found.items()}
+    iteration_slices = {(e["tid"], round(e["ts"] * 1e3), round((e["ts"] + e["dur"]) * 1e3)) for e in events
+                        if e.get("cat") == "iteration"}
     for i, request_id in enumerate(requests["request_id"].tolist()):
         names = [name for name, *_ in found[request_id]]
         arrival, first, finish = (requests[c][i] for c in ("arrival_s", "first_token_s", "finish_s"))
@@ -115,10 +119,11 @@ def test_a_tiny_runs_request_tracks_are_its_requests(tmp_path, keys):
             assert found[request_id][-1][2] == pytest.approx(finish)
         assert found[request_id][0][2] == pytest.approx(arrival)
         if not np.isnan(first):
-            (_, _, queued_s, queued_dur), (_, _, prefill_s, prefill_dur), (_, _, decode_s, _) = found[request_id][:3]
-            assert queued_s + queued_dur == pytest.approx(prefill_s) and decode_s == pytest.approx(first)
+            queued, prefill, decode_slice = (found_ns[request_id][j] for j in range(3))
+            assert queued[0] + queued[1] == prefill[0] and prefill[0] + prefill[1] == decode_slice[0]  # end to end
+            assert decode_slice[0] == round(first * 1e9)
             # the prefill is one of its replica's iterations, the one that ended at its first token
-            assert (int(requests["replica"][i]), prefill_s * US, prefill_dur * US) in iteration_slices
+            assert (int(requests["replica"][i]), prefill[0], prefill[0] + prefill[1]) in iteration_slices
     assert any("preempted" in name for track in found.values() for name, *_ in track) == ("kv_cache_gib" in keys)
 
 
