@@ -19,7 +19,7 @@ from engine.core.speculative import SpeculativeSpec  # noqa: E402
 from engine.core.system import PAPER_SYSTEMS  # noqa: E402
 from engine.runtime.engine import Engine  # noqa: E402
 from engine.runtime.sampler import SamplingParams  # noqa: E402
-from engine.specs.loader import load_model_spec  # noqa: E402
+from engine.specs.loader import MODELS_DIR, load_model_spec  # noqa: E402
 from fidelity.replay import (  # noqa: E402
     AcceptanceOutcome,
     MeasuredClock,
@@ -28,6 +28,7 @@ from fidelity.replay import (  # noqa: E402
     ScheduleDiverged,
     compare_schedules,
 )
+from servesim.cli import main  # noqa: E402
 from sim.core.simulate import simulate  # noqa: E402
 from sim.workload.trace import Trace  # noqa: E402
 
@@ -130,3 +131,21 @@ def test_the_comparison_reads_the_tokens_proposed_and_accepted():
     assert comparison.first_mismatch == "iteration 1: accepted_tokens is 1 on the engine, 0 in the simulator"
     comparison = compare_schedules(requests, iterations, requests.drop(columns="proposed_tokens"), iterations)
     assert comparison.first_mismatch == "requests: only the engine records proposed_tokens"
+
+
+def test_validate_exact_replays_speculating_systems(tiny_validation, tmp_path, capsys):
+    """`servesim validate --exact` feeds each speculating system's accepted counts back with its times: the
+    n-gram and the draft proposer's schedules come out identical, beside a plain system's."""
+    opt_tiny = (MODELS_DIR / "opt-tiny.yaml").read_text()
+    (tmp_path / "opt-tiny-draft.yaml").write_text(opt_tiny.replace("name: opt-tiny", "name: opt-tiny-draft")
+                                                  .replace("num_layers: 2", "num_layers: 1"))
+    k = "num_speculative_tokens: 3, acceptance: {mean_accepted: 1.0}"
+    ngram = "{preset: vllm, name: ngram, speculative: {method: ngram, " + k + "}}"
+    draft = "{preset: vllm, name: draft, speculative: {method: draft, draft_model: opt-tiny-draft.yaml, " + k + "}}"
+    systems = f"experiment.systems=[vllm, {ngram}, {draft}]"
+    out = tmp_path / "exact"
+    assert main(["validate", str(tiny_validation()), "--out", str(out), "--exact", "--set", systems,
+                 "--set", "experiment.rates=[12]"]) == 0
+    assert "3/3 schedules identical" in capsys.readouterr().out
+    exact = pd.read_csv(out / "exact.csv")
+    assert list(exact["system"]) == ["vLLM", "ngram", "draft"] and exact["identical"].all()
