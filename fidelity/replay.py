@@ -42,8 +42,9 @@ class MeasuredClock:
     The engine calls runner.execute (which times the iteration) and then time_fn(batch); this
     wraps the runner's execute to catch the measurement and returns it, so the engine's clock
     advances exactly as without a time_fn, and `times` / `shapes` hold every iteration in order.
-    Given the engine and include_host, the step's host work (engine.last_host_s) is added, as the
-    engine's own clock="step" does. Of each iteration with decodes of a speculating system it keeps
+    Given the engine, a draft model's forwards (engine.draft, which proposes before the runner executes)
+    are added, as the engine's own clock adds them; and with include_host, the step's host work
+    (engine.last_host_s), as its clock="step" does. Of each iteration with decodes of a speculating system it keeps
     the verify's kept counts (the runner's last_accepted, as the engine reads them) in `acceptance`.
     """
 
@@ -58,6 +59,7 @@ class MeasuredClock:
         self.acceptance: list[AcceptanceOutcome] = []
         self._last: float | None = None
         self._kept: dict[int, int] = {}
+        self._draft_s = 0.0
         execute = runner.execute
 
         def timed_execute(*args, **kwargs):
@@ -66,11 +68,22 @@ class MeasuredClock:
             return sampled, seconds
 
         runner.execute = timed_execute
+        draft = engine.draft if engine is not None else None
+        if draft is not None:
+            propose = draft.propose
+
+            def timed_propose(*args, **kwargs):
+                drafted = propose(*args, **kwargs)
+                self._draft_s = drafted.seconds
+                return drafted
+
+            draft.propose = timed_propose
 
     def __call__(self, batch: Batch) -> float:
         if self._last is None:
             raise RuntimeError("the engine asked for an iteration's time before running it")
-        seconds, self._last = self._last, None
+        seconds, self._last = self._last + self._draft_s, None
+        self._draft_s = 0.0
         if self.include_host:
             seconds += self.engine.last_host_s
         if batch.decode_proposed:  # a decode that proposed nothing (or was not verified) kept none
@@ -83,7 +96,7 @@ class MeasuredClock:
         return seconds
 
     def reset(self) -> None:
-        self.times, self.shapes, self.acceptance, self._last, self._kept = [], [], [], None, {}
+        self.times, self.shapes, self.acceptance, self._last, self._kept, self._draft_s = [], [], [], None, {}, 0.0
 
 
 class ScheduleDiverged(AssertionError):

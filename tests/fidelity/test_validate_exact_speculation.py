@@ -57,7 +57,7 @@ def speculating(method: str, prefix_caching: bool = False, preemption: str = "re
 def real_replay(system, trace, sampling="greedy"):
     engine = Engine(SPEC, system, "cpu", num_gpu_blocks=BLOCKS[0], num_cpu_blocks=BLOCKS[1],
                     attention_backend="torch")
-    clock = MeasuredClock(engine.runner)
+    clock = MeasuredClock(engine.runner, engine=engine)  # the engine's: a draft's forwards count, as its clock
     return engine.replay(trace, SAMPLINGS[sampling], time_fn=clock), clock
 
 
@@ -85,6 +85,26 @@ def test_simulator_fed_the_engines_times_and_acceptance_reproduces_its_run(metho
     assert proposed > 0
     if not prefix_caching:
         assert 0 < accepted < proposed
+
+
+def test_given_the_engine_the_clock_counts_the_drafts_forwards_as_the_engine_does():
+    """The draft proposes before the runner executes, and the engine's own clock adds the draft's seconds to the
+    runner's: so does MeasuredClock given the engine, and every iteration lasts what it lasts without a time_fn."""
+    system, trace = speculating("draft"), a_trace()
+
+    def fixed_times() -> Engine:  # a forward 10 ms, the draft's 2 ms: the clock is then the only difference
+        engine = Engine(SPEC, system, "cpu", num_gpu_blocks=BLOCKS[0], num_cpu_blocks=BLOCKS[1],
+                        attention_backend="torch")
+        execute, propose = engine.runner.execute, engine.draft.propose
+        engine.runner.execute = lambda *args, **kwargs: (execute(*args, **kwargs)[0], 0.01)
+        engine.draft.propose = lambda *args, **kwargs: dataclasses.replace(propose(*args, **kwargs), seconds=0.002)
+        return engine
+
+    alone = fixed_times().replay(trace).iteration_columns()
+    engine = fixed_times()
+    clock = MeasuredClock(engine.runner, engine=engine)
+    assert engine.replay(trace, time_fn=clock).iteration_columns() == alone
+    assert set(clock.times) == {0.01 + 0.002}
 
 
 def test_another_acceptance_is_caught():
