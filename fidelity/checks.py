@@ -1,5 +1,6 @@
 """What validation refuses before anything runs: a profile for another model, device or dtype; a pool
-that cannot hold one request; a trace request the engine cannot serve (reported by row)."""
+that cannot hold one request; a trace request the engine cannot serve (reported by row); a speculating
+system compared with a cost model (its exact replay alone is built)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -105,3 +106,14 @@ def check_trace(trace: Trace, spec: ModelSpec, source: str, what: str = "trace")
     raise SpecError(source, f"{what} row {bad[0]}", (
         f"{len(bad)} request(s) exceed {spec.name}'s max length of {spec.max_seq_len} tokens "
         f"(prompt + output): {rows}{more}; drop them, shorten them, or raise validation.max_model_len"))
+
+
+def check_speculation_compared(cfg: ValidationConfig) -> None:
+    """A speculating system is validated by its exact replay alone (--exact): the real iterations' batches, which the
+    cost model's errors and the served fits read, keep no proposals to price a verify step by."""
+    for i, system in enumerate(cfg.experiment.systems):
+        if system.speculative is not None:
+            raise SpecError(cfg.source, f"experiment.systems[{i}].speculative", (
+                f"{system.name} speculates: only its exact replay is validated (the engine's times and accepted "
+                "counts fed to the simulator), not a cost model's prediction of it; run with --exact, or remove "
+                "the key"))

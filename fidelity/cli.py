@@ -133,5 +133,6 @@ def register(sub) -> None:
                         "report the spread of its headline figures; finished repeats are kept when rerun")
     p.add_argument("--exact", action="store_true",
                    help="only prove the control planes agree: feed the simulator the engine's measured "
-                        "iteration times and require the identical schedule (one real replay per trace)")
+                        "iteration times (and a speculating system's accepted counts) and require the identical "
+                        "schedule (one real replay per trace); the only validation of a speculating system")
     p.set_defaults(func=_cmd_validate)

@@ -30,6 +30,7 @@ class RealReplay:
     speed: MachineSpeed | None = None  # None: the machine was not probed (no speed reference)
     probe_samples: int = 0
     host_s: list = field(default_factory=list)  # per iteration: the step's wall time beyond the timed forward
+    acceptance: list = field(default_factory=list)  # a speculating system's AcceptanceOutcome per speculating step
 
     @property
     def speed_factor(self) -> float:
@@ -108,7 +109,7 @@ class RealSide:
             speed = machine_speed(probe_s, self.speed_reference)
         return RealReplay(pd.DataFrame(result.request_columns()), pd.DataFrame(result.iteration_columns()),
                           list(clock.times), list(clock.shapes), wall, probe_s, speed, samples,
-                          list(result.host_s))
+                          list(result.host_s), list(clock.acceptance))
 
 
 def warm_up(runner, pool: Pool) -> None:

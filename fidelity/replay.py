@@ -1,9 +1,10 @@
 """One trace on both data planes over the same KV pool: the real engine, and the SimPy replica.
 
 `MeasuredClock` is the engine's time_fn that returns the runner's own measurement, unchanged,
-and keeps it (with the batch it timed); `ReplayedTimes` is a cost model that hands those times
-back to the simulator in order. Fed them, the simulator must take the engine's decisions one
-for one: `compare_schedules` says whether it did.
+and keeps it (with the batch it timed, and a speculating step's accepted counts); `ReplayedTimes`
+is a cost model that hands those times back to the simulator in order, and `ReplayedAcceptance`
+those counts in place of the simulator's draws. Fed them, the simulator must take the engine's
+decisions one for one: `compare_schedules` says whether it did.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pandas as pd
 
 from calibrate.clock.costmodel import BatchLike, CostModel
 from engine.core.batch import Batch, BatchShape
+from engine.core.records import SPECULATIVE_COLUMNS
 
 # what a batch is, for the schedule comparison and the per-iteration cost-model check
 DECISION_COLUMNS = ("num_prefill_tokens", "num_prefills", "num_decodes", "sum_decode_context",
@@ -25,14 +27,25 @@ REQUEST_DECISIONS = ("request_id", "prompt_len", "output_len", "n", "num_preempt
 REQUEST_TIMES = ("arrival_s", "first_token_s", "finish_s")
 
 
+@dataclass(frozen=True)
+class AcceptanceOutcome:
+    """One speculating iteration of the engine: what each decode proposed (Batch.decode_proposed) and how many of
+    those the verify kept, in the batch's decode order."""
+    iteration: int
+    proposed: tuple[int, ...]
+    accepted: tuple[int, ...]
+
+
 class MeasuredClock:
     """An Engine time_fn that changes nothing: each iteration costs what the runner measured.
 
     The engine calls runner.execute (which times the iteration) and then time_fn(batch); this
     wraps the runner's execute to catch the measurement and returns it, so the engine's clock
     advances exactly as without a time_fn, and `times` / `shapes` hold every iteration in order.
-    Given the engine and include_host, the step's host work (engine.last_host_s) is added, as the
-    engine's own clock="step" does.
+    Given the engine, a draft model's forwards (engine.draft, which proposes before the runner executes)
+    are added, as the engine's own clock adds them; and with include_host, the step's host work
+    (engine.last_host_s), as its clock="step" does. Of each iteration with decodes of a speculating system it keeps
+    the verify's kept counts (the runner's last_accepted, as the engine reads them) in `acceptance`.
     """
 
     def __init__(self, runner, after_iteration: Callable[[], None] | None = None, engine=None,
@@ -43,22 +56,39 @@ class MeasuredClock:
         self.after_iteration = after_iteration  # e.g. a speed probe's maybe_sample: runs off the engine's clock
         self.times: list[float] = []
         self.shapes: list[BatchShape] = []
+        self.acceptance: list[AcceptanceOutcome] = []
         self._last: float | None = None
+        self._kept: dict[int, int] = {}
+        self._draft_s = 0.0
         execute = runner.execute
 
         def timed_execute(*args, **kwargs):
             sampled, seconds = execute(*args, **kwargs)
-            self._last = seconds
+            self._last, self._kept = seconds, runner.last_accepted
             return sampled, seconds
 
         runner.execute = timed_execute
+        draft = engine.draft if engine is not None else None
+        if draft is not None:
+            propose = draft.propose
+
+            def timed_propose(*args, **kwargs):
+                drafted = propose(*args, **kwargs)
+                self._draft_s = drafted.seconds
+                return drafted
+
+            draft.propose = timed_propose
 
     def __call__(self, batch: Batch) -> float:
         if self._last is None:
             raise RuntimeError("the engine asked for an iteration's time before running it")
-        seconds, self._last = self._last, None
+        seconds, self._last = self._last + self._draft_s, None
+        self._draft_s = 0.0
         if self.include_host:
             seconds += self.engine.last_host_s
+        if batch.decode_proposed:  # a decode that proposed nothing (or was not verified) kept none
+            self.acceptance.append(AcceptanceOutcome(len(self.times), tuple(batch.decode_proposed),
+                                                     tuple(self._kept.get(i, 0) for i in batch.decode_seq_ids)))
         self.times.append(seconds)
         self.shapes.append(batch.shape())
         if self.after_iteration is not None:
@@ -66,7 +96,7 @@ class MeasuredClock:
         return seconds
 
     def reset(self) -> None:
-        self.times, self.shapes, self._last = [], [], None
+        self.times, self.shapes, self.acceptance, self._last, self._kept, self._draft_s = [], [], [], None, {}, 0.0
 
 
 class ScheduleDiverged(AssertionError):
@@ -111,6 +141,30 @@ class ReplayedTimes(CostModel):
         return self.position == len(self.times)
 
 
+class ReplayedAcceptance:
+    """The engine's accepted counts, handed back to a speculating replica in order (sim.core.acceptance's
+    AcceptanceSource): each step's decodes must propose what the engine's did at that step, else ScheduleDiverged."""
+
+    def __init__(self, outcomes: list[AcceptanceOutcome]):
+        self.outcomes, self.position = list(outcomes), 0
+
+    def accepted(self, batch: Batch) -> list[int]:
+        i = self.position
+        if i >= len(self.outcomes):
+            raise ScheduleDiverged(f"the simulator's decodes speculate a step more than the engine's "
+                                   f"{len(self.outcomes)} speculating iterations")
+        outcome = self.outcomes[i]
+        if tuple(batch.decode_proposed) != outcome.proposed:
+            raise ScheduleDiverged(f"iteration {outcome.iteration}: the simulator's decodes propose "
+                                   f"{list(batch.decode_proposed)} tokens, the engine's {list(outcome.proposed)}")
+        self.position += 1
+        return list(outcome.accepted)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.position == len(self.outcomes)
+
+
 @dataclass
 class ScheduleComparison:
     """How the simulator's replay (fed the engine's times) compares with the engine's run."""
@@ -127,9 +181,13 @@ class ScheduleComparison:
 
 
 def _first_row_mismatch(real: pd.DataFrame, sim: pd.DataFrame, columns, what: str) -> str:
+    """The first row of `columns`, and of a speculating run's tokens proposed and accepted, that differs."""
     if len(real) != len(sim):
         return f"{what}: engine has {len(real)} rows, simulator {len(sim)}"
-    for column in columns:
+    for column in SPECULATIVE_COLUMNS:
+        if (column in real) != (column in sim):
+            return f"{what}s: only the {'engine' if column in real else 'simulator'} records {column}"
+    for column in (*columns, *(c for c in SPECULATIVE_COLUMNS if c in real)):
         a, b = real[column].to_numpy(), sim[column].to_numpy()
         diff = np.flatnonzero(a != b)
         if len(diff):

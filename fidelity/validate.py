@@ -3,8 +3,9 @@
 For every system x rate the trace is built once (as `servesim run` builds it), checked against the
 served model before anything runs, replayed `repeats` times on the engine and once in the simulator
 with the profile cost model, over the same KV pool. Each real replay's measured iteration times are
-also fed back to the simulator in order (`exact`): it must then take the engine's decisions one for
-one, which proves that a real-vs-simulated difference is the cost model's error and nothing else.
+also fed back to the simulator in order (`exact`; a speculating system's accepted counts too, and it is
+validated by this alone): it must then take the engine's decisions one for one, which proves that a
+real-vs-simulated difference is the cost model's error and nothing else.
 
 A speed probe (calibrate/profiling/speed.py) is timed through every real replay; against the profile's
 speed_reference it gives the machine's speed during that replay, and the simulator runs the trace
@@ -32,7 +33,7 @@ from calibrate.clock.costmodel import ScaledCostModel
 from calibrate.hardware.device import device_name
 from engine.core.system import SystemSpec
 from fidelity.calibration import calibrate_here, with_profile
-from fidelity.checks import Pool, check_profile, check_trace, pool_for, serving_spec
+from fidelity.checks import Pool, check_profile, check_speculation_compared, check_trace, pool_for, serving_spec
 from fidelity.config import ValidationConfig
 from fidelity.heldout import LOO_COLUMNS, verdict_columns
 from fidelity.metrics import (
@@ -46,6 +47,7 @@ from fidelity.metrics import (
 )
 from fidelity.real import RealReplay, RealSide, torch_threads
 from fidelity.replay import (
+    ReplayedAcceptance,
     ReplayedTimes,
     ScheduleComparison,
     ScheduleDiverged,
@@ -98,10 +100,13 @@ class ValidationResult:
 
 
 def exact_check(spec, system: SystemSpec, trace: Trace, pool: Pool, real: RealReplay) -> ScheduleComparison:
-    """Feed the simulator the engine's measured times, in order: the schedules must be identical."""
+    """Feed the simulator the engine's measured times, in order (and a speculating system's accepted counts, in
+    place of its draws): the schedules must be identical."""
     replayed = ReplayedTimes(real.times, real.shapes)
+    acceptance = ReplayedAcceptance(real.acceptance) if system.speculative is not None else None
     try:
-        records = simulate(trace, spec, system, replayed, pool.num_gpu_blocks, pool.num_cpu_blocks)
+        records = simulate(trace, spec, system, replayed, pool.num_gpu_blocks, pool.num_cpu_blocks,
+                           acceptance=acceptance)
     except ScheduleDiverged as err:
         return ScheduleComparison(len(real.iterations), len(real.requests), False, False, float("inf"), str(err))
     comparison = compare_schedules(real.requests, real.iterations, records.requests_frame(),
@@ -249,6 +254,8 @@ def exact_rows_for(p: Plan, system: SystemSpec, rate: float, reals: list[RealRep
 def validate(cfg: ValidationConfig, out_dir: str | Path, *, exact_only: bool = False,
              log: Log = print) -> ValidationResult:
     started, load_before = time.perf_counter(), _loadavg()
+    if not exact_only:
+        check_speculation_compared(cfg)
     if cfg.options.calibrate and not exact_only:
         plan(cfg, exact_only=True)  # refuse bad traces and pools before minutes of profiling
         cfg = with_profile(cfg, calibrate_here(cfg, Path(out_dir), log))

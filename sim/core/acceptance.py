@@ -9,8 +9,13 @@ Draws come from a generator of the replica's own, spawned from the run's seeded 
 speculates (so a run without speculation draws exactly what it did), k uniforms a decode in batch order. They are
 drawn DECODES_PER_BLOCK decodes at a time and turned into accepted runs at once (a numpy call a block, not a step):
 the same uniforms, in the same order, as k a decode one step at a time.
+
+Any AcceptanceSource may stand in for the draws: fidelity.replay.ReplayedAcceptance hands back the counts a real
+engine run measured, so that the simulator replays that run exactly.
 """
 from __future__ import annotations
+
+from typing import Protocol
 
 import numpy as np
 
@@ -18,6 +23,13 @@ from engine.core.batch import Batch
 from engine.core.speculative import SpeculativeSpec
 
 DECODES_PER_BLOCK = 4096
+
+
+class AcceptanceSource(Protocol):
+    def accepted(self, batch: Batch) -> list[int]:
+        """The accepted count of each decode of the batch (Batch.decode_proposed's order), each from 0 to its
+        proposals; asked once per speculating step, in the order the steps run."""
+        ...
 
 
 class AcceptanceModel:

@@ -3,14 +3,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import simpy
 
 from calibrate.clock.costmodel import CostModel
 from engine.core.factory import make_scheduler
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
-from sim.core.acceptance import AcceptanceModel
+from sim.core.acceptance import AcceptanceSource
 from sim.core.beams import BeamParentModel
 from sim.core.breakdown import BreakdownRecorder
 from sim.core.fast_forward import FastForward
@@ -33,8 +32,8 @@ class FleetSetup:
     horizon_s: float
     fast_forward: bool  # decode stretches on one event each (the cost model can price them ahead)
     known_ahead: bool  # which replica each request goes to (round robin, or one replica)
-    # a speculating system's: each replica's generator of its acceptance draws (sim.core.acceptance); else none
-    acceptance_rngs: tuple[np.random.Generator, ...] = ()
+    # a speculating system's: each replica's outcome of its steps (sim.core.acceptance); else none
+    acceptances: tuple[AcceptanceSource, ...] = ()
 
     def stretches(self, wakes: list[float]) -> FastForward | None:
         """What runs the replicas' decode stretches, or None where they go step by step."""
@@ -50,7 +49,6 @@ class FleetSetup:
         cost_model = self.cost_model
         if isinstance(cost_model, BreakdownRecorder):  # each replica keeps its own iterations' breakdowns
             cost_model = cost_model.for_replica(index)
-        spec = self.system.speculative
-        acceptance = AcceptanceModel(spec, self.acceptance_rngs[index]) if spec is not None else None
+        acceptance = self.acceptances[index] if self.system.speculative is not None else None
         return Replica(env, index, scheduler, cost_model, Records(), self.horizon_s, beams, fast_forward, arrivals,
                        acceptance)

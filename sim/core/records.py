@@ -6,7 +6,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engine.core.records import ITERATION_COLUMNS, REQUEST_COLUMNS, ServingRecords, request_columns_of
+from engine.core.records import (
+    ITERATION_COLUMNS,
+    REQUEST_COLUMNS,
+    SPECULATIVE_COLUMNS,
+    ServingRecords,
+    request_columns_of,
+)
 from sim.core.columns import infer_column
 
 if TYPE_CHECKING:
@@ -29,10 +35,20 @@ class Records(ServingRecords):
             "request_id", kind="stable").reset_index(drop=True)
 
     def iterations_frame(self) -> pd.DataFrame:
+        """Every iteration's columns; a speculating replica's with its tokens proposed and accepted after them, as
+        the real engine's (engine.runtime.records.ReplayResult.iteration_columns): a merged fleet's keep none
+        (sim.experiment.speculation_records orders a fleet's)."""
         # views of the typed columns (pandas copies on write; Parquet's writer takes the same buffers too)
         import pandas as pd
 
-        return pd.DataFrame(self.iteration_arrays(), columns=list(ITERATION_COLUMNS), copy=False)
+        frame = pd.DataFrame(self.iteration_arrays(), columns=list(ITERATION_COLUMNS), copy=False)
+        if not self.speculation_values:
+            return frame
+        if len(self.speculation_values) != len(frame):
+            raise RuntimeError(f"{len(frame)} iterations recorded but {len(self.speculation_values)} speculation "
+                               "counts")
+        table = np.asarray(self.speculation_values, dtype=np.int64).reshape(-1, 2)
+        return frame.assign(**{name: table[:, i] for i, name in enumerate(SPECULATIVE_COLUMNS)})
 
 
 def request_arrays(request_values: list[tuple]) -> dict[str, np.ndarray]:

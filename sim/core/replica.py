@@ -20,7 +20,7 @@ from engine.core.scheduler.base import Scheduler
 from engine.core.sequence import SequenceGroup
 from engine.core.serving import Request, ServingCore
 from engine.errors import SpecError
-from sim.core.acceptance import AcceptanceModel
+from sim.core.acceptance import AcceptanceSource
 from sim.core.alarm import Alarm
 from sim.core.beams import BeamParentModel
 from sim.core.fast_forward import FastForward, Stretch
@@ -32,7 +32,7 @@ class Replica:
     def __init__(self, env: simpy.Environment, index: int, scheduler: Scheduler, cost_model: CostModel,
                  records: ServingRecords, horizon_s: float, beams: BeamParentModel | None = None,
                  fast_forward: FastForward | None = None, arrivals: KnownArrivals | None = None,
-                 acceptance: AcceptanceModel | None = None):
+                 acceptance: AcceptanceSource | None = None):
         """arrivals: the replica's requests known ahead, for a replica alone on `env`, which takes them itself
         (serve_known); None: the router's process submits them. acceptance: a speculating system's outcome of
         each step (sim.core.acceptance); None: the system does not speculate."""
@@ -172,7 +172,7 @@ class Replica:
         if not batch.decode_proposed:
             return None
         if self.acceptance is None:
-            raise ValueError("the system speculates but the replica has no AcceptanceModel to draw its outcome")
+            raise ValueError("the system speculates but the replica has no AcceptanceSource for its outcome")
         return self.acceptance.accepted(batch)
 
     def _bad_step_time(self, seconds: float, batch, now_s: float) -> SpecError:

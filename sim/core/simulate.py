@@ -10,6 +10,7 @@ import simpy
 from calibrate.clock.costmodel import CostModel
 from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
+from sim.core.acceptance import AcceptanceModel, AcceptanceSource
 from sim.core.beams import BeamParentModel
 from sim.core.fleet import FleetSetup
 from sim.core.gc_freeze import older_objects_frozen
@@ -37,13 +38,16 @@ def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: Cost
              num_cpu_blocks: int, *, replicas: int = 1, router: str | RouterSpec = "round_robin",
              horizon_s: float = math.inf, rng: np.random.Generator | None = None,
              beam_continue: float = DEFAULT_BEAM_CONTINUE, fast_forward: bool | None = None,
-             replica_pool: ReplicaPool | None = None, router_process: bool = False) -> Records:
+             replica_pool: ReplicaPool | None = None, router_process: bool = False,
+             acceptance: AcceptanceSource | None = None) -> Records:
     """Every request of the trace, served until all finish or the clock reaches horizon_s (requests
     still in the system then are recorded without a finish time).
 
     A trace with beam searches needs `rng`, the run's seeded Generator: the beams' parents are drawn
     from it (sim.core.beams, with its one parameter beam_continue). A trace without draws nothing. A speculating
-    system needs it too: each replica draws the proposals accepted from a child of it (sim.core.acceptance).
+    system needs it too: each replica draws the proposals accepted from a child of it (sim.core.acceptance), unless
+    `acceptance` gives a lone replica's outcome of each step instead (fidelity.replay.ReplayedAcceptance: a real
+    engine run's measured counts).
 
     router: a kind of sim.core.routers (its default parameters) or a RouterSpec. A power_of_two fleet needs `rng`
     too: its router draws from a child of it (Generator.spawn), which leaves the parent's draws as they were.
@@ -60,7 +64,8 @@ def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: Cost
     """
     runs = simulate_runs(trace, spec, system, cost_model, num_gpu_blocks, num_cpu_blocks, replicas=replicas,
                          router=router, horizon_s=horizon_s, rng=rng, beam_continue=beam_continue,
-                         fast_forward=fast_forward, replica_pool=replica_pool, router_process=router_process)
+                         fast_forward=fast_forward, replica_pool=replica_pool, router_process=router_process,
+                         acceptance=acceptance)
     with older_objects_frozen():
         return merged_records(runs)
 
@@ -69,7 +74,8 @@ def simulate_runs(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model:
                   num_cpu_blocks: int, *, replicas: int = 1, router: str | RouterSpec = "round_robin",
                   horizon_s: float = math.inf, rng: np.random.Generator | None = None,
                   beam_continue: float = DEFAULT_BEAM_CONTINUE, fast_forward: bool | None = None,
-                  replica_pool: ReplicaPool | None = None, router_process: bool = False) -> list[ReplicaRun]:
+                  replica_pool: ReplicaPool | None = None, router_process: bool = False,
+                  acceptance: AcceptanceSource | None = None) -> list[ReplicaRun]:
     """simulate's replicas' records before they are merged (merged_records), in replica order: for a caller that
     reads a fleet's records in time order without holding them merged (sim/experiment/merged.py).
 
@@ -78,7 +84,7 @@ def simulate_runs(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model:
     faster way to."""
     if trace.has_beams and rng is None:
         raise ValueError("a trace with beam searches needs the run's seeded rng to choose the beams' parents")
-    if system.speculative is not None and rng is None:
+    if system.speculative is not None and rng is None and acceptance is None:
         raise ValueError("a speculating system needs the run's seeded rng to draw the proposals accepted")
     routing = router_spec(router)
     if routing.kind == "cache_aware" and not system.prefix_caching:
@@ -87,14 +93,12 @@ def simulate_runs(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model:
         fast_forward = fast_forward_default()
     if system.prefix_caching and trace.block_keys is None:  # its requests carry their blocks' keys
         trace = with_block_keys(trace, system.block_size)
-    # a speculating replica draws its acceptance from a child of the run's Generator (spawned only then: a run without
-    # speculation draws what it always did)
-    acceptance_rngs = tuple(rng.spawn(replicas)) if system.speculative is not None and rng is not None else ()
+    acceptances = replica_acceptances(system, replicas, rng, acceptance)
     # a speculating step's advance is drawn after it, so its scheduler never lets a stretch run (decode_stretch): its
     # replicas are stepped through without asking at every step
     stretches = fast_forward and cost_model.prices_ahead and system.speculative is None
     fleet = FleetSetup(spec, system, cost_model, num_gpu_blocks, num_cpu_blocks, replicas, horizon_s, stretches,
-                       routing.known_ahead or replicas == 1, acceptance_rngs)
+                       routing.known_ahead or replicas == 1, acceptances)
     beams = BeamParentModel(beam_continue, rng) if trace.has_beams and rng is not None else None
     with older_objects_frozen():
         wakes = arrival_event_times(trace.arrival_s.tolist())
@@ -103,6 +107,22 @@ def simulate_runs(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model:
             return serve_apart(trace, wakes, fleet, replica_pool, beams)
         # a lone replica takes every request, whichever the router
         return serve_together(trace, wakes, fleet, make_router(routing if replicas > 1 else RouterSpec(), rng), beams)
+
+
+def replica_acceptances(system: SystemSpec, replicas: int, rng: np.random.Generator | None,
+                        given: AcceptanceSource | None) -> tuple[AcceptanceSource, ...]:
+    """Each replica's outcome of its speculating steps: `given` for a lone replica, else draws from a child of the
+    run's Generator (spawned only where the system speculates: a run without speculation draws what it always did)."""
+    spec = system.speculative
+    if given is not None:
+        if spec is None:
+            raise ValueError(f"an acceptance source was given, but system {system.name!r} does not speculate")
+        if replicas != 1:
+            raise ValueError(f"an acceptance source replays one replica's steps, but the fleet has {replicas}")
+        return (given,)
+    if spec is None or rng is None:
+        return ()
+    return tuple(AcceptanceModel(spec, child) for child in rng.spawn(replicas))
 
 
 def serve_together(trace: Trace, wakes: list[float], fleet: FleetSetup, router: Router,

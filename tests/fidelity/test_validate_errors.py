@@ -103,3 +103,21 @@ def test_the_engine_refuses_formats_it_does_not_run(precision):
     assert err.value.key == "experiment.precision" and "float16" in err.value.message
     assert "\n" not in str(err.value)
     check_engine_precision(Precision("bf16", "bf16"), "bfloat16", "v.yaml")  # its own formats run
+
+
+def test_a_speculating_system_is_compared_by_its_exact_replay_alone(tiny_validation, tmp_path, no_engine, capsys,
+                                                                    monkeypatch):
+    """Its cost-model comparison is not built (the served batches keep no proposals to price): refused naming the
+    key, before any profiling or engine, where it once stopped as an internal error."""
+    import fidelity.validate
+
+    monkeypatch.setattr(fidelity.validate, "calibrate_here", lambda *args: pytest.fail("profiled before the check"))
+    config = TINY_VALIDATION.replace("systems: [fastertransformer, orca-max, orca-pow2, orca-oracle, vllm]", (
+        "systems: [vllm, {preset: vllm, name: ngram, speculative: {method: ngram, num_speculative_tokens: 2, "
+        "acceptance: {mean_accepted: 1.0}}}]")) + "  calibrate: true\n"
+    out = tmp_path / "out"
+    assert main(["validate", str(tiny_validation(config)), "--out", str(out)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("servesim: error: ") and "\n" not in error
+    assert "experiment.systems[1].speculative: ngram speculates" in error and "--exact" in error
+    assert not out.exists()

@@ -107,6 +107,46 @@ def test_a_speculating_run_needs_the_seeded_generator():
         simulate(random_trace(0, count=5), MODEL, spec, SpeculativeCostModel(ROOFLINE, "ngram", None), 200, 64)
 
 
+class FirstProposalKept:
+    """An acceptance source that keeps each decode's first proposal, and notes every batch it was asked about."""
+
+    def __init__(self):
+        self.asked: list[list[int]] = []
+
+    def accepted(self, batch: Batch) -> list[int]:
+        self.asked.append(list(batch.decode_proposed))
+        return [min(1, proposed) for proposed in batch.decode_proposed]
+
+
+def test_a_given_acceptance_source_decides_every_step_in_place_of_the_draws():
+    """Keeping the first proposal alone is what rates (1, 0, 0) draw: the same records to the bit, with no generator;
+    and the iterations' frame carries each step's tokens proposed and accepted, as the real engine's does."""
+    trace = random_trace(7, count=60, rate=20.0)
+    spec = replace(VLLM, speculative=speculating(3, (1.0, 0.0, 0.0)))
+    cost = SpeculativeCostModel(ROOFLINE, "ngram", None)
+    given = FirstProposalKept()
+    replayed = simulate(trace, MODEL, spec, cost, 60, 400, acceptance=given)
+    drawn = simulate(trace, MODEL, spec, cost, 60, 400, rng=np.random.default_rng(4))
+    assert replayed.requests_frame().to_csv() == drawn.requests_frame().to_csv()
+    assert replayed.iterations_frame().to_csv() == drawn.iterations_frame().to_csv()
+    iterations = replayed.iterations_frame()
+    decoding = iterations[iterations["num_decodes"] > 0]  # every step with decodes asks, in the order they ran
+    assert decoding["proposed_tokens"].tolist() == [sum(asked) for asked in given.asked]
+    assert decoding["accepted_tokens"].tolist() == [sum(min(1, p) for p in asked) for asked in given.asked]
+    requests = replayed.requests_frame()
+    assert requests["accepted_tokens"].sum() == iterations["accepted_tokens"].sum() > 0
+    assert "proposed_tokens" not in simulate(trace, MODEL, VLLM, cost, 60, 400).iterations_frame()
+
+
+def test_a_given_acceptance_source_replays_one_speculating_replica():
+    trace, cost = random_trace(0, count=5), SpeculativeCostModel(ROOFLINE, "ngram", None)
+    spec = replace(VLLM, speculative=speculating(2, (0.5, 0.5)))
+    with pytest.raises(ValueError, match="replays one replica's steps, but the fleet has 2"):
+        simulate(trace, MODEL, spec, cost, 200, 64, replicas=2, acceptance=FirstProposalKept())
+    with pytest.raises(ValueError, match="system 'vLLM' does not speculate"):
+        simulate(trace, MODEL, VLLM, cost, 200, 64, acceptance=FirstProposalKept())
+
+
 def test_giving_every_decode_its_slots_at_once_decides_what_the_walk_does(monkeypatch):
     """Where every running sequence's slots fit, a speculating step takes them at once instead of walking the groups
     (VLLMScheduler._lookahead_fits_all): the same records to the bit, in a pool tight enough to preempt too."""
