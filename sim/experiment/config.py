@@ -28,6 +28,7 @@ from sim.core.routers import ROUTER_KINDS, RouterSpec
 from sim.experiment.expert_parallel_config import expert_parallel_from_config, expert_parallel_group
 from sim.experiment.kv_pool import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool, weight_bytes_per_gpu
 from sim.experiment.overrides import apply_overrides, blamed_on_overrides
+from sim.experiment.proposer_memory import proposer_memory
 from sim.experiment.router_config import check_router, router_from_config
 from sim.experiment.speculation import check_requests, check_trace, proposer_model, with_drafts
 from sim.experiment.speculation import check_split as check_split_speculation
@@ -113,10 +114,11 @@ class Experiment:
         return expert_parallel_group(self.expert_parallel, self.replicas, self.tensor_parallel)
 
     def kv_pool(self, system: SystemSpec) -> KVPool:
-        spec = system.speculative
-        draft = spec.draft if spec is not None and spec.method == "draft" else None
+        group = self.expert_parallel_group
+        proposer = proposer_memory(system.speculative, self.model, self.precision, self.tensor_parallel,
+                                   system.block_size, group)
         return kv_pool(self.model, self.hardware, self.tensor_parallel, self.precision,
-                       system.block_size, self.kv_cache_gib, self.swap_space_gib, self.expert_parallel_group, draft)
+                       system.block_size, self.kv_cache_gib, self.swap_space_gib, group, proposer)
 
 
 # --- small validators ----------------------------------------------------------------
