@@ -25,6 +25,7 @@ from engine.specs.checks import choice, non_negative, number, optional, positive
 from engine.specs.loader import SHIPPED_MODELS, load_model_spec, read_yaml, system_from_dict
 from engine.specs.paths import Shipped, names_hint, resolve_path
 from sim.core.routers import ROUTER_KINDS, RouterSpec
+from sim.experiment.acceptance_table import with_table_rates
 from sim.experiment.expert_parallel_config import expert_parallel_from_config, expert_parallel_group
 from sim.experiment.kv_pool import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool, weight_bytes_per_gpu
 from sim.experiment.overrides import apply_overrides, blamed_on_overrides
@@ -330,6 +331,7 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
     if any(system.speculative is not None for system in exp.systems):
         exp = dataclasses.replace(exp, systems=with_drafts(exp.systems, exp.model, source, lambda value, key: _lookup(
             load_model_spec, value, source, key, base_dir, SHIPPED_MODELS)))
+        exp = dataclasses.replace(exp, systems=with_table_rates(exp.systems, exp.model.name, source, base_dir))
     if "expert_parallel" in raw:
         exp = dataclasses.replace(exp, expert_parallel=expert_parallel_from_config(
             raw["expert_parallel"], exp.model, exp.replicas, exp.tensor_parallel, exp.split is not None, source))
