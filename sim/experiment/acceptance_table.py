@@ -117,7 +117,7 @@ def find_row(rows: tuple[AcceptanceRow, ...], table: AcceptanceTable, method: st
 
 def load_table(path: Path) -> tuple[AcceptanceRow, ...]:
     """A table's rows, each checked (a bad one is a one-line error naming the file and the row's key)."""
-    source, raw = str(path), read_yaml(path, "acceptance table")
+    source, raw = str(path), read_yaml(path, "speculative acceptance table")
     if not isinstance(raw, dict) or list(raw) != ["rows"] or not isinstance(raw["rows"], list) or not raw["rows"]:
         raise SpecError(source, "rows", "an acceptance table is a mapping {rows: [...]} of one row or more")
     rows = tuple(_row(item, source, f"rows[{i}]") for i, item in enumerate(raw["rows"]))
