@@ -25,9 +25,11 @@ from engine.specs.checks import choice, non_negative, number, optional, positive
 from engine.specs.loader import SHIPPED_MODELS, load_model_spec, read_yaml, system_from_dict
 from engine.specs.paths import Shipped, names_hint, resolve_path
 from sim.core.routers import ROUTER_KINDS, RouterSpec
+from sim.experiment.acceptance_table import with_table_rates
 from sim.experiment.expert_parallel_config import expert_parallel_from_config, expert_parallel_group
 from sim.experiment.kv_pool import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool, weight_bytes_per_gpu
 from sim.experiment.overrides import apply_overrides, blamed_on_overrides
+from sim.experiment.proposer_memory import proposer_memory
 from sim.experiment.router_config import check_router, router_from_config
 from sim.experiment.speculation import check_requests, check_trace, proposer_model, with_drafts
 from sim.experiment.speculation import check_split as check_split_speculation
@@ -113,10 +115,11 @@ class Experiment:
         return expert_parallel_group(self.expert_parallel, self.replicas, self.tensor_parallel)
 
     def kv_pool(self, system: SystemSpec) -> KVPool:
-        spec = system.speculative
-        draft = spec.draft if spec is not None and spec.method == "draft" else None
+        group = self.expert_parallel_group
+        proposer = proposer_memory(system.speculative, self.model, self.precision, self.tensor_parallel,
+                                   system.block_size, group)
         return kv_pool(self.model, self.hardware, self.tensor_parallel, self.precision,
-                       system.block_size, self.kv_cache_gib, self.swap_space_gib, self.expert_parallel_group, draft)
+                       system.block_size, self.kv_cache_gib, self.swap_space_gib, group, proposer)
 
 
 # --- small validators ----------------------------------------------------------------
@@ -328,6 +331,7 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
     if any(system.speculative is not None for system in exp.systems):
         exp = dataclasses.replace(exp, systems=with_drafts(exp.systems, exp.model, source, lambda value, key: _lookup(
             load_model_spec, value, source, key, base_dir, SHIPPED_MODELS)))
+        exp = dataclasses.replace(exp, systems=with_table_rates(exp.systems, exp.model.name, source, base_dir))
     if "expert_parallel" in raw:
         exp = dataclasses.replace(exp, expert_parallel=expert_parallel_from_config(
             raw["expert_parallel"], exp.model, exp.replicas, exp.tensor_parallel, exp.split is not None, source))
