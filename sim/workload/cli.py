@@ -19,15 +19,15 @@ from .chatbot import ChatbotCuts, every_round
 from .config import WorkloadConfig, build_trace
 from .conversations import is_conversation_dataset, load_conversations
 from .lengths import DATASET_NAMES, LENGTH_FILTERS, LengthTable, load_lengths
-from .paths import ARXIV_CSV, CHATBOT_CSV, SHAREGPT_CSV, SHAREGPT_UNCUT_CSV
+from .paths import ARXIV_CSV, chatbot_csv, sharegpt_csv
 from .recorded import FORMS, read_recorded_trace
 from .stats import conversations_report, lengths_report, plot_lengths, trace_report
 from .table import read_table
+from .tokenizer_choice import OPT, TOKENIZERS
 from .trace import write_trace_csv
 
 STANDIN_STATS_DRAWS = 100_000
-BUILDS = {"sharegpt": SHAREGPT_CSV, "sharegpt-uncut": SHAREGPT_UNCUT_CSV, "chatbot": CHATBOT_CSV,
-          "arxiv-summarization": ARXIV_CSV}
+BUILDS = ("sharegpt", "sharegpt-uncut", "chatbot", "arxiv-summarization")
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -36,9 +36,10 @@ def register(subparsers) -> argparse.ArgumentParser:
 
     build = commands.add_parser("build", help="build a shipped dataset file (sim/workload/data/): sharegpt_opt.csv "
                                 "(first exchanges, the paper's cut), sharegpt_opt_uncut.csv (the same, uncut), "
-                                "sharegpt_opt_chatbot.csv (conversations) or arxiv_summarization_llama2.csv "
+                                "sharegpt_opt_chatbot.csv (conversations), each also in another tokenizer's counts "
+                                "(--tokenizer: sharegpt_llama3.csv, ...), or arxiv_summarization_llama2.csv "
                                 "(Vidur's Arxiv-Summarization lengths)")
-    build.add_argument("name", choices=list(BUILDS))
+    build.add_argument("name", choices=BUILDS)
     build.add_argument("--out", type=Path, default=None,
                        help="default: the shipped file in sim/workload/data/")
     build.add_argument("--json", type=Path, default=None,
@@ -46,6 +47,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     build.add_argument("--csv", type=Path, default=None,
                        help="arxiv-summarization only, and needed: Vidur's "
                        "data/processed_traces/arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv")
+    build.add_argument("--tokenizer", default=None, choices=list(TOKENIZERS),
+                       help="the ShareGPT builds: whose tokens to count (default opt); the file is named for it")
     build.set_defaults(func=cmd_build)
 
     stats = commands.add_parser("stats", help="counts, means and percentiles of a dataset or trace")
@@ -84,15 +87,19 @@ def cmd_build(args) -> int:
         if args.name == "arxiv-summarization":
             raise SpecError("--json", "", "reads a ShareGPT JSON; arxiv-summarization is built from --csv")
         existing_file(args.json, "--json", what="a ShareGPT-format JSON")
-    out = args.out or BUILDS[args.name]
+    if args.tokenizer is not None and args.name == "arxiv-summarization":
+        raise SpecError("--tokenizer", "", "chooses whose tokens the ShareGPT builds count; arxiv-summarization "
+                        "keeps Vidur's Llama-2 counts")
+    tokenizer = args.tokenizer or OPT
+    out = args.out or built_file(args.name, tokenizer)
     output_file(out, "--out")
     if args.name == "arxiv-summarization":
         return _build_arxiv(args.csv, out)
     if args.name == "chatbot":
-        return _build_chatbot(out, args.json)
+        return _build_chatbot(out, args.json, tokenizer)
     from .sharegpt import build_sharegpt_csv
     cut = "uncut" if args.name == "sharegpt-uncut" else "paper"
-    build = build_sharegpt_csv(out, args.json, cut=cut)
+    build = build_sharegpt_csv(out, args.json, cut=cut, tokenizer=tokenizer)
     print(f"wrote {build.path}: {len(build.prompt_len)} pairs kept of {build.num_pairs} first exchanges "
           f"in {build.walk.num_items} conversations")
     print(lengths_report(build.prompt_len, build.output_len, f"{args.name} (this build)"))
@@ -108,9 +115,16 @@ def _build_arxiv(vidur_csv: Path, out: Path) -> int:
     return 0
 
 
-def _build_chatbot(out: Path, json_path: Path | None) -> int:
+def built_file(name: str, tokenizer: str) -> Path:
+    """Where `trace build NAME --tokenizer T` writes by default: the shipped file it rebuilds."""
+    stem = TOKENIZERS[tokenizer].stem
+    return {"sharegpt": sharegpt_csv(stem), "sharegpt-uncut": sharegpt_csv(stem, uncut=True),
+            "chatbot": chatbot_csv(stem), "arxiv-summarization": ARXIV_CSV}[name]
+
+
+def _build_chatbot(out: Path, json_path: Path | None, tokenizer: str) -> int:
     from .chatbot_build import build_chatbot_csv
-    build = build_chatbot_csv(out, json_path)
+    build = build_chatbot_csv(out, json_path, tokenizer=tokenizer)
     print(f"wrote {build.path}: {build.num_conversations} conversations, {len(build.round)} rounds, "
           f"from {build.walk.num_items} conversations in the JSON")
     print(conversations_report(load_conversations(build.path)))
