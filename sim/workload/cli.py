@@ -23,7 +23,7 @@ from .paths import ARXIV_CSV, chatbot_csv, sharegpt_csv
 from .recorded import FORMS, read_recorded_trace
 from .stats import conversations_report, lengths_report, plot_lengths, trace_report
 from .table import read_table
-from .tokenizer_choice import OPT, TOKENIZERS
+from .tokenizer_choice import COUNTED_DATASETS, OPT, TOKENIZERS
 from .trace import write_trace_csv
 
 STANDIN_STATS_DRAWS = 100_000
@@ -56,12 +56,16 @@ def register(subparsers) -> argparse.ArgumentParser:
                        f"{[*DATASET_NAMES, 'chatbot']}")
     stats.add_argument("--plot", type=Path, default=None, help="also write length histograms to this PNG")
     stats.add_argument("--max-seq-len", type=int, default=None, help="also count pairs with prompt+output < this")
+    stats.add_argument("--tokenizer", default=OPT, choices=list(TOKENIZERS),
+                       help=f"{list(COUNTED_DATASETS)}: whose counts to describe (default opt)")
     stats.set_defaults(func=cmd_stats)
 
     sample = commands.add_parser("sample", help="generate a trace CSV from a dataset and an arrival process")
     sample.add_argument("--dataset", default="sharegpt", help=f"{list(DATASET_NAMES)} or a file (default sharegpt)")
     sample.add_argument("--length-filter", default=None, choices=list(LENGTH_FILTERS),
                         help="sharegpt: its paper cut (< 2048, the default) or its uncut build, kept by --max-seq-len")
+    sample.add_argument("--tokenizer", default=None,
+                        help=f"{list(COUNTED_DATASETS)}: whose counts, one of {list(TOKENIZERS)} (default opt)")
     sample.add_argument("--arrival", default="poisson", choices=sorted(ARRIVALS))
     sample.add_argument("--cv", type=float, default=None,
                         help="gamma only: coefficient of variation of gaps (default 1)")
@@ -138,15 +142,18 @@ def cmd_stats(args) -> int:
         option(positive_int, args.max_seq_len, "--max-seq-len")
     if args.plot is not None:
         output_file(args.plot, "--plot")
-    prompt, output, label = _describe(args.file, args.max_seq_len)
+    if args.tokenizer != OPT and args.file not in COUNTED_DATASETS:
+        raise SpecError("--tokenizer", "", f"chooses whose counts of {list(COUNTED_DATASETS)} to describe; "
+                        f"{args.file} carries its own")
+    prompt, output, label = _describe(args.file, args.max_seq_len, args.tokenizer)
     if args.plot is not None:
         print(f"wrote {plot_lengths(prompt, output, label, args.plot)}")
     return 0
 
 
 # `trace sample`'s options, by the workload key each one sets: an error names the option the user typed
-SAMPLE_OPTIONS = ("dataset", "length_filter", "arrival", "cv", "duration_s", "n", "new_conversation_prob",
-                  "prefix_tokens", "beam_width")
+SAMPLE_OPTIONS = ("dataset", "length_filter", "tokenizer", "arrival", "cv", "duration_s", "n",
+                  "new_conversation_prob", "prefix_tokens", "beam_width")
 
 
 def cmd_sample(args) -> int:
@@ -186,15 +193,15 @@ def as_option(err: SpecError) -> SpecError:
     return SpecError(f"--{key.replace('_', '-')}", "", err.message)
 
 
-def _describe(name: str, max_seq_len: int | None) -> tuple[np.ndarray, np.ndarray, str]:
+def _describe(name: str, max_seq_len: int | None, tokenizer: str = OPT) -> tuple[np.ndarray, np.ndarray, str]:
     """Print the right report for what `name` is; return its lengths for plotting."""
     if is_conversation_dataset(name):  # plotted as requests: every round once, cut as the generator cuts it
-        conversations = load_conversations(name)
+        conversations = load_conversations(name, tokenizer)
         print(conversations_report(conversations, max_seq_len or 2048))
         prompt, output = every_round(conversations, ChatbotCuts.for_model(max_seq_len or 2048))
         return prompt, output, f"{conversations.source}; every round once, cut"
     if name in DATASET_NAMES:
-        source = load_lengths(name)
+        source = load_lengths(name, tokenizer=tokenizer)
     elif Path(name).suffix.lower() != ".json" and _is_trace_csv(name):
         trace = read_recorded_trace(name)
         print(trace_report(trace, max_seq_len))
