@@ -302,10 +302,11 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
             raise SpecError(source, key, f"missing required key ({TOP_LEVEL_KEYS[key]})")
     hardware = _lookup(load_hardware, raw["hardware"], source, "hardware", base_dir, SHIPPED_SHEETS)
     precision = _precision(raw, source)
+    model = _served_model(raw, source, base_dir)
     exp = Experiment(
         name=_name(raw.get("name", Path(source).stem), source),
         source=source,
-        model=_served_model(raw, source, base_dir),
+        model=model,
         hardware=hardware,
         tensor_parallel=positive_int(raw.get("tensor_parallel", 1), source, "tensor_parallel"),
         precision=precision,
@@ -313,7 +314,7 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
         swap_space_gib=non_negative(raw.get("swap_space_gib", 20), source, "swap_space_gib"),
         cost_model=(_cost_model(raw["cost_model"], source, base_dir) if raw.get("cost_model") is not None
                     else default_cost_model(hardware, precision)),
-        workload=WorkloadConfig.from_dict(raw["workload"], source, base_dir),
+        workload=WorkloadConfig.from_dict(raw["workload"], source, base_dir, model),
         systems=_systems(raw.get("systems"), source, hardware),
         rates=_list_of(raw["rates"], source, "rates", positive),
         seeds=_list_of(raw.get("seeds", [0]), source, "seeds", _seed),
@@ -631,10 +632,10 @@ def check_prefix_room(workload: WorkloadConfig, max_seq_len: int, source: str, k
     tokens for each drawn prompt and output: some of the dataset's pairs must fit there (a conversation
     dataset has no prefix: WorkloadConfig refuses it)."""
     prefix = workload.prefix_tokens if prefix is None else prefix
-    lengths = load_lengths(workload.dataset, workload.length_filter)
+    lengths = load_lengths(workload.dataset, workload.length_filter, workload.tokenizer)
     longest = longest_prefix(lengths, max_seq_len)
     if prefix > longest:
-        where = data_path(workload.dataset, workload.length_filter)
+        where = data_path(workload.dataset, workload.length_filter, workload.tokenizer)
         raise SpecError(source, key, (
             f"a prefix of {prefix} tokens leaves {max_seq_len - prefix} of "
             f"max_seq_len {max_seq_len} for a prompt and an output, and (almost) no pair of {workload.dataset} "
