@@ -103,10 +103,14 @@ def test_the_opt_path_is_unchanged():
     assert data_files(exp)["workload.dataset"] == SHAREGPT_CSV
 
 
-def test_an_experiment_on_llama3_reads_and_fingerprints_llama3s_counts():
-    exp = load_experiment(ROOT / "configs/examples/capacity_llama3_8b.yaml")
+def test_an_experiment_on_llama3_reads_and_fingerprints_llama3s_counts(tmp_path):
+    shipped = ROOT / "configs/examples/capacity_llama3_8b.yaml"  # it pins OPT's counts for its docs' figures
+    assert load_experiment(shipped).workload.tokenizer == "opt"
+    own = tmp_path / "llama3_own_counts.yaml"
+    own.write_text("\n".join(line for line in shipped.read_text().splitlines() if "tokenizer:" not in line))
+    exp = load_experiment(own)
     assert exp.workload.tokenizer == "llama-3" and data_files(exp)["workload.dataset"] == sharegpt_csv("llama3")
-    opt = load_experiment(ROOT / "configs/examples/capacity_llama3_8b.yaml", ["workload.tokenizer=opt"])
+    opt = load_experiment(own, ["workload.tokenizer=opt"])
     assert data_files(opt)["workload.dataset"] == SHAREGPT_CSV
 
 
