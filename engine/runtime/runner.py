@@ -294,7 +294,7 @@ class ModelRunner:
         if staged.verify is not None:  # each speculating decode's kept count and its token after them
             verify = staged.verify
             accepted, token = self.sampler.verify(logits[verify.rows], verify.proposals, verify.proposed, sampling,
-                                                  verify.draft_probs)
+                                                  verify.draft_probs, self.attention_backend)
             chosen = torch.cat([chosen, accepted, token])
         if not plan.beams or beam is None:
             return chosen
