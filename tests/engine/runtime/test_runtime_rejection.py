@@ -43,12 +43,18 @@ def test_greedy_keeps_the_argmax_run_and_adds_the_targets_token():
     assert accepted.tolist() == [1, 1, 0] and token.tolist() == [4, 4, 0]
 
 
-def _tokens(draft_probs, generator):
-    """Each draw's first two tokens (the second where the first was a kept proposal: the verify produced it)."""
-    proposals = torch.stack([torch.multinomial(DRAFT[i], DRAWS, replacement=True, generator=generator)
-                             for i in range(2)], dim=1)
+def _tokens(proposer, generator):
+    """Each draw's first two tokens (the second where the first was a kept proposal: the verify produced it).
+    proposer: "draft" draws its proposals from DRAFT and hands the verify DRAFT; "one-hot" draws them alike and
+    hands none (an n-gram lookup's proposals vary, q one-hot); "argmax" proposes DRAFT's likeliest tokens every
+    time, q one-hot (an EAGLE or MTP head proposes greedily)."""
+    if proposer == "argmax":
+        proposals = DRAFT.argmax(dim=-1).unsqueeze(0).repeat(DRAWS, 1)
+    else:
+        proposals = torch.stack([torch.multinomial(DRAFT[i], DRAWS, replacement=True, generator=generator)
+                                 for i in range(2)], dim=1)
     target = TARGET.unsqueeze(0).expand(DRAWS, 3, 5)
-    draft = DRAFT.unsqueeze(0).expand(DRAWS, 2, 5) if draft_probs else None
+    draft = DRAFT.unsqueeze(0).expand(DRAWS, 2, 5) if proposer == "draft" else None
     accepted, token = verify_random(target, proposals, torch.full((DRAWS,), 2), draft, generator, BACKEND)
     first = torch.where(accepted > 0, proposals[:, 0], token)
     second = torch.where(accepted > 1, proposals[:, 1], token)[accepted > 0]
@@ -61,16 +67,16 @@ def _chi2(tokens, probs) -> float:
     return float(((observed - expected) ** 2 / expected).sum())
 
 
-@pytest.mark.parametrize("draft_probs", [True, False], ids=["draft", "one-hot"])
-def test_speculative_sampling_follows_the_targets_distribution(draft_probs):
-    first, second = _tokens(draft_probs, torch.Generator().manual_seed(0))
+@pytest.mark.parametrize("proposer", ["draft", "one-hot", "argmax"])
+def test_speculative_sampling_follows_the_targets_distribution(proposer):
+    first, second = _tokens(proposer, torch.Generator().manual_seed(0))
     assert _chi2(first, TARGET[0]) < CHI2_DF4_999
     assert _chi2(second, TARGET[1]) < CHI2_DF4_999
 
 
 def test_without_the_residual_the_tokens_do_not_follow_the_target(monkeypatch):
     monkeypatch.setattr(rejection_ref, "residual", lambda p, q: p)  # a rejection redrawn from p itself
-    first, second = _tokens(True, torch.Generator().manual_seed(0))
+    first, second = _tokens("draft", torch.Generator().manual_seed(0))
     assert _chi2(first, TARGET[0]) > 10 * CHI2_DF4_999
 
 
