@@ -88,6 +88,8 @@ class Engine:
             raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
         self.spec, self.system, self.seed, self.time_fn, self.clock = spec, system, seed, time_fn, clock
         self.last_host_s = 0.0  # the host seconds charged to the iteration now running (a time_fn may read it)
+        # its proposer's seconds, a draft's or a head's before and after the target's forward (a time_fn may read it)
+        self.last_proposer_s = 0.0
         self.runner: ModelRunner | None = None
         self.draft: DraftProposer | None = None  # a draft system's draft model, on its own cache
         self.head: HeadProposer | None = None  # an EAGLE or MTP system's head, on its own cache
@@ -262,8 +264,8 @@ class Engine:
             return False
         proposals, draft_probs, proposer_s = self._propose(run, step.batch, sampling)
         sampled, measured = self._execute(run, step.batch, sampling, proposals, draft_probs)
-        # the proposer's forwards are the iteration's device work too: a draft's, or a head's before and after
-        measured += proposer_s + self._follow(run, proposals, sampled)
+        self.last_proposer_s = proposer_s + self._follow(run, proposals, sampled)
+        measured += self.last_proposer_s  # the proposer's forwards are the iteration's device work too
         forks = run.beam.take_forks() if step.batch.beam_groups else None  # the beam searches' choice
         # host work charged to this iteration: its admission, scheduling and inputs, and the previous
         # iteration's completion and records, which ran between the two forwards

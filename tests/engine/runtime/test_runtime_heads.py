@@ -120,7 +120,11 @@ def test_the_proposers_time_is_the_iterations(monkeypatch, method):
     execute = engine.runner.execute
     monkeypatch.setattr(engine.runner, "execute", lambda *a, **kw: (execute(*a, **kw)[0], 0.0))  # the target: free
     engine.generate(PROMPTS, 6)
-    assert {it.duration_s for it in engine.records.iterations} == {0.25 if method == "draft" else 0.5}
+    proposer_s = 0.25 if method == "draft" else 0.5
+    assert {it.duration_s for it in engine.records.iterations} == {proposer_s}
+    # a time_fn (a measured clock's) reads it too
+    engine.replay([(0.0, 5, 4, 1)], time_fn=lambda batch: engine.last_proposer_s)
+    assert {it.duration_s for it in engine.records.iterations} == {proposer_s}
 
 
 def test_a_heads_kv_takes_its_share_of_the_pool():
