@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.core.system import SystemSpec
+
 EPSILON_S = 1e-7  # far below any iteration's span, far above the rounding of its start plus its duration
 
 
@@ -51,6 +53,11 @@ class Schedule:
 
     prompt_only: bool = False
     join_late: bool = False
+
+    @classmethod
+    def of(cls, system: SystemSpec, join_late: bool = False) -> Schedule:
+        """How `system` schedules (a split fleet's: its decode pool's system, whose requests join late)."""
+        return cls(prompt_only=system.prefill_policy == "separate", join_late=join_late)
 
 
 def chunk_times(requests: Mapping[str, np.ndarray], iterations: Mapping[str, np.ndarray],
