@@ -27,6 +27,7 @@ from engine.specs.paths import Shipped, names_hint, resolve_path
 from sim.core.routers import ROUTER_KINDS, RouterSpec
 from sim.experiment.acceptance_table import with_table_rates
 from sim.experiment.expert_parallel_config import expert_parallel_from_config, expert_parallel_group
+from sim.experiment.goodput import check_slos
 from sim.experiment.kv_pool import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool, weight_bytes_per_gpu
 from sim.experiment.overrides import apply_overrides, blamed_on_overrides
 from sim.experiment.proposer_memory import proposer_memory
@@ -72,6 +73,10 @@ TOP_LEVEL_KEYS = {
     "breakdown": "true: each iteration's device time by kernel kind and host time by term, in the iterations "
                  "file and as shares in the summary (every iteration priced on its own: slower)",
     "trace_events": "true: also each run's trace.json.gz, a Chrome/Perfetto trace (implies breakdown)",
+    "vllm_bench": "true: also each run's vllm_bench.json, as `vllm bench serve --save-result --save-detailed` "
+                  "writes it",
+    "goodput": "{ttft, tpot, e2el}: service level objectives in ms for vllm_bench.json's request_goodput, as "
+               "vLLM's --goodput (implies vllm_bench)",
 }
 ROUTERS = ROUTER_KINDS
 DTYPE_BYTES = (1, 2, 4)  # int8/fp8, fp16/bf16, fp32
@@ -108,6 +113,17 @@ class Experiment:
     split: SplitConfig | None = None  # a prefill pool and a decode pool (sim/experiment/split_config.py)
     # the replicas are one data-parallel group with expert parallelism (sim/experiment/expert_parallel_config.py)
     expert_parallel: bool = False
+    vllm_bench: bool = False  # each run's vllm_bench.json too (sim/experiment/vllm_bench.py)
+    # goodput's objectives in ms by vLLM's metric names (sim/experiment/goodput.py), as pairs: a value, hashable
+    goodput: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs the fleet takes: its replicas' tensor-parallel groups, pool by pool for a split fleet."""
+        if self.split is None:
+            return self.replicas * self.tensor_parallel
+        return sum(pool.replicas * (pool.tensor_parallel or self.tensor_parallel)
+                   for pool in (self.split.prefill, self.split.decode))
 
     @property
     def expert_parallel_group(self) -> ExpertParallel | None:
@@ -328,6 +344,9 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
             raw.get("trace_events", False), source, "trace_events"),
         trace_events=_flag(raw.get("trace_events", False), source, "trace_events"),
         split=split_from_config(raw.get("split"), source, base_dir, hardware),
+        vllm_bench=_flag(raw.get("vllm_bench", False), source, "vllm_bench") or raw.get("goodput") is not None,
+        goodput=tuple(check_slos(raw["goodput"], source, "goodput").items()) if raw.get("goodput") is not None
+        else (),
     )
     if any(system.speculative is not None for system in exp.systems):
         exp = dataclasses.replace(exp, systems=with_drafts(exp.systems, exp.model, source, lambda value, key: _lookup(
