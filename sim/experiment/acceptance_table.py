@@ -8,6 +8,7 @@ reads exactly as one given the same rates inline."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,14 +55,16 @@ class AcceptanceRow:
         return f"{self.method} with {self.proposer} on {self.model}, {self.dataset}"
 
 
-def with_table_rates(systems: tuple[SystemSpec, ...], target: str, source: str,
-                     base_dir: Path | None) -> tuple[SystemSpec, ...]:
-    """The systems with each table's acceptance read into rates (`target`: the experiment's model's name)."""
+def with_table_rates(systems: tuple[SystemSpec, ...], target: str, source: str, base_dir: Path | None,
+                     keys: Sequence[str] | None = None) -> tuple[SystemSpec, ...]:
+    """The systems with each table's acceptance read into rates (`target`: the experiment's model's name; `keys`:
+    each system's key, default systems[i])."""
     resolved = []
     for i, system in enumerate(systems):
         spec = system.speculative
         if spec is not None and spec.acceptance_table is not None:
-            rates = table_rates(spec, target, source, f"systems[{i}].speculative", base_dir)
+            key = keys[i] if keys is not None else f"systems[{i}]"
+            rates = table_rates(spec, target, source, f"{key}.speculative", base_dir)
             system = dataclasses.replace(system, speculative=dataclasses.replace(spec, rates=rates,
                                                                                  acceptance_table=None))
         resolved.append(system)

@@ -32,13 +32,13 @@ from sim.experiment.kv_pool import GIB, KVPool, block_bytes, kv_cache_bytes_by_r
 from sim.experiment.overrides import apply_overrides, blamed_on_overrides
 from sim.experiment.proposer_memory import proposer_memory
 from sim.experiment.router_config import check_router, router_from_config
-from sim.experiment.speculation import check_requests, check_trace, proposer_model, with_drafts
-from sim.experiment.speculation import check_split as check_split_speculation
+from sim.experiment.speculation import check_prefill_pool, check_requests, check_trace, proposer_model, with_drafts
 from sim.experiment.split_config import (
     POOL_KEYS,
     PoolConfig,
     SplitConfig,
     check_one_sequence,
+    pool_system,
     routed_systems,
     split_from_config,
 )
@@ -348,10 +348,7 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
         goodput=tuple(check_slos(raw["goodput"], source, "goodput").items()) if raw.get("goodput") is not None
         else (),
     )
-    if any(system.speculative is not None for system in exp.systems):
-        exp = dataclasses.replace(exp, systems=with_drafts(exp.systems, exp.model, source, lambda value, key: _lookup(
-            load_model_spec, value, source, key, base_dir, SHIPPED_MODELS)))
-        exp = dataclasses.replace(exp, systems=with_table_rates(exp.systems, exp.model.name, source, base_dir))
+    exp = _with_proposers(exp, base_dir)
     if "expert_parallel" in raw:
         exp = dataclasses.replace(exp, expert_parallel=expert_parallel_from_config(
             raw["expert_parallel"], exp.model, exp.replicas, exp.tensor_parallel, exp.split is not None, source))
@@ -364,6 +361,23 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
     if check_profile:
         check_cost_model(exp)
     check_workload(exp, check_warmup)
+    return exp
+
+
+def _with_proposers(exp: Experiment, base_dir: Path) -> Experiment:
+    """Each speculating system with its draft model loaded and its table's acceptance read: the systems run, and a
+    split's decode pool's own system (the pool that speculates)."""
+    def resolved(systems: tuple[SystemSpec, ...], keys: tuple[str, ...] | None) -> tuple[SystemSpec, ...]:
+        systems = with_drafts(systems, exp.model, exp.source, lambda value, key: _lookup(
+            load_model_spec, value, exp.source, key, base_dir, SHIPPED_MODELS), keys)
+        return with_table_rates(systems, exp.model.name, exp.source, base_dir, keys)
+    if any(system.speculative is not None for system in exp.systems):
+        exp = dataclasses.replace(exp, systems=resolved(exp.systems, None))
+    split = exp.split
+    if split is not None and split.decode.system is not None and split.decode.system.speculative is not None:
+        (system,) = resolved((split.decode.system,), ("split.decode.system",))
+        exp = dataclasses.replace(exp, split=dataclasses.replace(split, decode=dataclasses.replace(split.decode,
+                                                                                                  system=system)))
     return exp
 
 
@@ -386,10 +400,8 @@ def check_split(exp: Experiment) -> None:
     if exp.breakdown:
         raise SpecError(exp.source, "breakdown", "a split fleet's runs keep no per-iteration breakdown (nor "
                         "trace_events); leave both out with split")
-    check_split_speculation(exp.systems, exp.source, "systems")
-    for name, pool in (("prefill", exp.split.prefill), ("decode", exp.split.decode)):
-        if pool.system is not None:
-            check_split_speculation((pool.system,), exp.source, f"split.{name}.system")
+    if exp.split.prefill.system is not None:
+        check_prefill_pool(exp.split.prefill.system, exp.source, "split.prefill.system")
     check_pools(exp)
 
 
@@ -404,6 +416,8 @@ def check_pools(exp: Experiment) -> None:
         variant = pool_experiment(exp, pool)
         if pool.system is not None:  # the pool runs its own system, whatever the experiment's are
             variant = dataclasses.replace(variant, systems=(pool.system,))
+        if name == "prefill":  # its replicas never speculate: its memory holds no proposer
+            variant = dataclasses.replace(variant, systems=tuple(pool_system(pool, s, False) for s in variant.systems))
         try:
             check_parallelism(variant)
             check_batching(variant)

@@ -23,7 +23,13 @@ from sim.experiment.config import Experiment, clock_for
 from sim.experiment.merged import MergedIterations
 from sim.experiment.metrics import SUMMARY_METRICS, kv_shares, load_imbalance, summarize
 from sim.experiment.speculation_records import speculation_columns
-from sim.experiment.split_run import prefill_replicas, serve_split_trace, split_setup, transfer_metrics
+from sim.experiment.split_run import (
+    prefill_replicas,
+    serve_split_trace,
+    split_cost_source,
+    split_setup,
+    transfer_metrics,
+)
 from sim.experiment.token_stream import Schedule
 from sim.workload.config import build_trace
 from sim.workload.trace import Trace
@@ -209,7 +215,9 @@ def _run_split(exp: Experiment, system: SystemSpec, trace: Trace, rate: float, s
     split_runs = serve_split_trace(exp, setup, trace, rng)
     runs = split_runs.runs
     requests, dropped = requests_of(runs)
-    iterations = merged_records(runs).iteration_arrays()
+    iterations: Mapping[str, np.ndarray] = merged_records(runs).iteration_arrays()
+    if setup.decode.system.speculative is not None:  # each iteration's tokens proposed and accepted (prefill: none)
+        iterations = {**iterations, **speculation_columns(runs)}
     split = exp.split
     assert split is not None
     decode_slots = setup.decode.num_gpu_blocks * setup.decode.system.block_size
@@ -224,9 +232,10 @@ def _run_split(exp: Experiment, system: SystemSpec, trace: Trace, rate: float, s
         **summary_head(exp, system, trace, split.replicas, setup.prefill.cost_model, rate, seed), **metrics,
         "prefill_replicas": split.prefill.replicas, "decode_replicas": split.decode.replicas,
         **transfer_metrics(split_runs.transfers, exp.warmup_s, trace.arrival_s, horizon_s),
-        COST_MODEL_SOURCE: setup.prefill.cost_model.source,
+        COST_MODEL_SOURCE: split_cost_source(setup),
     }
     # a request's tokens after its first come from a decode replica, which it joined after that first token
     bench = _vllm_bench(exp, system, rate, seed, requests, iterations, dropped, horizon_s,
                         Schedule.of(setup.decode.system, join_late=True))
     return RunResult(summary, requests, iterations, dropped, bench)
+

@@ -154,12 +154,6 @@ def test_samples_and_beams_are_refused_when_speculating(opt_tiny):
         run.beam_search(PROMPTS[:1], 4, beam_width=2)
 
 
-def test_a_split_fleet_refuses_a_speculating_system(opt_tiny):
-    from engine.runtime.split_engine import SplitEngine
-    with pytest.raises(ValueError, match="split engine's prefill engine runs without speculative decoding"):
-        SplitEngine.build(opt_tiny, speculating(), 32, 32, attention_backend="torch")
-
-
 @pytest.mark.parametrize("method", ["ngram", "draft", "eagle", "mtp"])
 def test_a_prefix_cached_replay_speculates_over_its_streams(opt_tiny, method):
     """Its sequences generate their streams' outputs and propose the streams' next tokens: the records carry the

@@ -107,9 +107,10 @@ def test_speculation_with_samples_or_beams_is_refused(tmp_path):
     refused(tmp_path, NGRAM, "workload.beam_width", "beams", workload=workload % "beam_width: 2")
 
 
-def test_a_split_fleet_does_not_speculate_yet(tmp_path):
-    split = "{prefill: {replicas: 1}, decode: {replicas: 1}}"
-    refused(tmp_path, NGRAM, "systems[0].speculative", "split", split=split)
+def test_a_split_fleets_prefill_pool_does_not_speculate(tmp_path):
+    split = f"{{prefill: {{replicas: 1, system: {{preset: vllm, speculative: {NGRAM}}}}}, decode: {{replicas: 1}}}}"
+    refused(tmp_path, NGRAM, "split.prefill.system.speculative", "prefill replicas do not speculate", "decode pool",
+            split=split)
 
 
 def test_a_draft_takes_its_weights_and_its_kv_out_of_the_pool(tmp_path):
