@@ -14,7 +14,8 @@ REPO = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 PACKAGES = ("servesim", "sim", "calibrate", "engine", "fidelity")
 IMPORT_NAMES = {"pyyaml": "yaml"}  # a distribution imported under another name
-PINNED = re.compile(r"^[A-Za-z0-9_.-]+(>=[0-9][^,<>=]*,<[0-9][^,<>=]*|==[0-9][^,<>=]*)$")
+# a range or one version, and optionally an environment marker after it (`; python_version < '3.14'`)
+PINNED = re.compile(r"^[A-Za-z0-9_.-]+(>=[0-9][^,<>=;]*,<[0-9][^,<>=;]*|==[0-9][^,<>=;]*)(;.+)?$")
 # the Quickstart's extras: the real engine and the tests' tools; dask and rebuild-data stay out (their tests skip)
 QUICKSTART_EXTRAS = {"engine", "test"}
 
