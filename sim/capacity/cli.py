@@ -15,6 +15,7 @@ def _cmd_capacity(args) -> int:
     from sim.capacity.split import check_split_search, check_splits, header, split_capacity
     from sim.experiment.config import load_experiment
     from sim.experiment.output import prepare_out_dir, write_csv, write_text
+    from sim.experiment.setup import resolved_yaml
 
     exp = load_experiment(args.config, args.set)
     plan = plan_capacity(exp, args.target, args.rate, args.seed, args.tolerance, FLAGS)
@@ -41,10 +42,11 @@ def _cmd_capacity(args) -> int:
     for name, frame in tables.items():  # once every search is done: an error or a kill leaves no half set
         write_csv(frame, out_dir / name)
     write_text(result.cost_models, out_dir / "cost_models.txt")
+    write_text(resolved_yaml(exp.raw, args.config, args.set), out_dir / "resolved.yaml")
     stale = out_dir / "capacity_split.csv"
     if splits is None and stale.is_file():  # an earlier search's splits, which this one did not make
         stale.unlink()
-    print(f"wrote {out_dir}/" + ", ".join([*tables, "cost_models.txt"]))
+    print(f"wrote {out_dir}/" + ", ".join([*tables, "cost_models.txt", "resolved.yaml"]))
     return 0
 
 

@@ -32,6 +32,7 @@ from sim.capacity.search import (
 from sim.capacity.targets import Target, judge, label, parse_targets
 from sim.executors.workers import Workers
 from sim.experiment.config import MAX_REQUESTS, Experiment
+from sim.experiment.setup import setup_of
 from sim.experiment.sweep import cost_models_text
 
 if TYPE_CHECKING:
@@ -241,6 +242,7 @@ def _row(plan: CapacityPlan, search: Search, answer: tuple, path: list[Probe], n
     row["limited_by"] = limited_by
     # what priced the answer, in a few words (its whole description: cost_models.txt beside capacity.csv)
     row["cost_model"] = path[-1].summary["cost_model"] if path else ""
+    row.update(setup_of(plan.exp, search.system))  # the rest of what the answer was computed on
     return row
 
 
