@@ -19,10 +19,11 @@ if TYPE_CHECKING:  # names for the annotations only: nothing heavy loads with th
     import pandas as pd
 
     from fidelity.validate import ValidationResult
+    from sim.capacity.deploy_run import PlanResult
     from sim.experiment.config import Experiment
     from sim.experiment.run import RunResult
 
-__all__ = ["load_experiment", "run", "simulate", "capacity", "split_capacity", "reproduce", "validate"]
+__all__ = ["load_experiment", "run", "simulate", "capacity", "split_capacity", "plan", "reproduce", "validate"]
 
 
 def load_experiment(path: str | Path, overrides: Sequence[str] = ()) -> Experiment:
@@ -171,6 +172,43 @@ def split_capacity(config: str | Path | Experiment, target: str | Sequence[str] 
     report(header(total))
     with _executor(asked, exp).open() as workers:
         return pd.DataFrame(search_splits(plan, total, workers, report))
+
+
+def plan(config: str | Path, out_dir: str | Path | None = None, *, overrides: Sequence[str] = (), jobs: int = 1,
+         progress=print) -> PlanResult:
+    """The cheapest fleet that serves a total rate under a joint SLO, and why every other deployment is not it
+    (`servesim plan`; docs/deployment-search.md).
+
+    `config` is a plan config: an experiment with a `plan:` section (the rate, the targets, the price table and the
+    GPUs, tensor parallelisms, batch limits and number formats to try); `overrides` are `--set` strings, e.g.
+    `"plan.rate=20"`. Writes the command's files under `out_dir` (None: `results/<name>`), `plan.csv`,
+    `plan_rejected.csv`, `plan_pareto.png` and `resolved.yaml`, keeping every probe in `plan_probes/`: a call with
+    the same config resumes, simulating nothing twice. `jobs` is the processes the searches run on (0: one per
+    core); `progress` receives each line the command prints (None: none). The config, the prices and the arguments
+    are checked as the command checks them (a SpecError naming the file and key, or the argument) before any probe
+    runs. Returns a `PlanResult`: `ranked` (plan.csv: the fleets that meet the SLO, cheapest first) and `rejected`
+    (plan_rejected.csv: every other deployment, its stage and reason).
+
+    Example::
+
+        result = servesim.plan("configs/examples/plan_llama3_70b.yaml", "results/plan", overrides=["plan.rate=20"])
+        print(result.ranked[["rank", "hardware", "tensor_parallel", "replicas", "usd_per_hour"]])
+    """
+    from engine.specs.arguments import callback
+    from sim.capacity.deploy_run import plan_arguments, run_plan
+
+    report = callback(progress, "progress")
+    asked = _jobs(jobs)
+    checked = plan_arguments(config, overrides, out_dir, lambda runs: _pool(asked, runs))
+    return run_plan(checked, report)
+
+
+def _pool(jobs: int, runs: int):
+    """Local processes, as the command's --jobs gives them (0: one per core), at most one a search."""
+    from engine.specs.arguments import per_core
+    from sim.executors.spec import ExecutorSpec
+
+    return ExecutorSpec("process", per_core(jobs, runs))
 
 
 def _jobs(value: object) -> int:

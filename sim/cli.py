@@ -13,13 +13,6 @@ from sim.executors.options import add_executor_options, executor_spec
 RUN_FLAGS = Spelling(overrides="--set", out_dir="--out", jobs="--jobs", iterations="--iterations")
 
 
-def workload_label(workload) -> str:
-    if workload.is_replay:
-        return f"replay of {Path(workload.trace).name}"
-    dataset = Path(workload.dataset).name if "/" in str(workload.dataset) else workload.dataset
-    return f"{dataset}, {workload.arrival} arrivals"
-
-
 def _cmd_run(args) -> int:
     from engine.core.compiled import control_plane_build
     from sim.experiment.checked import run_arguments
@@ -67,6 +60,7 @@ def _goodput_override(pairs: list[str] | None) -> list[str]:
 def _run_and_report(args, exp, out_dir: Path, executor, started: float, plots) -> int:
     from sim.experiment.output import write_columns_csv, write_text
     from sim.experiment.report import summary_table, unmeasured_warnings
+    from sim.experiment.setup import workload_label
     from sim.experiment.sweep import cost_models_text, summary_columns, sweep_rows
 
     # the figures are drawn in processes of their own from the summary's rows, as soon as every run's is known

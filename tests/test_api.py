@@ -58,9 +58,13 @@ def test_run_writes_the_sweep_and_resumes(config, tmp_path):
 def test_capacity_finds_a_rate_and_the_replicas_for_more(config):
     table = servesim.capacity(config, "ttft_p90_s=5", rate=3, tolerance=0.3, overrides=["systems=[vllm]"])
     assert list(table.columns) == ["system", "metric", "limit", "max_rate_per_replica_rps", "target_rate_rps",
-                                   "replicas_needed", "limited_by", "cost_model"]
+                                   "replicas_needed", "limited_by", "cost_model", "model", "hardware",
+                                   "tensor_parallel", "precision", "engine", "workload"]
     [row] = table.to_dict("records")
     assert row["max_rate_per_replica_rps"] > 0 and row["replicas_needed"] >= 2
+    assert (row["model"], row["hardware"], row["tensor_parallel"], row["precision"], row["workload"]) == (
+        "opt-13b", "a100-40gb", 1, "fp16/fp16", "sharegpt-standin, poisson arrivals"), "the answer names its setup"
+    assert row["engine"] == "vllm mixed, 256 seqs, 2560 tokens"
     with pytest.raises(SpecError, match="unknown metric"):
         servesim.capacity(config, "latency=1")
 

@@ -1,4 +1,5 @@
-"""`servesim capacity`: what rate holds my latency target, and how many replicas I need."""
+"""`servesim capacity`: what rate holds my latency target, and how many replicas I need; `servesim plan`: the
+cheapest fleet that serves a rate under a joint SLO."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,6 +16,7 @@ def _cmd_capacity(args) -> int:
     from sim.capacity.split import check_split_search, check_splits, header, split_capacity
     from sim.experiment.config import load_experiment
     from sim.experiment.output import prepare_out_dir, write_csv, write_text
+    from sim.experiment.setup import resolved_yaml
 
     exp = load_experiment(args.config, args.set)
     plan = plan_capacity(exp, args.target, args.rate, args.seed, args.tolerance, FLAGS)
@@ -41,14 +43,44 @@ def _cmd_capacity(args) -> int:
     for name, frame in tables.items():  # once every search is done: an error or a kill leaves no half set
         write_csv(frame, out_dir / name)
     write_text(result.cost_models, out_dir / "cost_models.txt")
+    write_text(resolved_yaml(exp.raw, args.config, args.set), out_dir / "resolved.yaml")
     stale = out_dir / "capacity_split.csv"
     if splits is None and stale.is_file():  # an earlier search's splits, which this one did not make
         stale.unlink()
-    print(f"wrote {out_dir}/" + ", ".join([*tables, "cost_models.txt"]))
+    print(f"wrote {out_dir}/" + ", ".join([*tables, "cost_models.txt", "resolved.yaml"]))
+    return 0
+
+
+def _cmd_plan(args) -> int:
+    import time
+
+    from engine.specs.arguments import Spelling
+    from sim.capacity.deploy_run import plan_arguments, run_plan
+
+    started = time.perf_counter()
+    checked = plan_arguments(args.config, args.set, args.out, lambda runs: executor_spec(args, runs),
+                             Spelling(overrides="--set", out_dir="--out", config="config"))
+    result = run_plan(checked, print)
+    if len(result.ranked):
+        shown = ["rank", "replicas", "hardware", "tensor_parallel", "precision", "fleet", "max_num_seqs",
+                 "max_num_batched_tokens", "usd_per_hour", "usd_per_million_output_tokens", "rate_per_replica_rps",
+                 *(t.metric for t in checked.search.targets)]
+        print(result.ranked[shown].to_string(index=False))
+    print(f"wrote {checked.out_dir}/" + ", ".join(result.files) + f" in {time.perf_counter() - started:.1f} s")
     return 0
 
 
 def register(sub) -> None:
+    plan = sub.add_parser("plan", help="the cheapest fleet (GPU, parallelism, formats, batch limits, replicas) that "
+                          "serves a rate under a joint SLO, and why every other deployment is not it")
+    plan.add_argument("config", help="a plan config: an experiment with a plan: section, e.g. "
+                      "configs/examples/plan_llama3_70b.yaml")
+    plan.add_argument("--out", help="output folder (default results/<name>); a plan run again there resumes")
+    plan.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                      help="override a config key, e.g. --set plan.rate=20 --set workload.duration_s=300")
+    add_executor_options(plan, "searches")
+    plan.set_defaults(func=_cmd_plan)
+
     cap = sub.add_parser("capacity", help="highest rate meeting a latency target; replicas for a rate")
     cap.add_argument("config")
     cap.add_argument("--target", required=True, action="append",

@@ -32,6 +32,7 @@ from sim.capacity.search import (
 from sim.capacity.targets import Target, judge, label, parse_targets
 from sim.executors.workers import Workers
 from sim.experiment.config import MAX_REQUESTS, Experiment
+from sim.experiment.setup import setup_of
 from sim.experiment.sweep import cost_models_text
 
 if TYPE_CHECKING:
@@ -222,7 +223,7 @@ def _row(plan: CapacityPlan, search: Search, answer: tuple, path: list[Probe], n
     row = {"system": name, "metric": search.metric,
            "limit": search.targets[0].limit if len(search.targets) == 1 else math.nan,
            "max_rate_per_replica_rps": rate}
-    limited_by = _limited_by(rate, path, search.targets, plan.ceiling)
+    limited_by = stopped_by(rate, path, search.targets, plan.ceiling)
     what = "" if len(plan.targets) == 1 else f" [{label(search.targets)}]"
     notes.extend(f"  {name:<18}{what} {note}" for note in _rate_notes(plan, search, rate, path, limited_by))
     if plan.rate is not None:
@@ -241,6 +242,7 @@ def _row(plan: CapacityPlan, search: Search, answer: tuple, path: list[Probe], n
     row["limited_by"] = limited_by
     # what priced the answer, in a few words (its whole description: cost_models.txt beside capacity.csv)
     row["cost_model"] = path[-1].summary["cost_model"] if path else ""
+    row.update(setup_of(plan.exp, search.system))  # the rest of what the answer was computed on
     return row
 
 
@@ -276,7 +278,7 @@ def _rate_notes(plan: CapacityPlan, search: Search, rate: float, path: list[Prob
     return notes
 
 
-def _limited_by(rate: float, path: list[Probe], targets: tuple[Target, ...], ceiling: float) -> str:
+def stopped_by(rate: float, path: list[Probe], targets: tuple[Target, ...], ceiling: float) -> str:
     """Why the search stopped where it did: what failed at the lowest rate above the answer that failed."""
     over = [p for p in path if p.replicas == path[0].replicas and p.rate > rate
             and judge(p.summary, targets).held is False]

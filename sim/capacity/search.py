@@ -43,18 +43,20 @@ class Probe:
     """One run at a point, as a worker sends it back: a few numbers of its summary, not its records."""
     rate: float
     replicas: int
-    summary: dict  # every target metric, SERVED_KEYS, PACE_KEYS, num_measured and PRICED_BY
+    summary: dict  # every target metric, SERVED_KEYS, PACE_KEYS, num_measured, PRICED_BY and THROUGHPUT
 
 
 # what priced a probe: its system, and its cost model in a few words and in whole (capacity's cost_models.txt)
 PRICED_BY = ("system", "cost_model", COST_MODEL_SOURCE)
+# what a probe served: requests and generated tokens a second (a plan's dollars per million output tokens)
+THROUGHPUT = ("throughput_rps", "throughput_tokens_per_s")
 
 
 def probe(exp: Experiment, system: SystemSpec, rate: float, replicas: int, seed: int) -> Probe:
     """One run, and how it kept pace with its arrivals (sim/capacity/saturation.py), read from its records here:
     a worker sends back the summary alone."""
     run = run_one(dataclasses.replace(exp, replicas=replicas), system, rate, seed)
-    kept = (*TARGET_METRICS, *SERVED_KEYS, "num_measured", *PRICED_BY)
+    kept = (*TARGET_METRICS, *SERVED_KEYS, "num_measured", *PRICED_BY, *THROUGHPUT)
     summary = {key: run.summary[key] for key in kept}
     return Probe(rate, replicas, {**summary, **pace(run.requests, exp.warmup_s).as_summary()})
 

@@ -153,7 +153,8 @@ def test_a_search_without_splits_leaves_no_earlier_split_table_beside_its_own(wr
     (out / "capacity_split.csv").write_text("system,fleet\nold,colocated\n")
     config = write_config(tiny(systems="[vllm]", rates="[1]"))
     assert main(["capacity", str(config), "--target", "ttft_p90_s=1", "--tolerance", "0.3", "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["capacity.csv", "capacity_probes.csv", "cost_models.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["capacity.csv", "capacity_probes.csv", "cost_models.txt",
+                                                     "resolved.yaml"]
     assert "measured" in pd.read_csv(out / "capacity_probes.csv").columns
     (label,) = pd.read_csv(out / "capacity.csv")["cost_model"].unique()
     assert "+ vllm-0.19" in label and label in (out / "cost_models.txt").read_text(), (

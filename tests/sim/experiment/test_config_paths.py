@@ -11,8 +11,10 @@ from calibrate.hardware.hardware import HARDWARE_DIR, hardware_from_dict, load_h
 from engine.errors import SpecError
 from fidelity.config import load_validation
 from servesim.cli import main
+from sim.capacity.prices import load_prices
 from sim.experiment.config import kv_link_of, load_experiment
 from tests.helpers.configs import tiny
+from tests.helpers.plans import shipped_experiment
 
 ROOT = Path(__file__).resolve().parents[3]
 SPLIT = "{prefill: {replicas: 1}, decode: {replicas: 1}, kv_link: %s}"
@@ -137,7 +139,9 @@ def test_every_shipped_config_loads_copied_elsewhere_and_run_from_another_folder
     configs = sorted((elsewhere / "copied").rglob("*.yaml"))
     assert len(configs) >= 30
     for config in configs:
-        if config.parent.name != "validation":
-            assert load_experiment(config).rates
+        if config.parent.name == "prices":  # `servesim plan`'s price tables
+            assert load_prices(config).gpus
+        elif config.parent.name != "validation":
+            assert shipped_experiment(config).rates
         elif config.name != "cpu-host.yaml":  # the hardware sheet the CPU validations name beside them
             assert load_validation(config).experiment.rates

@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 
 from sim.experiment.config import load_experiment
+from tests.helpers.plans import shipped_experiment
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIGS = sorted(p for d in ("", "paper", "examples") for p in (ROOT / "configs" / d).glob("*.yaml"))
@@ -11,7 +12,7 @@ CONFIGS = sorted(p for d in ("", "paper", "examples") for p in (ROOT / "configs"
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_shipped_experiment_loads(path):
-    exp = load_experiment(path)
+    exp = shipped_experiment(path)
     assert exp.systems and exp.rates
     for system in exp.systems:
         assert exp.kv_pool(system).num_slots >= exp.model.max_seq_len

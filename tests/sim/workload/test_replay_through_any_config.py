@@ -11,6 +11,7 @@ import pytest
 from engine.errors import SpecError
 from sim.experiment.config import load_experiment
 from sim.workload.config import WorkloadConfig, build_trace
+from tests.helpers.plans import shipped_experiment
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE_TRACE = ROOT / "sim/workload/traces/example_bursty.csv"
@@ -33,7 +34,7 @@ def replay(tmp_path: Path, rows: str, max_seq_len: int = 2048, seed: int = 0, pr
 @pytest.mark.parametrize("config", SHIPPED, ids=lambda p: p.stem)
 def test_every_shipped_config_replays_a_trace_set_over_it(config):
     # warm-up 1 s: the example trace, rescaled to a config's highest rate, may end before a minute of warm-up
-    exp = load_experiment(config, [f"workload.trace={EXAMPLE_TRACE}", "warmup_s=1"])
+    exp = shipped_experiment(config, [f"workload.trace={EXAMPLE_TRACE}", "warmup_s=1"])
     assert exp.workload.is_replay
 
 
