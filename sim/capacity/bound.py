@@ -58,7 +58,8 @@ def roofline(exp: Experiment, system: SystemSpec) -> Roofline:
     tokens = system.max_num_batched_tokens if system.kind == "vllm" else None  # only vLLM's scheduler caps tokens
     most = min(system.max_seqs_per_batch, tokens or system.max_seqs_per_batch, exp.kv_pool(system).num_gpu_blocks)
     sizes = batch_sizes(most)
-    times = np.array([fastest.step_time(BatchShape((), (SHORTEST_CONTEXT,) * b, 0, 0, b)) for b in sizes])
+    # plain ints: the compiled control plane's BatchShape takes no numpy integers
+    times = np.array([fastest.step_time(BatchShape((), (SHORTEST_CONTEXT,) * b, 0, 0, b)) for b in sizes.tolist()])
     # between two sizes priced, a batch is no larger than the next and takes no less than this one's time
     most_per_s = np.append(sizes[1:], sizes[-1]) / times
     return Roofline(float(most_per_s.max()), float(times.min()), clock.label)  # the least any step takes

@@ -21,6 +21,7 @@ from engine.core.speculative import SpeculativeSpec
 from sim.core.merge import merged_records
 from sim.core.routers import make_router, router_spec
 from sim.core.split_fleet import SplitFleet, serve_split
+from tests.helpers.build import patches_the_control_plane
 from tests.helpers.core_harness import StepInvariants, hyp
 from tests.helpers.simulation import ROOFLINE, SYSTEMS, random_trace
 from tests.helpers.split_harness import VLLM, check_end, run_checked, setup_of
@@ -131,6 +132,7 @@ class DecodeInvariants:
         replica.after_step = after_step
 
 
+@patches_the_control_plane
 @hyp(max_examples=15)
 @given(seed=st.integers(0, 10_000), num_prefill=st.integers(1, 2), num_decode=st.integers(1, 3),
        decode_blocks=st.integers(40, 160), on_decode_full=st.sampled_from(["hold", "recompute"]),
