@@ -83,11 +83,12 @@ def run(config: str | Path | Experiment, out_dir: str | Path | None, *, override
 
 
 def simulate(config: str | Path | Experiment, *, system: str | None = None, rate: float | None = None,
-             seed: int | None = None, overrides: Sequence[str] = ()) -> RunResult:
+             seed: int | None = None, overrides: Sequence[str] = (), concurrency: int | None = None) -> RunResult:
     """One run, in memory: one system serving the trace of one rate and seed.
 
-    `system` is a display name (`"vLLM"`) or the system's key in the config (`"vllm"`); `rate` and
-    `seed` are among the experiment's `rates` and `seeds`. By default the experiment's first of each.
+    `system` is a display name (`"vLLM"`) or the system's key in the config (`"vllm"`); `rate`, `seed` and
+    `concurrency` (the client's gate) are among the experiment's `rates`, `seeds` and `concurrencies`. By default
+    the experiment's first of each.
     Returns a `RunResult`: `summary` (the run's row of `summary.csv`, a dict), `requests` and
     `iterations` (pandas frames in the schemas of `requests.csv.gz` and `iterations.parquet`).
     Nothing is written. A bad argument raises `SpecError` naming it.
@@ -100,7 +101,7 @@ def simulate(config: str | Path | Experiment, *, system: str | None = None, rate
     from sim.experiment.checked import simulate_arguments
     from sim.experiment.run import run_one
 
-    chosen = simulate_arguments(config, system, rate, seed, overrides)
+    chosen = simulate_arguments(config, system, rate, seed, overrides, concurrency)
     return run_one(chosen.exp, chosen.system, chosen.rate, chosen.seed)
 
 
