@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # names for the annotations only: nothing heavy loads with th
     from sim.experiment.config import Experiment
     from sim.experiment.run import RunResult
 
-__all__ = ["load_experiment", "run", "simulate", "capacity", "split_capacity", "reproduce", "validate"]
+__all__ = ["load_experiment", "run", "simulate", "capacity", "split_capacity", "concurrency_capacity", "reproduce",
+           "validate"]
 
 
 def load_experiment(path: str | Path, overrides: Sequence[str] = ()) -> Experiment:
@@ -172,6 +173,36 @@ def split_capacity(config: str | Path | Experiment, target: str | Sequence[str] 
     report(header(total))
     with _executor(asked, exp).open() as workers:
         return pd.DataFrame(search_splits(plan, total, workers, report))
+
+
+def concurrency_capacity(config: str | Path | Experiment, target: str | Sequence[str] | Mapping[str, float], *,
+                         seed: int = 0, overrides: Sequence[str] = (), jobs: int = 1, progress=print) -> pd.DataFrame:
+    """The highest max_concurrency that meets latency targets, per system (`servesim capacity --concurrency`):
+    every request at 0 s (rate inf) and a client's gate of that many in flight, each sent as another finishes, as
+    vLLM's `bench serve --max-concurrency` drives a server; the answer given as the concurrency and as the request
+    rate it served. `target` as `capacity`'s; the workload needs `num_requests` (a replay: its trace's), which the
+    concurrency never passes. Returns a frame in `capacity_concurrency.csv`'s columns. `jobs` is the processes the
+    probes run on (0: one per core); `progress` receives each probe's line, then the command's notes on the
+    answers (None: none). The arguments are checked as the command checks them before any probe runs. Nothing is
+    written.
+
+    Example::
+
+        table = servesim.concurrency_capacity("configs/quickstart.yaml", "ttft_p90_s=1",
+                                              overrides=["workload={dataset: sharegpt, num_requests: 300}"])
+        print(table[["system", "max_concurrency", "request_rate_rps"]])
+    """
+    from engine.specs.arguments import callback
+    from sim.capacity.concurrency import concurrency_frame, plan_concurrency, run_concurrency
+
+    report = callback(progress, "progress")
+    asked = _jobs(jobs)
+    plan = plan_concurrency(_experiment(config, overrides), target, seed)
+    with _executor(asked, plan.exp).open() as workers:
+        result = run_concurrency(plan, workers, report)
+    for line in result.notes:
+        report(line)
+    return concurrency_frame(result.rows)
 
 
 def _jobs(value: object) -> int:

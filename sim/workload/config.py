@@ -132,8 +132,9 @@ class WorkloadConfig:
         values["arrival"] = choice(raw.get("arrival", cls.arrival), source, f"{SECTION}.arrival", list(ARRIVALS))
         values["cv"] = number(raw.get("cv", cls.cv), source, f"{SECTION}.cv", low=CV_RANGE[0], high=CV_RANGE[1])
         values.update(_burstiness(raw, source, values["trace"] is not None))
-        values["duration_s"] = number(raw.get("duration_s", cls.duration_s), source, f"{SECTION}.duration_s",
-                                      low=0, low_open=True, high=MAX_DURATION_S)
+        duration = raw.get("duration_s")  # null: not given (`--set workload.duration_s=null` makes way for a count)
+        values["duration_s"] = number(cls.duration_s if duration is None else duration, source,
+                                      f"{SECTION}.duration_s", low=0, low_open=True, high=MAX_DURATION_S)
         values["num_requests"] = _num_requests(raw, source, values["trace"] is not None)
         values["max_concurrency"] = optional(positive_int, raw.get("max_concurrency"), source,
                                              f"{SECTION}.max_concurrency")
