@@ -42,10 +42,11 @@ class MeasuredClock:
     The engine calls runner.execute (which times the iteration) and then time_fn(batch); this
     wraps the runner's execute to catch the measurement and returns it, so the engine's clock
     advances exactly as without a time_fn, and `times` / `shapes` hold every iteration in order.
-    Given the engine, a draft model's forwards (engine.draft, which proposes before the runner executes)
-    are added, as the engine's own clock adds them; and with include_host, the step's host work
-    (engine.last_host_s), as its clock="step" does. Of each iteration with decodes of a speculating system it keeps
-    the verify's kept counts (the runner's last_accepted, as the engine reads them) in `acceptance`.
+    Given the engine, the proposer's forwards (engine.last_proposer_s: a draft model's, or an EAGLE or MTP head's
+    before and after the target's forward) are added, as the engine's own clock adds them; and with include_host,
+    the step's host work (engine.last_host_s), as its clock="step" does. Of each iteration with decodes of a
+    speculating system it keeps the verify's kept counts (the runner's last_accepted, as the engine reads them) in
+    `acceptance`.
     """
 
     def __init__(self, runner, after_iteration: Callable[[], None] | None = None, engine=None,
@@ -59,7 +60,6 @@ class MeasuredClock:
         self.acceptance: list[AcceptanceOutcome] = []
         self._last: float | None = None
         self._kept: dict[int, int] = {}
-        self._draft_s = 0.0
         execute = runner.execute
 
         def timed_execute(*args, **kwargs):
@@ -68,22 +68,13 @@ class MeasuredClock:
             return sampled, seconds
 
         runner.execute = timed_execute
-        draft = engine.draft if engine is not None else None
-        if draft is not None:
-            propose = draft.propose
-
-            def timed_propose(*args, **kwargs):
-                drafted = propose(*args, **kwargs)
-                self._draft_s = drafted.seconds
-                return drafted
-
-            draft.propose = timed_propose
 
     def __call__(self, batch: Batch) -> float:
         if self._last is None:
             raise RuntimeError("the engine asked for an iteration's time before running it")
-        seconds, self._last = self._last + self._draft_s, None
-        self._draft_s = 0.0
+        seconds, self._last = self._last, None
+        if self.engine is not None:
+            seconds += self.engine.last_proposer_s
         if self.include_host:
             seconds += self.engine.last_host_s
         if batch.decode_proposed:  # a decode that proposed nothing (or was not verified) kept none
@@ -96,7 +87,7 @@ class MeasuredClock:
         return seconds
 
     def reset(self) -> None:
-        self.times, self.shapes, self.acceptance, self._last, self._kept, self._draft_s = [], [], [], None, {}, 0.0
+        self.times, self.shapes, self.acceptance, self._last, self._kept = [], [], [], None, {}
 
 
 class ScheduleDiverged(AssertionError):

@@ -36,7 +36,8 @@ def _cmd_run(args) -> int:
     if args.ylim is not None:  # none given: the axis fits the runs (sim/experiment/plots.py fitted_top)
         option(positive, args.ylim, "--ylim")
     overrides = [*args.set, *(["breakdown=true"] if args.breakdown else []),
-                 *(["trace_events=true"] if args.trace_events else [])]
+                 *(["trace_events=true"] if args.trace_events else []),
+                 *(["vllm_bench=true"] if args.vllm_bench else []), *_goodput_override(args.goodput)]
     checked = run_arguments(args.config, overrides, args.out, args.jobs, args.iterations, RUN_FLAGS,
                             executor=lambda runs: executor_spec(args, runs))
     exp, out_dir, executor = checked.exp, checked.out_dir, checked.executor
@@ -56,6 +57,15 @@ def _cmd_run(args) -> int:
         return _run_and_report(args, exp, out_dir, executor, started, None)
     with PlotProcess() as plots:  # matplotlib imported while the runs simulate (sim/experiment/run_plots.py)
         return _run_and_report(args, exp, out_dir, executor, started, plots)
+
+
+def _goodput_override(pairs: list[str] | None) -> list[str]:
+    """--goodput's METRIC:MS pairs as the config's `goodput` mapping (JSON is YAML), checked as the flag's."""
+    import json
+
+    from sim.experiment.goodput import slos_from_pairs
+
+    return [f"goodput={json.dumps(slos_from_pairs(pairs))}"] if pairs else []
 
 
 def _run_and_report(args, exp, out_dir: Path, executor, started: float, plots) -> int:
@@ -110,6 +120,14 @@ def register(sub) -> None:
                      help="also each run's trace.json.gz, a Chrome/Perfetto trace: a track per replica, a slice per "
                      "iteration with its parts, and a track per request with its phases, a long run's every k-th "
                      "(the config's `trace_events: true`; implies --breakdown)")
+    run.add_argument("--vllm-bench", action="store_true",
+                     help="also each run's vllm_bench.json, the result `vllm bench serve --save-result "
+                     "--save-detailed` writes: TTFT, TPOT, ITL and E2E latency figures, throughputs and the "
+                     "per-request lists, in vLLM's field names and units (the config's `vllm_bench: true`)")
+    run.add_argument("--goodput", nargs="+", metavar="METRIC:MS",
+                     help="service level objectives for vllm_bench.json's request_goodput, as vLLM's --goodput: "
+                     "e.g. --goodput ttft:500 tpot:50 (metrics ttft, tpot, e2el; implies --vllm-bench; the config's "
+                     "`goodput: {ttft: 500, tpot: 50}`)")
     run.add_argument("--ylim", type=float, default=None,
                      help="y-axis top of normalized_latency.png, s/token (default: fitted to the runs; at least "
                      "1.0, the paper's, where a curve reaches the 0.5 s/token line)")

@@ -67,7 +67,7 @@ class EngineCostModel(PricedOnBase):
         if padded == tokens:
             return 0.0
         model = self.base.model_for(batch) if hasattr(self.base, "model_for") else self.base
-        rows = batch.num_seqs
+        rows = batch.num_logit_rows
         return model.token_time(padded, rows) - model.token_time(tokens, rows)
 
     def serial_time(self, batch: BatchLike) -> float:

@@ -447,7 +447,7 @@ class RooflineCostModel(CostModel):
         the one formula of this model, which iteration_time's and a stretch's fast copies (RooflineTerms) are
         checked against to the bit."""
         tokens = batch.num_tokens
-        matmuls = self.matmul_time(tokens, batch.num_seqs)
+        matmuls = self.matmul_time(tokens, batch.num_logit_rows)
         if self.attention is not None:
             attention = self._fitted_attention(batch, sum_decode_context)
             if decode_blocks is not None:  # a paged kernel's overhead over the measured one (charge_block_reads)

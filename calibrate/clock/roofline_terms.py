@@ -179,12 +179,12 @@ class RooflineTerms:
             return fixed + tokens * self.s_per_token_kernels
         return self.s_kernels_fixed + tokens * self.s_per_token_kernels
 
-    def matmul_time(self, tokens: int, num_seqs: int) -> float:
-        """The linear layers and the LM head: their compute and their weights' reads under one bent roof
-        (bent_roof, as _time computes it; the hard max at p = inf, both taking the larger then)."""
+    def matmul_time(self, tokens: int, logit_rows: int) -> float:
+        """The linear layers and the LM head (on logit_rows): their compute and their weights' reads under one bent
+        roof (bent_roof, as _time computes it; the hard max at p = inf, both taking the larger then)."""
         if self.fp8_layers:
-            return self.fp8_matmul_time(tokens, num_seqs)
-        compute = tokens * self.s_per_token_linear + num_seqs * self.s_per_logit_row
+            return self.fp8_matmul_time(tokens, logit_rows)
+        compute = tokens * self.s_per_token_linear + logit_rows * self.s_per_logit_row
         weights = self.s_weights
         if self.num_experts > 1:
             weights = weights + self.expected_experts(tokens) * self.s_per_expert_read
@@ -195,9 +195,9 @@ class RooflineTerms:
         p = self.ridge_p
         return big if p == math.inf or small <= 0.0 else big * (1.0 + (small / big) ** p) ** (1.0 / p)
 
-    def fp8_matmul_time(self, tokens: int, num_seqs: int) -> float:
+    def fp8_matmul_time(self, tokens: int, logit_rows: int) -> float:
         """The decoder's FP8 GEMMs and the 16-bit LM head (RooflineCostModel.matmul_time's float with FP8 GEMMs)."""
-        head = num_seqs * self.s_per_logit_row
+        head = logit_rows * self.s_per_logit_row
         layer = 0.0
         for per_token_compute, weights, per_token_bytes, per_token_quant in self.fp8_gemms:
             compute = tokens * per_token_compute
@@ -210,7 +210,7 @@ class RooflineTerms:
         batch's (a Batch's property, a BatchShape's field)."""
         tokens = batch.num_tokens
         num_seqs = batch.num_seqs
-        matmuls = self.matmul_time(tokens, num_seqs)
+        matmuls = self.matmul_time(tokens, batch.num_logit_rows)
         if self.fitted:
             attention = self.fitted_attention(batch)
             if self.s_per_decode_block and batch.num_decodes:
@@ -311,7 +311,7 @@ class RooflineTerms:
         array expression (numpy's float64 operations round as these do), so the same floats."""
         tokens = batch.num_tokens
         num_seqs = batch.num_seqs
-        matmuls = self.matmul_time(tokens, num_seqs)
+        matmuls = self.matmul_time(tokens, batch.num_logit_rows)
         cached = batch.sum_prefill_cached
         first, step = batch.sum_decode_context, batch.num_decodes
         paged = bool(blocks)

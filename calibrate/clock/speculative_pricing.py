@@ -4,13 +4,15 @@ clock on a shape it already knows, and the proposer's work, priced by the same c
 - The verify step. A decode that proposed k tokens feeds the target k + 1 tokens (its last sampled one and the
   proposals) that attend over its context: exactly a prefill chunk of k + 1 tokens over c - 1 cached ones (c: the
   decode's context, its fed token included), which the clock prices as chunked prefill's chunks are priced. A
-  decode that proposed nothing stays a decode. The shape keeps one logit row per sequence, as a prefill's: the LM
-  head of the k other verified positions is not priced (vocab x hidden each: about 1.5% of a token's linear work
-  for Llama-3-70B).
+  decode that proposed nothing stays a decode. Unlike a prefill chunk, whose last position alone is sampled, each
+  of the k + 1 verified positions needs its logits: the shape carries the k proposals' rows beside the chunk's one
+  (BatchShape.extra_logit_rows), and the clock prices the LM head on all of them (vocab x hidden each: about 1.5%
+  of a token's linear work for Llama-3-70B).
 - The proposer. `draft`: k decode forwards of the draft model over the speculating sequences (the j-th over each
   context + j), and its forward over the iteration's prefills (the draft keeps its own KV of every prompt);
   `eagle` / `mtp`: the same over one decoder layer of the target (the head EAGLE or MTP adds); `ngram`: a lookup on
-  the host for each speculating sequence, NGRAM_SECONDS_PER_SEQUENCE each.
+  the host for each speculating sequence, NGRAM_SECONDS_PER_SEQUENCE each. Each of those forwards is a decode of
+  the speculating sequences, so its LM head runs one row per proposal it makes.
 """
 from __future__ import annotations
 
@@ -100,17 +102,18 @@ def proposals(batch: BatchLike) -> list[int]:
 
 def verify_shape(batch: BatchLike) -> BatchLike:
     """The iteration as the target runs it: each speculating decode a prefill chunk of k + 1 tokens over its context
-    less one (module docstring); a batch that proposes nothing as it is."""
+    less one, with a logit row for each of them (module docstring); a batch that proposes nothing as it is."""
     proposed = proposals(batch)
     if not any(proposed):
         return batch
     prefills, cached = list(batch.prefill_lens), list(_cached(batch) or (0,) * len(batch.prefill_lens))
     decodes: list[int] = []
+    rows = sum(proposed)  # the chunk's own row is its sequence's; each proposal adds one
     if all(proposed):  # the common case: every decode speculates
         prefills += [k + 1 for k in proposed]
         cached += [context - 1 for context in batch.decode_context_lens]
         return BatchShape(tuple(prefills), (), batch.num_swap_blocks, batch.num_copy_blocks,
-                          batch.num_running_groups, tuple(cached) if any(cached) else ())
+                          batch.num_running_groups, tuple(cached) if any(cached) else (), rows)
     for context, k in zip(batch.decode_context_lens, proposed):
         if k:
             prefills.append(k + 1)
@@ -118,7 +121,7 @@ def verify_shape(batch: BatchLike) -> BatchLike:
         else:
             decodes.append(context)
     return BatchShape(tuple(prefills), tuple(decodes), batch.num_swap_blocks, batch.num_copy_blocks,
-                      batch.num_running_groups, tuple(cached) if any(cached) else ())
+                      batch.num_running_groups, tuple(cached) if any(cached) else (), rows)
 
 
 def _cached(batch: BatchLike) -> tuple[int, ...]:

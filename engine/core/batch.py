@@ -64,6 +64,11 @@ class ShapeMetrics:
         """Sequences that produce logits: one per prefill and per decode."""
         return len(self.prefill_lens) + len(self.decode_context_lens)
 
+    @property
+    def num_logit_rows(self) -> int:
+        """Rows the LM head computes: one per sequence (a speculative verify's shape has more: BatchShape)."""
+        return self.num_seqs
+
     def decode_blocks(self, block_size: int) -> int:
         """KV blocks the decodes read, ceil(context / block_size) each: a paged kernel visits each once."""
         if block_size == 1:
@@ -185,3 +190,10 @@ class BatchShape(ShapeMetrics):
     num_copy_blocks: int = 0
     num_running_groups: int = 0
     prefill_cached_lens: Sequence[int] = ()
+    # the LM head's rows beyond one per sequence: a speculative verify scores each of its k + 1 positions, so each
+    # speculating decode's chunk adds its k proposals' rows (calibrate/clock/speculative_pricing.py)
+    extra_logit_rows: int = 0
+
+    @property
+    def num_logit_rows(self) -> int:
+        return len(self.prefill_lens) + len(self.decode_context_lens) + self.extra_logit_rows

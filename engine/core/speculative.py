@@ -18,7 +18,20 @@ from engine.errors import SpecError
 METHODS = ("draft", "ngram", "eagle", "mtp")
 MAX_SPECULATIVE_TOKENS = 16
 ACCEPTANCE_KEYS = ("mean_accepted", "rates")
+TABLE_KEYS = ("table", "dataset", "model", "proposer")  # acceptance read from a table's row
 KEYS = ("method", "num_speculative_tokens", "draft_model", "acceptance")
+
+
+@dataclass(frozen=True)
+class AcceptanceTable:
+    """Acceptance to be read from a table of published measurements (sim/experiment/acceptance_table.py): the table
+    (a shipped table's name or a file's path) and its row, the one of the system's method on `dataset`, measured
+    with the target `model` (None: the experiment's own) and, where the table has several, `proposer`."""
+
+    table: str
+    dataset: str
+    model: str | None = None
+    proposer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -27,13 +40,16 @@ class SpeculativeSpec:
     and the acceptance as per-position conditional rates: the target accepts proposal i with probability
     rates[i] when it accepted every one before it (a mean acceptance is turned into one rate for every
     position, the one whose expected accepted count is that mean: mean_accepted). `draft`: the draft model's
-    spec, once an experiment has found it by its name (sim.experiment.speculation)."""
+    spec, once an experiment has found it by its name (sim.experiment.speculation). `acceptance_table`: where the
+    rates are to be read from, until an experiment reads them (rates empty till then; None once read, so the spec
+    is the one its rates given inline make)."""
 
     method: str
     num_speculative_tokens: int
     rates: tuple[float, ...]
     draft_model: str | None = None
     draft: ModelSpec | None = None
+    acceptance_table: AcceptanceTable | None = None
 
     @property
     def expected_accepted(self) -> float:
@@ -95,16 +111,37 @@ def speculative_from_dict(raw: Any, source: str, key: str) -> SpeculativeSpec | 
     if method != "draft" and draft is not None:
         raise SpecError(source, f"{key}.draft_model", f"is read only by method 'draft'; this one is {method!r} "
                                                       "(remove the key)")
-    rates = _rates(raw.get("acceptance"), k, source, f"{key}.acceptance")
-    return SpeculativeSpec(method, k, rates, draft)
+    acceptance = raw.get("acceptance")
+    if isinstance(acceptance, dict) and "table" in acceptance:
+        return SpeculativeSpec(method, k, (), draft, acceptance_table=_table(acceptance, source, f"{key}.acceptance"))
+    return SpeculativeSpec(method, k, _rates(acceptance, k, source, f"{key}.acceptance"), draft)
+
+
+ACCEPTANCE_FORMS = ("must be {mean_accepted: a} (the mean of the k proposals accepted, 0 <= a <= k), "
+                    "{rates: [p1, ..., pk]} (each position's acceptance given the ones before, in [0, 1]) or "
+                    "{table: NAME-or-PATH, dataset: NAME} (a published measurement's row, with model: and proposer: "
+                    "where it must be named)")
+
+
+def _table(raw: dict, source: str, key: str) -> AcceptanceTable:
+    """acceptance: {table, dataset[, model][, proposer]}: names, checked here; the row is read by the experiment."""
+    for name in raw:
+        if name not in TABLE_KEYS:
+            raise SpecError(source, f"{key}.{name}", f"unknown key beside table; valid keys are {list(TABLE_KEYS)}")
+    names: dict[str, str | None] = {}
+    for name in TABLE_KEYS:
+        value = raw.get(name)
+        if (value is None and name in ("table", "dataset")) or (value is not None and (
+                not isinstance(value, str) or not value.strip())):
+            raise SpecError(source, f"{key}.{name}", f"must be a name, got {value!r}")
+        names[name] = value
+    return AcceptanceTable(str(names["table"]), str(names["dataset"]), names["model"], names["proposer"])
 
 
 def _rates(raw: Any, k: int, source: str, key: str) -> tuple[float, ...]:
     """acceptance: {mean_accepted: a} with 0 <= a <= k, or {rates: [p1..pk]} each in [0, 1]."""
     if not isinstance(raw, dict) or len(raw) != 1 or next(iter(raw)) not in ACCEPTANCE_KEYS:
-        raise SpecError(source, key, "must be {mean_accepted: a} (the mean of the k proposals accepted, 0 <= a <= k) "
-                                     "or {rates: [p1, ..., pk]} (each position's acceptance given the ones before, "
-                                     f"in [0, 1]), got {raw!r}")
+        raise SpecError(source, key, f"{ACCEPTANCE_FORMS}, got {raw!r}")
     if "mean_accepted" in raw:
         mean = raw["mean_accepted"]
         if not _real(mean) or not 0 <= mean <= k:

@@ -21,6 +21,7 @@ from engine.runtime.cache import PagedKVCache
 from engine.runtime.inputs import BlockTableFn, Chunk, PoolLimits, chunk_inputs
 from engine.runtime.model import Decoder
 from engine.runtime.sampler import Sampler, SamplingParams
+from engine.runtime.speculation import Round
 from engine.runtime.timing import IterationTimer
 
 
@@ -32,15 +33,6 @@ class DraftProposals:
     tokens: dict[int, list[int]]
     probs: dict[int, torch.Tensor] | None
     seconds: float
-
-
-@dataclass
-class Round:
-    """The speculating decodes of an iteration: who, at what context, proposing how many."""
-
-    seq_ids: list[int]
-    contexts: list[int]
-    counts: list[int]
 
 
 class DraftProposer:
@@ -68,12 +60,7 @@ class DraftProposer:
         """The draft's work of the iteration, before the target's: its block plans, what it has not computed, and
         the speculating decodes' proposals (a sequence made to generate a stream proposes the stream's tokens)."""
         proposed = batch.decode_proposed or [0] * len(batch.decode_seq_ids)
-        speculating = Round([], [], [])
-        for seq_id, context, count in zip(batch.decode_seq_ids, batch.decode_context_lens, proposed):
-            if count:
-                speculating.seq_ids.append(seq_id)
-                speculating.contexts.append(context)
-                speculating.counts.append(count)
+        speculating = Round.of(batch)
         with IterationTimer(self.device) as timer, torch.inference_mode():
             self.apply_block_plans(batch)
             chunks = self._catch_up(batch, tokens, proposed)

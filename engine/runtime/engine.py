@@ -25,12 +25,14 @@ from engine.runtime.beam import BeamSearch
 from engine.runtime.cache import DEFAULT_MEMORY_FRACTION, default_swap_blocks
 from engine.runtime.draft import DraftProposer
 from engine.runtime.graphs import MAX_GRAPH_BATCH
+from engine.runtime.head_model import HEAD_METHODS, build_head, head_kv_spec
+from engine.runtime.head_proposer import HeadProposer
 from engine.runtime.model import build_decoder
 from engine.runtime.prefix_keys import segment_token_ids, token_block_keys
 from engine.runtime.records import ReplayResult, check_request, replay_requests
 from engine.runtime.runner import ModelRunner, resolve_device, resolve_dtype
 from engine.runtime.sampler import SamplingParams
-from engine.runtime.speculation import check_speculation, draft_spec, ngram_proposals, target_pool_share
+from engine.runtime.speculation import draft_spec, ngram_proposals, target_pool_share
 
 CLOCKS = ("forward", "step")
 TimeFn = Callable[[Batch], float]
@@ -82,27 +84,37 @@ class Engine:
                  time_fn: TimeFn | None = None, run_model: bool = True, cpu_budget_bytes: int | None = None,
                  model=None, clock: str = "forward", cuda_graphs: bool | None = None):
         system.validate("Engine", "system")
-        check_speculation(system)
         if clock not in CLOCKS:
             raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
         self.spec, self.system, self.seed, self.time_fn, self.clock = spec, system, seed, time_fn, clock
         self.last_host_s = 0.0  # the host seconds charged to the iteration now running (a time_fn may read it)
+        # its proposer's seconds, a draft's or a head's before and after the target's forward (a time_fn may read it)
+        self.last_proposer_s = 0.0
         self.runner: ModelRunner | None = None
         self.draft: DraftProposer | None = None  # a draft system's draft model, on its own cache
+        self.head: HeadProposer | None = None  # an EAGLE or MTP system's head, on its own cache
         if run_model:
             draft = draft_spec(system.speculative, spec)
             on = resolve_device(device)
             dtype_on = resolve_dtype(dtype, on)
             draft_model = build_decoder(draft, on, dtype_on, seed) if draft is not None else None
-            share = target_pool_share(spec, draft, system.block_size, dtype_on)
+            method = system.speculative.method if system.speculative is not None else None
+            if method in HEAD_METHODS:  # the head shares the target's embedding and LM head: the target first
+                model = model if model is not None else build_decoder(spec, on, dtype_on, seed)
+            head = build_head(model, method, seed) if method in HEAD_METHODS else None
+            proposer_kv = draft if draft is not None else head_kv_spec(spec) if head is not None else None
+            share = target_pool_share(spec, proposer_kv, system.block_size, dtype_on)
             self.runner = ModelRunner(spec, device, dtype, seed, num_gpu_blocks, num_cpu_blocks, system.block_size,
                                       attention_backend=attention_backend, cpu_budget_bytes=cpu_budget_bytes,
                                       model=model, cuda_graphs=cuda_graphs,
                                       max_graph_batch=min(system.max_seqs_per_batch, MAX_GRAPH_BATCH),
-                                      memory_fraction=DEFAULT_MEMORY_FRACTION * share)
+                                      memory_fraction=DEFAULT_MEMORY_FRACTION * share, keep_hidden=head is not None)
             if draft is not None and draft_model is not None:
                 self.draft = DraftProposer(draft, draft_model, self.runner.num_gpu_blocks, self.runner.num_cpu_blocks,
                                            system.block_size, attention_backend, seed)
+            if head is not None:
+                self.head = HeadProposer(head, self.runner.model, self.runner.num_gpu_blocks,
+                                         self.runner.num_cpu_blocks, system.block_size, attention_backend)
             self.runner.capture_graphs()  # at start-up, as a server does: no replay pays for a capture
             num_gpu_blocks, num_cpu_blocks = self.runner.num_gpu_blocks, self.runner.num_cpu_blocks
         elif time_fn is None or num_gpu_blocks is None:
@@ -223,6 +235,8 @@ class Engine:
             self.runner.reset_sampler(self.seed)  # each run samples the same way
         if self.draft is not None:
             self.draft.reset(self.seed)
+        if self.head is not None:
+            self.head.reset()
         scheduler = make_scheduler(self.system, self.spec, self.num_gpu_blocks, self.num_cpu_blocks)
         pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.request_id)))
         run = ServingRun(ServingCore(scheduler), pending, prompts, streams=streams or {})
@@ -248,9 +262,10 @@ class Engine:
                 return True
             run.core.check_schedulable()
             return False
-        proposals, draft_probs, draft_s = self._propose(run, step.batch, sampling)
+        proposals, draft_probs, proposer_s = self._propose(run, step.batch, sampling)
         sampled, measured = self._execute(run, step.batch, sampling, proposals, draft_probs)
-        measured += draft_s  # the draft's forwards are the iteration's device work too
+        self.last_proposer_s = proposer_s + self._follow(run, proposals, sampled)
+        measured += self.last_proposer_s  # the proposer's forwards are the iteration's device work too
         forks = run.beam.take_forks() if step.batch.beam_groups else None  # the beam searches' choice
         # host work charged to this iteration: its admission, scheduling and inputs, and the previous
         # iteration's completion and records, which ran between the two forwards
@@ -291,13 +306,35 @@ class Engine:
     def _propose(self, run: ServingRun, batch: Batch, sampling: SamplingParams
                  ) -> tuple[dict[int, list[int]], dict[int, torch.Tensor] | None, float]:
         """Each speculating decode's proposals, the draft's distributions of them (a draft sampling at random) and
-        the seconds the draft took. The draft runs every iteration: it computes its KV of whatever the target does."""
+        the seconds the proposer took. A draft or a head runs every iteration: it moves its KV with the target's
+        (and a draft computes its KV of whatever the target does)."""
         if self.draft is not None:
             drafted = self.draft.propose(batch, run.tokens, run.core.scheduler.block_table, sampling, run.forced)
             return drafted.tokens, drafted.probs, drafted.seconds
+        if self.head is not None:
+            headed = self.head.propose(batch, run.core.scheduler.block_table, run.tokens, run.forced)
+            return headed.tokens, None, headed.seconds
         if self.runner is not None and any(batch.decode_proposed):
             return ngram_proposals(batch, run.tokens, run.forced), None, 0.0
         return {}, None, 0.0
+
+    def _follow(self, run: ServingRun, proposals: dict[int, list[int]], sampled: dict[int, int]) -> float:
+        """An EAGLE or MTP head's forward over what the target just computed and kept (its seconds): each
+        sequence's tokens then are its kept proposals and its sampled token (its stream's, when made to generate
+        one) after the ones it had; a prompt's chunk that samples nothing has its prompt's."""
+        if self.head is None or self.runner is None:
+            return 0.0
+        kept = self.runner.last_accepted
+
+        def tokens_of(seq_id: int) -> list[int]:
+            tokens = run.tokens[seq_id]
+            if seq_id not in sampled:
+                return tokens
+            tokens = tokens + proposals.get(seq_id, [])[:kept.get(seq_id, 0)]
+            forced = run.forced.get(seq_id)
+            return tokens + [sampled[seq_id] if forced is None else forced[len(tokens)]]
+        return self.head.follow(self.runner.last_inputs, self.runner.last_hidden, tokens_of, kept,
+                                run.core.scheduler.block_table)
 
     def _execute(self, run: ServingRun, batch: Batch, sampling, proposals: dict[int, list[int]],
                  draft_probs: dict[int, torch.Tensor] | None = None) -> tuple[dict[int, int], float]:
@@ -327,6 +364,8 @@ class Engine:
             self.runner.execute(batch, run.tokens, run.core.scheduler.block_table)
             if self.draft is not None:  # the draft's KV moves with the target's
                 self.draft.apply_block_plans(batch)
+            if self.head is not None:  # and so does a head's
+                self.head.apply_block_plans(batch)
 
     def _finish(self, run: ServingRun, group: SequenceGroup) -> None:
         if self.runner is None:
@@ -334,5 +373,7 @@ class Engine:
         run.outputs[group.request_id] = [run.tokens.pop(s.seq_id)[group.prompt_len:] for s in group.seqs]
         for seq in group.seqs:
             run.forced.pop(seq.seq_id, None)
+        if self.head is not None:
+            self.head.forget(s.seq_id for s in group.seqs)
         if group.is_beam:
             run.beam_scores[group.request_id] = run.beam.pop_scores(s.seq_id for s in group.seqs)

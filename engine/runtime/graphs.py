@@ -189,10 +189,11 @@ class DecodeGraphs:
 
 
 def resolve_cuda_graphs(requested: bool | None, device: torch.device, backend: str,
-                        moe: bool = False) -> tuple[bool, str]:
+                        moe: bool = False, keeps_hidden: bool = False) -> tuple[bool, str]:
     """Whether decodes replay graphs here, and a line saying why (shown where the mode is reported).
-    `backend` is the resolved kernel backend (triton | torch); `moe`: the model is a mixture of experts.
-    Asked for where they cannot run: a warning, eager."""
+    `backend` is the resolved kernel backend (triton | torch); `moe`: the model is a mixture of experts;
+    `keeps_hidden`: an EAGLE or MTP head reads every token's hidden state. Asked for where they cannot run:
+    a warning, eager."""
     if device.type != "cuda":
         on, why = False, f"eager: CUDA graphs need a CUDA device, the engine runs on {device.type}"
     elif backend != "triton":
@@ -201,6 +202,9 @@ def resolve_cuda_graphs(requested: bool | None, device: torch.device, backend: s
     elif moe:
         on, why = False, ("eager: a mixture of experts reads on the host how many tokens each expert gets (a sync), "
                           "which a CUDA graph cannot capture")
+    elif keeps_hidden:
+        on, why = False, ("eager: an EAGLE or MTP head reads every token's hidden state, which a decode graph does not "
+                          "keep (its speculating decodes are verify chunks, eager in any case)")
     elif requested is False:
         on, why = False, "eager: engine.cuda_graphs is false"
     else:

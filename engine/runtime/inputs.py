@@ -28,6 +28,16 @@ class PoolLimits:
     num_gpu_blocks: int
 
 
+@dataclass(frozen=True)
+class TokenRun:
+    """One sequence's tokens in a forward: rows first_row.. of the flattened batch, at positions start.."""
+
+    seq_id: int
+    first_row: int
+    start: int
+    count: int
+
+
 @dataclass
 class HostInputs:
     """Python-side inputs of one forward; `to_device` makes the tensors."""
@@ -47,6 +57,7 @@ class HostInputs:
     # prefills), and how many proposals each; their logits rows follow the sampled ones', proposals + 1 each
     verify_ids: list[int] = field(default_factory=list)
     verify_proposed: list[int] = field(default_factory=list)
+    runs: list[TokenRun] = field(default_factory=list)  # each sequence's tokens, in row order
 
     def to_device(self, device: torch.device, backend: str
                   ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor]:
@@ -182,6 +193,7 @@ def _add_prefill(out: HostInputs, seq_id, length, cached, sample_ids, tokens, bl
     table = block_table_fn(seq_id)
     _check_table(seq_id, table, total, limits)
     start = len(out.input_ids)
+    out.runs.append(TokenRun(seq_id, start, cached, length))
     out.input_ids.extend(seq_tokens[cached:total])
     out.positions.extend(range(cached, total))
     out.slot_mapping.extend(_slots(table, total, limits.block_size, start=cached))
@@ -198,6 +210,7 @@ def _add_decode(out: HostInputs, seq_id, context, tokens, block_table_fn, limits
     table = list(block_table_fn(seq_id))
     _check_table(seq_id, table, context, limits)
     out.logit_rows.append(len(out.input_ids))
+    out.runs.append(TokenRun(seq_id, len(out.input_ids), context - 1, 1))
     out.input_ids.append(seq_tokens[-1])
     out.positions.append(context - 1)
     out.slot_mapping.extend(_slots(table, context, limits.block_size, start=context - 1))
@@ -232,6 +245,7 @@ def _add_verify(out: HostInputs, seq_id, context, proposal, tokens, block_table_
                          f"{limits.max_seq_len} (the model's max_seq_len)")
     table = block_table_fn(seq_id)
     _check_table(seq_id, table, total, limits)
+    out.runs.append(TokenRun(seq_id, len(out.input_ids), context - 1, len(proposal) + 1))
     out.input_ids.extend([seq_tokens[-1], *proposal])
     out.positions.extend(range(context - 1, total))
     out.slot_mapping.extend(_slots(table, total, limits.block_size, start=context - 1))
@@ -263,6 +277,7 @@ def chunk_inputs(chunks: list[Chunk], block_table_fn: BlockTableFn, limits: Pool
                              f"outside 0..{limits.max_seq_len - 1}")
         table = block_table_fn(chunk.seq_id)
         _check_table(chunk.seq_id, table, stop, limits)
+        out.runs.append(TokenRun(chunk.seq_id, len(out.input_ids), chunk.start, len(chunk.tokens)))
         out.input_ids.extend(chunk.tokens)
         out.positions.extend(range(chunk.start, stop))
         out.slot_mapping.extend(_slots(table, stop, limits.block_size, start=chunk.start))

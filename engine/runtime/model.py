@@ -15,6 +15,7 @@ before rotary) with heads whose width is not hidden / heads; a Qwen3 mixture of 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +32,7 @@ OPT_POSITION_OFFSET = 2  # OPT's learned position table starts at index 2 (a fai
 INIT_STD = 0.02
 QK_NORM_STD = 0.2  # QK-norm weights' spread about 1: wide enough that each head dimension's weight shows
 ENGINE_FAMILIES = ("opt", "llama", "qwen2", "phi", "mixtral", "qwen3")  # the decoder layouts built here
+Module = TypeVar("Module", bound=nn.Module)
 
 
 @dataclass
@@ -225,6 +227,11 @@ class ParallelDecoderLayer(nn.Module):
         return x + self.attention(normed, rotary, meta, cache) + self.mlp(normed)
 
 
+def make_layer(spec: ModelSpec) -> nn.Module:
+    """One decoder layer of the family: phi-2's parallel block, the others' sequential one."""
+    return ParallelDecoderLayer(spec) if spec.family == "phi" else DecoderLayer(spec)
+
+
 class Decoder(nn.Module):
     def __init__(self, spec: ModelSpec):
         super().__init__()
@@ -232,8 +239,7 @@ class Decoder(nn.Module):
         self.embed_tokens = nn.Embedding(spec.vocab_size, spec.hidden_size)
         self.embed_positions = (nn.Embedding(spec.max_seq_len + OPT_POSITION_OFFSET, spec.hidden_size)
                                 if spec.position == "learned" else None)
-        layer = ParallelDecoderLayer if spec.family == "phi" else DecoderLayer
-        self.layers = nn.ModuleList(layer(spec) for _ in range(spec.num_layers))
+        self.layers = nn.ModuleList(make_layer(spec) for _ in range(spec.num_layers))
         self.final_norm = make_norm(spec)
         # OPT ties the LM head to the token embedding; the others have their own, phi-2's with a bias
         self.lm_head = None if spec.family == "opt" else nn.Linear(spec.hidden_size, spec.vocab_size,
@@ -251,14 +257,18 @@ class Decoder(nn.Module):
                 kv_caches: list[LayerKVCache] | None = None) -> torch.Tensor:
         """Hidden states [num_tokens, hidden] after the final norm."""
         x = self.embed_tokens(input_ids)
-        rotary = None
         if self.embed_positions is not None:
             x = x + self.embed_positions(positions + OPT_POSITION_OFFSET)
-        else:
-            rotary = rotary_cos_sin(positions, self.spec.rotary_dim, self.spec.rope_theta)
+        rotary = self.rotary(positions)
         for i, layer in enumerate(self.layers):
             x = layer(x, rotary, meta, None if kv_caches is None else kv_caches[i])
         return self.final_norm(x)
+
+    def rotary(self, positions: torch.Tensor):
+        """The rotary embedding's cos and sin at these positions; None where positions are learned (OPT)."""
+        if self.embed_positions is not None:
+            return None
+        return rotary_cos_sin(positions, self.spec.rotary_dim, self.spec.rope_theta)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.lm_head is None:
@@ -278,14 +288,20 @@ def build_decoder(spec: ModelSpec, device: torch.device | str, dtype: torch.dtyp
     device = torch.device(device)
     with torch.device("meta"):
         model = Decoder(spec)
-    model = model.to(dtype).to_empty(device=device)  # cast on meta: free
+    return seeded(model, device, dtype, seed)
+
+
+def seeded(module: Module, device: torch.device, dtype: torch.dtype, seed: int) -> Module:
+    """A module built on the meta device, cast and given seeded random weights on `device` (build_decoder's
+    rules), for inference."""
+    module = module.to(dtype).to_empty(device=device)  # cast on meta: free
     generator = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
-        for name, param in model.named_parameters():
+        for name, param in module.named_parameters():
             if name.endswith(("q_norm.weight", "k_norm.weight")):
                 param.normal_(1.0, QK_NORM_STD, generator=generator)
             elif "norm" in name:  # identity norms: LayerNorm weight 1, bias 0
                 param.fill_(1.0 if name.endswith("weight") else 0.0)
             else:
                 param.normal_(0.0, INIT_STD, generator=generator)
-    return model.eval().requires_grad_(False)
+    return module.eval().requires_grad_(False)

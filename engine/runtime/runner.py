@@ -139,6 +139,10 @@ class ModelRunner:
     cuda_graphs: decode batches of up to max_graph_batch sequences replay a CUDA graph captured per
     batch-size bucket (on first use, or all at once with capture_graphs); None: on where it can run
     (CUDA with the Triton kernels). `cuda_graphs_note` says which mode runs and why.
+
+    keep_hidden: every forward keeps its tokens' last hidden states (`last_hidden`, rows as
+    `last_inputs` lays them out) for an EAGLE or MTP head; decodes then run eagerly (a graph's replay
+    keeps none).
     """
 
     def __init__(self, spec: ModelSpec, device: torch.device | str = "cpu",
@@ -146,7 +150,7 @@ class ModelRunner:
                  num_gpu_blocks: int | None = None, num_cpu_blocks: int | None = 0, block_size: int = 16, *,
                  attention_backend: str = "auto", cpu_budget_bytes: int | None = None,
                  memory_fraction: float = DEFAULT_MEMORY_FRACTION, model: Decoder | None = None,
-                 cuda_graphs: bool | None = None, max_graph_batch: int = MAX_GRAPH_BATCH):
+                 cuda_graphs: bool | None = None, max_graph_batch: int = MAX_GRAPH_BATCH, keep_hidden: bool = False):
         self.spec = spec
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
@@ -156,7 +160,8 @@ class ModelRunner:
         self.attention_backend = attention_backend
         if not isinstance(max_graph_batch, int) or max_graph_batch < 1:
             raise ValueError(f"max_graph_batch must be a positive integer, got {max_graph_batch!r}")
-        graphs_on, self.cuda_graphs_note = resolve_cuda_graphs(cuda_graphs, self.device, kernels, moe=spec.is_moe)
+        graphs_on, self.cuda_graphs_note = resolve_cuda_graphs(cuda_graphs, self.device, kernels, moe=spec.is_moe,
+                                                               keeps_hidden=keep_hidden)
         if model is None:
             model = build_decoder(spec, self.device, self.dtype, seed)
         check_model_placement(model, spec, self.device, self.dtype)
@@ -178,6 +183,9 @@ class ModelRunner:
             self.graphs = DecodeGraphs(self.model, self.cache.layers, max_graph_batch, width, attention_backend)
         self.last_timing = IterationTiming(0.0, 0.0, 0.0)
         self.last_accepted: dict[int, int] = {}  # the last iteration's speculating decodes: proposals kept
+        self.keep_hidden = keep_hidden
+        self.last_inputs: HostInputs | None = None  # the last iteration's inputs
+        self.last_hidden: torch.Tensor | None = None  # with keep_hidden, its forward's hidden states
 
     @property
     def cuda_graphs(self) -> bool:
@@ -229,6 +237,7 @@ class ModelRunner:
         if batch.beam_groups and beam is None:
             raise ValueError("the batch holds beam searches (beam_groups): pass the run's BeamSearch")
         host = build_inputs(batch, tokens, block_table_fn, self.limits, proposals)
+        self.last_inputs, self.last_hidden = host, None
         self.cache.check_block_plans(batch.blocks_to_swap_out, batch.blocks_to_swap_in, batch.blocks_to_copy)
         plan = self._plan(host, batch.beam_groups, beam)
         span = DeviceSpan(self.device)
@@ -277,6 +286,8 @@ class ModelRunner:
 
             def forward() -> torch.Tensor:
                 hidden = self.model(input_ids, positions, meta, self.cache.layers)
+                if self.keep_hidden:
+                    self.last_hidden = hidden
                 return self.model.logits(hidden[logit_rows])
         return StagedStep(forward, upload(plan.rows, torch.int64, device), upload(plan.beam_rows, torch.int64, device),
                           upload(plan.beam_scores, torch.float64, device),
@@ -294,7 +305,7 @@ class ModelRunner:
         if staged.verify is not None:  # each speculating decode's kept count and its token after them
             verify = staged.verify
             accepted, token = self.sampler.verify(logits[verify.rows], verify.proposals, verify.proposed, sampling,
-                                                  verify.draft_probs)
+                                                  verify.draft_probs, self.attention_backend)
             chosen = torch.cat([chosen, accepted, token])
         if not plan.beams or beam is None:
             return chosen

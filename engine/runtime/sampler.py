@@ -67,12 +67,15 @@ class Sampler:
         return probs
 
     def verify(self, target_logits: torch.Tensor, proposals: torch.Tensor, num_proposed: torch.Tensor,
-               params: SamplingParams, draft_probs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+               params: SamplingParams, draft_probs: torch.Tensor | None = None,
+               backend: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
         """Speculative decoding's verify (engine/runtime/rejection.py): the proposals kept of each sequence, and the
-        target's token after them, as `choose` would draw it; no sync."""
+        target's token after them, drawn from what `choose` draws from; no sync. backend: the kernels' (auto |
+        torch | triton), as the runner's attention and cache kernels choose theirs."""
         if params.method == "greedy":
-            return verify_greedy(target_logits, proposals, num_proposed)
-        return verify_random(self.probs(target_logits, params), proposals, num_proposed, draft_probs, self.generator)
+            return verify_greedy(target_logits, proposals, num_proposed, backend)
+        return verify_random(self.probs(target_logits, params), proposals, num_proposed, draft_probs, self.generator,
+                             backend)
 
     def sample(self, logits: torch.Tensor, sample_ids: list[tuple[int, ...]],
                params: SamplingParams) -> dict[int, int]:

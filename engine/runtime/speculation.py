@@ -1,31 +1,37 @@
-"""Speculative decoding on the real engine: which methods it runs, and each speculating decode's proposals
-(docs/speculative-decoding.md). The verify is the runner's (a chunk of k + 1 tokens through the paged cache) and
-the choice the sampler's (engine/runtime/rejection.py)."""
+"""Speculative decoding on the real engine: the n-gram proposals, the draft model's spec, the KV pool's share
+(docs/speculative-decoding.md). The proposers are engine/runtime/ngram.py, draft.py and head_proposer.py (EAGLE
+and MTP); the verify is the runner's (a chunk of k + 1 tokens through the paged cache) and the choice the
+sampler's (engine/runtime/rejection.py)."""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 from engine.core.batch import Batch
 from engine.core.spec import ModelSpec
 from engine.core.speculative import SpeculativeSpec
-from engine.core.system import SystemSpec
 from engine.errors import SpecError
 from engine.runtime.cache import kv_block_bytes
 from engine.runtime.ngram import padded, propose_ngram
 from engine.specs.loader import load_model_spec
 
-ENGINE_METHODS = ("ngram", "draft")
 DRAFT_KEY = "system.speculative.draft_model"
 
 
-def check_speculation(system: SystemSpec, source: str = "Engine") -> None:
-    """The engine runs the n-gram and draft-model proposers; EAGLE and MTP are the simulator's alone (one line
-    naming the key)."""
-    spec = system.speculative
-    if spec is not None and spec.method not in ENGINE_METHODS:
-        raise SpecError(source, "system.speculative.method",
-                        f"{spec.method!r} is simulator-only; the real engine speculates with {list(ENGINE_METHODS)} "
-                        "(the simulator runs every method: docs/speculative-decoding.md)")
+@dataclass
+class Round:
+    """The speculating decodes of an iteration: who, at what context, proposing how many (batch order)."""
+
+    seq_ids: list[int]
+    contexts: list[int]
+    counts: list[int]
+
+    @classmethod
+    def of(cls, batch: Batch) -> Round:
+        proposed = batch.decode_proposed or [0] * len(batch.decode_seq_ids)
+        speculating = [(s, c, n) for s, c, n in zip(batch.decode_seq_ids, batch.decode_context_lens, proposed) if n]
+        return cls(*(list(column) for column in zip(*speculating))) if speculating else cls([], [], [])
 
 
 def ngram_proposals(batch: Batch, tokens: dict[int, list[int]],
@@ -68,10 +74,10 @@ def draft_spec(speculative: SpeculativeSpec | None, target: ModelSpec, source: s
     return draft
 
 
-def target_pool_share(target: ModelSpec, draft: ModelSpec | None, block_size: int, dtype: torch.dtype) -> float:
-    """The target's part of the KV memory: a block holds the draft's KV of its tokens beside the target's, in a pool
-    of as many blocks (1 without a draft)."""
-    if draft is None:
+def target_pool_share(target: ModelSpec, proposer: ModelSpec | None, block_size: int, dtype: torch.dtype) -> float:
+    """The target's part of the KV memory: a block holds the proposer's KV of its tokens (a draft model's, or an
+    EAGLE or MTP head's one layer) beside the target's, in a pool of as many blocks (1 without either)."""
+    if proposer is None:
         return 1.0
     own = kv_block_bytes(target, block_size, dtype)
-    return own / (own + kv_block_bytes(draft, block_size, dtype))
+    return own / (own + kv_block_bytes(proposer, block_size, dtype))

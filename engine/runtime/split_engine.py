@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 
 from engine.core.sequence import SequenceGroup
 from engine.core.serving import Request
+from engine.core.system import SystemSpec
 from engine.errors import Unschedulable
 from engine.runtime.engine import Engine
 from engine.runtime.kv_transfer import check_compatible, copy_prompt_kv
@@ -89,9 +90,7 @@ class SplitEngine:
         for name, engine in (("prefill", prefill), ("decode", decode)):
             if engine.system.prefix_caching:
                 raise ValueError(f"the split engine's {name} engine runs without prefix caching")
-            if engine.system.speculative is not None:  # as the simulator's split fleet, it does not speculate
-                raise ValueError(f"the split engine's {name} engine runs without speculative decoding "
-                                 "(remove system.speculative)")
+        check_split_speculation(prefill.system, decode.system)
         if prefill.runner is None or decode.runner is None:
             raise ValueError("a split fleet's engines run the model: build them with run_model=True")
         check_compatible(prefill.runner.cache, decode.runner.cache)
@@ -103,8 +102,9 @@ class SplitEngine:
     def build(cls, spec, system, prefill_blocks: int, decode_blocks: int, *, device="cpu", dtype=None, seed=0,
               num_cpu_blocks: int = 0, attention_backend: str = "auto", prefill_time_fn=None, decode_time_fn=None,
               copy_time_fn: CopyTimeFn | None = None) -> SplitEngine:
-        """Both engines of one system, the decode engine on the prefill engine's weights."""
-        prefill = Engine(spec, system, device, dtype, seed, prefill_blocks, num_cpu_blocks,
+        """Both engines of one system, the decode engine on the prefill engine's weights; a speculating system's
+        speculation runs on the decode engine alone."""
+        prefill = Engine(spec, replace(system, speculative=None), device, dtype, seed, prefill_blocks, num_cpu_blocks,
                          attention_backend=attention_backend, time_fn=prefill_time_fn)
         decode = Engine(spec, system, device, dtype, seed, decode_blocks, num_cpu_blocks,
                         attention_backend=attention_backend, time_fn=decode_time_fn, model=prefill.runner.model)
@@ -136,6 +136,20 @@ class SplitEngine:
             raise ValueError("request ids must be unique")
         self.result = _SplitRun(self, requests, prompts, sampling).run()
         return self.result
+
+
+def check_split_speculation(prefill: SystemSpec, decode: SystemSpec) -> None:
+    """As the simulator's split fleet, only the decode engine speculates, and with the n-gram proposer: a draft
+    model or an EAGLE or MTP head follows every token the target computes, and would need its own state of the
+    prompt (its KV, a head's output at the last token), which the prefill engine neither computes nor copies."""
+    if prefill.speculative is not None:
+        raise ValueError("the split engine's prefill engine runs without speculative decoding: it computes prompts "
+                         "and first tokens (give system.speculative to the decode engine)")
+    spec = decode.speculative
+    if spec is not None and spec.method != "ngram":
+        raise ValueError(f"the split engine's decode engine speculates with 'ngram' alone, not {spec.method!r}: its "
+                         "proposer's state of the prompt (KV, a head's last output) is neither computed by the "
+                         "prefill engine nor copied")
 
 
 class _SplitRun:

@@ -3,7 +3,9 @@ token ids of its sequences, and the iteration it runs on the fleet's clock.
 
 An iteration is started and ended apart, as the simulator's replica does around its timeout: start() schedules
 a batch and runs its forward now (what the batch reads is in place: a decode reads KV copied in before
-kv_arrived), and the clock learns when it ends; end() completes it at that time.
+kv_arrived), and the clock learns when it ends; end() completes it at that time. A speculating engine (the decode
+engine, proposing by n-gram lookup: split_engine.check_split_speculation) verifies each decode's proposals in that
+forward, as the colocated engine does, and end() keeps those the target kept.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from engine.core.sequence import SequenceGroup
 from engine.core.serving import ServingCore, Step
 from engine.runtime.engine import Engine
 from engine.runtime.sampler import SamplingParams
+from engine.runtime.speculation import ngram_proposals
 
 
 @dataclass
@@ -29,6 +32,7 @@ class EngineSide:
     end_s: float = 0.0  # when it ends
     woken: bool = False  # a start is pending on the clock (SimPy's wake: one at a time)
     times: list[float] = field(default_factory=list)  # each iteration's seconds, in order
+    proposals: dict[int, list[int]] = field(default_factory=dict)  # the running iteration's, by sequence
 
     @classmethod
     def of(cls, engine: Engine, index: int, sampling: SamplingParams) -> EngineSide:
@@ -38,7 +42,9 @@ class EngineSide:
             raise ValueError("a split fleet's engines run on the forward clock (or a time_fn), not clock='step'")
         engine.runner.reset_sampler(engine.seed)  # each run samples the same way
         scheduler = make_scheduler(engine.system, engine.spec, engine.num_gpu_blocks, engine.num_cpu_blocks)
-        return cls(engine, ServingCore(scheduler, replica=index), sampling)
+        core = ServingCore(scheduler, replica=index)
+        core.records.speculating = engine.system.speculative is not None  # proposed and accepted, per request
+        return cls(engine, core, sampling)
 
     def start(self, now_s: float) -> bool:
         """Schedule and run the next iteration from now_s; False when nothing can run (then it waits to be
@@ -51,18 +57,28 @@ class EngineSide:
             if not self.core.idle_preempted:
                 return False
         runner, batch = self.engine.runner, step.batch
-        self.sampled, measured = runner.execute(batch, self.tokens, self.core.scheduler.block_table, self.sampling)
+        self.proposals = ngram_proposals(batch, self.tokens, {}) if any(batch.decode_proposed) else {}
+        extra = {"proposals": self.proposals} if self.proposals else {}
+        self.sampled, measured = runner.execute(batch, self.tokens, self.core.scheduler.block_table, self.sampling,
+                                                **extra)
         seconds = self.engine.time_fn(batch) if self.engine.time_fn is not None else measured
         self.step, self.end_s = step, now_s + seconds
         self.times.append(seconds)
         return True
 
     def end(self) -> list[SequenceGroup]:
-        """The running iteration ends (at end_s): its tokens appended, its completions and records."""
+        """The running iteration ends (at end_s): its kept proposals and sampled tokens appended, its completions
+        and records."""
+        step, accepted = self.step, None
+        if self.proposals:  # each decode's proposals the verify kept come before its own sampled token
+            kept = self.engine.runner.last_accepted
+            for seq_id, proposal in self.proposals.items():
+                self.tokens[seq_id].extend(proposal[:kept[seq_id]])
+            accepted = [kept.get(seq_id, 0) for seq_id in step.batch.decode_seq_ids]
         for seq_id, token in self.sampled.items():
             self.tokens[seq_id].append(token)
-        step, self.step, self.sampled = self.step, None, {}
-        return self.core.end_step(step, self.end_s)
+        self.step, self.sampled, self.proposals = None, {}, {}
+        return self.core.end_step(step, self.end_s, None, accepted)
 
     def _apply_plans_only(self, batch) -> None:
         # a schedule() that runs nothing may still swap (a preemption): the KV must move, untimed, as the

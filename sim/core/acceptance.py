@@ -36,6 +36,9 @@ class AcceptanceModel:
     """Draws each speculating decode's accepted count from `rng`."""
 
     def __init__(self, spec: SpeculativeSpec, rng: np.random.Generator, block: int = DECODES_PER_BLOCK):
+        if spec.acceptance_table is not None:
+            raise ValueError(f"acceptance table {spec.acceptance_table.table!r} not read: an experiment reads it "
+                             "(sim/experiment/acceptance_table.py)")
         self.k = spec.num_speculative_tokens
         self.rates = np.asarray(spec.rates, dtype=float)
         self.rng, self.block = rng, block

@@ -32,8 +32,11 @@ class FleetSetup:
     horizon_s: float
     fast_forward: bool  # decode stretches on one event each (the cost model can price them ahead)
     known_ahead: bool  # which replica each request goes to (round robin, or one replica)
-    # a speculating system's: each replica's outcome of its steps (sim.core.acceptance); else none
+    # a speculating system's: each replica's outcome of its steps (sim.core.acceptance), by its place in the fleet;
+    # else none
     acceptances: tuple[AcceptanceSource, ...] = ()
+    # the index of its first replica: a split fleet numbers its decode replicas after its prefill replicas
+    first_index: int = 0
 
     def stretches(self, wakes: list[float]) -> FastForward | None:
         """What runs the replicas' decode stretches, or None where they go step by step."""
@@ -51,6 +54,6 @@ class FleetSetup:
         cost_model = self.cost_model
         if isinstance(cost_model, BreakdownRecorder):  # each replica keeps its own iterations' breakdowns
             cost_model = cost_model.for_replica(index)
-        acceptance = self.acceptances[index] if self.system.speculative is not None else None
+        acceptance = self.acceptances[index - self.first_index] if self.system.speculative is not None else None
         return Replica(env, index, scheduler, cost_model, Records() if records is None else records, self.horizon_s,
                        beams, fast_forward, arrivals, acceptance)

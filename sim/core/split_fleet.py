@@ -14,6 +14,9 @@ once and queues it on the least loaded decode replica as a prompt to compute aga
 to a mixed machine).
 The run ends at the horizon for the copies as for the replicas: a copy the horizon cuts off stops there, its
 request recorded unfinished, so nothing the fleet records happens after the run's end.
+A decode pool whose system speculates (docs/speculative-decoding.md) reserves each decode's lookahead slots from
+the step the request joins on, as a colocated replica does, and draws its acceptance from its own child of the
+run's generator; the prefill replicas compute prompts and first tokens alone, and never speculate.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import simpy
 
 from engine.core.sequence import SequenceCounter, SequenceGroup
@@ -33,6 +37,7 @@ from sim.core.replica import Replica, run_to_end
 from sim.core.replica_run import ReplicaRun
 from sim.core.router import trace_requests
 from sim.core.routers import Router, by_load, least_loaded
+from sim.core.simulate import replica_acceptances
 from sim.workload.tokens import with_block_keys
 from sim.workload.trace import Trace
 
@@ -86,7 +91,10 @@ class SplitRuns:
 
 
 class SplitFleet:
-    def __init__(self, env: simpy.Environment, setup: SplitSetup, router: Router):
+    def __init__(self, env: simpy.Environment, setup: SplitSetup, router: Router,
+                 rng: np.random.Generator | None = None):
+        """rng: the run's seeded Generator, which a speculating decode pool needs (serve_split)."""
+        setup = with_acceptances(setup, rng)
         self.env, self.setup, self.router = env, setup, router
         num_prefill = setup.prefill.replicas
         self.prefill = [setup.prefill.replica(env, i, None) for i in range(num_prefill)]
@@ -97,12 +105,18 @@ class SplitFleet:
         for replica in self.decode:
             replica.after_step = self._decoded
             replica.core.records.cached_column = setup.prefill.system.prefix_caching
+        # a speculating decode pool's requests carry what they proposed and accepted, and every iteration its pair
+        # (none on a prefill replica), wherever they are recorded
+        speculating = setup.decode.system.speculative is not None
+        for replica in self.prefill:
+            replica.core.records.speculating = speculating
         self.links = {replica.index: simpy.Resource(env, capacity=1) for replica in self.prefill}
         self.requests: dict[int, Request] = {}
         self.waiting: deque[Handoff] = deque()
         self.num_copying = 0
         self.records = Records()  # the requests the fleet itself ends (or leaves unfinished), and its transfers
         self.records.cached_column = setup.prefill.system.prefix_caching
+        self.records.speculating = speculating
         self.transfers: list[tuple] = []
         self._drained: simpy.Event | None = None
         self._probe_ids = SequenceCounter()  # the sequence ids of groups that only ask whether they fit
@@ -284,8 +298,10 @@ class SplitFleet:
         return SplitRuns(runs, sorted(self.transfers))
 
 
-def serve_split(trace: Trace, setup: SplitSetup, router: Router) -> SplitRuns:
-    """The split fleet on one SimPy clock: every request of the trace, until all finish or the horizon."""
+def serve_split(trace: Trace, setup: SplitSetup, router: Router, rng: np.random.Generator | None = None) -> SplitRuns:
+    """The split fleet on one SimPy clock: every request of the trace, until all finish or the horizon. A decode pool
+    that speculates needs `rng`, the run's seeded Generator: each decode replica draws the proposals accepted from a
+    child of it (spawned only then, so a fleet without speculation draws what it always did)."""
     for name, pool in (("prefill", setup.prefill), ("decode", setup.decode)):
         if pool.replicas < 1:
             raise ValueError(f"a split fleet's {name} pool needs at least one replica, got {pool.replicas}")
@@ -296,4 +312,19 @@ def serve_split(trace: Trace, setup: SplitSetup, router: Router) -> SplitRuns:
                          "the prefill pool (set prefix_caching on the prefill pool's system only)")
     if setup.prefill.system.prefix_caching and trace.block_keys is None:  # its requests carry their blocks' keys
         trace = with_block_keys(trace, setup.prefill.system.block_size)
-    return SplitFleet(simpy.Environment(), setup, router).serve(trace)
+    return SplitFleet(simpy.Environment(), setup, router, rng).serve(trace)
+
+
+def with_acceptances(setup: SplitSetup, rng: np.random.Generator | None) -> SplitSetup:
+    """The setup with each decode replica's outcome of its speculating steps, drawn from a child of `rng` (a decode
+    pool that does not speculate draws nothing); the prefill pool never speculates."""
+    if setup.prefill.system.speculative is not None:
+        raise ValueError("a split fleet's prefill pool does not speculate: it computes prompts and first tokens (give "
+                         "speculative to the decode pool's system)")
+    decode = setup.decode
+    if decode.system.speculative is None:
+        return setup
+    if rng is None:
+        raise ValueError("a speculating decode pool needs the run's seeded rng to draw the proposals accepted")
+    acceptances = replica_acceptances(decode.system, decode.replicas, rng, None)
+    return replace(setup, decode=replace(decode, acceptances=acceptances, first_index=setup.prefill.replicas))

@@ -25,18 +25,21 @@ from engine.specs.checks import choice, non_negative, number, optional, positive
 from engine.specs.loader import SHIPPED_MODELS, load_model_spec, read_yaml, system_from_dict
 from engine.specs.paths import Shipped, names_hint, resolve_path
 from sim.core.routers import ROUTER_KINDS, RouterSpec
+from sim.experiment.acceptance_table import with_table_rates
 from sim.experiment.closed_loop import concurrencies_from_config, listed, rate_value
 from sim.experiment.expert_parallel_config import expert_parallel_from_config, expert_parallel_group
+from sim.experiment.goodput import check_slos
 from sim.experiment.kv_pool import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool, weight_bytes_per_gpu
 from sim.experiment.overrides import apply_overrides, blamed_on_overrides
+from sim.experiment.proposer_memory import proposer_memory
 from sim.experiment.router_config import check_router, router_from_config
-from sim.experiment.speculation import check_requests, check_trace, proposer_model, with_drafts
-from sim.experiment.speculation import check_split as check_split_speculation
+from sim.experiment.speculation import check_prefill_pool, check_requests, check_trace, proposer_model, with_drafts
 from sim.experiment.split_config import (
     POOL_KEYS,
     PoolConfig,
     SplitConfig,
     check_one_sequence,
+    pool_system,
     routed_systems,
     split_from_config,
 )
@@ -73,6 +76,10 @@ TOP_LEVEL_KEYS = {
     "breakdown": "true: each iteration's device time by kernel kind and host time by term, in the iterations "
                  "file and as shares in the summary (every iteration priced on its own: slower)",
     "trace_events": "true: also each run's trace.json.gz, a Chrome/Perfetto trace (implies breakdown)",
+    "vllm_bench": "true: also each run's vllm_bench.json, as `vllm bench serve --save-result --save-detailed` "
+                  "writes it",
+    "goodput": "{ttft, tpot, e2el}: service level objectives in ms for vllm_bench.json's request_goodput, as "
+               "vLLM's --goodput (implies vllm_bench)",
 }
 ROUTERS = ROUTER_KINDS
 DTYPE_BYTES = (1, 2, 4)  # int8/fp8, fp16/bf16, fp32
@@ -109,8 +116,19 @@ class Experiment:
     split: SplitConfig | None = None  # a prefill pool and a decode pool (sim/experiment/split_config.py)
     # the replicas are one data-parallel group with expert parallelism (sim/experiment/expert_parallel_config.py)
     expert_parallel: bool = False
+    vllm_bench: bool = False  # each run's vllm_bench.json too (sim/experiment/vllm_bench.py)
+    # goodput's objectives in ms by vLLM's metric names (sim/experiment/goodput.py), as pairs: a value, hashable
+    goodput: tuple[tuple[str, float], ...] = ()
     # each run's client gate (sim/experiment/closed_loop.py): the swept values, or workload.max_concurrency's one
     concurrencies: tuple[int | None, ...] = (None,)
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs the fleet takes: its replicas' tensor-parallel groups, pool by pool for a split fleet."""
+        if self.split is None:
+            return self.replicas * self.tensor_parallel
+        return sum(pool.replicas * (pool.tensor_parallel or self.tensor_parallel)
+                   for pool in (self.split.prefill, self.split.decode))
 
     @property
     def expert_parallel_group(self) -> ExpertParallel | None:
@@ -124,10 +142,11 @@ class Experiment:
         return dataclasses.replace(self, workload=dataclasses.replace(self.workload, max_concurrency=concurrency))
 
     def kv_pool(self, system: SystemSpec) -> KVPool:
-        spec = system.speculative
-        draft = spec.draft if spec is not None and spec.method == "draft" else None
+        group = self.expert_parallel_group
+        proposer = proposer_memory(system.speculative, self.model, self.precision, self.tensor_parallel,
+                                   system.block_size, group)
         return kv_pool(self.model, self.hardware, self.tensor_parallel, self.precision,
-                       system.block_size, self.kv_cache_gib, self.swap_space_gib, self.expert_parallel_group, draft)
+                       system.block_size, self.kv_cache_gib, self.swap_space_gib, group, proposer)
 
 
 # --- small validators ----------------------------------------------------------------
@@ -310,10 +329,11 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
             raise SpecError(source, key, f"missing required key ({TOP_LEVEL_KEYS[key]})")
     hardware = _lookup(load_hardware, raw["hardware"], source, "hardware", base_dir, SHIPPED_SHEETS)
     precision = _precision(raw, source)
+    model = _served_model(raw, source, base_dir)
     exp = Experiment(
         name=_name(raw.get("name", Path(source).stem), source),
         source=source,
-        model=_served_model(raw, source, base_dir),
+        model=model,
         hardware=hardware,
         tensor_parallel=positive_int(raw.get("tensor_parallel", 1), source, "tensor_parallel"),
         precision=precision,
@@ -321,7 +341,7 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
         swap_space_gib=non_negative(raw.get("swap_space_gib", 20), source, "swap_space_gib"),
         cost_model=(_cost_model(raw["cost_model"], source, base_dir) if raw.get("cost_model") is not None
                     else default_cost_model(hardware, precision)),
-        workload=WorkloadConfig.from_dict(raw["workload"], source, base_dir),
+        workload=WorkloadConfig.from_dict(raw["workload"], source, base_dir, model),
         systems=_systems(raw.get("systems"), source, hardware),
         rates=_list_of(listed(raw["rates"]), source, "rates", rate_value),
         seeds=_list_of(raw.get("seeds", [0]), source, "seeds", _seed),
@@ -335,11 +355,12 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
             raw.get("trace_events", False), source, "trace_events"),
         trace_events=_flag(raw.get("trace_events", False), source, "trace_events"),
         split=split_from_config(raw.get("split"), source, base_dir, hardware),
+        vllm_bench=_flag(raw.get("vllm_bench", False), source, "vllm_bench") or raw.get("goodput") is not None,
+        goodput=tuple(check_slos(raw["goodput"], source, "goodput").items()) if raw.get("goodput") is not None
+        else (),
     )
     exp = dataclasses.replace(exp, concurrencies=concurrencies_from_config(raw, exp.workload, source))
-    if any(system.speculative is not None for system in exp.systems):
-        exp = dataclasses.replace(exp, systems=with_drafts(exp.systems, exp.model, source, lambda value, key: _lookup(
-            load_model_spec, value, source, key, base_dir, SHIPPED_MODELS)))
+    exp = _with_proposers(exp, base_dir)
     if "expert_parallel" in raw:
         exp = dataclasses.replace(exp, expert_parallel=expert_parallel_from_config(
             raw["expert_parallel"], exp.model, exp.replicas, exp.tensor_parallel, exp.split is not None, source))
@@ -353,6 +374,23 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
         check_cost_model(exp)
     check_closed_loop(exp, check_warmup)
     check_workload(exp, check_warmup)
+    return exp
+
+
+def _with_proposers(exp: Experiment, base_dir: Path) -> Experiment:
+    """Each speculating system with its draft model loaded and its table's acceptance read: the systems run, and a
+    split's decode pool's own system (the pool that speculates)."""
+    def resolved(systems: tuple[SystemSpec, ...], keys: tuple[str, ...] | None) -> tuple[SystemSpec, ...]:
+        systems = with_drafts(systems, exp.model, exp.source, lambda value, key: _lookup(
+            load_model_spec, value, exp.source, key, base_dir, SHIPPED_MODELS), keys)
+        return with_table_rates(systems, exp.model.name, exp.source, base_dir, keys)
+    if any(system.speculative is not None for system in exp.systems):
+        exp = dataclasses.replace(exp, systems=resolved(exp.systems, None))
+    split = exp.split
+    if split is not None and split.decode.system is not None and split.decode.system.speculative is not None:
+        (system,) = resolved((split.decode.system,), ("split.decode.system",))
+        exp = dataclasses.replace(exp, split=dataclasses.replace(split, decode=dataclasses.replace(split.decode,
+                                                                                                  system=system)))
     return exp
 
 
@@ -375,10 +413,8 @@ def check_split(exp: Experiment) -> None:
     if exp.breakdown:
         raise SpecError(exp.source, "breakdown", "a split fleet's runs keep no per-iteration breakdown (nor "
                         "trace_events); leave both out with split")
-    check_split_speculation(exp.systems, exp.source, "systems")
-    for name, pool in (("prefill", exp.split.prefill), ("decode", exp.split.decode)):
-        if pool.system is not None:
-            check_split_speculation((pool.system,), exp.source, f"split.{name}.system")
+    if exp.split.prefill.system is not None:
+        check_prefill_pool(exp.split.prefill.system, exp.source, "split.prefill.system")
     check_pools(exp)
 
 
@@ -393,6 +429,8 @@ def check_pools(exp: Experiment) -> None:
         variant = pool_experiment(exp, pool)
         if pool.system is not None:  # the pool runs its own system, whatever the experiment's are
             variant = dataclasses.replace(variant, systems=(pool.system,))
+        if name == "prefill":  # its replicas never speculate: its memory holds no proposer
+            variant = dataclasses.replace(variant, systems=tuple(pool_system(pool, s, False) for s in variant.systems))
         try:
             check_parallelism(variant)
             check_batching(variant)
@@ -670,10 +708,10 @@ def check_prefix_room(workload: WorkloadConfig, max_seq_len: int, source: str, k
     tokens for each drawn prompt and output: some of the dataset's pairs must fit there (a conversation
     dataset has no prefix: WorkloadConfig refuses it)."""
     prefix = workload.prefix_tokens if prefix is None else prefix
-    lengths = load_lengths(workload.dataset, workload.length_filter)
+    lengths = load_lengths(workload.dataset, workload.length_filter, workload.tokenizer)
     longest = longest_prefix(lengths, max_seq_len)
     if prefix > longest:
-        where = data_path(workload.dataset, workload.length_filter)
+        where = data_path(workload.dataset, workload.length_filter, workload.tokenizer)
         raise SpecError(source, key, (
             f"a prefix of {prefix} tokens leaves {max_seq_len - prefix} of "
             f"max_seq_len {max_seq_len} for a prompt and an output, and (almost) no pair of {workload.dataset} "

@@ -21,7 +21,7 @@ from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
 from sim.experiment.config import Experiment
 from sim.workload.lengths import shipped_file
-from sim.workload.paths import CHATBOT_CSV, SHAREGPT_CSV
+from sim.workload.paths import SHAREGPT_CSV
 from sim.workload.standin import SHAREGPT_FIG11_STANDIN
 
 # keys that choose which runs a sweep has, not what any one run computes
@@ -37,12 +37,10 @@ def data_files(exp: Experiment) -> dict[str, Path]:
     workload = exp.workload
     if workload.is_replay:
         files["workload.trace"] = Path(workload.trace)
-    elif shipped_file(workload.dataset, workload.length_filter) is not None:
-        files["workload.dataset"] = shipped_file(workload.dataset, workload.length_filter)
+    elif shipped_file(workload.dataset, workload.length_filter, workload.tokenizer) is not None:
+        files["workload.dataset"] = shipped_file(workload.dataset, workload.length_filter, workload.tokenizer)
     elif workload.dataset == SHAREGPT_FIG11_STANDIN:  # drawn in code, but from the real pairs of the shipped file
         files["workload.dataset"] = SHAREGPT_CSV
-    elif workload.dataset == "chatbot":
-        files["workload.dataset"] = CHATBOT_CSV
     elif Path(workload.dataset).is_file():  # a parametric stand-in is drawn in code and reads no file
         files["workload.dataset"] = Path(workload.dataset)
     if exp.cost_model.profile_path is not None:

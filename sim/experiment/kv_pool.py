@@ -23,6 +23,15 @@ class KVPool:
         return self.num_gpu_blocks * self.block_size
 
 
+@dataclass(frozen=True)
+class ProposerMemory:
+    """A speculating system's proposer on each GPU (sim/experiment/proposer_memory.py): its weights, and its KV
+    bytes in each block of the pool."""
+
+    weight_bytes: int
+    block_bytes: int
+
+
 def as_precision(precision: Precision | int) -> Precision:
     """A Precision, or the legacy dtype_bytes integer (every byte count that many)."""
     return precision if isinstance(precision, Precision) else Precision.uniform(precision)
@@ -68,20 +77,20 @@ def kv_cache_bytes_by_rule(model: ModelSpec, hw: HardwareSpec, tp: int, precisio
 
 def kv_pool(model: ModelSpec, hw: HardwareSpec, tp: int, precision: Precision | int, block_size: int,
             kv_cache_gib: float | None, swap_space_gib: float, expert_parallel: ExpertParallel | None = None,
-            draft: ModelSpec | None = None) -> KVPool:
+            proposer: ProposerMemory | None = None) -> KVPool:
     """KV cache per GPU; kv_cache_gib (per GPU: Table 1's total / tp) overrides the rule. Blocks at the KV
     cache's format: an FP8 cache holds twice the blocks of a 16-bit one in the same bytes. Under expert
     parallelism (`expert_parallel`) every data-parallel rank keeps its own pool beside its share of the experts.
-    draft (speculative decoding with a draft model): as vLLM sizes it, the draft's weights come out of the rule's
-    memory too, and each block holds the draft's KV of its tokens beside the target's (the draft runs at the
-    target's tensor parallelism), so the pool has fewer blocks."""
+    proposer (speculative decoding with a draft model or an EAGLE or MTP head, sim/experiment/proposer_memory.py):
+    as vLLM sizes it, the proposer's weights come out of the rule's memory too, and each block holds the
+    proposer's KV of its tokens beside the target's, so the pool has fewer blocks."""
     per_block = block_bytes(model, block_size, tp, precision)
-    if draft is not None:
-        per_block += block_bytes(draft, block_size, tp, precision)
+    if proposer is not None:
+        per_block += proposer.block_bytes
     if kv_cache_gib is not None:
         kv_bytes = int(kv_cache_gib * GIB)
     else:
         kv_bytes = kv_cache_bytes_by_rule(model, hw, tp, precision, expert_parallel=expert_parallel)
-        if draft is not None:
-            kv_bytes -= weight_bytes_per_gpu(draft, precision, tp)
+        if proposer is not None:
+            kv_bytes -= proposer.weight_bytes
     return KVPool(max(kv_bytes, 0) // per_block, int(swap_space_gib * GIB) // per_block, block_size, per_block)

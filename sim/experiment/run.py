@@ -25,7 +25,14 @@ from sim.experiment.config import Experiment, clock_for
 from sim.experiment.merged import MergedIterations
 from sim.experiment.metrics import SUMMARY_METRICS, kv_shares, load_imbalance, summarize
 from sim.experiment.speculation_records import speculation_columns
-from sim.experiment.split_run import prefill_replicas, serve_split_trace, split_setup, transfer_metrics
+from sim.experiment.split_run import (
+    prefill_replicas,
+    serve_split_trace,
+    split_cost_source,
+    split_setup,
+    transfer_metrics,
+)
+from sim.experiment.token_stream import Schedule
 from sim.workload.config import build_trace
 from sim.workload.trace import Trace
 
@@ -66,6 +73,9 @@ class RunResult:
     # requests dropped unserved (engine.core.records.DroppedRecord: ignored by vLLM's separate or chunked
     # policy, or aborted), as recorded
     dropped_values: list[tuple] = field(default_factory=list)
+    # the run as vLLM's benchmark would have saved it (sim/experiment/vllm_bench.py): only where the experiment
+    # asks for it (vllm_bench)
+    vllm_bench: dict | None = None
 
     @cached_property
     def dropped(self) -> pd.DataFrame | None:
@@ -178,7 +188,19 @@ def _run_one(exp: Experiment, system: SystemSpec, rate: float, seed: int, jobs: 
                         warmup_s=exp.warmup_s, horizon_s=horizon_s, dropped=dropped, replicas=exp.replicas)
     summary = {**summary_head(exp, system, trace, exp.replicas, cost_model, rate, seed), **gate, **metrics, **shares,
                COST_MODEL_SOURCE: cost_model.source}
-    return RunResult(summary, requests, iterations, dropped)
+    bench = _vllm_bench(exp, system, rate, seed, requests, iterations, dropped, horizon_s, Schedule.of(system))
+    return RunResult(summary, requests, iterations, dropped, bench)
+
+
+def _vllm_bench(exp: Experiment, system: SystemSpec, rate: float, seed: int, requests: dict[str, np.ndarray],
+                iterations: Mapping[str, np.ndarray], dropped: list[tuple], horizon_s: float, schedule: Schedule
+                ) -> dict | None:
+    """The run's vllm_bench.json, where the experiment asks for it."""
+    if not exp.vllm_bench:
+        return None
+    from sim.experiment.vllm_bench import vllm_bench_result
+
+    return vllm_bench_result(exp, system, rate, seed, requests, iterations, dropped, horizon_s, schedule)
 
 
 def requests_of(runs: list[ReplicaRun]) -> tuple[dict[str, np.ndarray], list[tuple]]:
@@ -205,7 +227,9 @@ def _run_split(exp: Experiment, system: SystemSpec, trace: Trace, rate: float, s
     split_runs = serve_split_trace(exp, setup, trace, rng)
     runs = split_runs.runs
     requests, dropped = requests_of(runs)
-    iterations = merged_records(runs).iteration_arrays()
+    iterations: Mapping[str, np.ndarray] = merged_records(runs).iteration_arrays()
+    if setup.decode.system.speculative is not None:  # each iteration's tokens proposed and accepted (prefill: none)
+        iterations = {**iterations, **speculation_columns(runs)}
     split = exp.split
     assert split is not None
     decode_slots = setup.decode.num_gpu_blocks * setup.decode.system.block_size
@@ -220,6 +244,10 @@ def _run_split(exp: Experiment, system: SystemSpec, trace: Trace, rate: float, s
         **summary_head(exp, system, trace, split.replicas, setup.prefill.cost_model, rate, seed), **metrics,
         "prefill_replicas": split.prefill.replicas, "decode_replicas": split.decode.replicas,
         **transfer_metrics(split_runs.transfers, exp.warmup_s, trace.arrival_s, horizon_s),
-        COST_MODEL_SOURCE: setup.prefill.cost_model.source,
+        COST_MODEL_SOURCE: split_cost_source(setup),
     }
-    return RunResult(summary, requests, iterations, dropped)
+    # a request's tokens after its first come from a decode replica, which it joined after that first token
+    bench = _vllm_bench(exp, system, rate, seed, requests, iterations, dropped, horizon_s,
+                        Schedule.of(setup.decode.system, join_late=True))
+    return RunResult(summary, requests, iterations, dropped, bench)
+

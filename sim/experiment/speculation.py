@@ -4,7 +4,7 @@ speculation does not serve refused, each with a one-line error naming the key.""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.core.spec import ModelSpec
@@ -15,14 +15,14 @@ from sim.workload.config import WorkloadConfig
 
 
 def with_drafts(systems: tuple[SystemSpec, ...], target: ModelSpec, source: str,
-                load: Callable[[Any, str], ModelSpec]) -> tuple[SystemSpec, ...]:
+                load: Callable[[Any, str], ModelSpec], keys: Sequence[str] | None = None) -> tuple[SystemSpec, ...]:
     """The systems with each speculating one's draft model loaded (`load(name, key)`: a shipped model's name or a
-    model YAML's path) and checked against the target."""
+    model YAML's path) and checked against the target; `keys`: each system's key (default systems[i])."""
     resolved = []
     for i, system in enumerate(systems):
         spec = system.speculative
         if spec is not None and spec.method == "draft" and spec.draft_model is not None:
-            key = f"systems[{i}].speculative.draft_model"
+            key = f"{keys[i] if keys is not None else f'systems[{i}]'}.speculative.draft_model"
             draft = load(spec.draft_model, key)
             check_draft(draft, target, source, key)
             system = dataclasses.replace(system, speculative=dataclasses.replace(spec, draft=draft))
@@ -78,10 +78,10 @@ def check_trace(systems: tuple[SystemSpec, ...], max_n: int, max_beams: int, tra
                                                   "serves one sequence a request (set workload.n: 1 and beam_width: 1)")
 
 
-def check_split(systems: tuple[SystemSpec, ...], source: str, key: str) -> None:
-    """A split fleet does not speculate yet: its decode replicas would need the proposals' slots on arrival."""
-    for i, system in enumerate(systems):
-        if system.speculative is not None:
-            where = key if len(systems) == 1 and key != "systems" else f"{key}[{i}]"
-            raise SpecError(source, f"{where}.speculative", "a prefill:decode split does not speculate yet (remove "
-                                                            "the key, or the split)")
+def check_prefill_pool(system: SystemSpec, source: str, key: str) -> None:
+    """A split fleet speculates on its decode pool alone: its prefill replicas compute prompts and first tokens, where
+    nothing is proposed (`key`: the prefill pool's own system)."""
+    if system.speculative is not None:
+        raise SpecError(source, f"{key}.speculative", "a split fleet's prefill replicas do not speculate: they compute "
+                                                      "prompts and first tokens (give speculative to the decode pool's "
+                                                      "system, or to the systems run)")

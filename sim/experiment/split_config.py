@@ -9,7 +9,8 @@
 
 A pool's keys default to the experiment's (hardware, tensor_parallel, kv_cache_gib) and to the system being run;
 each run of the sweep serves its system on both pools, the decode pool without prefix caching (its prompts were
-computed by the prefill pool). A pool's own system is a vLLM one, and every request is one sequence (n and
+computed by the prefill pool) and the prefill pool without speculation (nothing is proposed where prompts are
+computed: the decode pool speculates). A pool's own system is a vLLM one, and every request is one sequence (n and
 beam_width 1): a decode replica receives one sequence's KV, prefilled elsewhere, which only vLLM's paged
 scheduler does.
 """
@@ -119,9 +120,14 @@ def _pool_system(value: Any, source: str, key: str, hardware: HardwareSpec) -> S
 
 def pool_system(pool: PoolConfig, system: SystemSpec, decode: bool) -> SystemSpec:
     """The system a pool runs for a run of `system`: its own if it names one; the decode pool's without prefix
-    caching."""
+    caching, the prefill pool's without speculation (its replicas compute prompts and first tokens: the decode
+    pool speculates)."""
     chosen = pool.system or system
-    return dataclasses.replace(chosen, prefix_caching=False) if decode and chosen.prefix_caching else chosen
+    if decode and chosen.prefix_caching:
+        return dataclasses.replace(chosen, prefix_caching=False)
+    if not decode and chosen.speculative is not None:
+        return dataclasses.replace(chosen, speculative=None)
+    return chosen
 
 
 def routed_systems(split: SplitConfig | None, systems: tuple[SystemSpec, ...]) -> list[tuple[str, SystemSpec]]:

@@ -44,10 +44,20 @@ def split_setup(exp: Experiment, system: SystemSpec, horizon_s: float) -> SplitS
     return SplitSetup(pools[0], pools[1], kv_copy_price(exp, split), split.on_decode_full)
 
 
+def split_cost_source(setup: SplitSetup) -> str:
+    """The split fleet's cost model in words: the prefill pool's, and the decode pool's beside it where that one
+    prices speculation (the prefill pool never speculates)."""
+    source = setup.prefill.cost_model.source
+    if setup.decode.system.speculative is None:
+        return source
+    return f"prefill pool: {source}; decode pool: {setup.decode.cost_model.source}"
+
+
 def serve_split_trace(exp: Experiment, setup: SplitSetup, trace: Trace, rng: np.random.Generator) -> SplitRuns:
     """The trace on the split fleet `setup` builds; the experiment's router spreads the requests over the prefill
-    pool (power_of_two drawing from a child of the run's `rng`)."""
-    return serve_split(trace, setup, make_router(exp.router, rng))
+    pool (power_of_two drawing from a child of the run's `rng`, and a speculating decode pool's replicas from the
+    children after it)."""
+    return serve_split(trace, setup, make_router(exp.router, rng), rng)
 
 
 def prefill_replicas(requests: dict[str, np.ndarray], split_runs: SplitRuns) -> np.ndarray:

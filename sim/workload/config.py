@@ -7,6 +7,8 @@
       length_filter: paper   # paper: sharegpt as cut when built (prompt <= 1024, prompt + output < 2048)
                              # | model: its uncut build, so the model's max_seq_len alone decides (the
                              # other datasets are cut by the model alone either way)
+      tokenizer: null        # sharegpt and chatbot: whose token counts, opt | llama-3 | mistral | qwen; null: the
+                             # model's own where they ship, else opt (tokenizer_choice.py)
       arrival: poisson       # poisson (10 ms quanta) | exponential | gamma | constant
       cv: 1.0                # gamma only: coefficient of variation of the gaps
       burstiness: null       # vLLM's --burstiness B: gamma gaps of shape B (cv = 1/sqrt(B)); implies gamma; not with cv
@@ -37,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.core.spec import ModelSpec
 from engine.errors import SpecError
 from engine.specs.checks import choice, is_number, number, optional, positive, positive_int
 from engine.specs.paths import Shipped, resolve_path
@@ -47,6 +50,7 @@ from .chatbot import DEFAULT_NEW_CONVERSATION_PROB, chatbot_label, chatbot_reque
 from .conversations import CONVERSATION_NAMES, is_conversation_dataset, load_conversations
 from .lengths import DATASET_NAMES, LENGTH_FILTERS, PAPER_CUT_ONLY, load_lengths
 from .recorded import Replay, load_recorded
+from .tokenizer_choice import COUNTED_DATASETS, OPT, TOKENIZERS, model_tokenizer
 from .tokens import system_prompt_segments
 from .trace import Trace
 
@@ -95,6 +99,7 @@ def _system_prompt(raw, source: str, values: dict) -> SystemPrompt | None:
 class WorkloadConfig:
     dataset: str = "sharegpt"        # a dataset name, or an absolute path once resolved
     length_filter: str = "paper"     # which build of sharegpt is read (lengths.LENGTH_FILTERS)
+    tokenizer: str = OPT             # whose counts of sharegpt and chatbot are read (tokenizer_choice.TOKENIZERS)
     arrival: str = "poisson"
     cv: float = 1.0
     burstiness: float | None = None  # vLLM's gamma shape; None: the gaps' shape is 1/cv^2
@@ -117,8 +122,10 @@ class WorkloadConfig:
         return self.trace is not None
 
     @classmethod
-    def from_dict(cls, raw: dict | None, source: str = "config",
-                  base_dir: str | Path | None = None) -> WorkloadConfig:
+    def from_dict(cls, raw: dict | None, source: str = "config", base_dir: str | Path | None = None,
+                  model: ModelSpec | None = None) -> WorkloadConfig:
+        """The checked section; `model`, the model served, chooses whose token counts are read unless
+        workload.tokenizer does (none: OPT's)."""
         raw = {} if raw is None else raw
         if not isinstance(raw, dict):
             raise SpecError(source, SECTION, f"must be a mapping of keys to values, got {type(raw).__name__}")
@@ -155,6 +162,7 @@ class WorkloadConfig:
             values["dataset"] = _dataset(raw.get("dataset", cls.dataset), source, base_dir)
         values.update(_chatbot_options(raw, source, values.get("dataset")))
         values.update(_length_filter(raw, source, values.get("dataset")))
+        values["tokenizer"] = _tokenizer(raw, source, values.get("dataset"), model)
         values["system_prompt"] = _system_prompt(raw.get("system_prompt"), source, values)
         if values["prefix_tokens"] and values.get("dataset") is not None and _is_conversations(values["dataset"]):
             raise SpecError(source, f"{SECTION}.prefix_tokens", "applies to a length dataset, not to a conversation "
@@ -184,12 +192,12 @@ def build_trace(cfg: WorkloadConfig, rate: float | None, max_seq_len: int,
                         "trace (workload.trace) can run without one")
     arrival_s = _arrivals(cfg, rate, rng)
     if cfg.is_chatbot:
-        conversations = load_conversations(cfg.dataset)
+        conversations = load_conversations(cfg.dataset, cfg.tokenizer)
         chat = chatbot_requests(conversations, len(arrival_s), cfg.new_conversation_prob, max_seq_len, rng)
         prompt, output, segments = chat.prompt_len, chat.output_len, chat.segments
         source = chatbot_label(conversations.source, cfg.new_conversation_prob, chat.cuts)
     else:
-        lengths = load_lengths(cfg.dataset, cfg.length_filter)
+        lengths = load_lengths(cfg.dataset, cfg.length_filter, cfg.tokenizer)
         # the prefix goes before each drawn prompt, and a request must fit with it (prefix + input + output)
         system = cfg.system_prompt.tokens if cfg.system_prompt is not None else 0
         prompt, output = lengths.sample(len(arrival_s), max_seq_len - cfg.prefix_tokens - system, rng)
@@ -424,10 +432,24 @@ def _length_filter(raw: dict, source: str, dataset: str | None) -> dict:
     return {key: value}
 
 
+def _tokenizer(raw: dict, source: str, dataset: str | None, model: ModelSpec | None) -> str:
+    """workload.tokenizer, or the model's own (tokenizer_choice.model_tokenizer); set, it applies only to the
+    datasets that ship in several counts. A replay (dataset None) sets the dataset aside, and with it this key."""
+    key = "tokenizer"
+    if raw.get(key) is None:
+        return OPT if model is None else model_tokenizer(model)
+    value = choice(raw[key], source, f"{SECTION}.{key}", list(TOKENIZERS))
+    if dataset is not None and dataset not in COUNTED_DATASETS:
+        raise SpecError(source, f"{SECTION}.{key}", (
+            f"applies only to the shipped ShareGPT data (dataset: {' or '.join(COUNTED_DATASETS)}), counted by "
+            f"each of {list(TOKENIZERS)}; {Path(dataset).name} carries its own counts"))
+    return value
+
+
 def _check_modes(raw: dict, source: str, values: dict) -> None:
     """A key that only applies in one mode refuses to be set without it (the replay keys, prefix_tokens and
     new_conversation_prob check their own), so a setting is never silently ignored. The one documented
-    exception: workload.trace replaces a generated workload, whose dataset, length_filter, arrival, cv,
+    exception: workload.trace replaces a generated workload, whose dataset, length_filter, tokenizer, arrival, cv,
     duration_s and new_conversation_prob then stand aside (so `--set workload.trace=PATH` replays a trace
     through any config);
     prefix_tokens and system_prompt still go before every prompt, replayed ones too."""

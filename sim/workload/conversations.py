@@ -14,8 +14,9 @@ import numpy as np
 
 from engine.errors import SpecError
 
-from .paths import CHATBOT_CSV
+from .paths import chatbot_csv
 from .table import Table, find_columns, numeric_column, read_table, row_error
+from .tokenizer_choice import OPT, TOKENIZERS, tokens_label
 
 COLUMNS = ("conversation", "round", "query_len", "response_len")
 CONVERSATION_NAMES = ("chatbot",)
@@ -123,15 +124,18 @@ def _check_rounds(table: Table, conversation: np.ndarray, rounds: np.ndarray,
 _cache: dict[tuple, Conversations] = {}
 
 
-def load_conversations(dataset: str | Path) -> Conversations:
-    """`chatbot` (the shipped ShareGPT conversations) or a conversation CSV by path (already resolved)."""
+def load_conversations(dataset: str | Path, tokenizer: str = OPT) -> Conversations:
+    """`chatbot` (the shipped ShareGPT conversations, in the tokenizer's counts: tokenizer_choice.py) or a
+    conversation CSV by path (already resolved), which carries its own."""
     if str(dataset) in CONVERSATION_NAMES:
-        if not CHATBOT_CSV.is_file():
-            raise SpecError("workload", "dataset", f"{CHATBOT_CSV} is missing; rebuild it with "
-                            "`servesim trace build chatbot`")
-        table = _read_cached(CHATBOT_CSV)
+        path = chatbot_csv(TOKENIZERS[tokenizer].stem)
+        if not path.is_file():
+            option = "" if tokenizer == OPT else f" --tokenizer {tokenizer}"
+            raise SpecError("workload", "dataset", f"{path} is missing; rebuild it with "
+                            f"`servesim trace build chatbot{option}`")
+        table = _read_cached(path)
         return Conversations(table.conversation_id, table.start, table.query_len, table.response_len,
-                             "sharegpt conversations (sim/workload/data/sharegpt_opt_chatbot.csv)")
+                             f"sharegpt conversations (sim/workload/data/{path.name}{tokens_label(tokenizer)})")
     return _read_cached(Path(dataset))
 
 

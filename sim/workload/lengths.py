@@ -9,7 +9,8 @@ cyclically to cover the requests needed, cut, and shuffle with the run's rng.
 
 `sharegpt` was also cut when it was built, by the paper's 2,048 tokens (LENGTH_FILTERS): under
 `workload.length_filter: model` it is read from the uncut build instead, so the model's max_seq_len
-alone decides which pairs it keeps.
+alone decides which pairs it keeps. Both builds ship in each tokenizer's counts (tokenizer_choice.py):
+`tokenizer` picks whose, and changes no other dataset.
 """
 from __future__ import annotations
 
@@ -23,9 +24,10 @@ import numpy as np
 from engine.errors import SpecError
 
 from .arxiv import ARXIV_SUMMARIZATION
-from .paths import ARXIV_CSV, SHAREGPT_CSV, SHAREGPT_UNCUT_CSV
+from .paths import ARXIV_CSV, SHAREGPT_CSV, chatbot_csv, sharegpt_csv
 from .standin import SHAREGPT_FIG11_SCALE, SHAREGPT_FIG11_STANDIN, STAND_INS, StandIn, scale_pairs
 from .table import find_columns, numeric_column, read_table
+from .tokenizer_choice import OPT, TOKENIZERS, tokens_label
 from .trace import STAND_IN
 from .translation import TRANSLATION_STAND_INS, TranslationStandIn
 
@@ -102,18 +104,20 @@ def longest_prefix(lengths: LengthSource, max_seq_len: int) -> int:
     return max_seq_len - shortest - 1
 
 
-def shipped_file(dataset: str | Path, length_filter: str = "paper") -> Path | None:
+def shipped_file(dataset: str | Path, length_filter: str = "paper", tokenizer: str = OPT) -> Path | None:
     """The shipped file a dataset name reads, or None for a name drawn in code or a user's file."""
     if str(dataset) == "sharegpt":
-        return SHAREGPT_UNCUT_CSV if length_filter == "model" else SHAREGPT_CSV
+        return sharegpt_csv(TOKENIZERS[tokenizer].stem, uncut=length_filter == "model")
+    if str(dataset) == "chatbot":
+        return chatbot_csv(TOKENIZERS[tokenizer].stem)
     if str(dataset) == ARXIV_SUMMARIZATION:
         return ARXIV_CSV
     return None
 
 
-def data_path(dataset: str | Path, length_filter: str = "paper") -> str:
+def data_path(dataset: str | Path, length_filter: str = "paper", tokenizer: str = OPT) -> str:
     """Where a dataset's file really is (the shipped ShareGPT file's label names where it was first kept)."""
-    return str(shipped_file(dataset, length_filter) or dataset)
+    return str(shipped_file(dataset, length_filter, tokenizer) or dataset)
 
 
 def read_lengths_csv(path: str | Path) -> LengthTable:
@@ -138,20 +142,16 @@ def read_alpaca_json(path: str | Path) -> LengthTable:
 _cache: dict[tuple, LengthTable] = {}
 
 
-def load_lengths(dataset: str | Path, length_filter: str = "paper") -> LengthTable | StandIn | TranslationStandIn:
+def load_lengths(dataset: str | Path, length_filter: str = "paper",
+                 tokenizer: str = OPT) -> LengthTable | StandIn | TranslationStandIn:
     """A dataset by name, or by path (already resolved: see paths.resolve_data_path); `length_filter` chooses
-    between sharegpt's builds (LENGTH_FILTERS), and changes no other dataset."""
+    between sharegpt's builds (LENGTH_FILTERS) and `tokenizer` whose counts of them, and change no other dataset."""
     if str(dataset) in STAND_INS:
         return STAND_INS[str(dataset)]
     if str(dataset) in TRANSLATION_STAND_INS:
         return TRANSLATION_STAND_INS[str(dataset)]
-    if str(dataset) == "sharegpt" and length_filter == "model":
-        table = _shipped(SHAREGPT_UNCUT_CSV, "sharegpt-uncut")
-        return LengthTable(table.prompt_len, table.output_len, "sharegpt, uncut (sim/workload/data/"
-                           "sharegpt_opt_uncut.csv; kept by the model's max_seq_len, not the paper's 2,048)")
     if str(dataset) == "sharegpt":
-        table = _shipped_sharegpt()
-        return LengthTable(table.prompt_len, table.output_len, "sharegpt (sim/workload/data/sharegpt_opt.csv)")
+        return _sharegpt(length_filter == "model", tokenizer)
     if str(dataset) == ARXIV_SUMMARIZATION:
         table = _read_cached(ARXIV_CSV)
         return LengthTable(table.prompt_len, table.output_len, f"{ARXIV_SUMMARIZATION} (Vidur's Arxiv-Summarization "
@@ -164,6 +164,19 @@ def load_lengths(dataset: str | Path, length_filter: str = "paper") -> LengthTab
         return LengthTable(prompt, output, f"{SHAREGPT_FIG11_STANDIN} (stand-in: the real ShareGPT pairs with "
                            f"prompts x{scale}, matched to Fig. 11 means)")
     return _read_cached(Path(dataset))
+
+
+def _sharegpt(uncut: bool, tokenizer: str) -> LengthTable:
+    """sharegpt's build, cut or uncut, in the tokenizer's counts, labelled with the file it is (and, for a
+    tokenizer other than OPT's, whose tokens: tokens_label)."""
+    path = sharegpt_csv(TOKENIZERS[tokenizer].stem, uncut)
+    option = "" if tokenizer == OPT else f" --tokenizer {tokenizer}"
+    table = _shipped(path, f"{'sharegpt-uncut' if uncut else 'sharegpt'}{option}")
+    where = f"sim/workload/data/{path.name}{tokens_label(tokenizer)}"
+    if uncut:
+        return LengthTable(table.prompt_len, table.output_len, f"sharegpt, uncut ({where}; kept by the model's "
+                           "max_seq_len, not the paper's 2,048)")
+    return LengthTable(table.prompt_len, table.output_len, f"sharegpt ({where})")
 
 
 def _shipped_sharegpt() -> LengthTable:

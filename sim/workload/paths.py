@@ -14,3 +14,13 @@ ARXIV_CSV = DATA_DIR / "arxiv_summarization_llama2.csv"
 # ShareGPT conversations as rounds of (query, response) lengths: the chatbot workload (paper Fig. 17)
 CHATBOT_CSV = DATA_DIR / "sharegpt_opt_chatbot.csv"
 
+
+
+def sharegpt_csv(stem: str, uncut: bool = False) -> Path:
+    """The first exchanges as one tokenizer counted them (stem: tokenizer_choice.Tokenizer.stem), cut or uncut."""
+    return DATA_DIR / f"sharegpt_{stem}{'_uncut' if uncut else ''}.csv"
+
+
+def chatbot_csv(stem: str) -> Path:
+    """The conversations as one tokenizer counted them."""
+    return DATA_DIR / f"sharegpt_{stem}_chatbot.csv"

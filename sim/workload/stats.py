@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from .standin import FIG11_MEANS
+from .tokenizer_choice import TOKENIZERS, tokens_label
 
 PERCENTILES = (50, 90, 99)
 
@@ -36,6 +37,8 @@ def paper_reference(label: str) -> tuple[str, tuple[float, float]] | None:
     """Fig. 11's means for ShareGPT- or Alpaca-like data, recognised by name."""
     lowered = label.lower()
     if "chatbot" in lowered or "conversations" in lowered:  # rounds with their history: not Fig. 11's pairs
+        return None
+    if any(tokens_label(name) and tokens_label(name) in label for name in TOKENIZERS):  # Fig. 11 counts OPT's
         return None
     for name in ("sharegpt", "alpaca"):
         if name in lowered:

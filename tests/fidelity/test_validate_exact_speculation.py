@@ -107,6 +107,39 @@ def test_given_the_engine_the_clock_counts_the_drafts_forwards_as_the_engine_doe
     assert set(clock.times) == {0.01 + 0.002}
 
 
+@pytest.mark.parametrize("method", ["eagle", "mtp"])
+def test_given_the_engine_the_clock_counts_a_heads_forwards_as_the_engine_does(monkeypatch, method):
+    """A head proposes before the target's forward and follows it after: the engine's clock adds both (its
+    last_proposer_s), and so does MeasuredClock given the engine."""
+    from engine.runtime import head_proposer
+
+    class FixedTimer:  # each of the head's two timed passes an iteration: 2 ms
+        def __init__(self, device):
+            self.seconds = 0.002
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    monkeypatch.setattr(head_proposer, "IterationTimer", FixedTimer)
+    system, trace = speculating(method), a_trace()
+
+    def fixed_times() -> Engine:
+        engine = Engine(SPEC, system, "cpu", num_gpu_blocks=BLOCKS[0], num_cpu_blocks=BLOCKS[1],
+                        attention_backend="torch")
+        execute = engine.runner.execute
+        engine.runner.execute = lambda *args, **kwargs: (execute(*args, **kwargs)[0], 0.01)
+        return engine
+
+    alone = fixed_times().replay(trace).iteration_columns()
+    engine = fixed_times()
+    clock = MeasuredClock(engine.runner, engine=engine)
+    assert engine.replay(trace, time_fn=clock).iteration_columns() == alone
+    assert set(clock.times) == {0.01 + 0.004}
+
+
 def test_another_acceptance_is_caught():
     """The check has teeth: one decode keeping one proposal less, and the schedules part."""
     system, trace = speculating("ngram"), a_trace()

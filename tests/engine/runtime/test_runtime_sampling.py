@@ -170,11 +170,13 @@ def test_a_beam_iteration_reads_the_device_once(opt_tiny, monkeypatch):
     assert reads and set(reads) == {1}
 
 
+@pytest.mark.parametrize("method", ["ngram", "eagle"])
 @pytest.mark.parametrize("sampling", ["greedy", "random"])
-def test_a_speculating_iteration_reads_the_device_once(opt_tiny, monkeypatch, sampling):
-    """The verify's kept counts and tokens ride in the iteration's one copy (the n-gram proposer reads nothing)."""
+def test_a_speculating_iteration_reads_the_device_once(opt_tiny, monkeypatch, sampling, method):
+    """The verify's kept counts and tokens ride in the iteration's one copy (the n-gram proposer reads nothing; a
+    head reads its proposals back outside the target's step, as a draft does)."""
     system = dataclasses.replace(SystemSpec("vLLM", "vllm", block_size=4),
-                                 speculative=SpeculativeSpec("ngram", 3, (0.5, 0.5, 0.5)))
+                                 speculative=SpeculativeSpec(method, 3, (0.5, 0.5, 0.5)))
     engine = Engine(opt_tiny, system, "cpu", num_gpu_blocks=64, num_cpu_blocks=8, attention_backend=BACKEND)
     reads = count_reads_per_iteration(engine, monkeypatch, lambda: engine.replay(
         [(0.0, 6, 5, 1), (0.0, 9, 4, 1), (0.5, 5, 6, 1)], sampling, time_fn=lambda batch: 0.2))

@@ -1,7 +1,8 @@
-"""Speculative decoding on the real engine: the n-gram proposer's or a draft model's proposals verified in one
-chunk through the paged cache. Greedy output is the target's own, token for token, on every tiny family, whatever
-is proposed; a draft that is the target itself has every proposal kept, greedy or sampled, through preemptions;
-the kept counts reach the control plane and the records; the block tables stay sound every step."""
+"""Speculative decoding on the real engine: the n-gram proposer's, a draft model's or an EAGLE or MTP head's
+proposals verified in one chunk through the paged cache. Greedy output is the target's own, token for token, on
+every tiny family, whatever is proposed; a draft that is the target itself has every proposal kept, greedy or
+sampled, through preemptions; the kept counts reach the control plane and the records; the block tables stay sound
+every step. (The heads' own proposals: test_runtime_heads.py.)"""
 from __future__ import annotations
 
 import dataclasses
@@ -38,9 +39,10 @@ def engine(spec, system: SystemSpec) -> Engine:
     return Engine(spec, system, num_gpu_blocks=64, attention_backend="torch")
 
 
-def test_greedy_ngram_speculation_is_the_targets_greedy_output(spec):
-    assert engine(spec, speculating()).generate(PROMPTS, NEW_TOKENS) == engine(spec, PLAIN).generate(PROMPTS,
-                                                                                                    NEW_TOKENS)
+@pytest.mark.parametrize("method", ["ngram", "draft", "eagle", "mtp"])
+def test_greedy_speculation_is_the_targets_greedy_output(spec, method):
+    system = speculating(method, draft=smaller(spec) if method == "draft" else None)
+    assert engine(spec, system).generate(PROMPTS, NEW_TOKENS) == engine(spec, PLAIN).generate(PROMPTS, NEW_TOKENS)
 
 
 def oracle(reference: dict[int, list[int]], wrong_at: int):
@@ -105,11 +107,6 @@ def test_block_tables_stay_sound_through_speculating_steps(monkeypatch):
     assert checked
 
 
-def test_greedy_draft_speculation_is_the_targets_greedy_output(spec):
-    assert engine(spec, speculating("draft", draft=smaller(spec))).generate(PROMPTS, NEW_TOKENS) == \
-        engine(spec, PLAIN).generate(PROMPTS, NEW_TOKENS)
-
-
 @pytest.mark.parametrize("sampling", ["greedy", "random"])
 @pytest.mark.parametrize("preemption", ["recompute", "swap"])
 def test_a_draft_that_is_the_target_has_every_proposal_kept(sampling, preemption):
@@ -129,7 +126,8 @@ def test_a_draft_that_is_the_target_has_every_proposal_kept(sampling, preemption
 
 
 def test_sampled_speculation_runs_and_repeats_itself(opt_tiny):
-    for system in (speculating(), speculating("draft", draft=smaller(opt_tiny))):
+    for system in (speculating(), speculating("draft", draft=smaller(opt_tiny)), speculating("eagle"),
+                   speculating("mtp")):
         run = engine(opt_tiny, system)
         first = run.generate(PROMPTS, NEW_TOKENS, sampling="random")
         assert first == run.generate(PROMPTS, NEW_TOKENS, sampling="random")
@@ -148,12 +146,6 @@ def test_an_unknown_draft_model_is_refused_naming_the_key(opt_tiny):
         engine(opt_tiny, system)
 
 
-@pytest.mark.parametrize("method", ["eagle", "mtp"])
-def test_eagle_and_mtp_are_refused_as_simulator_only(opt_tiny, method):
-    with pytest.raises(SpecError, match=f"system.speculative.method: '{method}' is simulator-only"):
-        Engine(opt_tiny, speculating(method), num_gpu_blocks=64, run_model=False, time_fn=lambda batch: 0.01)
-
-
 def test_samples_and_beams_are_refused_when_speculating(opt_tiny):
     run = engine(opt_tiny, speculating())
     with pytest.raises(ValueError, match="request 0: n=2, but vLLM speculates"):
@@ -162,13 +154,7 @@ def test_samples_and_beams_are_refused_when_speculating(opt_tiny):
         run.beam_search(PROMPTS[:1], 4, beam_width=2)
 
 
-def test_a_split_fleet_refuses_a_speculating_system(opt_tiny):
-    from engine.runtime.split_engine import SplitEngine
-    with pytest.raises(ValueError, match="split engine's prefill engine runs without speculative decoding"):
-        SplitEngine.build(opt_tiny, speculating(), 32, 32, attention_backend="torch")
-
-
-@pytest.mark.parametrize("method", ["ngram", "draft"])
+@pytest.mark.parametrize("method", ["ngram", "draft", "eagle", "mtp"])
 def test_a_prefix_cached_replay_speculates_over_its_streams(opt_tiny, method):
     """Its sequences generate their streams' outputs and propose the streams' next tokens: the records carry the
     cached prompt tokens and the proposals both."""

@@ -39,3 +39,32 @@ def test_engine_runs_on_triton_kernels(name):
     for seq_id, steps in runs["triton"][1].steps.items():
         for (_, logits, _), (_, ref_logits, _) in zip(steps, runs["torch"][1].steps[seq_id]):
             torch.testing.assert_close(logits, ref_logits, atol=1e-4, rtol=0)
+
+
+@pytest.mark.skipif(not RUNNABLE, reason="needs CUDA or TRITON_INTERPRET=1")
+@pytest.mark.parametrize("sampling", ["greedy", "random"])
+def test_a_speculating_engine_verifies_with_the_triton_rejection_kernel(monkeypatch, sampling):
+    """Triton kernels (auto on CUDA, or interpreted) choose through the Triton rejection sampler, the torch
+    references through the torch one; from the same draws, the same tokens."""
+    import dataclasses
+
+    from engine.core.speculative import SpeculativeSpec
+    from engine.kernels import rejection, rejection_sampler
+
+    calls = []
+    for module, name in ((rejection, "rejection_sample_ref"), (rejection, "rejection_sample_greedy_ref"),
+                         (rejection_sampler, "rejection_sample_triton"),
+                         (rejection_sampler, "rejection_sample_greedy_triton")):
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+    spec = load_model_spec("llama-tiny")
+    system = dataclasses.replace(SystemSpec("vLLM", "vllm", block_size=4),
+                                 speculative=SpeculativeSpec("ngram", 2, (0.5, 0.5)))
+    prompts = [[5, 6, 5, 6, 5], [42, 43]]
+    runs = {}
+    for backend in ("auto", "torch"):
+        calls.clear()
+        engine = Engine(spec, system, DEVICE, dtype=torch.float32, num_gpu_blocks=16, attention_backend=backend)
+        runs[backend] = engine.generate(prompts, 4, sampling=sampling)
+        assert calls and {name.endswith("_triton") for name in calls} == {backend == "auto"}
+    assert runs["auto"] == runs["torch"]

@@ -1,7 +1,8 @@
 """The real engine as a split fleet (engine/runtime/split_engine.py): a prefill engine and a decode engine of one
 model, each request's prompt KV copied from one cache to the other. It generates the colocated engine's greedy
 tokens, the decode engine reads the KV the copy moved (a corrupted copy changes them), every request ends once
-with every block back, and fed the engines' times the simulator's split fleet takes the same decisions."""
+with every block back, and fed the engines' times the simulator's split fleet takes the same decisions. Its decode
+engine may speculate by n-gram lookup, and still generates the colocated engine's greedy tokens."""
 import dataclasses
 
 import pytest
@@ -10,6 +11,7 @@ torch = pytest.importorskip("torch")
 
 from runtime_reference import BACKEND  # noqa: E402
 
+from engine.core.speculative import SpeculativeSpec  # noqa: E402
 from engine.core.system import SystemSpec  # noqa: E402
 from engine.runtime import split_engine  # noqa: E402
 from engine.runtime.engine import Engine  # noqa: E402
@@ -96,3 +98,43 @@ def test_the_engines_refuse_what_the_split_fleet_does_not_serve(opt_tiny):
     caching = dataclasses.replace(VLLM4, prefix_caching=True)
     with pytest.raises(ValueError, match="prefix caching"):
         SplitEngine.build(opt_tiny, caching, 16, 16, attention_backend=BACKEND)
+
+
+@pytest.mark.parametrize("decode_blocks", [64, 14], ids=["roomy", "tight"])
+def test_a_decode_engine_speculating_by_ngram_generates_the_colocated_engines_greedy_tokens(attention_spec,
+                                                                                          decode_blocks):
+    """The decode engine verifies its n-gram proposals from its first decode step on (the prefill engine proposes
+    nothing): greedy output is the target's alone, as the plain colocated engine generates it; the kept counts
+    reach the decode engine's records, each iteration's and each request's."""
+    system = dataclasses.replace(VLLM4, speculative=SpeculativeSpec("ngram", 3, (0.5,) * 3))
+    split = SplitEngine.build(attention_spec, system, 64, decode_blocks, attention_backend=BACKEND,
+                              copy_time_fn=lambda num_tokens: 0.0)
+    assert split.prefill.system.speculative is None and split.decode.system.speculative is not None
+    assert split.generate(PROMPTS, NEW_TOKENS) == colocated(attention_spec)
+    decode = split.result.decode
+    proposed = sum(p for p, _ in decode.speculation)
+    accepted = sum(a for _, a in decode.speculation)
+    assert len(decode.speculation) == len(decode.iterations) and not split.result.prefill.speculation
+    columns = decode.request_columns()
+    assert (sum(columns["proposed_tokens"]), sum(columns["accepted_tokens"])) == (proposed, accepted)
+    assert 0 < accepted < proposed  # the prompt of repeats has its proposals kept
+    for core in (split.prefill_core, split.decode_core):
+        assert core.scheduler.blocks.num_free_blocks == core.scheduler.num_gpu_blocks
+
+
+def test_only_the_decode_engine_speculates(opt_tiny):
+    ngram = dataclasses.replace(VLLM4, speculative=SpeculativeSpec("ngram", 2, (0.5, 0.5)))
+    prefill = Engine(opt_tiny, ngram, num_gpu_blocks=16, attention_backend=BACKEND)
+    decode = Engine(opt_tiny, VLLM4, num_gpu_blocks=16, attention_backend=BACKEND, model=prefill.runner.model)
+    with pytest.raises(ValueError, match="prefill engine runs without speculative decoding"):
+        SplitEngine(prefill, decode)
+
+
+@pytest.mark.parametrize("method", ["draft", "eagle"])
+def test_a_decode_engine_proposing_from_the_prompts_state_is_refused(opt_tiny, method):
+    """A draft model or a head follows every token the target computes: on the decode engine it would lack the
+    prompt's, which the prefill engine computed."""
+    draft = dataclasses.replace(opt_tiny, name="opt-tiny-draft", num_layers=1) if method == "draft" else None
+    spec = SpeculativeSpec(method, 2, (0.5, 0.5), draft.name if draft else None, draft)
+    with pytest.raises(ValueError, match=f"decode engine speculates with 'ngram' alone, not '{method}': its proposer"):
+        SplitEngine.build(opt_tiny, dataclasses.replace(VLLM4, speculative=spec), 16, 16, attention_backend=BACKEND)

@@ -74,7 +74,7 @@ name: l8b_h100
 model: llama-3-8b
 hardware: h100-sxm
 kv_cache_gib: null
-workload: {dataset: sharegpt, arrival: poisson, duration_s: 300}
+workload: {dataset: sharegpt, tokenizer: opt, arrival: poisson, duration_s: 300}  # the rates below are of OPT's counts
 systems: [vllm-v1]
 rates: [51]
 warmup_s: 60

@@ -145,3 +145,23 @@ def test_a_replay_at_rate_inf_sends_its_trace_at_once(tmp_path):
     run = run_one(exp, exp.systems[0], math.inf, 0)
     assert run.request_arrays["arrival_s"].tolist() == [0.0, 0.0, 0.0]
     assert run.summary["num_unfinished"] == 0 and run.summary["mean_batched_requests"] == 1
+
+
+def test_the_vllm_bench_file_of_a_closed_loop_says_what_vllms_would(config):
+    """vLLM writes request_rate "inf", its --max-concurrency and --burstiness, and each request's start_time (its
+    sending) and client queue time (its wait at the semaphore)."""
+    import json
+
+    from sim.experiment.vllm_bench import result_bytes
+
+    exp = load_experiment(config, ["workload.max_concurrency=3", "vllm_bench=true"])
+    run = run_one(exp, exp.systems[0], math.inf, 0)
+    result = json.loads(result_bytes(run.vllm_bench))
+    assert (result["request_rate"], result["max_concurrency"], result["num_prompts"]) == ("inf", 3, 40)
+    requests = run.request_arrays
+    order = np.argsort(requests["request_id"])
+    assert result["start_times"] == requests["sent_s"][order].tolist()
+    assert result["queue_times"] == (requests["sent_s"] - requests["arrival_s"])[order].tolist()
+    assert result["max_concurrent_requests"] <= 3 and result["failed"] == 0
+    bursty = load_experiment(config, ["rates=[2]", "workload.burstiness=4", "vllm_bench=true"])
+    assert run_one(bursty, bursty.systems[0], 2.0, 0).vllm_bench["burstiness"] == 4.0

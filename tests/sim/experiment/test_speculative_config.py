@@ -9,7 +9,7 @@ import yaml
 from engine.errors import SpecError
 from sim.experiment.config import experiment_from_dict
 from sim.experiment.fingerprint import system_values
-from sim.experiment.kv_pool import block_bytes
+from sim.experiment.kv_pool import block_bytes, kv_cache_bytes_by_rule
 from tests.helpers.configs import tiny
 
 NGRAM = "{method: ngram, num_speculative_tokens: 3, acceptance: {mean_accepted: 1.5}}"
@@ -107,9 +107,10 @@ def test_speculation_with_samples_or_beams_is_refused(tmp_path):
     refused(tmp_path, NGRAM, "workload.beam_width", "beams", workload=workload % "beam_width: 2")
 
 
-def test_a_split_fleet_does_not_speculate_yet(tmp_path):
-    split = "{prefill: {replicas: 1}, decode: {replicas: 1}}"
-    refused(tmp_path, NGRAM, "systems[0].speculative", "split", split=split)
+def test_a_split_fleets_prefill_pool_does_not_speculate(tmp_path):
+    split = f"{{prefill: {{replicas: 1, system: {{preset: vllm, speculative: {NGRAM}}}}}, decode: {{replicas: 1}}}}"
+    refused(tmp_path, NGRAM, "split.prefill.system.speculative", "prefill replicas do not speculate", "decode pool",
+            split=split)
 
 
 def test_a_draft_takes_its_weights_and_its_kv_out_of_the_pool(tmp_path):
@@ -119,3 +120,19 @@ def test_a_draft_takes_its_weights_and_its_kv_out_of_the_pool(tmp_path):
     draft = drafted.systems[0].speculative.draft
     assert with_draft.block_bytes == pool.block_bytes + block_bytes(draft, 16, 1, plain.precision)
     assert with_draft.num_gpu_blocks == 12 * 2**30 // with_draft.block_bytes < pool.num_gpu_blocks  # kv_cache_gib: 12
+
+
+@pytest.mark.parametrize("method", ["eagle", "mtp"])
+def test_a_head_takes_its_layer_its_projection_and_one_layer_of_kv_out_of_the_pool(tmp_path, method):
+    # the pool sized by the memory rule (kv_cache_gib: null), so that the head's weights come out of it
+    plain = experiment(tmp_path, NGRAM, kv_cache_gib="null")
+    headed = experiment(tmp_path, NGRAM.replace("ngram", method), kv_cache_gib="null")
+    pool, with_head = plain.kv_pool(plain.systems[0]), headed.kv_pool(headed.systems[0])
+    h, ffn = 5120, 20480  # OPT-13B, one 16-bit GPU
+    layer = 4 * h * h + 2 * h * ffn + (3 * h + h + ffn + h) + 4 * h  # QKV, out, fc1, fc2; their biases; 2 LayerNorms
+    head_weights = (layer + 2 * h * h) * 2  # and the 2h x h projection; embedding and LM head are the target's
+    head_kv_per_block = 2 * h * 16 * 2  # one layer's K and V of a block's 16 tokens
+    assert with_head.block_bytes == pool.block_bytes + head_kv_per_block
+    free = kv_cache_bytes_by_rule(plain.model, plain.hardware, 1, plain.precision)
+    assert pool.num_gpu_blocks == free // pool.block_bytes
+    assert with_head.num_gpu_blocks == (free - head_weights) // with_head.block_bytes < pool.num_gpu_blocks

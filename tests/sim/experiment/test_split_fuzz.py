@@ -14,7 +14,7 @@ from collections import Counter
 from hypothesis import HealthCheck, Phase, event, example, given, settings
 from hypothesis import strategies as st
 
-from engine.core.records import DROPPED_COLUMNS
+from engine.core.records import DROPPED_COLUMNS, SPECULATIVE_COLUMNS
 from engine.errors import SpecError, Unservable
 from sim.core.split_fleet import TRANSFER_COLUMNS, SplitRuns
 from sim.experiment import run
@@ -36,9 +36,17 @@ KIND, PREFILLED, START, END, DECODE = (TRANSFER_COLUMNS.index(k) for k in
                                        ("kind", "prefilled_s", "start_s", "end_s", "decode_replica"))
 
 
+# what the decode pool proposes: nothing, an n-gram lookup, or an EAGLE head (whose KV takes the decode pool's room)
+SPECULATIVE = [None, "{method: ngram, num_speculative_tokens: 2, acceptance: {mean_accepted: 1}}",
+               "{method: eagle, num_speculative_tokens: 4, acceptance: {rates: [0.9, 0.7, 0.5, 0.3]}}"]
+
+
 def config(num_prefill: int, num_decode: int, router: str, on_decode_full: str, bytes_per_s: str, latency_s: str,
-           decode_gib: str, rate: float, duration_s: float, max_time_factor: float) -> str:
-    system = "{preset: vllm, name: apc, prefix_caching: true}" if router == "cache_aware" else "vllm"
+           decode_gib: str, rate: float, duration_s: float, max_time_factor: float,
+           speculative: str | None = None) -> str:
+    caching = ", prefix_caching: true" if router == "cache_aware" else ""
+    proposing = f", speculative: {speculative}" if speculative is not None else ""
+    system = f"{{preset: vllm, name: split{caching}{proposing}}}" if caching or proposing else "vllm"
     return f"""\
 name: split-fuzz
 model: opt-tiny
@@ -69,18 +77,22 @@ def one_line(err: BaseException) -> bool:
        latency_s=st.sampled_from(EDGE_LATENCIES),
        decode_gib=st.sampled_from(["null", "0.0002", "0.001"]),  # 0.0002: 26 blocks, one long request
        rate=st.sampled_from([1.0, 4.0, 16.0]), duration_s=st.sampled_from([1.0, 2.0]),
-       max_time_factor=st.sampled_from([1.0, 2.0]))
+       max_time_factor=st.sampled_from([1.0, 2.0]), speculative=st.sampled_from(SPECULATIVE))
 # a decode pool full at once, recomputing; a link that ends no copy in the run
 @example(num_prefill=2, num_decode=1, router="round_robin", on_decode_full="recompute", bytes_per_s="1.0e+9",
-         latency_s="0", decode_gib="0.0002", rate=16.0, duration_s=2.0, max_time_factor=2.0)
+         latency_s="0", decode_gib="0.0002", rate=16.0, duration_s=2.0, max_time_factor=2.0, speculative=None)
 @example(num_prefill=1, num_decode=2, router="least_outstanding", on_decode_full="hold", bytes_per_s="1.0",
-         latency_s="0", decode_gib="null", rate=4.0, duration_s=2.0, max_time_factor=1.0)
+         latency_s="0", decode_gib="null", rate=4.0, duration_s=2.0, max_time_factor=1.0, speculative=None)
+# the same full decode pool, its EAGLE head's KV beside the target's and four proposals' slots a decode
+@example(num_prefill=2, num_decode=1, router="cache_aware", on_decode_full="recompute", bytes_per_s="1.0e+9",
+         latency_s="0", decode_gib="0.0002", rate=16.0, duration_s=2.0, max_time_factor=2.0,
+         speculative=SPECULATIVE[2])
 def test_random_split_fleets_at_their_edges_summarize_only_their_run(write_config, monkeypatch, num_prefill,
                                                                      num_decode, router, on_decode_full, bytes_per_s,
                                                                      latency_s, decode_gib, rate, duration_s,
-                                                                     max_time_factor):
+                                                                     max_time_factor, speculative):
     path = write_config(config(num_prefill, num_decode, router, on_decode_full, bytes_per_s, latency_s, decode_gib,
-                               rate, duration_s, max_time_factor))
+                               rate, duration_s, max_time_factor, speculative))
     served: list[SplitRuns] = []  # the fleet's transfers, as run_one serves it
 
     def serving(*args) -> SplitRuns:
@@ -94,12 +106,13 @@ def test_random_split_fleets_at_their_edges_summarize_only_their_run(write_confi
         assert one_line(err), repr(err)
         event(f"refused: {getattr(err, 'key', type(err).__name__)}")
         return
-    event("served")
+    event("served" if speculative is None else "served speculating")
     trace = trace_for(exp, rate, 0)
     horizon = horizon_of(exp, trace)
     check_summary(result.summary, horizon)
     check_each_request_once(result.request_arrays, result.dropped_values, len(trace))
     check_transfers(served[0].transfers, result.request_arrays, horizon, num_prefill)
+    check_speculation(result.request_arrays, result.iteration_arrays, speculative is not None, num_prefill)
     for kind in sorted({row[KIND] for row in served[0].transfers}):
         event(f"transfers {kind}")
 
@@ -144,3 +157,15 @@ def check_transfers(transfers: list[tuple], requests: dict, horizon: float, num_
             assert replica >= num_prefill  # decoded on a decode replica
         if kind.get(int(rid)) in ("unfinished", "waiting"):
             assert not finished
+
+
+def check_speculation(requests: dict, iterations, speculating: bool, num_prefill: int) -> None:
+    """A speculating decode pool's tokens proposed and accepted, per request and per iteration, agree, and the
+    prefill replicas propose none; a fleet that does not speculate records neither column."""
+    if not speculating:
+        assert not set(SPECULATIVE_COLUMNS) & (set(requests) | set(iterations))
+        return
+    prefilling = iterations["replica"] < num_prefill
+    for name in SPECULATIVE_COLUMNS:
+        assert requests[name].sum() == iterations[name].sum() and not iterations[name][prefilling].any()
+    assert (requests["accepted_tokens"] <= requests["proposed_tokens"]).all()
