@@ -146,11 +146,14 @@ class PlainLogFormatter(LogFormatter):
 
 
 def x_axis(rows: list[dict]) -> tuple[str, str]:
-    """What the curves are drawn against: the request rate, or a sweep's client gate (`concurrencies`, or every rate
-    inf, where the gate alone sets the load)."""
+    """What the curves are drawn against: the request rate; a sweep's client gate (`concurrencies`, or every rate
+    inf, where the gate alone sets the load); or, where a rate is inf with no gate to sweep, the rate served (inf
+    has no place on an axis)."""
     gates = {row[CONCURRENCY_COLUMN] for row in rows if CONCURRENCY_COLUMN in row}
     if gates and (len(gates) > 1 or all(row["rate"] == math.inf for row in rows)):
         return CONCURRENCY_COLUMN, "Max concurrency (requests in flight)"
+    if any(row["rate"] == math.inf for row in rows):
+        return "throughput_rps", "Request rate served (req/s)"
     return "rate", "Request rate (req/s)"
 
 

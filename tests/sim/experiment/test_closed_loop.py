@@ -165,3 +165,16 @@ def test_the_vllm_bench_file_of_a_closed_loop_says_what_vllms_would(config):
     assert result["max_concurrent_requests"] <= 3 and result["failed"] == 0
     bursty = load_experiment(config, ["rates=[2]", "workload.burstiness=4", "vllm_bench=true"])
     assert run_one(bursty, bursty.systems[0], 2.0, 0).vllm_bench["burstiness"] == 4.0
+
+
+def test_the_figures_are_drawn_against_what_the_sweep_varies():
+    from sim.experiment.plots import x_axis
+
+    def rows(*pairs):
+        return [{"rate": rate, **({} if gate is None else {"max_concurrency": gate})} for rate, gate in pairs]
+
+    assert x_axis(rows((1.0, None), (2.0, None)))[0] == "rate"
+    assert x_axis(rows((1.0, 4), (2.0, 4)))[0] == "rate"  # one gate, rates swept
+    assert x_axis(rows((1.0, 4), (1.0, 8)))[0] == "max_concurrency"
+    assert x_axis(rows((math.inf, 4)))[0] == "max_concurrency"
+    assert x_axis(rows((math.inf, None), (2.0, None)))[0] == "throughput_rps"  # inf has no place on an axis
