@@ -23,7 +23,8 @@ if TYPE_CHECKING:  # names for the annotations only: nothing heavy loads with th
     from sim.experiment.config import Experiment
     from sim.experiment.run import RunResult
 
-__all__ = ["load_experiment", "run", "simulate", "capacity", "split_capacity", "plan", "reproduce", "validate"]
+__all__ = ["load_experiment", "run", "simulate", "capacity", "split_capacity", "concurrency_capacity", "plan",
+           "reproduce", "validate"]
 
 
 def load_experiment(path: str | Path, overrides: Sequence[str] = ()) -> Experiment:
@@ -84,11 +85,12 @@ def run(config: str | Path | Experiment, out_dir: str | Path | None, *, override
 
 
 def simulate(config: str | Path | Experiment, *, system: str | None = None, rate: float | None = None,
-             seed: int | None = None, overrides: Sequence[str] = ()) -> RunResult:
+             seed: int | None = None, overrides: Sequence[str] = (), concurrency: int | None = None) -> RunResult:
     """One run, in memory: one system serving the trace of one rate and seed.
 
-    `system` is a display name (`"vLLM"`) or the system's key in the config (`"vllm"`); `rate` and
-    `seed` are among the experiment's `rates` and `seeds`. By default the experiment's first of each.
+    `system` is a display name (`"vLLM"`) or the system's key in the config (`"vllm"`); `rate`, `seed` and
+    `concurrency` (the client's gate) are among the experiment's `rates`, `seeds` and `concurrencies`. By default
+    the experiment's first of each.
     Returns a `RunResult`: `summary` (the run's row of `summary.csv`, a dict), `requests` and
     `iterations` (pandas frames in the schemas of `requests.csv.gz` and `iterations.parquet`).
     Nothing is written. A bad argument raises `SpecError` naming it.
@@ -101,7 +103,7 @@ def simulate(config: str | Path | Experiment, *, system: str | None = None, rate
     from sim.experiment.checked import simulate_arguments
     from sim.experiment.run import run_one
 
-    chosen = simulate_arguments(config, system, rate, seed, overrides)
+    chosen = simulate_arguments(config, system, rate, seed, overrides, concurrency)
     return run_one(chosen.exp, chosen.system, chosen.rate, chosen.seed)
 
 
@@ -209,6 +211,36 @@ def _pool(jobs: int, runs: int):
     from sim.executors.spec import ExecutorSpec
 
     return ExecutorSpec("process", per_core(jobs, runs))
+
+
+def concurrency_capacity(config: str | Path | Experiment, target: str | Sequence[str] | Mapping[str, float], *,
+                         seed: int = 0, overrides: Sequence[str] = (), jobs: int = 1, progress=print) -> pd.DataFrame:
+    """The highest max_concurrency that meets latency targets, per system (`servesim capacity --concurrency`):
+    every request at 0 s (rate inf) and a client's gate of that many in flight, each sent as another finishes, as
+    vLLM's `bench serve --max-concurrency` drives a server; the answer given as the concurrency and as the request
+    rate it served. `target` as `capacity`'s; the workload needs `num_requests` (a replay: its trace's), which the
+    concurrency never passes. Returns a frame in `capacity_concurrency.csv`'s columns. `jobs` is the processes the
+    probes run on (0: one per core); `progress` receives each probe's line, then the command's notes on the
+    answers (None: none). The arguments are checked as the command checks them before any probe runs. Nothing is
+    written.
+
+    Example::
+
+        table = servesim.concurrency_capacity("configs/quickstart.yaml", "ttft_p90_s=1",
+                                              overrides=["workload={dataset: sharegpt, num_requests: 300}"])
+        print(table[["system", "max_concurrency", "request_rate_rps"]])
+    """
+    from engine.specs.arguments import callback
+    from sim.capacity.concurrency import concurrency_frame, plan_concurrency, run_concurrency
+
+    report = callback(progress, "progress")
+    asked = _jobs(jobs)
+    plan = plan_concurrency(_experiment(config, overrides), target, seed)
+    with _executor(asked, plan.exp).open() as workers:
+        result = run_concurrency(plan, workers, report)
+    for line in result.notes:
+        report(line)
+    return concurrency_frame(result.rows)
 
 
 def _jobs(value: object) -> int:

@@ -31,12 +31,13 @@ def _cmd_run(args) -> int:
     checked = run_arguments(args.config, overrides, args.out, args.jobs, args.iterations, RUN_FLAGS,
                             executor=lambda runs: executor_spec(args, runs))
     exp, out_dir, executor = checked.exp, checked.out_dir, checked.executor
-    runs = len(exp.systems) * len(exp.rates) * len(exp.seeds)
+    runs = len(exp.systems) * len(exp.rates) * len(exp.concurrencies) * len(exp.seeds)
     fleet = f"{exp.replicas} x {exp.tensor_parallel} x {exp.hardware.name}"
     if exp.split is not None:
         fleet = f"{pool_label(exp, exp.split.prefill)} prefill + {pool_label(exp, exp.split.decode)} decode"
-    print(f"servesim: {exp.name}: {exp.model.name} on {fleet}, "
-          f"{runs} runs ({len(exp.systems)} systems x {len(exp.rates)} rates x {len(exp.seeds)} seeds) -> {out_dir}")
+    gates = f" x {len(exp.concurrencies)} concurrencies" if len(exp.concurrencies) > 1 else ""
+    print(f"servesim: {exp.name}: {exp.model.name} on {fleet}, {runs} runs ({len(exp.systems)} systems x "
+          f"{len(exp.rates)} rates{gates} x {len(exp.seeds)} seeds) -> {out_dir}")
     print(f"servesim: control plane: {control_plane_build()}")  # compiled or pure Python: docs/compiled.md
     if exp.trace_events:
         print(f"servesim: trace events: each run's {TRACE_FILE} has a track per request, at most "
@@ -65,7 +66,7 @@ def _run_and_report(args, exp, out_dir: Path, executor, started: float, plots) -
 
     # the figures are drawn in processes of their own from the summary's rows, as soon as every run's is known
     # (sim/experiment/run_plots.py): with --jobs 1, while the last run's files are written
-    title = f"{exp.model.name}, {exp.tensor_parallel}x {exp.hardware.name}, {workload_label(exp.workload)}"
+    title = f"{exp.model.name}, {exp.tensor_parallel}x {exp.hardware.name}, {workload_label(exp.workload, exp.rates)}"
     draw = None if plots is None else lambda rows: plots.start(title, rows, out_dir, args.ylim, max(exp.rates))
     # the summary's rows, written without pandas (the bytes its to_csv writes): the command's process never
     # imports pandas, nor the pyarrow pandas 3 imports with it (the plots' processes do)

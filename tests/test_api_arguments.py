@@ -97,11 +97,23 @@ def test_a_bad_seed_is_refused_naming_seed(here, no_work, seed, words):
 
 
 @pytest.mark.parametrize("rate, words", [(3, "rate: 3 is not one of the experiment's rates [2.0]"),
-                                         ("2", "rate: must be a positive number, got '2'"),
-                                         (True, "rate: must be a positive number, got True"),
-                                         (float("nan"), "rate: must be a positive number, got nan")])
+                                         ("2", "rate: must be a positive number or inf (every request at 0 s), "
+                                               "got '2'"),
+                                         (True, "rate: must be a positive number or inf (every request at 0 s), got "
+                                                "True"),
+                                         (float("nan"), "rate: must be a positive number or inf (every request at "
+                                                        "0 s), got nan"),
+                                         (float("inf"), "rate: inf is not one of the experiment's rates [2.0]")])
 def test_a_rate_not_the_experiments_is_refused_naming_rate(here, no_work, rate, words):
     refused(lambda: servesim.simulate("tiny.yaml", rate=rate), words)
+
+
+@pytest.mark.parametrize("concurrency, words", [
+    (4, "concurrency: 4 is not one of the experiment's concurrencies [None]; give one of them, or add it to the "
+        "config (overrides=['concurrencies=[4]'])"),
+    (0, "concurrency: must be a positive integer, got 0"), (2.5, "concurrency: must be a positive integer, got 2.5")])
+def test_a_concurrency_not_the_experiments_is_refused_naming_concurrency(here, no_work, concurrency, words):
+    refused(lambda: servesim.simulate("tiny.yaml", concurrency=concurrency), words)
 
 
 @pytest.mark.parametrize("config", [5, None, b"tiny.yaml", "tiny\0.yaml", "x" * 300])

@@ -1,5 +1,5 @@
-"""`servesim capacity`: what rate holds my latency target, and how many replicas I need; `servesim plan`: the
-cheapest fleet that serves a rate under a joint SLO."""
+"""`servesim capacity`: what rate holds my latency target, and how many replicas I need, or what concurrency;
+`servesim plan`: the cheapest fleet that serves a rate under a joint SLO."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,7 +19,10 @@ def _cmd_capacity(args) -> int:
     from sim.experiment.setup import resolved_yaml
 
     exp = load_experiment(args.config, args.set)
-    plan = plan_capacity(exp, args.target, args.rate, args.seed, args.tolerance, FLAGS)
+    if args.concurrency:
+        return _concurrency_capacity(args, exp)
+    plan = plan_capacity(exp, args.target, args.rate, args.seed, 0.05 if args.tolerance is None else args.tolerance,
+                         FLAGS)
     splits = None if args.splits is None else check_splits(args.splits, "--splits")
     if splits is not None:
         check_split_search(exp, splits)
@@ -70,6 +73,37 @@ def _cmd_plan(args) -> int:
     return 0
 
 
+def _concurrency_capacity(args, exp) -> int:
+    """--concurrency: the highest max_concurrency that meets the targets (sim/capacity/concurrency.py), written
+    beside capacity.csv's rate answers as capacity_concurrency.csv and its probes."""
+    import pandas as pd
+
+    from engine.errors import SpecError
+    from sim.capacity.concurrency import concurrency_frame, plan_concurrency, run_concurrency
+    from sim.capacity.plan import FLAGS
+    from sim.experiment.output import prepare_out_dir, write_csv, write_text
+
+    for flag, value in (("--rate", args.rate), ("--splits", args.splits), ("--tolerance", args.tolerance)):
+        if value is not None:  # a rate search's: a search over concurrency has no use for it
+            raise SpecError(flag, "", "is a rate search's; a search over concurrency (--concurrency) runs at rate "
+                            "inf and ends on adjacent whole numbers: leave it out")
+    plan = plan_concurrency(exp, args.target, args.seed, FLAGS)
+    executor = executor_spec(args, runs=len(exp.systems) * 8)
+    out_dir = prepare_out_dir(Path(args.out or Path("results") / exp.name))
+    with executor.open() as workers:
+        result = run_concurrency(plan, workers, print)
+    for line in result.notes:
+        print(line)
+    table = concurrency_frame(result.rows)
+    print(table.to_string(index=False))
+    tables = {"capacity_concurrency.csv": table, "capacity_concurrency_probes.csv": pd.DataFrame(result.probes)}
+    for name, frame in tables.items():  # once every search is done: an error or a kill leaves no half set
+        write_csv(frame, out_dir / name)
+    write_text(result.cost_models, out_dir / "cost_models.txt")
+    print(f"wrote {out_dir}/" + ", ".join([*tables, "cost_models.txt"]))
+    return 0
+
+
 def register(sub) -> None:
     plan = sub.add_parser("plan", help="the cheapest fleet (GPU, parallelism, formats, batch limits, replicas) that "
                           "serves a rate under a joint SLO, and why every other deployment is not it")
@@ -91,7 +125,13 @@ def register(sub) -> None:
     cap.add_argument("--splits", type=int, metavar="N",
                      help="also search every prefill:decode split of at most N replicas in all (disaggregated "
                      "serving, docs/disaggregated.md) for the most goodput per GPU, beside the colocated replica")
-    cap.add_argument("--tolerance", type=float, default=0.05, help="relative precision of the rate search")
+    cap.add_argument("--tolerance", type=float, default=None, help="relative precision of the rate search "
+                     "(default 0.05)")
+    cap.add_argument("--concurrency", action="store_true",
+                     help="search the highest max_concurrency instead (rate inf: that many requests in flight, each "
+                     "sent as another finishes, vLLM's bench serve --max-concurrency) that meets the targets, given as "
+                     "the concurrency and the request rate it serves: capacity_concurrency.csv; needs "
+                     "workload.num_requests")
     cap.add_argument("--out")
     cap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     add_executor_options(cap, "probes")

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from sim.experiment.metrics import MIN_GROWTH_REQUESTS, TREND_OVER_SPREAD, backlog
+from sim.experiment.metrics import MIN_GROWTH_REQUESTS, TREND_OVER_SPREAD, backlog, sent_times
 from sim.experiment.table import Columns
 
 # the standard deviations of the arrivals' count a backlog's growth must pass (a normal deviate passes 3 about once
@@ -81,7 +81,7 @@ class Pace:
 
 def pace(requests: Columns, warmup_s: float) -> Pace:
     """How the run whose request records these are kept pace, over its arrivals after warmup_s (and the filling)."""
-    arrival = np.asarray(requests["arrival_s"], dtype=np.float64)
+    arrival = np.asarray(sent_times(requests), dtype=np.float64)
     first_token = np.asarray(requests["first_token_s"], dtype=np.float64)
     finish = np.asarray(requests["finish_s"], dtype=np.float64)
     line = backlog(arrival, finish, warmup_s, first_token)

@@ -1,4 +1,5 @@
-"""Capacity planning: the highest rate that meets a latency target, and replicas for a rate.
+"""Capacity planning: the highest rate that meets a latency target, and replicas for a rate; or the highest
+max_concurrency (a closed loop at rate inf: sim/capacity/concurrency.py).
 
 A rate "holds" when the run served its load (kept pace with its arrivals, nothing dropped) and every target's
 metric stays at or under its limit (sim/capacity/targets.py). The search brackets the knee by doubling, then
@@ -26,7 +27,8 @@ from sim.executors.workers import Workers
 from sim.experiment.config import MAX_REQUESTS, Experiment
 from sim.experiment.run import COST_MODEL_SOURCE, run_one
 
-__all__ = ["TARGET_METRICS", "Target", "Probe", "probe", "rate_search", "replica_search", "capacity_search"]
+__all__ = ["TARGET_METRICS", "Target", "Probe", "probe", "rate_search", "replica_search", "capacity_search",
+           "concurrency_search"]
 MAX_REPLICAS = 256
 # The search's bounds. Four float steps are the finest relative tolerance at which low < mid < high stay
 # apart (float64 resolves about 2.2e-16 relative); a bisection to it takes about 50 probes.
@@ -50,13 +52,16 @@ class Probe:
 PRICED_BY = ("system", "cost_model", COST_MODEL_SOURCE)
 # what a probe served: requests and generated tokens a second (a plan's dollars per million output tokens)
 THROUGHPUT = ("throughput_rps", "throughput_tokens_per_s")
+# what a gated probe keeps besides: its client's gate (the request rate it served is THROUGHPUT's)
+GATED_KEYS = ("max_concurrency",)
 
 
 def probe(exp: Experiment, system: SystemSpec, rate: float, replicas: int, seed: int) -> Probe:
     """One run, and how it kept pace with its arrivals (sim/capacity/saturation.py), read from its records here:
-    a worker sends back the summary alone."""
+    a worker sends back the summary alone (a gated run's with its gate: GATED_KEYS)."""
     run = run_one(dataclasses.replace(exp, replicas=replicas), system, rate, seed)
-    kept = (*TARGET_METRICS, *SERVED_KEYS, "num_measured", *PRICED_BY, *THROUGHPUT)
+    kept = (*TARGET_METRICS, *SERVED_KEYS, "num_measured", *PRICED_BY, *THROUGHPUT) + (
+        GATED_KEYS if exp.workload.max_concurrency is not None else ())
     summary = {key: run.summary[key] for key in kept}
     return Probe(rate, replicas, {**summary, **pace(run.requests, exp.warmup_s).as_summary()})
 
@@ -112,6 +117,44 @@ def rate_search(start: float, rel_tol: float, replicas: int, ceiling: float = ma
     return low
 
 
+def concurrency_search(start: int, ceiling: int) -> Generator[int, bool | None, int]:
+    """Highest max_concurrency found to hold, at most `ceiling`; 0 if not even the first does. An integer
+    search, rate_search's in whole numbers: it doubles from `start` until one is over (or the ceiling is reached),
+    walks down by halves to one that holds where the first was over, then bisects the integers between the
+    highest that held and the lowest over, to adjacent ones. A probe with no information (None) sends it up, as
+    rate_search's does."""
+    low, high = 0, None
+    concurrency = min(start, ceiling)
+    while high is None:
+        held = yield concurrency
+        if held is False:
+            high = concurrency
+        elif held:
+            low = concurrency
+        if high is None:
+            if concurrency >= ceiling:
+                return low
+            concurrency = min(concurrency * 2, ceiling)
+    while low == 0 and high > 1:  # the first measured answer was "over": halve down to one that holds
+        held = yield high // 2
+        if held is None:
+            return 0
+        if held:
+            low = high // 2
+        else:
+            high //= 2
+    while high - low > 1:
+        mid = (low + high) // 2
+        held = yield mid
+        if held is None:
+            break
+        if held:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
 def replica_search(rate: float, per_replica_rate: float, max_replicas: int = MAX_REPLICAS
                    ) -> Generator[Point, bool | None, int | None]:
     """Fewest replicas that hold `rate`, starting from rate / per-replica capacity; None if even
@@ -151,12 +194,18 @@ def capacity_search(start: float, rel_tol: float, rate: float | None = None, max
 
 def rate_ceiling(exp: Experiment) -> float:
     """The highest total rate one run simulates: run's request limit over a generated workload's duration
-    (a replay's requests are its trace's, whatever the rate)."""
-    return math.inf if exp.workload.is_replay else MAX_REQUESTS / exp.workload.duration_s
+    (a replay's requests are its trace's, and a counted workload's its num_requests, whatever the rate)."""
+    if exp.workload.is_replay or exp.workload.num_requests is not None:
+        return math.inf
+    return MAX_REQUESTS / exp.workload.duration_s
 
 
 def check_searchable(exp: Experiment) -> None:
-    """The rate must change the workload, or a search over it learns nothing and doubles without end."""
+    """The rate must change the workload, or a search over it learns nothing and doubles without end; and it starts
+    from the lowest of `rates`, which must be a rate to double."""
+    if min(exp.rates) == math.inf:
+        raise SpecError(exp.source, "rates", "a rate search doubles from the lowest of the rates, and inf is no rate "
+                        "to double: give a finite one, or search over concurrency (servesim capacity --concurrency)")
     if exp.workload.is_replay and exp.workload.time_scale is not None:
         raise SpecError(exp.source, "workload.time_scale", (
             f"replays {Path(exp.workload.trace).name} at {exp.workload.time_scale:g}x its recorded rate whatever "
@@ -171,6 +220,14 @@ def job(exp: Experiment, system: SystemSpec, targets: Target | tuple[Target, ...
     goals = (targets,) if isinstance(targets, Target) else targets
     return Job(start, lambda point: (exp, system, point[0], point[1], seed), lambda p: judge(p.summary, goals).held,
                {} if known is None else known)
+
+
+def concurrency_job(exp: Experiment, system: SystemSpec, targets: tuple[Target, ...], seed: int,
+                    start: Callable[[], Generator], known: dict | None = None) -> Job:
+    """A search of one system's highest max_concurrency at rate inf (concurrency_search), on the experiment's
+    replicas; its points are concurrencies, its probes gated runs."""
+    return Job(start, lambda concurrency: (exp.at_concurrency(concurrency), system, math.inf, exp.replicas, seed),
+               lambda p: judge(p.summary, targets).held, {} if known is None else known)
 
 
 def run_jobs(jobs: list[Job], workers: Workers | None = None,

@@ -46,12 +46,14 @@ class FleetSetup:
         return FastForward(wakes, self.horizon_s, [wakes[i::n] for i in range(n)] if self.known_ahead else None)
 
     def replica(self, env: simpy.Environment, index: int, fast_forward: FastForward | None,
-                beams: BeamParentModel | None = None, arrivals: KnownArrivals | None = None) -> Replica:
-        """Replica `index`; with `arrivals`, alone on `env`, taking them itself (Replica.serve_known)."""
+                beams: BeamParentModel | None = None, arrivals: KnownArrivals | None = None,
+                records: Records | None = None) -> Replica:
+        """Replica `index`; with `arrivals`, alone on `env`, taking them itself (Replica.serve_known); writing into
+        `records` where given (a client's gate watches them: sim/core/client_gate.py), else records of its own."""
         scheduler = make_scheduler(self.system, self.spec, self.num_gpu_blocks, self.num_cpu_blocks)
         cost_model = self.cost_model
         if isinstance(cost_model, BreakdownRecorder):  # each replica keeps its own iterations' breakdowns
             cost_model = cost_model.for_replica(index)
         acceptance = self.acceptances[index - self.first_index] if self.system.speculative is not None else None
-        return Replica(env, index, scheduler, cost_model, Records(), self.horizon_s, beams, fast_forward, arrivals,
-                       acceptance)
+        return Replica(env, index, scheduler, cost_model, Records() if records is None else records, self.horizon_s,
+                       beams, fast_forward, arrivals, acceptance)

@@ -12,6 +12,7 @@ from engine.core.spec import ModelSpec
 from engine.core.system import SystemSpec
 from sim.core.acceptance import AcceptanceModel, AcceptanceSource
 from sim.core.beams import BeamParentModel
+from sim.core.client_gate import serve_gated
 from sim.core.fleet import FleetSetup
 from sim.core.gc_freeze import older_objects_frozen
 from sim.core.independent_replicas import ReplicaPool, serve_apart
@@ -39,7 +40,7 @@ def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: Cost
              horizon_s: float = math.inf, rng: np.random.Generator | None = None,
              beam_continue: float = DEFAULT_BEAM_CONTINUE, fast_forward: bool | None = None,
              replica_pool: ReplicaPool | None = None, router_process: bool = False,
-             acceptance: AcceptanceSource | None = None) -> Records:
+             acceptance: AcceptanceSource | None = None, max_concurrency: int | None = None) -> Records:
     """Every request of the trace, served until all finish or the clock reaches horizon_s (requests
     still in the system then are recorded without a finish time).
 
@@ -61,11 +62,16 @@ def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: Cost
     replica_pool: processes for a fleet whose replicas share nothing (independent_replicas.py), each serving some
     of them (sim.executors.replica_pool.ProcessReplicaPool; None: all in this process); the same records with any
     number. router_process: see simulate_runs.
+
+    max_concurrency: a client that keeps at most this many requests in flight (vLLM's bench serve
+    --max-concurrency, sim/core/client_gate.py): a request that arrives while that many are sent and unfinished is
+    sent when one of them finishes, and its record's arrival_s is when it was sent; it runs until every request is
+    served (horizon_s must be inf). None: every request is sent at its arrival.
     """
     runs = simulate_runs(trace, spec, system, cost_model, num_gpu_blocks, num_cpu_blocks, replicas=replicas,
                          router=router, horizon_s=horizon_s, rng=rng, beam_continue=beam_continue,
                          fast_forward=fast_forward, replica_pool=replica_pool, router_process=router_process,
-                         acceptance=acceptance)
+                         acceptance=acceptance, max_concurrency=max_concurrency)
     with older_objects_frozen():
         return merged_records(runs)
 
@@ -75,7 +81,8 @@ def simulate_runs(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model:
                   horizon_s: float = math.inf, rng: np.random.Generator | None = None,
                   beam_continue: float = DEFAULT_BEAM_CONTINUE, fast_forward: bool | None = None,
                   replica_pool: ReplicaPool | None = None, router_process: bool = False,
-                  acceptance: AcceptanceSource | None = None) -> list[ReplicaRun]:
+                  acceptance: AcceptanceSource | None = None, max_concurrency: int | None = None
+                  ) -> list[ReplicaRun]:
     """simulate's replicas' records before they are merged (merged_records), in replica order: for a caller that
     reads a fleet's records in time order without holding them merged (sim/experiment/merged.py).
 
@@ -97,16 +104,34 @@ def simulate_runs(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model:
     # a speculating step's advance is drawn after it, so its scheduler never lets a stretch run (decode_stretch): its
     # replicas are stepped through without asking at every step
     stretches = fast_forward and cost_model.prices_ahead and system.speculative is None
+    # a client's gate sends a request when another ends: no replica knows its arrivals ahead
+    gated = check_gate(max_concurrency, horizon_s)
     fleet = FleetSetup(spec, system, cost_model, num_gpu_blocks, num_cpu_blocks, replicas, horizon_s, stretches,
-                       routing.known_ahead or replicas == 1, acceptances)
+                       (routing.known_ahead or replicas == 1) and not gated, acceptances)
     beams = BeamParentModel(beam_continue, rng) if trace.has_beams and rng is not None else None
     with older_objects_frozen():
         wakes = arrival_event_times(trace.arrival_s.tolist())
+        if max_concurrency is not None:
+            return serve_gated(trace, wakes, fleet, make_router(routing if replicas > 1 else RouterSpec(), rng), beams,
+                               max_concurrency)
         # replicas that share nothing (a lone one draws its beams' parents alone too): apart, each on its own clock
         if fleet.known_ahead and (beams is None or replicas == 1) and not router_process:
             return serve_apart(trace, wakes, fleet, replica_pool, beams)
         # a lone replica takes every request, whichever the router
         return serve_together(trace, wakes, fleet, make_router(routing if replicas > 1 else RouterSpec(), rng), beams)
+
+
+def check_gate(max_concurrency: int | None, horizon_s: float) -> bool:
+    """Whether a client's gate holds requests back; one needs the run to serve every request, since a request
+    still held back at a horizon would have been sent at no time to record."""
+    if max_concurrency is None:
+        return False
+    if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, (int, np.integer)) or max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be an integer >= 1, got {max_concurrency!r}")
+    if horizon_s != math.inf:
+        raise ValueError(f"a client's gate (max_concurrency {max_concurrency}) runs until every request is served: "
+                         f"horizon_s must be inf, got {horizon_s!r}")
+    return True
 
 
 def replica_acceptances(system: SystemSpec, replicas: int, rng: np.random.Generator | None,

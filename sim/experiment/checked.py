@@ -14,8 +14,9 @@ from engine.core.system import PAPER_SYSTEMS, SystemSpec
 from engine.errors import SpecError
 from engine.specs.arguments import API, Spelling, path_argument, per_core, strings
 from engine.specs.arguments import jobs as jobs_argument
-from engine.specs.checks import number, option, positive
+from engine.specs.checks import number, option, positive_int
 from sim.executors.spec import ExecutorSpec
+from sim.experiment.closed_loop import rate_value
 from sim.experiment.config import Experiment, load_experiment
 from sim.experiment.output import check_iterations_format, prepare_out_dir
 
@@ -51,7 +52,7 @@ def run_arguments(config: Any, overrides: Any, out_dir: Any, jobs: Any, iteratio
     one process per core (at most one per run). `executor` builds the command line's own choice of
     executor (--executor, --scheduler) from the checked experiment; by default a local process pool."""
     exp = loaded(config, overrides, names)
-    runs = len(exp.systems) * len(exp.rates) * len(exp.seeds)
+    runs = len(exp.systems) * len(exp.rates) * len(exp.concurrencies) * len(exp.seeds)
     if executor is None:
         spec = ExecutorSpec("process", per_core(jobs_argument(jobs, names["jobs"]), runs))
     else:
@@ -65,7 +66,8 @@ def run_arguments(config: Any, overrides: Any, out_dir: Any, jobs: Any, iteratio
 
 @dataclass(frozen=True)
 class OneRun:
-    """What `simulate` runs: one system of the experiment, at one of its rates and seeds."""
+    """What `simulate` runs: one system of the experiment, at one of its rates, concurrencies and seeds (`exp` is
+    the experiment gated at that concurrency: Experiment.at_concurrency)."""
 
     exp: Experiment
     system: SystemSpec
@@ -73,12 +75,16 @@ class OneRun:
     seed: int
 
 
-def simulate_arguments(config: Any, system: Any, rate: Any, seed: Any, overrides: Any) -> OneRun:
+def simulate_arguments(config: Any, system: Any, rate: Any, seed: Any, overrides: Any,
+                       concurrency: Any = None) -> OneRun:
     """`servesim.simulate`'s arguments: each None is the experiment's first."""
-    rate = None if rate is None else option(positive, rate, "rate")
+    rate = None if rate is None else option(rate_value, rate, "rate")
     seed = None if seed is None else option(number, seed, "seed", low=0, whole=True)
+    concurrency = None if concurrency is None else option(positive_int, concurrency, "concurrency")
     exp = loaded(config, overrides)
-    return OneRun(exp, exp.systems[0] if system is None else pick_system(exp, system),
+    gate = exp.concurrencies[0] if concurrency is None else \
+        _member(exp.concurrencies, concurrency, "concurrency", "concurrencies")
+    return OneRun(exp.at_concurrency(gate), exp.systems[0] if system is None else pick_system(exp, system),
                   exp.rates[0] if rate is None else _member(exp.rates, rate, "rate", "rates"),
                   exp.seeds[0] if seed is None else _member(exp.seeds, seed, "seed", "seeds"))
 

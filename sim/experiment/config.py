@@ -26,6 +26,7 @@ from engine.specs.loader import SHIPPED_MODELS, load_model_spec, read_yaml, syst
 from engine.specs.paths import Shipped, names_hint, resolve_path
 from sim.core.routers import ROUTER_KINDS, RouterSpec
 from sim.experiment.acceptance_table import with_table_rates
+from sim.experiment.closed_loop import concurrencies_from_config, listed, rate_value
 from sim.experiment.expert_parallel_config import expert_parallel_from_config, expert_parallel_group
 from sim.experiment.goodput import check_slos
 from sim.experiment.kv_pool import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool, weight_bytes_per_gpu
@@ -60,7 +61,9 @@ TOP_LEVEL_KEYS = {
     "cost_model": "roofline, a profile path, or a mapping",
     "workload": "the workload section",
     "systems": "list of presets or system mappings",
-    "rates": "request rates in req/s",
+    "rates": "request rates in req/s; inf sends every request at 0 s (vLLM's --request-rate inf)",
+    "concurrencies": "max_concurrency values to sweep beside rates (vLLM's --max-concurrency): each run's client "
+                     "sends a request only while fewer are in flight",
     "seeds": "random seeds",
     "warmup_s": "arrivals before this are excluded from latency metrics",
     "max_time_factor": "stop simulating at this multiple of the trace span",
@@ -116,6 +119,8 @@ class Experiment:
     vllm_bench: bool = False  # each run's vllm_bench.json too (sim/experiment/vllm_bench.py)
     # goodput's objectives in ms by vLLM's metric names (sim/experiment/goodput.py), as pairs: a value, hashable
     goodput: tuple[tuple[str, float], ...] = ()
+    # each run's client gate (sim/experiment/closed_loop.py): the swept values, or workload.max_concurrency's one
+    concurrencies: tuple[int | None, ...] = (None,)
 
     @property
     def num_gpus(self) -> int:
@@ -129,6 +134,12 @@ class Experiment:
     def expert_parallel_group(self) -> ExpertParallel | None:
         """The data-parallel group whose GPUs hold the experts between them; None without expert parallelism."""
         return expert_parallel_group(self.expert_parallel, self.replicas, self.tensor_parallel)
+
+    def at_concurrency(self, concurrency: int | None) -> Experiment:
+        """The experiment whose every run is gated at `concurrency` (None: not gated): one of `concurrencies`."""
+        if self.workload.max_concurrency == concurrency:
+            return self
+        return dataclasses.replace(self, workload=dataclasses.replace(self.workload, max_concurrency=concurrency))
 
     def kv_pool(self, system: SystemSpec) -> KVPool:
         group = self.expert_parallel_group
@@ -332,7 +343,7 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
                     else default_cost_model(hardware, precision)),
         workload=WorkloadConfig.from_dict(raw["workload"], source, base_dir, model),
         systems=_systems(raw.get("systems"), source, hardware),
-        rates=_list_of(raw["rates"], source, "rates", positive),
+        rates=_list_of(listed(raw["rates"]), source, "rates", rate_value),
         seeds=_list_of(raw.get("seeds", [0]), source, "seeds", _seed),
         warmup_s=non_negative(raw.get("warmup_s", 60.0), source, "warmup_s"),
         # below 1 the run stops before the last arrival, and unfinished requests would finish before they arrive
@@ -348,6 +359,7 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
         goodput=tuple(check_slos(raw["goodput"], source, "goodput").items()) if raw.get("goodput") is not None
         else (),
     )
+    exp = dataclasses.replace(exp, concurrencies=concurrencies_from_config(raw, exp.workload, source))
     exp = _with_proposers(exp, base_dir)
     if "expert_parallel" in raw:
         exp = dataclasses.replace(exp, expert_parallel=expert_parallel_from_config(
@@ -360,6 +372,7 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
     check_split(exp)
     if check_profile:
         check_cost_model(exp)
+    check_closed_loop(exp, check_warmup)
     check_workload(exp, check_warmup)
     return exp
 
@@ -597,6 +610,31 @@ def _check_pool_size(exp: Experiment, system: SystemSpec) -> None:
             f"({MAX_KV_BLOCKS:,}); lower kv_cache_gib or swap_space_gib, or raise block_size"))
 
 
+def concurrency_key(exp: Experiment) -> str:
+    """The key that set the gate, for an error about it."""
+    return "concurrencies" if exp.raw.get("concurrencies") is not None else "workload.max_concurrency"
+
+
+def check_closed_loop(exp: Experiment, check_warmup: bool = True) -> None:
+    """An infinite rate has a count of requests to send (the generated workload's num_requests, or the replayed
+    trace's), and, sent all at 0 s with no gate, no warm-up to leave out; a gate is put before colocated replicas."""
+    workload = exp.workload
+    for i, rate in enumerate(exp.rates):
+        if rate == math.inf and not workload.is_replay and workload.num_requests is None:
+            raise SpecError(exp.source, f"rates[{i}]", (
+                "inf sends every request at 0 s (vLLM's --request-rate inf), so the requests must be counted, not "
+                "drawn for workload.duration_s: give workload.num_requests (vLLM's --num-prompts)"))
+    if check_warmup and workload.all_at_once(max(exp.rates)) and None in exp.concurrencies and exp.warmup_s > 0:
+        raise SpecError(exp.source, "warmup_s", (
+            f"{exp.warmup_s:g} s of warm-up leaves nothing to measure at rate inf, which sends every request at 0 s "
+            "with no gate (workload.max_concurrency); set warmup_s: 0, as vLLM measures every request"))
+    gated = [c for c in exp.concurrencies if c is not None]
+    if gated and exp.split is not None:
+        raise SpecError(exp.source, concurrency_key(exp), (
+            "a client's gate is simulated before colocated replicas, not before a split fleet's prefill pool; "
+            "remove it, or split"))
+
+
 def check_workload(exp: Experiment, check_warmup: bool = True) -> None:
     """A generated workload draws a bounded number of arrivals; a replay is read now (as each run will
     read it), so an empty or unscalable trace is refused before anything runs; and some arrival comes
@@ -621,6 +659,11 @@ def check_workload(exp: Experiment, check_warmup: bool = True) -> None:
         if not workload.is_replay:
             check_prefix_room(workload, exp.model.max_seq_len, exp.source, key, tokens)
     if not workload.is_replay:
+        if workload.num_requests is not None:  # a count of arrivals: their span is the rate's to decide
+            if workload.num_requests > MAX_REQUESTS:
+                raise SpecError(exp.source, "workload.num_requests", (
+                    f"{workload.num_requests:,} requests are more than one run simulates ({MAX_REQUESTS:,})"))
+            return
         if max_rate * workload.duration_s > MAX_REQUESTS:
             raise SpecError(exp.source, "rates", (
                 f"{max_rate:g} req/s for {workload.duration_s:g} s (workload.duration_s) is about "

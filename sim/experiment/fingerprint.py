@@ -25,7 +25,7 @@ from sim.workload.paths import SHAREGPT_CSV
 from sim.workload.standin import SHAREGPT_FIG11_STANDIN
 
 # keys that choose which runs a sweep has, not what any one run computes
-SWEEP_KEYS = ("name", "systems", "rates", "seeds")
+SWEEP_KEYS = ("name", "systems", "rates", "seeds", "concurrencies")
 # a model's rotary settings shape only the engine's numbers, never a simulated time: a run's result cannot depend
 # on them, and leaving them out keeps every digest what it was before specs carried them
 ENGINE_ONLY_MODEL_FIELDS = ("rope_theta", "partial_rotary_factor")
@@ -122,9 +122,12 @@ def system_values(system: SystemSpec) -> dict:
     return values
 
 
-def config_digest(exp: Experiment, system: SystemSpec, rate: float, seed: int, inputs: dict) -> str:
-    """One run's fingerprint: the config less the sweep lists, its own key, and what it reads."""
+def config_digest(exp: Experiment, system: SystemSpec, rate: float, seed: int, inputs: dict,
+                  concurrency: int | None = None) -> str:
+    """One run's fingerprint: the config less the sweep lists, its own key, and what it reads. A run behind a
+    client's gate has its concurrency in its key; an ungated run's digest is what it was before gates were."""
     shared = {k: v for k, v in exp.raw.items() if k not in SWEEP_KEYS}
-    text = yaml.safe_dump({"experiment": shared, "system": system_values(system), "rate": rate, "seed": seed,
-                           "inputs": inputs}, sort_keys=True)
+    key = {"rate": rate, "seed": seed, **({} if concurrency is None else {"max_concurrency": concurrency})}
+    text = yaml.safe_dump({"experiment": shared, "system": system_values(system), **key, "inputs": inputs},
+                          sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

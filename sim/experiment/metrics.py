@@ -63,13 +63,20 @@ def _mean(values: np.ndarray) -> float:
     return float(values.mean()) if len(values) else float("nan")
 
 
+def sent_times(requests: Columns | pd.DataFrame):
+    """When each request reached the server, which its latencies count from: sent_s where a client's gate held
+    requests back (vLLM's clock starts when its semaphore lets a request go), else its arrival_s."""
+    return requests["sent_s"] if "sent_s" in requests else requests["arrival_s"]
+
+
 def latency_columns(requests: pd.DataFrame, horizon_s: float) -> pd.DataFrame:
     """Per-request latency, TTFT, TPOT and normalized latency (unfinished ones at the horizon), as a frame."""
     finish = requests["finish_s"].fillna(horizon_s)
     first = requests["first_token_s"].fillna(horizon_s)
+    sent = sent_times(requests)
     out = requests.assign(
-        latency_s=finish - requests["arrival_s"],
-        ttft_s=first - requests["arrival_s"],
+        latency_s=finish - sent,
+        ttft_s=first - sent,
         tpot_s=_tpot(requests, finish),
     )
     out["normalized_latency"] = out["latency_s"] / out["output_len"]
@@ -156,7 +163,7 @@ def _as_columns(table: Columns | pd.DataFrame) -> Columns:
 
 def request_latencies(requests: Columns, horizon_s: float) -> dict[str, np.ndarray]:
     """latency_columns' four columns as arrays, with the float arithmetic pandas does there."""
-    arrival = np.asarray(requests["arrival_s"], dtype=np.float64)
+    arrival = np.asarray(sent_times(requests), dtype=np.float64)
     first = np.asarray(requests["first_token_s"], dtype=np.float64)
     finish = np.asarray(requests["finish_s"], dtype=np.float64)
     output_len = np.asarray(requests["output_len"])
@@ -235,7 +242,7 @@ def summarize(requests: Columns | pd.DataFrame, iterations: Columns | pd.DataFra
     requests, iterations = _as_columns(requests), _as_columns(iterations)
     latencies = request_latencies(requests, horizon_s)
     finish = np.asarray(requests["finish_s"], dtype=np.float64)
-    arrival = np.asarray(requests["arrival_s"], dtype=np.float64)
+    arrival = np.asarray(sent_times(requests), dtype=np.float64)  # a gated run's server is measured as it is sent to
     is_measured = arrival >= warmup_s
     weights = np.asarray(requests["n"], dtype=np.int64)
     norm = np.repeat(latencies["normalized_latency"][is_measured], weights[is_measured])

@@ -16,6 +16,7 @@ from pathlib import Path
 from matplotlib.lines import Line2D
 from matplotlib.ticker import LogFormatter
 
+from sim.experiment.closed_loop import CONCURRENCY_COLUMN
 from sim.experiment.metrics import KNEE_S_PER_TOKEN
 from sim.experiment.png import new_figure, write_png
 from sim.experiment.table import group_means, rows_to_columns
@@ -51,7 +52,8 @@ def metric_plot(rows: list[dict], path: Path, metric: str, ylabel: str, title: s
     drawn on it as an arrow. With `knee` (where it is on the axis), a dashed line there, named in the legend: a
     label on the axes would sit on whichever curve crosses it."""
     fig, ax = new_figure((5.1, 2.8))
-    series = seed_means(rows, metric)
+    x, xlabel = x_axis(rows)
+    series = seed_means(rows, metric, x)
     top = None if log else (ylim if ylim is not None else fitted_top(series, knee))
     above = hollow = False
     for i, (system, points) in enumerate(series.items()):
@@ -59,7 +61,7 @@ def metric_plot(rows: list[dict], path: Path, metric: str, ylabel: str, title: s
         above, hollow = above or drawn.above, hollow or drawn.hollow
     if knee is not None and (top is None or knee <= top):
         ax.axhline(knee, color="0.4", linestyle="--", linewidth=0.9, label=f"{knee:g}: capacity is read here")
-    ax.set_xlabel("Request rate (req/s)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel + ("; ↑ above the axis" if above else ""))
     if log:
         ax.set_yscale("log")
@@ -143,15 +145,30 @@ class PlainLogFormatter(LogFormatter):
         return f"{x:g}" if super().__call__(x, pos) else ""
 
 
-def seed_means(rows: list[dict], metric: str) -> dict[str, list[tuple[float, float, bool]]]:
-    """Each system's points in the order the systems first appear, by rate: (rate, the mean of `metric` over the
-    seeds that have it (nan where none has), whether any seed saturated); the means are pandas' (group_means)."""
-    means = group_means(rows_to_columns(rows, ["system", "rate", metric, "saturated"]), ["system", "rate"],
-                        [metric, "saturated"])
+def x_axis(rows: list[dict]) -> tuple[str, str]:
+    """What the curves are drawn against: the request rate; a sweep's client gate (`concurrencies`, or every rate
+    inf, where the gate alone sets the load); or, where a rate is inf with no gate to sweep, the rate served (inf
+    has no place on an axis)."""
+    gates = {row[CONCURRENCY_COLUMN] for row in rows if CONCURRENCY_COLUMN in row}
+    if gates and (len(gates) > 1 or all(row["rate"] == math.inf for row in rows)):
+        return CONCURRENCY_COLUMN, "Max concurrency (requests in flight)"
+    if any(row["rate"] == math.inf for row in rows):
+        return "throughput_rps", "Request rate served (req/s)"
+    return "rate", "Request rate (req/s)"
+
+
+def seed_means(rows: list[dict], metric: str, x: str = "rate") -> dict[str, list[tuple[float, float, bool]]]:
+    """Each system's points in the order the systems first appear, by `x` (the rate, or the client's gate: x_axis):
+    (x, the mean of `metric` over the seeds that have it (nan where none has), whether any seed saturated); the means
+    are pandas' (group_means). Against the gate, a system swept at several rates has a line for each."""
+    keys = ["system", "rate"] + ([x] if x != "rate" else [])
+    means = group_means(rows_to_columns(rows, [*keys, metric, "saturated"]), keys, [metric, "saturated"])
+    several = len({row["rate"] for row in rows}) > 1
     points: dict[str, list[tuple[float, float, bool]]] = {}
     for row in means:
-        points.setdefault(row["system"], []).append((row["rate"], row[metric], row["saturated"] > 0))
-    return {system: sorted(by_rate) for system, by_rate in points.items()}
+        name = f"{row['system']} at {row['rate']:g} req/s" if x != "rate" and several else row["system"]
+        points.setdefault(name, []).append((row[x], row[metric], row["saturated"] > 0))
+    return {system: sorted(by_x) for system, by_x in points.items()}
 
 
 def latency_plots(rows: list[dict], folder: Path, title: str = "") -> list[Path]:
@@ -174,6 +191,9 @@ def kv_usage_plot(rows: list[dict], path: Path, rate: float) -> Path:
     """Paper Fig. 2: where each system's KV pool goes, at one rate (the mean over its seeds)."""
     parts = [column for column, _ in KV_PARTS]
     at_rate = [row for row in rows if row["rate"] == rate]
+    gates = [row[CONCURRENCY_COLUMN] for row in at_rate if CONCURRENCY_COLUMN in row]
+    if gates:  # a sweep of the client's gate: its widest, the most load
+        at_rate = [row for row in at_rate if row[CONCURRENCY_COLUMN] == max(gates)]
     means = group_means(rows_to_columns(at_rate, ["system", *parts]), ["system"], parts)
     systems = [row["system"] for row in means]
     fig, ax = new_figure((4.0, 2.3))
@@ -182,7 +202,8 @@ def kv_usage_plot(rows: list[dict], path: Path, rate: float) -> Path:
         shares = [row[column] for row in means]
         ax.barh(systems, [share * 100 for share in shares], left=[share * 100 for share in left], label=label)
         left = [before + share for before, share in zip(left, shares)]
-    ax.set_xlabel(f"KV cache usage (%) at {rate:g} req/s")
+    gate = f", max concurrency {max(gates)}" if gates else ""
+    ax.set_xlabel(f"KV cache usage (%) at {rate:g} req/s{gate}")
     ax.set_xlim(0, 100)
     ax.invert_yaxis()
     ax.legend(fontsize=7, frameon=False, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.25))

@@ -1,6 +1,7 @@
 """The table printed at the end of a run, from its summary rows (without pandas: sim/experiment/table.py)."""
 from __future__ import annotations
 
+from sim.experiment.closed_loop import CONCURRENCY_COLUMN
 from sim.experiment.table import group_means, rows_to_columns
 
 COLUMNS = [("normalized_latency", "norm_lat", "{:.3f}"), ("ttft_p50_s", "ttft_p50", "{:.2f}"),
@@ -10,17 +11,22 @@ COLUMNS = [("normalized_latency", "norm_lat", "{:.3f}"), ("ttft_p50_s", "ttft_p5
 
 
 def summary_table(rows: list[dict]) -> str:
-    """One line per system and rate, the mean over seeds (pandas' group means, to the bit)."""
+    """One line per system and rate (and client's gate, where one held requests back: `conc`), the mean over seeds
+    (pandas' group means, to the bit)."""
     names = [c for c, _, _ in COLUMNS]
-    means = group_means(rows_to_columns(rows, ["system", "rate", *names]), ["system", "rate"], names)
-    header = f"{'system':<18} {'rate':>6} " + " ".join(f"{label:>9}" for _, label, _ in COLUMNS)
+    keys = ["system", "rate"] + ([CONCURRENCY_COLUMN] if any(CONCURRENCY_COLUMN in row for row in rows) else [])
+    means = group_means(rows_to_columns(rows, [*keys, *names]), keys, names)
+    gate = len(keys) > 2
+    header = f"{'system':<18} {'rate':>6} " + (f"{'conc':>5} " if gate else "") + \
+        " ".join(f"{label:>9}" for _, label, _ in COLUMNS)
     lines = [header, "-" * len(header)]
     for row in means:
         cells = []
         for column, _, fmt in COLUMNS:
             value = row[column]
             cells.append(f"{fmt.format(int(value) if 'd' in fmt else value):>9}")
-        lines.append(f"{row['system']:<18} {row['rate']:>6g} " + " ".join(cells))
+        lead = f"{row['system']:<18} {row['rate']:>6g} " + (f"{int(row[CONCURRENCY_COLUMN]):>5} " if gate else "")
+        lines.append(lead + " ".join(cells))
     return "\n".join(lines)
 
 

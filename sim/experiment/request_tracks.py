@@ -121,7 +121,9 @@ def request_lives(requests: RunRequests, iterations: Mapping[str, np.ndarray], s
 
 def served_life(columns: Mapping[str, list], i: int, prefills: PrefillFinder) -> RequestLife:
     """The i-th request record's life: finished, or unfinished until the trace's end."""
-    first, finish, arrival = known(columns["first_token_s"][i]), known(columns["finish_s"][i]), columns["arrival_s"][i]
+    # a gated run's request queues at the server from its sending (sent_s), not from its arrival at the client
+    arrival = columns["sent_s" if "sent_s" in columns else "arrival_s"][i]
+    first, finish = known(columns["first_token_s"][i]), known(columns["finish_s"][i])
     replica = columns["replica"][i]
     args = {"replica": replica, "prompt_tokens": columns["prompt_len"][i], "output_tokens": columns["output_len"][i],
             "n": columns["n"][i], "preemptions": columns["num_preemptions"][i]}

@@ -1,6 +1,7 @@
 """One simulated run: an experiment's system at one rate and seed."""
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -19,6 +20,7 @@ from sim.core.replica_run import ReplicaRun
 from sim.core.simulate import simulate_runs
 from sim.executors.replica_pool import ProcessReplicaPool
 from sim.experiment.breakdown import breakdown_columns, breakdown_shares, recorded_steps
+from sim.experiment.closed_loop import CONCURRENCY_COLUMN, with_sent_times
 from sim.experiment.config import Experiment, clock_for
 from sim.experiment.merged import MergedIterations
 from sim.experiment.metrics import SUMMARY_METRICS, kv_shares, load_imbalance, summarize
@@ -100,32 +102,38 @@ def trace_for(exp: Experiment, rate: float, seed: int, rng: np.random.Generator 
 
 def simulate_trace(exp: Experiment, system: SystemSpec, trace: Trace, cost_model: CostModel | None = None,
                    rng: np.random.Generator | None = None, fast_forward: bool | None = None,
-                   jobs: int = 1) -> tuple[Records, float]:
+                   jobs: int = 1, rate: float | None = None) -> tuple[Records, float]:
     """Serve a trace on exp.replicas replicas; returns the records and the horizon used. `rng` is the
     run's Generator, which a trace of beam searches draws their parents from (sim.core.beams); fast_forward and
     jobs: processes for the replicas, where they share nothing (sim/executors/replica_pool.py); fast_forward as
     sim.core.simulate's."""
-    runs, horizon_s = serve_trace(exp, system, trace, cost_model, rng, fast_forward, jobs)
+    runs, horizon_s = serve_trace(exp, system, trace, cost_model, rng, fast_forward, jobs, rate)
     return merged_records(runs), horizon_s
 
 
-def horizon_of(exp: Experiment, trace: Trace) -> float:
-    """When a run stops simulating: max_time_factor times the trace's span (or the warm-up, or a second)."""
+def horizon_of(exp: Experiment, trace: Trace, rate: float | None = None) -> float:
+    """When a run stops simulating: max_time_factor times the trace's span (or the warm-up, or a second). A run at
+    rate inf, or behind a client's gate, serves every request, as vLLM's benchmark waits for every one: its
+    requests are counted, and their span says nothing of how long they take."""
+    if exp.workload.all_at_once(rate) or exp.workload.max_concurrency is not None:
+        return math.inf
     span = float(trace.arrival_s[-1]) if len(trace) else 0.0
     return max(span, exp.warmup_s, 1.0) * exp.max_time_factor
 
 
 def serve_trace(exp: Experiment, system: SystemSpec, trace: Trace, cost_model: CostModel | None = None,
                 rng: np.random.Generator | None = None, fast_forward: bool | None = None,
-                jobs: int = 1) -> tuple[list[ReplicaRun], float]:
-    """simulate_trace's replicas' records, not merged yet (sim.core.simulate.simulate_runs), and the horizon."""
+                jobs: int = 1, rate: float | None = None) -> tuple[list[ReplicaRun], float]:
+    """simulate_trace's replicas' records, not merged yet (sim.core.simulate.simulate_runs), and the horizon (`rate`:
+    the trace's, where it may be inf: horizon_of)."""
     cost_model = cost_model or make_cost_model(exp, system)
     pool = exp.kv_pool(system)
-    horizon_s = horizon_of(exp, trace)
+    horizon_s = horizon_of(exp, trace, rate)
     runs = simulate_runs(trace, exp.model, system, cost_model, pool.num_gpu_blocks, pool.num_cpu_blocks,
                          replicas=exp.replicas, router=exp.router, horizon_s=horizon_s, rng=rng,
                          beam_continue=exp.workload.beam_continue, fast_forward=fast_forward,
-                         replica_pool=ProcessReplicaPool(jobs) if jobs > 1 else None)
+                         replica_pool=ProcessReplicaPool(jobs) if jobs > 1 else None,
+                         max_concurrency=exp.workload.max_concurrency)
     return runs, horizon_s
 
 
@@ -161,8 +169,12 @@ def _run_one(exp: Experiment, system: SystemSpec, rate: float, seed: int, jobs: 
     clock = BreakdownRecorder(cost_model) if exp.breakdown else cost_model
     # a breakdown is kept by clocks, and speculation's counts by the records, of replicas served in this process
     in_process = exp.breakdown or system.speculative is not None
-    runs, horizon_s = serve_trace(exp, system, trace, clock, rng, jobs=1 if in_process else jobs)
+    runs, horizon_s = serve_trace(exp, system, trace, clock, rng, jobs=1 if in_process else jobs, rate=rate)
     requests, dropped = requests_of(runs)
+    gate: dict[str, int] = {}
+    if exp.workload.max_concurrency is not None:  # when each request arrived at the client, and was sent
+        requests, dropped = with_sent_times(requests, dropped, trace)
+        gate[CONCURRENCY_COLUMN] = exp.workload.max_concurrency
     iterations: Mapping[str, np.ndarray] = (runs[0].records.iteration_arrays() if len(runs) == 1 and
                                             runs[0].stored is None else MergedIterations(runs))
     shares: dict[str, float] = {}
@@ -174,7 +186,7 @@ def _run_one(exp: Experiment, system: SystemSpec, rate: float, seed: int, jobs: 
         iterations = {**{name: iterations[name] for name in iterations}, **speculation_columns(runs)}
     metrics = summarize(requests, iterations, pool_slots=exp.kv_pool(system).num_slots,
                         warmup_s=exp.warmup_s, horizon_s=horizon_s, dropped=dropped, replicas=exp.replicas)
-    summary = {**summary_head(exp, system, trace, exp.replicas, cost_model, rate, seed), **metrics, **shares,
+    summary = {**summary_head(exp, system, trace, exp.replicas, cost_model, rate, seed), **gate, **metrics, **shares,
                COST_MODEL_SOURCE: cost_model.source}
     bench = _vllm_bench(exp, system, rate, seed, requests, iterations, dropped, horizon_s, Schedule.of(system))
     return RunResult(summary, requests, iterations, dropped, bench)
@@ -210,7 +222,7 @@ def _run_split(exp: Experiment, system: SystemSpec, trace: Trace, rate: float, s
                rng: np.random.Generator) -> RunResult:
     """A run on the experiment's split fleet (sim/experiment/split_run.py): the summary's KV shares are the decode
     pool's, its pool being the one the requests' tokens grow in, and the KV moves get columns of their own."""
-    horizon_s = horizon_of(exp, trace)
+    horizon_s = horizon_of(exp, trace, rate)
     setup = split_setup(exp, system, horizon_s)
     split_runs = serve_split_trace(exp, setup, trace, rng)
     runs = split_runs.runs

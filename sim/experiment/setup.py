@@ -20,11 +20,14 @@ from sim.workload.config import WorkloadConfig
 SETUP_COLUMNS = ("model", "hardware", "tensor_parallel", "precision", "engine", "workload")
 
 
-def workload_label(workload: WorkloadConfig) -> str:
-    """A workload in a few words: the dataset and its arrivals, or the trace replayed."""
+def workload_label(workload: WorkloadConfig, rates: tuple[float, ...] = ()) -> str:
+    """A workload in a few words: the dataset and its arrivals (all at once where every one of `rates` is inf), or
+    the trace replayed."""
     if workload.is_replay:
         return f"replay of {Path(workload.trace).name}"
     dataset = Path(workload.dataset).name if "/" in str(workload.dataset) else workload.dataset
+    if rates and all(workload.all_at_once(rate) for rate in rates):
+        return f"{dataset}, {workload.num_requests} requests at once"
     return f"{dataset}, {workload.arrival} arrivals"
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from engine.core.system import CHUNKED_POLICIES, SystemSpec
 from sim.executors.spec import ExecutorSpec
 from sim.executors.workers import Workers
+from sim.experiment.closed_loop import CONCURRENCY_COLUMN
 from sim.experiment.config import Experiment
 from sim.experiment.fingerprint import config_digest, input_digest
 from sim.experiment.output import (
@@ -54,17 +55,20 @@ class RunKey:
     system: SystemSpec
     rate: float
     seed: int
+    concurrency: int | None = None  # the client's gate (sim/experiment/closed_loop.py); None: none
 
     @property
     def slug(self) -> str:
         name = "".join(c if c.isalnum() else "-" for c in self.system.name.lower()).strip("-")
         while "--" in name:
             name = name.replace("--", "-")
-        return f"{name}_rate{self.rate:g}_seed{self.seed}"
+        gate = "" if self.concurrency is None else f"_conc{self.concurrency}"
+        return f"{name}_rate{self.rate:g}{gate}_seed{self.seed}"
 
 
 def run_keys(exp: Experiment) -> list[RunKey]:
-    return [RunKey(s, r, seed) for s in exp.systems for r in exp.rates for seed in exp.seeds]
+    return [RunKey(s, r, seed, c) for s in exp.systems for r in exp.rates for c in exp.concurrencies
+            for seed in exp.seeds]
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,7 @@ def execute(exp: Experiment, key: RunKey, digest: str, iterations: str = DEFAULT
     processes for a fleet's replicas (sim.experiment.run.run_one). summarized: called with the run's summary
     row as soon as it is known, before the files are encoded (a callback: where the run simulates in the
     caller's process)."""
-    result = run_one(exp, key.system, key.rate, key.seed, replica_jobs)
+    result = run_one(exp.at_concurrency(key.concurrency), key.system, key.rate, key.seed, replica_jobs)
     summary = {**result.summary, "config_digest": digest}
     if summarized is not None:
         summarized(summary)
@@ -132,7 +136,8 @@ def save(run: RunFiles, run_dir: Path) -> dict:
 
 def _progress_line(key: RunKey, summary: dict, eta: str, experiment: str = "") -> str:
     where = f"{experiment}: " if experiment else ""
-    return (f"  {eta:<19} {where}{key.system.name:<18} rate {key.rate:<6g} seed {key.seed}: "
+    gate = "" if key.concurrency is None else f"concurrency {key.concurrency:<4} "
+    return (f"  {eta:<19} {where}{key.system.name:<18} rate {key.rate:<6g} {gate}seed {key.seed}: "
             f"normalized latency {summary['normalized_latency']:.3f} s/token"
             f"{'  (saturated)' if summary['saturated'] else ''}")
 
@@ -206,10 +211,15 @@ def summary_columns(rows: list[dict]) -> dict:
 
 
 def columns_of(rows: list[dict]) -> tuple[str, ...]:
-    """SUMMARY_COLUMNS, then a breakdown's shares (sim/experiment/breakdown.py) in the order the runs have them."""
+    """SUMMARY_COLUMNS (with max_concurrency after rate, where a client's gate held requests back), then a split
+    fleet's columns, then a breakdown's shares (sim/experiment/breakdown.py) in the order the runs have them."""
     shares = dict.fromkeys(key for row in rows for key in row if key.startswith("share_"))
     split = SPLIT_COLUMNS if any("prefill_replicas" in row for row in rows) else ()
-    return SUMMARY_COLUMNS + split + tuple(shares)
+    head = SUMMARY_COLUMNS
+    if any(CONCURRENCY_COLUMN in row for row in rows):  # a gated sweep's: its gate beside its rate
+        at = head.index("rate") + 1
+        head = head[:at] + (CONCURRENCY_COLUMN,) + head[at:]
+    return head + split + tuple(shares)
 
 
 @dataclass(frozen=True)
@@ -235,7 +245,7 @@ def plan(exp: Experiment, out_dir: Path, iterations: str = DEFAULT_ITERATIONS
     summaries: dict[RunKey, dict] = {}
     pending = []
     for key in run_keys(exp):
-        digest = config_digest(exp, key.system, key.rate, key.seed, inputs)
+        digest = config_digest(exp, key.system, key.rate, key.seed, inputs, key.concurrency)
         run_dir = Path(out_dir) / "runs" / key.slug
         done = _done(run_dir, digest, (iterations_file, VLLM_BENCH_FILE if exp.vllm_bench else None))
         if done is not None:
@@ -279,4 +289,5 @@ def run_pending(pending: list[PendingRun], workers: Workers, iterations: str, pr
 def run_cost(run: PendingRun) -> float:
     """A run's relative cost, to start the costliest first: requests simulated, times their sequences."""
     workload = run.exp.workload
-    return workload.duration_s * run.key.rate * max(workload.n or 1, workload.beam_width or 1)
+    requests = workload.num_requests or workload.duration_s * run.key.rate
+    return requests * max(workload.n or 1, workload.beam_width or 1)

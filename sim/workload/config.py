@@ -11,7 +11,10 @@
                              # model's own where they ship, else opt (tokenizer_choice.py)
       arrival: poisson       # poisson (10 ms quanta) | exponential | gamma | constant
       cv: 1.0                # gamma only: coefficient of variation of the gaps
+      burstiness: null       # vLLM's --burstiness B: gamma gaps of shape B (cv = 1/sqrt(B)); implies gamma; not with cv
       duration_s: 3600
+      num_requests: null     # vLLM's --num-prompts: this many arrivals, not duration_s of them (rate inf needs it)
+      max_concurrency: null  # vLLM's --max-concurrency: a request is sent only while fewer are in flight
       n: 1                   # parallel samples per request
       new_conversation_prob: 0.1   # chatbot only: an arrival starts a new conversation with this probability
       prefix_tokens: 0       # a shared prefix (few-shot examples) at the start of every prompt, replayed ones too
@@ -20,8 +23,8 @@
                              # a replayed prompt)
       beam_width: 1          # beams per request (1: no beam search); a request has n > 1 or beam_width > 1
       beam_continue: 0.93    # simulated beam search: P(a surviving candidate continues its own beam), sim/core/beams.py
-      trace: null            # recorded trace to replay (dataset, arrival, cv, duration_s and new_conversation_prob,
-                             # which shape a generated workload, then stand aside)
+      trace: null            # recorded trace to replay (dataset, arrival, cv, burstiness, duration_s, num_requests and
+                             # new_conversation_prob, which shape a generated workload, then stand aside)
       time_scale: null       # replay only: k x the recorded rate; null + a rate: scale to that mean rate
       window_s: null         # replay only: [start, end) on the recorded clock
 
@@ -38,10 +41,10 @@ import numpy as np
 
 from engine.core.spec import ModelSpec
 from engine.errors import SpecError
-from engine.specs.checks import choice, is_number, number, positive, positive_int
+from engine.specs.checks import choice, is_number, number, optional, positive, positive_int
 from engine.specs.paths import Shipped, resolve_path
 
-from .arrivals import ARRIVALS
+from .arrivals import ARRIVALS, first_arrivals
 from .beams import DEFAULT_BEAM_CONTINUE
 from .chatbot import DEFAULT_NEW_CONVERSATION_PROB, chatbot_label, chatbot_requests
 from .conversations import CONVERSATION_NAMES, is_conversation_dataset, load_conversations
@@ -58,6 +61,8 @@ MAX_DURATION_S = 86_400.0
 BEAM_LABEL = re.compile(r"; beam search, width [0-9/]+ \(simulated parents: [^)]*\)")
 # Gamma gaps have shape 1/cv^2: outside this range the draws under- or overflow and lose their mean.
 CV_RANGE = (0.001, 10.0)
+# the same range as a shape (vLLM's burstiness): 1/cv^2
+BURSTINESS_RANGE = (0.01, 1e6)
 NAMES = (*DATASET_NAMES, *CONVERSATION_NAMES)
 
 
@@ -97,7 +102,10 @@ class WorkloadConfig:
     tokenizer: str = OPT             # whose counts of sharegpt and chatbot are read (tokenizer_choice.TOKENIZERS)
     arrival: str = "poisson"
     cv: float = 1.0
+    burstiness: float | None = None  # vLLM's gamma shape; None: the gaps' shape is 1/cv^2
     duration_s: float = 3600.0
+    num_requests: int | None = None  # this many arrivals (vLLM's --num-prompts); None: duration_s of them
+    max_concurrency: int | None = None  # the client's gate (sim/core/client_gate.py); None: every request sent
     n: int | None = None             # None: 1, or the recorded trace's own n column
     new_conversation_prob: float = DEFAULT_NEW_CONVERSATION_PROB   # a conversation dataset only
     prefix_tokens: int = 0           # tokens of one shared prefix put before every prompt
@@ -130,8 +138,13 @@ class WorkloadConfig:
         values.update(_replay_options(raw, source, values["trace"] is not None))
         values["arrival"] = choice(raw.get("arrival", cls.arrival), source, f"{SECTION}.arrival", list(ARRIVALS))
         values["cv"] = number(raw.get("cv", cls.cv), source, f"{SECTION}.cv", low=CV_RANGE[0], high=CV_RANGE[1])
-        values["duration_s"] = number(raw.get("duration_s", cls.duration_s), source, f"{SECTION}.duration_s",
-                                      low=0, low_open=True, high=MAX_DURATION_S)
+        values.update(_burstiness(raw, source, values["trace"] is not None))
+        duration = raw.get("duration_s")  # null: not given (`--set workload.duration_s=null` makes way for a count)
+        values["duration_s"] = number(cls.duration_s if duration is None else duration, source,
+                                      f"{SECTION}.duration_s", low=0, low_open=True, high=MAX_DURATION_S)
+        values["num_requests"] = _num_requests(raw, source, values["trace"] is not None)
+        values["max_concurrency"] = optional(positive_int, raw.get("max_concurrency"), source,
+                                             f"{SECTION}.max_concurrency")
         n = raw.get("n")
         values["n"] = None if n is None else positive_int(n, source, f"{SECTION}.n")
         values["prefix_tokens"] = number(raw.get("prefix_tokens", cls.prefix_tokens), source,
@@ -156,6 +169,11 @@ class WorkloadConfig:
                             "dataset, whose prompt is the conversation so far")
         return cls(**values)
 
+    def all_at_once(self, rate: float | None) -> bool:
+        """Every request arrives at 0 s: an infinite rate (vLLM's --request-rate inf), which a replay's time_scale
+        sets aside."""
+        return rate == math.inf and self.time_scale is None
+
     @property
     def is_chatbot(self) -> bool:
         return not self.is_replay and _is_conversations(self.dataset)
@@ -172,9 +190,7 @@ def build_trace(cfg: WorkloadConfig, rate: float | None, max_seq_len: int,
     if rate is None:
         raise SpecError(cfg.source, SECTION, "a generated workload needs a request rate; only a recorded "
                         "trace (workload.trace) can run without one")
-    process = ARRIVALS[cfg.arrival]
-    options = {"cv": cfg.cv} if cfg.arrival == "gamma" else {}
-    arrival_s = process(rate, cfg.duration_s, rng, **options)
+    arrival_s = _arrivals(cfg, rate, rng)
     if cfg.is_chatbot:
         conversations = load_conversations(cfg.dataset, cfg.tokenizer)
         chat = chatbot_requests(conversations, len(arrival_s), cfg.new_conversation_prob, max_seq_len, rng)
@@ -192,13 +208,36 @@ def build_trace(cfg: WorkloadConfig, rate: float | None, max_seq_len: int,
             segments = system_prompt_segments(picks, system, prompt, output)
             source += (f"; a system prompt of {system} tokens before every prompt, one of "
                        f"{cfg.system_prompt.count} (uniformly)")
-    shape = f" cv={cfg.cv:g}" if cfg.arrival == "gamma" else ""
-    label = f"{source}; {cfg.arrival}{shape} arrivals at {rate:g} req/s for {cfg.duration_s:g} s"
+    label = f"{source}; {_arrivals_label(cfg, rate)}"
     if cfg.prefix_tokens:
         label += f"; a shared prefix of {cfg.prefix_tokens} tokens before every prompt"
-    trace = Trace(arrival_s, prompt + cfg.prefix_tokens, output, cfg.n or 1, label, cfg.duration_s,
+    # a count's arrivals cover the time up to the last of them (none for every request at once)
+    duration = cfg.duration_s if cfg.num_requests is None else None
+    trace = Trace(arrival_s, prompt + cfg.prefix_tokens, output, cfg.n or 1, label, duration,
                   beam_width=cfg.beam_width or 1, prefix_len=cfg.prefix_tokens, segments=segments)
     return with_beam_label(trace, cfg)
+
+
+def _arrivals(cfg: WorkloadConfig, rate: float, rng: np.random.Generator) -> np.ndarray:
+    """When each request arrives: duration_s of the arrival process, or its first num_requests; at an infinite
+    rate every request at 0 s (vLLM's --request-rate inf), which only a count can bound."""
+    if rate == math.inf:
+        if cfg.num_requests is None:
+            raise SpecError(cfg.source, f"{SECTION}.num_requests", INF_NEEDS_A_COUNT)
+        return np.zeros(cfg.num_requests)
+    options = {"cv": cfg.cv, "shape": cfg.burstiness} if cfg.arrival == "gamma" else {}
+    if cfg.num_requests is not None:
+        return first_arrivals(cfg.arrival, rate, cfg.num_requests, rng, **options)
+    return ARRIVALS[cfg.arrival](rate, cfg.duration_s, rng, **options)
+
+
+def _arrivals_label(cfg: WorkloadConfig, rate: float) -> str:
+    if rate == math.inf:
+        return f"all {cfg.num_requests} requests at 0 s (rate inf)"
+    shape = "" if cfg.arrival != "gamma" else \
+        f" cv={cfg.cv:g}" if cfg.burstiness is None else f" burstiness={cfg.burstiness:g}"
+    span = f"for {cfg.duration_s:g} s" if cfg.num_requests is None else f"{cfg.num_requests} requests"
+    return f"{cfg.arrival}{shape} arrivals at {rate:g} req/s {span}"
 
 
 def with_beam_label(trace: Trace, cfg: WorkloadConfig) -> Trace:
@@ -300,6 +339,38 @@ def _scaled(cfg: WorkloadConfig, trace: Trace, factor: float, key: str) -> Trace
         raise SpecError(cfg.source, key, f"replaying {Path(cfg.trace).name} at {factor:g}x its recorded rate puts "
                         "its arrivals past the largest float; choose a larger rate or time_scale")
     return trace.scaled(factor)
+
+
+INF_NEEDS_A_COUNT = ("an infinite rate sends every request at 0 s, so the requests must be counted, not drawn "
+                     "for workload.duration_s: give workload.num_requests (vLLM's --num-prompts)")
+
+
+def _burstiness(raw: dict, source: str, replay: bool) -> dict:
+    """burstiness: vLLM's shape of gamma gaps, which implies arrival: gamma; cv gives the same shape (1/cv^2) and
+    another arrival none, so either one given beside it is refused. A replay sets it aside with the arrivals."""
+    key = f"{SECTION}.burstiness"
+    if raw.get("burstiness") is None:
+        return {}
+    value = number(raw["burstiness"], source, key, low=BURSTINESS_RANGE[0], high=BURSTINESS_RANGE[1])
+    if replay:
+        return {"burstiness": value}
+    if raw.get("cv") is not None:
+        raise SpecError(source, key, "and workload.cv both give the gaps' shape (cv = 1/sqrt(burstiness)); give one")
+    if raw.get("arrival", "gamma") != "gamma":
+        raise SpecError(source, key, f"shapes gamma arrivals (vLLM's gaps), not {raw['arrival']}; leave "
+                        "workload.arrival out or set it to gamma")
+    return {"burstiness": value, "arrival": "gamma"}
+
+
+def _num_requests(raw: dict, source: str, replay: bool) -> int | None:
+    """num_requests: a count of arrivals instead of a duration of them; both given would leave one unread."""
+    key = f"{SECTION}.num_requests"
+    if raw.get("num_requests") is None:
+        return None
+    count = positive_int(raw["num_requests"], source, key)
+    if raw.get("duration_s") is not None and not replay:
+        raise SpecError(source, key, "and workload.duration_s both say how many requests arrive; give one")
+    return count
 
 
 # the traces servesim ships (package data of sim.workload), found by name from any folder and any install

@@ -80,7 +80,10 @@ def test_cli_refuses_in_one_line_and_writes_nothing(cli_runs, name):
 
 # the same, in this process: the command's own main()
 @pytest.mark.parametrize("argv, message", [
-    (["run", "tiny.yaml", "--set", "rates=[.nan]"], "tiny.yaml: rates[0]: must be a positive number, got nan"),
+    (["run", "tiny.yaml", "--set", "rates=[.nan]"],
+     "tiny.yaml: rates[0]: must be a positive number or inf (every request at 0 s), got nan"),
+    (["run", "tiny.yaml", "--set", "workload.max_concurrency=0"],
+     "tiny.yaml: workload.max_concurrency: must be a positive integer, got 0"),
     # died inside SimPy ("Negative delay") after the first swap
     (["run", "tiny.yaml", "--set", "cost_model=swap.yaml"],
      "swap.yaml: swap_s_per_copy: must be a non-negative number, got -0.001"),
@@ -112,7 +115,23 @@ def _refused(tmp_path, *overrides: str, text: str = TINY) -> str:
 
 
 @pytest.mark.parametrize("override, message", [
-    ("rates=[.inf]", "rates[0]: must be a positive number, got inf"),
+    ("rates=[.inf]", "rates[0]: inf sends every request at 0 s (vLLM's --request-rate inf), so the requests must be "
+                     "counted, not drawn for workload.duration_s: give workload.num_requests (vLLM's --num-prompts)"),
+    ("rates=[inf]", "rates[0]: inf sends every request at 0 s (vLLM's --request-rate inf), so the requests must be "
+                    "counted, not drawn for workload.duration_s: give workload.num_requests (vLLM's --num-prompts)"),
+    ("workload.max_concurrency=-3", "workload.max_concurrency: must be a positive integer, got -3"),
+    ("workload.max_concurrency=2.5", "workload.max_concurrency: must be a positive integer, got 2.5"),
+    ("workload.max_concurrency=lots", "workload.max_concurrency: must be a positive integer, got 'lots'"),
+    ("workload.burstiness=0", "workload.burstiness: must be a number in [0.01, 1000000], got 0"),
+    ("workload.burstiness=-1", "workload.burstiness: must be a number in [0.01, 1000000], got -1"),
+    ("workload.burstiness=bursty", "workload.burstiness: must be a number in [0.01, 1000000], got 'bursty'"),
+    ("workload.burstiness=.nan", "workload.burstiness: must be a number in [0.01, 1000000], got nan"),
+    ("workload.burstiness=2", "workload.burstiness: shapes gamma arrivals (vLLM's gaps), not poisson; leave "
+                              "workload.arrival out or set it to gamma"),
+    ("concurrencies=[4, 0]", "concurrencies[1]: must be a positive integer, got 0"),
+    ("workload.num_requests=0", "workload.num_requests: must be a positive integer, got 0"),
+    ("workload.num_requests=100", "workload.num_requests: and workload.duration_s both say how many requests "
+                                  "arrive; give one"),
     ("kv_cache_gib=.nan", "kv_cache_gib: must be a positive number, got nan"),
     ("max_time_factor=0.1", "max_time_factor: must be a number >= 1, got 0.1"),
     ("warmup_s=20", "warmup_s: 20 s of warm-up leaves nothing to measure in 20 s of arrivals "

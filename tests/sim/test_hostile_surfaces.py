@@ -233,6 +233,29 @@ def test_a_generated_workload_key_beside_a_replay_is_refused(here, capsys, key, 
             f"workload.{key}: {words}")
 
 
+@pytest.mark.parametrize("jobs", JOBS)
+@pytest.mark.parametrize("overrides, words", [
+    (["rates=[inf]"], "rates[0]: inf sends every request at 0 s (vLLM's --request-rate inf), so the requests must be "
+                      "counted"),
+    (["rates=[inf]", "workload.duration_s=null", "workload.num_requests=10"],
+     "warmup_s: 2 s of warm-up leaves nothing to measure at rate inf"),
+    (["workload.max_concurrency=0"], "workload.max_concurrency: must be a positive integer, got 0"),
+    (["concurrencies=[2, 2.5]"], "concurrencies[1]: must be a positive integer, got 2.5"),
+    (["workload.burstiness=-2"], "workload.burstiness: must be a number in [0.01, 1000000], got -2"),
+    (["workload.arrival=gamma", "workload.cv=0.5", "workload.burstiness=4"],
+     "workload.burstiness: and workload.cv both give the gaps' shape"),
+])
+def test_a_client_it_cannot_simulate_is_refused_before_any_run(here, capsys, jobs, overrides, words):
+    refused(capsys, ["run", "tiny.yaml", *(a for o in overrides for a in ("--set", o)), "--jobs", jobs, "--out", "out"],
+            words)
+
+
+@pytest.mark.parametrize("jobs", JOBS)
+def test_a_search_over_concurrency_without_a_count_names_num_requests(here, capsys, jobs):
+    refused(capsys, [*CAPACITY, "--concurrency", "--jobs", jobs], "tiny.yaml: workload.num_requests: a search over "
+            "concurrency sends every request at 0 s (rate inf), so the requests must be counted")
+
+
 def test_a_trace_set_over_a_generated_config_replaces_it_as_documented(here):
     """workload.trace replaces the generated workload: its dataset, arrival and cv stand aside."""
     from sim.experiment.config import load_experiment
