@@ -7,8 +7,15 @@ import os
 
 import pytest
 
+from tests.helpers.tiers import COLLECTED
+
 if os.environ.get("SERVESIM_COMPILED") != "1":
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    config.stash[COLLECTED] = list(items)
 
 
 @pytest.fixture

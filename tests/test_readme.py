@@ -15,6 +15,7 @@ def python_blocks(path: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
 
 
+@pytest.mark.slow
 def test_readme_engine_example_runs(capsys, monkeypatch):
     pytest.importorskip("torch")
     # as a user runs it on a CPU: torch kernels, not the Triton interpreter the kernel tests turn on

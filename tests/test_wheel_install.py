@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+# building and installing two wheels: the slow tier
+pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = [
     "engine/specs/models/opt-13b.yaml",

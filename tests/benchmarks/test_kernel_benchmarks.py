@@ -33,6 +33,7 @@ def test_decode_check_matches_dense():
     assert row["match"], row
 
 
+@pytest.mark.slow
 def test_prefill_benchmark_stands_below_the_gpu_check():
     """gpu_check runs the prefill timings; the prefill benchmark takes its inputs and clock from the modules below
     both, so importing it alone loads no gpu_check (the two once imported each other)."""
@@ -47,6 +48,7 @@ def test_prefill_benchmark_stands_below_the_gpu_check():
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_kernel_registers_builds_for_sm90_without_a_gpu():
     import subprocess
     import sys

@@ -15,6 +15,7 @@ from engine.core.compiled import PURE_ENV
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_a_short_run_is_timed_beside_the_baselines_code_pinned_to_one_core():
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=9", "HEAD"], capture_output=True, text=True)
     if head.returncode:

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from benchmarks.speed import speculative_speed
 
 
+@pytest.mark.slow
 def test_a_tiny_run_times_both_systems_beside_the_target(capsys):
     speculative_speed.main(["--duration-s", "20", "--repeats", "2"])
     out = capsys.readouterr().out

@@ -99,6 +99,7 @@ def test_the_fit_recovers_the_coefficients_the_table_was_made_from(tmp_path):
     assert fit.block_size == 16 and fit.measured_on == HARDWARE
 
 
+@pytest.mark.slow
 def test_the_held_out_regions_never_reach_the_fit_that_predicts_them(tmp_path):
     table = read_attention_table(write_table(tmp_path / "a.csv"))
     long_context, big_chunk = region_masks(table)
@@ -114,6 +115,7 @@ def test_the_held_out_regions_never_reach_the_fit_that_predicts_them(tmp_path):
         assert dirty[kind]["heldout_region"]["mean"] > 0.9  # priced as the clean rows, 100x off
 
 
+@pytest.mark.slow
 def test_the_import_keeps_its_held_out_errors_and_source(tmp_path):
     fit = import_attention(write_table(tmp_path / "attention.csv"), HW, "synthetic")
     assert set(fit.heldout) == {"decode", "prefill", "decode_waves"}  # the A100 sheet gives its SM count

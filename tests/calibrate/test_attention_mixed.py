@@ -102,6 +102,7 @@ def _poisoned(attention, rows):
     return replace(attention, mixed=mixed)
 
 
+@pytest.mark.slow
 def test_held_out_mixed_rows_never_enter_the_fit_that_predicts_them(tmp_path):
     from calibrate.judging.bundle_attention_fit import fit_without
     from calibrate.judging.mixed_attention import region_fit, region_masks

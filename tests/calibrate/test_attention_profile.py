@@ -25,6 +25,7 @@ SHIPPED, LINEAR = PROFILES / "a100-80gb.yaml", PROFILES / "a100-h100-linear.yaml
 LLAMA7B, A100_80 = load_model_spec("llama-7b"), load_hardware("a100-80gb")
 
 
+@pytest.mark.slow
 def test_the_cli_imports_the_attention_shows_it_and_the_transfer_prices_by_it(tmp_path, capsys):
     tables = write_tables(tmp_path)
     attention = write_table(tmp_path / "attention.csv")
@@ -94,6 +95,7 @@ def test_the_shipped_profile_is_the_linear_one_plus_the_attention_part_and_a_hos
     assert "MIT" in source
 
 
+@pytest.mark.slow
 def test_adding_attention_to_the_linear_profile_is_what_was_shipped_but_for_the_fit(tmp_path):
     # the shipped file's recipe (calibrate/profiles/README.md) on a synthetic table: the rest stays as it was
     made = with_host_model(add_attention(LINEAR, write_table(tmp_path / "attention.csv"), "test", "synthetic",

@@ -72,6 +72,7 @@ def test_a_table_made_by_the_wave_model_is_recovered(tmp_path):
         assert getattr(fit, name) == pytest.approx(getattr(TRUE_WAVES, name), rel=1e-6), name
 
 
+@pytest.mark.slow
 def test_the_held_out_rows_never_reach_the_waves_that_predict_them(tmp_path):
     table = read_attention_table(write_table(tmp_path / "a.csv", rows(WAVE_FIT, WAVE_BATCHES)))
     long_context, _ = region_masks(table)
@@ -83,6 +84,7 @@ def test_the_held_out_rows_never_reach_the_waves_that_predict_them(tmp_path):
     assert clean["heldout_region"]["mean"] < 1e-6 < 0.9 < dirty["heldout_region"]["mean"]
 
 
+@pytest.mark.slow
 def test_the_import_keeps_the_waves_and_a_sheet_without_sm_count_fits_none(tmp_path):
     path = write_table(tmp_path / "attention.csv", rows(WAVE_FIT, WAVE_BATCHES))
     fit = import_attention(path, HW, "synthetic")

@@ -83,6 +83,7 @@ def test_the_profile_loads_and_prices_through_the_transfer(imported, tmp_path):
     assert "held out by model" in text and "not priced: sampler" in text and "mixed rows" in text
 
 
+@pytest.mark.slow
 def test_the_cli_reads_bundles_and_refuses_what_they_do_not_carry(imported, tmp_path, capsys):
     paths, sheet, _ = imported
     out = tmp_path / "cli.yaml"

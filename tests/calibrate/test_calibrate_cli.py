@@ -20,6 +20,7 @@ warmup_s: 0
 """
 
 
+@pytest.mark.slow
 def test_profile_fit_show_then_simulate(tmp_path, capsys, monkeypatch):
     pytest.importorskip("torch")
     # time the engine as it runs on a CPU (torch kernels), not the Triton interpreter the kernel tests use

@@ -72,7 +72,7 @@ def test_rows_held_out_at_the_largest_m_never_enter_the_fit(held):
     assert fit_fp8_gemms(poisoned(rows, lambda row: row.m == 1), H100, held) != fold.fits[0]
 
 
-@pytest.mark.parametrize("kernel", [PRICED_KERNEL, "cutlass_scaled_mm_blockwise"])
+@pytest.mark.parametrize("kernel", [PRICED_KERNEL, pytest.param("cutlass_scaled_mm_blockwise", marks=pytest.mark.slow)])
 def test_a_held_out_shape_never_enters_the_fit_that_predicts_it(kernel):
     rows = kernel_rows(read_gemm_table(H100_FP8), kernel)
     fold = each_shape(rows, H100, HELD)

@@ -48,7 +48,7 @@ def test_every_carry_is_judged_on_every_gpu_it_was_not_fitted_on_and_no_other(th
     assert {s.regime for s in scores} == set(FINE_REGIMES)
 
 
-@pytest.mark.parametrize("held_out", GPUS)
+@pytest.mark.parametrize("held_out", [GPUS[0], *(pytest.param(gpu, marks=pytest.mark.slow) for gpu in GPUS[1:])])
 def test_the_held_out_gpus_rows_never_enter_its_folds_fits(three_gpus, held_out):
     poisoned = [replace(g, ops=g.ops.assign(time_s=g.ops["time_s"] * 100)) if g.hw.name == held_out else g
                 for g in three_gpus]

@@ -54,6 +54,7 @@ def test_the_fit_keeps_the_l2_rows_bandwidth_apart_and_recovers_the_hbm_share(l2
     assert bundle_fit(ops, blind) == fit_linear(ops, blind)
 
 
+@pytest.mark.slow
 def test_the_import_prices_a_real_model_at_the_hbm_share_and_judges_the_hbm_rows(l2_bundle):
     result = import_bundles([l2_bundle], "llama-3.1-8b", None, "test")
     linear = result.profile.linear

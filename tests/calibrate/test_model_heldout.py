@@ -34,6 +34,7 @@ def test_no_tables_is_a_failing_exit(tmp_path, capsys):
     assert "skipped" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_the_tiled_table_finds_the_tile_a_tiled_law_was_made_with(tmp_path):
     folder = tmp_path / "a100"
     folder.mkdir()

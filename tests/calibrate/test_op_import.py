@@ -112,6 +112,7 @@ def test_the_cli_imports_shows_and_the_profile_transfers_but_does_not_load_as_an
         ProfileCostModel.from_profile(out, load_model_spec("llama-7b"))
 
 
+@pytest.mark.slow
 def test_host_work_from_another_profile_is_charged_in_series(imported, tmp_path):
     _, tables, _ = imported
     host = {"per_iteration_s": 2e-4, "per_sequence_s": 3e-6, "per_prefill_token_s": 5e-7,

@@ -7,21 +7,27 @@ from calibrate.fitting.fit import NOT_SHAPES
 
 @pytest.fixture(scope="module")
 def raw():
-    pytest.importorskip("torch")
+    torch = pytest.importorskip("torch")
     import os
 
     from calibrate.profiling.profile import profile
     from engine.specs.loader import load_model_spec
 
     interpreting = os.environ.pop("TRITON_INTERPRET", None)  # the torch kernels, as a CPU engine runs them
+    # a tiny model on one thread, as tests/conftest.py's one_cpu_thread runs them: more only spin against each
+    # other, four times the time on a busy machine (unless a calibrate CLI test left torch on one thread before)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     try:
         return profile(load_model_spec("opt-tiny"), grid="tiny", repeats=2, swap_blocks=8, block_sizes=(4,),
                        on_progress=lambda done: None)
     finally:
+        torch.set_num_threads(threads)
         if interpreting is not None:
             os.environ["TRITON_INTERPRET"] = interpreting
 
 
+@pytest.mark.slow
 def test_every_timed_shape_has_its_device_and_host_time(raw):
     shapes = raw[~raw["kind"].isin(NOT_SHAPES) | raw["kind"].isin(["swap", "block_sweep"])]
     assert len(shapes) > 10 and {"block_sweep", "swap", "decode", "prefill", "mixed"} <= set(shapes["kind"])

@@ -53,6 +53,7 @@ def test_the_tiled_law_is_recovered_where_the_smooth_form_cannot_follow_it(tiled
     assert heldout_at(tiled, hw, "model", 1).layers["ape"].mean() > 0.01
 
 
+@pytest.mark.slow
 def test_each_models_tile_is_chosen_on_the_others_alone(tiled):
     hw = load_hardware(HARDWARE)
     best = chosen(tiled, hw, "model", tiles=(1, 32, TILE, 128))

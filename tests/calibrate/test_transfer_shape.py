@@ -73,6 +73,7 @@ def test_padding_counts_a_gemms_flops_on_whole_tiles_and_leaves_the_rest(tiled):
     assert padded_gemms(ops, 1) is ops
 
 
+@pytest.mark.slow
 def test_the_tile_aware_fit_recovers_the_tiles_steps_on_the_other_gpu_where_the_smooth_fit_cannot(tiled):
     a, h = tiled
     tile, errors = choose_tile(a, (1, 32, TILE, 128))

@@ -52,6 +52,7 @@ def two_gpus(tmp_path_factory):
     return first, second, result, path
 
 
+@pytest.mark.slow
 def test_the_joint_fit_recovers_the_shares_and_latencies_both_gpus_were_made_from(two_gpus):
     first, second, result, _ = two_gpus
     assert_same_fit(result.joint, TRUE_FIT)

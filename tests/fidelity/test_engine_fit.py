@@ -61,6 +61,7 @@ def test_the_fit_recovers_the_serial_work_the_runs_were_made_with(tmp_path):
     assert max(abs(e) for run in runs for e in judged_errors(run, path).values()) < 0.02
 
 
+@pytest.mark.slow
 def test_a_run_left_out_is_never_seen_by_the_fit_on_the_others(tmp_path):
     runs = [synthetic_run(tmp_path, name, seed) for seed, name in enumerate("abc")]
     folds = leave_one_run_out(runs, BASE)

@@ -52,6 +52,7 @@ def load_benchmark(name: str):
     return module
 
 
+@pytest.mark.slow
 def test_validate_writes_every_output(tiny_validation, tmp_path, capsys):
     out = tmp_path / "out"
     config = tiny_validation()
@@ -130,6 +131,7 @@ def test_validate_writes_every_output(tiny_validation, tmp_path, capsys):
     assert "speed correction, leave-one-trace-out: applied for" in printed
 
 
+@pytest.mark.slow
 def test_repeat_runs_the_whole_validation_again_and_reports_the_spread(tiny_validation, tmp_path, capsys):
     out = tmp_path / "out"
     args = ["validate", str(tiny_validation()), "--out", str(out), "--set", "experiment.rates=[4,12]",
@@ -207,6 +209,7 @@ def test_without_speed_correction_the_noise_band_is_the_raw_spread():
     assert list(noise_band(summary)) == pytest.approx([0.05, 0.3])
 
 
+@pytest.mark.slow
 def test_validate_calibrate_profiles_this_device_first_and_uses_that_profile(tiny_validation, tmp_path, capsys):
     from tests.helpers.validate_tiny import profile_text
 

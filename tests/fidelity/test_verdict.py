@@ -50,7 +50,8 @@ def test_served_rows_leave_out_each_replays_first_iteration_and_swaps():
     assert rows["sum_decode_context"].tolist() == [20, 22] and (rows["speed_factor"] == 1.1).all()
 
 
-@pytest.mark.parametrize("held_out", [0.5, 1.0, 2.0])
+@pytest.mark.parametrize("held_out", [0.5, pytest.param(1.0, marks=pytest.mark.slow),
+                                      pytest.param(2.0, marks=pytest.mark.slow)])
 def test_leave_one_trace_out_recovers_a_known_cost_without_the_held_out_iterations(held_out):
     rows = synthetic_served()
     # poison the held-out trace's own iterations: a fit that read any of them would mispredict it badly
@@ -86,6 +87,7 @@ def drifting_factors(seed: int = 1) -> dict:
             for k in range(2)}
 
 
+@pytest.mark.slow
 def test_a_speed_correction_that_worsens_the_fit_is_reported_and_not_applied():
     # the probe read 0.83-1.04 on a shared 2-core VM, but the served iterations ran at one speed
     rows = synthetic_served(drifting_factors(), times_follow_factor=False)
@@ -95,6 +97,7 @@ def test_a_speed_correction_that_worsens_the_fit_is_reported_and_not_applied():
     assert not left.corrected  # ... and not applied
 
 
+@pytest.mark.slow
 def test_a_speed_correction_that_explains_the_drift_is_applied():
     rows = synthetic_served(drifting_factors(), times_follow_factor=True)
     left = fit_without(rows, 1.0)

@@ -365,7 +365,8 @@ def test_trace_errors_read_as_every_command_does(here, capsys):
 
 
 # --- signals --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("jobs", JOBS)
+# a pool's workers stopped by Ctrl-C stay in the default tier in tests/sim/experiment/test_reruns.py
+@pytest.mark.parametrize("jobs", ["1", pytest.param("2", marks=pytest.mark.slow)])
 def test_sigterm_prints_the_line_sigint_does_and_exits_as_it_does(tmp_path, jobs):
     """`kill PID` (SIGTERM, to the command alone) ends it as Ctrl-C does: one line, status 130, and no
     worker left behind; it used to exit 143 with nothing on stderr."""

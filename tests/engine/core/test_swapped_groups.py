@@ -175,7 +175,8 @@ def serve_checked(sched, requests: list[Request], seed: int, max_steps: int = 20
                          "swapped out")
 
 
-@pytest.mark.parametrize("policy", ["mixed", "separate", "chunked"])
+@pytest.mark.parametrize("policy", [pytest.param("mixed", marks=pytest.mark.slow),
+                                    pytest.param("separate", marks=pytest.mark.slow), "chunked"])
 @given(data=st.data())
 @hyp(max_examples=25)
 def test_every_request_finishes_or_is_ignored_or_refused_never_stalls(policy, data):

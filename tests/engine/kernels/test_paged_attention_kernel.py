@@ -269,6 +269,7 @@ def test_partition_choice(num_seqs, kv_heads, bound, tile, target, expected):
     assert choose_partition(num_seqs, kv_heads, bound, tile, target) == expected
 
 
+@pytest.mark.slow
 @needs_triton
 @settings(max_examples=10, deadline=None, derandomize=True)
 @given(

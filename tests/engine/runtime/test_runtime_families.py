@@ -40,7 +40,7 @@ def test_paged_engine_logits_are_the_reference_forwards(spec):
 
 @pytest.mark.parametrize("name", ["opt-tiny", "llama-tiny", "qwen2-tiny", "phi-tiny", "mixtral-tiny", "qwen3-tiny",
                                   "qwen3-moe-tiny", "phi-2", "qwen2.5-7b", "mixtral-8x7b", "llama-3-8b", "opt-1.3b",
-                                  "qwen3-32b", "qwen3-30b-a3b"])
+                                  "qwen3-32b", pytest.param("qwen3-30b-a3b", marks=pytest.mark.slow)])
 def test_the_decoders_weights_are_the_specs_count(name):
     # built on the meta device: shapes only, no memory, so the full-size models are counted too
     spec = load_model_spec(name)

@@ -17,8 +17,10 @@ from engine.core.system import SystemSpec  # noqa: E402
 from engine.runtime.engine import Engine  # noqa: E402
 from tests.helpers.kernel_checks import DEVICE, TRITON_RUNNABLE  # noqa: E402
 
-BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.skipif(
-    not TRITON_RUNNABLE, reason="needs CUDA or TRITON_INTERPRET=1"))]
+NEEDS_TRITON = pytest.mark.skipif(not TRITON_RUNNABLE, reason="needs CUDA or TRITON_INTERPRET=1")
+BACKENDS = ["torch", pytest.param("triton", marks=NEEDS_TRITON)]
+# the interpreted Triton kernels are slow: the default tier runs one test's families on them, the cached prefixes'
+SLOW_TRITON = ["torch", pytest.param("triton", marks=[NEEDS_TRITON, pytest.mark.slow])]
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [42], list(range(100, 113))]
 
 
@@ -58,7 +60,7 @@ def engine_for(spec, backend, **system):
                   attention_backend=backend)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", SLOW_TRITON)
 def test_mixed_prompts_and_parallel_samples_in_one_call(attention_spec, backend, monkeypatch):
     spec = attention_spec
     engine = engine_for(spec, backend)

@@ -3,6 +3,7 @@ however low its TPOT, though it falls behind by less than the summary's 5% mark.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from sim.capacity.saturation import Pace, pace
 from sim.capacity.search import probe
@@ -81,6 +82,7 @@ warmup_s: 60
 """
 
 
+@pytest.mark.slow
 def test_a_tpot_target_does_not_hold_at_a_rate_whose_queue_grows(write_config):
     """Llama-3-8B on an H100 under vLLM V1 serves about 49 req/s: at 51 its TPOT p90 stays near 60 ms while over
     five minutes its backlog grows by about 490 requests (4% of the arrivals, under the summary's 5% mark) and its

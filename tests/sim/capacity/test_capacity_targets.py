@@ -46,6 +46,7 @@ def test_a_metric_given_twice_is_refused_unless_with_the_same_limit():
     assert parse_targets(["tpot_p99_s=0.05", "tpot_p99_s=5e-2"]) == (Target("tpot_p99_s", 0.05),)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.one_of(st.sampled_from([f"{m}=0.5" for m in TARGET_METRICS] + ["latency=1", "ttft_p99_s=-1",
                                                                                   "tpot_p99_s=nan", "x", "", ","]),

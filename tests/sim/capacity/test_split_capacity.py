@@ -25,6 +25,7 @@ def test_a_split_count_out_of_range_says_what_is_valid(value):
         check_splits(value, "--splits")
 
 
+@pytest.mark.slow
 def test_each_split_holds_what_its_own_search_finds_and_the_best_is_marked(write_config):
     split = "{prefill: {replicas: 1}, decode: {replicas: 1, tensor_parallel: 2}}"
     exp = load_experiment(write_config(tiny(systems="[vllm]", rates="[1]", tensor_parallel="1", split=split)))

@@ -270,7 +270,8 @@ def test_a_replayed_beam_trace_states_its_parent_model_once(write_config, tmp_pa
 
 @patches_the_control_plane
 # caching: automatic prefix caching, the prompts' blocks found in the cache (not at 1-token blocks: slow)
-@pytest.mark.parametrize("block_size, caching", [(1, False), (4, False), (16, False), (4, True), (16, True)])
+@pytest.mark.parametrize("block_size, caching", [pytest.param(1, False, marks=pytest.mark.slow), (4, False),
+                                                 (16, False), (4, True), (16, True)])
 @pytest.mark.parametrize("prefix", [0, 40])
 @pytest.mark.parametrize("pool_tokens", [4096, 2400])  # roomy, and tight enough to swap beam searches out
 def test_the_held_slots_of_beams_are_those_counted_block_by_block(monkeypatch, block_size, prefix, pool_tokens,

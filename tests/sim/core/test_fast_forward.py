@@ -200,9 +200,11 @@ WORKLOADS = {
     "block sizes": ("configs/paper/fig18b_block_size.yaml", ["workload.duration_s=60"], 6.0),
     "preemption modes": ("configs/paper/fig19b_recompute_vs_swap.yaml", ["workload.duration_s=60"], 7.0),
 }
+SLOW_WORKLOADS = {"block sizes", "preemption modes"}  # the others run every system in the default tier
 
 
-@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+@pytest.mark.parametrize("workload", [pytest.param(w, marks=pytest.mark.slow) if w in SLOW_WORKLOADS else w
+                                      for w in sorted(WORKLOADS)])
 def test_paper_workloads_on_every_system(workload):
     path, overrides, rate = WORKLOADS[workload]
     exp = load_experiment(ROOT / path, [*overrides, "warmup_s=5"])

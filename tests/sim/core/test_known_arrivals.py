@@ -58,7 +58,8 @@ def test_random_traces_give_the_same_records(seed, replicas, fast_forward):
 
 
 @pytest.mark.parametrize("fast_forward", [True, False])
-@pytest.mark.parametrize("replicas", [1, 2, 3])
+@pytest.mark.parametrize("replicas", [pytest.param(1, marks=pytest.mark.slow), 2,
+                                      pytest.param(3, marks=pytest.mark.slow)])
 def test_arrivals_at_the_very_end_of_an_iteration_come_in_the_router_process_order(ties, replicas, fast_forward):
     for seed in range(3):
         for name in ("vllm", "orca-oracle", "fastertransformer"):

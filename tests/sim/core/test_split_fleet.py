@@ -81,6 +81,7 @@ def test_the_decode_pool_refuses_prefix_caching_and_samples():
         dataclasses.replace(setup, on_decode_full="drop")
 
 
+@pytest.mark.slow
 @hyp(max_examples=25)
 @given(seed=st.integers(0, 10_000), num_prefill=st.integers(1, 3), num_decode=st.integers(1, 3),
        prefill_blocks=st.integers(40, 200), decode_blocks=st.integers(40, 200),

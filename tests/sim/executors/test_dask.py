@@ -95,6 +95,7 @@ def scheduler() -> str:
             proc.wait()
 
 
+@pytest.mark.slow
 @needs_distributed
 def test_a_sweep_on_a_local_dask_cluster_writes_the_process_pools_bytes(config, reference, tmp_path):
     pool = servesim("run", str(config), "--out", str(tmp_path / "pool"), "--jobs", "2")
@@ -107,6 +108,7 @@ def test_a_sweep_on_a_local_dask_cluster_writes_the_process_pools_bytes(config, 
     same_outputs(reference, tmp_path / "dask")
 
 
+@pytest.mark.slow
 @needs_distributed
 def test_a_sweep_on_an_existing_cluster_resumes(config, reference, scheduler, tmp_path):
     out = tmp_path / "out"
@@ -167,6 +169,7 @@ def test_no_scheduler_at_the_address_is_one_line(config, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 @needs_distributed
 def test_capacity_on_a_cluster_writes_the_same_files(config, scheduler, tmp_path):
     args = ["capacity", str(config), "--target", "normalized_latency=0.2", "--rate", "3", "--tolerance", "0.25",
@@ -259,6 +262,7 @@ if os.environ.get("SERVESIM_TEST_GATE"):
 """
 
 
+@pytest.mark.slow
 @needs_distributed
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 @pytest.mark.parametrize("how", ["ctrl-c", "sigkill"])

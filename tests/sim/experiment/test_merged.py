@@ -22,6 +22,7 @@ FLEETS = {  # name: (overrides, jobs)
     "apart, in this process": (["replicas=8", "router=round_robin"], 1),
     "together (least outstanding)": (["replicas=4", "router=least_outstanding"], 1),
 }
+SLOW_FLEETS = {"apart, in 2 processes (files)", "apart, in this process"}  # eight replicas each
 
 
 def fleet_runs(overrides: list[str], jobs: int, rate: float = 16.0, duration_s: float = 60.0):
@@ -33,7 +34,7 @@ def fleet_runs(overrides: list[str], jobs: int, rate: float = 16.0, duration_s: 
     return runs
 
 
-@pytest.mark.parametrize("fleet", FLEETS)
+@pytest.mark.parametrize("fleet", [pytest.param(f, marks=pytest.mark.slow) if f in SLOW_FLEETS else f for f in FLEETS])
 def test_the_streamed_merge_is_merged_records(fleet):
     runs = fleet_runs(*FLEETS[fleet])
     assert len(runs) > 1

@@ -53,6 +53,7 @@ def test_what_a_run_writes_reads_back_as_its_records(tiny, tmp_path, fmt):
     pd.testing.assert_frame_equal(back, recorded, check_exact=True)
 
 
+@pytest.mark.slow
 def test_the_formats_change_only_the_iterations_file(tiny, tmp_path):
     for fmt in ITERATION_FILES:
         _run(tiny, tmp_path / fmt, "--iterations", fmt)
@@ -73,6 +74,7 @@ def test_parquet_output_is_the_same_bytes_every_time(tiny, tmp_path):
     assert data[:4] == b"PAR1" and data == (tmp_path / "b" / RUN / "iterations.parquet").read_bytes()
 
 
+@pytest.mark.slow
 def test_asking_for_another_format_simulates_the_runs_again(tiny, tmp_path, capsys):
     out = tmp_path / "out"
     _run(tiny, out, "--iterations", "csv")

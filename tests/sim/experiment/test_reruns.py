@@ -33,6 +33,13 @@ from tests.helpers.processes import all_exit, children, reap
 REPO = Path(__file__).resolve().parents[3]
 JOBS = pytest.mark.parametrize("jobs", ["1", "2"])
 
+
+def jobs_but_slow(slow: str):
+    """--jobs 1 (this process) and 2 (a pool), the one named in the slow tier: a test of seconds keeps the other."""
+    return pytest.mark.parametrize("jobs", [pytest.param(j, marks=pytest.mark.slow) if j == slow else j
+                                            for j in ("1", "2")])
+
+
 # long enough (a few seconds) that a signal lands while runs are still pending
 SLOW = TINY.replace("duration_s: 30", "duration_s: 120").replace("rates: [1, 2]", "rates: [1, 2, 3]")
 
@@ -62,7 +69,7 @@ def tiny(tmp_path) -> Path:
 
 
 # --- byte-identical outputs ---------------------------------------------------------------------
-@JOBS
+@jobs_but_slow("1")
 def test_a_resumed_sweep_writes_the_same_bytes_as_a_fresh_one(tiny, tmp_path, jobs, capsys):
     fresh, resumed = tmp_path / "fresh", tmp_path / "resumed"
     assert main(["run", str(tiny), "--out", str(fresh), "--jobs", jobs]) == 0
@@ -116,7 +123,7 @@ def test_a_run_summary_has_the_summary_columns_in_order(tiny):
 
 
 # --- nothing to measure, nothing that holds -------------------------------------------------
-@JOBS
+@jobs_but_slow("2")
 def test_a_run_with_nothing_measured_warns_and_writes_nan(tiny, tmp_path, jobs):
     out = tmp_path / "out"
     # 0.001 req/s draws no request at all; 0.5 req/s draws 15 in 30 s, none after the 27-s warm-up
@@ -206,7 +213,9 @@ EDITS = {  # each changes what a run reads, and nothing in the config
 }
 
 
-@pytest.mark.parametrize("edited", sorted(EDITS))
+# one file edited in the default tier, each in the slow tier
+@pytest.mark.parametrize("edited", [e if e == "profile" else pytest.param(e, marks=pytest.mark.slow)
+                                    for e in sorted(EDITS)])
 @JOBS
 def test_editing_a_file_the_run_reads_reruns_it(tmp_path, edited, jobs, capsys):
     config = _profiled_experiment(tmp_path)
@@ -222,7 +231,7 @@ def test_editing_a_file_the_run_reads_reruns_it(tmp_path, edited, jobs, capsys):
     assert "resuming" not in capsys.readouterr().out  # changed: simulated again
 
 
-@JOBS
+@jobs_but_slow("2")
 def test_stale_temporaries_are_removed_and_nothing_else(tiny, tmp_path, jobs):
     out = tmp_path / "out"
     assert main(["run", str(tiny), "--out", str(out), "--jobs", jobs]) == 0
@@ -355,7 +364,7 @@ def _interrupted_sweep(config: Path, out: Path, jobs: str):
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
-@JOBS
+@jobs_but_slow("1")
 def test_ctrl_c_exits_130_in_one_line_and_stops_the_workers(slow_reference, tmp_path, jobs):
     config, reference = slow_reference
     with _interrupted_sweep(config, tmp_path / "out", jobs) as (proc, workers):
@@ -368,7 +377,7 @@ def test_ctrl_c_exits_130_in_one_line_and_stops_the_workers(slow_reference, tmp_
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
-@JOBS
+@jobs_but_slow("2")
 def test_a_burst_of_interrupts_still_ends_in_one_line(slow_reference, tmp_path, jobs):
     # `timeout -s INT` signals the command and then its group, and users press Ctrl-C again while a command
     # cleans up: the signals after the first land in the pools' shutdown and in the interpreter's exit
@@ -384,7 +393,7 @@ def test_a_burst_of_interrupts_still_ends_in_one_line(slow_reference, tmp_path, 
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
-@JOBS
+@jobs_but_slow("1")
 def test_sigkill_leaves_no_worker_and_the_rerun_resumes(slow_reference, tmp_path, jobs):
     config, reference = slow_reference
     with _interrupted_sweep(config, tmp_path / "out", jobs) as (proc, workers):

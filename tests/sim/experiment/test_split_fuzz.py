@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+import pytest
 from hypothesis import HealthCheck, Phase, event, example, given, settings
 from hypothesis import strategies as st
 
@@ -70,6 +71,7 @@ def one_line(err: BaseException) -> bool:
     return isinstance(err, (SpecError, Unservable)) and str(err) != "" and "\n" not in str(err)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(num_prefill=st.integers(1, 3), num_decode=st.integers(1, 3), router=st.sampled_from(ROUTERS),
        on_decode_full=st.sampled_from(["hold", "recompute"]),

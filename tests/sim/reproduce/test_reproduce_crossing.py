@@ -73,6 +73,7 @@ def test_runs_that_measured_nothing_tell_nothing():
         probes_for({"a": {1.0: 0.1}}, [1.0])[0], probes_for({"b": {1.0: 0.9}}, [1.0])[0]]
 
 
+@pytest.mark.slow
 def test_reproduce_probes_each_curve_until_it_crosses(tmp_path):
     scale = Scale("crossing-test", "test: 30-s traces, the lowest rate of each curve", duration_s=30, warmup_s=5,
                   max_rates=1, max_extra_probes=2)

@@ -15,6 +15,8 @@ TINY = Scale("test", "test: 20-s traces, the lowest rate of each curve", duratio
              max_extra_probes=0)  # the crossing search has tests of its own (test_reproduce_crossing.py)
 
 
+# every figure reproduced takes a minute, so each test that reads it is in the slow tier; the default tier reproduces
+# one figure (test_quick_on_the_command_line, and tests/test_api.py)
 @pytest.fixture(scope="module")
 def reproduced(tmp_path_factory):
     out = tmp_path_factory.mktemp("reproduce")
@@ -30,6 +32,7 @@ def expected_files(name):
     return files
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(FIGURES))
 def test_each_figure_writes_every_file(reproduced, name):
     out, _, _ = reproduced
@@ -44,6 +47,7 @@ def test_each_figure_writes_every_file(reproduced, name):
     assert (out / name / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_figures_of_the_new_kinds_plot_their_numbers(reproduced):
     out, _, _ = reproduced
     saving = pd.read_csv(out / "fig15" / "plotted.csv")
@@ -58,6 +62,7 @@ def test_figures_of_the_new_kinds_plot_their_numbers(reproduced):
     assert len(kernel[kernel["panel"] == "a"]) == 6  # batch 8 and 32 x context 64, 128, 256
 
 
+@pytest.mark.slow
 def test_a_figure_says_what_it_is_not(reproduced):
     out, _, _ = reproduced
     lines = footer(FIGURES["fig14"], pd.read_csv(out / "fig14" / "summary.csv"), TINY)
@@ -71,6 +76,7 @@ def test_a_figure_says_what_it_is_not(reproduced):
                                        "cost model, roofline(a100-40gb")
 
 
+@pytest.mark.slow
 def test_the_table_has_a_row_for_every_claim_each_with_a_value_or_a_reason(reproduced):
     out, table, _ = reproduced
     written = pd.read_csv(out / "paper_vs_sim.csv", keep_default_na=False)
@@ -82,6 +88,7 @@ def test_the_table_has_a_row_for_every_claim_each_with_a_value_or_a_reason(repro
     assert md.count("\n| fig") == len(CLAIMS) and TINY.description in md
 
 
+@pytest.mark.slow
 def test_progress_has_one_line_per_run_with_the_time_left(reproduced):
     _, _, lines = reproduced
     counts = [re.match(r"\s+\[(\d+)/(\d+), \S+ left\] ", line) for line in lines if "left]" in line]
@@ -91,6 +98,7 @@ def test_progress_has_one_line_per_run_with_the_time_left(reproduced):
     assert int(counts[-1].group(2)) == len(counts)
 
 
+@pytest.mark.slow
 def test_every_figures_runs_go_through_one_pool_costliest_first(reproduced):
     _, _, lines = reproduced
     assert sum("costliest first" in line for line in lines) == 1  # one pool for every config's runs
@@ -105,6 +113,7 @@ def test_every_figures_runs_go_through_one_pool_costliest_first(reproduced):
         seen[config] = rate
 
 
+@pytest.mark.slow
 def test_a_second_call_simulates_nothing_and_writes_the_same_bytes(reproduced):
     out, _, _ = reproduced
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and "sweeps" not in p.parts}
