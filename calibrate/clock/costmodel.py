@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -100,6 +100,12 @@ class CostModel(ABC):
     def decode_step_time_list(self, batch: BatchLike, num_steps: int) -> list[float]:
         """decode_step_times as Python floats (a fast-forwarded stretch adds them up one at a time)."""
         return self.decode_step_times(batch, num_steps).tolist()
+
+    # --- several iterations, each its own batch: a speculating stretch's (sim/core/fast_forward.py)
+    def step_time_list(self, batches: Sequence[BatchLike]) -> list[float]:
+        """step_time of each batch, in order, as the same floats as one call each. This default makes the calls; a
+        model that prices what such batches share once overrides it."""
+        return [self.step_time(batch) for batch in batches]
 
 
 def per_step(times, num_steps: int) -> np.ndarray:

@@ -35,7 +35,8 @@ REQUIRED = {"batch": Batch(num_running_groups=9), "usage": KVUsage(idle=9), "sta
             "stretch": DecodeStretch(Batch(), 3), "num_steps": 7, "seq_id": 11, "prompt_len": 12, "output_len": 13,
             "status": SeqStatus.SWAPPED, "request_id": 14, "arrival_s": 3.5, "seqs": [Sequence(1, 2, 3)],
             "first_token_s": 4.5, "finish_s": 5.5, "shares_prompt": False, "is_beam": True, "block_keys": (7, 8),
-            "step": Step(Batch(), KVUsage(), 6.5, 1), "ends": [7.5], "resume": object(), "alarm": object()}
+            "step": Step(Batch(), KVUsage(), 6.5, 1), "ends": [7.5], "resume": object(), "alarm": object(),
+            "speculating": object(), "acceptance": object()}
 
 
 def _marker(f: dataclasses.Field, i: int):
