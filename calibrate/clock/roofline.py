@@ -63,6 +63,7 @@ The two block-size terms (`decode_block_seconds`, `swap_block_seconds`) and thei
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -146,6 +147,12 @@ def waves_note(fit: AttentionFit, hw: HardwareSpec) -> str:
     if hw.sm_count is None:
         return f", decode without waves ({hw.name}'s sheet gives no sm_count)" + mixed
     return f", decode in waves over {hw.sm_count} SMs" + mixed
+
+
+def _decodes_alike(batch: ShapeMetrics, num_decodes: int) -> bool:
+    """A decode-only batch of num_decodes decodes, nothing moved: one RooflineTerms prices with another's terms."""
+    return (batch.num_decodes == num_decodes and not batch.prefill_lens and not batch.num_swap_blocks
+            and not batch.num_copy_blocks)
 
 
 class RooflineCostModel(CostModel):
@@ -418,6 +425,40 @@ class RooflineCostModel(CostModel):
         if num_steps <= SCALAR_STEPS and not batch.num_swap_blocks and type(self).step_time is CostModel.step_time:
             return self._stretch_on_floats(batch, num_steps)
         return super().decode_step_time_list(batch, num_steps)
+
+    def decode_step_time_lists(self, stretches: Sequence[tuple[ShapeMetrics, int]]) -> list[list[float]]:
+        """Each run of short decode-only stretches alike but for their contexts (as many steps, as many decodes,
+        nothing moved: a speculating stretch's proposer forwards) priced on Python floats with their shared terms
+        once (RooflineTerms.stretches_times), as decode_step_time_list gives each."""
+        if (type(self).step_time is not CostModel.step_time
+                or type(self).decode_step_time_list is not RooflineCostModel.decode_step_time_list):
+            return super().decode_step_time_lists(stretches)
+        lists: list[list[float]] = []
+        at = 0
+        while at < len(stretches):
+            first, num_steps = stretches[at]
+            end = at + 1
+            decodes = first.num_decodes
+            if num_steps <= SCALAR_STEPS and _decodes_alike(first, decodes):
+                while (end < len(stretches) and stretches[end][1] == num_steps
+                       and _decodes_alike(stretches[end][0], decodes)):
+                    end += 1
+            if end == at + 1:
+                lists.append(self.decode_step_time_list(first, num_steps))
+            else:
+                run = stretches[at:end]
+                blocks = ([stretch_block_list(batch, num_steps, self.block_size) for batch, _ in run]
+                          if self._s_per_decode_block and first.num_decodes else [])
+                lists.extend(self._terms.stretches_times(first, 0, [batch.sum_decode_context for batch, _ in run],
+                                                         num_steps, blocks))
+            at = end
+        return lists
+
+    def iteration_time_list(self, batches: Sequence[ShapeMetrics]) -> list[float]:
+        if type(self).iteration_time is not RooflineCostModel.iteration_time:
+            return super().iteration_time_list(batches)
+        terms, block_size = self._terms, self.block_size
+        return [terms.iteration_time(batch, batch.num_copy_blocks, block_size) for batch in batches]
 
     def reference_decode_iteration_times(self, batch: ShapeMetrics, num_steps: int) -> np.ndarray:
         """decode_iteration_times on numpy arrays: _time over the stretch's context and block sums."""

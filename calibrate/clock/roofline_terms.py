@@ -309,12 +309,20 @@ class RooflineTerms:
         `blocks`: each step's decode blocks where the paged kernel's per-block term applies, else empty): the terms that
         do not change along the stretch once, then per step the same additions in the same order as the
         array expression (numpy's float64 operations round as these do), so the same floats."""
+        return self.stretches_times(batch, num_copy_blocks, [batch.sum_decode_context], num_steps,
+                                    [blocks] if blocks else [])[0]
+
+    def stretches_times(self, batch: ShapeMetrics, num_copy_blocks: int, firsts: list[int], num_steps: int,
+                        blocks: list[list[int]]) -> list[list[float]]:
+        """stretch_times of decode stretches alike but for their contexts: each `batch` with its decode contexts
+        summing to firsts[i] at its first step (blocks[i]: each step's decode blocks where the per-block term applies,
+        else `blocks` is empty), the terms they share priced once (a speculating stretch's proposer forwards)."""
         tokens = batch.num_tokens
         num_seqs = batch.num_seqs
         matmuls = self.matmul_time(tokens, batch.num_logit_rows)
         cached = batch.sum_prefill_cached
-        first, step = batch.sum_decode_context, batch.num_decodes
-        paged = bool(blocks)
+        step = batch.num_decodes
+        paged = len(blocks) > 0
         prefill_sq = batch.sum_prefill_sq
         comm = self.comm(tokens) if self.has_comm else 0.0
         moved = self.dispatch_time(tokens) if self.dispatch else 0.0
@@ -328,40 +336,46 @@ class RooflineTerms:
         launch = self.launch_of(step) if fitted else None  # the decodes, so their launch, are the same at every step
         mixed = self.mixed if fitted and mixed_launch(step, batch.prefill_lens) else None
         mixed_once = mixed.launch(step, batch.prefill_lens) if mixed is not None else (0.0, 0.0, 0.0)
-        times: list[float] = []
-        for s in range(num_steps):
-            context = first + s * step
-            if mixed is not None:
-                attention = mixed.decode(context, step, mixed_once) + fitted_prefill
-                if paged:
-                    attention = attention + blocks[s] * s_block
-            elif fitted:
-                attention = self.launched_decode(context, step, launch)
-                if fitted_prefill:
-                    attention = attention + fitted_prefill
-                if paged:
-                    attention = attention + blocks[s] * s_block
-            else:
-                attention = (context + cached if cached else context) * s_context
-                if paged:
-                    attention = attention + blocks[s] * s_block
-                if prefill_sq:
-                    attention = prefill_sq * s_prompt_sq + attention
-            t = matmuls + attention
-            if comm:
-                t = t + comm
-            if moved:
-                t = t + moved
-            if copies:
-                t = t + copies
-            if overhead:
-                t = t + overhead
-            if self.kernels:
-                t += kernels
-            if self.charge_host:
-                t += host
-            times.append(t)
-        return times
+        every: list[list[float]] = []
+        no_blocks: list[int] = []
+        for i in range(len(firsts)):
+            first = firsts[i]
+            stretch_blocks = blocks[i] if paged else no_blocks
+            times: list[float] = []
+            for s in range(num_steps):
+                context = first + s * step
+                if mixed is not None:
+                    attention = mixed.decode(context, step, mixed_once) + fitted_prefill
+                    if paged:
+                        attention = attention + stretch_blocks[s] * s_block
+                elif fitted:
+                    attention = self.launched_decode(context, step, launch)
+                    if fitted_prefill:
+                        attention = attention + fitted_prefill
+                    if paged:
+                        attention = attention + stretch_blocks[s] * s_block
+                else:
+                    attention = (context + cached if cached else context) * s_context
+                    if paged:
+                        attention = attention + stretch_blocks[s] * s_block
+                    if prefill_sq:
+                        attention = prefill_sq * s_prompt_sq + attention
+                t = matmuls + attention
+                if comm:
+                    t = t + comm
+                if moved:
+                    t = t + moved
+                if copies:
+                    t = t + copies
+                if overhead:
+                    t = t + overhead
+                if self.kernels:
+                    t += kernels
+                if self.charge_host:
+                    t += host
+                times.append(t)
+            every.append(times)
+        return every
 
 
 def bent(compute: float, memory: float, p: float) -> float:
