@@ -21,6 +21,9 @@ runs and each request runs one sequence: checked where the stretch starts (VLLMS
 """
 from __future__ import annotations
 
+from itertools import compress
+from operator import ge, gt, sub
+
 from engine.core.batch import Batch
 from engine.core.block_manager import BlockManager
 from engine.core.sequence import Sequence, SequenceGroup
@@ -45,11 +48,10 @@ class SpeculatingSteps:
         self.finals = [seq.prompt_len + seq.output_len for seq in seqs]
         self.lookahead = lookahead
         self.block_size = block_size
-        self._tables = tables  # each sequence's blocks once the last planned iteration's schedule() ran
-        # for each planned iteration after the first, by the sequences' places in the batch: those whose blocks the
-        # completion before it gives back, and those its schedule() gives blocks
-        self._given: list[list[int]] = []
-        self._grown: list[list[int]] = []
+        # each planned iteration's: the blocks each sequence holds once its schedule() ran, and (all but the first's)
+        # those it kept of them once the completion before it gave the rejected proposals' back
+        self._held: list[list[int]] = [tables]
+        self._kept: list[list[int]] = []
 
     @property
     def num_steps(self) -> int:
@@ -69,47 +71,26 @@ class SpeculatingSteps:
         need more blocks than are free)."""
         last = self.batches[-1]
         accepted = self.accepted[len(self.batches) - 1]
-        k, bs = self.lookahead, self.block_size
-        lengths: list[int] = []
-        proposed: list[int] = []
-        tables: list[int] = []
-        given: list[int] = []
-        grown: list[int] = []
-        free = self.free_blocks[-1]
-        needed = 0
-        sampled = 0
-        contexts, finals, held = last.decode_context_lens, self.finals, self._tables
-        for i in range(len(finals)):
-            count = accepted[i]
-            length = contexts[i] + 1 + count
-            final = finals[i]
-            if length >= final:
-                return None  # it finishes in the last planned iteration: the stretch's last
-            keep = (length + bs - 2) // bs  # the blocks its computed tokens fill (all but its last sampled one)
-            table = held[i]
-            if table > keep:
-                free += table - keep
-                given.append(i)
-            left = final - length - 1
-            count_next = k if k < left else left  # lookahead_slots: no more than it can still use
-            blocks = (length + count_next + bs - 1) // bs
-            if blocks > keep:
-                needed += blocks - keep
-                grown.append(i)
-            lengths.append(length)
-            proposed.append(count_next)
-            tables.append(blocks)
-            sampled += 1 + count
+        k, bs, finals = self.lookahead, self.block_size, self.finals
+        lengths = [context + 1 + count for context, count in zip(last.decode_context_lens, accepted)]
+        if any(map(ge, lengths, finals)):
+            return None  # one finishes in the last planned iteration: the stretch's last
+        # what each proposes (lookahead_slots: no more than it can still use), the blocks its computed tokens fill
+        # (all but its last sampled one) once the rejected proposals' go back, and those its slots then reach
+        proposed = [k if k < final - length - 1 else final - length - 1 for length, final in zip(lengths, finals)]
+        kept = [(length + bs - 2) // bs for length in lengths]
+        held = [(length + count + bs - 1) // bs for length, count in zip(lengths, proposed)]
+        free = self.free_blocks[-1] + sum(map(sub, self._held[-1], kept))
+        needed = sum(map(sub, held, kept))
         if needed > free:
             return None  # its schedule() would preempt
         batch = Batch(decode_seq_ids=last.decode_seq_ids, decode_context_lens=lengths,
                       num_running_groups=last.num_running_groups, decode_proposed=proposed)
         self.batches.append(batch)
         self.free_blocks.append(free - needed)
-        self.token_slots.append(self.token_slots[-1] + sampled)
-        self._tables = tables
-        self._given.append(given)
-        self._grown.append(grown)
+        self.token_slots.append(self.token_slots[-1] + len(lengths) + sum(accepted))
+        self._kept.append(kept)
+        self._held.append(held)
         return batch
 
     def make(self, num_steps: int, blocks: BlockManager) -> tuple[int, int, int]:
@@ -117,34 +98,26 @@ class SpeculatingSteps:
         manager's own calls in the order the steps make them (the same block ids): every sequence's length and its
         request's counts move on, the rejected proposals' blocks go back, the next proposals' are taken. Returns
         the tokens sampled, proposed and accepted in those iterations."""
-        seqs, groups = self.seqs, self.groups
-        no_copies: list[tuple[int, int]] = []  # none in a stretch after its first step (the module's point 3)
-        sampled = proposed = accepted = 0
-        for step in range(num_steps - 1):
-            counts, offered = self.accepted[step], self.batches[step].decode_proposed
-            for i in range(len(seqs)):
-                group = groups[i]
-                group.num_proposed_tokens += offered[i]
-                group.num_accepted_tokens += counts[i]
-            # the lengths the blocks are read at: those of the sequences they move for now, every one's at the end
-            lengths = self.batches[step + 1].decode_context_lens
-            for i in self._given[step]:
+        seqs, made = self.seqs, num_steps - 1
+        offered = [batch.decode_proposed for batch in self.batches[:made]]
+        taken = self.accepted[:made]
+        for group, proposed_by, accepted_of in zip(self.groups, map(sum, zip(*offered)), map(sum, zip(*taken))):
+            group.num_proposed_tokens += proposed_by
+            group.num_accepted_tokens += accepted_of
+        for step in range(made):
+            # the blocks each step gives back and takes, sequence by sequence in the batch's order (none copied on
+            # write after its first: the module's point 3); give_back_lookahead reads the length it goes on from
+            lengths, kept, held = self.batches[step + 1].decode_context_lens, self._kept[step], self._held[step + 1]
+            for i in compress(range(len(seqs)), map(gt, self._held[step], kept)):
                 seqs[i].length = lengths[i]
                 blocks.give_back_lookahead(seqs[i])
             blocks.begin_step()
-            grown = self._grown[step]
-            if grown:
-                for i in grown:
-                    seqs[i].length = lengths[i]
-                blocks.append_slots([seqs[i] for i in grown], no_copies)
-            taken = sum(counts)
-            sampled += len(seqs) + taken
-            proposed += sum(offered)
-            accepted += taken
-        lengths = self.batches[num_steps - 1].decode_context_lens
-        for i in range(len(seqs)):
-            seqs[i].length = lengths[i]
-        return sampled, proposed, accepted
+            for i in compress(range(len(seqs)), map(gt, held, kept)):
+                blocks.grow_lookahead(seqs[i], held[i] - kept[i])
+        for seq, length in zip(seqs, self.batches[made].decode_context_lens):
+            seq.length = length
+        accepted = sum(map(sum, taken))
+        return made * len(seqs) + accepted, sum(map(sum, offered)), accepted
 
     def context_sums(self, num_steps: int) -> list[int]:
         """Each of the first num_steps iterations' sum of decode contexts (its records' sum_decode_context)."""

@@ -157,9 +157,8 @@ class VLLMScheduler(PagedScheduler):
         seqs: list[Sequence] = []
         for group in self.running:
             seqs.extend(group.running_seqs())
-        if self.blocks.blocks_to_append(seqs) > self.blocks.gpu.num_free:
+        if not self.blocks.append_lookahead_if_fits(seqs, plan.copies):
             return False
-        self.blocks.append_slots(seqs, plan.copies)
         plan.decode_groups = list(self.running)
         plan.decode_seqs = seqs
         return True
