@@ -171,17 +171,19 @@ class EngineCostModel(PricedOnBase):
 
 class _Parts:
     """An engine model's host work, padding and serial host work of a batch, the same as the last batch's while its
-    tokens, sequences and prompt tokens are."""
+    tokens, sequences and prompt tokens are: while its prompts' lengths and its number of decodes are, which they
+    follow from."""
 
     def __init__(self, model: EngineCostModel):
         self.model = model
-        self.counts = (-1, -1, -1)
+        self.prefill_lens: Sequence[int] | None = None
+        self.num_decodes = -1
         self.parts = (0.0, 0.0, 0.0)
 
     def of(self, batch: BatchLike) -> tuple[float, float, float]:
-        counts = (batch.num_tokens, batch.num_seqs, batch.num_prefill_tokens)
-        if counts != self.counts:
+        prefill_lens, num_decodes = batch.prefill_lens, len(batch.decode_context_lens)
+        if num_decodes != self.num_decodes or prefill_lens != self.prefill_lens:
             model = self.model
-            self.counts = counts
+            self.prefill_lens, self.num_decodes = prefill_lens, num_decodes
             self.parts = (model.base.host_time(batch), model.padding_time(batch), model.serial_time(batch))
         return self.parts
