@@ -129,7 +129,10 @@ class FastForward:
         if steps is None:
             return None
         ends = self._speculating_ends(cost_model, steps, acceptance, step.start_s + seconds, next_arrival, seconds)
-        return self._stretch(step, ends, acceptance)
+        stretch = self._stretch(step, ends, acceptance)
+        if stretch is None:  # the replica runs the step as it always does, with its draws handed out then
+            step.speculating = None
+        return stretch
 
     @staticmethod
     def _speculating_ends(cost_model: CostModel, steps: SpeculatingSteps, acceptance: AcceptanceModel,

@@ -137,9 +137,10 @@ def test_a_speculating_stretch_leaves_the_scheduler_as_stepping_does(name, seed)
     assert made > 0
 
 
-@pytest.mark.parametrize("name", ["mixed", "swap", "v1"])
+@pytest.mark.parametrize("name", ["mixed", "swap", "v1", "v1-cached"])
 @pytest.mark.parametrize("seed", range(3))
 def test_a_speculating_stretch_stops_before_the_step_whose_slots_do_not_fit(name, seed):
+    # v1-cached: the proposals' blocks come out of the prefix cache's evictable ones too, evicting in the steps' order
     made, ended_by_pool = run_both(name, seed, k=5, gpu_blocks=24)
     assert made > 0 and ended_by_pool > 0
 
