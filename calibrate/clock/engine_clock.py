@@ -147,7 +147,7 @@ class EngineCostModel(PricedOnBase):
         return [self._combine(total, host, padding, serial) for total in totals]
 
     # --- several stretches or iterations: the host work and padding once for each run of them with the same tokens,
-    # sequences and prompt tokens, which is all they read (as a decode stretch's steps share them)
+    # sequences, logit rows and prompt tokens, which is all they read (as a decode stretch's steps share them)
     def decode_step_time_lists(self, stretches: Sequence[tuple[BatchLike, int]]) -> list[list[float]]:
         if any(batch.num_swap_blocks for batch, _ in stretches):
             return super().decode_step_time_lists(stretches)
@@ -171,19 +171,20 @@ class EngineCostModel(PricedOnBase):
 
 class _Parts:
     """An engine model's host work, padding and serial host work of a batch, the same as the last batch's while its
-    tokens, sequences and prompt tokens are: while its prompts' lengths and its number of decodes are, which they
-    follow from."""
+    tokens, sequences, logit rows and prompt tokens are: while its prompts' lengths, its number of decodes and its
+    logit rows are, which they follow from."""
 
     def __init__(self, model: EngineCostModel):
         self.model = model
         self.prefill_lens: Sequence[int] | None = None
         self.num_decodes = -1
+        self.logit_rows = -1
         self.parts = (0.0, 0.0, 0.0)
 
     def of(self, batch: BatchLike) -> tuple[float, float, float]:
-        prefill_lens, num_decodes = batch.prefill_lens, len(batch.decode_context_lens)
-        if num_decodes != self.num_decodes or prefill_lens != self.prefill_lens:
+        prefill_lens, num_decodes, rows = batch.prefill_lens, len(batch.decode_context_lens), batch.num_logit_rows
+        if num_decodes != self.num_decodes or rows != self.logit_rows or prefill_lens != self.prefill_lens:
             model = self.model
-            self.prefill_lens, self.num_decodes = prefill_lens, num_decodes
+            self.prefill_lens, self.num_decodes, self.logit_rows = prefill_lens, num_decodes, rows
             self.parts = (model.base.host_time(batch), model.padding_time(batch), model.serial_time(batch))
         return self.parts

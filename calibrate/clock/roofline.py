@@ -457,9 +457,9 @@ class RooflineCostModel(CostModel):
         return lists
 
     def iteration_time_list(self, batches: Sequence[ShapeMetrics]) -> list[float]:
-        """Each run of prefill-only iterations alike but for their cached lengths (the same prompts' lengths and
-        copies: a speculating stretch's verify steps) priced with their shared terms once (RooflineTerms.chunks_times);
-        the others a call each."""
+        """Each run of prefill-only iterations alike but for their cached lengths (the same prompts' lengths, logit
+        rows and copies: a speculating stretch's verify steps) priced with their shared terms once
+        (RooflineTerms.chunks_times); the others a call each."""
         if type(self).iteration_time is not RooflineCostModel.iteration_time:
             return super().iteration_time_list(batches)
         terms, block_size = self._terms, self.block_size
@@ -468,10 +468,11 @@ class RooflineCostModel(CostModel):
         while at < len(batches):
             first = batches[at]
             end = at + 1
-            lens, copies = first.prefill_lens, first.num_copy_blocks
+            lens, copies, rows = first.prefill_lens, first.num_copy_blocks, first.num_logit_rows
             if lens and not first.decode_context_lens:
                 while (end < len(batches) and batches[end].prefill_lens == lens
-                       and not batches[end].decode_context_lens and batches[end].num_copy_blocks == copies):
+                       and not batches[end].decode_context_lens and batches[end].num_copy_blocks == copies
+                       and batches[end].num_logit_rows == rows):
                     end += 1
             if end == at + 1:
                 times.append(terms.iteration_time(first, copies, block_size))

@@ -249,10 +249,11 @@ class RooflineTerms:
 
     def chunks_times(self, batch: ShapeMetrics, num_copy_blocks: int, batches: Sequence[ShapeMetrics]) -> list[float]:
         """iteration_time of prefill-only iterations alike but for their cached lengths (each of `batches`, every one
-        with `batch`'s prefill lengths and copies, and no decode: a speculating stretch's verify steps), the terms they
+        with `batch`'s prefill lengths, logit rows and copies, and no decode: a speculating stretch's verify steps), the
+        terms they
         share priced once, then each one's attention and the same additions in the same order, so the same floats."""
         tokens = batch.num_tokens
-        matmuls = self.matmul_time(tokens, batch.num_seqs)
+        matmuls = self.matmul_time(tokens, batch.num_logit_rows)
         prefill_tokens = batch.num_prefill_tokens
         comm = self.comm(tokens) if self.has_comm else 0.0
         moved = self.dispatch_time(tokens) if self.dispatch else 0.0

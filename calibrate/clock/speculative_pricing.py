@@ -134,13 +134,13 @@ def verify_shape(batch: BatchLike) -> BatchLike:
     proposed = proposals(batch)
     if not any(proposed):
         return batch
+    rows = sum(proposed)  # the chunk's own row is its sequence's; each proposal adds one
     if not batch.prefill_lens and all(proposed):  # the commonest case: decodes alone, every one speculating
         chunks = tuple([context - 1 for context in batch.decode_context_lens])
         return BatchShape(tuple([k + 1 for k in proposed]), (), batch.num_swap_blocks, batch.num_copy_blocks,
-                          batch.num_running_groups, chunks if any(chunks) else ())
+                          batch.num_running_groups, chunks if any(chunks) else (), rows)
     prefills, cached = list(batch.prefill_lens), list(_cached(batch) or (0,) * len(batch.prefill_lens))
     decodes: list[int] = []
-    rows = sum(proposed)  # the chunk's own row is its sequence's; each proposal adds one
     if all(proposed):  # the common case: every decode speculates
         prefills += [k + 1 for k in proposed]
         cached += [context - 1 for context in batch.decode_context_lens]
