@@ -332,6 +332,14 @@ def test_speculating_fleets_behind_either_router(router):
                          replicas=3, router=router))
 
 
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_speculating_behind_a_clients_gate(replicas):
+    # the gate sends a request when another finishes (at a speculating stretch's last iteration): it reaches a
+    # replica as any request does, cutting its stretch at the iteration in flight
+    speculated(both_ways(random_trace(17, count=100, rate=12.0), speculating("vllm-v1", 3), EAGLE, gpu_blocks=320,
+                         replicas=replicas, max_concurrency=4))
+
+
 def test_a_horizon_cuts_a_speculating_stretch_where_stepping_stops():
     records = both_ways(random_trace(15), speculating("vllm", 2), NGRAM, gpu_blocks=320, horizon_s=9.0)
     assert records.requests_frame()["finish_s"].isna().any()
