@@ -3,13 +3,13 @@ costs at most 2x a plain hour's simulation time.
 
 The scenario: configs/examples/speculative_llama3_70b_h100.yaml (Llama-3-70B at tensor parallelism 4 on H100 SXM,
 vLLM V1, real ShareGPT lengths), Poisson arrivals for --duration-s at --rate on one replica. The plain system
-("vLLM V1") runs as `servesim run` runs it (fast-forwarded where the clock prices ahead), and again stepped through
-(what a speculating run does: how far each of its steps advances is drawn after it); the speculating one
-(--system, default "eagle k=3"; --method ngram proposes by n-gram lookup instead, at the same acceptance) is stepped
-through. Each is timed as simulate alone (the trace and the cost model built before, no files written), --repeats
-times alternating. Prints one line per round, the medians and spreads, each run's records' digest (the speculating
-one's must not move when the simulator gets faster), then plain_s=<f> speculating_s=<f> ratio=<f> beside the
-target, and the speculating run against the plain one stepped through.
+("vLLM V1") and the speculating one (--system, default "eagle k=3"; --method ngram proposes by n-gram lookup instead,
+at the same acceptance) run as `servesim run` runs them, fast-forwarded (a speculating stretch planned on the accepted
+counts drawn ahead), and the plain one again stepped through. Each is timed as simulate alone (the trace and the cost
+model built before, no files written), --repeats times alternating; then the speculating one runs once more, stepped
+through, untimed. Prints one line per round, the medians and spreads, each run's records' digest (the speculating
+one's must not move when the simulator gets faster, and is its stepped run's), then plain_s=<f> speculating_s=<f>
+ratio=<f> beside the target, and the speculating run against the plain one stepped through.
 
     PYTHONPATH=. python benchmarks/speed/speculative_speed.py             # 2 req/s, an hour, 3 rounds
     PYTHONPATH=. python benchmarks/speed/speculative_speed.py --rate 8 --system "eagle k=5"
@@ -61,12 +61,12 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(trace)} requests over {args.duration_s:g} s at {args.rate:g} req/s; {PLAIN} against {label}",
           flush=True)
 
-    def once(name: str) -> tuple[float, int, str]:
+    def once(name: str, stepped: bool = False) -> tuple[float, int, str]:
         rng = np.random.default_rng(0)
         trace_for(exp, args.rate, 0, rng)  # the generator where a run's simulation starts drawing
         started = time.perf_counter()
         records, _ = simulate_trace(exp, systems[name], trace, costs[name], rng,
-                                    fast_forward=False if name == STEPPED else None)
+                                    fast_forward=False if stepped or name == STEPPED else None)
         wall = time.perf_counter() - started
         columns = tuple(bytes(column) for column in records.iteration_columns)
         digest = hashlib.sha256(pickle.dumps((columns, records.request_values))).hexdigest()[:16]
@@ -80,10 +80,13 @@ def main(argv: list[str] | None = None) -> None:
             wall, iterations, digests[name] = once(name)
             walls[name].append(wall)
             print(f"  round {repeat + 1} {name:<15} {wall:6.2f} s  {iterations} iterations", flush=True)
+    _, _, stepped_digest = once(label, stepped=True)
     medians = {name: statistics.median(values) for name, values in walls.items()}
     for name, values in walls.items():
         spread = (max(values) - min(values)) / medians[name]
         print(f"{name:<15} median {medians[name]:6.2f} s (spread {spread:.0%}); records {digests[name]}")
+    print(f"{label} stepped through: records {stepped_digest} "
+          f"({'the same' if stepped_digest == digests[label] else 'DIFFERENT'})")
     ratio = medians[label] / medians[PLAIN]
     print(f"plain_s={medians[PLAIN]:.3f} speculating_s={medians[label]:.3f} ratio={ratio:.3f} "
           f"(target <= {TARGET_RATIO:g}: {'met' if ratio <= TARGET_RATIO else 'missed'})")

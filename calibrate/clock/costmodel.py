@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -100,6 +100,22 @@ class CostModel(ABC):
     def decode_step_time_list(self, batch: BatchLike, num_steps: int) -> list[float]:
         """decode_step_times as Python floats (a fast-forwarded stretch adds them up one at a time)."""
         return self.decode_step_times(batch, num_steps).tolist()
+
+    def decode_step_time_lists(self, stretches: Sequence[tuple[BatchLike, int]]) -> list[list[float]]:
+        """decode_step_time_list of each (batch, num_steps), in order, as the same floats: a speculating stretch's
+        proposer forwards, k an iteration (calibrate/clock/speculative_pricing.py). This default makes the calls;
+        a model that prices stretches alike but for their contexts with the same terms once overrides it."""
+        return [self.decode_step_time_list(batch, num_steps) for batch, num_steps in stretches]
+
+    # --- several iterations, each its own batch: a speculating stretch's (sim/core/fast_forward.py)
+    def step_time_list(self, batches: Sequence[BatchLike]) -> list[float]:
+        """step_time of each batch, in order, as the same floats as one call each. This default makes the calls; a
+        model that prices what such batches share once overrides it."""
+        return [self.step_time(batch) for batch in batches]
+
+    def iteration_time_list(self, batches: Sequence[BatchLike]) -> list[float]:
+        """iteration_time of each batch, in order, as the same floats as one call each."""
+        return [self.iteration_time(batch) for batch in batches]
 
 
 def per_step(times, num_steps: int) -> np.ndarray:

@@ -25,7 +25,7 @@ the same each step; a stretch is priced from the base's stretch times with the s
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -145,3 +145,46 @@ class EngineCostModel(PricedOnBase):
             return self.decode_step_times(batch, num_steps).tolist()
         host, padding, serial = self.base.host_time(batch), self.padding_time(batch), self.serial_time(batch)
         return [self._combine(total, host, padding, serial) for total in totals]
+
+    # --- several stretches or iterations: the host work and padding once for each run of them with the same tokens,
+    # sequences, logit rows and prompt tokens, which is all they read (as a decode stretch's steps share them)
+    def decode_step_time_lists(self, stretches: Sequence[tuple[BatchLike, int]]) -> list[list[float]]:
+        if any(batch.num_swap_blocks for batch, _ in stretches):
+            return super().decode_step_time_lists(stretches)
+        combine = self._combine
+        lists = []
+        parts = _Parts(self)
+        for (batch, _), totals in zip(stretches, self.base.decode_step_time_lists(stretches)):
+            host, padding, serial = parts.of(batch)
+            lists.append([combine(total, host, padding, serial) for total in totals])
+        return lists
+
+    def iteration_time_list(self, batches: Sequence[BatchLike]) -> list[float]:
+        combine = self._combine
+        times = []
+        parts = _Parts(self)
+        for batch, total in zip(batches, self.base.iteration_time_list(batches)):
+            host, padding, serial = parts.of(batch)
+            times.append(combine(total, host, padding, serial))
+        return times
+
+
+class _Parts:
+    """An engine model's host work, padding and serial host work of a batch, the same as the last batch's while its
+    tokens, sequences, logit rows and prompt tokens are: while its prompts' lengths, its number of decodes and its
+    logit rows are, which they follow from."""
+
+    def __init__(self, model: EngineCostModel):
+        self.model = model
+        self.prefill_lens: Sequence[int] | None = None
+        self.num_decodes = -1
+        self.logit_rows = -1
+        self.parts = (0.0, 0.0, 0.0)
+
+    def of(self, batch: BatchLike) -> tuple[float, float, float]:
+        prefill_lens, num_decodes, rows = batch.prefill_lens, len(batch.decode_context_lens), batch.num_logit_rows
+        if num_decodes != self.num_decodes or rows != self.logit_rows or prefill_lens != self.prefill_lens:
+            model = self.model
+            self.prefill_lens, self.num_decodes, self.logit_rows = prefill_lens, num_decodes, rows
+            self.parts = (model.base.host_time(batch), model.padding_time(batch), model.serial_time(batch))
+        return self.parts

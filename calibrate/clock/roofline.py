@@ -63,6 +63,7 @@ The two block-size terms (`decode_block_seconds`, `swap_block_seconds`) and thei
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -146,6 +147,12 @@ def waves_note(fit: AttentionFit, hw: HardwareSpec) -> str:
     if hw.sm_count is None:
         return f", decode without waves ({hw.name}'s sheet gives no sm_count)" + mixed
     return f", decode in waves over {hw.sm_count} SMs" + mixed
+
+
+def _decodes_alike(batch: ShapeMetrics, num_decodes: int) -> bool:
+    """A decode-only batch of num_decodes decodes, nothing moved: one RooflineTerms prices with another's terms."""
+    return (batch.num_decodes == num_decodes and not batch.prefill_lens and not batch.num_swap_blocks
+            and not batch.num_copy_blocks)
 
 
 class RooflineCostModel(CostModel):
@@ -354,7 +361,8 @@ class RooflineCostModel(CostModel):
 
     def _bind_scalar_terms(self) -> None:
         """The floats iteration_time and a short stretch read, bound once into RooflineTerms (again when
-        charge_host is set)."""
+        charge_host is set, or any term changes: token_time's known counts are forgotten then)."""
+        self._token_times: dict[tuple[int, int], float] = {}
         host = self.host or {"per_iteration_s": 0.0, "per_sequence_s": 0.0, "per_prefill_token_s": 0.0}
         self._terms = RooflineTerms(
             self._s_per_token_linear, self._s_per_logit_row, self._s_weights, self._ridge_p,
@@ -398,6 +406,7 @@ class RooflineCostModel(CostModel):
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         del state["_terms"]  # a compiled object, and a bound method of this one: bound again on arrival
+        del state["_token_times"]  # forgotten with it
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -418,6 +427,59 @@ class RooflineCostModel(CostModel):
         if num_steps <= SCALAR_STEPS and not batch.num_swap_blocks and type(self).step_time is CostModel.step_time:
             return self._stretch_on_floats(batch, num_steps)
         return super().decode_step_time_list(batch, num_steps)
+
+    def decode_step_time_lists(self, stretches: Sequence[tuple[ShapeMetrics, int]]) -> list[list[float]]:
+        """Each run of short decode-only stretches alike but for their contexts (as many steps, as many decodes,
+        nothing moved: a speculating stretch's proposer forwards, k an iteration) priced on Python floats with their
+        shared terms once (RooflineTerms.stretches_times), as decode_step_time_list gives each."""
+        if (type(self).step_time is not CostModel.step_time
+                or type(self).decode_step_time_list is not RooflineCostModel.decode_step_time_list):
+            return super().decode_step_time_lists(stretches)
+        lists: list[list[float]] = []
+        at = 0
+        while at < len(stretches):
+            first, num_steps = stretches[at]
+            end = at + 1
+            decodes = first.num_decodes
+            if num_steps <= SCALAR_STEPS and _decodes_alike(first, decodes):
+                while (end < len(stretches) and stretches[end][1] == num_steps
+                       and _decodes_alike(stretches[end][0], decodes)):
+                    end += 1
+            if end == at + 1:
+                lists.append(self.decode_step_time_list(first, num_steps))
+            else:
+                run = [batch for batch, _ in stretches[at:end]]
+                blocks = ([stretch_block_list(batch, num_steps, self.block_size) for batch in run]
+                          if self._s_per_decode_block and decodes else [])
+                lists.extend(self._terms.stretches_times(first, 0, [batch.sum_decode_context for batch in run],
+                                                         num_steps, blocks))
+            at = end
+        return lists
+
+    def iteration_time_list(self, batches: Sequence[ShapeMetrics]) -> list[float]:
+        """Each run of prefill-only iterations alike but for their cached lengths (the same prompts' lengths, logit
+        rows and copies: a speculating stretch's verify steps) priced with their shared terms once
+        (RooflineTerms.chunks_times); the others a call each."""
+        if type(self).iteration_time is not RooflineCostModel.iteration_time:
+            return super().iteration_time_list(batches)
+        terms, block_size = self._terms, self.block_size
+        times: list[float] = []
+        at = 0
+        while at < len(batches):
+            first = batches[at]
+            end = at + 1
+            lens, copies, rows = first.prefill_lens, first.num_copy_blocks, first.num_logit_rows
+            if lens and not first.decode_context_lens:
+                while (end < len(batches) and batches[end].prefill_lens == lens
+                       and not batches[end].decode_context_lens and batches[end].num_copy_blocks == copies
+                       and batches[end].num_logit_rows == rows):
+                    end += 1
+            if end == at + 1:
+                times.append(terms.iteration_time(first, copies, block_size))
+            else:
+                times.extend(terms.chunks_times(first, copies, batches[at:end]))
+            at = end
+        return times
 
     def reference_decode_iteration_times(self, batch: ShapeMetrics, num_steps: int) -> np.ndarray:
         """decode_iteration_times on numpy arrays: _time over the stretch's context and block sums."""
@@ -476,11 +538,16 @@ class RooflineCostModel(CostModel):
     def token_time(self, tokens: int, logit_rows: int) -> float:
         """The device seconds of an iteration that follow its token count, as _device_parts prices them: the linear
         layers (the LM head on logit_rows), the all-reduces and the measured per-token kernels. A CUDA graph's
-        padding rows run through exactly these (calibrate/clock/engine_clock.py)."""
-        time = self.matmul_time(tokens, logit_rows) + self._comm_time(tokens)
-        if self._dispatch is not None:
-            time = time + self._dispatch.seconds(tokens)
-        return time + self.kernels_time(tokens) if self.linear is not None else time
+        padding rows run through exactly these (calibrate/clock/engine_clock.py), twice an iteration it pads: each
+        count a run meets is priced once, the same float every later time (forgotten when a term changes)."""
+        known = self._token_times.get((tokens, logit_rows))
+        if known is None:
+            time = self.matmul_time(tokens, logit_rows) + self._comm_time(tokens)
+            if self._dispatch is not None:
+                time = time + self._dispatch.seconds(tokens)
+            known = time + self.kernels_time(tokens) if self.linear is not None else time
+            self._token_times[(tokens, logit_rows)] = known
+        return known
 
     def matmul_time(self, tokens: int, logit_rows: int) -> float:
         """The linear layers and the LM head (on logit_rows): under one roof from the params' or a measured linear

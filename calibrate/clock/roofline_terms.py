@@ -144,6 +144,7 @@ class RooflineTerms:
         self.wave_sm_count = wave_sm_count
         self.wave_blocks_per_sm = wave_blocks_per_sm
         self.wave_floors = list(wave_floors)
+        self.wave_equivalents: dict[int, float] = {}  # wave_tokens_float's, by the blocks of a launch
         self.s_per_head_token = s_per_head_token
         self.num_experts = num_experts
         self.experts_per_token = experts_per_token
@@ -246,6 +247,52 @@ class RooflineTerms:
             t += self.host_time(num_seqs, batch.num_prefill_tokens)
         return t
 
+    def chunks_times(self, batch: ShapeMetrics, num_copy_blocks: int, batches: Sequence[ShapeMetrics]) -> list[float]:
+        """iteration_time of prefill-only iterations alike but for their cached lengths (each of `batches`, every one
+        with `batch`'s prefill lengths, logit rows and copies, and no decode: a speculating stretch's verify steps), the
+        terms they
+        share priced once, then each one's attention and the same additions in the same order, so the same floats."""
+        tokens = batch.num_tokens
+        matmuls = self.matmul_time(tokens, batch.num_logit_rows)
+        prefill_tokens = batch.num_prefill_tokens
+        comm = self.comm(tokens) if self.has_comm else 0.0
+        moved = self.dispatch_time(tokens) if self.dispatch else 0.0
+        copies = num_copy_blocks * self.s_per_copied_block
+        overhead = self.overhead_s
+        kernels = self.kernel_time(tokens) if self.kernels else 0.0
+        host = self.host_time(batch.num_seqs, prefill_tokens) if self.charge_host else 0.0
+        fitted = self.fitted
+        no_decodes = self.launched_decode(0, 0, None)  # fitted_decode of none, which fitted_attention starts from
+        s_pair, s_kv, s_out = self.s_per_prefill_pair, self.s_per_prefill_kv_token, self.s_per_prefill_token
+        s_context, s_prompt_sq = self.s_per_context_token, self.s_per_prompt_sq
+        times: list[float] = []
+        for chunk in batches:
+            cached = chunk.sum_prefill_cached
+            if fitted:
+                pairs = prefill_pairs(chunk.prefill_lens, chunk.prefill_cached_lens)
+                attention = no_decodes + (pairs * s_pair + (prefill_tokens + cached) * s_kv + prefill_tokens * s_out
+                                          + self.prefill_latency)
+            else:
+                attention = cached * s_context
+                prefill_sq = chunk.sum_prefill_sq
+                if prefill_sq:
+                    attention = prefill_sq * s_prompt_sq + attention
+            t = matmuls + attention
+            if comm:
+                t = t + comm
+            if moved:
+                t = t + moved
+            if copies:
+                t = t + copies
+            if overhead:
+                t = t + overhead
+            if self.kernels:
+                t += kernels
+            if self.charge_host:
+                t += host
+            times.append(t)
+        return times
+
     def fitted_attention(self, batch: ShapeMetrics) -> float:
         """The decodes' part and the prefills' (RooflineCostModel._fitted_attention's float): a mixed step's decodes
         as their one launch prices them where the fit has that term."""
@@ -276,7 +323,8 @@ class RooflineTerms:
         if launch is not None:
             splits, per_split, latency = launch
             read = wave_tokens_float(sum_decode_context / num_decodes, num_decodes * self.wave_heads, self.wave_tile,
-                                     splits, per_split, self.wave_sm_count, self.wave_blocks_per_sm, self.wave_floors)
+                                     splits, per_split, self.wave_sm_count, self.wave_blocks_per_sm, self.wave_floors,
+                                     self.wave_equivalents)
             return read * self.s_per_head_token + latency
         attention = sum_decode_context * self.s_per_context_token
         if num_decodes:
@@ -309,12 +357,20 @@ class RooflineTerms:
         `blocks`: each step's decode blocks where the paged kernel's per-block term applies, else empty): the terms that
         do not change along the stretch once, then per step the same additions in the same order as the
         array expression (numpy's float64 operations round as these do), so the same floats."""
+        return self.stretches_times(batch, num_copy_blocks, [batch.sum_decode_context], num_steps,
+                                    [blocks] if blocks else [])[0]
+
+    def stretches_times(self, batch: ShapeMetrics, num_copy_blocks: int, firsts: list[int], num_steps: int,
+                        blocks: list[list[int]]) -> list[list[float]]:
+        """stretch_times of decode stretches alike but for their contexts: each `batch` with its decode contexts
+        summing to firsts[i] at its first step (blocks[i]: each step's decode blocks where the per-block term applies,
+        else `blocks` is empty), the terms they share priced once (a speculating stretch's proposer forwards)."""
         tokens = batch.num_tokens
         num_seqs = batch.num_seqs
         matmuls = self.matmul_time(tokens, batch.num_logit_rows)
         cached = batch.sum_prefill_cached
-        first, step = batch.sum_decode_context, batch.num_decodes
-        paged = bool(blocks)
+        step = batch.num_decodes
+        paged = len(blocks) > 0
         prefill_sq = batch.sum_prefill_sq
         comm = self.comm(tokens) if self.has_comm else 0.0
         moved = self.dispatch_time(tokens) if self.dispatch else 0.0
@@ -328,40 +384,46 @@ class RooflineTerms:
         launch = self.launch_of(step) if fitted else None  # the decodes, so their launch, are the same at every step
         mixed = self.mixed if fitted and mixed_launch(step, batch.prefill_lens) else None
         mixed_once = mixed.launch(step, batch.prefill_lens) if mixed is not None else (0.0, 0.0, 0.0)
-        times: list[float] = []
-        for s in range(num_steps):
-            context = first + s * step
-            if mixed is not None:
-                attention = mixed.decode(context, step, mixed_once) + fitted_prefill
-                if paged:
-                    attention = attention + blocks[s] * s_block
-            elif fitted:
-                attention = self.launched_decode(context, step, launch)
-                if fitted_prefill:
-                    attention = attention + fitted_prefill
-                if paged:
-                    attention = attention + blocks[s] * s_block
-            else:
-                attention = (context + cached if cached else context) * s_context
-                if paged:
-                    attention = attention + blocks[s] * s_block
-                if prefill_sq:
-                    attention = prefill_sq * s_prompt_sq + attention
-            t = matmuls + attention
-            if comm:
-                t = t + comm
-            if moved:
-                t = t + moved
-            if copies:
-                t = t + copies
-            if overhead:
-                t = t + overhead
-            if self.kernels:
-                t += kernels
-            if self.charge_host:
-                t += host
-            times.append(t)
-        return times
+        every: list[list[float]] = []
+        no_blocks: list[int] = []
+        for i in range(len(firsts)):
+            first = firsts[i]
+            stretch_blocks = blocks[i] if paged else no_blocks
+            times: list[float] = []
+            for s in range(num_steps):
+                context = first + s * step
+                if mixed is not None:
+                    attention = mixed.decode(context, step, mixed_once) + fitted_prefill
+                    if paged:
+                        attention = attention + stretch_blocks[s] * s_block
+                elif fitted:
+                    attention = self.launched_decode(context, step, launch)
+                    if fitted_prefill:
+                        attention = attention + fitted_prefill
+                    if paged:
+                        attention = attention + stretch_blocks[s] * s_block
+                else:
+                    attention = (context + cached if cached else context) * s_context
+                    if paged:
+                        attention = attention + stretch_blocks[s] * s_block
+                    if prefill_sq:
+                        attention = prefill_sq * s_prompt_sq + attention
+                t = matmuls + attention
+                if comm:
+                    t = t + comm
+                if moved:
+                    t = t + moved
+                if copies:
+                    t = t + copies
+                if overhead:
+                    t = t + overhead
+                if self.kernels:
+                    t += kernels
+                if self.charge_host:
+                    t += host
+                times.append(t)
+            every.append(times)
+        return every
 
 
 def bent(compute: float, memory: float, p: float) -> float:
@@ -374,17 +436,23 @@ def bent(compute: float, memory: float, p: float) -> float:
 
 
 def wave_tokens_float(mean_context: float, blocks_per_split: int, tile: int, splits: int, tiles_per_split: int,
-                      sm_count: int, blocks_per_sm: int, floors: list[float]) -> float:
+                      sm_count: int, blocks_per_sm: int, floors: list[float],
+                      known: dict[int, float] | None = None) -> float:
     """calibrate.parts.attention_waves.wave_tokens on floats, step for step (each step's value is a whole number or
-    the same IEEE operation on the same doubles, so the same float)."""
+    the same IEEE operation on the same doubles, so the same float). known: the equivalent blocks of each number of
+    blocks already met, on this grid (they follow from it alone), kept there."""
     tiles = math.ceil(mean_context / tile)
     busy = max(min(math.ceil(tiles / tiles_per_split), splits), 1)
     blocks = blocks_per_split * busy
-    slots = sm_count * blocks_per_sm
-    waves = math.ceil(blocks / slots)
-    tail = blocks - (waves - 1) * slots
-    busiest = min(math.ceil(tail / sm_count), blocks_per_sm)
-    equivalent = (waves - 1) * max(float(slots), floors[-1]) + max(float(tail), floors[busiest - 1])
+    equivalent = known.get(blocks) if known is not None else None
+    if equivalent is None:
+        slots = sm_count * blocks_per_sm
+        waves = math.ceil(blocks / slots)
+        tail = blocks - (waves - 1) * slots
+        busiest = min(math.ceil(tail / sm_count), blocks_per_sm)
+        equivalent = (waves - 1) * max(float(slots), floors[-1]) + max(float(tail), floors[busiest - 1])
+        if known is not None:
+            known[blocks] = equivalent
     per_block = max(min(mean_context, float(tiles_per_split * tile)), mean_context / splits)
     return equivalent * per_block
 

@@ -16,6 +16,8 @@ clock on a shape it already knows, and the proposer's work, priced by the same c
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from calibrate.clock.breakdown import IterationTime
 from calibrate.clock.costmodel import BatchLike, CostModel, PricedOnBase
 from engine.core.batch import Batch, BatchShape
@@ -63,6 +65,32 @@ class SpeculativeCostModel(PricedOnBase):
         return IterationTime({**verify.device, PROPOSER_KIND: proposer}, dict(verify.host),
                              verify.device_s + proposer, verify.host_s, verify.swap_s, parts_exact=False)
 
+    def step_time_list(self, batches: Sequence[BatchLike]) -> list[float]:
+        """A speculating stretch's iterations (decode-only, nothing moved) priced together: every verify through the
+        base's iteration_time_list and every proposer forward through the proposer's decode_step_time_lists, summed
+        as step_time sums them (adding 0.0 for the swaps, as it does), so the same floats."""
+        if any(batch.prefill_lens or batch.num_swap_blocks for batch in batches):
+            return super().step_time_list(batches)
+        verify = self.base.iteration_time_list([verify_shape(batch) for batch in batches])
+        return [v + p + 0.0 for v, p in zip(verify, self.proposer_time_list(batches))]
+
+    def proposer_time_list(self, batches: Sequence[BatchLike]) -> list[float]:
+        """proposer_time of each decode-only batch: its forwards' stretches priced together, then added up per batch
+        in proposer_time's order."""
+        if self.proposer is None:
+            return [self.proposer_time(batch) for batch in batches]
+        per_batch = [proposer_stretches(batch.decode_context_lens, proposals(batch)) for batch in batches]
+        every = [stretch for stretches in per_batch for stretch in stretches]
+        times = iter(self.proposer.decode_step_time_lists(every))
+        seconds_each = []
+        for stretches in per_batch:
+            seconds = 0.0
+            for _ in stretches:
+                for step_s in next(times):
+                    seconds += step_s
+            seconds_each.append(seconds)
+        return seconds_each
+
     def proposer_time(self, batch: BatchLike) -> float:
         """The proposals' cost: the draft's or head's forwards, or the n-gram lookups (module docstring)."""
         proposed = proposals(batch)
@@ -106,9 +134,13 @@ def verify_shape(batch: BatchLike) -> BatchLike:
     proposed = proposals(batch)
     if not any(proposed):
         return batch
+    rows = sum(proposed)  # the chunk's own row is its sequence's; each proposal adds one
+    if not batch.prefill_lens and all(proposed):  # the commonest case: decodes alone, every one speculating
+        chunks = tuple([context - 1 for context in batch.decode_context_lens])
+        return BatchShape(tuple([k + 1 for k in proposed]), (), batch.num_swap_blocks, batch.num_copy_blocks,
+                          batch.num_running_groups, chunks if any(chunks) else (), rows)
     prefills, cached = list(batch.prefill_lens), list(_cached(batch) or (0,) * len(batch.prefill_lens))
     decodes: list[int] = []
-    rows = sum(proposed)  # the chunk's own row is its sequence's; each proposal adds one
     if all(proposed):  # the common case: every decode speculates
         prefills += [k + 1 for k in proposed]
         cached += [context - 1 for context in batch.decode_context_lens]

@@ -333,6 +333,41 @@ class BlockManager:
                 copies.append(self._copy_last_block(table))
                 self._table_changed(seq.seq_id)
 
+    def append_lookahead_if_fits(self, seqs: list[Sequence], copies: list[tuple[int, int]]) -> bool:
+        """append_slots for speculating sequences where the blocks they need are free (blocks_to_append), asking each
+        one's copy on write and lookahead end once for both: whether they were. A copy on write frees a reference
+        and takes nothing else, so a sequence that needed none before the others' appends needs none after."""
+        tables, bs = self.block_tables, self.block_size
+        ends: list[int] = []
+        shared: list[bool] = []
+        needed = 0
+        for seq in seqs:
+            table = tables[seq.seq_id]
+            copy = self._next_slot_shared(seq, table)
+            end = self._lookahead_end(seq)
+            needed += copy + max(blocks_for(end, bs) - len(table), 0)
+            ends.append(end)
+            shared.append(copy)
+        if needed > self.gpu.num_free:
+            return False
+        allocate = self.gpu.allocate
+        for seq, end, copy in zip(seqs, ends, shared):
+            table = tables[seq.seq_id]
+            if copy and self._next_slot_shared(seq, table):
+                copies.append(self._copy_last_block(table))
+            while len(table) * bs < end:
+                table.append(allocate())
+            self._table_changed(seq.seq_id)
+        return True
+
+    def grow_lookahead(self, seq: Sequence, num_blocks: int) -> None:
+        """A speculating sequence whose last block is its own takes num_blocks fresh ones for its proposals' slots:
+        append_slots where the blocks it needs are known (a speculating stretch's, engine.core.scheduler)."""
+        table, allocate = self.block_tables[seq.seq_id], self.gpu.allocate
+        for _ in range(num_blocks):
+            table.append(allocate())
+        self._table_changed(seq.seq_id)
+
     def _append_lookahead(self, seq: Sequence, copies: list[tuple[int, int]]) -> None:
         """append_slots for a speculating sequence: its next token's slot (a copy on write of a shared last
         block where that slot is in it) and one for each token it proposes this step (lookahead_slots)."""

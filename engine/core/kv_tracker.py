@@ -10,7 +10,7 @@ forks share blocks the token count does not see, are counted again where their t
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from engine.core.block_manager import BlockManager
 from engine.core.kv_usage import (
@@ -117,7 +117,7 @@ class PagedKVTracker(ReservedKVTracker):
             usage.reserved, usage.internal = reserved, usage.internal - reserved
         return usage
 
-    def stretch_usage(self, token_slots: range, free_blocks: list[int], someone_waited: bool) -> UsageColumns:
+    def stretch_usage(self, token_slots: Iterable[int], free_blocks: list[int], someone_waited: bool) -> UsageColumns:
         """The breakdown at a decode stretch's moments, as columns (no beam search runs in a stretch)."""
         return paged_usage_columns(self.blocks, token_slots, free_blocks, someone_waited)
 

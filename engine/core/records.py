@@ -137,6 +137,10 @@ class ServingRecords:
         """The last iteration's tokens proposed and accepted (a speculating run's: ServingCore.end_steps)."""
         self.speculation_values.append((num_proposed, num_accepted))
 
+    def add_speculations(self, values: list[tuple[int, int]]) -> None:
+        """add_speculation for each of a speculating stretch's iterations, in order."""
+        self.speculation_values.extend(values)
+
     def add_dropped(self, group: SequenceGroup, replica: int, dropped_s: float, status: str) -> None:
         if status not in DROPPED_STATUSES:
             raise ValueError(f"dropped status {status!r} is not one of {list(DROPPED_STATUSES)}")
@@ -158,17 +162,21 @@ class ServingRecords:
             self._move_rows()
 
     def add_iterations(self, batch: Batch, usage: UsageColumns, starts: Sequence[float],
-                       durations: Iterable[float], num_waiting: Iterable[int] | int, replica: int) -> None:
+                       durations: Iterable[float], num_waiting: Iterable[int] | int, replica: int,
+                       context_sums: list[int] | None = None) -> None:
         """A row per start: `batch`, then, in a decode stretch it began (Scheduler.decode_stretch), the
         iterations after it, the i-th (from 0) batch.decode_later(i): every context i longer and no blocks
         moved. `usage`: the pool as each found it (KVUsage's fields as columns: kv_usage.UsageColumns; a
-        column may run on past the last start, and one that stays the same is that int). Written into the
-        columns, one column at a time."""
+        column may run on past the last start, and one that stays the same is that int). context_sums: each
+        one's sum of decode contexts where they do not grow by one a decode a step (a speculating stretch's).
+        Written into the columns, one column at a time."""
         self._move_rows()  # the lone iterations before these, in order
         count, num_decodes, first = len(starts), batch.num_decodes, batch.sum_decode_context
         if not count:
             return
-        contexts = range(first, first + count * num_decodes, num_decodes) if num_decodes else first
+        contexts: Iterable[int] | int = (context_sums if context_sums is not None
+                                         else range(first, first + count * num_decodes, num_decodes) if num_decodes
+                                         else first)
         columns = self._open_columns()
         for column, values in zip(columns, (
                 replica, starts, durations, batch.num_prefill_tokens, len(batch.prefill_lens), num_decodes, contexts,

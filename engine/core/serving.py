@@ -25,6 +25,7 @@ from engine.core.batch import Batch
 from engine.core.kv_usage import after_first, usage_values
 from engine.core.records import ServingRecords
 from engine.core.scheduler.base import DecodeStretch, KVUsage, Scheduler
+from engine.core.scheduler.speculating_stretch import SpeculatingSteps
 from engine.core.sequence import SequenceCounter, SequenceGroup, make_group
 from engine.errors import Unschedulable
 
@@ -55,12 +56,14 @@ class Step:
     start_s: float
     num_waiting: int  # requests waiting once it was scheduled
     stretch: DecodeStretch | None = None  # the iterations it may repeat for (decode_stretch)
+    speculating: SpeculatingSteps | None = None  # or, speculating, those planned after it (speculating_stretch)
 
     # written out so that mypyc compiles it (a dataclass's generated __init__ runs interpreted): one a step
     def __init__(self, batch: Batch, usage: KVUsage, start_s: float, num_waiting: int,
-                 stretch: DecodeStretch | None = None) -> None:
+                 stretch: DecodeStretch | None = None, speculating: SpeculatingSteps | None = None) -> None:
         self.batch, self.usage, self.start_s, self.num_waiting, self.stretch = (batch, usage, start_s, num_waiting,
                                                                                stretch)
+        self.speculating = speculating
 
 
 def prefilled_group(request: Request, first_token_s: float | None, next_seq_id: SequenceCounter,
@@ -145,32 +148,49 @@ class ServingCore:
         step.stretch = self.scheduler.decode_stretch(step.batch)
         return step.stretch.num_steps
 
+    def speculating_stretch(self, step: Step) -> SpeculatingSteps | None:
+        """The speculating stretch the step's decode-only batch begins (Scheduler.speculating_stretch), kept with
+        the step for end_steps; None where none can run."""
+        step.speculating = self.scheduler.speculating_stretch(step.batch)
+        return step.speculating
+
     def end_steps(self, step: Step, ends: Sequence[float], beam_parents: Mapping[int, int] | None = None,
                   queued_s: Sequence[float] = (), accepted: list[int] | None = None) -> list[SequenceGroup]:
-        """The step's batch and the next len(ends) - 1 iterations of its decode stretch (decode_stretch) ran,
-        ending at `ends`: record each iteration, complete them, record the requests the last finished (only
-        the last may). One end is end_step. Requests that arrived meanwhile arrived during the last, but for
-        those that joined a waiting queue behind its refused head, at `queued_s` (in order, none at an end):
-        each iteration ending after one records it waiting."""
+        """The step's batch and the next len(ends) - 1 iterations of its decode stretch (decode_stretch, or
+        speculating_stretch with the accepted counts of each) ran, ending at `ends`: record each iteration,
+        complete them, record the requests the last finished (only the last may). One end is end_step. Requests
+        that arrived meanwhile arrived during the last, but for those that joined a waiting queue behind its
+        refused head, at `queued_s` (in order, none at an end): each iteration ending after one records it
+        waiting."""
         scheduler, count, batch = self.scheduler, len(ends), step.batch
         waiting = scheduler.num_waiting
+        speculating = step.speculating
         if count == 1:
             self.records.add_iteration(batch, step.usage, step.start_s, ends[0] - step.start_s, waiting,
                                        self.replica)
         else:
-            if step.stretch is None:
+            contexts: list[int] | None = None
+            if speculating is not None:
+                later = scheduler.advance_speculating(speculating, count, waiting - step.num_waiting)
+                contexts = speculating.context_sums(count)
+            elif step.stretch is not None:
+                later = scheduler.advance_decodes(step.stretch, count, waiting - step.num_waiting)
+            else:
                 raise ValueError("end_steps: several iterations of a step whose decode_stretch was not asked")
-            later = scheduler.advance_decodes(step.stretch, count, waiting - step.num_waiting)
             starts = [step.start_s, *ends[:-1]]
             usage = tuple(map(after_first, usage_values(step.usage), later))  # the step's own, then the stretch's
             waits: Iterable[int] | int = (waiting if waiting == step.num_waiting
                                           else chain(repeat(step.num_waiting, count - 1), (waiting,)))
             if queued_s:
                 waits = chain([step.num_waiting + bisect_left(queued_s, end) for end in ends[:-1]], (waiting,))
-            self.records.add_iterations(batch, usage, starts, map(sub, ends, starts), waits, self.replica)
+            self.records.add_iterations(batch, usage, starts, map(sub, ends, starts), waits, self.replica, contexts)
+            if speculating is not None:  # the stretch's iterations before its last, then the last as any
+                self.records.add_speculations(speculating.speculation(count - 1))
+        if speculating is not None:  # the last iteration it ran (a request reaching the replica may cut it to one)
+            batch, accepted = speculating.batches[count - 1], speculating.accepted[count - 1]
         self.last_start_s = ends[-2] if count > 1 else step.start_s
         self.last_end_s = ends[-1]
-        if self.records.speculating:  # a speculating run steps through its iterations: this one's pair
+        if self.records.speculating:  # a speculating iteration's pair: the last of a stretch, or the one
             self.records.add_speculation(batch.num_proposed, sum(accepted) if accepted is not None else 0)
         finished = scheduler.complete(batch, ends[-1], beam_parents, accepted)
         if not self.hands_off:

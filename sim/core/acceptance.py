@@ -47,16 +47,27 @@ class AcceptanceModel:
 
     def accepted(self, batch: Batch) -> list[int]:
         """The accepted count of each decode of the batch (Batch.decode_proposed's order)."""
+        counts = self.ahead(batch, 0)
+        self._at += len(counts)
+        return counts
+
+    def ahead(self, batch: Batch, offset: int) -> list[int]:
+        """accepted() of the batch as it will be drawn once `offset` more decodes' have been handed out, without
+        handing any out (a speculating stretch plans its iterations on them: sim.core.fast_forward); skip() then
+        hands out those the stretch ran."""
         proposed = batch.decode_proposed
         n = len(proposed)
-        if self._at + n > len(self._runs):
-            self._draw(n)
-        runs, at = self._runs, self._at
-        self._at = at + n
-        return [run if run < k else k for run, k in zip(runs[at:at + n], proposed)]
+        if self._at + offset + n > len(self._runs):
+            self._draw(offset + n)
+        at = self._at + offset
+        return [run if run < k else k for run, k in zip(self._runs[at:at + n], proposed)]
+
+    def skip(self, num_decodes: int) -> None:
+        """Hand out the next num_decodes decodes' runs, as accepted() would (ahead() has drawn them)."""
+        self._at += num_decodes
 
     def _draw(self, n: int) -> None:
-        """The next block of decodes' runs, after those not handed out yet."""
+        """The next block of decodes' runs, after those not handed out yet (n of them at least)."""
         count = max(self.block, n)
         uniforms = self.rng.random(count * self.k).reshape(count, self.k)
         runs = (uniforms < self.rates).cumprod(axis=1).sum(axis=1).tolist()

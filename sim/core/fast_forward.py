@@ -43,7 +43,9 @@ if TYPE_CHECKING:
 
     from calibrate.clock.costmodel import CostModel
     from engine.core.batch import Batch
+    from engine.core.scheduler.speculating_stretch import SpeculatingSteps
     from engine.core.serving import ServingCore
+    from sim.core.acceptance import AcceptanceModel
     from sim.core.known_arrivals import KnownArrivals
 
 MAX_STRETCH = 4096  # iterations priced at once; a longer run of decodes continues as the next stretch
@@ -63,12 +65,16 @@ class Stretch:
     # when each request reached the replica during the stretch and joined the waiting queue behind its refused
     # head (FastForward.arrive): it cut nothing, and each iteration ending after it records it waiting
     queued_s: list[float] = field(default_factory=list)
+    # a speculating stretch's draws of its accepted counts, handed out for the iterations it ran (_finish)
+    acceptance: AcceptanceModel | None = field(default=None)
 
     # written out so that mypyc compiles it: one a stretch
     def __init__(self, step: Step, ends: list[float], num_steps: int, resume: Event | None = None,
-                 alarm: Alarm | None = None, queued_s: list[float] | None = None) -> None:
+                 alarm: Alarm | None = None, queued_s: list[float] | None = None,
+                 acceptance: AcceptanceModel | None = None) -> None:
         self.step, self.ends, self.num_steps, self.resume, self.alarm = step, ends, num_steps, resume, alarm
         self.queued_s = queued_s if queued_s is not None else []
+        self.acceptance = acceptance
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled, it stays a base (tests count what it ran)
@@ -82,16 +88,19 @@ class FastForward:
         self.by_replica = by_replica
         self.horizon_s = horizon_s
         self.num_forwarded = 0  # iterations run in stretches: what benchmarks/speed/sim_speed.py reports
+        self.num_speculated = 0  # of those, a speculating system's (planned on its accepted counts: plan_speculating)
         self.num_queued = 0  # requests that reached a replica during a stretch and queued without cutting it
 
-    def plan(self, core: ServingCore, cost_model: CostModel, index: int, step: Step, seconds: float
-             ) -> Stretch | None:
+    def plan(self, core: ServingCore, cost_model: CostModel, index: int, step: Step, seconds: float,
+             acceptance: AcceptanceModel | None = None) -> Stretch | None:
         """The stretch starting with `step` (just scheduled on replica `index`, whose serving core and cost model
         these are, costing `seconds`), or None when it would not reach a second iteration: the replica then runs
-        the step as it always does."""
+        the step as it always does. acceptance: a speculating replica's draws (plan_speculating)."""
         batch = step.batch
         if batch.prefill_seq_ids:  # the next batch differs (Scheduler.decode_stretch): the common case, checked first
             return None
+        if acceptance is not None:
+            return self.plan_speculating(core, cost_model, index, step, seconds, acceptance)
         queued = self.arrivals_queue(step)
         # a request reaching the replica (unless it only queues) cuts the stretch at the iteration in flight then
         next_arrival = math.inf if queued else self._next_arrival(index, step.start_s)
@@ -103,6 +112,70 @@ class FastForward:
         # the stretch's iterations, none moving blocks (only the first may, and it costs `seconds`)
         ends = self._ends(cost_model, batch, step.start_s + seconds, min(allowed, MAX_STRETCH), next_arrival,
                           seconds)
+        return self._stretch(step, ends, None)
+
+    def plan_speculating(self, core: ServingCore, cost_model: CostModel, index: int, step: Step, seconds: float,
+                         acceptance: AcceptanceModel) -> Stretch | None:
+        """plan() for a speculating replica: how far each iteration advances is its accepted counts, drawn ahead in
+        the order the steps would draw them (AcceptanceModel.ahead), so the control plane plans the stretch an
+        iteration at a time from them (ServingCore.speculating_stretch: while nobody waits, so that any request
+        reaching the replica cuts it) and each iteration is priced as its own batch (the same call as a step)."""
+        if step.num_waiting:
+            return None
+        next_arrival = self._next_arrival(index, step.start_s)
+        if next_arrival < step.start_s + MIN_STRETCH * seconds:
+            return None
+        steps = core.speculating_stretch(step)
+        if steps is None:
+            return None
+        ends = self._speculating_ends(cost_model, steps, acceptance, step.start_s + seconds, next_arrival, seconds)
+        stretch = self._stretch(step, ends, acceptance)
+        if stretch is None:  # the replica runs the step as it always does, with its draws handed out then
+            step.speculating = None
+        return stretch
+
+    @staticmethod
+    def _speculating_ends(cost_model: CostModel, steps: SpeculatingSteps, acceptance: AcceptanceModel,
+                          first_end: float, until: float, seconds: float) -> list[float]:
+        """_ends for a speculating stretch: each iteration planned from the accepted counts of the one before it (and
+        given its own), none after the first to end past `until`, the stretch ending where it cannot go on or before
+        an iteration whose time is negative, NaN or infinite. Planned and priced a piece at a time, as _ends prices
+        them (CostModel.step_time_list: the same floats as a call each)."""
+        batch = steps.batches[0]
+        num_decodes = len(batch.decode_seq_ids)
+        steps.accept(acceptance.ahead(batch, 0))
+        ends = [first_end]
+        end = first_end
+        going = True
+        while going and len(ends) < MAX_STRETCH and end <= until:
+            priced = len(ends)
+            count = MAX_STRETCH - priced
+            if until < math.inf and seconds > 0.0:
+                reach = (until - end) / seconds  # the steps to pass `until`, were each as long as the first
+                if reach < count:
+                    count = min(count, max(priced, int(reach) + 2))
+            planned: list[Batch] = []
+            while len(planned) < count:
+                later = steps.extend()
+                if later is None:
+                    going = False
+                    break
+                steps.accept(acceptance.ahead(later, (priced + len(planned)) * num_decodes))
+                planned.append(later)
+            for t in cost_model.step_time_list(planned):
+                if not t >= 0.0:  # negative or NaN
+                    return ends
+                end = end + t
+                if not end < math.inf:
+                    return ends
+                ends.append(end)
+        if end > until:
+            del ends[bisect.bisect_right(ends, until) + 1:]
+        return ends
+
+    def _stretch(self, step: Step, ends: list[float], acceptance: AcceptanceModel | None) -> Stretch | None:
+        """The stretch of the iterations ending at `ends`, cut after the first to end at the horizon and before
+        any ending when the router wakes; None where fewer than two are left."""
         num_steps = len(ends)
         if num_steps < 2:
             return None
@@ -111,7 +184,7 @@ class FastForward:
         num_steps = self._before_any_arrival_tie(ends, num_steps, step.start_s)
         if num_steps < 2:
             return None
-        return Stretch(step, ends[:num_steps], num_steps)
+        return Stretch(step, ends[:num_steps], num_steps, acceptance=acceptance)
 
     @staticmethod
     def _ends(cost_model: CostModel, batch: Batch, first_end: float, num_steps: int, until: float,
@@ -220,5 +293,9 @@ class FastForward:
         """The stretch's iterations recorded and the last completed; when each ended."""
         ends = stretch.ends[:stretch.num_steps]
         self.num_forwarded += len(ends)
+        acceptance = stretch.acceptance
+        if acceptance is not None:  # the accepted counts of the iterations it ran, handed out
+            self.num_speculated += len(ends)
+            acceptance.skip(len(ends) * len(stretch.step.batch.decode_seq_ids))
         core.end_steps(stretch.step, ends, queued_s=stretch.queued_s)
         return ends

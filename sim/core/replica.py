@@ -20,7 +20,7 @@ from engine.core.scheduler.base import Scheduler
 from engine.core.sequence import SequenceGroup
 from engine.core.serving import Request, ServingCore
 from engine.errors import SpecError
-from sim.core.acceptance import AcceptanceSource
+from sim.core.acceptance import AcceptanceModel, AcceptanceSource
 from sim.core.alarm import Alarm
 from sim.core.beams import BeamParentModel
 from sim.core.fast_forward import FastForward, Stretch
@@ -42,6 +42,9 @@ class Replica:
         self.cost_model = cost_model
         self.beams = beams  # chooses the beam searches' parents; None: the trace has none
         self.acceptance = acceptance
+        # the draws a speculating stretch plans on ahead (FastForward.plan_speculating); a source that hands out
+        # counts step by step (a replayed run's) is stepped through
+        self.draws_ahead = acceptance if isinstance(acceptance, AcceptanceModel) else None
         if acceptance is not None:
             records.speculating = True  # its records say what each iteration and request proposed and accepted
         self.horizon_s = horizon_s
@@ -100,7 +103,8 @@ class Replica:
             seconds = cost_model.step_time(step.batch)
             if not 0.0 <= seconds < math.inf:  # NaN fails both comparisons
                 raise ClockFault(self._bad_step_time(seconds, step.batch, env.now))
-            stretch = fast_forward.plan(core, cost_model, index, step, seconds) if fast_forward is not None else None
+            stretch = (fast_forward.plan(core, cost_model, index, step, seconds, self.draws_ahead)
+                       if fast_forward is not None else None)
             if stretch is not None and fast_forward is not None:
                 self.stretch = stretch  # a request submitted meanwhile may cut it
                 ends = yield from fast_forward.run(env, core, stretch)
@@ -145,7 +149,8 @@ class Replica:
             seconds = cost_model.step_time(step.batch)
             if not 0.0 <= seconds < math.inf:  # NaN fails both comparisons
                 raise ClockFault(self._bad_step_time(seconds, step.batch, now))
-            stretch = fast_forward.plan(core, cost_model, index, step, seconds) if fast_forward is not None else None
+            stretch = (fast_forward.plan(core, cost_model, index, step, seconds, self.draws_ahead)
+                       if fast_forward is not None else None)
             if stretch is not None and fast_forward is not None:
                 ends = fast_forward.run_alone(core, stretch, arrivals)
                 self.iteration_ends.extend(ends)

@@ -56,8 +56,7 @@ def simulate(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model: Cost
 
     fast_forward (default: on, unless the environment sets SERVESIM_FAST_FORWARD=0) runs each decode
     stretch on one SimPy event (sim/core/fast_forward.py) instead of one event per iteration; the records are
-    the same either way. A cost model that cannot price iterations ahead (prices_ahead), or a speculating
-    system, runs step by step.
+    the same either way. A cost model that cannot price iterations ahead (prices_ahead) runs step by step.
 
     replica_pool: processes for a fleet whose replicas share nothing (independent_replicas.py), each serving some
     of them (sim.executors.replica_pool.ProcessReplicaPool; None: all in this process); the same records with any
@@ -101,9 +100,7 @@ def simulate_runs(trace: Trace, spec: ModelSpec, system: SystemSpec, cost_model:
     if system.prefix_caching and trace.block_keys is None:  # its requests carry their blocks' keys
         trace = with_block_keys(trace, system.block_size)
     acceptances = replica_acceptances(system, replicas, rng, acceptance)
-    # a speculating step's advance is drawn after it, so its scheduler never lets a stretch run (decode_stretch): its
-    # replicas are stepped through without asking at every step
-    stretches = fast_forward and cost_model.prices_ahead and system.speculative is None
+    stretches = fast_forward and cost_model.prices_ahead
     # a client's gate sends a request when another ends: no replica knows its arrivals ahead
     gated = check_gate(max_concurrency, horizon_s)
     fleet = FleetSetup(spec, system, cost_model, num_gpu_blocks, num_cpu_blocks, replicas, horizon_s, stretches,

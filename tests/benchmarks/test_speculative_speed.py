@@ -1,6 +1,6 @@
 """benchmarks/speed/speculative_speed.py at a tiny scale: the plain system (fast-forwarded and stepped through) and
-the speculating one run the same trace, each round prints all three, and the summary lines carry the medians, the
-ratio and the target (never a time asserted)."""
+the speculating one run the same trace, each round prints all three, the summary lines carry the medians, the ratio
+and the target (never a time asserted), and the speculating run stepped through has the same records."""
 from __future__ import annotations
 
 import re
@@ -25,6 +25,8 @@ def test_a_tiny_run_times_both_systems_beside_the_target(capsys):
     assert re.search(r"^plain_s=[\d.]+ speculating_s=[\d.]+ ratio=[\d.]+ \(target <= 2: (met|missed)\)$", out,
                      flags=re.MULTILINE)
     assert re.search(r"^stepped_s=[\d.]+ speculating_over_stepped=[\d.]+$", out, flags=re.MULTILINE)
+    # fast-forwarded, the speculating run's records are its stepped run's
+    assert re.search(r"^eagle k=3 stepped through: records \w+ \(the same\)$", out, flags=re.MULTILINE)
 
 
 def test_the_proposer_may_be_swapped_for_an_ngram_lookup(capsys):

@@ -173,3 +173,23 @@ def test_vllms_custom_all_reduce_prices_small_messages_as_measured_and_ncclss_ab
     assert vllm.breakdown(big).device["all_reduce"] == pytest.approx(ring, rel=1e-12)
     off = build_cost_model(CostModelConfig("roofline", host=engine_model(tmp_path, custom_all_reduce=False)), clock)
     assert off.iteration_time(batch) == nccl.iteration_time(batch), "switched off: NCCL's time to the bit"
+
+
+def test_the_padding_priced_before_an_all_reduce_changes_is_priced_again_after():
+    # a roofline keeps each token count's time (token_time) until one of its terms changes, as use_all_reduce does
+    class Table:
+        def covers(self, tp: int) -> bool:
+            return True
+
+        def time(self, tp: int, size_bytes: float) -> float:
+            return 1e-3 + size_bytes * 1e-12
+
+    before, fresh = roofline(tp=2), roofline(tp=2)
+    padded = EngineCostModel(before, overlap=False, graph_sizes=(8, 16))
+    batch = decodes(5)  # padded to 8
+    first = padded.padding_time(batch)
+    assert first > 0 and first == EngineCostModel(fresh, overlap=False, graph_sizes=(8, 16)).padding_time(batch)
+    before.use_all_reduce(Table())
+    fresh.use_all_reduce(Table())
+    again = padded.padding_time(batch)
+    assert again != first and again == EngineCostModel(fresh, overlap=False, graph_sizes=(8, 16)).padding_time(batch)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from calibrate.clock.costmodel import CostModel
@@ -147,3 +148,41 @@ def test_the_proposers_forwards_priced_as_stretches_are_the_floats_of_one_call_e
         expected += cost.proposer.iteration_time(BatchShape((), tuple(c + j for c, k in zip(contexts, proposed)
                                                                       if k > j)))
     assert cost.proposer_time(batch) == expected
+
+
+def stretch_of(seed: int, k: int, num_decodes: int, steps: int = 12) -> list[Batch]:
+    """A speculating stretch's batches: the same decodes, each context grown by 1 + an accepted count a step, each
+    proposing k but fewer near its end (some contexts crossing a block boundary)."""
+    rng = np.random.default_rng(seed)
+    contexts = [int(c) for c in rng.integers(1, 3000, num_decodes)]
+    finals = [c + int(rng.integers(2, 60)) for c in contexts]
+    batches = []
+    for _ in range(steps):
+        proposed = [min(k, max(f - c - 1, 0)) for c, f in zip(contexts, finals)]
+        batches.append(speculating(contexts, proposed))
+        contexts = [min(c + 1 + int(rng.integers(0, p + 1)), f - 1) for c, p, f in zip(contexts, proposed, finals)]
+    return batches
+
+
+@pytest.mark.parametrize("system", ["eagle k=3", "eagle k=5", "ngram", "roofline draft", "roofline eagle"])
+@pytest.mark.parametrize("seed", range(3))
+def test_a_speculating_stretch_priced_together_is_the_floats_of_one_call_each(system, seed):
+    # the example's clock (the engine's overlap and graph padding over a fitted roofline with decode waves) and a bare
+    # roofline (its per-block term); a step with a prompt or a swap is priced a call each
+    from sim.experiment.config import load_experiment
+    from sim.experiment.run import make_cost_model
+
+    if system.startswith("roofline"):
+        target = RooflineCostModel(TARGET, H100, tp=4)
+        proposer = RooflineCostModel(DRAFT if system.endswith("draft") else replace(TARGET, num_layers=1), H100, tp=4)
+        cost, k = SpeculativeCostModel(target, system.split()[1], proposer), 4
+    else:
+        exp = load_experiment(EXAMPLE)
+        spec = next(s for s in exp.systems if s.name == ("eagle k=3" if system == "ngram" else system))
+        if system == "ngram":
+            spec = replace(spec, speculative=replace(spec.speculative, method="ngram"))
+        cost, k = make_cost_model(exp, spec), spec.speculative.num_speculative_tokens
+    batches = stretch_of(seed, k, (1, 6, 40)[seed])
+    assert cost.step_time_list(batches) == [cost.step_time(batch) for batch in batches]
+    mixed = [*batches[:3], speculating([100, 200], [k, 1], prefills=[50]), *batches[3:]]
+    assert cost.step_time_list(mixed) == [cost.step_time(batch) for batch in mixed]

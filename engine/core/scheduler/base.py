@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from engine.core.batch import Batch
 from engine.core.kv_usage import KVUsage, UsageColumns
+from engine.core.scheduler.speculating_stretch import SpeculatingSteps
 from engine.core.sequence import Sequence, SequenceGroup
 
 __all__ = ["DecodeStretch", "KVUsage", "Scheduler"]
@@ -136,6 +137,20 @@ class Scheduler:
         returned `batch`, all during the last iteration (a request ends a stretch at the iteration it
         arrives in), so after every schedule() the stretch ran."""
         raise NotImplementedError(f"{type(self).__name__} promises no decode stretch")
+
+    def speculating_stretch(self, batch: Batch) -> SpeculatingSteps | None:
+        """Right after schedule() returned `batch`, of a speculating system: the decode stretch it begins, to be
+        planned an iteration at a time from each one's accepted counts (SpeculatingSteps), provided no request
+        arrives meanwhile; None where none can run (engine.core.scheduler.speculating_stretch)."""
+        return None
+
+    def advance_speculating(self, steps: SpeculatingSteps, num_steps: int, arrived: int = 0) -> UsageColumns:
+        """advance_decodes for a speculating stretch: complete the first num_steps - 1 of its iterations (2 <=
+        num_steps <= those whose accepted counts it has) and run the schedule() of each next one, leaving the
+        scheduler as schedule() leaves it before iteration num_steps (steps.batches[num_steps - 1], which
+        complete() completes as any, with its accepted counts). Returns the KV usage each of iterations
+        2..num_steps found. `arrived`: requests added since schedule() returned the first, all during the last."""
+        raise NotImplementedError(f"{type(self).__name__} promises no speculating stretch")
 
 
 @dataclass(eq=False, slots=True)

@@ -21,10 +21,12 @@ from dataclasses import dataclass
 
 from engine.core.batch import Batch
 from engine.core.block_manager import appends_fit
+from engine.core.kv_usage import UsageColumns
 from engine.core.scheduler.base import DecodeStretch
 from engine.core.scheduler.order import Order, insert_in_order
 from engine.core.scheduler.paged import PagedScheduler
 from engine.core.scheduler.preemption import PreemptionMode
+from engine.core.scheduler.speculating_stretch import SpeculatingSteps
 from engine.core.scheduler.stretch import paged_stretch
 from engine.core.scheduler.vllm_step import NO_TOKEN_CAP, Prefill, SchedulingBudget, StepPlan, batch_of, decode_tokens
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
@@ -155,9 +157,8 @@ class VLLMScheduler(PagedScheduler):
         seqs: list[Sequence] = []
         for group in self.running:
             seqs.extend(group.running_seqs())
-        if self.blocks.blocks_to_append(seqs) > self.blocks.gpu.num_free:
+        if not self.blocks.append_lookahead_if_fits(seqs, plan.copies):
             return False
-        self.blocks.append_slots(seqs, plan.copies)
         plan.decode_groups = list(self.running)
         plan.decode_seqs = seqs
         return True
@@ -465,3 +466,32 @@ class VLLMScheduler(PagedScheduler):
             # held back by a delay_factor that may pass meanwhile)
             return DecodeStretch(batch, 1)
         return paged_stretch(batch, self.running, self.blocks, self.num_running_seqs, self.block_size)
+
+    # --- speculating stretches (engine.core.scheduler.speculating_stretch) ------------------------------------
+    def speculating_stretch(self, batch: Batch) -> SpeculatingSteps | None:
+        """The points the stretch's module checks where it starts: the batch decode-only and nothing else in the
+        system but the running requests, each decoding one sequence; planned from the pool as it stands."""
+        decodes = batch.decode_seq_ids
+        if (not self.lookahead or batch.prefill_seq_ids or not decodes or batch.num_swap_blocks or self.waiting
+                or self.swapped or self.prefill_progress or self.incoming or self.arrived
+                or self.num_running_beam_groups):
+            return None
+        groups = self._decoded
+        if not len(groups) == len(decodes) == self.num_running_seqs == len(self.running):
+            return None  # a request of several sequences (refused where a system speculates), or one not decoding
+        tables = self.blocks.block_tables
+        return SpeculatingSteps(batch, list(groups), [self._seqs[seq_id] for seq_id in decodes],
+                                [len(tables[seq_id]) for seq_id in decodes], self.lookahead, self.block_size,
+                                self.blocks.gpu.num_free, self.token_slots.slots)
+
+    def advance_speculating(self, steps: SpeculatingSteps, num_steps: int, arrived: int = 0) -> UsageColumns:
+        if not 2 <= num_steps <= len(steps.accepted):
+            raise ValueError(f"advance_speculating: {num_steps} steps of a stretch accepted to {len(steps.accepted)}")
+        someone_waited = len(self.waiting) > arrived
+        sampled, proposed, accepted = steps.make(num_steps, self.blocks)
+        self.token_slots.sampled(sampled)
+        self.rows.tick += num_steps - 1  # the rows' clock: a step each completion (RunningBatch.advance)
+        self.num_proposed_tokens += proposed
+        self.num_accepted_tokens += accepted
+        return self.paged_kv.stretch_usage(steps.token_slots[1:num_steps], steps.free_blocks[1:num_steps],
+                                           someone_waited)

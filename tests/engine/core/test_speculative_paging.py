@@ -167,9 +167,12 @@ def test_a_step_whose_lookahead_slots_do_not_fit_preempts_the_latest_arrival():
     assert [g.request_id for g in sched.running] == [0] and sched.waiting[0].request_id == 1
 
 
-def test_speculating_runs_are_stepped_through_not_stretched():
+def test_a_speculating_batch_promises_no_plain_stretch_but_begins_a_speculating_one():
+    # how far its steps advance is the accepted counts': planned on them (engine.core.scheduler.speculating_stretch)
     sched, batch = one_decode_proposing(2)
     assert sched.decode_stretch(batch).num_steps == 1
+    steps = sched.speculating_stretch(batch)
+    assert steps is not None and steps.batches == [batch]
 
 
 def test_with_nothing_accepted_every_request_gets_what_it_would_without_speculation():

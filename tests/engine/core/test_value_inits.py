@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from engine.core.batch import Batch
 from engine.core.kv_usage import KVUsage
 from engine.core.scheduler.base import DecodeStretch
+from engine.core.scheduler.speculating_stretch import SpeculatingSteps
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.serving import Step
+from engine.core.speculative import SpeculativeSpec
+from sim.core.acceptance import AcceptanceModel
 from sim.core.fast_forward import Stretch
 
 
@@ -35,7 +39,9 @@ REQUIRED = {"batch": Batch(num_running_groups=9), "usage": KVUsage(idle=9), "sta
             "stretch": DecodeStretch(Batch(), 3), "num_steps": 7, "seq_id": 11, "prompt_len": 12, "output_len": 13,
             "status": SeqStatus.SWAPPED, "request_id": 14, "arrival_s": 3.5, "seqs": [Sequence(1, 2, 3)],
             "first_token_s": 4.5, "finish_s": 5.5, "shares_prompt": False, "is_beam": True, "block_keys": (7, 8),
-            "step": Step(Batch(), KVUsage(), 6.5, 1), "ends": [7.5], "resume": object(), "alarm": object()}
+            "step": Step(Batch(), KVUsage(), 6.5, 1), "ends": [7.5], "resume": object(), "alarm": object(),
+            "speculating": SpeculatingSteps(Batch(), [], [], [], 2, 16, 0, 0),
+            "acceptance": AcceptanceModel(SpeculativeSpec("ngram", 1, (0.5,)), np.random.default_rng(0))}
 
 
 def _marker(f: dataclasses.Field, i: int):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,8 @@ import pytest
 
 import sim.core.fleet
 from calibrate.clock.costmodel import CostModel
+from calibrate.clock.speculative_pricing import SpeculativeCostModel
+from engine.core.speculative import SpeculativeSpec
 from engine.errors import SpecError
 from sim.core.fast_forward import FastForward
 from sim.core.simulate import simulate
@@ -70,6 +73,7 @@ def both_ways(trace: Trace, system, cost: CostModel = ROOFLINE, gpu_blocks: int 
                                       warmup_s=float(trace.arrival_s[len(trace) // 10]), horizon_s=horizon))
                  for r in (step, fast)]
     assert summaries[0] == summaries[1]
+    assert fast.speculation_values == step.speculation_values  # a speculating run's, each iteration's pair
     forward = Stretches.last
     assert forward is not None and forward.num_forwarded >= min_forwarded * step.num_iterations, (
         f"only {forward.num_forwarded if forward else 0} of {step.num_iterations} iterations fast-forwarded")
@@ -280,3 +284,83 @@ def test_records_moved_into_columns_in_small_chunks_are_the_same(monkeypatch, ch
         chunked = both_ways(trace, SYSTEMS["vllm"], replicas=replicas)
         if replicas == 1:
             assert chunked.iterations_frame().equals(whole.iterations_frame())
+
+
+# --- speculating systems: each stretch planned on the accepted counts drawn ahead ----------------------------------
+NGRAM = SpeculativeCostModel(ROOFLINE, "ngram", None)
+EAGLE = SpeculativeCostModel(ROOFLINE, "eagle", ROOFLINE)  # a head priced as the whole model: any proposer's clock
+
+
+def speculating(name: str, k: int = 3, rates: tuple[float, ...] | None = None, **changes):
+    rates = rates if rates is not None else tuple(0.9 - 0.15 * i for i in range(k))
+    return replace(SYSTEMS[name], speculative=SpeculativeSpec("ngram", k, rates), **changes)
+
+
+def speculated(records, share: float = 0.1) -> None:
+    """The stretches that ran were speculating ones, and ran at least `share` of the iterations."""
+    forward = Stretches.last
+    assert forward is not None and forward.num_speculated == forward.num_forwarded
+    assert forward.num_speculated >= share * records.num_iterations
+
+
+@pytest.mark.parametrize("name", ["vllm", "vllm-v1", "vllm-separate", "vllm-chunked", "vllm-block8"])
+@pytest.mark.parametrize("seed", range(3))
+def test_speculating_random_traces_give_the_same_records(name, seed):
+    k = (1, 3, 5)[seed]
+    arrivals = ("poisson", "burst", "gamma")[seed]
+    speculated(both_ways(random_trace(seed, arrivals=arrivals), speculating(name, k), (NGRAM, EAGLE)[seed % 2],
+                         gpu_blocks=320, seed=seed))
+
+
+@pytest.mark.parametrize("rates", [(1.0, 1.0, 1.0, 1.0), (0.0, 0.0, 0.0, 0.0), (0.95, 0.9, 0.2, 0.9)])
+def test_speculating_stretches_at_every_acceptance(rates):
+    # all accepted: the proposals shrink to what a request can still use, and its last steps decode plainly
+    speculated(both_ways(random_trace(12, count=80), speculating("vllm-v1", 4, rates), NGRAM, gpu_blocks=160))
+
+
+@pytest.mark.parametrize("name", ["vllm-swap", "vllm-recompute", "vllm-v1"])
+def test_a_speculating_stretch_ends_before_the_step_whose_slots_do_not_fit(name):
+    # a pool so small that the proposals' blocks run short: the stretch stops before the step that preempts
+    records = both_ways(random_trace(13, count=60, rate=2.0), speculating(name, 4), NGRAM, gpu_blocks=40,
+                        cpu_blocks=400)
+    speculated(records)
+    assert sum(row[8] for row in records.request_values) > 0  # it preempted
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_outstanding"])
+def test_speculating_fleets_behind_either_router(router):
+    # behind least_outstanding the replicas share one SimPy clock, and a request reaching one cuts its stretch
+    speculated(both_ways(random_trace(14, count=200, rate=30.0), speculating("vllm-v1", 3), EAGLE, gpu_blocks=160,
+                         replicas=3, router=router))
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_speculating_behind_a_clients_gate(replicas):
+    # the gate sends a request when another finishes (at a speculating stretch's last iteration): it reaches a
+    # replica as any request does, cutting its stretch at the iteration in flight
+    speculated(both_ways(random_trace(17, count=100, rate=12.0), speculating("vllm-v1", 3), EAGLE, gpu_blocks=320,
+                         replicas=replicas, max_concurrency=4))
+
+
+def test_a_horizon_cuts_a_speculating_stretch_where_stepping_stops():
+    records = both_ways(random_trace(15), speculating("vllm", 2), NGRAM, gpu_blocks=320, horizon_s=9.0)
+    assert records.requests_frame()["finish_s"].isna().any()
+
+
+def test_speculating_over_a_cached_shared_prefix():
+    # the prefix's blocks are shared: a sequence's first decode copies its last block on write, in the stretch's
+    # first step, which is scheduled as any
+    system = speculating("vllm-v1", 3, prefix_caching=True)
+    speculated(both_ways(random_trace(16, prefix=40), system, NGRAM, gpu_blocks=160))
+
+
+def test_a_bad_step_time_inside_a_speculating_stretch_is_the_same_error():
+    trace = Trace([0.0, 0.1], [100, 300], [400, 50], source="test")
+    cost = SpeculativeCostModel(NanAfter(), "ngram", None)
+    messages = []
+    for fast in (False, True):
+        with pytest.raises(SpecError) as err:
+            simulate(trace, MODEL, speculating("vllm", 3), cost, 96, 0, fast_forward=fast,
+                     rng=np.random.default_rng(0))
+        messages.append(str(err.value))
+    assert messages[0] == messages[1] and "nan" in messages[0]

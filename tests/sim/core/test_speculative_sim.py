@@ -177,18 +177,17 @@ def test_drawing_a_block_of_decodes_ahead_draws_what_a_step_at_a_time_does():
     assert [ahead.accepted(b) for b in batches] == [stepwise.accepted(b) for b in batches]
 
 
-def test_a_speculating_replica_is_stepped_through_without_planning_stretches(monkeypatch):
-    # its scheduler lets no stretch run (how far a step advances is drawn after it): none is planned at every step
-    from sim.core.fast_forward import FastForward
-
-    def refused(*args, **kwargs):
-        raise AssertionError("a speculating replica planned a decode stretch")
-
-    trace = random_trace(5, count=40)
-    spec = replace(VLLM, speculative=speculating(3, (0.7, 0.6, 0.5)))
-    cost = SpeculativeCostModel(ROOFLINE, "ngram", None)
-    stepped = simulate(trace, MODEL, spec, cost, 400, 64, rng=np.random.default_rng(2), fast_forward=False)
-    monkeypatch.setattr(FastForward, "plan", refused)
-    asked = simulate(trace, MODEL, spec, cost, 400, 64, rng=np.random.default_rng(2), fast_forward=True)
-    assert asked.request_values == stepped.request_values
-    assert [bytes(c) for c in asked.iteration_columns] == [bytes(c) for c in stepped.iteration_columns]
+def test_counts_seen_ahead_are_those_handed_out_after():
+    # a speculating stretch plans its iterations on the counts ahead (sim.core.fast_forward), then hands out those of
+    # the iterations it ran: the draws, and those after, are a step at a time's
+    spec = speculating(3, (0.9, 0.5, 0.2))
+    batches = [Batch(decode_seq_ids=list(range(n)), decode_context_lens=[9] * n, decode_proposed=[3, 2, 0, 1][:n])
+               for n in (4, 1, 3, 4, 2) * 30]
+    planned, stepwise = AcceptanceModel(spec, np.random.default_rng(4), block=7), \
+        AcceptanceModel(spec, np.random.default_rng(4))
+    seen, offset = [], 0
+    for batch in batches[:100]:
+        seen.append(planned.ahead(batch, offset))
+        offset += len(batch.decode_proposed)
+    planned.skip(offset)
+    assert seen + [planned.accepted(b) for b in batches[100:]] == [stepwise.accepted(b) for b in batches]
