@@ -39,7 +39,7 @@ from typing import Any
 from calibrate.hardware.precision import Precision
 from engine.errors import SpecError
 from engine.runtime.options import EngineOptions, engine_options_from_dict
-from engine.specs.checks import choice, number, optional, positive
+from engine.specs.checks import choice, known_keys, number, optional, positive
 from sim.experiment.config import Experiment, experiment_from_dict, read_config
 from sim.experiment.overrides import blamed_on_overrides
 
@@ -138,9 +138,7 @@ def options_from_dict(raw: Any, source: str) -> ValidationOptions:
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise SpecError(source, "validation", f"must be a mapping; valid keys are {sorted(OPTION_HELP)}")
-    for key in raw:
-        if key not in OPTION_HELP:
-            raise SpecError(source, f"validation.{key}", f"unknown key; valid keys are {sorted(OPTION_HELP)}")
+    known_keys(raw, sorted(OPTION_HELP), source, "validation")
     d = ValidationOptions()
     k = "validation."
     dtype = raw.get("dtype", d.dtype)
@@ -180,10 +178,7 @@ def _grid(value: Any, source: str, key: str) -> str | None:
 def validation_from_dict(raw: Any, source: str, base_dir: Path) -> ValidationConfig:
     if not isinstance(raw, dict):
         raise SpecError(source, "", "a validation file must be a YAML mapping with `experiment:` and `validation:`")
-    for key in raw:
-        if key not in TOP_LEVEL_KEYS:
-            raise SpecError(source, key, f"unknown key; valid keys are {sorted(TOP_LEVEL_KEYS)} "
-                            "(experiment keys go under `experiment:`)")
+    known_keys(raw, sorted(TOP_LEVEL_KEYS), source, note="experiment keys go under `experiment:`")
     if "experiment" not in raw:
         raise SpecError(source, "experiment", f"missing required key ({TOP_LEVEL_KEYS['experiment']})")
     name = str(raw.get("name", Path(source).stem))

@@ -14,7 +14,7 @@ from calibrate.work.features import TERMS, TERMS_ADDED_IN_3, TERMS_ADDED_IN_4
 from calibrate.work.layer_ops import ELEMENTWISE
 from engine.atomic import write_text_atomic
 from engine.errors import SpecError
-from engine.specs.checks import choice, non_negative, number, optional, positive, positive_int, share
+from engine.specs.checks import choice, known_keys, non_negative, number, optional, positive, positive_int, share
 from engine.specs.loader import available_models, load_model_spec, read_yaml
 from engine.specs.paths import Shipped
 
@@ -127,9 +127,7 @@ def _check(raw: dict, source: str) -> None:
         raw["swap_s_per_copy"] = raw.pop("swap_s_per_transfer")
     known = {f.name for f in fields(Profile)}
     required = {f.name for f in fields(Profile) if f.default is MISSING and f.default_factory is MISSING}
-    for key in raw:
-        if key not in known:
-            raise SpecError(source, key, f"unknown field; valid fields are {sorted(known)}")
+    known_keys(raw, sorted(known), source)
     for key in sorted(required - set(raw)):
         raise SpecError(source, key, "missing required field")
     if raw["model"] not in available_models():
@@ -144,9 +142,8 @@ def _check(raw: dict, source: str) -> None:
     for term in TERMS:
         if term not in coefficients:
             raise SpecError(source, f"coefficients.{term}", "missing coefficient")
+    known_keys(coefficients, TERMS, source, "coefficients")
     for term, value in coefficients.items():
-        if term not in TERMS:
-            raise SpecError(source, f"coefficients.{term}", f"unknown term; valid terms are {list(TERMS)}")
         non_negative(value, source, f"coefficients.{term}")  # seconds
     for key in ("heldout_mape", "heldout_p95_ape"):
         non_negative(raw[key], source, key)
@@ -232,9 +229,8 @@ def check_fit(fit: dict, source: str, key: str) -> None:
     elementwise = fit.get("elementwise", {})
     if not isinstance(elementwise, dict):
         raise SpecError(source, f"{key}.elementwise", "must map kernels to latency_s and bandwidth_efficiency")
+    known_keys(elementwise, ELEMENTWISE, source, f"{key}.elementwise")
     for op, terms in elementwise.items():
-        if op not in ELEMENTWISE:
-            raise SpecError(source, f"{key}.elementwise.{op}", f"unknown kernel; valid: {list(ELEMENTWISE)}")
         if not isinstance(terms, dict):
             raise SpecError(source, f"{key}.elementwise.{op}", "must map latency_s and bandwidth_efficiency")
         non_negative(terms.get("latency_s"), source, f"{key}.elementwise.{op}.latency_s")
@@ -282,9 +278,7 @@ def _check_attention(attention, source: str) -> None:
     if not isinstance(attention, dict):
         raise SpecError(source, "attention", "must map the measured attention's latencies and shares "
                         "(calibrate/parts/attention_fit.py)")
-    for key in attention:
-        if key not in ATTENTION_KEYS:
-            raise SpecError(source, f"attention.{key}", f"unknown key; valid keys are {list(ATTENTION_KEYS)}")
+    known_keys(attention, ATTENTION_KEYS, source, "attention")
     for key in ("decode_latency_s", "prefill_latency_s"):
         non_negative(attention.get(key), source, f"attention.{key}")  # seconds per layer
     for key in ATTENTION_SHARES:
@@ -309,9 +303,7 @@ def _check_waves(waves, source: str) -> None:
         return
     if not isinstance(waves, dict):
         raise SpecError(source, "attention.waves", f"must map {list(WAVE_KEYS)} (calibrate/parts/attention_waves.py)")
-    for key in waves:
-        if key not in WAVE_KEYS:
-            raise SpecError(source, f"attention.waves.{key}", f"unknown key; valid keys are {list(WAVE_KEYS)}")
+    known_keys(waves, WAVE_KEYS, source, "attention.waves")
     for key in ("latency_s", "split_latency_s", "wave_latency_s"):
         non_negative(waves.get(key), source, f"attention.waves.{key}")  # seconds per layer
     share(waves.get("bandwidth_efficiency"), source, "attention.waves.bandwidth_efficiency")

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from engine.errors import SpecError
-from engine.specs.checks import number, positive, positive_int
+from engine.specs.checks import known_keys, number, positive, positive_int
 from engine.specs.loader import read_named_yaml
 from engine.specs.paths import Shipped
 
@@ -65,9 +65,7 @@ def hardware_from_dict(raw: dict, source: str) -> HardwareSpec:
     if not isinstance(raw, dict):
         raise SpecError(source, "", "a hardware spec must be a mapping")
     known = {f.name for f in fields(HardwareSpec)} - {"sheet"}
-    for key in raw:
-        if key not in known:
-            raise SpecError(source, key, f"unknown key; valid keys are {sorted(known)}")
+    known_keys(raw, sorted(known), source)
     for key in sorted(known - set(raw) - set(OPTIONAL_KEYS)):
         raise SpecError(source, key, "missing required key")
     if not isinstance(raw["name"], str) or not raw["name"].strip():

@@ -29,6 +29,7 @@ from typing import Any
 from calibrate.hardware.hardware import HardwareSpec
 from engine.core.spec import ModelSpec
 from engine.errors import SpecError
+from engine.specs.checks import known_keys
 
 WEIGHT_FORMATS: dict[str, float] = {"fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 KV_CACHE_FORMATS: dict[str, int] = {"fp16": 2, "bf16": 2, "fp8": 1}
@@ -126,9 +127,7 @@ def precision_from_config(raw: Any, dtype_bytes: int | None, source: str) -> Pre
                         "give one (precision: {weights, kv_cache} sets them apart)")
     if not isinstance(raw, dict):
         raise SpecError(source, "precision", f"must be a mapping with keys {list(PRECISION_KEYS)}, got {raw!r}")
-    for key in raw:
-        if key not in PRECISION_KEYS:
-            raise SpecError(source, f"precision.{key}", f"unknown key; valid keys are {list(PRECISION_KEYS)}")
+    known_keys(raw, PRECISION_KEYS, source, "precision")
     weights = _format(raw.get("weights", "fp16"), WEIGHT_FORMATS, source, "precision.weights")
     kv_cache = _format(raw.get("kv_cache", "fp16"), KV_CACHE_FORMATS, source, "precision.kv_cache")
     return Precision(weights, kv_cache)

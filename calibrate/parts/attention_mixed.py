@@ -35,7 +35,7 @@ import numpy as np
 
 from calibrate.hardware.hardware import HardwareSpec
 from engine.errors import SpecError
-from engine.specs.checks import non_negative, number, optional, positive, positive_int
+from engine.specs.checks import known_keys, non_negative, number, optional, positive, positive_int
 
 QUERY_ROWS_PER_BLOCK = 64  # the unsplit split-KV kernel's kBlockM, fixed for all head dimensions
 # a query head's stream can be at most its group's reads served once: the largest group of a shipped layer shape
@@ -152,9 +152,7 @@ def check_mixed(mixed, source: str) -> None:
         return
     if not isinstance(mixed, dict):
         raise SpecError(source, "attention.mixed", f"must map {list(MIXED_KEYS)} (calibrate/parts/attention_mixed.py)")
-    for key in mixed:
-        if key not in MIXED_KEYS:
-            raise SpecError(source, f"attention.mixed.{key}", f"unknown key; valid keys are {list(MIXED_KEYS)}")
+    known_keys(mixed, MIXED_KEYS, source, "attention.mixed")
     for key in ("latency_s", "wave_latency_s", "empty_block_s"):
         non_negative(mixed.get(key), source, f"attention.mixed.{key}")  # seconds per layer, per wave, per block
     through_l2(mixed.get("bandwidth_efficiency"), source, "attention.mixed.bandwidth_efficiency")

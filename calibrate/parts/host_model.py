@@ -29,7 +29,7 @@ from calibrate.work.host_features import FEATURES, ITERATION, PREFILL_TOKEN, SEQ
 from engine.atomic import write_text_atomic
 from engine.core.spec import ModelSpec
 from engine.errors import SpecError
-from engine.specs.checks import non_negative
+from engine.specs.checks import known_keys, non_negative
 from engine.specs.loader import read_yaml
 from engine.specs.paths import Shipped
 
@@ -63,9 +63,8 @@ class EngineMechanisms:
     def from_dict(cls, raw: object, source: str, terms: dict) -> EngineMechanisms:
         if not isinstance(raw, dict):
             raise SpecError(source, "engine", f"must map mechanisms to their settings: {sorted(ENGINE_KEYS)}")
+        known_keys(raw, sorted(ENGINE_KEYS), source, "engine")
         for key, value in raw.items():
-            if key not in ENGINE_KEYS:
-                raise SpecError(source, f"engine.{key}", f"unknown mechanism; valid: {sorted(ENGINE_KEYS)}")
             if key != "serial" and not isinstance(value, bool):
                 raise SpecError(source, f"engine.{key}", f"must be true or false, got {value!r}")
         serial = raw.get("serial", [])
@@ -146,9 +145,7 @@ class HostModel:
     def from_dict(cls, raw: object, source: str) -> HostModel:
         if not isinstance(raw, dict):
             raise SpecError(source, "", "a host model is a YAML mapping")
-        for key in raw:
-            if key not in KEYS:
-                raise SpecError(source, str(key), f"unknown key; valid keys are {list(KEYS)}")
+        known_keys(raw, KEYS, source)
         if raw.get("format") != FORMAT:
             raise SpecError(source, "format", f"must be {FORMAT!r}, got {raw.get('format')!r}")
         for key in ("name", "measured", "source", "licence"):
@@ -171,9 +168,8 @@ def _coefficients(raw: object, source: str, key: str) -> dict[str, float]:
     if not isinstance(raw, dict) or not raw:
         raise SpecError(source, key, f"must map features to seconds; features are {sorted(FEATURES)}")
     out = {}
+    known_keys(raw, sorted(FEATURES), source, key)
     for feature, value in raw.items():
-        if feature not in FEATURES:
-            raise SpecError(source, f"{key}.{feature}", f"unknown feature; valid: {sorted(FEATURES)}")
         out[str(feature)] = non_negative(value, source, f"{key}.{feature}")
     return out
 

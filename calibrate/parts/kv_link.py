@@ -19,7 +19,7 @@ from calibrate.hardware.hardware import HardwareSpec
 from calibrate.tables.send_recv_table import PLACEMENTS, fit_send_recv, table_path
 from engine.core.spec import ModelSpec
 from engine.errors import SpecError
-from engine.specs.checks import number, positive
+from engine.specs.checks import known_keys, number, positive
 
 # Fixed latencies of the spec-sheet links, a send's start-up however few its bytes. NVLink and InfiniBand are the
 # DGX H100 send/recv table's fitted latencies (calibrate/network_tables/h100_dgx.send_recv.csv, Vidur: 7.6 us in
@@ -155,10 +155,7 @@ def _checked_mapping(raw: Any, source: str, key: str) -> str:
         raise SpecError(source, key, f"must be a link kind or a mapping with its kind; valid kinds are "
                                      f"{sorted(KIND_KEYS)}, got {raw!r}")
     kind = _kind(raw.get("kind"), source, f"{key}.kind")
-    for name in raw:
-        if name not in KIND_KEYS[kind]:
-            raise SpecError(source, f"{key}.{name}", f"unknown key for kind {kind}; valid keys are "
-                                                     f"{list(KIND_KEYS[kind])}")
+    known_keys(raw, KIND_KEYS[kind], source, key, note=f"for kind {kind}")
     for name in REQUIRED_KEYS.get(kind, ()):
         if name not in raw:
             raise SpecError(source, f"{key}.{name}", f"missing: kind {kind} needs {list(REQUIRED_KEYS[kind])}")

@@ -26,6 +26,7 @@ from calibrate.maths.ridge import bent_roofs, ridge_exponent
 from calibrate.parts.linear_model import LinearFit
 from calibrate.work.layer_ops import GEMMS, LAYER_ELEMENTWISE, LayerShape, gemm_work
 from engine.errors import SpecError
+from engine.specs.checks import known_keys
 
 MEMORY_BOUND, RIDGE, COMPUTE_BOUND = "memory-bound decode", "ridge", "compute-bound prefill"
 REGIMES = (MEMORY_BOUND, RIDGE, COMPUTE_BOUND)
@@ -211,7 +212,5 @@ def carried_host(host: dict | None, measured_cpu_speed: float | None = None,
 def shares_from_dict(raw: dict, source: str) -> KernelShares:
     """KernelShares from a mapping, each field named in the error when missing."""
     known = {f.name for f in fields(KernelShares)}
-    for key in raw:
-        if key not in known:
-            raise SpecError(source, key, f"unknown key; valid keys are {sorted(known)}")
+    known_keys(raw, sorted(known), source)
     return KernelShares(**{k: float(v) for k, v in raw.items()})

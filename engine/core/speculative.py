@@ -14,6 +14,7 @@ from typing import Any
 
 from engine.core.spec import ModelSpec
 from engine.errors import SpecError
+from engine.specs.checks import known_keys
 
 METHODS = ("draft", "ngram", "eagle", "mtp")
 MAX_SPECULATIVE_TOKENS = 16
@@ -95,9 +96,7 @@ def speculative_from_dict(raw: Any, source: str, key: str) -> SpeculativeSpec | 
         return None
     if not isinstance(raw, dict):
         raise SpecError(source, key, "must be a mapping {method, num_speculative_tokens, draft_model, acceptance}")
-    for name in raw:
-        if name not in KEYS:
-            raise SpecError(source, f"{key}.{name}", f"unknown key; valid keys are {list(KEYS)}")
+    known_keys(raw, KEYS, source, key)
     method = raw.get("method")
     if method not in METHODS:
         raise SpecError(source, f"{key}.method", f"{method!r} is not one of {list(METHODS)}")
@@ -125,9 +124,7 @@ ACCEPTANCE_FORMS = ("must be {mean_accepted: a} (the mean of the k proposals acc
 
 def _table(raw: dict, source: str, key: str) -> AcceptanceTable:
     """acceptance: {table, dataset[, model][, proposer]}: names, checked here; the row is read by the experiment."""
-    for name in raw:
-        if name not in TABLE_KEYS:
-            raise SpecError(source, f"{key}.{name}", f"unknown key beside table; valid keys are {list(TABLE_KEYS)}")
+    known_keys(raw, TABLE_KEYS, source, key)
     names: dict[str, str | None] = {}
     for name in TABLE_KEYS:
         value = raw.get(name)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import SpecError
+from engine.specs.checks import known_keys
 
 ENGINE_OPTION_HELP = {
     "cuda_graphs": "true | false | null: decode iterations replay a CUDA graph captured per batch-size bucket "
@@ -28,9 +29,7 @@ def engine_options_from_dict(raw: Any, source: str, prefix: str = "engine") -> E
         return EngineOptions()
     if not isinstance(raw, dict):
         raise SpecError(source, prefix, f"must be a mapping; valid keys are {sorted(ENGINE_OPTION_HELP)}")
-    for key in raw:
-        if key not in ENGINE_OPTION_HELP:
-            raise SpecError(source, f"{prefix}.{key}", f"unknown key; valid keys are {sorted(ENGINE_OPTION_HELP)}")
+    known_keys(raw, sorted(ENGINE_OPTION_HELP), source, prefix)
     graphs = raw.get("cuda_graphs")
     if graphs is not None and not isinstance(graphs, bool):
         raise SpecError(source, f"{prefix}.cuda_graphs", f"must be true, false or null, got {graphs!r}")

@@ -3,12 +3,14 @@
 Experiment and workload configs, model and hardware specs and profiles all read their numbers
 through `number` (or its short forms), so NaN, inf, YAML's true/false and out-of-range values are
 refused at load time, before anything runs, with a SpecError naming the file, the key and what is
-valid. Imports nothing but SpecError, so the control plane may use it too.
+valid. Their keys are checked one way too, by `known_keys`. Imports nothing but SpecError, so the
+control plane may use it too.
 """
 from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from engine.errors import SpecError
@@ -92,6 +94,18 @@ def choice(value: Any, source: str, key: str, choices) -> Any:
     if not ok:
         raise SpecError(source, key, f"{value!r} is not one of {list(choices)}")
     return value
+
+
+def known_keys(keys: Iterable[Any], valid: Collection[str], source: str, where: str = "", note: str = "") -> None:
+    """Every key of a mapping (`keys`: the mapping or its keys) one of `valid`, or a SpecError naming the
+    first other one (`where.key`) and listing `valid` in the order given; `note` adds what the list alone
+    does not say."""
+    allowed = set(valid)
+    for key in keys:
+        if key not in allowed:
+            said = f" ({note})" if note else ""
+            raise SpecError(source, f"{where}.{key}" if where else str(key),
+                            f"unknown key; valid keys are {list(valid)}{said}")
 
 
 def existing_file(value: Any, source: str, key: str = "", what: str = "a file") -> Any:

@@ -16,7 +16,7 @@ from engine.core.spec import ModelSpec
 from engine.core.speculative import speculative_from_dict
 from engine.core.system import CHUNKED_TOKEN_BUDGET, PRESETS, SystemSpec, v1_limits
 from engine.errors import SpecError
-from engine.specs.checks import choice, positive, positive_int, share
+from engine.specs.checks import choice, known_keys, positive, positive_int, share
 from engine.specs.paths import Shipped, names_hint
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
@@ -138,9 +138,7 @@ def model_spec_from_dict(raw: dict, source: str) -> ModelSpec:
     if not isinstance(raw, dict):
         raise SpecError(source, "", "a model spec must be a mapping of keys to values")
     known = {f.name for f in fields(ModelSpec)}
-    unknown = sorted(set(raw) - known, key=str)
-    if unknown:
-        raise SpecError(source, unknown[0], f"unknown key; valid keys are {sorted(known)}")
+    known_keys(raw, sorted(known), source)
     family = choice(raw.get("family"), source, "family", sorted(FAMILIES))
     values = dict(FAMILIES[family])
     values.update(raw)
@@ -213,9 +211,7 @@ def system_from_dict(raw: dict | str, source: str, key: str, gpu: tuple[float, t
     else:
         base = {}
     known = {f.name for f in fields(SystemSpec)}
-    for k in raw:
-        if k not in known:
-            raise SpecError(source, f"{key}.{k}", f"unknown key; valid keys are {sorted(known | {'preset'})}")
+    known_keys(raw, sorted(known | {"preset"}), source, key)
     base.update(raw)
     if base.get("prefill_policy") == "chunked" and "max_num_batched_tokens" not in raw:
         base["max_num_batched_tokens"] = CHUNKED_TOKEN_BUDGET  # vLLM's own default for chunked prefill

@@ -23,7 +23,7 @@ from calibrate.hardware.hardware import available_hardware
 from calibrate.hardware.precision import precision_from_config
 from engine.errors import SpecError
 from engine.specs.arguments import Spelling
-from engine.specs.checks import choice, non_negative, number, positive, positive_int
+from engine.specs.checks import choice, known_keys, non_negative, number, positive, positive_int
 from engine.specs.paths import resolve_path
 from sim.capacity.plan import colocated, plan_capacity
 from sim.capacity.prices import PriceTable, load_prices
@@ -95,9 +95,7 @@ def load_plan(path: str | Path, overrides: list[str] | None = None) -> Deploymen
 
 def _search(base: Experiment, raw: dict, section: dict, base_dir: Path) -> DeploymentSearch:
     source = base.source
-    for key in section:
-        if key not in PLAN_KEYS:
-            raise SpecError(source, f"plan.{key}", f"unknown key; valid keys are {sorted(PLAN_KEYS)}")
+    known_keys(section, sorted(PLAN_KEYS), source, "plan")
     for key in ("rate", "targets", "prices"):
         if key not in section:
             raise SpecError(source, f"plan.{key}", f"missing: {PLAN_KEYS[key]}")
@@ -138,9 +136,7 @@ def _list(section: dict, key: str, default: list, source: str, check) -> tuple:
 def _batch(value: Any, source: str, key: str) -> dict:
     if not isinstance(value, dict):
         raise SpecError(source, key, f"must be a mapping with keys from {list(BATCH_KEYS)}, got {value!r}")
-    for name in value:
-        if name not in BATCH_KEYS:
-            raise SpecError(source, f"{key}.{name}", f"unknown key; valid keys are {list(BATCH_KEYS)}")
+    known_keys(value, BATCH_KEYS, source, key)
     return {name: positive_int(value[name], source, f"{key}.{name}") for name in BATCH_KEYS if name in value}
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import SpecError
-from engine.specs.checks import positive
+from engine.specs.checks import known_keys, positive
 from engine.specs.loader import read_yaml
 
 PRICE_KEYS = ("usd_per_gpu_hour", "provider", "source", "date")
@@ -51,18 +51,14 @@ def load_prices(path: str | Path) -> PriceTable:
     if not isinstance(raw, dict) or not isinstance(raw.get("gpus"), dict) or not raw["gpus"]:
         raise SpecError(source, "gpus", "must be a mapping of GPU kinds (hardware names, e.g. h100-sxm) to "
                         "{usd_per_gpu_hour, provider, source, date}")
-    for key in raw:
-        if key != "gpus":
-            raise SpecError(source, key, "unknown key; valid keys are ['gpus']")
+    known_keys(raw, ["gpus"], source)
     return PriceTable(source, {str(kind): _price(value, source, f"gpus.{kind}") for kind, value in raw["gpus"].items()})
 
 
 def _price(raw: Any, source: str, key: str) -> Price:
     if not isinstance(raw, dict):
         raise SpecError(source, key, f"must be a mapping with keys {list(PRICE_KEYS)}, got {raw!r}")
-    for name in raw:
-        if name not in PRICE_KEYS:
-            raise SpecError(source, f"{key}.{name}", f"unknown key; valid keys are {list(PRICE_KEYS)}")
+    known_keys(raw, PRICE_KEYS, source, key)
     if "usd_per_gpu_hour" not in raw:
         raise SpecError(source, f"{key}.usd_per_gpu_hour", "missing: the price of one GPU of this kind an hour, in US$")
     texts = {name: _text(raw.get(name, ""), source, f"{key}.{name}") for name in PRICE_KEYS[1:]}

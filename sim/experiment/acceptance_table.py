@@ -16,6 +16,7 @@ from typing import Any
 from engine.core.speculative import METHODS, AcceptanceTable, SpeculativeSpec, rate_for_mean
 from engine.core.system import SystemSpec
 from engine.errors import SpecError
+from engine.specs.checks import known_keys
 from engine.specs.loader import read_yaml
 from engine.specs.paths import Shipped, resolve_path
 
@@ -137,9 +138,7 @@ def load_table(path: Path) -> tuple[AcceptanceRow, ...]:
 def _row(raw: Any, source: str, key: str) -> AcceptanceRow:
     if not isinstance(raw, dict):
         raise SpecError(source, key, f"a row is a mapping of {list(ROW_KEYS)}, got {raw!r}")
-    for name in raw:
-        if name not in ROW_KEYS:
-            raise SpecError(source, f"{key}.{name}", f"unknown key; valid keys are {list(ROW_KEYS)}")
+    known_keys(raw, ROW_KEYS, source, key)
     text = {name: _text(raw.get(name), source, f"{key}.{name}") for name in TEXT_KEYS}
     if text["method"] not in METHODS:
         raise SpecError(source, f"{key}.method", f"{text['method']!r} is not one of {list(METHODS)}")

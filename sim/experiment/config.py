@@ -21,7 +21,7 @@ from calibrate.work.expert_parallel import ExpertParallel
 from engine.core.spec import ModelSpec
 from engine.core.system import CHUNKED_POLICIES, PAPER_SYSTEMS, PRESETS, SystemSpec
 from engine.errors import SpecError
-from engine.specs.checks import choice, non_negative, number, optional, positive, positive_int, share
+from engine.specs.checks import choice, known_keys, non_negative, number, optional, positive, positive_int, share
 from engine.specs.loader import SHIPPED_MODELS, load_model_spec, read_yaml, system_from_dict
 from engine.specs.paths import Shipped, names_hint, resolve_path
 from sim.core.routers import ROUTER_KINDS, RouterSpec
@@ -240,9 +240,8 @@ def _check_cost_model_keys(kind: Any, raw: dict, source: str) -> None:
                                                            if kind == "transfer" else [])
     else:
         valid = sorted(set(RooflineParams.__dataclass_fields__) | {"kind", "host", "cuda_graphs"})
-    for key in raw:
-        if key not in valid and not (kind == "roofline" and key == "swap_transfer_latency_s"):  # its name before
-            raise SpecError(source, f"cost_model.{key}", f"unknown key; valid keys are {valid}")
+    former = {"swap_transfer_latency_s"} if kind == "roofline" else set()  # a key's name before, still read
+    known_keys([key for key in raw if key not in former], valid, source, "cost_model")
 
 
 def _cuda_graphs(value: Any, host: Path | None, source: str) -> bool:
@@ -321,9 +320,7 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
     warmup_fraction) and the profile (by one it calibrates first)."""
     if not isinstance(raw, dict):
         raise SpecError(source, "", "an experiment file must be a YAML mapping")
-    for key in raw:
-        if key not in TOP_LEVEL_KEYS:
-            raise SpecError(source, key, f"unknown key; valid keys are {sorted(TOP_LEVEL_KEYS)}")
+    known_keys(raw, sorted(TOP_LEVEL_KEYS), source)
     for key in ("model", "hardware", "workload", "rates"):
         if key not in raw:
             raise SpecError(source, key, f"missing required key ({TOP_LEVEL_KEYS[key]})")

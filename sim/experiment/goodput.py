@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine.errors import SpecError
+from engine.specs.checks import known_keys
 
 METRICS = ("ttft", "tpot", "e2el")  # vLLM's names, in the order it checks them
 PAIR_FORM = "METRIC:MS pairs (METRIC one of ttft, tpot, e2el; MS milliseconds >= 0), e.g. ttft:500 tpot:50"
@@ -45,9 +46,8 @@ def check_slos(value: Any, source: str, key: str) -> dict[str, float]:
     if not isinstance(value, Mapping) or not value:
         raise SpecError(source, key, f"must be a mapping of objectives in ms, e.g. {{ttft: 500, tpot: 50}} "
                         f"(metrics: {', '.join(METRICS)}), got {value!r}")
+    known_keys(value, sorted(METRICS), source, key)
     for name, ms in value.items():
-        if name not in METRICS:
-            raise SpecError(source, f"{key}.{name}", f"unknown metric; valid keys are {sorted(METRICS)}")
         if not _is_ms(ms):
             raise SpecError(source, f"{key}.{name}", f"must be a number of milliseconds >= 0, got {ms!r}")
     return {name: float(value[name]) for name in METRICS if name in value}

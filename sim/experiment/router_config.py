@@ -5,7 +5,7 @@ from typing import Any
 
 from engine.core.system import SystemSpec
 from engine.errors import SpecError
-from engine.specs.checks import choice, number
+from engine.specs.checks import choice, known_keys, number
 from sim.core.routers import (
     DEFAULT_BALANCE_ABS_THRESHOLD,
     DEFAULT_BALANCE_REL_THRESHOLD,
@@ -23,9 +23,7 @@ def router_from_config(value: Any, source: str) -> RouterSpec:
     """`router: least_outstanding`, or `router: {kind: cache_aware, cache_threshold: 0.5, ...}`."""
     if not isinstance(value, dict):
         return RouterSpec(choice(value, source, "router", ROUTER_KINDS))
-    for key in value:
-        if key not in ROUTER_KEYS:
-            raise SpecError(source, f"router.{key}", f"unknown key; valid keys are {list(ROUTER_KEYS)}")
+    known_keys(value, ROUTER_KEYS, source, "router")
     if "kind" not in value:
         raise SpecError(source, "router.kind", f"missing required key (one of {list(ROUTER_KINDS)})")
     kind = choice(value["kind"], source, "router.kind", ROUTER_KINDS)

@@ -25,7 +25,7 @@ from calibrate.hardware.hardware import SHIPPED_SHEETS, HardwareSpec, load_hardw
 from calibrate.parts.kv_link import link_table_found
 from engine.core.system import SystemSpec
 from engine.errors import SpecError
-from engine.specs.checks import choice, number, optional, positive, positive_int
+from engine.specs.checks import choice, known_keys, number, optional, positive, positive_int
 from engine.specs.loader import system_from_dict
 from engine.specs.paths import resolve_path
 from sim.core.split_fleet import ON_DECODE_FULL
@@ -65,9 +65,7 @@ def split_from_config(value: Any, source: str, base_dir: Path, hardware: Hardwar
         return None
     if not isinstance(value, dict):
         raise SpecError(source, "split", f"must be a mapping with keys {list(SPLIT_KEYS)}, got {value!r}")
-    for key in value:
-        if key not in SPLIT_KEYS:
-            raise SpecError(source, f"split.{key}", f"unknown key; valid keys are {list(SPLIT_KEYS)}")
+    known_keys(value, SPLIT_KEYS, source, "split")
     for key in ("prefill", "decode"):
         if key not in value:
             raise SpecError(source, f"split.{key}", f"missing required key (a pool: {list(POOL_KEYS)})")
@@ -82,9 +80,7 @@ def split_from_config(value: Any, source: str, base_dir: Path, hardware: Hardwar
 def _pool(value: Any, source: str, key: str, base_dir: Path, default_hardware: HardwareSpec) -> PoolConfig:
     if not isinstance(value, dict):
         raise SpecError(source, key, f"must be a mapping with keys {list(POOL_KEYS)}, got {value!r}")
-    for name in value:
-        if name not in POOL_KEYS:
-            raise SpecError(source, f"{key}.{name}", f"unknown key; valid keys are {list(POOL_KEYS)}")
+    known_keys(value, POOL_KEYS, source, key)
     if "replicas" not in value:
         raise SpecError(source, f"{key}.replicas", "missing required key (how many replicas the pool has)")
     hardware = value.get("hardware")

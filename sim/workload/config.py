@@ -41,7 +41,7 @@ import numpy as np
 
 from engine.core.spec import ModelSpec
 from engine.errors import SpecError
-from engine.specs.checks import choice, is_number, number, optional, positive, positive_int
+from engine.specs.checks import choice, is_number, known_keys, number, optional, positive, positive_int
 from engine.specs.paths import Shipped, resolve_path
 
 from .arrivals import ARRIVALS, first_arrivals
@@ -80,9 +80,7 @@ def _system_prompt(raw, source: str, values: dict) -> SystemPrompt | None:
         return None
     if not isinstance(raw, dict):
         raise SpecError(source, key, f"must be a mapping {{tokens: N, count: K}}, got {raw!r}")
-    unknown = sorted(set(raw) - {"tokens", "count"}, key=str)
-    if unknown:
-        raise SpecError(source, f"{key}.{unknown[0]}", "unknown key; valid keys are ['count', 'tokens']")
+    known_keys(raw, ["count", "tokens"], source, key)
     if "tokens" not in raw:
         raise SpecError(source, f"{key}.tokens", "missing: the system prompt's length in tokens")
     prompt = SystemPrompt(positive_int(raw["tokens"], source, f"{key}.tokens"),
@@ -130,9 +128,7 @@ class WorkloadConfig:
         if not isinstance(raw, dict):
             raise SpecError(source, SECTION, f"must be a mapping of keys to values, got {type(raw).__name__}")
         valid = [f.name for f in fields(cls) if f.name != "source"]
-        unknown = sorted(set(raw) - set(valid), key=str)
-        if unknown:
-            raise SpecError(source, f"{SECTION}.{unknown[0]}", f"unknown key; valid keys are {valid}")
+        known_keys(raw, valid, source, SECTION)
         values = {"source": source}
         values["trace"] = _path(raw, "trace", source, base_dir)
         values.update(_replay_options(raw, source, values["trace"] is not None))

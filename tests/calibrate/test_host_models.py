@@ -283,7 +283,7 @@ def _shipped_raw():
     (lambda r: r.update(format="servesim-host-model/9"), "format", "must be"),
     (lambda r: r.pop("licence"), "licence", "missing"),
     (lambda r: r.update(extra=1), "extra", "unknown key"),
-    (lambda r: r["terms"]["schedule"].update(per_token_s=1.0), "terms.schedule.per_token_s", "unknown feature"),
+    (lambda r: r["terms"]["schedule"].update(per_token_s=1.0), "terms.schedule.per_token_s", "unknown key"),
     (lambda r: r["terms"]["schedule"].update(per_iteration_s=-1.0), "terms.schedule.per_iteration_s",
      "non-negative"),
     (lambda r: r.update(terms={}), "terms", "must map"),

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from engine.errors import SpecError
-from engine.specs.checks import choice, non_negative, number, positive, positive_int, share
+from engine.specs.checks import choice, known_keys, non_negative, number, positive, positive_int, share
 from engine.specs.loader import parse_yaml, read_yaml
 
 
@@ -40,6 +40,16 @@ def test_bounds_in_words():
 def test_a_list_where_a_name_belongs_is_refused_not_a_type_error():
     with pytest.raises(SpecError, match=r"\['vllm'\] is not one of \['a', 'b'\]"):
         choice(["vllm"], "exp.yaml", "router", ["a", "b"])
+
+
+def test_an_unknown_key_is_named_under_its_section_with_the_valid_ones_in_order():
+    known_keys({"tokens": 1}, ["tokens", "count"], "exp.yaml", "workload.system_prompt")  # known: no error
+    with pytest.raises(SpecError) as err:
+        known_keys({"tokens": 1, "pick": 2, "zz": 3}, ["tokens", "count"], "exp.yaml", "workload.system_prompt")
+    assert str(err.value) == "exp.yaml: workload.system_prompt.pick: unknown key; valid keys are ['tokens', 'count']"
+    with pytest.raises(SpecError) as err:
+        known_keys({1: 0}, ("a",), "spec.yaml", note="for kind nvlink")
+    assert str(err.value) == "spec.yaml: 1: unknown key; valid keys are ['a'] (for kind nvlink)"
 
 
 def test_1e3_is_a_number():

@@ -175,7 +175,7 @@ def test_a_bad_goodput_is_refused_in_one_line_naming_the_flag_and_its_form(confi
 
 
 @pytest.mark.parametrize("value, key, words", [
-    ("{itl: 20}", "goodput.itl", "unknown metric; valid keys are ['e2el', 'tpot', 'ttft']"),
+    ("{itl: 20}", "goodput.itl", "unknown key; valid keys are ['e2el', 'tpot', 'ttft']"),
     ("{ttft: -5}", "goodput.ttft", "must be a number of milliseconds >= 0, got -5"),
     ("{ttft: .inf}", "goodput.ttft", "got inf"),
     ("[ttft:500]", "goodput", "must be a mapping of objectives in ms"),
