@@ -21,7 +21,7 @@ from calibrate.work.expert_parallel import ExpertParallel
 from engine.core.spec import ModelSpec
 from engine.core.system import CHUNKED_POLICIES, PAPER_SYSTEMS, PRESETS, SystemSpec
 from engine.errors import SpecError
-from engine.specs.checks import choice, known_keys, non_negative, number, optional, positive, positive_int, share
+from engine.specs.checks import choice, known_keys, non_negative, number, share
 from engine.specs.loader import SHIPPED_MODELS, load_model_spec, read_yaml, system_from_dict
 from engine.specs.paths import Shipped, names_hint, resolve_path
 from sim.core.routers import ROUTER_KINDS, RouterSpec
@@ -29,6 +29,7 @@ from sim.experiment.acceptance_table import with_table_rates
 from sim.experiment.closed_loop import concurrencies_from_config, listed, rate_value
 from sim.experiment.expert_parallel_config import expert_parallel_from_config, expert_parallel_group
 from sim.experiment.goodput import check_slos
+from sim.experiment.keys import read_keys
 from sim.experiment.kv_pool import GIB, KVPool, block_bytes, kv_cache_bytes_by_rule, kv_pool, weight_bytes_per_gpu
 from sim.experiment.overrides import apply_overrides, blamed_on_overrides
 from sim.experiment.proposer_memory import proposer_memory
@@ -48,45 +49,9 @@ from sim.workload.lengths import data_path, load_lengths, longest_prefix
 
 # the engine a config that names no cost model is priced as: vLLM 0.19's V1 engine (calibrate/host_models/)
 DEFAULT_ENGINE = "vllm-0.19"
-TOP_LEVEL_KEYS = {
-    "name": "label for outputs",
-    "model": "a shipped model's name (engine/specs/models) or a path",
-    "max_model_len": "serving cap on prompt + output tokens (vLLM's --max-model-len); null = the model's max_seq_len",
-    "hardware": "a shipped hardware name (calibrate/hardware_specs) or a path",
-    "tensor_parallel": "GPUs per replica",
-    "dtype_bytes": "bytes per weight/KV element (2 = fp16); or precision",
-    "precision": "{weights, kv_cache}: their number formats (default fp16 and fp16)",
-    "kv_cache_gib": "KV cache per GPU in GiB; null = the paper-era memory rule",
-    "swap_space_gib": "CPU swap space per GPU in GiB",
-    "cost_model": "roofline, a profile path, or a mapping",
-    "workload": "the workload section",
-    "systems": "list of presets or system mappings",
-    "rates": "request rates in req/s; inf sends every request at 0 s (vLLM's --request-rate inf)",
-    "concurrencies": "max_concurrency values to sweep beside rates (vLLM's --max-concurrency): each run's client "
-                     "sends a request only while fewer are in flight",
-    "seeds": "random seeds",
-    "warmup_s": "arrivals before this are excluded from latency metrics",
-    "max_time_factor": "stop simulating at this multiple of the trace span",
-    "replicas": "identical replicas behind a router",
-    "split": "{prefill, decode, kv_link, on_decode_full}: a prefill pool and a decode pool instead of replicas",
-    "router": "round_robin | least_outstanding | power_of_two | cache_aware, or {kind, cache_aware's thresholds}",
-    "expert_parallel": "true: the replicas are one data-parallel group serving a mixture of experts with expert "
-                       "parallelism (vLLM's --enable-expert-parallel), each GPU holding num_experts / (replicas x "
-                       "tensor_parallel) of them",
-    "breakdown": "true: each iteration's device time by kernel kind and host time by term, in the iterations "
-                 "file and as shares in the summary (every iteration priced on its own: slower)",
-    "trace_events": "true: also each run's trace.json.gz, a Chrome/Perfetto trace (implies breakdown)",
-    "vllm_bench": "true: also each run's vllm_bench.json, as `vllm bench serve --save-result --save-detailed` "
-                  "writes it",
-    "goodput": "{ttft, tpot, e2el}: service level objectives in ms for vllm_bench.json's request_goodput, as "
-               "vLLM's --goodput (implies vllm_bench)",
-}
 ROUTERS = ROUTER_KINDS
-DTYPE_BYTES = (1, 2, 4)  # int8/fp8, fp16/bf16, fp32
-# Sizes past which a run would exhaust memory or time before it reports anything: every replica is
-# a SimPy process with its own scheduler, every KV block (GPU and swap) an entry in a free list, and
-# a generated workload's arrivals are drawn up front.
-MAX_REPLICAS = 4096
+# Sizes past which a run would exhaust memory or time before it reports anything: every KV block (GPU and swap) an
+# entry in a free list, and a generated workload's arrivals are drawn up front (the replicas': sim/experiment/keys.py).
 MAX_KV_BLOCKS = 2**25
 MAX_REQUESTS = 10_000_000
 
@@ -171,21 +136,6 @@ def _list_of(value: Any, source: str, key: str, check) -> tuple:
 
 def _seed(value: Any, source: str, key: str) -> int:
     return number(value, source, key, low=0, whole=True)
-
-
-def _flag(value: Any, source: str, key: str) -> bool:
-    if not isinstance(value, bool):
-        raise SpecError(source, key, f"must be true or false, got {value!r}")
-    return value
-
-
-def _precision(raw: dict, source: str) -> Precision:
-    """`precision: {weights, kv_cache}`, or the legacy `dtype_bytes` (every byte count), not both."""
-    dtype_bytes = None
-    if "dtype_bytes" in raw:
-        key = "dtype_bytes"
-        dtype_bytes = choice(number(raw[key], source, key, low=1, whole=True), source, key, DTYPE_BYTES)
-    return precision_from_config(raw.get("precision"), dtype_bytes, source)
 
 
 def default_cost_model(hardware: HardwareSpec, precision: Precision) -> CostModelConfig:
@@ -320,40 +270,36 @@ def experiment_from_dict(raw: dict, source: str, base_dir: Path, *, check_warmup
     warmup_fraction) and the profile (by one it calibrates first)."""
     if not isinstance(raw, dict):
         raise SpecError(source, "", "an experiment file must be a YAML mapping")
-    known_keys(raw, sorted(TOP_LEVEL_KEYS), source)
-    for key in ("model", "hardware", "workload", "rates"):
-        if key not in raw:
-            raise SpecError(source, key, f"missing required key ({TOP_LEVEL_KEYS[key]})")
+    given = read_keys(raw, source)
     hardware = _lookup(load_hardware, raw["hardware"], source, "hardware", base_dir, SHIPPED_SHEETS)
-    precision = _precision(raw, source)
+    # `precision: {weights, kv_cache}`, or the legacy `dtype_bytes` (every byte count), not both
+    precision = precision_from_config(given["precision"], given["dtype_bytes"], source)
     model = _served_model(raw, source, base_dir)
     exp = Experiment(
         name=_name(raw.get("name", Path(source).stem), source),
         source=source,
         model=model,
         hardware=hardware,
-        tensor_parallel=positive_int(raw.get("tensor_parallel", 1), source, "tensor_parallel"),
+        tensor_parallel=given["tensor_parallel"],
         precision=precision,
-        kv_cache_gib=optional(positive, raw.get("kv_cache_gib"), source, "kv_cache_gib"),
-        swap_space_gib=non_negative(raw.get("swap_space_gib", 20), source, "swap_space_gib"),
-        cost_model=(_cost_model(raw["cost_model"], source, base_dir) if raw.get("cost_model") is not None
+        kv_cache_gib=given["kv_cache_gib"],
+        swap_space_gib=given["swap_space_gib"],
+        cost_model=(_cost_model(given["cost_model"], source, base_dir) if given["cost_model"] is not None
                     else default_cost_model(hardware, precision)),
-        workload=WorkloadConfig.from_dict(raw["workload"], source, base_dir, model),
-        systems=_systems(raw.get("systems"), source, hardware),
-        rates=_list_of(listed(raw["rates"]), source, "rates", rate_value),
-        seeds=_list_of(raw.get("seeds", [0]), source, "seeds", _seed),
-        warmup_s=non_negative(raw.get("warmup_s", 60.0), source, "warmup_s"),
-        # below 1 the run stops before the last arrival, and unfinished requests would finish before they arrive
-        max_time_factor=number(raw.get("max_time_factor", 2.0), source, "max_time_factor", low=1),
-        replicas=number(raw.get("replicas", 1), source, "replicas", low=1, high=MAX_REPLICAS, whole=True),
-        router=router_from_config(raw.get("router", "round_robin"), source),
+        workload=WorkloadConfig.from_dict(given["workload"], source, base_dir, model),
+        systems=_systems(given["systems"], source, hardware),
+        rates=_list_of(listed(given["rates"]), source, "rates", rate_value),
+        seeds=_list_of(given["seeds"], source, "seeds", _seed),
+        warmup_s=given["warmup_s"],
+        max_time_factor=given["max_time_factor"],
+        replicas=given["replicas"],
+        router=router_from_config(given["router"], source),
         raw=raw,
-        breakdown=_flag(raw.get("breakdown", False), source, "breakdown") or _flag(
-            raw.get("trace_events", False), source, "trace_events"),
-        trace_events=_flag(raw.get("trace_events", False), source, "trace_events"),
-        split=split_from_config(raw.get("split"), source, base_dir, hardware),
-        vllm_bench=_flag(raw.get("vllm_bench", False), source, "vllm_bench") or raw.get("goodput") is not None,
-        goodput=tuple(check_slos(raw["goodput"], source, "goodput").items()) if raw.get("goodput") is not None
+        breakdown=given["breakdown"] or given["trace_events"],
+        trace_events=given["trace_events"],
+        split=split_from_config(given["split"], source, base_dir, hardware),
+        vllm_bench=given["vllm_bench"] or given["goodput"] is not None,
+        goodput=tuple(check_slos(given["goodput"], source, "goodput").items()) if given["goodput"] is not None
         else (),
     )
     exp = dataclasses.replace(exp, concurrencies=concurrencies_from_config(raw, exp.workload, source))
