@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import sim.experiment.sweep as sweep
 from engine.core.records import DROPPED_COLUMNS
 from sim.experiment.config import load_experiment
-from sim.experiment.metrics import summarize
+from sim.experiment.metrics import latency_columns, request_latencies, summarize
 from sim.experiment.output import columns_csv_gz_bytes, csv_gz_bytes
 from sim.experiment.run import RunResult, simulate_trace, trace_for
 from sim.experiment.sweep import RunKey, execute
@@ -127,3 +127,11 @@ def test_a_runs_records_are_written_and_summarized_as_its_frames(saturated_recor
         theirs = summarize(records.requests_frame(), records.iterations_frame(), warmup_s=warmup_s, **kwargs)
         assert pd.Series(ours).equals(pd.Series(theirs)), warmup_s
         assert [type(v) for v in ours.values()] == [type(v) for v in theirs.values()]
+
+
+def test_a_frames_latencies_are_the_one_formulas(saturated_records):
+    _, _, records, horizon_s = saturated_records
+    frame = latency_columns(records.requests_frame(), horizon_s)
+    for name, column in request_latencies(records.request_arrays(), horizon_s).items():
+        np.testing.assert_array_equal(frame[name].to_numpy(), column)
+    assert frame["tpot_s"].isna().any() and (frame["tpot_s"].dropna() > 0).all()
