@@ -196,9 +196,9 @@ def table_parquet_bytes(table) -> bytes:
 
 def parquet_options(schema) -> dict:
     """The Parquet writer's options for a table of this schema: zstd, whole numbers delta-packed and floats split
-    by byte, neither through a dictionary (a run's times, counts and sums seldom repeat exactly: on an hour's
-    iterations, 3.1 MB written in 61 ms, where pyarrow's dictionaries made 5.9 MB in 117 ms); any other column
-    (text, booleans) as pyarrow's default, a dictionary."""
+    by byte, neither through a dictionary (a run's times, counts and sums seldom repeat exactly: half the size
+    and half the time, benchmarks/measurements/speed.md); any other column (text, booleans) as pyarrow's
+    default, a dictionary."""
     import pyarrow as pa
 
     encoding = {}
@@ -241,8 +241,8 @@ def write_csv(frame: pd.DataFrame, path: Path) -> Path:
 
 def _gzip_text(f, write) -> None:
     # The gzip header holds a file name and a time: empty and 0, so the same table gives the same
-    # bytes (gzip would record the temporary file's name). Level 6, zlib's default, not gzip's 9: an
-    # hour's iterations (22 MB of CSV) in 1.1 s against 4.4 s for 0.9% more bytes, its requests 33 ms against 53.
+    # bytes (gzip would record the temporary file's name). Level 6, zlib's default, not gzip's 9: a quarter of
+    # the time for under 1% more bytes (benchmarks/measurements/speed.md).
     with gzip.GzipFile(filename="", mode="wb", mtime=0, fileobj=f, compresslevel=GZIP_LEVEL) as gz:
         _text(gz, write)
 
