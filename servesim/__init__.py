@@ -71,15 +71,15 @@ def run(config: str | Path | Experiment, out_dir: str | Path | None, *, override
     """
     from engine.specs.arguments import callback
     from sim.experiment.checked import run_arguments
-    from sim.experiment.output import write_csv, write_text
-    from sim.experiment.sweep import cost_models_text, summary_frame, sweep_rows
+    from sim.experiment.output import write_columns_csv, write_text
+    from sim.experiment.sweep import cost_models_text, summary_columns, summary_frame, sweep_rows
 
     report = callback(progress, "progress")
     checked = run_arguments(config, overrides, out_dir, jobs, iterations)
     rows = sweep_rows(checked.exp, checked.out_dir, checked.executor, progress=report,
                       iterations=checked.iterations)
+    write_columns_csv(summary_columns(rows), checked.out_dir / "summary.csv")  # as the command writes it
     summary = summary_frame(rows)
-    write_csv(summary, checked.out_dir / "summary.csv")
     write_text(cost_models_text(rows), checked.out_dir / "cost_models.txt")
     return summary
 

@@ -68,8 +68,8 @@ def _run_and_report(args, exp, out_dir: Path, executor, started: float, plots) -
     # (sim/experiment/run_plots.py): with --jobs 1, while the last run's files are written
     title = f"{exp.model.name}, {exp.tensor_parallel}x {exp.hardware.name}, {workload_label(exp.workload, exp.rates)}"
     draw = None if plots is None else lambda rows: plots.start(title, rows, out_dir, args.ylim, max(exp.rates))
-    # the summary's rows, written without pandas (the bytes its to_csv writes): the command's process never
-    # imports pandas, nor the pyarrow pandas 3 imports with it (the plots' processes do)
+    # the summary's rows, written from columns: the command's process never imports pandas, nor the pyarrow
+    # pandas 3 imports with it
     rows = sweep_rows(exp, out_dir, executor, iterations=args.iterations, summarized=draw)
     for line in unmeasured_warnings(rows, exp.warmup_s):
         print(f"servesim: warning: {line}", file=sys.stderr)

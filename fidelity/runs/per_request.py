@@ -2,20 +2,21 @@
 sides (seconds), and what the simulation did with it (preemptions, cached prompt tokens, replica)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
 from fidelity.runs.real_run import RealRun
+from sim.experiment.metrics import request_latencies
 
 
 def simulated_latencies(requests: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The simulated TTFT, TPOT and E2E of each request, by the run's definitions: from arrival to first token,
-    (finish - first token) / (output_len - 1), from arrival to finish (NaN where never served or unfinished)."""
-    arrival, first, finish = requests["arrival_s"], requests["first_token_s"], requests["finish_s"]
-    output = requests["output_len"]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tpot = np.where(output > 1, (finish - first) / (output - 1), np.nan)
-    return {"ttft": first - arrival, "tpot": tpot, "e2e": finish - arrival}
+    """The simulated TTFT, TPOT and E2E of each request, by the run's definitions (request_latencies'): from
+    arrival to first token, (finish - first token) / (output_len - 1), from arrival to finish. NaN where never
+    served or unfinished: a replay has no horizon to count them at."""
+    latencies = request_latencies(requests, horizon_s=math.nan)
+    return {"ttft": latencies["ttft_s"], "tpot": latencies["tpot_s"], "e2e": latencies["latency_s"]}
 
 
 def request_frame(run: RealRun, sim_requests: dict[str, np.ndarray]) -> pd.DataFrame:

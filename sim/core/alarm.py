@@ -1,9 +1,8 @@
 """An event at an absolute time, which SimPy's timeouts cannot give.
 
 Kept out of the modules setup.py compiles: SimPy writes its events' attributes freely (it sets a processed
-event's `callbacks` to None), and a mypyc-compiled subclass of its Event checks their types on every write,
-so that a build whose mypyc could see SimPy's annotations stopped every fast-forwarded run with "list object
-expected; got None".
+event's `callbacks` to None), which a mypyc-compiled subclass of its Event refuses, checking their types on
+every write.
 """
 from __future__ import annotations
 

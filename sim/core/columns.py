@@ -1,9 +1,8 @@
-"""A column of Python values as the numpy array pandas would make of it, so that a table written from numpy
-columns (sim/experiment/table.py) has the bytes pandas' to_csv writes, and a simulation's request records
-(sim/core/records.py) the types of the frame pandas would build from them.
+"""A column of Python values as a typed numpy array: the type a table's column is written by
+(sim/experiment/table.py) and a simulation's request records are kept in (sim/core/records.py).
 
-A column's type is inferred from its values as pandas infers a column of a list of rows: all bools -> bool,
-all ints -> int64, ints, floats and None -> float64 (None is NaN), anything else -> object.
+The type follows from the values: all bools -> bool, all ints -> int64, ints, floats and None -> float64
+(None is NaN: a column of numbers with one missing stays numeric), anything else -> object.
 """
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ import numpy as np
 
 
 def infer_column(values: Sequence) -> np.ndarray:
-    """A list of one column's values as the array pandas would make of it (the module's doc)."""
+    """A list of one column's values as a typed array (the module's doc)."""
     kinds = {type(value) for value in values}
     if kinds and kinds <= {bool, np.bool_}:
         return np.array(values, dtype=bool)

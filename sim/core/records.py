@@ -52,8 +52,8 @@ class Records(ServingRecords):
 
 
 def request_arrays(request_values: list[tuple]) -> dict[str, np.ndarray]:
-    """A column per field of RequestRecord, rows ordered by request id (ties: as recorded), each column typed as
-    pandas would type it (sim.core.columns.infer_column), so both write the same CSV."""
+    """A column per field of RequestRecord, rows ordered by request id (ties: as recorded), each column typed by
+    its values (sim.core.columns.infer_column)."""
     if not request_values:  # typed all the same, for the metrics (the times are floats)
         return {name: np.empty(0, dtype=np.float64 if name.endswith("_s") else np.int64) for name in REQUEST_COLUMNS}
     # a run with prefix caching, or speculation: every row longer (engine.core.records.request_columns_of)

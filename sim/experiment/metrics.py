@@ -70,25 +70,8 @@ def sent_times(requests: Columns | pd.DataFrame):
 
 
 def latency_columns(requests: pd.DataFrame, horizon_s: float) -> pd.DataFrame:
-    """Per-request latency, TTFT, TPOT and normalized latency (unfinished ones at the horizon), as a frame."""
-    finish = requests["finish_s"].fillna(horizon_s)
-    first = requests["first_token_s"].fillna(horizon_s)
-    sent = sent_times(requests)
-    out = requests.assign(
-        latency_s=finish - sent,
-        ttft_s=first - sent,
-        tpot_s=_tpot(requests, finish),
-    )
-    out["normalized_latency"] = out["latency_s"] / out["output_len"]
-    return out
-
-
-def _tpot(requests: pd.DataFrame, finish: pd.Series) -> pd.Series:
-    """Seconds per output token after the first; NaN where there is none to time: one output token,
-    or no first token yet (overload). Never 0.0, which would read as an infinitely fast decode."""
-    first = requests["first_token_s"]
-    decoded = (requests["output_len"] > 1) & first.notna() & (finish >= first)
-    return ((finish - first) / (requests["output_len"] - 1)).where(decoded)
+    """The frame with request_latencies' four columns added."""
+    return requests.assign(**request_latencies(_as_columns(requests), horizon_s))
 
 
 def kv_shares(iterations: Columns | pd.DataFrame, pool_slots: int) -> dict[str, float]:
@@ -162,7 +145,10 @@ def _as_columns(table: Columns | pd.DataFrame) -> Columns:
 
 
 def request_latencies(requests: Columns, horizon_s: float) -> dict[str, np.ndarray]:
-    """latency_columns' four columns as arrays, with the float arithmetic pandas does there."""
+    """Per request: latency_s and ttft_s from when it was sent (sent_times) to its finish and first token (the
+    horizon where it has none yet), normalized_latency (latency over output tokens), and tpot_s: seconds per output
+    token after the first, NaN where there is none to time (one output token, or no first token yet), never 0.0,
+    which would read as an infinitely fast decode."""
     arrival = np.asarray(sent_times(requests), dtype=np.float64)
     first = np.asarray(requests["first_token_s"], dtype=np.float64)
     finish = np.asarray(requests["finish_s"], dtype=np.float64)

@@ -2,10 +2,10 @@
 
 A run's per-iteration records are its largest output (hundreds of thousands of rows an hour):
 Parquet by default, gzipped CSV on request, or none. A run's own tables (its requests, its
-iterations as CSV, summary.csv) are written from numpy columns by sim/experiment/table.py, the bytes
-pandas would write; pyarrow is imported only by the Parquet writer, and pandas only by the writers of
-frames (the Parquet writer builds its tables from numpy columns, with the pandas metadata a frame's table
-would carry), so that a run loads pandas for none of its files, and pyarrow only to write Parquet.
+iterations as CSV, summary.csv) are written from numpy columns by sim/experiment/table.py's CSV writer,
+which a frame's CSV goes through too; pyarrow is imported only by the Parquet writer, and pandas only by the
+Parquet writer of a frame (that of columns builds its tables from numpy columns, with the pandas metadata a
+frame's table would carry), so that a run loads pandas for none of its files, and pyarrow only to write Parquet.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import numpy as np
 from engine.atomic import remove_stale_temporaries
 from engine.atomic import write_atomic as _atomic
 from engine.errors import SpecError
-from sim.experiment.table import Columns, row_groups, write_csv_text
+from sim.experiment.table import Columns, frame_columns, row_groups, write_csv_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -196,9 +196,9 @@ def table_parquet_bytes(table) -> bytes:
 
 def parquet_options(schema) -> dict:
     """The Parquet writer's options for a table of this schema: zstd, whole numbers delta-packed and floats split
-    by byte, neither through a dictionary (a run's times, counts and sums seldom repeat exactly: on an hour's
-    iterations, 3.1 MB written in 61 ms, where pyarrow's dictionaries made 5.9 MB in 117 ms); any other column
-    (text, booleans) as pyarrow's default, a dictionary."""
+    by byte, neither through a dictionary (a run's times, counts and sums seldom repeat exactly: half the size
+    and half the time, benchmarks/measurements/speed.md); any other column (text, booleans) as pyarrow's
+    default, a dictionary."""
     import pyarrow as pa
 
     encoding = {}
@@ -212,20 +212,19 @@ def parquet_options(schema) -> dict:
 
 
 def csv_gz_bytes(frame: pd.DataFrame) -> bytes:
-    sink = io.BytesIO()
-    _write_gzip_csv(frame, sink)
-    return sink.getvalue()
+    """columns_csv_gz_bytes of the frame's columns."""
+    return columns_csv_gz_bytes(frame_columns(frame))
 
 
 def columns_csv_gz_bytes(columns: Columns) -> bytes:
-    """csv_gz_bytes of the frame these columns make, without pandas."""
+    """The table as gzipped CSV (sim/experiment/table.py's format)."""
     sink = io.BytesIO()
     _gzip_text(sink, lambda text: write_csv_text(columns, text))
     return sink.getvalue()
 
 
 def write_columns_csv(columns: Columns, path: Path) -> Path:
-    """write_csv of the frame these columns make, without pandas."""
+    """The table as CSV (sim/experiment/table.py's format) at path, gzipped where its name ends in .gz."""
     if str(path).endswith(".gz"):
         return _atomic(path, lambda f: _gzip_text(f, lambda text: write_csv_text(columns, text)))
     return _atomic(path, lambda f: _text(f, lambda text: write_csv_text(columns, text)))
@@ -236,19 +235,14 @@ def write_bytes(data: bytes, path: Path) -> Path:
 
 
 def write_csv(frame: pd.DataFrame, path: Path) -> Path:
-    if str(path).endswith(".gz"):
-        return _atomic(path, lambda f: _write_gzip_csv(frame, f))
-    return _atomic(path, lambda f: frame.to_csv(f, index=False))
-
-
-def _write_gzip_csv(frame: pd.DataFrame, f) -> None:
-    _gzip_text(f, lambda text: frame.to_csv(text, index=False))
+    """write_columns_csv of the frame's columns."""
+    return write_columns_csv(frame_columns(frame), path)
 
 
 def _gzip_text(f, write) -> None:
     # The gzip header holds a file name and a time: empty and 0, so the same table gives the same
-    # bytes (pandas would record the random temporary file's name). Level 6, zlib's default, not gzip's 9: an
-    # hour's iterations (22 MB of CSV) in 1.1 s against 4.4 s for 0.9% more bytes, its requests 33 ms against 53.
+    # bytes (gzip would record the temporary file's name). Level 6, zlib's default, not gzip's 9: a quarter of
+    # the time for under 1% more bytes (benchmarks/measurements/speed.md).
     with gzip.GzipFile(filename="", mode="wb", mtime=0, fileobj=f, compresslevel=GZIP_LEVEL) as gz:
         _text(gz, write)
 

@@ -160,7 +160,7 @@ def x_axis(rows: list[dict]) -> tuple[str, str]:
 def seed_means(rows: list[dict], metric: str, x: str = "rate") -> dict[str, list[tuple[float, float, bool]]]:
     """Each system's points in the order the systems first appear, by `x` (the rate, or the client's gate: x_axis):
     (x, the mean of `metric` over the seeds that have it (nan where none has), whether any seed saturated); the means
-    are pandas' (group_means). Against the gate, a system swept at several rates has a line for each."""
+    are the summary table's (group_means). Against the gate, a system swept at several rates has a line for each."""
     keys = ["system", "rate"] + ([x] if x != "rate" else [])
     means = group_means(rows_to_columns(rows, [*keys, metric, "saturated"]), keys, [metric, "saturated"])
     several = len({row["rate"] for row in rows}) > 1

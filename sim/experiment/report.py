@@ -1,4 +1,4 @@
-"""The table printed at the end of a run, from its summary rows (without pandas: sim/experiment/table.py)."""
+"""The table printed at the end of a run, from its summary rows (as columns: sim/experiment/table.py)."""
 from __future__ import annotations
 
 from sim.experiment.closed_loop import CONCURRENCY_COLUMN
@@ -12,7 +12,7 @@ COLUMNS = [("normalized_latency", "norm_lat", "{:.3f}"), ("ttft_p50_s", "ttft_p5
 
 def summary_table(rows: list[dict]) -> str:
     """One line per system and rate (and client's gate, where one held requests back: `conc`), the mean over seeds
-    (pandas' group means, to the bit)."""
+    (group_means: exactly rounded, whatever order the runs finished in)."""
     names = [c for c, _, _ in COLUMNS]
     keys = ["system", "rate"] + ([CONCURRENCY_COLUMN] if any(CONCURRENCY_COLUMN in row for row in rows) else [])
     means = group_means(rows_to_columns(rows, [*keys, *names]), keys, names)

@@ -21,6 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from engine.core.records import DROPPED_COLUMNS
 from engine.core.system import CHUNKED_POLICIES, SystemSpec
 from sim.executors.spec import ExecutorSpec
 from sim.executors.workers import Workers
@@ -32,7 +33,6 @@ from sim.experiment.output import (
     ITERATION_FILES,
     check_iterations_format,
     columns_csv_gz_bytes,
-    csv_gz_bytes,
     iterations_bytes,
     prepare_out_dir,
     write_bytes,
@@ -42,7 +42,7 @@ from sim.experiment.progress import Eta
 from sim.experiment.request_tracks import RunRequests
 from sim.experiment.run import COST_MODEL_SOURCE, SUMMARY_COLUMNS, run_label, run_one
 from sim.experiment.split_run import SPLIT_COLUMNS
-from sim.experiment.table import rows_to_columns
+from sim.experiment.table import rows_to_columns, tuples_to_columns
 from sim.experiment.trace_events import TRACE_FILE, trace_events_bytes
 from sim.experiment.vllm_bench import VLLM_BENCH_FILE, result_bytes
 
@@ -100,8 +100,8 @@ def execute(exp: Experiment, key: RunKey, digest: str, iterations: str = DEFAULT
     if summarized is not None:
         summarized(summary)
     files = {"requests.csv.gz": columns_csv_gz_bytes(result.request_arrays)}
-    if result.dropped is not None:  # only a run that dropped requests unserved has the file
-        files["dropped.csv.gz"] = csv_gz_bytes(result.dropped)
+    if result.dropped_values:  # only a run that dropped requests unserved has the file
+        files["dropped.csv.gz"] = columns_csv_gz_bytes(tuples_to_columns(result.dropped_values, DROPPED_COLUMNS))
     if ITERATION_FILES[iterations] is not None:
         files[ITERATION_FILES[iterations]] = iterations_bytes(result.iteration_arrays, iterations)
     if exp.trace_events:
@@ -206,7 +206,7 @@ def cost_models_text(rows: list[dict]) -> str:
 
 
 def summary_columns(rows: list[dict]) -> dict:
-    """summary_frame's columns without pandas (sim.experiment.table: typed as the frame's, the same CSV)."""
+    """summary.csv's columns (columns_of), typed by their values (sim.experiment.table), as written."""
     return rows_to_columns(rows, columns_of(rows))
 
 

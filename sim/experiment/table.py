@@ -1,35 +1,59 @@
-"""Tables as named numpy columns, written as CSV byte for byte as pandas writes them, without pandas.
+"""Tables as named numpy columns, and the one CSV writer every table the simulator writes goes through.
 
-`servesim run` keeps its records in typed columns and writes them as CSV; pandas would cost the run its
-import (pandas 3 imports pyarrow whenever it is installed: together ~0.4 s and ~50 MB) for work numpy
-and the csv module do. What must not change is a single byte of the files: the rules below are those of
-`DataFrame.to_csv(index=False)` (pandas 3, `get_values_for_csv`), and tests/sim/experiment/test_table.py
-checks them against pandas itself.
-
-- A column's type is inferred from its values as pandas infers a column of a list of rows
-  (sim/core/columns.py, which a simulation's request records are typed by too).
-- float64 is written as numpy's `astype(str)` writes it (the shortest text that reads back the same
-  value), NaN as an empty field; int64 and bool as `str`; an object value as `str`, None or NaN empty.
-- Rows go through `csv.writer` with minimal quoting and "\n" line ends, as pandas' writer does.
+The CSV format, whichever command writes the file (a run's records and summary, a fidelity or capacity table):
+- a header line of the column names, then a line a row; "\n" line ends; UTF-8;
+- a field quoted only where it must be (a comma, a quote or a line end in it: `csv.QUOTE_MINIMAL`; a row of one
+  empty field is written "", not as a blank line);
+- a float as Python's `repr` writes it: the shortest text that reads back as the same float64 in any tool
+  (0.1, 1e-05, 1e+16, inf), so nothing is lost and nothing is padded; a missing value (NaN, None) empty;
+- an int as its digits, a bool as True or False, any other value as `str(value)`.
+A column's type is its numpy dtype; a list of rows is typed by sim/core/columns.py (ints with a missing value
+or a float among them are floats, written 1.0). A pandas frame is written through the same writer
+(frame_columns), so pandas is needed to build a frame, never to write one.
 """
 from __future__ import annotations
 
 import csv
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
 from sim.core.columns import infer_column
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Columns = Mapping[str, np.ndarray]  # a table: each column's values, all of one length, in column order
 CSV_CHUNK_ROWS = 100_000  # rows formatted at a time: bounds the text held for a large table
 
 
 def rows_to_columns(rows: Sequence[Mapping], names: Sequence[str]) -> dict[str, np.ndarray]:
-    """A list of rows (dicts; a missing key is None) as columns, each inferred as pandas would."""
+    """A list of rows (dicts; a missing key is None) as columns, each typed by infer_column."""
     return {name: infer_column([row.get(name) for row in rows]) for name in names}
+
+
+def tuples_to_columns(rows: Sequence[tuple], names: Sequence[str]) -> dict[str, np.ndarray]:
+    """Rows of values in the order of names (a record's, as recorded) as columns, each typed by infer_column."""
+    if not rows:
+        return {name: infer_column([]) for name in names}
+    return {name: infer_column(list(values)) for name, values in zip(names, zip(*rows))}
+
+
+def frame_columns(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """A pandas frame's columns: numpy's numbers and bools as they are, anything else (text, pandas' own
+    dtypes) as objects with a missing value (NaN, None, pandas' NA) as None."""
+    columns = {}
+    for name in frame.columns:
+        series = frame[name]
+        if isinstance(series.dtype, np.dtype) and series.dtype.kind in "fiub":
+            columns[str(name)] = series.to_numpy()
+            continue
+        values = series.to_numpy(dtype=object, copy=True)
+        values[series.isna().to_numpy(dtype=bool)] = None
+        columns[str(name)] = values
+    return columns
 
 
 def num_rows(columns: Columns) -> int:
@@ -54,15 +78,18 @@ def _is_missing(value: object) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
+def float_text(value: float) -> str:
+    """A float's field: its shortest round-trip text (repr), or empty for NaN."""
+    return "" if value != value else repr(value)
+
+
 def column_text(column: np.ndarray) -> list[str]:
-    """A column's fields as to_csv writes them."""
+    """A column's fields (the module's format)."""
     kind = column.dtype.kind
     if kind == "f":
-        text = column.astype(str)
-        text[np.isnan(column)] = ""
-        return text.tolist()
+        return [float_text(value) for value in column.astype(np.float64).tolist()]
     if kind in "iub":
-        return column.astype(str).tolist()
+        return [str(value) for value in column.tolist()]
     return ["" if _is_missing(value) else str(value) for value in column.tolist()]
 
 
@@ -94,9 +121,8 @@ class Selected(Mapping[str, np.ndarray]):
 
 
 def group_means(columns: Columns, keys: Sequence[str], values: Sequence[str]) -> list[dict]:
-    """`groupby(keys, sort=False)[values].mean()` as rows (the keys, then the means), groups in the order they
-    first appear. Each mean is a compensated (Kahan) sum over the group's values that are not NaN, divided by
-    their count, as pandas' group mean computes it, so the means are pandas' to the bit; NaN for none."""
+    """The mean of each of `values` per distinct combination of `keys`, as rows (the keys, then the means), groups
+    in the order they first appear; each mean is present_mean's."""
     groups: dict[tuple, list[int]] = {}
     for i, key in enumerate(zip(*(columns[k].tolist() for k in keys))):
         groups.setdefault(key, []).append(i)
@@ -104,22 +130,19 @@ def group_means(columns: Columns, keys: Sequence[str], values: Sequence[str]) ->
     for key, rows in groups.items():
         row = dict(zip(keys, key))
         for name in values:
-            row[name] = _kahan_mean(columns[name][rows].astype(np.float64).tolist())
+            row[name] = present_mean(columns[name][rows].astype(np.float64).tolist())
         out.append(row)
     return out
 
 
-def _kahan_mean(values: list[float]) -> float:
-    total = compensation = 0.0
-    count = 0
-    for value in values:
-        if value != value:  # NaN: skipped
-            continue
-        count += 1
-        y = value - compensation
-        t = total + y
-        compensation = t - total - y
-        if compensation != compensation:  # an infinite value: pandas drops the compensation
-            compensation = 0.0
-        total = t
-    return total / count if count else math.nan
+def present_mean(values: Sequence[float]) -> float:
+    """The mean of the values that are not NaN (NaN where none is). Their sum is math.fsum's, exact before its
+    one rounding, so a mean never depends on the order the runs finished in; an infinite value, or a sum past
+    the largest float, is added as plain floats add (inf, or NaN for inf - inf)."""
+    present = [value for value in values if value == value]
+    if not present:
+        return math.nan
+    try:
+        return math.fsum(present) / len(present)
+    except (OverflowError, ValueError):
+        return sum(present) / len(present)
