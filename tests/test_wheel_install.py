@@ -46,6 +46,7 @@ SHIPPED = [
     "sim/workload/data/arxiv_summarization_llama2.csv",  # with Vidur's licence in its header
     "sim/workload/traces/example_bursty.csv",  # the trace configs/examples/replay.yaml names
     "sim/experiment/acceptance_tables/published.yaml",  # speculative.acceptance: {table: published}
+    "sim/reproduce/claims.yaml",  # the claims `servesim reproduce` reads off its figures
     "calibrate/network_tables/h100_dgx.send_recv.csv",  # kv_link: {kind: measured}
     "calibrate/network_tables/LICENSE.vidur",
     "calibrate/gemm_tables/h100_fp8.fit.yaml",  # what prices W8A8 matmuls, and what it was fitted on

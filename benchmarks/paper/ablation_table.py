@@ -3,7 +3,7 @@ them.
 
 Readings are reproduce's (sim/reproduce/readings.py): a sustainable rate is where a curve first reaches 0.5
 s/token, linear between the rates around it, or a bound where the grid does not show it; a ratio of bounds is a
-bound. Fig. 13's reading is the mean number of batched requests at the paper's rate (sim/reproduce/claims.py).
+bound. Fig. 13's reading is the mean number of batched requests at the paper's rate (sim/reproduce/memory_claims.py).
 The paper's values are those of /work/shared/reference/paper-facts.md, by its section letter.
 """
 from __future__ import annotations
