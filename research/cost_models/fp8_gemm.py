@@ -20,12 +20,12 @@ from calibrate.clock.roofline import RooflineCostModel
 from calibrate.hardware.hardware import available_hardware, load_hardware
 from calibrate.hardware.precision import Precision
 from calibrate.parts.fp8_gemm import load_fp8_gemms
-from calibrate.tables.gemm_table import H100_FP8, kernel_rows, read_gemm_table
 from engine.core.batch import Batch
 from engine.specs.loader import load_model_spec
 from research.judging.fp8_gemm_file import HELD, MEASURED_ON, PRICED_KERNEL, write_fp8_gemm_file
 from research.judging.fp8_gemm_fit import Held, fit_fp8_gemms
 from research.judging.fp8_gemm_heldout import each_shape, largest_m
+from research.judging.gemm_table import H100_FP8, kernel_rows, read_gemm_table
 
 TARGET = 0.10
 BLOCK_KERNEL = "cutlass_scaled_mm_blockwise"

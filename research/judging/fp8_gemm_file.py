@@ -19,9 +19,9 @@ from pathlib import Path
 from calibrate.clock.roofline import RooflineParams
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
 from calibrate.parts.fp8_gemm import FORMAT, H100_FP8_FIT
-from calibrate.tables.gemm_table import H100_FP8, kernel_rows, read_gemm_table
 from research.judging.fp8_gemm_fit import Held, fit_fp8_gemms
 from research.judging.fp8_gemm_heldout import each_shape, largest_m
+from research.judging.gemm_table import H100_FP8, kernel_rows, read_gemm_table
 
 PRICED_KERNEL = "cutlass_scaled_mm_per_tensor"
 MEASURED_ON = "h100-sxm"

@@ -24,8 +24,8 @@ from calibrate.hardware.hardware import HardwareSpec
 from calibrate.maths.nnls import nnls
 from calibrate.maths.ridge import bent_roofs, best_on_grid, ridge_exponent
 from calibrate.parts.fp8_gemm import Fp8GemmFit, fp8_rate
-from calibrate.tables.gemm_table import GemmRow
 from calibrate.work.fp8_gemms import gemm_bytes, gemm_flops, quant_bytes
+from research.judging.gemm_table import GemmRow
 
 
 @dataclass(frozen=True)

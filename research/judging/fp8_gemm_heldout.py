@@ -18,9 +18,9 @@ import numpy as np
 from calibrate.clock.roofline import RooflineParams
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.parts.fp8_gemm import Fp8GemmFit, fp8_rate
-from calibrate.tables.gemm_table import GemmRow
 from calibrate.work.fp8_gemms import FP8_BYTES, gemm_flops
 from research.judging.fp8_gemm_fit import Held, fit_fp8_gemms
+from research.judging.gemm_table import GemmRow
 
 P95 = 95
 FREE = Held()  # every share fitted

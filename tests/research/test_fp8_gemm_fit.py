@@ -9,12 +9,12 @@ import pytest
 import yaml
 
 from calibrate.hardware.hardware import load_hardware
-from calibrate.parts.fp8_gemm import H100_FP8_FIT, Fp8GemmFit, load_fp8_gemms
-from calibrate.tables.gemm_table import GEMM_TABLES_DIR, H100_FP8, GemmRow, kernel_rows, read_gemm_table
+from calibrate.parts.fp8_gemm import GEMM_TABLES_DIR, H100_FP8_FIT, Fp8GemmFit, load_fp8_gemms
 from engine.errors import SpecError
 from research.judging.fp8_gemm_file import HELD, PRICED_KERNEL, fp8_gemm_file
 from research.judging.fp8_gemm_fit import Held, fit_fp8_gemms
 from research.judging.fp8_gemm_heldout import each_shape, largest_m
+from research.judging.gemm_table import H100_FP8, GemmRow, kernel_rows, read_gemm_table
 
 H100 = load_hardware("h100-sxm")
 # on the fit's grids (ridge in steps of 0.002, latency of 0.2 us), so that the fit can land on them
