@@ -13,6 +13,7 @@ from pathlib import Path
 from engine.errors import SpecError
 from engine.specs.loader import read_yaml
 from sim.reproduce import cost_claims, memory_claims, rate_claims
+from sim.reproduce.figures import FIGURES
 from sim.reproduce.readings import Reading
 from sim.reproduce.results import Results
 
@@ -66,6 +67,9 @@ def _claim(entry: object, source: str, index: int) -> Claim:
     if kind not in READERS:
         raise SpecError(source, f"{where}.read.kind", f"{kind!r} is not one of {', '.join(sorted(READERS))}")
     arguments = {key: value for key, value in read.items() if key != "kind"}
+    id_figure = re.match(r"fig\d+", entry["id"])
+    if id_figure is None or id_figure.group() not in FIGURES or arguments.get("figure", "fig2") not in FIGURES:
+        raise SpecError(source, where, f"the id and read.figure name a reproduced figure, one of {', '.join(FIGURES)}")
     try:
         inspect.signature(READERS[kind]).bind(None, **arguments)
     except TypeError as err:

@@ -36,6 +36,8 @@ def test_a_reader_reads_the_arguments_the_file_gives_it(tmp_path):
     ("kind: kv_waste, system: vLLM,", "kind: kv_waste, system: vLLM, panel: a,",
      "claims[1] (fig2.vllm_waste).read: not the arguments of kind kv_waste"),
     ('    paper: "< 4%"\n', "", "claims[1]: a claim has exactly the keys id, figure, basis, statement, paper, read"),
+    ("kind: capacity_in_axes, figure: fig12}", "kind: capacity_in_axes, figure: fig20}",
+     "claims[9] (fig12.capacity_in_axes): the id and read.figure name a reproduced figure, one of fig2, fig12"),
 ])
 def test_a_claim_the_code_cannot_read_is_refused_naming_it(tmp_path, old, new, message):
     text = CLAIMS_FILE.read_text()
