@@ -68,7 +68,7 @@ def _claim(entry: object, source: str, index: int) -> Claim:
         raise SpecError(source, f"{where}.read.kind", f"{kind!r} is not one of {', '.join(sorted(READERS))}")
     arguments = {key: value for key, value in read.items() if key != "kind"}
     id_figure = re.match(r"fig\d+", entry["id"])
-    if id_figure is None or id_figure.group() not in FIGURES or arguments.get("figure", "fig2") not in FIGURES:
+    if id_figure is None or not {id_figure.group(), arguments.get("figure", id_figure.group())} <= set(FIGURES):
         raise SpecError(source, where, f"the id and read.figure name a reproduced figure, one of {', '.join(FIGURES)}")
     try:
         inspect.signature(READERS[kind]).bind(None, **arguments)
