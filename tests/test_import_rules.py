@@ -22,6 +22,9 @@ from tests.helpers.import_scan import REPO, imported_modules, module_name
 ENGINE = REPO / "engine"
 CORE = ENGINE / "core"
 
+# the installed package; research/ and benchmarks/ sit outside it and above it
+PRODUCT = ("engine", "calibrate", "sim", "fidelity", "servesim")
+
 FORBIDDEN = [  # (folder, modules (and their submodules) no file under it may import)
     (ENGINE, {"sim", "calibrate", "fidelity", "servesim"}),
     (CORE, {"torch", "numpy", "yaml", "triton"}),
@@ -106,10 +109,29 @@ def test_importing_the_engine_brings_neither_simulator_nor_calibration():
 
 def test_no_room_imports_the_front_door():
     """servesim/ sits on top: the CLI and the Python API import the rooms, never the other way round."""
-    # benchmarks/ sits above the front door too: its scripts use the API as a user would
-    rooms = [p for p in REPO.iterdir() if (p / "__init__.py").exists() and p.name not in ("servesim", "benchmarks")]
+    # benchmarks/ and research/ sit above the front door too: their scripts use the API as a user would
+    rooms = [p for p in REPO.iterdir()
+             if (p / "__init__.py").exists() and p.name not in ("servesim", "benchmarks", "research")]
     assert {"engine", "sim", "calibrate", "fidelity"} <= {p.name for p in rooms}
     assert [v for room in rooms for v in violations(room, {"servesim"})] == []
+
+
+@pytest.mark.parametrize("room", PRODUCT)
+def test_the_product_never_imports_the_research(room):
+    """research/ and benchmarks/ are not installed (pyproject.toml's packages): a product module that imported
+    them would work in this checkout and fail in a wheel."""
+    assert violations(REPO / room, {"research", "benchmarks"}) == []
+
+
+def test_the_calibrate_commands_load_no_research():
+    code = ("import sys\n"
+            "import calibrate.cli, calibrate.judging.op_import, calibrate.judging.bundle_report, servesim.cli\n"
+            "import calibrate.judging.transfer_judge, calibrate.cost_models.carry_file\n"
+            "servesim.cli.build_parser()\n"
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('research', 'benchmarks')]\n"
+            "assert not bad, bad\n")
+    result = _import_in_a_fresh_interpreter(code)
+    assert result.returncode == 0, result.stderr
 
 
 def test_importing_the_front_door_loads_no_room_until_it_is_used():

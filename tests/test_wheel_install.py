@@ -46,6 +46,7 @@ SHIPPED = [
     "sim/workload/data/arxiv_summarization_llama2.csv",  # with Vidur's licence in its header
     "sim/workload/traces/example_bursty.csv",  # the trace configs/examples/replay.yaml names
     "sim/experiment/acceptance_tables/published.yaml",  # speculative.acceptance: {table: published}
+    "sim/reproduce/claims.yaml",  # the claims `servesim reproduce` reads off its figures
     "calibrate/network_tables/h100_dgx.send_recv.csv",  # kv_link: {kind: measured}
     "calibrate/network_tables/LICENSE.vidur",
     "calibrate/gemm_tables/h100_fp8.fit.yaml",  # what prices W8A8 matmuls, and what it was fitted on
@@ -131,7 +132,8 @@ def test_the_wheel_carries_the_shipped_data(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = [name for name in SHIPPED if name not in names]
     assert not missing, f"not in {wheel.name}: {missing}"
-    assert not [n for n in names if n.startswith(("tests/", "configs/", "traces/", "results/"))]
+    outside = ("tests/", "configs/", "traces/", "results/", "research/", "benchmarks/")  # not the package's
+    assert not [n for n in names if n.startswith(outside)]
     extensions = [n for n in names if n.endswith((".so", ".pyd"))]
     if "py3-none-any" in wheel.name:  # pure Python: no compiler, so no extension and no record of a build
         assert not extensions and "engine/core/_compiled.json" not in names, extensions

@@ -1,8 +1,8 @@
 """The shipped choice of what prices each regime's linear part on a GPU nobody measured
 (calibrate/profiles/carry/held-out-gpus.yaml), and the held-out table it was chosen on.
 
-benchmarks/cost_models/hold_one_gpu_out.py writes it from every measured GPU held out in turn
-(calibrate/judging/gpu_holdout.py, calibrate/judging/carry_rule.py); the transfer cost model reads it off the GPU a
+research/cost_models/hold_one_gpu_out.py writes it from every measured GPU held out in turn
+(research/judging/gpu_holdout.py, calibrate/judging/carry_rule.py); the transfer cost model reads it off the GPU a
 profile measured (calibrate/cost_models/transfer_cost.py), so a run never needs the measurements. It holds:
 
   rule      the rule, in words
@@ -159,5 +159,5 @@ def shipped_choice(path: str | Path | None = None) -> RegimeChoice:
     resolved = Path(path or CARRY_FILE).resolve()
     if not resolved.is_file():
         raise SpecError(str(resolved), "", "no carry choice file: servesim ships it "
-                        "(python benchmarks/cost_models/hold_one_gpu_out.py --write makes it)")
+                        "(python research/cost_models/hold_one_gpu_out.py --write makes it)")
     return _cached_choice(str(resolved), resolved.stat().st_mtime)

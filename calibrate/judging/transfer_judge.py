@@ -16,7 +16,7 @@ Two GPUs are measured here, so the judge goes both ways round where the data let
 
 The memory-bound and ridge regimes have no held-out GPU here: the H200 decodes are host-bound. This judgement is
 printed by `calibrate import` and `calibrate fit`; what prices a GPU nobody measured is chosen with every GPU whose
-per-operation timings servesim has held out in turn (calibrate/judging/gpu_holdout.py).
+per-operation timings servesim has held out in turn (research/judging/gpu_holdout.py).
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ Each held-out GPU is one the fit never saw: its rows enter nothing but the error
 tensor-parallel degree) and per operation. The regimes are calibrate/parts/transfer.py's four (FINE_REGIMES):
 fixed latency, memory-bound decode, the ridge, compute-bound prefill. With two GPUs, each is held out from a fit
 on the other (`both_ways`); a fit may be made on several GPUs together (`hold_out`), and
-calibrate/judging/gpu_holdout.py judges every carry on each of several GPUs held out in turn.
+research/judging/gpu_holdout.py judges every carry on each of several GPUs held out in turn.
 """
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ ridge.py): t = latency + (c^p + m^p)^(1/p), c its FLOPs at a share of the sheet'
 m its bytes (calibrate/work/fp8_gemms.py) at a share of the sheet's HBM bandwidth. Quantizing its input per token
 is a kernel of its own: a latency plus its bytes at a share of the bandwidth, where the measurements isolate it
 (`quant`, None where they do not). Every share is of a spec sheet, so the fit carries to another GPU with FP8
-tensor cores by that GPU's sheet; the latencies carry as seconds. calibrate/fitting/fp8_gemm_fit.py fits it,
-calibrate/judging/fp8_gemm_heldout.py judges it, calibrate/parts/fp8_decoder.py prices a model's layers with it.
+tensor cores by that GPU's sheet; the latencies carry as seconds. research/judging/fp8_gemm_fit.py fits it,
+research/judging/fp8_gemm_heldout.py judges it, calibrate/parts/fp8_decoder.py prices a model's layers with it.
 """
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ import numpy as np
 
 from calibrate.hardware.hardware import HardwareSpec
 from calibrate.maths.ridge import bent_roofs, ridge_exponent
-from calibrate.tables.gemm_table import GEMM_TABLES_DIR
 from calibrate.work.fp8_gemms import gemm_bytes, gemm_flops, quant_bytes
 from engine.errors import SpecError
 
+# the published timings (h100_fp8.csv, read by research/judging/gemm_table.py) and the fit made of them
+GEMM_TABLES_DIR = Path(__file__).resolve().parents[1] / "gemm_tables"
 H100_FP8_FIT = GEMM_TABLES_DIR / "h100_fp8.fit.yaml"
 FORMAT = "servesim-fp8-gemm/1"
 FIT_KEYS = ("compute_efficiency", "bandwidth_efficiency", "ridge_efficiency", "gemm_latency_s")

@@ -12,7 +12,7 @@ of kernel (GEMM, each elementwise kernel, attention, all-reduce) and are fitted 
 same shares. The host part is carried as measured, scaled by the host CPU's speed where both are known.
 
 Whether the carried shares beat the spec-sheet roofline is a question for a GPU the fit never saw: each measured
-GPU held out in turn (calibrate/judging/gpu_holdout.py) answers it per regime, and `RegimeChoice` keeps the roofline
+GPU held out in turn (research/judging/gpu_holdout.py) answers it per regime, and `RegimeChoice` keeps the roofline
 in every regime where no carry beat it on every held-out GPU (calibrate/judging/carry_rule.py).
 """
 from __future__ import annotations

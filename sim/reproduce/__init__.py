@@ -6,6 +6,10 @@ figures.py   the registry: each figure's panels and the paper configs behind the
 scale.py     the paper's trace lengths, or --quick's cut
 runner.py    sweeps, figure folders, the table
 panels.py    each panel kind's plotted numbers and drawing; paper_plots.py the whole figure
-readings.py  sustainable rates and other readings, as intervals; claims.py the paper's claims;
-             results.py what they read; table.py paper_vs_sim.csv/.md
+readings.py  sustainable rates and other readings, as intervals; results.py what the claims read
+claims.yaml  the paper's claims, as data, each naming its reader; claims.py loads them
+rate_claims.py, memory_claims.py, cost_claims.py
+             the readers, one per kind of claim, by what they read: sustainable rates; KV memory,
+             batching and sharing; block sizes and preemption
+table.py     paper_vs_sim.csv/.md
 """

@@ -4,7 +4,7 @@
 A panel either simulates (its Sources: paper configs, each one sweep) or draws what a paper config's
 cost model predicts without simulating (`cost_model_of`: Figs. 18a and 19a); its kind (a key of
 sim/reproduce/panels.py's PANEL_KINDS) says how. The claims that read the figures are in
-sim/reproduce/claims.py.
+sim/reproduce/claims.yaml, read by sim/reproduce/claims.py.
 """
 from __future__ import annotations
 

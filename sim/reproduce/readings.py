@@ -56,9 +56,24 @@ def _div(a: float, b: float) -> float:
     return a / b
 
 
+@dataclass(frozen=True)
+class Reading:
+    """A claim read off the reproduced figures: the simulated value, whether it lands in the paper's range
+    (yes | no | n/a), how it was read, and a note."""
+    simulated: str
+    lands: str
+    how: str
+    note: str = ""
+
+
 def point_range(value: float) -> tuple[float, float]:
     """The range a single printed value stands for here."""
     return value * (1 - POINT_TOLERANCE), value * (1 + POINT_TOLERANCE)
+
+
+def paper_range(within: list[float] | None = None, around: float | None = None) -> tuple[float, float]:
+    """A claim's range as claims.yaml gives it: `within` a printed range, or `around` a single printed value."""
+    return (within[0], within[1]) if within is not None else point_range(around)
 
 
 def lands(reading: Interval, low: float, high: float) -> str:

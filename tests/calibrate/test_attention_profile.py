@@ -5,7 +5,6 @@ from pathlib import Path
 import pytest
 import yaml
 from synthetic_attention import HARDWARE, TRUE_FIT, write_table
-from synthetic_ops import write_all_reduce, write_tables
 
 from calibrate.cost_models.profile_model import transferred_roofline
 from calibrate.fitting.profile_file import load_profile
@@ -19,6 +18,7 @@ from engine.specs.loader import load_model_spec
 from servesim.cli import main
 from sim.experiment.config import load_experiment
 from sim.experiment.run import make_cost_model
+from tests.calibrate.synthetic_ops import write_all_reduce, write_tables
 
 PROFILES = Path(__file__).resolve().parents[2] / "calibrate" / "profiles"
 SHIPPED, LINEAR = PROFILES / "a100-80gb.yaml", PROFILES / "a100-h100-linear.yaml"

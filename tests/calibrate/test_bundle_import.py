@@ -3,7 +3,6 @@ back as that linear part and fit, with nil held-out errors, in a profile that pr
 model; the door refuses what a bundle does not carry."""
 import pytest
 from synthetic_bundle import TRUE_ATTENTION, TRUE_FIT, TRUE_MIXED, synthetic_bundle
-from synthetic_ops import assert_same_fit
 
 from calibrate.cost_models.profile_model import transferred_roofline
 from calibrate.fitting.profile_file import load_profile
@@ -14,6 +13,7 @@ from calibrate.parts.linear_model import LinearFit
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 from servesim.cli import main
+from tests.calibrate.synthetic_ops import assert_same_fit
 
 # the Server Edition's peaks without its SM count: decode attention is the bytes-and-latency row the bundle was made by
 SHEET = """name: no-waves

@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import pytest
 from cost_model_cases import H100, MIXTRAL, PROFILES
-from synthetic_ops import TRUE_FIT
 
 from calibrate.clock.roofline import RooflineCostModel
 from calibrate.cost_models.profile_model import transferred_roofline
@@ -18,6 +17,7 @@ from calibrate.work.expert_routing import expected_experts_read
 from calibrate.work.layer_ops import LayerShape, gemm_work
 from engine.core.batch import BatchShape
 from engine.specs.loader import load_model_spec
+from tests.calibrate.synthetic_ops import TRUE_FIT
 
 TP = 2
 

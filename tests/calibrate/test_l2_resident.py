@@ -7,7 +7,6 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 from synthetic_bundle import TRUE_FIT, synthetic_bundle
-from synthetic_ops import assert_same_fit
 
 from calibrate.fitting.l2_resident import l2_resident
 from calibrate.fitting.op_fit import fit_linear
@@ -17,6 +16,7 @@ from calibrate.judging.bundle_linear import bundle_fit, resident
 from calibrate.tables.bundle_models import bundle_model
 from calibrate.tables.bundle_ops import bundle_op_table
 from calibrate.tables.llmservingsim_bundle import read_bundle
+from tests.calibrate.synthetic_ops import assert_same_fit
 
 PRO = load_hardware("rtx-pro-6000-server")  # 128 MiB of L2: 134,217,728 bytes
 

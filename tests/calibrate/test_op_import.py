@@ -5,7 +5,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from synthetic_ops import HARDWARE, MODELS, TRUE_FIT, assert_same_fit, table, write_all_reduce, write_tables
 
 from calibrate.clock.roofline import RooflineCostModel
 from calibrate.cost_models.profile_model import ProfileCostModel, transferred_roofline
@@ -20,6 +19,15 @@ from engine.core.batch import Batch
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 from servesim.cli import main
+from tests.calibrate.synthetic_ops import (
+    HARDWARE,
+    MODELS,
+    TRUE_FIT,
+    assert_same_fit,
+    table,
+    write_all_reduce,
+    write_tables,
+)
 
 CPU_PROFILE = Path(__file__).resolve().parents[2] / "calibrate" / "profiles" / "cpu-opt-125m.yaml"
 

@@ -4,7 +4,6 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
-from synthetic_ops import MODELS, TRUE_FIT, write_tables
 
 from calibrate.fitting.op_fit import fit_linear
 from calibrate.hardware.hardware import HardwareSpec, load_hardware
@@ -27,6 +26,7 @@ from calibrate.parts.transfer import (
 from calibrate.tables.op_table import read_op_table
 from calibrate.work.layer_ops import LayerShape
 from engine.errors import SpecError
+from tests.calibrate.synthetic_ops import MODELS, TRUE_FIT, write_tables
 
 # two made-up GPUs: the "true" one the fit sees and another with other peaks
 TRUE_GPU = HardwareSpec("true-gpu", peak_flops=300e12, hbm_bytes_per_s=2.0e12, memory_gib=80,

@@ -6,7 +6,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from synthetic_ops import HARDWARE, LAYERS, SECOND_HARDWARE, TRUE_FIT, assert_same_fit, write_all_reduce, write_two_gpus
 
 from calibrate.clock.roofline import RooflineCostModel
 from calibrate.cost_models.carry_file import shipped_choice
@@ -27,6 +26,15 @@ from engine.core.batch import Batch
 from engine.errors import SpecError
 from engine.specs.loader import load_model_spec
 from servesim.cli import main
+from tests.calibrate.synthetic_ops import (
+    HARDWARE,
+    LAYERS,
+    SECOND_HARDWARE,
+    TRUE_FIT,
+    assert_same_fit,
+    write_all_reduce,
+    write_two_gpus,
+)
 
 SHIPPED = PROFILES / "a100-h100-linear.yaml"
 A2H, H2A = f"{HARDWARE} -> {SECOND_HARDWARE}", f"{SECOND_HARDWARE} -> {HARDWARE}"

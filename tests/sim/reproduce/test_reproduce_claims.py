@@ -3,8 +3,9 @@ import pandas as pd
 import pytest
 
 from calibrate.clock.costmodel import CostModel
-from sim.reproduce.claims import CLAIMS, prompt_share
+from sim.reproduce.claims import CLAIMS
 from sim.reproduce.figures import FIGURES
+from sim.reproduce.memory_claims import prompt_share
 from sim.reproduce.predictions import kernel_frame
 from sim.reproduce.results import Results
 from sim.reproduce.table import claims_table, markdown

@@ -1,1 +1,0 @@
-"""Cost models: the device and host clocks fitted on public tables, held out, and carried to other GPUs."""
