@@ -71,9 +71,6 @@ class PagedKVTracker(ReservedKVTracker):
         self._beam_sharing: dict[int, int] = {}
         self.beam_sharing_slots = 0
         self._beams_to_count: dict[int, SequenceGroup] = {}
-        # disaggregated serving: slots of requests whose KV is being copied in, or has arrived and waits to run,
-        # counted as reserved (vLLM's decode replica holds them for the request before it runs)
-        self.incoming_slots = 0
 
     def slots_of(self, group: SequenceGroup) -> int:
         slots = shared_prompt_token_slots(group) if group.shares_prompt else unshared_token_slots(group)
@@ -99,23 +96,11 @@ class PagedKVTracker(ReservedKVTracker):
                 self.blocks.track_table_changes(False)  # nothing to count until a beam search runs again
         self.token_slots.stopped(group)
 
-    def keyed(self, num_blocks: int) -> None:
-        """A chunk's full blocks became the prefix cache's, which counts them (a sharing prompt: one table's)."""
-        self.token_slots.slots -= num_blocks * self.block_size
-
-    def cache_released(self) -> None:
-        """The run is over: the shared prefix's blocks go back (the cache stops counting them by itself)."""
-        self.blocks.unpin()
-
     def usage(self, someone_waits: bool) -> KVUsage:
         token_slots = self.token_slots.slots
         if self._beam_sharing:
             token_slots += self._beam_token_slots()
-        usage = paged_usage(self.blocks, token_slots, someone_waits)
-        if self.incoming_slots:
-            reserved = min(self.incoming_slots, usage.internal)
-            usage.reserved, usage.internal = reserved, usage.internal - reserved
-        return usage
+        return paged_usage(self.blocks, token_slots, someone_waits)
 
     def stretch_usage(self, token_slots: Iterable[int], free_blocks: list[int], someone_waited: bool) -> UsageColumns:
         """The breakdown at a decode stretch's moments, as columns (no beam search runs in a stretch)."""

@@ -5,10 +5,9 @@ import math
 from collections import deque
 from collections.abc import Mapping
 
-from engine.core.allocator import KVAllocator
 from engine.core.batch import Batch
 from engine.core.kv_tracker import ReservedKVTracker
-from engine.core.kv_usage import KVUsage, TokenSlots, UsageColumns
+from engine.core.kv_usage import KVUsage, UsageColumns
 from engine.core.scheduler.base import DecodeStretch, Scheduler
 from engine.core.scheduler.stretch import running_seqs, steps_to_first_finish
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
@@ -19,13 +18,12 @@ __all__ = ["QueueScheduler", "RequestTooLarge", "RequestTooLong"]
 
 
 class QueueScheduler(Scheduler):
-    """FCFS queues and the per-step update; subclasses decide admission and memory, and set `allocator`, their
-    KV memory as the skeleton sees it (engine.core.allocator), and `kv`, the tracker of the pool's breakdown
+    """FCFS queues and the per-step update; subclasses decide admission and memory. Each keeps its KV memory as
+    `allocator`, of its own type (both answer engine.core.allocator's interface), and frees, forks and reads tables
+    through it (_free_seq, _fork_beam, block_table), and sets `kv`, the tracker of the pool's breakdown
     (engine.core.kv_tracker), told as groups start and stop running."""
 
-    allocator: KVAllocator
     kv: ReservedKVTracker
-    token_slots: TokenSlots  # kv's: the slots the running requests' tokens fill
 
     def __init__(self, system: SystemSpec, max_seq_len: int):
         self.system = system
@@ -115,7 +113,7 @@ class QueueScheduler(Scheduler):
         running sequence of its groups grows by num_steps and finishes at its final length, a group when none
         of its sequences runs on. complete() takes one step; a decode stretch the steps before its last
         (advance_decodes), which by its construction finish nobody."""
-        self.token_slots.sampled(num_steps * num_samples)
+        self.kv.token_slots.sampled(num_steps * num_samples)
         finished = []
         running = SeqStatus.RUNNING
         for groups in (self._prefilled, self._decoded):
@@ -163,9 +161,9 @@ class QueueScheduler(Scheduler):
     def release_kv(self, request_id: int) -> None:
         """The decode replica has the request's KV: its blocks go back."""
         group = self.held_kv.pop(request_id)
-        self.token_slots.stopped(group)
+        self.kv.token_slots.stopped(group)
         for seq in group.seqs:
-            self.allocator.free(seq)
+            self._free_seq(seq)
 
     def groups_in_system(self) -> list[SequenceGroup]:
         return [*self.waiting, *self.running]
@@ -193,7 +191,7 @@ class QueueScheduler(Scheduler):
         if not 2 <= num_steps <= stretch.num_steps:
             raise ValueError(f"advance_decodes: {num_steps} steps of a stretch of {stretch.num_steps}")
         num_decodes = len(stretch.batch.decode_seq_ids)
-        first = self.token_slots.slots + num_decodes  # each completion samples a token per decode
+        first = self.kv.token_slots.slots + num_decodes  # each completion samples a token per decode
         token_slots = range(first, first + (num_steps - 1) * num_decodes, num_decodes)
         someone_waited = len(self.waiting) > arrived
         if self._sample(num_decodes, num_steps - 1, math.nan):
@@ -231,7 +229,7 @@ class QueueScheduler(Scheduler):
     def _fork_beam(self, parent: Sequence, child: Sequence) -> None:
         """The child continues the parent's beam: its KV becomes the parent's (the allocator's way: shared by
         the paged pool, copied before the next forward by reservations)."""
-        self.allocator.fork(parent, child, self._pending_copies)
+        raise NotImplementedError
 
     def _take_copies(self) -> list[tuple[int, int]]:
         """The block copies forks asked for since the last step, for the next batch."""
@@ -253,7 +251,7 @@ class QueueScheduler(Scheduler):
             self._seqs.pop(seq.seq_id, None)
         if self.hands_off_kv:  # its blocks hold its tokens until released: counted as before
             self.held_kv[group.request_id] = group
-            self.token_slots.started(group)
+            self.kv.token_slots.started(group)
 
     def _blocks_needed_alone(self, group: SequenceGroup) -> int:
         """Blocks the request needs with the pool to itself; subclasses know their allocators."""
@@ -316,7 +314,5 @@ class QueueScheduler(Scheduler):
         return batch
 
     def _free_seq(self, seq: Sequence) -> None:
-        self.allocator.free(seq)  # by its status: host blocks when swapped out
-
-    def block_table(self, seq_id: int) -> list[int]:
-        return self.allocator.block_table(self._seqs[seq_id])
+        """The sequence's memory goes back to the allocator (by its status: host blocks when swapped out)."""
+        raise NotImplementedError

@@ -23,10 +23,10 @@ class OrcaScheduler(ReservationScheduler):
             group = self.waiting[0]
             if self.num_running_seqs + len(group.live_seqs()) > self.system.max_num_seqs:
                 break
-            if not self.reservation_pool.can_allocate(group):
+            if not self.allocator.can_allocate(group):
                 break  # head-of-line: later requests wait behind this one
             self.waiting.popleft()
-            self.reservation_pool.allocate(group)
+            self.allocator.allocate(group)
             self._start_running(group)
             self.running.append(group)
             prefill_groups.append(group)

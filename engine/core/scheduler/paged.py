@@ -13,7 +13,7 @@ from itertools import chain
 
 from engine.core.block_manager import BlockManager
 from engine.core.kv_tracker import PagedKVTracker
-from engine.core.kv_usage import UsageColumns
+from engine.core.kv_usage import KVUsage, UsageColumns
 from engine.core.running_batch import RunningBatch, in_batch_order
 from engine.core.scheduler.base import DecodeStretch
 from engine.core.scheduler.common import QueueScheduler
@@ -34,14 +34,12 @@ class PagedScheduler(QueueScheduler):
         self.order = order if order is not None else FirstComeFirstServed()  # engine.core.scheduler.order
         self.num_gpu_blocks = num_gpu_blocks
         self.num_cpu_blocks = num_cpu_blocks
-        self.blocks = BlockManager(system.block_size, num_gpu_blocks, num_cpu_blocks, system.watermark,
-                                   system.prefix_caching, system.prefill_policy in CHUNKED_POLICIES,
-                                   appends_as_needed, system.num_lookahead_slots)
+        self.allocator = BlockManager(system.block_size, num_gpu_blocks, num_cpu_blocks, system.watermark,
+                                      system.prefix_caching, system.prefill_policy in CHUNKED_POLICIES,
+                                      appends_as_needed, system.num_lookahead_slots)
         self.lookahead = system.num_lookahead_slots  # speculative decoding's k (0: none)
-        self.allocator = self.blocks  # the skeleton's view of it (engine.core.allocator)
-        self.paged_kv = PagedKVTracker(self.blocks, self._beam_group_of)
-        self.kv, self.token_slots = self.paged_kv, self.paged_kv.token_slots
-        self.rows = RunningBatch(self.blocks, system.block_size)
+        self.kv = PagedKVTracker(self.allocator, self._beam_group_of)
+        self.rows = RunningBatch(self.allocator, system.block_size)
         self.caches_prefixes = system.prefix_caching
         # else the running groups keep the order's (vLLM V1's run in the order it admitted them: PrefillRules)
         self.runs_in_admission_order = runs_in_admission_order
@@ -50,7 +48,7 @@ class PagedScheduler(QueueScheduler):
         self.num_swapped_in_blocks = 0
         cap = system.max_num_batched_tokens  # never None when chunked (SystemSpec.validate)
         self.token_cap = cap if cap is not None else NO_TOKEN_CAP
-        self.preemption = PreemptionRule(system, self.blocks, num_gpu_blocks, self.token_cap)
+        self.preemption = PreemptionRule(system, self.allocator, num_gpu_blocks, self.token_cap)
         # chunked: request id -> its prompt tokens in the cache (earlier chunks, a cached prefix), while it prefills
         self.prefill_progress: dict[int, int] = {}
         self._joined: list[SequenceGroup] = []  # this step's groups swapped in or arrived, for complete()
@@ -58,6 +56,9 @@ class PagedScheduler(QueueScheduler):
         # their KV is copied in (incoming, by id), then decoding from the next schedule() on (arrived)
         self.incoming: dict[int, SequenceGroup] = {}
         self.arrived: deque[SequenceGroup] = deque()
+        # their slots, counted as reserved in the pool's breakdown until they run (vLLM's decode replica holds them
+        # for the request before it runs)
+        self.incoming_slots = 0
 
     # --- the running groups, in order and as rows ------------------------------------------------------------
     def _insert_waiting(self, group: SequenceGroup) -> None:
@@ -80,8 +81,14 @@ class PagedScheduler(QueueScheduler):
         super()._stop_running(group, status)
 
     def _fork_beam(self, parent: Sequence, child: Sequence) -> None:
-        super()._fork_beam(parent, child)
+        self.allocator.fork(parent, child, self._pending_copies)  # shared, copied on its next append
         self.rows.forked(parent, child)
+
+    def _free_seq(self, seq: Sequence) -> None:
+        self.allocator.free(seq)
+
+    def block_table(self, seq_id: int) -> list[int]:
+        return self.allocator.block_table(self._seqs[seq_id])
 
     def _sample(self, num_samples: int, num_steps: int, now_s: float) -> list[SequenceGroup]:
         """QueueScheduler._sample, row by row where every row sampled once in the order the groups ran (the
@@ -91,7 +98,7 @@ class PagedScheduler(QueueScheduler):
             finished = super()._sample(num_samples, num_steps, now_s)
             rows.rebuild(self.running)
             return finished
-        self.token_slots.sampled(num_steps * num_samples)
+        self.kv.token_slots.sampled(num_steps * num_samples)
         done_rows = rows.advance(num_steps)
         if not done_rows:
             return []
@@ -105,7 +112,7 @@ class PagedScheduler(QueueScheduler):
 
     def _stretch_usage(self, stretch: DecodeStretch, num_steps: int, token_slots: range,
                        someone_waited: bool) -> UsageColumns:
-        free_blocks = stretch_appends(stretch, num_steps, self.blocks, self.block_size)
+        free_blocks = stretch_appends(stretch, num_steps, self.allocator, self.block_size)
         self.rows.stale = True  # the stretch's appends, made at once
         return self.kv.stretch_usage(token_slots, free_blocks, someone_waited)
 
@@ -118,7 +125,7 @@ class PagedScheduler(QueueScheduler):
                 if group.request_id == request_id:
                     queue.remove(group)
                     for seq in group.live_seqs():
-                        self.blocks.free(seq)  # by its status: host blocks when swapped out, none when waiting
+                        self.allocator.free(seq)  # by its status: host blocks when swapped out, none when waiting
                     return self._aborted(group)
         for group in self.running:
             if group.request_id == request_id:
@@ -126,7 +133,7 @@ class PagedScheduler(QueueScheduler):
                     raise RuntimeError(f"abort request {request_id}: its iteration is running; abort between steps")
                 self.running = [g for g in self.running if g is not group]
                 for seq in group.live_seqs():
-                    self.blocks.free(seq)
+                    self.allocator.free(seq)
                 self._stop_running(group, SeqStatus.FINISHED)
                 return self._aborted(group)
         return None
@@ -154,14 +161,21 @@ class PagedScheduler(QueueScheduler):
     def _reservation_note(self, group: SequenceGroup) -> str:
         return self.preemption.note(group)
 
+    def kv_usage(self) -> KVUsage:
+        usage = self.kv.usage(bool(self.waiting))
+        if self.incoming_slots:
+            reserved = min(self.incoming_slots, usage.internal)
+            usage.reserved, usage.internal = reserved, usage.internal - reserved
+        return usage
+
     def release_cache(self) -> None:
-        self.paged_kv.cache_released()
+        self.allocator.unpin()  # the shared prefix's blocks (the cache stops counting them by itself)
 
     # --- disaggregated serving: a decode replica takes requests prefilled elsewhere --------------------------
     def can_receive(self, group: SequenceGroup) -> bool:
         """Whether the blocks of a request prefilled elsewhere (its prompt and first token) fit above the
         watermark now."""
-        return self.blocks.can_allocate(group)
+        return self.allocator.can_allocate(group)
 
     def receive(self, group: SequenceGroup) -> None:
         """Reserve the blocks of a request prefilled elsewhere (can_receive), its KV to be copied into them
@@ -170,8 +184,8 @@ class PagedScheduler(QueueScheduler):
         refusal = self._refusal(group)
         if refusal is not None:
             raise refusal
-        self.blocks.allocate(group)
-        self.paged_kv.incoming_slots += self.paged_kv.slots_of(group)  # reserved until it runs
+        self.allocator.allocate(group)
+        self.incoming_slots += self.kv.slots_of(group)  # reserved until it runs
         for seq in group.seqs:
             self._seqs[seq.seq_id] = seq
         self.incoming[group.request_id] = group

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from engine.core.batch import Batch
 from engine.core.block_manager import appends_fit
-from engine.core.kv_usage import UsageColumns
+from engine.core.kv_usage import UsageColumns, paged_usage_columns
 from engine.core.scheduler.base import DecodeStretch
 from engine.core.scheduler.order import Order, insert_in_order
 from engine.core.scheduler.paged import PagedScheduler
@@ -93,7 +93,7 @@ class VLLMScheduler(PagedScheduler):
     # --- one step ----------------------------------------------------------------
     def schedule(self) -> Batch:
         plan = StepPlan()
-        self.blocks.begin_step()  # the prefix cache's clock of least-recently-used
+        self.allocator.begin_step()  # the prefix cache's clock of least-recently-used
         if self.rules.prompt_only and not self.swapped:  # a prompt-only iteration whenever a prompt fits
             self._time_prompt_run()
             self._admit(plan, self._budget(0))  # no decodes in a prompt-only iteration: the whole budget
@@ -157,7 +157,7 @@ class VLLMScheduler(PagedScheduler):
         seqs: list[Sequence] = []
         for group in self.running:
             seqs.extend(group.running_seqs())
-        if not self.blocks.append_lookahead_if_fits(seqs, plan.copies):
+        if not self.allocator.append_lookahead_if_fits(seqs, plan.copies):
             return False
         plan.decode_groups = list(self.running)
         plan.decode_seqs = seqs
@@ -169,7 +169,7 @@ class VLLMScheduler(PagedScheduler):
         per running sequence of the group it checks: while the widest group (rows.widest: at least the widest,
         never less) would still find its own after the rows due took theirs, no group can fail it (appends_fit:
         nobody at all can)."""
-        free = self.blocks.gpu.num_free
+        free = self.allocator.gpu.num_free
         if self.rules.appends_as_needed:
             return free >= len(due)
         return free - len(due) >= self.rows.widest or appends_fit(self.num_running_seqs, free)
@@ -195,7 +195,7 @@ class VLLMScheduler(PagedScheduler):
                      plan: StepPlan) -> bool:
         """Preempt the latest (the queue's last) until the group's running sequences, seqs, can each append a
         slot: whether they can, or the group had to be preempted itself, nobody being left behind it."""
-        while not self.blocks.can_append(seqs):
+        while not self.allocator.can_append(seqs):
             victim = queue.pop() if queue else group
             self._preempt(victim, plan)
             if victim is group:
@@ -204,16 +204,16 @@ class VLLMScheduler(PagedScheduler):
 
     def _decode(self, group: SequenceGroup, seqs: list[Sequence], plan: StepPlan) -> None:
         """The group's running sequences, seqs, take their next slots and decode in this step."""
-        self.blocks.append_slots(seqs, plan.copies)
+        self.allocator.append_slots(seqs, plan.copies)
         plan.decode_seqs.extend(seqs)
         plan.decode_groups.append(group)
 
     def _swap_in(self, plan: StepPlan) -> None:
         """Swapped-out groups back in, oldest first, while their blocks fit and sequences are left. None of them
         was swapped out in this step: such a step swaps nobody in (PrefillRules.any_preemption_holds_swap_in)."""
-        while self.swapped and self.blocks.can_swap_in(self.swapped[0]) and self._seqs_fit(self.swapped[0]):
+        while self.swapped and self.allocator.can_swap_in(self.swapped[0]) and self._seqs_fit(self.swapped[0]):
             group = self.swapped.popleft()
-            mapping = self.blocks.swap_in(group)
+            mapping = self.allocator.swap_in(group)
             plan.swap_in.extend(mapping)
             self.num_swapped_in_blocks += len(mapping)
             self._join(group, plan)
@@ -222,9 +222,9 @@ class VLLMScheduler(PagedScheduler):
         """Requests whose KV arrived decode from this step, in the order they arrived, while sequences are left.
         Their blocks hold the prompt and a slot for the first token (receive): they append nothing new now."""
         while self.arrived and self._seqs_fit(self.arrived[0]) and (
-                not self.lookahead or self.blocks.can_append(self.arrived[0].live_seqs())):
+                not self.lookahead or self.allocator.can_append(self.arrived[0].live_seqs())):
             group = self.arrived.popleft()
-            self.paged_kv.incoming_slots -= self.paged_kv.slots_of(group)
+            self.incoming_slots -= self.kv.slots_of(group)
             self._join(group, plan)
 
     def _join(self, group: SequenceGroup, plan: StepPlan) -> None:
@@ -277,7 +277,7 @@ class VLLMScheduler(PagedScheduler):
             # prefix caches it then, and cached_tokens() would count it for that request too
             lens = self._prefill_lens(group) if self.rules.prompt_only else []
             self.waiting.popleft()
-            self.blocks.allocate(group)  # its prompt's blocks: it runs from this step on
+            self.allocator.allocate(group)  # its prompt's blocks: it runs from this step on
             self._start_running(group)
             self._insert_running(group)
             live = group.live_seqs()
@@ -297,7 +297,7 @@ class VLLMScheduler(PagedScheduler):
         describes, or None while it must wait: too few free blocks above the watermark, or those the oldest
         swapped-out group needs to come back; the budget's tokens, sequences or padding. The step asks it of
         each waiting prompt, the decode stretch of the oldest: what it refuses, no step admits."""
-        if not self.blocks.can_allocate(group) or not self._leaves_room_to_swap_in(group):
+        if not self.allocator.can_allocate(group) or not self._leaves_room_to_swap_in(group):
             return None
         live = group.live_seqs()
         return budget.fit(self._prefill_lens(group, live), len(live), self.rules.chunked and group.shares_prompt)
@@ -326,7 +326,7 @@ class VLLMScheduler(PagedScheduler):
         """The tokens each of the group's prefills computes (its samples share one, unless recomputed apart);
         a cached prefix is attended over, not computed. live: the group's live sequences, where the caller has them."""
         live = group.live_seqs() if live is None else live
-        cached = self.blocks.cached_tokens(group)
+        cached = self.allocator.cached_tokens(group)
         if group.shares_prompt:
             return [live[0].length - cached]
         return [seq.length - cached for seq in live]
@@ -344,7 +344,7 @@ class VLLMScheduler(PagedScheduler):
         swapped out; v0.4 took those blocks too, and swapped groups piled up (docs/vllm-policies.md)."""
         if not self.swapped:
             return True
-        blocks = self.blocks
+        blocks = self.allocator
         needed = blocks.blocks_to_swap_in(self.swapped[0]) + blocks.watermark_blocks
         return blocks.gpu.num_free - blocks.blocks_to_allocate(group) >= needed
 
@@ -367,9 +367,9 @@ class VLLMScheduler(PagedScheduler):
         """Chunked: the prefix cache keys the full blocks this iteration's chunk fills, up to stop, now (as a whole
         prompt's are at admission under mixed) and holds them for the group instead of its own token slots. The
         prompt's progress (prefill_progress) moves to stop only in complete(), once the chunk has run."""
-        keyed = self.blocks.prompt_computed(group, stop)
-        if keyed:
-            self.paged_kv.keyed(keyed)
+        keyed = self.allocator.prompt_computed(group, stop)
+        if keyed:  # the cache counts them now (a sharing prompt: one table's)
+            self.kv.token_slots.slots -= keyed * self.block_size
 
     def _batch(self, plan: StepPlan) -> Batch:
         batch, self._prefilled = batch_of(plan, self.num_running_beam_groups > 0, self.lookahead)
@@ -394,7 +394,7 @@ class VLLMScheduler(PagedScheduler):
         running = SeqStatus.RUNNING
         for seq in speculated:  # the rejected proposals' slots go back
             if seq.status is running:
-                self.blocks.give_back_lookahead(seq)
+                self.allocator.give_back_lookahead(seq)
         return finished
 
     def _accept(self, batch: Batch, seqs: list[Sequence], accepted: list[int] | None) -> None:
@@ -419,7 +419,7 @@ class VLLMScheduler(PagedScheduler):
                 i += 1
         if i != len(proposed):
             raise RuntimeError(f"{len(proposed)} decodes proposed, but the groups that decoded run {i} sequences")
-        self.token_slots.sampled(total)
+        self.kv.token_slots.sampled(total)
         self.num_proposed_tokens += batch.num_proposed
         self.num_accepted_tokens += total
 
@@ -436,17 +436,17 @@ class VLLMScheduler(PagedScheduler):
             live = group.live_seqs()
             self._stop_running(group, SeqStatus.WAITING)
             for seq in live:
-                self.blocks.free(seq)
+                self.allocator.free(seq)
             # samples that diverged re-prefill each its own history in its own blocks; a prompt part way
             # through its chunks sampled nothing yet, so its samples still share it
             if self.prefill_progress.pop(group.request_id, None) is None and len(live) > 1:
                 group.shares_prompt = False
             self._insert_waiting(group)
         else:
-            if not self.blocks.can_swap_out(group):
+            if not self.allocator.can_swap_out(group):
                 raise self.preemption.swap_space_exhausted(group)
             self._stop_running(group, SeqStatus.SWAPPED)  # before the swap changes its cache_blocks
-            mapping = self.blocks.swap_out(group)
+            mapping = self.allocator.swap_out(group)
             plan.swap_out.extend(mapping)
             self.num_swapped_out_blocks += len(mapping)
             insert_in_order(self.swapped, group, self.order)
@@ -465,7 +465,7 @@ class VLLMScheduler(PagedScheduler):
             # ignored or admitted next step (refused in this one's schedule() only as just preempted, or
             # held back by a delay_factor that may pass meanwhile)
             return DecodeStretch(batch, 1)
-        return paged_stretch(batch, self.running, self.blocks, self.num_running_seqs, self.block_size)
+        return paged_stretch(batch, self.running, self.allocator, self.num_running_seqs, self.block_size)
 
     # --- speculating stretches (engine.core.scheduler.speculating_stretch) ------------------------------------
     def speculating_stretch(self, batch: Batch) -> SpeculatingSteps | None:
@@ -479,19 +479,19 @@ class VLLMScheduler(PagedScheduler):
         groups = self._decoded
         if not len(groups) == len(decodes) == self.num_running_seqs == len(self.running):
             return None  # a request of several sequences (refused where a system speculates), or one not decoding
-        tables = self.blocks.block_tables
+        tables = self.allocator.block_tables
         return SpeculatingSteps(batch, list(groups), [self._seqs[seq_id] for seq_id in decodes],
                                 [len(tables[seq_id]) for seq_id in decodes], self.lookahead, self.block_size,
-                                self.blocks.gpu.num_free, self.token_slots.slots)
+                                self.allocator.gpu.num_free, self.kv.token_slots.slots)
 
     def advance_speculating(self, steps: SpeculatingSteps, num_steps: int, arrived: int = 0) -> UsageColumns:
         if not 2 <= num_steps <= len(steps.accepted):
             raise ValueError(f"advance_speculating: {num_steps} steps of a stretch accepted to {len(steps.accepted)}")
         someone_waited = len(self.waiting) > arrived
-        sampled, proposed, accepted = steps.make(num_steps, self.blocks)
-        self.token_slots.sampled(sampled)
+        sampled, proposed, accepted = steps.make(num_steps, self.allocator)
+        self.kv.token_slots.sampled(sampled)
         self.rows.tick += num_steps - 1  # the rows' clock: a step each completion (RunningBatch.advance)
         self.num_proposed_tokens += proposed
         self.num_accepted_tokens += accepted
-        return self.paged_kv.stretch_usage(steps.token_slots[1:num_steps], steps.free_blocks[1:num_steps],
-                                           someone_waited)
+        return paged_usage_columns(self.allocator, steps.token_slots[1:num_steps], steps.free_blocks[1:num_steps],
+                                   someone_waited)

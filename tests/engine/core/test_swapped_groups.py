@@ -190,7 +190,7 @@ def test_every_request_finishes_or_is_ignored_or_refused_never_stalls(policy, da
     event(f"{'swapped' if sched.num_swapped_out_blocks else 'no swap'}, "
           f"{'preempted' if sched.num_preemptions else 'no preemption'}, "
           f"{'some dropped' if ignored or refused else 'all served'}")
-    assert not sched.has_unfinished() and sched.blocks.cpu.num_free == 10_000
+    assert not sched.has_unfinished() and sched.allocator.cpu.num_free == 10_000
 
 
 def test_mixed_swaps_nobody_in_while_it_swaps_a_group_out():
