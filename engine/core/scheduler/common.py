@@ -9,6 +9,7 @@ from engine.core.batch import Batch
 from engine.core.kv_tracker import ReservedKVTracker
 from engine.core.kv_usage import KVUsage, UsageColumns
 from engine.core.scheduler.base import DecodeStretch, Scheduler
+from engine.core.scheduler.plan import StepPlan
 from engine.core.scheduler.stretch import running_seqs, steps_to_first_finish
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
@@ -32,8 +33,8 @@ class QueueScheduler(Scheduler):
         self.waiting: deque[SequenceGroup] = deque()
         self.running: list[SequenceGroup] = []
         self._seqs: dict[int, Sequence] = {}
-        self._prefilled: list[SequenceGroup] = []
-        self._decoded: list[SequenceGroup] = []
+        # the step in flight: what the last schedule() decided, until complete() applies it (None between steps)
+        self.in_flight: StepPlan | None = None
         self._pending_copies: list[tuple[int, int]] = []  # the forks' block copies, for the next batch
         self.num_preemptions = 0
         self.num_running_seqs = 0
@@ -99,24 +100,30 @@ class QueueScheduler(Scheduler):
     def complete(self, batch: Batch, now_s: float,
                  beam_parents: Mapping[int, int] | None = None,
                  accepted: list[int] | None = None) -> list[SequenceGroup]:
+        plan = self._step_in_flight()
         if beam_parents:  # before the lengths advance: a child takes the parent's KV as the batch left it
-            self._apply_beam_parents(beam_parents)
-        for group in self._prefilled:
+            self._apply_beam_parents(plan, beam_parents)
+        for group in plan.prefilled:
             if group.first_token_s is None:
                 group.first_token_s = now_s
-        finished = self._sample(len(batch.decode_seq_ids) + sum(map(len, batch.prefill_sample_ids)), 1, now_s)
-        self._prefilled, self._decoded = [], []
+        finished = self._sample(plan, len(batch.decode_seq_ids) + sum(map(len, batch.prefill_sample_ids)), 1, now_s)
+        self.in_flight = None
         return finished
 
-    def _sample(self, num_samples: int, num_steps: int, now_s: float) -> list[SequenceGroup]:
-        """num_steps iterations of the scheduled batch, each sampling a token for num_samples sequences: every
+    def _step_in_flight(self) -> StepPlan:
+        """What the last schedule() decided (a plan of nothing where no step is in flight)."""
+        plan = self.in_flight
+        return plan if plan is not None else StepPlan()
+
+    def _sample(self, plan: StepPlan, num_samples: int, num_steps: int, now_s: float) -> list[SequenceGroup]:
+        """num_steps iterations of the plan's batch, each sampling a token for num_samples sequences: every
         running sequence of its groups grows by num_steps and finishes at its final length, a group when none
         of its sequences runs on. complete() takes one step; a decode stretch the steps before its last
         (advance_decodes), which by its construction finish nobody."""
         self.kv.token_slots.sampled(num_steps * num_samples)
         finished = []
         running = SeqStatus.RUNNING
-        for groups in (self._prefilled, self._decoded):
+        for groups in (plan.prefilled, plan.decode_groups):
             for group in groups:
                 for seq in group.seqs:
                     if seq.status is running:
@@ -185,7 +192,7 @@ class QueueScheduler(Scheduler):
         """decode_stretch for a decode-only batch without beams (engine.core.scheduler.stretch): reservations
         stay as they are while no request finishes, and the oldest waiting request, refused by this schedule(),
         stays refused, so the stretch lasts until the first sequence finishes."""
-        return DecodeStretch(batch, steps_to_first_finish(running_seqs(self._decoded)))
+        return DecodeStretch(batch, steps_to_first_finish(running_seqs(self._step_in_flight().decode_groups)))
 
     def advance_decodes(self, stretch: DecodeStretch, num_steps: int, arrived: int = 0) -> UsageColumns:
         if not 2 <= num_steps <= stretch.num_steps:
@@ -194,7 +201,7 @@ class QueueScheduler(Scheduler):
         first = self.kv.token_slots.slots + num_decodes  # each completion samples a token per decode
         token_slots = range(first, first + (num_steps - 1) * num_decodes, num_decodes)
         someone_waited = len(self.waiting) > arrived
-        if self._sample(num_decodes, num_steps - 1, math.nan):
+        if self._sample(self._step_in_flight(), num_decodes, num_steps - 1, math.nan):
             raise RuntimeError("a decode stretch finished a request before its last step")
         return self._stretch_usage(stretch, num_steps, token_slots, someone_waited)
 
@@ -206,10 +213,10 @@ class QueueScheduler(Scheduler):
         return self.kv.stretch_usage(token_slots, [], someone_waited)
 
     # --- beam search -------------------------------------------------------------
-    def _apply_beam_parents(self, beam_parents: Mapping[int, int]) -> None:
+    def _apply_beam_parents(self, plan: StepPlan, beam_parents: Mapping[int, int]) -> None:
         """Fork every child from its parent, after checking the data plane's choice: both beams of one
         group that decoded in this batch, and no parent replaced in the same step."""
-        decoded = {group.request_id for group in self._decoded if group.is_beam}
+        decoded = {group.request_id for group in plan.decode_groups if group.is_beam}
         group_of, finished = self._beam_group_of, SeqStatus.FINISHED
         for child, parent in beam_parents.items():
             group = group_of.get(child)
@@ -310,7 +317,9 @@ class QueueScheduler(Scheduler):
                    else [seq for group in decode_groups for seq in group.seqs if seq.status is running])
         batch.decode_seq_ids = [seq.seq_id for seq in decodes]
         batch.decode_context_lens = [seq.length for seq in decodes]
-        self._prefilled, self._decoded = prefill_groups, decode_groups
+        plan = StepPlan()
+        plan.prefilled, plan.decode_groups = prefill_groups, decode_groups
+        self.in_flight = plan
         return batch
 
     def _free_seq(self, seq: Sequence) -> None:

@@ -48,7 +48,7 @@ class FasterTransformerScheduler(ReservationScheduler):
     def complete(self, batch: Batch, now_s: float,
                  beam_parents: Mapping[int, int] | None = None,
                  accepted: list[int] | None = None) -> list[SequenceGroup]:
-        prefilled = self._prefilled
+        prefilled = self._step_in_flight().prefilled
         super().complete(batch, now_s, beam_parents)  # requests finish together below, not one by one
         self._fork_prompt_copies(prefilled)
         if self.running:

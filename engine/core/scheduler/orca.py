@@ -37,7 +37,7 @@ class OrcaScheduler(ReservationScheduler):
     def complete(self, batch: Batch, now_s: float,
                  beam_parents: Mapping[int, int] | None = None,
                  accepted: list[int] | None = None) -> list[SequenceGroup]:
-        prefilled = self._prefilled
+        prefilled = self._step_in_flight().prefilled
         finished = super().complete(batch, now_s, beam_parents)
         self._fork_prompt_copies([g for g in prefilled if g.finish_s is None])
         return finished

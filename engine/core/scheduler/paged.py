@@ -18,6 +18,7 @@ from engine.core.running_batch import RunningBatch, in_batch_order
 from engine.core.scheduler.base import DecodeStretch
 from engine.core.scheduler.common import QueueScheduler
 from engine.core.scheduler.order import FirstComeFirstServed, Order, insert_in_order
+from engine.core.scheduler.plan import StepPlan
 from engine.core.scheduler.preemption import PreemptionRule
 from engine.core.scheduler.stretch import stretch_appends
 from engine.core.scheduler.vllm_step import NO_TOKEN_CAP
@@ -51,7 +52,6 @@ class PagedScheduler(QueueScheduler):
         self.preemption = PreemptionRule(system, self.allocator, num_gpu_blocks, self.token_cap)
         # chunked: request id -> its prompt tokens in the cache (earlier chunks, a cached prefix), while it prefills
         self.prefill_progress: dict[int, int] = {}
-        self._joined: list[SequenceGroup] = []  # this step's groups swapped in or arrived, for complete()
         # disaggregated serving, on a decode replica: requests prefilled elsewhere, their blocks reserved while
         # their KV is copied in (incoming, by id), then decoding from the next schedule() on (arrived)
         self.incoming: dict[int, SequenceGroup] = {}
@@ -90,12 +90,12 @@ class PagedScheduler(QueueScheduler):
     def block_table(self, seq_id: int) -> list[int]:
         return self.allocator.block_table(self._seqs[seq_id])
 
-    def _sample(self, num_samples: int, num_steps: int, now_s: float) -> list[SequenceGroup]:
+    def _sample(self, plan: StepPlan, num_samples: int, num_steps: int, now_s: float) -> list[SequenceGroup]:
         """QueueScheduler._sample, row by row where every row sampled once in the order the groups ran (the
         prompts just computed, then the decodes); else group by group, and the rows read again."""
         rows = self.rows
         if num_samples != len(rows.seqs):
-            finished = super()._sample(num_samples, num_steps, now_s)
+            finished = super()._sample(plan, num_samples, num_steps, now_s)
             rows.rebuild(self.running)
             return finished
         self.kv.token_slots.sampled(num_steps * num_samples)
@@ -103,8 +103,8 @@ class PagedScheduler(QueueScheduler):
         if not done_rows:
             return []
         touched = rows.drop_rows(done_rows)
-        if len(touched) > 1 and (self._prefilled or self._joined):
-            touched = in_batch_order(touched, self._prefilled, self._joined)
+        if len(touched) > 1 and (plan.prefilled or plan.joined):
+            touched = in_batch_order(touched, plan.prefilled, plan.joined)
         finished = [group for group in touched if self._finish_reached(group, now_s)]
         for group in finished:
             self.running.remove(group)
@@ -129,7 +129,8 @@ class PagedScheduler(QueueScheduler):
                     return self._aborted(group)
         for group in self.running:
             if group.request_id == request_id:
-                if any(group is g for g in chain(self._prefilled, self._decoded)):
+                plan = self.in_flight
+                if plan is not None and any(group is g for g in chain(plan.prefilled, plan.decode_groups)):
                     raise RuntimeError(f"abort request {request_id}: its iteration is running; abort between steps")
                 self.running = [g for g in self.running if g is not group]
                 for seq in group.live_seqs():

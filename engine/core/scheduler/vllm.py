@@ -8,9 +8,10 @@ Every schedule() tells the same story, vLLM's `Scheduler._schedule` of the versi
   3. waiting prompts join in arrival order while `admissible()` finds room for them in the iteration's
      SchedulingBudget (tokens, sequences, padding) and in the free blocks.
 The prefill policy, how prompts share an iteration, is a row of PREFILL_RULES; docs/vllm-policies.md says
-which vLLM each ports and where servesim departs from it. What a step decides is a StepPlan, and batch_of()
-turns it into the iteration that runs (engine.core.scheduler.vllm_step); the pool, its queues and the running
-rows are PagedScheduler's (engine.core.scheduler.paged). The step and the decode stretch ask the same
+which vLLM each ports and where servesim departs from it. What a step decides is a StepPlan
+(engine.core.scheduler.plan), kept as the step in flight until complete() applies it; batch_of() turns it into
+the iteration that runs (engine.core.scheduler.vllm_step); the pool, its queues and the running rows are
+PagedScheduler's (engine.core.scheduler.paged). The step and the decode stretch ask the same
 admissible(), so a stretch can never promise what a step would decide otherwise (docs/concepts/fast-forward.md).
 """
 from __future__ import annotations
@@ -25,10 +26,11 @@ from engine.core.kv_usage import UsageColumns, paged_usage_columns
 from engine.core.scheduler.base import DecodeStretch
 from engine.core.scheduler.order import Order, insert_in_order
 from engine.core.scheduler.paged import PagedScheduler
+from engine.core.scheduler.plan import Prefill, StepPlan
 from engine.core.scheduler.preemption import PreemptionMode
 from engine.core.scheduler.speculating_stretch import SpeculatingSteps
 from engine.core.scheduler.stretch import paged_stretch
-from engine.core.scheduler.vllm_step import NO_TOKEN_CAP, Prefill, SchedulingBudget, StepPlan, batch_of, decode_tokens
+from engine.core.scheduler.vllm_step import NO_TOKEN_CAP, SchedulingBudget, batch_of, decode_tokens
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
 
@@ -86,7 +88,6 @@ class VLLMScheduler(PagedScheduler):
         self.prev_time_s = 0.0
         self.prev_prompt = False
         self.async_scheduling = system.async_scheduling
-        self._prefills: list[Prefill] = []  # this iteration's, for complete() to move the chunks' progress
         self.num_proposed_tokens = 0  # speculative decoding: proposals so far, and those accepted
         self.num_accepted_tokens = 0
 
@@ -372,20 +373,21 @@ class VLLMScheduler(PagedScheduler):
             self.kv.token_slots.slots -= keyed * self.block_size
 
     def _batch(self, plan: StepPlan) -> Batch:
-        batch, self._prefilled = batch_of(plan, self.num_running_beam_groups > 0, self.lookahead)
-        self._prefills, self._decoded, self._joined = plan.prefills, plan.decode_groups, plan.joined
+        batch = batch_of(plan, self.num_running_beam_groups > 0, self.lookahead)
+        self.in_flight = plan
         return batch
 
     def complete(self, batch: Batch, now_s: float, beam_parents: Mapping[int, int] | None = None,
                  accepted: list[int] | None = None) -> list[SequenceGroup]:
         """accepted: speculative decoding, the proposals the target accepted for each decode (decode_seq_ids'
         order), each from 0 to its decode_proposed; None: none accepted."""
+        plan = self._step_in_flight()
         speculated = [self._seqs[seq_id] for seq_id in batch.decode_seq_ids] if batch.decode_proposed else []
         if speculated:
-            self._accept(batch, speculated, accepted)
+            self._accept(plan, batch, speculated, accepted)
         progress = self.prefill_progress
         if progress:  # chunked: each prompt computed as far as its chunk went; one whose last chunk ran decodes
-            for prefill in self._prefills:
+            for prefill in plan.prefills:
                 if prefill.last:
                     progress.pop(prefill.group.request_id, None)
                 else:
@@ -397,7 +399,7 @@ class VLLMScheduler(PagedScheduler):
                 self.allocator.give_back_lookahead(seq)
         return finished
 
-    def _accept(self, batch: Batch, seqs: list[Sequence], accepted: list[int] | None) -> None:
+    def _accept(self, plan: StepPlan, batch: Batch, seqs: list[Sequence], accepted: list[int] | None) -> None:
         """Each speculating sequence moves on by its accepted proposals (complete() then adds the target's own
         token); the counts are checked against what it proposed, and kept for the records."""
         proposed = batch.decode_proposed
@@ -405,7 +407,7 @@ class VLLMScheduler(PagedScheduler):
             raise ValueError(f"{len(accepted)} accepted counts for {len(seqs)} decodes")
         total, i = 0, 0
         running = SeqStatus.RUNNING
-        for group in self._decoded:  # the decodes are the groups' running sequences, in this order
+        for group in plan.decode_groups:  # the decodes are the groups' running sequences, in this order
             for seq in group.seqs:
                 if seq.status is not running:
                     continue
@@ -476,7 +478,7 @@ class VLLMScheduler(PagedScheduler):
                 or self.swapped or self.prefill_progress or self.incoming or self.arrived
                 or self.num_running_beam_groups):
             return None
-        groups = self._decoded
+        groups = self._step_in_flight().decode_groups
         if not len(groups) == len(decodes) == self.num_running_seqs == len(self.running):
             return None  # a request of several sequences (refused where a system speculates), or one not decoding
         tables = self.allocator.block_tables
