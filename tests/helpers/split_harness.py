@@ -80,7 +80,7 @@ class Conservation:
             held |= set(replica.core.scheduler.held_kv)
         copying = set()
         for replica in fleet.decode:
-            copying |= set(replica.core.scheduler.incoming)
+            copying |= set(replica.core.scheduler.incoming.copying)
         assert len(copying) == fleet.num_copying
         assert held == {h.request.request_id for h in fleet.waiting} | copying
         for replica in (*fleet.prefill, *fleet.decode):

@@ -2,7 +2,8 @@
 
 Its BlockManager and the KV tracker that reads it; the running groups, kept in the scheduler's Order and as
 rows from step to step (engine.core.running_batch); the swapped-out groups; and what the scheduler answers
-between steps: abort, a decode replica's receiving of requests prefilled elsewhere, why a swapped group
+between steps: abort, a decode replica's receiving of requests prefilled elsewhere (engine.core.scheduler.receiving
+keeps them), why a swapped group
 stalls the queue. engine.core.scheduler.vllm decides each step on top of it.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ from engine.core.scheduler.common import QueueScheduler
 from engine.core.scheduler.order import FirstComeFirstServed, Order, insert_in_order
 from engine.core.scheduler.plan import StepPlan
 from engine.core.scheduler.preemption import PreemptionRule
+from engine.core.scheduler.receiving import IncomingRequests
 from engine.core.scheduler.stretch import stretch_appends
 from engine.core.scheduler.vllm_step import NO_TOKEN_CAP
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
@@ -52,13 +54,7 @@ class PagedScheduler(QueueScheduler):
         self.preemption = PreemptionRule(system, self.allocator, num_gpu_blocks, self.token_cap)
         # chunked: request id -> its prompt tokens in the cache (earlier chunks, a cached prefix), while it prefills
         self.prefill_progress: dict[int, int] = {}
-        # disaggregated serving, on a decode replica: requests prefilled elsewhere, their blocks reserved while
-        # their KV is copied in (incoming, by id), then decoding from the next schedule() on (arrived)
-        self.incoming: dict[int, SequenceGroup] = {}
-        self.arrived: deque[SequenceGroup] = deque()
-        # their slots, counted as reserved in the pool's breakdown until they run (vLLM's decode replica holds them
-        # for the request before it runs)
-        self.incoming_slots = 0
+        self.incoming = IncomingRequests()  # a decode replica's requests prefilled elsewhere (receive)
 
     # --- the running groups, in order and as rows ------------------------------------------------------------
     def _insert_waiting(self, group: SequenceGroup) -> None:
@@ -148,10 +144,10 @@ class PagedScheduler(QueueScheduler):
         return group
 
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running or self.swapped or self.incoming or self.arrived)
+        return bool(self.waiting or self.running or self.swapped) or self.incoming.pending()
 
     def groups_in_system(self) -> list[SequenceGroup]:
-        return [*self.waiting, *self.running, *self.swapped, *self.incoming.values(), *self.arrived]
+        return [*self.waiting, *self.running, *self.swapped, *self.incoming.groups()]
 
     def stall_culprit(self) -> str | None:
         return self.preemption.stall_culprit(self.swapped[0]) if self.swapped else None
@@ -163,11 +159,7 @@ class PagedScheduler(QueueScheduler):
         return self.preemption.note(group)
 
     def kv_usage(self) -> KVUsage:
-        usage = self.kv.usage(bool(self.waiting))
-        if self.incoming_slots:
-            reserved = min(self.incoming_slots, usage.internal)
-            usage.reserved, usage.internal = reserved, usage.internal - reserved
-        return usage
+        return self.incoming.counted(self.kv.usage(bool(self.waiting)))
 
     def release_cache(self) -> None:
         self.allocator.unpin()  # the shared prefix's blocks (the cache stops counting them by itself)
@@ -186,11 +178,10 @@ class PagedScheduler(QueueScheduler):
         if refusal is not None:
             raise refusal
         self.allocator.allocate(group)
-        self.incoming_slots += self.kv.slots_of(group)  # reserved until it runs
+        self.incoming.received(group, self.kv.slots_of(group))
         for seq in group.seqs:
             self._seqs[seq.seq_id] = seq
-        self.incoming[group.request_id] = group
 
     def kv_arrived(self, request_id: int) -> None:
         """The request's KV is in its blocks: it decodes from the next schedule() on."""
-        self.arrived.append(self.incoming.pop(request_id))
+        self.incoming.copied(request_id)

@@ -108,7 +108,7 @@ class VLLMScheduler(PagedScheduler):
         preempted = plan.preempted if self.rules.any_preemption_holds_swap_in else plan.swap_out
         if not preempted:
             self._swap_in(plan)
-        if self.arrived:  # a decode replica of a split fleet: requests whose KV was copied in
+        if self.incoming.arrived:  # a decode replica of a split fleet: requests whose KV was copied in
             self._join_arrived(plan)
         # prompts beside the decodes (mixed, chunked; separate's ran above, alone), and under mixed only while
         # no swapped-out group waits to come back first
@@ -222,11 +222,13 @@ class VLLMScheduler(PagedScheduler):
     def _join_arrived(self, plan: StepPlan) -> None:
         """Requests whose KV arrived decode from this step, in the order they arrived, while sequences are left.
         Their blocks hold the prompt and a slot for the first token (receive): they append nothing new now."""
-        while self.arrived and self._seqs_fit(self.arrived[0]) and (
-                not self.lookahead or self.allocator.can_append(self.arrived[0].live_seqs())):
-            group = self.arrived.popleft()
-            self.incoming_slots -= self.kv.slots_of(group)
+        incoming = self.incoming
+        group = incoming.next_to_run()
+        while group is not None and self._seqs_fit(group) and (
+                not self.lookahead or self.allocator.can_append(group.live_seqs())):
+            incoming.run(self.kv.slots_of(group))
             self._join(group, plan)
+            group = incoming.next_to_run()
 
     def _join(self, group: SequenceGroup, plan: StepPlan) -> None:
         """A group swapped back in, or arrived, runs again and decodes in this step, after the others."""
@@ -459,7 +461,7 @@ class VLLMScheduler(PagedScheduler):
         no prompt part way through its chunks, and the oldest waiting request refused now by admissible(), as
         the next step would ask it; paged_stretch then counts the steps to the first finish or preemption."""
         # speculating (lookahead): how far each step advances is drawn after it, so those runs are stepped through
-        if (self.swapped or batch.num_swap_blocks or self.prefill_progress or self.incoming or self.arrived
+        if (self.swapped or batch.num_swap_blocks or self.prefill_progress or self.incoming.pending()
                 or self.lookahead):
             return DecodeStretch(batch, 1)
         head = self.waiting[0] if self.waiting else None
@@ -475,7 +477,7 @@ class VLLMScheduler(PagedScheduler):
         system but the running requests, each decoding one sequence; planned from the pool as it stands."""
         decodes = batch.decode_seq_ids
         if (not self.lookahead or batch.prefill_seq_ids or not decodes or batch.num_swap_blocks or self.waiting
-                or self.swapped or self.prefill_progress or self.incoming or self.arrived
+                or self.swapped or self.prefill_progress or self.incoming.pending()
                 or self.num_running_beam_groups):
             return None
         groups = self._step_in_flight().decode_groups
