@@ -6,8 +6,7 @@ from collections import deque
 from collections.abc import Mapping
 
 from engine.core.batch import Batch
-from engine.core.kv_tracker import ReservedKVTracker
-from engine.core.kv_usage import KVUsage, UsageColumns
+from engine.core.kv_usage import KVTracker, KVUsage, UsageColumns
 from engine.core.scheduler.base import DecodeStretch, Scheduler
 from engine.core.scheduler.plan import StepPlan
 from engine.core.scheduler.stretch import running_seqs, steps_to_first_finish
@@ -24,7 +23,7 @@ class QueueScheduler(Scheduler):
     through it (_free_seq, _fork_beam, block_table), and sets `kv`, the tracker of the pool's breakdown
     (engine.core.kv_tracker), told as groups start and stop running."""
 
-    kv: ReservedKVTracker
+    kv: KVTracker
 
     def __init__(self, system: SystemSpec, max_seq_len: int):
         self.system = system

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from engine.core.blocks import blocks_for
 from engine.core.buddy import BuddyAllocator
-from engine.core.kv_tracker import ReservedKVTracker
 from engine.core.reservation import ReservationAllocator
+from engine.core.reserved_kv import ReservedKVTracker
 from engine.core.scheduler.common import QueueScheduler
 from engine.core.sequence import Sequence, SequenceGroup
 from engine.core.system import SystemSpec

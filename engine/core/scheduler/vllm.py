@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from engine.core.batch import Batch
 from engine.core.block_manager import appends_fit
-from engine.core.kv_usage import UsageColumns, paged_usage_columns
+from engine.core.kv_tracker import paged_usage_columns
+from engine.core.kv_usage import UsageColumns
 from engine.core.scheduler.base import DecodeStretch
 from engine.core.scheduler.order import Order, insert_in_order
 from engine.core.scheduler.paged import PagedScheduler
