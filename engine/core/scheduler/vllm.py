@@ -34,6 +34,7 @@ from engine.core.scheduler.common import QueueScheduler
 from engine.core.scheduler.order import FirstComeFirstServed, Order, insert_in_order
 from engine.core.scheduler.plan import Prefill, StepPlan
 from engine.core.scheduler.preemption import PreemptionMode, PreemptionRule
+from engine.core.scheduler.prompt_delay import PromptDelay
 from engine.core.scheduler.receiving import IncomingRequests
 from engine.core.scheduler.speculating_stretch import SpeculatingSteps
 from engine.core.scheduler.stretch import paged_stretch, stretch_appends
@@ -107,13 +108,10 @@ class VLLMScheduler(QueueScheduler):
         self.prefill_progress: dict[int, int] = {}
         self.incoming = IncomingRequests()  # a decode replica's requests prefilled elsewhere (receive)
         # separate: padding, v0.2's prompt_limit min(max_model_len, max_num_batched_tokens), and v0.3's
-        # delay_factor with the last prompt run's latency, measured from schedule() to schedule()
+        # delay_factor (engine.core.scheduler.prompt_delay)
         self.max_paddings = system.max_paddings if rules.prompt_only else None
         self.prompt_limit = min(max_seq_len, self.token_cap) if rules.prompt_only else NO_TOKEN_CAP
-        self.delay_factor = system.delay_factor
-        self.last_prompt_latency = 0.0
-        self.prev_time_s = 0.0
-        self.prev_prompt = False
+        self.prompt_delay = PromptDelay(system.delay_factor)
         self.async_scheduling = system.async_scheduling
         self.num_proposed_tokens = 0  # speculative decoding: proposals so far, and those accepted
         self.num_accepted_tokens = 0
@@ -123,11 +121,11 @@ class VLLMScheduler(QueueScheduler):
         plan = StepPlan()
         self.allocator.begin_step()  # the prefix cache's clock of least-recently-used
         if self.rules.prompt_only and not self.swapped:  # a prompt-only iteration whenever a prompt fits
-            self._time_prompt_run()
+            self.prompt_delay.step_began(self.now_s)
             self._admit(plan, self._budget(0))  # no decodes in a prompt-only iteration: the whole budget
             # v0.3 times a prompt run, even of ignored ones only (the data plane takes them every step)
             if plan.prefills or self.ignored:
-                self.prev_prompt = True
+                self.prompt_delay.prompt_ran()
             if plan.prefills:
                 return self._batch(plan)
         self._reserve_running(plan)
@@ -350,7 +348,7 @@ class VLLMScheduler(QueueScheduler):
         part of them); separate, while v0.3's delay_factor lets prompts run; mixed, always."""
         if self.rules.chunked:
             return budget.tokens_left > 0
-        return not self.rules.prompt_only or self._delay_passed()
+        return not self.rules.prompt_only or self.prompt_delay.passed(self.now_s, self.waiting, bool(self.running))
 
     def _prefill_lens(self, group: SequenceGroup, live: list[Sequence] | None = None) -> list[int]:
         """The tokens each of the group's prefills computes (its samples share one, unless recomputed apart);
@@ -377,21 +375,6 @@ class VLLMScheduler(QueueScheduler):
         blocks = self.allocator
         needed = blocks.blocks_to_swap_in(self.swapped[0]) + blocks.watermark_blocks
         return blocks.gpu.num_free - blocks.blocks_to_allocate(group) >= needed
-
-    def _time_prompt_run(self) -> None:
-        """v0.3's _passed_delay, first part: the last prompt run's latency, from its schedule() to this one."""
-        now = self.now_s
-        if self.prev_prompt:
-            self.last_prompt_latency = now - self.prev_time_s
-        self.prev_time_s, self.prev_prompt = now, False
-
-    def _delay_passed(self) -> bool:
-        """v0.3's _passed_delay, asked before each waiting prompt as there: new prompts wait until the oldest of
-        them has waited delay_factor x the last prompt run's latency, or nothing runs."""
-        if not self.delay_factor or not self.waiting:
-            return True
-        earliest = min(group.arrival_s for group in self.waiting)
-        return self.now_s - earliest > self.delay_factor * self.last_prompt_latency or not self.running
 
     def _key_computed(self, group: SequenceGroup, stop: int) -> None:
         """Chunked: the prefix cache keys the full blocks this iteration's chunk fills, up to stop, now (as a whole
