@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from engine.core.batch import Batch
 from engine.core.kv_usage import KVTracker, KVUsage, UsageColumns
 from engine.core.scheduler.base import DecodeStretch, Scheduler
+from engine.core.scheduler.ignoring import IgnoredRequests
 from engine.core.scheduler.plan import StepPlan
 from engine.core.scheduler.stretch import running_seqs, steps_to_first_finish
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
@@ -39,14 +40,11 @@ class QueueScheduler(Scheduler):
         self.num_running_seqs = 0
         self.num_running_beam_groups = 0
         self._beam_group_of: dict[int, SequenceGroup] = {}  # the running beam searches, by their sequences' ids
-        # a policy that ignores an unservable request at schedule time (vLLM >= v0.2's ignored_seq_groups)
-        # instead of refusing it at admission sets ignores_unservable; `unservable` holds why, by request id,
-        # and `ignored` the groups ignored since the data plane last took them (take_ignored)
         self.now_s = 0.0  # Scheduler.now_s
         self.previous_step_start_s: float | None = None
-        self.ignores_unservable = False
-        self.unservable: dict[int, str] = {}
-        self.ignored: list[SequenceGroup] = []
+        # a policy that ignores an unservable request at schedule time instead of refusing it at admission
+        # (vLLM >= v0.2) makes its own
+        self.ignoring = IgnoredRequests(False)
         # disaggregated serving, on a prefill replica (hand_off_kv): a finished request's blocks keep its KV until
         # a decode replica has it (release_kv); held_kv holds those requests by id
         self.hands_off_kv = False
@@ -59,9 +57,9 @@ class QueueScheduler(Scheduler):
                              f"shorter than its prompt of {group.prompt_len}")
         refusal = self._refusal(group)
         if refusal is not None:
-            if not self.ignores_unservable:
+            if not self.ignoring.ignores:
                 raise refusal
-            self.unservable[group.request_id] = str(refusal)  # ignored when it reaches the queue's head
+            self.ignoring.noted(group.request_id, str(refusal))  # ignored when it reaches the queue's head
         for seq in group.seqs:
             self._seqs[seq.seq_id] = seq
         self.waiting.append(group)
@@ -83,18 +81,14 @@ class QueueScheduler(Scheduler):
         return None
 
     def take_ignored(self) -> list[SequenceGroup]:
-        ignored = self.ignored
-        if ignored:
-            self.ignored = []
-        return ignored
+        return self.ignoring.take()
 
     def _ignore(self, group: SequenceGroup) -> None:
         """vLLM's FINISHED_IGNORED: the group, just taken off the waiting queue, will never run."""
         group.set_status(SeqStatus.FINISHED)
         for seq in group.seqs:
             self._seqs.pop(seq.seq_id, None)
-        self.unservable.pop(group.request_id, None)
-        self.ignored.append(group)
+        self.ignoring.ignore(group)
 
     def complete(self, batch: Batch, now_s: float,
                  beam_parents: Mapping[int, int] | None = None,

@@ -31,6 +31,7 @@ from engine.core.kv_usage import KVUsage, UsageColumns
 from engine.core.running_batch import RunningBatch, in_batch_order
 from engine.core.scheduler.base import DecodeStretch
 from engine.core.scheduler.common import QueueScheduler
+from engine.core.scheduler.ignoring import IgnoredRequests
 from engine.core.scheduler.order import FirstComeFirstServed, Order, insert_in_order
 from engine.core.scheduler.plan import Prefill, StepPlan
 from engine.core.scheduler.preemption import PreemptionMode, PreemptionRule
@@ -87,7 +88,7 @@ class VLLMScheduler(QueueScheduler):
         super().__init__(system, max_seq_len)
         rules = PREFILL_RULES[system.prefill_policy]  # how this policy differs from the others
         self.rules = rules
-        self.ignores_unservable = rules.ignores_unservable  # read by the skeleton's add_request
+        self.ignoring = IgnoredRequests(rules.ignores_unservable)  # asked by the skeleton's add_request
         self.order = order if order is not None else FirstComeFirstServed()  # engine.core.scheduler.order
         self.num_gpu_blocks = num_gpu_blocks
         self.num_cpu_blocks = num_cpu_blocks
@@ -124,7 +125,7 @@ class VLLMScheduler(QueueScheduler):
             self.prompt_delay.step_began(self.now_s)
             self._admit(plan, self._budget(0))  # no decodes in a prompt-only iteration: the whole budget
             # v0.3 times a prompt run, even of ignored ones only (the data plane takes them every step)
-            if plan.prefills or self.ignored:
+            if plan.prefills or self.ignoring.ignored:
                 self.prompt_delay.prompt_ran()
             if plan.prefills:
                 return self._batch(plan)
@@ -360,9 +361,9 @@ class VLLMScheduler(QueueScheduler):
         return [seq.length - cached for seq in live]
 
     def _must_ignore(self, group: SequenceGroup) -> bool:
-        if not self.ignores_unservable:
+        if not self.ignoring.ignores:
             return False
-        if group.request_id in self.unservable:
+        if self.ignoring.is_unservable(group.request_id):
             return True
         return self.rules.prompt_only and max(self._prefill_lens(group)) > self.prompt_limit
 
@@ -594,7 +595,7 @@ class VLLMScheduler(QueueScheduler):
         group.set_status(SeqStatus.FINISHED)
         for seq in group.seqs:
             self._seqs.pop(seq.seq_id, None)
-        self.unservable.pop(group.request_id, None)
+        self.ignoring.forget(group.request_id)
         return group
 
     def has_unfinished(self) -> bool:

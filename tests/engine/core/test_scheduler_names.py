@@ -1,4 +1,5 @@
-"""A scheduler names each object it holds once, and what a step decided travels as one StepPlan.
+"""A scheduler names each object it holds once, what a step decided travels as one StepPlan, and each family is
+one class on the shared skeleton.
 
 A reader holds one name per thing: the KV memory is `allocator` (typed as what it is), its breakdown's tracker
 `kv`; no attribute is another's alias. schedule() keeps its plan as the step in flight, complete() applies it.
@@ -9,7 +10,11 @@ from dataclasses import replace
 
 import pytest
 
+from engine.core.scheduler.base import Scheduler
+from engine.core.scheduler.common import QueueScheduler
 from engine.core.scheduler.plan import StepPlan
+from engine.core.scheduler.reservation_scheduler import ReservationScheduler
+from engine.core.scheduler.vllm import VLLMScheduler
 from engine.core.sequence import SequenceCounter, make_group
 from engine.core.system import PAPER_SYSTEMS
 from tests.helpers.core_harness import scheduler_for
@@ -61,3 +66,10 @@ def test_the_step_in_flight_is_one_plan_from_schedule_to_complete(name):
     assert decoding == set(batch.decode_seq_ids)
     sched.complete(batch, 2.0)
     assert sched.in_flight is None
+
+
+def test_each_family_is_one_class_on_the_shared_skeleton():
+    assert VLLMScheduler.__mro__[1:] == (QueueScheduler, Scheduler, object)
+    for name in ("orca-oracle", "fastertransformer"):
+        cls = type(scheduler_for(PAPER_SYSTEMS[name], 64))
+        assert cls.__mro__[1:] == (ReservationScheduler, QueueScheduler, Scheduler, object)

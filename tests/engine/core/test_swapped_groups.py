@@ -85,7 +85,7 @@ def test_a_stall_names_the_swapped_group_that_cannot_come_back():
     late = [Request(i, 600.0, 13, 40, n=4) for i in range(6, 9)]  # they arrive once request 0 is swapped out
     # each refusal forgotten as it is made (a compiled scheduler's methods cannot be replaced)
     with pytest.raises(Unschedulable) as stall:
-        serve(core, [BIG, *BEHIND, *late], admitted=sched.unservable.clear)
+        serve(core, [BIG, *BEHIND, *late], admitted=sched.ignoring.why.clear)
     message = str(stall.value)
     assert message.startswith("replica 2: 4 requests can never be scheduled: request 0 (prompt 4 + output 528 "
                               "tokens, n=4) is swapped out holding 136 blocks and needs 141 free to come back")

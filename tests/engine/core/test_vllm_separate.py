@@ -163,7 +163,7 @@ class PromptOnly(Checker):
     def before(self, sched, step: int) -> None:
         self.swapped = bool(sched.swapped)
         head = sched.waiting[0] if sched.waiting else None  # the oldest prompt, if it can run alone now
-        self.must_prompt = (not self.swapped and head is not None and head.request_id not in sched.unservable
+        self.must_prompt = (not self.swapped and head is not None and not sched.ignoring.is_unservable(head.request_id)
                             and sched.admissible(head, sched.next_budget()) is not None)
 
     def after(self, sched, batch: Batch, step: int) -> None:
