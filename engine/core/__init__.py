@@ -2,7 +2,7 @@
 
 Read it in the order a step runs: serving.py (ServingCore: start_step, end_step), scheduler/base.py
 (the contract every scheduler keeps), scheduler/common.py (queues and completion), scheduler/vllm.py
-(schedule() and preemption, on scheduler/paged.py's pool and rows), block_manager.py (paged blocks),
+(schedule(), preemption, the pool and its rows), block_manager.py (paged blocks),
 kv_usage.py and records.py (what a step leaves). A simulator's decode stretch is k steps through the same
 functions: docs/concepts/fast-forward.md.
 

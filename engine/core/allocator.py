@@ -1,10 +1,10 @@
 """The one interface a scheduler's KV memory has: what every policy asks of it.
 
 Two implementations: the paged block manager with its prefix cache (engine.core.block_manager, vLLM) and the
-contiguous reservations (engine.core.reservation, Orca and FasterTransformer). A scheduler's shared skeleton
-(engine.core.scheduler.common) frees, forks and reads tables through this interface alone; what a policy
-asks beyond it (how many blocks a prompt takes, which prompt tokens are cached) is that policy's business
-with its own allocator.
+contiguous reservations (engine.core.reservation, Orca and FasterTransformer). Each scheduler keeps its own as
+`allocator`, typed as what it is (mypyc lets no subclass narrow an attribute's type, so the shared skeleton in
+engine.core.scheduler.common names none and asks the family to free, fork and read tables); what a policy asks
+beyond this interface (how many blocks a prompt takes, which prompt tokens are cached) is its own business.
 """
 from __future__ import annotations
 

@@ -4,58 +4,31 @@ A scheduler tells its tracker what happens to the pool's users: a group starts o
 sequences sample tokens, a prompt chunk's blocks become the cache's, the run releases
 the cache. The tracker keeps the one figure the allocator cannot give at any moment, the slots the running
 requests' tokens fill (TokenSlots), and reads everything else off the allocator when the breakdown is
-asked for (engine.core.kv_usage). Reservations (Orca, FasterTransformer) and vLLM's paged pool differ only
-in how a group's tokens fill slots and in what the allocator says; the paged pool's beam searches, whose
+asked for. Reservations (Orca, FasterTransformer: engine.core.reserved_kv) and vLLM's paged pool (here) differ
+only in how a group's tokens fill slots and in what the allocator says; the paged pool's beam searches, whose
 forks share blocks the token count does not see, are counted again where their tables changed.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from operator import sub
 
 from engine.core.block_manager import BlockManager
 from engine.core.kv_usage import (
+    KVTracker,
     KVUsage,
     TokenSlots,
     UsageColumns,
-    paged_usage,
-    paged_usage_columns,
-    reserved_usage,
-    reserved_usage_columns,
+    free_parts,
     shared_prompt_token_slots,
     unshared_token_slots,
 )
-from engine.core.reservation import ReservationAllocator
 from engine.core.sequence import SequenceGroup
 
-__all__ = ["PagedKVTracker", "ReservedKVTracker"]
+__all__ = ["PagedKVTracker", "paged_usage", "paged_usage_columns"]
 
 
-class ReservedKVTracker:
-    """Contiguous reservations: every sample holds its own copy of the prompt, nothing is shared."""
-
-    def __init__(self, allocator: ReservationAllocator) -> None:
-        self.allocator = allocator
-        self.token_slots = TokenSlots(self.slots_of)
-
-    def slots_of(self, group: SequenceGroup) -> int:
-        """K/V slots a group's tokens fill now, sampled ones included."""
-        return unshared_token_slots(group)
-
-    def started(self, group: SequenceGroup) -> None:
-        self.token_slots.started(group)
-
-    def stopped(self, group: SequenceGroup) -> None:
-        self.token_slots.stopped(group)
-
-    def usage(self, someone_waits: bool) -> KVUsage:
-        return reserved_usage(self.allocator, self.token_slots, someone_waits)
-
-    def stretch_usage(self, token_slots: range, free_blocks: list[int], someone_waited: bool) -> UsageColumns:
-        """The breakdown at a decode stretch's moments, as columns: reservations stay as they are."""
-        return reserved_usage_columns(self.allocator, token_slots, someone_waited)
-
-
-class PagedKVTracker(ReservedKVTracker):
+class PagedKVTracker(KVTracker):
     """vLLM's paged pool: the samples of a request share its prompt's blocks, a shared prefix or the prefix
     cache holds its blocks once for all, and forked beams share generated blocks too.
 
@@ -71,9 +44,6 @@ class PagedKVTracker(ReservedKVTracker):
         self._beam_sharing: dict[int, int] = {}
         self.beam_sharing_slots = 0
         self._beams_to_count: dict[int, SequenceGroup] = {}
-        # disaggregated serving: slots of requests whose KV is being copied in, or has arrived and waits to run,
-        # counted as reserved (vLLM's decode replica holds them for the request before it runs)
-        self.incoming_slots = 0
 
     def slots_of(self, group: SequenceGroup) -> int:
         slots = shared_prompt_token_slots(group) if group.shares_prompt else unshared_token_slots(group)
@@ -99,23 +69,11 @@ class PagedKVTracker(ReservedKVTracker):
                 self.blocks.track_table_changes(False)  # nothing to count until a beam search runs again
         self.token_slots.stopped(group)
 
-    def keyed(self, num_blocks: int) -> None:
-        """A chunk's full blocks became the prefix cache's, which counts them (a sharing prompt: one table's)."""
-        self.token_slots.slots -= num_blocks * self.block_size
-
-    def cache_released(self) -> None:
-        """The run is over: the shared prefix's blocks go back (the cache stops counting them by itself)."""
-        self.blocks.unpin()
-
     def usage(self, someone_waits: bool) -> KVUsage:
         token_slots = self.token_slots.slots
         if self._beam_sharing:
             token_slots += self._beam_token_slots()
-        usage = paged_usage(self.blocks, token_slots, someone_waits)
-        if self.incoming_slots:
-            reserved = min(self.incoming_slots, usage.internal)
-            usage.reserved, usage.internal = reserved, usage.internal - reserved
-        return usage
+        return paged_usage(self.blocks, token_slots, someone_waits)
 
     def stretch_usage(self, token_slots: Iterable[int], free_blocks: list[int], someone_waited: bool) -> UsageColumns:
         """The breakdown at a decode stretch's moments, as columns (no beam search runs in a stretch)."""
@@ -139,3 +97,32 @@ class PagedKVTracker(ReservedKVTracker):
         self._beams_to_count.clear()
         return self.beam_sharing_slots
 
+
+def paged_usage(blocks: BlockManager, token_slots: int, someone_waits: bool) -> KVUsage:
+    """vLLM's paged pool now: an allocated block holds tokens, and the unfilled slots of a sequence's
+    last block are internal fragmentation; nothing is reserved ahead. (Between complete() and the next
+    schedule() the newest tokens have no slot yet: hence the min.) paged_usage_columns is the same at a
+    decode stretch's moments, column by column (a function call per moment would cost the stretch more
+    than the iterations it spares; tests/engine/core/test_decode_stretch.py holds the two equal)."""
+    used = blocks.num_used_gpu_blocks * blocks.block_size
+    token = min(token_slots + blocks.cache_token_slots, used)
+    external, idle = free_parts(blocks.gpu.num_free * blocks.block_size, 0, someone_waits)
+    return KVUsage(token, 0, used - token, external, idle, blocks.num_unshared_blocks, blocks.num_saved_blocks)
+
+
+def paged_usage_columns(blocks: BlockManager, token_slots: Iterable[int], free_blocks: Sequence[int],
+                        someone_waits: bool) -> UsageColumns:
+    """paged_usage at moments when only the token slots and the free GPU blocks differ from now (a decode
+    stretch allocates fresh blocks and frees none, so references beyond a block's first stay as they are),
+    as columns in KVUsage's order."""
+    bs, num_blocks = blocks.block_size, blocks.gpu.num_blocks
+    sharing = blocks.num_unshared_blocks - blocks.num_used_gpu_blocks  # fresh blocks leave it as it is
+    used = [(num_blocks - free) * bs for free in free_blocks]
+    cached = blocks.cache_token_slots  # the prefix cache's blocks in use: a stretch neither hits nor frees one
+    if cached:
+        token_slots = [slots + cached for slots in token_slots]
+    token = list(map(min, token_slots, used))
+    free_slots: Iterable[int] | int = [free * bs for free in free_blocks]
+    external, idle = (free_slots, 0) if someone_waits else (0, free_slots)  # free_parts, column by column
+    return (token, 0, list(map(sub, used, token)), external, idle,
+            [num_blocks - free + sharing for free in free_blocks], blocks.num_saved_blocks)

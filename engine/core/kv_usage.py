@@ -1,19 +1,17 @@
-"""Where the KV pool goes (Kwon et al. 2023, Fig. 2), read off the allocators when asked.
+"""Where the KV pool goes (Kwon et al. 2023, Fig. 2): the breakdown's value and what every allocator shares.
 
-The breakdown is computed here and only here, when a scheduler's kv_usage() is called, from the
-allocator that holds the pool (free and used blocks, the reservations' sums) and one running sum,
-TokenSlots, of the slots the running requests' tokens fill.
+The breakdown is computed when a scheduler's kv_usage() is called, by its tracker, from the allocator that holds
+the pool (the paged pool's free and used blocks: engine.core.kv_tracker; the reservations' sums:
+engine.core.reserved_kv) and one running sum, TokenSlots, of the slots the running requests' tokens fill.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from itertools import chain, repeat
-from operator import attrgetter, sub
+from operator import attrgetter
 from typing import TypeVar
 
-from engine.core.block_manager import BlockManager
-from engine.core.reservation import ReservationAllocator
 from engine.core.sequence import SequenceGroup
 
 T = TypeVar("T")
@@ -70,6 +68,30 @@ class TokenSlots:
         self.slots += num_tokens
 
 
+class KVTracker:
+    """What a scheduler tells its tracker, and asks of it; one subclass per allocator (engine.core.kv_tracker's
+    PagedKVTracker, engine.core.reserved_kv's ReservedKVTracker)."""
+
+    token_slots: TokenSlots
+
+    def slots_of(self, group: SequenceGroup) -> int:
+        """K/V slots a group's tokens fill now, sampled ones included."""
+        raise NotImplementedError
+
+    def started(self, group: SequenceGroup) -> None:
+        self.token_slots.started(group)
+
+    def stopped(self, group: SequenceGroup) -> None:
+        self.token_slots.stopped(group)
+
+    def usage(self, someone_waits: bool) -> KVUsage:
+        raise NotImplementedError
+
+    def stretch_usage(self, token_slots: range, free_blocks: list[int], someone_waited: bool) -> UsageColumns:
+        """The breakdown at a decode stretch's moments, as columns."""
+        raise NotImplementedError
+
+
 def unshared_token_slots(group: SequenceGroup) -> int:
     """Every sample holds its own copy of the prompt (reservations, or a per-sample recompute)."""
     return sum(s.length for s in group.seqs)
@@ -78,32 +100,6 @@ def unshared_token_slots(group: SequenceGroup) -> int:
 def shared_prompt_token_slots(group: SequenceGroup) -> int:
     """The samples share the prompt's blocks (vLLM's paged pool); each holds its own output."""
     return group.prompt_len + sum(s.length - s.prompt_len for s in group.seqs)
-
-
-def paged_usage(blocks: BlockManager, token_slots: int, someone_waits: bool) -> KVUsage:
-    """vLLM's paged pool now: an allocated block holds tokens, and the unfilled slots of a sequence's
-    last block are internal fragmentation; nothing is reserved ahead. (Between complete() and the next
-    schedule() the newest tokens have no slot yet: hence the min.) paged_usage_columns is the same at a
-    decode stretch's moments, column by column (a function call per moment would cost the stretch more
-    than the iterations it spares; tests/engine/core/test_decode_stretch.py holds the two equal)."""
-    used = blocks.num_used_gpu_blocks * blocks.block_size
-    token = min(token_slots + blocks.cache_token_slots, used)
-    external, idle = free_parts(blocks.gpu.num_free * blocks.block_size, 0, someone_waits)
-    return KVUsage(token, 0, used - token, external, idle, blocks.num_unshared_blocks, blocks.num_saved_blocks)
-
-
-def reserved_usage(allocator: ReservationAllocator, tokens: TokenSlots, someone_waits: bool) -> KVUsage:
-    """Orca's and FasterTransformer's reservations: each sequence's chunk holds its tokens, the
-    slots its remaining output will fill (reserved), the slots its estimate overshoots the final
-    length (internal), and the buddy rounding of the estimate up to a chunk (external)."""
-    bs = allocator.block_size
-    external, idle = free_parts(allocator.num_free_blocks * bs, 0, someone_waits)
-    return KVUsage(token=tokens.slots,
-                   reserved=allocator.num_needed_tokens - tokens.slots,
-                   internal=allocator.num_estimated_tokens - allocator.num_needed_tokens,
-                   external=allocator.num_reserved_blocks * bs - allocator.num_estimated_tokens + external,
-                   idle=idle,
-                   unshared_blocks=allocator.num_reserved_blocks)  # nothing is shared: nothing saved
 
 
 def free_parts(free_slots: T, nothing: T, someone_waits: bool) -> tuple[T, T]:
@@ -132,29 +128,3 @@ def after_first(first: int, column: Iterable[int] | int) -> Iterable[int] | int:
     if isinstance(column, (list, range)):
         return [first, *column]
     return chain((first,), column)
-
-
-def paged_usage_columns(blocks: BlockManager, token_slots: Iterable[int], free_blocks: Sequence[int],
-                        someone_waits: bool) -> UsageColumns:
-    """paged_usage at moments when only the token slots and the free GPU blocks differ from now (a decode
-    stretch allocates fresh blocks and frees none, so references beyond a block's first stay as they are),
-    as columns in KVUsage's order."""
-    bs, num_blocks = blocks.block_size, blocks.gpu.num_blocks
-    sharing = blocks.num_unshared_blocks - blocks.num_used_gpu_blocks  # fresh blocks leave it as it is
-    used = [(num_blocks - free) * bs for free in free_blocks]
-    cached = blocks.cache_token_slots  # the prefix cache's blocks in use: a stretch neither hits nor frees one
-    if cached:
-        token_slots = [slots + cached for slots in token_slots]
-    token = list(map(min, token_slots, used))
-    free_slots: Iterable[int] | int = [free * bs for free in free_blocks]
-    external, idle = (free_slots, 0) if someone_waits else (0, free_slots)  # free_parts, column by column
-    return (token, 0, list(map(sub, used, token)), external, idle,
-            [num_blocks - free + sharing for free in free_blocks], blocks.num_saved_blocks)
-
-
-def reserved_usage_columns(allocator: ReservationAllocator, token_slots: range, someone_waits: bool) -> UsageColumns:
-    """reserved_usage at moments when only the token slots differ from now (no reservation comes or goes)."""
-    usage = reserved_usage(allocator, TokenSlots(lambda group: 0), someone_waits)  # with no token slot
-    reserved = range(usage.reserved - token_slots.start, usage.reserved - token_slots.stop, -token_slots.step)
-    fixed = dict(zip(USAGE_FIELDS, usage_values(usage)))
-    return usage_columns(**{**fixed, "token": token_slots, "reserved": reserved})

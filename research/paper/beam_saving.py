@@ -62,7 +62,7 @@ def beam_saving(width: int, dataset: str, beam_continue: float, duration_s: floa
     def probed_finish(step, now_s, beam_parents=None):
         # the pool as the iteration ran: after its schedule, before its completion
         if step.start_s >= exp.warmup_s:
-            gpu = scheduler.blocks.gpu
+            gpu = scheduler.allocator.gpu
             used = gpu.num_blocks - gpu.num_free
             shared = sum(gpu.ref_counts) - used
             saved[0] += (now_s - step.start_s) * shared

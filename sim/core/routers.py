@@ -135,7 +135,7 @@ class CacheAware:
 
 def gpu_cache(replica: Replica) -> CachingBlockAllocator:
     """The replica's GPU prefix cache: its scheduler's block manager's (a vLLM system with prefix caching)."""
-    cache = getattr(getattr(replica.core.scheduler, "blocks", None), "gpu", None)
+    cache = getattr(getattr(replica.core.scheduler, "allocator", None), "gpu", None)
     if not isinstance(cache, CachingBlockAllocator) or not replica.core.scheduler.caches_prefixes:
         raise ValueError(f"the cache_aware router needs prefix caching; replica {replica.index} has no prefix cache")
     return cache

@@ -217,7 +217,7 @@ class StepInvariants(Checker):
                 assert chunked and cached + length < seq.length, "only a prompt's earlier chunks sample nothing"
             table = sched.block_table(seq_id)
             if cached and not chunked:  # the cached tokens are blocks found by their keys, which nobody writes
-                keys, blocks = sched.blocks._seq_keys[seq_id], sched.blocks
+                keys, blocks = sched.allocator._seq_keys[seq_id], sched.allocator
                 assert cached % bs == 0 and [blocks.gpu.key_of_block[b] for b in table[:cached // bs]] == \
                     list(keys[:cached // bs])
                 if not blocks.prefix_caching:  # only a shared prefix is keyed, and it is pinned
@@ -235,7 +235,7 @@ class StepInvariants(Checker):
                 write(sched.block_table(seq_id), pos, seq_id)
 
         if isinstance(sched, VLLMScheduler):
-            check_block_manager(sched.blocks, lambda sid: sched.sequence(sid).status)
+            check_block_manager(sched.allocator, lambda sid: sched.sequence(sid).status)
         if isinstance(sched, ReservationScheduler):
             owner: dict[int, int] = {}
             for seq_id, res in sched.allocator.reservations.items():
@@ -320,7 +320,7 @@ def check_prefix_cache(sched) -> None:
     """The prefix cache's bookkeeping: keys and blocks one to one; a keyed block nobody holds is in the
     evictor, and only such a block; the keyed blocks in use counted; each running group's cache_blocks
     leading blocks keyed by its own keys."""
-    bm: BlockManager = sched.blocks
+    bm: BlockManager = sched.allocator
     cache = bm.gpu
     assert {b: k for k, b in cache.block_of_key.items()} == cache.key_of_block, "keys and blocks one to one"
     assert set(cache.depth_of_block) == set(cache.key_of_block)
@@ -344,14 +344,14 @@ class KeyedOnceComputed(Checker):
     def after(self, sched, batch: Batch, step: int) -> None:
         stop_of = {seq_id: cached + length for seq_id, cached, length
                    in zip(batch.prefill_seq_ids, batch.prefill_cached_lens, batch.prefill_lens)}
-        keyed, bs = sched.blocks.gpu.key_of_block, sched.block_size
+        keyed, bs = sched.allocator.gpu.key_of_block, sched.block_size
         for group in sched.running:
             done = sched.prefill_progress.get(group.request_id)
             if done is None:
                 continue
             seq = group.live_seqs()[0]
             computed = stop_of.get(seq.seq_id, done)
-            for i, block in enumerate(sched.blocks.block_tables[seq.seq_id]):
+            for i, block in enumerate(sched.allocator.block_tables[seq.seq_id]):
                 if block in keyed:
                     assert (i + 1) * bs <= computed, (
                         f"step {step}: request {group.request_id}'s block {i} keyed with {computed} tokens computed")
@@ -364,7 +364,7 @@ def distinct_token_slots(sched) -> int:
     bs = sched.block_size
     for group in sched.running:
         for seq in group.live_seqs():
-            for i, block in enumerate(sched.blocks.block_tables[seq.seq_id]):
+            for i, block in enumerate(sched.allocator.block_tables[seq.seq_id]):
                 fill[block] = max(fill.get(block, 0), min(bs, seq.length - i * bs))
     return sum(fill.values())
 

@@ -41,9 +41,9 @@ class FinalState:
         usage = sched.kv_usage()
         assert usage.idle == sched.num_gpu_blocks * sched.block_size, f"memory left behind: {usage}"
         if isinstance(sched, VLLMScheduler):
-            assert sched.blocks.gpu.num_free == sched.num_gpu_blocks
-            assert sched.blocks.cpu.num_free == sched.num_cpu_blocks
-            assert not sched.blocks.block_tables
+            assert sched.allocator.gpu.num_free == sched.num_gpu_blocks
+            assert sched.allocator.cpu.num_free == sched.num_cpu_blocks
+            assert not sched.allocator.block_tables
         else:
             assert sched.allocator.num_free_blocks == sched.num_gpu_blocks
             assert not sched.allocator.reservations

@@ -80,7 +80,7 @@ class Conservation:
             held |= set(replica.core.scheduler.held_kv)
         copying = set()
         for replica in fleet.decode:
-            copying |= set(replica.core.scheduler.incoming)
+            copying |= set(replica.core.scheduler.incoming.copying)
         assert len(copying) == fleet.num_copying
         assert held == {h.request.request_id for h in fleet.waiting} | copying
         for replica in (*fleet.prefill, *fleet.decode):
@@ -91,7 +91,7 @@ class Conservation:
         scheduler = replica.core.scheduler
         status = {seq.seq_id: seq.status for group in scheduler.groups_in_system() for seq in group.seqs}
         status.update({seq.seq_id: seq.status for group in scheduler.held_kv.values() for seq in group.seqs})
-        check_block_manager(scheduler.blocks, lambda seq_id: status.get(seq_id, SeqStatus.FINISHED))
+        check_block_manager(scheduler.allocator, lambda seq_id: status.get(seq_id, SeqStatus.FINISHED))
 
 
 def run_checked(trace: Trace, setup: SplitSetup, router: str = "round_robin", seed: int = 0,
@@ -120,5 +120,5 @@ def check_end(fleet: SplitFleet, runs, trace: Trace) -> None:
     for replica in (*fleet.prefill, *fleet.decode):
         scheduler = replica.core.scheduler
         assert not scheduler.held_kv and not scheduler.has_unfinished()
-        assert scheduler.blocks.num_used_gpu_blocks == 0, f"replica {replica.index} leaked blocks"
-        assert scheduler.blocks.cpu.num_free == scheduler.blocks.cpu.num_blocks
+        assert scheduler.allocator.num_used_gpu_blocks == 0, f"replica {replica.index} leaked blocks"
+        assert scheduler.allocator.cpu.num_free == scheduler.allocator.cpu.num_blocks

@@ -21,7 +21,7 @@ def recomputes(sched, group) -> bool:
     cap = sched.system.max_num_batched_tokens or float("inf")
     blocks = sum(blocks_for(s.final_len, sched.block_size) + 1 for s in live)
     return len(live) == 1 or (sum(s.length for s in live) <= cap
-                               and blocks + sched.blocks.watermark_blocks <= sched.num_gpu_blocks)
+                               and blocks + sched.allocator.watermark_blocks <= sched.num_gpu_blocks)
 
 
 class VLLMPolicy(Checker):
@@ -52,7 +52,7 @@ class VLLMPolicy(Checker):
             if self.expect_recompute[id(group)]:  # back to waiting, blocks freed
                 self.recomputed += 1
                 assert group in sched.waiting and group not in sched.swapped
-                assert all(s.seq_id not in sched.blocks.block_tables for s in group.live_seqs())
+                assert all(s.seq_id not in sched.allocator.block_tables for s in group.live_seqs())
                 assert all(s.status is SeqStatus.WAITING for s in group.live_seqs())
                 if self.live[id(group)] > 1:
                     self.recomputed_groups += 1
@@ -61,7 +61,7 @@ class VLLMPolicy(Checker):
                 self.swapped_out += 1
                 assert group in sched.swapped and group not in sched.waiting
                 assert all(s.status is SeqStatus.SWAPPED for s in group.live_seqs())
-                assert all(s.seq_id in sched.blocks.block_tables for s in group.live_seqs())
+                assert all(s.seq_id in sched.allocator.block_tables for s in group.live_seqs())
         # v0.1's `while self.swapped and not blocks_to_swap_out`: a step that swaps a group out swaps nobody in
         assert not (batch.blocks_to_swap_out and batch.blocks_to_swap_in), (
             f"step {step}: swapped groups in while swapping {[g.request_id for g in preempted]} out")

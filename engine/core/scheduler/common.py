@@ -5,11 +5,11 @@ import math
 from collections import deque
 from collections.abc import Mapping
 
-from engine.core.allocator import KVAllocator
 from engine.core.batch import Batch
-from engine.core.kv_tracker import ReservedKVTracker
-from engine.core.kv_usage import KVUsage, TokenSlots, UsageColumns
+from engine.core.kv_usage import KVTracker, KVUsage, UsageColumns
 from engine.core.scheduler.base import DecodeStretch, Scheduler
+from engine.core.scheduler.ignoring import IgnoredRequests
+from engine.core.scheduler.plan import StepPlan
 from engine.core.scheduler.stretch import running_seqs, steps_to_first_finish
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
@@ -19,13 +19,12 @@ __all__ = ["QueueScheduler", "RequestTooLarge", "RequestTooLong"]
 
 
 class QueueScheduler(Scheduler):
-    """FCFS queues and the per-step update; subclasses decide admission and memory, and set `allocator`, their
-    KV memory as the skeleton sees it (engine.core.allocator), and `kv`, the tracker of the pool's breakdown
+    """FCFS queues and the per-step update; subclasses decide admission and memory. Each keeps its KV memory as
+    `allocator`, of its own type (both answer engine.core.allocator's interface), and frees, forks and reads tables
+    through it (_free_seq, _fork_beam, block_table), and sets `kv`, the tracker of the pool's breakdown
     (engine.core.kv_tracker), told as groups start and stop running."""
 
-    allocator: KVAllocator
-    kv: ReservedKVTracker
-    token_slots: TokenSlots  # kv's: the slots the running requests' tokens fill
+    kv: KVTracker
 
     def __init__(self, system: SystemSpec, max_seq_len: int):
         self.system = system
@@ -34,21 +33,18 @@ class QueueScheduler(Scheduler):
         self.waiting: deque[SequenceGroup] = deque()
         self.running: list[SequenceGroup] = []
         self._seqs: dict[int, Sequence] = {}
-        self._prefilled: list[SequenceGroup] = []
-        self._decoded: list[SequenceGroup] = []
+        # the step in flight: what the last schedule() decided, until complete() applies it (None between steps)
+        self.in_flight: StepPlan | None = None
         self._pending_copies: list[tuple[int, int]] = []  # the forks' block copies, for the next batch
         self.num_preemptions = 0
         self.num_running_seqs = 0
         self.num_running_beam_groups = 0
         self._beam_group_of: dict[int, SequenceGroup] = {}  # the running beam searches, by their sequences' ids
-        # a policy that ignores an unservable request at schedule time (vLLM >= v0.2's ignored_seq_groups)
-        # instead of refusing it at admission sets ignores_unservable; `unservable` holds why, by request id,
-        # and `ignored` the groups ignored since the data plane last took them (take_ignored)
         self.now_s = 0.0  # Scheduler.now_s
         self.previous_step_start_s: float | None = None
-        self.ignores_unservable = False
-        self.unservable: dict[int, str] = {}
-        self.ignored: list[SequenceGroup] = []
+        # a policy that ignores an unservable request at schedule time instead of refusing it at admission
+        # (vLLM >= v0.2) makes its own
+        self.ignoring = IgnoredRequests(False)
         # disaggregated serving, on a prefill replica (hand_off_kv): a finished request's blocks keep its KV until
         # a decode replica has it (release_kv); held_kv holds those requests by id
         self.hands_off_kv = False
@@ -61,9 +57,9 @@ class QueueScheduler(Scheduler):
                              f"shorter than its prompt of {group.prompt_len}")
         refusal = self._refusal(group)
         if refusal is not None:
-            if not self.ignores_unservable:
+            if not self.ignoring.ignores:
                 raise refusal
-            self.unservable[group.request_id] = str(refusal)  # ignored when it reaches the queue's head
+            self.ignoring.noted(group.request_id, str(refusal))  # ignored when it reaches the queue's head
         for seq in group.seqs:
             self._seqs[seq.seq_id] = seq
         self.waiting.append(group)
@@ -85,40 +81,42 @@ class QueueScheduler(Scheduler):
         return None
 
     def take_ignored(self) -> list[SequenceGroup]:
-        ignored = self.ignored
-        if ignored:
-            self.ignored = []
-        return ignored
+        return self.ignoring.take()
 
     def _ignore(self, group: SequenceGroup) -> None:
         """vLLM's FINISHED_IGNORED: the group, just taken off the waiting queue, will never run."""
         group.set_status(SeqStatus.FINISHED)
         for seq in group.seqs:
             self._seqs.pop(seq.seq_id, None)
-        self.unservable.pop(group.request_id, None)
-        self.ignored.append(group)
+        self.ignoring.ignore(group)
 
     def complete(self, batch: Batch, now_s: float,
                  beam_parents: Mapping[int, int] | None = None,
                  accepted: list[int] | None = None) -> list[SequenceGroup]:
+        plan = self._step_in_flight()
         if beam_parents:  # before the lengths advance: a child takes the parent's KV as the batch left it
-            self._apply_beam_parents(beam_parents)
-        for group in self._prefilled:
+            self._apply_beam_parents(plan, beam_parents)
+        for group in plan.prefilled:
             if group.first_token_s is None:
                 group.first_token_s = now_s
-        finished = self._sample(len(batch.decode_seq_ids) + sum(map(len, batch.prefill_sample_ids)), 1, now_s)
-        self._prefilled, self._decoded = [], []
+        finished = self._sample(plan, len(batch.decode_seq_ids) + sum(map(len, batch.prefill_sample_ids)), 1, now_s)
+        self.in_flight = None
         return finished
 
-    def _sample(self, num_samples: int, num_steps: int, now_s: float) -> list[SequenceGroup]:
-        """num_steps iterations of the scheduled batch, each sampling a token for num_samples sequences: every
+    def _step_in_flight(self) -> StepPlan:
+        """What the last schedule() decided (a plan of nothing where no step is in flight)."""
+        plan = self.in_flight
+        return plan if plan is not None else StepPlan()
+
+    def _sample(self, plan: StepPlan, num_samples: int, num_steps: int, now_s: float) -> list[SequenceGroup]:
+        """num_steps iterations of the plan's batch, each sampling a token for num_samples sequences: every
         running sequence of its groups grows by num_steps and finishes at its final length, a group when none
         of its sequences runs on. complete() takes one step; a decode stretch the steps before its last
         (advance_decodes), which by its construction finish nobody."""
-        self.token_slots.sampled(num_steps * num_samples)
+        self.kv.token_slots.sampled(num_steps * num_samples)
         finished = []
         running = SeqStatus.RUNNING
-        for groups in (self._prefilled, self._decoded):
+        for groups in (plan.prefilled, plan.decode_groups):
             for group in groups:
                 for seq in group.seqs:
                     if seq.status is running:
@@ -163,9 +161,9 @@ class QueueScheduler(Scheduler):
     def release_kv(self, request_id: int) -> None:
         """The decode replica has the request's KV: its blocks go back."""
         group = self.held_kv.pop(request_id)
-        self.token_slots.stopped(group)
+        self.kv.token_slots.stopped(group)
         for seq in group.seqs:
-            self.allocator.free(seq)
+            self._free_seq(seq)
 
     def groups_in_system(self) -> list[SequenceGroup]:
         return [*self.waiting, *self.running]
@@ -187,16 +185,16 @@ class QueueScheduler(Scheduler):
         """decode_stretch for a decode-only batch without beams (engine.core.scheduler.stretch): reservations
         stay as they are while no request finishes, and the oldest waiting request, refused by this schedule(),
         stays refused, so the stretch lasts until the first sequence finishes."""
-        return DecodeStretch(batch, steps_to_first_finish(running_seqs(self._decoded)))
+        return DecodeStretch(batch, steps_to_first_finish(running_seqs(self._step_in_flight().decode_groups)))
 
     def advance_decodes(self, stretch: DecodeStretch, num_steps: int, arrived: int = 0) -> UsageColumns:
         if not 2 <= num_steps <= stretch.num_steps:
             raise ValueError(f"advance_decodes: {num_steps} steps of a stretch of {stretch.num_steps}")
         num_decodes = len(stretch.batch.decode_seq_ids)
-        first = self.token_slots.slots + num_decodes  # each completion samples a token per decode
+        first = self.kv.token_slots.slots + num_decodes  # each completion samples a token per decode
         token_slots = range(first, first + (num_steps - 1) * num_decodes, num_decodes)
         someone_waited = len(self.waiting) > arrived
-        if self._sample(num_decodes, num_steps - 1, math.nan):
+        if self._sample(self._step_in_flight(), num_decodes, num_steps - 1, math.nan):
             raise RuntimeError("a decode stretch finished a request before its last step")
         return self._stretch_usage(stretch, num_steps, token_slots, someone_waited)
 
@@ -208,10 +206,10 @@ class QueueScheduler(Scheduler):
         return self.kv.stretch_usage(token_slots, [], someone_waited)
 
     # --- beam search -------------------------------------------------------------
-    def _apply_beam_parents(self, beam_parents: Mapping[int, int]) -> None:
+    def _apply_beam_parents(self, plan: StepPlan, beam_parents: Mapping[int, int]) -> None:
         """Fork every child from its parent, after checking the data plane's choice: both beams of one
         group that decoded in this batch, and no parent replaced in the same step."""
-        decoded = {group.request_id for group in self._decoded if group.is_beam}
+        decoded = {group.request_id for group in plan.decode_groups if group.is_beam}
         group_of, finished = self._beam_group_of, SeqStatus.FINISHED
         for child, parent in beam_parents.items():
             group = group_of.get(child)
@@ -231,7 +229,7 @@ class QueueScheduler(Scheduler):
     def _fork_beam(self, parent: Sequence, child: Sequence) -> None:
         """The child continues the parent's beam: its KV becomes the parent's (the allocator's way: shared by
         the paged pool, copied before the next forward by reservations)."""
-        self.allocator.fork(parent, child, self._pending_copies)
+        raise NotImplementedError
 
     def _take_copies(self) -> list[tuple[int, int]]:
         """The block copies forks asked for since the last step, for the next batch."""
@@ -253,7 +251,7 @@ class QueueScheduler(Scheduler):
             self._seqs.pop(seq.seq_id, None)
         if self.hands_off_kv:  # its blocks hold its tokens until released: counted as before
             self.held_kv[group.request_id] = group
-            self.token_slots.started(group)
+            self.kv.token_slots.started(group)
 
     def _blocks_needed_alone(self, group: SequenceGroup) -> int:
         """Blocks the request needs with the pool to itself; subclasses know their allocators."""
@@ -312,11 +310,11 @@ class QueueScheduler(Scheduler):
                    else [seq for group in decode_groups for seq in group.seqs if seq.status is running])
         batch.decode_seq_ids = [seq.seq_id for seq in decodes]
         batch.decode_context_lens = [seq.length for seq in decodes]
-        self._prefilled, self._decoded = prefill_groups, decode_groups
+        plan = StepPlan()
+        plan.prefilled, plan.decode_groups = prefill_groups, decode_groups
+        self.in_flight = plan
         return batch
 
     def _free_seq(self, seq: Sequence) -> None:
-        self.allocator.free(seq)  # by its status: host blocks when swapped out
-
-    def block_table(self, seq_id: int) -> list[int]:
-        return self.allocator.block_table(self._seqs[seq_id])
+        """The sequence's memory goes back to the allocator (by its status: host blocks when swapped out)."""
+        raise NotImplementedError

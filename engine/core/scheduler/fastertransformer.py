@@ -36,10 +36,10 @@ class FasterTransformerScheduler(ReservationScheduler):
             # B counts sequences: FasterTransformer batches sequences, an n-sample request is n of them
             if self.num_running_seqs + len(group.live_seqs()) > self.max_batch_size:
                 break
-            if not self.reservation_pool.can_allocate(group):
+            if not self.allocator.can_allocate(group):
                 break
             self.waiting.popleft()
-            self.reservation_pool.allocate(group)
+            self.allocator.allocate(group)
             self._start_running(group)
             self.running.append(group)
             self._batch_groups.append(group)
@@ -48,7 +48,7 @@ class FasterTransformerScheduler(ReservationScheduler):
     def complete(self, batch: Batch, now_s: float,
                  beam_parents: Mapping[int, int] | None = None,
                  accepted: list[int] | None = None) -> list[SequenceGroup]:
-        prefilled = self._prefilled
+        prefilled = self._step_in_flight().prefilled
         super().complete(batch, now_s, beam_parents)  # requests finish together below, not one by one
         self._fork_prompt_copies(prefilled)
         if self.running:

@@ -23,10 +23,10 @@ class OrcaScheduler(ReservationScheduler):
             group = self.waiting[0]
             if self.num_running_seqs + len(group.live_seqs()) > self.system.max_num_seqs:
                 break
-            if not self.reservation_pool.can_allocate(group):
+            if not self.allocator.can_allocate(group):
                 break  # head-of-line: later requests wait behind this one
             self.waiting.popleft()
-            self.reservation_pool.allocate(group)
+            self.allocator.allocate(group)
             self._start_running(group)
             self.running.append(group)
             prefill_groups.append(group)
@@ -37,7 +37,7 @@ class OrcaScheduler(ReservationScheduler):
     def complete(self, batch: Batch, now_s: float,
                  beam_parents: Mapping[int, int] | None = None,
                  accepted: list[int] | None = None) -> list[SequenceGroup]:
-        prefilled = self._prefilled
+        prefilled = self._step_in_flight().prefilled
         finished = super().complete(batch, now_s, beam_parents)
         self._fork_prompt_copies([g for g in prefilled if g.finish_s is None])
         return finished

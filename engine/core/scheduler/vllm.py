@@ -8,27 +8,38 @@ Every schedule() tells the same story, vLLM's `Scheduler._schedule` of the versi
   3. waiting prompts join in arrival order while `admissible()` finds room for them in the iteration's
      SchedulingBudget (tokens, sequences, padding) and in the free blocks.
 The prefill policy, how prompts share an iteration, is a row of PREFILL_RULES; docs/vllm-policies.md says
-which vLLM each ports and where servesim departs from it. What a step decides is a StepPlan, and batch_of()
-turns it into the iteration that runs (engine.core.scheduler.vllm_step); the pool, its queues and the running
-rows are PagedScheduler's (engine.core.scheduler.paged). The step and the decode stretch ask the same
+which vLLM each ports and where servesim departs from it. What a step decides is a StepPlan
+(engine.core.scheduler.plan), kept as the step in flight until complete() applies it; batch_of() turns it into
+the iteration that runs (engine.core.scheduler.vllm_step). The same class keeps the pool, its queues and the
+running rows (engine.core.running_batch), and answers between steps: abort, a decode replica's receiving of
+requests prefilled elsewhere (engine.core.scheduler.receiving), why a swapped group stalls the queue. The step
+and the decode stretch ask the same
 admissible(), so a stretch can never promise what a step would decide otherwise (docs/concepts/fast-forward.md).
 """
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import chain
 
 from engine.core.batch import Batch
-from engine.core.block_manager import appends_fit
-from engine.core.kv_usage import UsageColumns
+from engine.core.block_manager import BlockManager, appends_fit
+from engine.core.kv_tracker import PagedKVTracker, paged_usage_columns
+from engine.core.kv_usage import KVUsage, UsageColumns
+from engine.core.running_batch import RunningBatch, in_batch_order
 from engine.core.scheduler.base import DecodeStretch
-from engine.core.scheduler.order import Order, insert_in_order
-from engine.core.scheduler.paged import PagedScheduler
-from engine.core.scheduler.preemption import PreemptionMode
+from engine.core.scheduler.common import QueueScheduler
+from engine.core.scheduler.ignoring import IgnoredRequests
+from engine.core.scheduler.order import FirstComeFirstServed, Order, insert_in_order
+from engine.core.scheduler.plan import Prefill, StepPlan
+from engine.core.scheduler.preemption import PreemptionMode, PreemptionRule
+from engine.core.scheduler.prompt_delay import PromptDelay
+from engine.core.scheduler.receiving import IncomingRequests
 from engine.core.scheduler.speculating_stretch import SpeculatingSteps
-from engine.core.scheduler.stretch import paged_stretch
-from engine.core.scheduler.vllm_step import NO_TOKEN_CAP, Prefill, SchedulingBudget, StepPlan, batch_of, decode_tokens
+from engine.core.scheduler.stretch import paged_stretch, stretch_appends
+from engine.core.scheduler.vllm_step import NO_TOKEN_CAP, SchedulingBudget, batch_of, decode_tokens
 from engine.core.sequence import SeqStatus, Sequence, SequenceGroup
 from engine.core.system import SystemSpec
 
@@ -67,39 +78,55 @@ PREFILL_RULES = {  # the four policies side by side
 EVERY_ARRIVAL = float("inf")  # what a synchronous schedule() sees: every request the data plane handed it
 
 
-class VLLMScheduler(PagedScheduler):
-    """vLLM under one of its prefill policies (mixed, separate, chunked, v1), over PagedScheduler's pool."""
+class VLLMScheduler(QueueScheduler):
+    """vLLM under one of its prefill policies (mixed, separate, chunked, v1): its paged pool (a BlockManager, blocks
+    one at a time as sequences grow), its queues (waiting, running in the scheduler's Order and as rows from step to
+    step, swapped), the story of its step, and what it answers between steps."""
 
     def __init__(self, system: SystemSpec, max_seq_len: int, num_gpu_blocks: int, num_cpu_blocks: int,
                  order: Order | None = None):
+        super().__init__(system, max_seq_len)
         rules = PREFILL_RULES[system.prefill_policy]  # how this policy differs from the others
-        super().__init__(system, max_seq_len, num_gpu_blocks, num_cpu_blocks, order, rules.appends_as_needed,
-                         rules.admission_order)
         self.rules = rules
-        self.ignores_unservable = self.rules.ignores_unservable  # read by the skeleton's add_request
+        self.ignoring = IgnoredRequests(rules.ignores_unservable)  # asked by the skeleton's add_request
+        self.order = order if order is not None else FirstComeFirstServed()  # engine.core.scheduler.order
+        self.num_gpu_blocks = num_gpu_blocks
+        self.num_cpu_blocks = num_cpu_blocks
+        self.allocator = BlockManager(system.block_size, num_gpu_blocks, num_cpu_blocks, system.watermark,
+                                      system.prefix_caching, rules.chunked, rules.appends_as_needed,
+                                      system.num_lookahead_slots)
+        self.lookahead = system.num_lookahead_slots  # speculative decoding's k (0: none)
+        self.kv = PagedKVTracker(self.allocator, self._beam_group_of)
+        self.rows = RunningBatch(self.allocator, system.block_size)
+        self.caches_prefixes = system.prefix_caching
+        self.swapped: deque[SequenceGroup] = deque()
+        self.num_swapped_out_blocks = 0
+        self.num_swapped_in_blocks = 0
+        cap = system.max_num_batched_tokens  # never None when chunked (SystemSpec.validate)
+        self.token_cap = cap if cap is not None else NO_TOKEN_CAP
+        self.preemption = PreemptionRule(system, self.allocator, num_gpu_blocks, self.token_cap)
+        # chunked: request id -> its prompt tokens in the cache (earlier chunks, a cached prefix), while it prefills
+        self.prefill_progress: dict[int, int] = {}
+        self.incoming = IncomingRequests()  # a decode replica's requests prefilled elsewhere (receive)
         # separate: padding, v0.2's prompt_limit min(max_model_len, max_num_batched_tokens), and v0.3's
-        # delay_factor with the last prompt run's latency, measured from schedule() to schedule()
-        self.max_paddings = system.max_paddings if self.rules.prompt_only else None
-        self.prompt_limit = min(max_seq_len, self.token_cap) if self.rules.prompt_only else NO_TOKEN_CAP
-        self.delay_factor = system.delay_factor
-        self.last_prompt_latency = 0.0
-        self.prev_time_s = 0.0
-        self.prev_prompt = False
+        # delay_factor (engine.core.scheduler.prompt_delay)
+        self.max_paddings = system.max_paddings if rules.prompt_only else None
+        self.prompt_limit = min(max_seq_len, self.token_cap) if rules.prompt_only else NO_TOKEN_CAP
+        self.prompt_delay = PromptDelay(system.delay_factor)
         self.async_scheduling = system.async_scheduling
-        self._prefills: list[Prefill] = []  # this iteration's, for complete() to move the chunks' progress
         self.num_proposed_tokens = 0  # speculative decoding: proposals so far, and those accepted
         self.num_accepted_tokens = 0
 
     # --- one step ----------------------------------------------------------------
     def schedule(self) -> Batch:
         plan = StepPlan()
-        self.blocks.begin_step()  # the prefix cache's clock of least-recently-used
+        self.allocator.begin_step()  # the prefix cache's clock of least-recently-used
         if self.rules.prompt_only and not self.swapped:  # a prompt-only iteration whenever a prompt fits
-            self._time_prompt_run()
+            self.prompt_delay.step_began(self.now_s)
             self._admit(plan, self._budget(0))  # no decodes in a prompt-only iteration: the whole budget
             # v0.3 times a prompt run, even of ignored ones only (the data plane takes them every step)
-            if plan.prefills or self.ignored:
-                self.prev_prompt = True
+            if plan.prefills or self.ignoring.ignored:
+                self.prompt_delay.prompt_ran()
             if plan.prefills:
                 return self._batch(plan)
         self._reserve_running(plan)
@@ -107,7 +134,7 @@ class VLLMScheduler(PagedScheduler):
         preempted = plan.preempted if self.rules.any_preemption_holds_swap_in else plan.swap_out
         if not preempted:
             self._swap_in(plan)
-        if self.arrived:  # a decode replica of a split fleet: requests whose KV was copied in
+        if self.incoming.arrived:  # a decode replica of a split fleet: requests whose KV was copied in
             self._join_arrived(plan)
         # prompts beside the decodes (mixed, chunked; separate's ran above, alone), and under mixed only while
         # no swapped-out group waits to come back first
@@ -157,7 +184,7 @@ class VLLMScheduler(PagedScheduler):
         seqs: list[Sequence] = []
         for group in self.running:
             seqs.extend(group.running_seqs())
-        if not self.blocks.append_lookahead_if_fits(seqs, plan.copies):
+        if not self.allocator.append_lookahead_if_fits(seqs, plan.copies):
             return False
         plan.decode_groups = list(self.running)
         plan.decode_seqs = seqs
@@ -169,7 +196,7 @@ class VLLMScheduler(PagedScheduler):
         per running sequence of the group it checks: while the widest group (rows.widest: at least the widest,
         never less) would still find its own after the rows due took theirs, no group can fail it (appends_fit:
         nobody at all can)."""
-        free = self.blocks.gpu.num_free
+        free = self.allocator.gpu.num_free
         if self.rules.appends_as_needed:
             return free >= len(due)
         return free - len(due) >= self.rows.widest or appends_fit(self.num_running_seqs, free)
@@ -195,7 +222,7 @@ class VLLMScheduler(PagedScheduler):
                      plan: StepPlan) -> bool:
         """Preempt the latest (the queue's last) until the group's running sequences, seqs, can each append a
         slot: whether they can, or the group had to be preempted itself, nobody being left behind it."""
-        while not self.blocks.can_append(seqs):
+        while not self.allocator.can_append(seqs):
             victim = queue.pop() if queue else group
             self._preempt(victim, plan)
             if victim is group:
@@ -204,16 +231,16 @@ class VLLMScheduler(PagedScheduler):
 
     def _decode(self, group: SequenceGroup, seqs: list[Sequence], plan: StepPlan) -> None:
         """The group's running sequences, seqs, take their next slots and decode in this step."""
-        self.blocks.append_slots(seqs, plan.copies)
+        self.allocator.append_slots(seqs, plan.copies)
         plan.decode_seqs.extend(seqs)
         plan.decode_groups.append(group)
 
     def _swap_in(self, plan: StepPlan) -> None:
         """Swapped-out groups back in, oldest first, while their blocks fit and sequences are left. None of them
         was swapped out in this step: such a step swaps nobody in (PrefillRules.any_preemption_holds_swap_in)."""
-        while self.swapped and self.blocks.can_swap_in(self.swapped[0]) and self._seqs_fit(self.swapped[0]):
+        while self.swapped and self.allocator.can_swap_in(self.swapped[0]) and self._seqs_fit(self.swapped[0]):
             group = self.swapped.popleft()
-            mapping = self.blocks.swap_in(group)
+            mapping = self.allocator.swap_in(group)
             plan.swap_in.extend(mapping)
             self.num_swapped_in_blocks += len(mapping)
             self._join(group, plan)
@@ -221,11 +248,13 @@ class VLLMScheduler(PagedScheduler):
     def _join_arrived(self, plan: StepPlan) -> None:
         """Requests whose KV arrived decode from this step, in the order they arrived, while sequences are left.
         Their blocks hold the prompt and a slot for the first token (receive): they append nothing new now."""
-        while self.arrived and self._seqs_fit(self.arrived[0]) and (
-                not self.lookahead or self.blocks.can_append(self.arrived[0].live_seqs())):
-            group = self.arrived.popleft()
-            self.paged_kv.incoming_slots -= self.paged_kv.slots_of(group)
+        incoming = self.incoming
+        group = incoming.next_to_run()
+        while group is not None and self._seqs_fit(group) and (
+                not self.lookahead or self.allocator.can_append(group.live_seqs())):
+            incoming.run(self.kv.slots_of(group))
             self._join(group, plan)
+            group = incoming.next_to_run()
 
     def _join(self, group: SequenceGroup, plan: StepPlan) -> None:
         """A group swapped back in, or arrived, runs again and decodes in this step, after the others."""
@@ -277,7 +306,7 @@ class VLLMScheduler(PagedScheduler):
             # prefix caches it then, and cached_tokens() would count it for that request too
             lens = self._prefill_lens(group) if self.rules.prompt_only else []
             self.waiting.popleft()
-            self.blocks.allocate(group)  # its prompt's blocks: it runs from this step on
+            self.allocator.allocate(group)  # its prompt's blocks: it runs from this step on
             self._start_running(group)
             self._insert_running(group)
             live = group.live_seqs()
@@ -297,7 +326,7 @@ class VLLMScheduler(PagedScheduler):
         describes, or None while it must wait: too few free blocks above the watermark, or those the oldest
         swapped-out group needs to come back; the budget's tokens, sequences or padding. The step asks it of
         each waiting prompt, the decode stretch of the oldest: what it refuses, no step admits."""
-        if not self.blocks.can_allocate(group) or not self._leaves_room_to_swap_in(group):
+        if not self.allocator.can_allocate(group) or not self._leaves_room_to_swap_in(group):
             return None
         live = group.live_seqs()
         return budget.fit(self._prefill_lens(group, live), len(live), self.rules.chunked and group.shares_prompt)
@@ -320,21 +349,21 @@ class VLLMScheduler(PagedScheduler):
         part of them); separate, while v0.3's delay_factor lets prompts run; mixed, always."""
         if self.rules.chunked:
             return budget.tokens_left > 0
-        return not self.rules.prompt_only or self._delay_passed()
+        return not self.rules.prompt_only or self.prompt_delay.passed(self.now_s, self.waiting, bool(self.running))
 
     def _prefill_lens(self, group: SequenceGroup, live: list[Sequence] | None = None) -> list[int]:
         """The tokens each of the group's prefills computes (its samples share one, unless recomputed apart);
         a cached prefix is attended over, not computed. live: the group's live sequences, where the caller has them."""
         live = group.live_seqs() if live is None else live
-        cached = self.blocks.cached_tokens(group)
+        cached = self.allocator.cached_tokens(group)
         if group.shares_prompt:
             return [live[0].length - cached]
         return [seq.length - cached for seq in live]
 
     def _must_ignore(self, group: SequenceGroup) -> bool:
-        if not self.ignores_unservable:
+        if not self.ignoring.ignores:
             return False
-        if group.request_id in self.unservable:
+        if self.ignoring.is_unservable(group.request_id):
             return True
         return self.rules.prompt_only and max(self._prefill_lens(group)) > self.prompt_limit
 
@@ -344,48 +373,34 @@ class VLLMScheduler(PagedScheduler):
         swapped out; v0.4 took those blocks too, and swapped groups piled up (docs/vllm-policies.md)."""
         if not self.swapped:
             return True
-        blocks = self.blocks
+        blocks = self.allocator
         needed = blocks.blocks_to_swap_in(self.swapped[0]) + blocks.watermark_blocks
         return blocks.gpu.num_free - blocks.blocks_to_allocate(group) >= needed
-
-    def _time_prompt_run(self) -> None:
-        """v0.3's _passed_delay, first part: the last prompt run's latency, from its schedule() to this one."""
-        now = self.now_s
-        if self.prev_prompt:
-            self.last_prompt_latency = now - self.prev_time_s
-        self.prev_time_s, self.prev_prompt = now, False
-
-    def _delay_passed(self) -> bool:
-        """v0.3's _passed_delay, asked before each waiting prompt as there: new prompts wait until the oldest of
-        them has waited delay_factor x the last prompt run's latency, or nothing runs."""
-        if not self.delay_factor or not self.waiting:
-            return True
-        earliest = min(group.arrival_s for group in self.waiting)
-        return self.now_s - earliest > self.delay_factor * self.last_prompt_latency or not self.running
 
     def _key_computed(self, group: SequenceGroup, stop: int) -> None:
         """Chunked: the prefix cache keys the full blocks this iteration's chunk fills, up to stop, now (as a whole
         prompt's are at admission under mixed) and holds them for the group instead of its own token slots. The
         prompt's progress (prefill_progress) moves to stop only in complete(), once the chunk has run."""
-        keyed = self.blocks.prompt_computed(group, stop)
-        if keyed:
-            self.paged_kv.keyed(keyed)
+        keyed = self.allocator.prompt_computed(group, stop)
+        if keyed:  # the cache counts them now (a sharing prompt: one table's)
+            self.kv.token_slots.slots -= keyed * self.block_size
 
     def _batch(self, plan: StepPlan) -> Batch:
-        batch, self._prefilled = batch_of(plan, self.num_running_beam_groups > 0, self.lookahead)
-        self._prefills, self._decoded, self._joined = plan.prefills, plan.decode_groups, plan.joined
+        batch = batch_of(plan, self.num_running_beam_groups > 0, self.lookahead)
+        self.in_flight = plan
         return batch
 
     def complete(self, batch: Batch, now_s: float, beam_parents: Mapping[int, int] | None = None,
                  accepted: list[int] | None = None) -> list[SequenceGroup]:
         """accepted: speculative decoding, the proposals the target accepted for each decode (decode_seq_ids'
         order), each from 0 to its decode_proposed; None: none accepted."""
+        plan = self._step_in_flight()
         speculated = [self._seqs[seq_id] for seq_id in batch.decode_seq_ids] if batch.decode_proposed else []
         if speculated:
-            self._accept(batch, speculated, accepted)
+            self._accept(plan, batch, speculated, accepted)
         progress = self.prefill_progress
         if progress:  # chunked: each prompt computed as far as its chunk went; one whose last chunk ran decodes
-            for prefill in self._prefills:
+            for prefill in plan.prefills:
                 if prefill.last:
                     progress.pop(prefill.group.request_id, None)
                 else:
@@ -394,10 +409,10 @@ class VLLMScheduler(PagedScheduler):
         running = SeqStatus.RUNNING
         for seq in speculated:  # the rejected proposals' slots go back
             if seq.status is running:
-                self.blocks.give_back_lookahead(seq)
+                self.allocator.give_back_lookahead(seq)
         return finished
 
-    def _accept(self, batch: Batch, seqs: list[Sequence], accepted: list[int] | None) -> None:
+    def _accept(self, plan: StepPlan, batch: Batch, seqs: list[Sequence], accepted: list[int] | None) -> None:
         """Each speculating sequence moves on by its accepted proposals (complete() then adds the target's own
         token); the counts are checked against what it proposed, and kept for the records."""
         proposed = batch.decode_proposed
@@ -405,7 +420,7 @@ class VLLMScheduler(PagedScheduler):
             raise ValueError(f"{len(accepted)} accepted counts for {len(seqs)} decodes")
         total, i = 0, 0
         running = SeqStatus.RUNNING
-        for group in self._decoded:  # the decodes are the groups' running sequences, in this order
+        for group in plan.decode_groups:  # the decodes are the groups' running sequences, in this order
             for seq in group.seqs:
                 if seq.status is not running:
                     continue
@@ -419,7 +434,7 @@ class VLLMScheduler(PagedScheduler):
                 i += 1
         if i != len(proposed):
             raise RuntimeError(f"{len(proposed)} decodes proposed, but the groups that decoded run {i} sequences")
-        self.token_slots.sampled(total)
+        self.kv.token_slots.sampled(total)
         self.num_proposed_tokens += batch.num_proposed
         self.num_accepted_tokens += total
 
@@ -436,17 +451,17 @@ class VLLMScheduler(PagedScheduler):
             live = group.live_seqs()
             self._stop_running(group, SeqStatus.WAITING)
             for seq in live:
-                self.blocks.free(seq)
+                self.allocator.free(seq)
             # samples that diverged re-prefill each its own history in its own blocks; a prompt part way
             # through its chunks sampled nothing yet, so its samples still share it
             if self.prefill_progress.pop(group.request_id, None) is None and len(live) > 1:
                 group.shares_prompt = False
             self._insert_waiting(group)
         else:
-            if not self.blocks.can_swap_out(group):
+            if not self.allocator.can_swap_out(group):
                 raise self.preemption.swap_space_exhausted(group)
             self._stop_running(group, SeqStatus.SWAPPED)  # before the swap changes its cache_blocks
-            mapping = self.blocks.swap_out(group)
+            mapping = self.allocator.swap_out(group)
             plan.swap_out.extend(mapping)
             self.num_swapped_out_blocks += len(mapping)
             insert_in_order(self.swapped, group, self.order)
@@ -457,7 +472,7 @@ class VLLMScheduler(PagedScheduler):
         no prompt part way through its chunks, and the oldest waiting request refused now by admissible(), as
         the next step would ask it; paged_stretch then counts the steps to the first finish or preemption."""
         # speculating (lookahead): how far each step advances is drawn after it, so those runs are stepped through
-        if (self.swapped or batch.num_swap_blocks or self.prefill_progress or self.incoming or self.arrived
+        if (self.swapped or batch.num_swap_blocks or self.prefill_progress or self.incoming.pending()
                 or self.lookahead):
             return DecodeStretch(batch, 1)
         head = self.waiting[0] if self.waiting else None
@@ -465,7 +480,7 @@ class VLLMScheduler(PagedScheduler):
             # ignored or admitted next step (refused in this one's schedule() only as just preempted, or
             # held back by a delay_factor that may pass meanwhile)
             return DecodeStretch(batch, 1)
-        return paged_stretch(batch, self.running, self.blocks, self.num_running_seqs, self.block_size)
+        return paged_stretch(batch, self.running, self.allocator, self.num_running_seqs, self.block_size)
 
     # --- speculating stretches (engine.core.scheduler.speculating_stretch) ------------------------------------
     def speculating_stretch(self, batch: Batch) -> SpeculatingSteps | None:
@@ -473,25 +488,155 @@ class VLLMScheduler(PagedScheduler):
         system but the running requests, each decoding one sequence; planned from the pool as it stands."""
         decodes = batch.decode_seq_ids
         if (not self.lookahead or batch.prefill_seq_ids or not decodes or batch.num_swap_blocks or self.waiting
-                or self.swapped or self.prefill_progress or self.incoming or self.arrived
+                or self.swapped or self.prefill_progress or self.incoming.pending()
                 or self.num_running_beam_groups):
             return None
-        groups = self._decoded
+        groups = self._step_in_flight().decode_groups
         if not len(groups) == len(decodes) == self.num_running_seqs == len(self.running):
             return None  # a request of several sequences (refused where a system speculates), or one not decoding
-        tables = self.blocks.block_tables
+        tables = self.allocator.block_tables
         return SpeculatingSteps(batch, list(groups), [self._seqs[seq_id] for seq_id in decodes],
                                 [len(tables[seq_id]) for seq_id in decodes], self.lookahead, self.block_size,
-                                self.blocks.gpu.num_free, self.token_slots.slots)
+                                self.allocator.gpu.num_free, self.kv.token_slots.slots)
 
     def advance_speculating(self, steps: SpeculatingSteps, num_steps: int, arrived: int = 0) -> UsageColumns:
         if not 2 <= num_steps <= len(steps.accepted):
             raise ValueError(f"advance_speculating: {num_steps} steps of a stretch accepted to {len(steps.accepted)}")
         someone_waited = len(self.waiting) > arrived
-        sampled, proposed, accepted = steps.make(num_steps, self.blocks)
-        self.token_slots.sampled(sampled)
+        sampled, proposed, accepted = steps.make(num_steps, self.allocator)
+        self.kv.token_slots.sampled(sampled)
         self.rows.tick += num_steps - 1  # the rows' clock: a step each completion (RunningBatch.advance)
         self.num_proposed_tokens += proposed
         self.num_accepted_tokens += accepted
-        return self.paged_kv.stretch_usage(steps.token_slots[1:num_steps], steps.free_blocks[1:num_steps],
-                                           someone_waited)
+        return paged_usage_columns(self.allocator, steps.token_slots[1:num_steps], steps.free_blocks[1:num_steps],
+                                   someone_waited)
+
+    # --- the running groups, in order and as rows ------------------------------------------------------------
+    def _insert_waiting(self, group: SequenceGroup) -> None:
+        insert_in_order(self.waiting, group, self.order)
+
+    def _insert_running(self, group: SequenceGroup) -> None:
+        order = self.order
+        key = order.key(group)
+        if not self.running or self.rules.admission_order or order.key(self.running[-1]) <= key:
+            self.running.append(group)
+            self.rows.insert(group, None)
+            return
+        keys = [order.key(g) for g in self.running]
+        at = bisect.bisect(keys, key)
+        self.rows.insert(group, self.running[at])
+        self.running.insert(at, group)
+
+    def _stop_running(self, group: SequenceGroup, status: SeqStatus) -> None:
+        self.rows.remove(group)
+        super()._stop_running(group, status)
+
+    def _fork_beam(self, parent: Sequence, child: Sequence) -> None:
+        self.allocator.fork(parent, child, self._pending_copies)  # shared, copied on its next append
+        self.rows.forked(parent, child)
+
+    def _free_seq(self, seq: Sequence) -> None:
+        self.allocator.free(seq)
+
+    def block_table(self, seq_id: int) -> list[int]:
+        return self.allocator.block_table(self._seqs[seq_id])
+
+    def _sample(self, plan: StepPlan, num_samples: int, num_steps: int, now_s: float) -> list[SequenceGroup]:
+        """QueueScheduler._sample, row by row where every row sampled once in the order the groups ran (the
+        prompts just computed, then the decodes); else group by group, and the rows read again."""
+        rows = self.rows
+        if num_samples != len(rows.seqs):
+            finished = super()._sample(plan, num_samples, num_steps, now_s)
+            rows.rebuild(self.running)
+            return finished
+        self.kv.token_slots.sampled(num_steps * num_samples)
+        done_rows = rows.advance(num_steps)
+        if not done_rows:
+            return []
+        touched = rows.drop_rows(done_rows)
+        if len(touched) > 1 and (plan.prefilled or plan.joined):
+            touched = in_batch_order(touched, plan.prefilled, plan.joined)
+        finished = [group for group in touched if self._finish_reached(group, now_s)]
+        for group in finished:
+            self.running.remove(group)
+        return finished
+
+    def _stretch_usage(self, stretch: DecodeStretch, num_steps: int, token_slots: range,
+                       someone_waited: bool) -> UsageColumns:
+        free_blocks = stretch_appends(stretch, num_steps, self.allocator, self.block_size)
+        self.rows.stale = True  # the stretch's appends, made at once
+        return self.kv.stretch_usage(token_slots, free_blocks, someone_waited)
+
+    # --- between steps -----------------------------------------------------------------------------------------
+    def abort(self, request_id: int) -> SequenceGroup | None:
+        """vLLM's abort_seq_group, between steps: the request leaves whichever queue holds it, its blocks
+        (GPU, or host when swapped out) go back, and it never runs again."""
+        for queue in (self.waiting, self.swapped):
+            for group in queue:
+                if group.request_id == request_id:
+                    queue.remove(group)
+                    for seq in group.live_seqs():
+                        self.allocator.free(seq)  # by its status: host blocks when swapped out, none when waiting
+                    return self._aborted(group)
+        for group in self.running:
+            if group.request_id == request_id:
+                plan = self.in_flight
+                if plan is not None and any(group is g for g in chain(plan.prefilled, plan.decode_groups)):
+                    raise RuntimeError(f"abort request {request_id}: its iteration is running; abort between steps")
+                self.running = [g for g in self.running if g is not group]
+                for seq in group.live_seqs():
+                    self.allocator.free(seq)
+                self._stop_running(group, SeqStatus.FINISHED)
+                return self._aborted(group)
+        return None
+
+    def _aborted(self, group: SequenceGroup) -> SequenceGroup:
+        self.prefill_progress.pop(group.request_id, None)
+        group.set_status(SeqStatus.FINISHED)
+        for seq in group.seqs:
+            self._seqs.pop(seq.seq_id, None)
+        self.ignoring.forget(group.request_id)
+        return group
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped) or self.incoming.pending()
+
+    def groups_in_system(self) -> list[SequenceGroup]:
+        return [*self.waiting, *self.running, *self.swapped, *self.incoming.groups()]
+
+    def stall_culprit(self) -> str | None:
+        return self.preemption.stall_culprit(self.swapped[0]) if self.swapped else None
+
+    def _blocks_needed_alone(self, group: SequenceGroup) -> int:
+        return self.preemption.blocks_needed_alone(group)
+
+    def _reservation_note(self, group: SequenceGroup) -> str:
+        return self.preemption.note(group)
+
+    def kv_usage(self) -> KVUsage:
+        return self.incoming.counted(self.kv.usage(bool(self.waiting)))
+
+    def release_cache(self) -> None:
+        self.allocator.unpin()  # the shared prefix's blocks (the cache stops counting them by itself)
+
+    # --- disaggregated serving: a decode replica takes requests prefilled elsewhere --------------------------
+    def can_receive(self, group: SequenceGroup) -> bool:
+        """Whether the blocks of a request prefilled elsewhere (its prompt and first token) fit above the
+        watermark now."""
+        return self.allocator.can_allocate(group)
+
+    def receive(self, group: SequenceGroup) -> None:
+        """Reserve the blocks of a request prefilled elsewhere (can_receive), its KV to be copied into them
+        (block_table); it decodes once kv_arrived says the copy is done. A request too long for the model or
+        too large for this pool even alone is refused, as on arrival."""
+        refusal = self._refusal(group)
+        if refusal is not None:
+            raise refusal
+        self.allocator.allocate(group)
+        self.incoming.received(group, self.kv.slots_of(group))
+        for seq in group.seqs:
+            self._seqs[seq.seq_id] = seq
+
+    def kv_arrived(self, request_id: int) -> None:
+        """The request's KV is in its blocks: it decodes from the next schedule() on."""
+        self.incoming.copied(request_id)

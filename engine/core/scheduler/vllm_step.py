@@ -7,43 +7,11 @@ Batch that runs, the decodes first and then the prefills.
 from __future__ import annotations
 
 from engine.core.batch import Batch
-from engine.core.sequence import Sequence, SequenceGroup
+from engine.core.scheduler.plan import StepPlan
+from engine.core.sequence import Sequence
 from engine.core.speculative import lookahead_slots
 
 NO_TOKEN_CAP = 1 << 60  # max_num_batched_tokens unset (mixed): no iteration comes near it
-
-
-class StepPlan:
-    """What one schedule() decides, as its parts add to it: the groups that decode (and their running
-    sequences, in order), the prompts that prefill, the blocks to copy and swap, and the groups preempted in
-    this step (a group preempted now does not come back in the same step)."""
-
-    __slots__ = ("decode_groups", "decode_seqs", "decode_ids", "prefills", "copies", "swap_in", "swap_out",
-                 "preempted", "joined")
-
-    def __init__(self) -> None:  # plain lists: a dataclass's default factories cost a call each, every step
-        self.decode_groups: list[SequenceGroup] = []
-        self.decode_seqs: list[Sequence] = []
-        self.decode_ids: list[int] = []  # the first of decode_seqs' ids, where they were the rows
-        self.prefills: list[Prefill] = []
-        self.copies: list[tuple[int, int]] = []
-        self.swap_in: list[tuple[int, int]] = []
-        self.swap_out: list[tuple[int, int]] = []
-        self.preempted: set[int] = set()
-        # groups swapped in or arrived, which decode after the others whatever their place in the running order
-        self.joined: list[SequenceGroup] = []
-
-
-class Prefill:
-    """A group's prompt tokens [start, stop) computed in this iteration: the whole prompt, or under chunked a
-    chunk of it (samples recomputed apart: each its own history, from start to its length). last: whether the
-    prompt is computed by the end of it (its samples then sample their first token)."""
-
-    # plain classes, these two, with their __init__ written out: a dataclass's generated one runs interpreted
-    __slots__ = ("group", "start", "stop", "last")
-
-    def __init__(self, group: SequenceGroup, start: int, stop: int, last: bool) -> None:
-        self.group, self.start, self.stop, self.last = group, start, stop, last
 
 
 class SchedulingBudget:
@@ -98,11 +66,12 @@ def decode_tokens(seqs: list[Sequence], lookahead: int) -> int:
     return sum(1 + lookahead_slots(seq.length, seq.final_len, lookahead) for seq in seqs)
 
 
-def batch_of(plan: StepPlan, beams: bool, lookahead: int = 0) -> tuple[Batch, list[SequenceGroup]]:
+def batch_of(plan: StepPlan, beams: bool, lookahead: int = 0) -> Batch:
     """The iteration the plan makes: the decodes in the order their slots were given, then the prefills (one
-    per sample recomputed apart); a chunk that is not its prompt's last samples nothing. Also the groups whose
-    prompt is computed by the end of it. beams: whether any running group is a beam search (the batch then
-    names each one's beams). lookahead: speculative decoding's k, each decode's proposals (Batch.decode_proposed)."""
+    per sample recomputed apart); a chunk that is not its prompt's last samples nothing. Notes in the plan the
+    groups whose prompt is computed by the end of it (prefilled). beams: whether any running group is a beam
+    search (the batch then names each one's beams). lookahead: speculative decoding's k, each decode's
+    proposals (Batch.decode_proposed)."""
     decodes, decode_ids = plan.decode_seqs, plan.decode_ids
     if len(decode_ids) < len(decodes):  # those swapped in or arrived after the rows
         decode_ids.extend([seq.seq_id for seq in decodes[len(decode_ids):]])
@@ -113,7 +82,7 @@ def batch_of(plan: StepPlan, beams: bool, lookahead: int = 0) -> tuple[Batch, li
     if lookahead:
         batch.decode_proposed = [lookahead_slots(seq.length, seq.final_len, lookahead) for seq in decodes]
     ids, lens, cached, samples = batch.prefill_seq_ids, [], [], batch.prefill_sample_ids
-    final: list[SequenceGroup] = []
+    final = plan.prefilled
     for prefill in plan.prefills:
         group, start = prefill.group, prefill.start
         live = group.live_seqs()
@@ -134,4 +103,4 @@ def batch_of(plan: StepPlan, beams: bool, lookahead: int = 0) -> tuple[Batch, li
     if beams:
         batch.beam_groups = [tuple(s.seq_id for s in g.live_seqs())
                              for g in (*final, *plan.decode_groups) if g.is_beam]
-    return batch, final
+    return batch

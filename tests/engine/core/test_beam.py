@@ -186,7 +186,7 @@ def test_vllm_beam_searches_keep_the_books_through_swaps(workload, pool, data):
     sched = scheduler_for(SystemSpec("vLLM", "vllm", block_size=bs, watermark=0.0), num_gpu_blocks,
                           num_cpu_blocks=num_gpu_blocks * len(requests), max_seq_len=64)
     core = drive_beams(sched, requests, RandomParents(data.draw))
-    check_all_freed(sched.blocks)
+    check_all_freed(sched.allocator)
     rows = core.records.request_rows()
     assert [r.n for r in rows] == [r.beam_width for r in requests], "a beam search is beam_width sequences"
 
@@ -264,7 +264,7 @@ def test_beam_token_slots_count_shared_blocks_once():
     assert step.usage.token == 4 + 2 * 4
     core.end_step(step, 5.0, {b.seq_id: a.seq_id})  # b continues a: they share a's full second block
     step = core.start_step(5.0)  # each beam's ninth token in a block of its own
-    assert sched.blocks.held_token_slots(group) == step.usage.token == 4 + 4 + 2 * 1
+    assert sched.allocator.held_token_slots(group) == step.usage.token == 4 + 4 + 2 * 1
 
 
 def test_a_tight_pool_swaps_beam_searches_out_and_back_with_their_sharing():
@@ -285,4 +285,4 @@ def test_a_tight_pool_swaps_beam_searches_out_and_back_with_their_sharing():
     core = drive_beams(sched, requests, seeded)
     assert sched.num_preemptions > 0 and sched.num_swapped_out_blocks > 0
     assert all(r.finish_s is not None for r in core.records.request_rows())
-    check_all_freed(sched.blocks)
+    check_all_freed(sched.allocator)

@@ -62,9 +62,9 @@ def state(sched) -> tuple:
     tables = {sid: list(sched.block_table(sid)) for sid, _, status in seqs if status == "running"}
     blocks = None
     if isinstance(sched, VLLMScheduler):
-        gpu = sched.blocks.gpu
-        blocks = (list(gpu._free), list(gpu.ref_counts), gpu.num_shared_refs, dict(sched.blocks.block_tables))
-    return seqs, queues, tables, blocks, sched.token_slots.slots, astuple(sched.kv_usage()), sched.num_running_seqs
+        gpu = sched.allocator.gpu
+        blocks = (list(gpu._free), list(gpu.ref_counts), gpu.num_shared_refs, dict(sched.allocator.block_tables))
+    return seqs, queues, tables, blocks, sched.kv.token_slots.slots, astuple(sched.kv_usage()), sched.num_running_seqs
 
 
 def same_batch(stepped, promised) -> None:

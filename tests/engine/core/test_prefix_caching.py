@@ -33,7 +33,7 @@ def test_single_sequences_keep_the_invariants_and_count_tokens_exactly(reqs, pre
     sched = scheduler_for(caching(preemption), num_gpu_blocks, num_cpu_blocks=64)
     run = drive(sched, reqs, (StepInvariants(), PrefixCacheInvariants(exact_tokens=True)))
     check_finished(run, reqs)
-    cache = sched.blocks.gpu
+    cache = sched.allocator.gpu
     assert cache.num_in_use == 0 and all(r == 0 for r in cache.ref_counts)
     assert cache.num_free == num_gpu_blocks, "every block free or evictable at the end"
 
@@ -45,7 +45,7 @@ def test_samples_keep_the_invariants(reqs, preemption, num_gpu_blocks):
     sched = scheduler_for(caching(preemption), num_gpu_blocks, num_cpu_blocks=128)
     run = drive(sched, reqs, (StepInvariants(), PrefixCacheInvariants()))
     check_finished(run, reqs)
-    assert sched.blocks.gpu.num_in_use == 0
+    assert sched.allocator.gpu.num_in_use == 0
 
 
 def test_hits_of_a_hand_built_case_are_exact():
@@ -61,7 +61,7 @@ def test_hits_of_a_hand_built_case_are_exact():
     run = drive(sched, reqs, (StepInvariants(), PrefixCacheInvariants(exact_tokens=True)))
     cached = {g.request_id: g.cached_prompt_tokens for g in run.groups}
     assert cached == {0: 0, 1: 12, 2: 8, 3: 0, 4: 16}
-    assert sched.blocks.hit_rate == sum(cached.values()) / (13 + 14 + 12 + 9 + 17)
+    assert sched.allocator.hit_rate == sum(cached.values()) / (13 + 14 + 12 + 9 + 17)
     prefills = [(list(b.prefill_lens), list(b.prefill_cached_lens)) for b in run.batches if b.prefill_lens]
     assert prefills[0] == ([13], [0])
     assert prefills[1] == ([2, 4, 9], [12, 8, 0])
@@ -120,8 +120,8 @@ def test_the_option_is_checked():
         raise AssertionError("Orca with prefix caching accepted")
     for policy in ("separate", "chunked"):  # vLLM >= 0.4 runs the cache with chunked prefill
         dataclasses.replace(caching(), prefill_policy=policy).validate("c.yaml", "systems[0]")
-    assert scheduler_for(caching(), 8).blocks.prefix_caching
-    assert not scheduler_for(PAPER_SYSTEMS["vllm"], 8).blocks.prefix_caching
+    assert scheduler_for(caching(), 8).allocator.prefix_caching
+    assert not scheduler_for(PAPER_SYSTEMS["vllm"], 8).allocator.prefix_caching
 
 
 # --- under the later prefill policies ------------------------------------------------------------
@@ -140,12 +140,12 @@ def test_chunked_prompts_with_cached_blocks_keep_every_invariant(reqs, preemptio
     run = drive(sched, reqs, (StepInvariants(), PrefixCacheInvariants(exact_tokens=True), chunks,
                               KeyedOnceComputed()))
     check_finished(run, reqs)
-    cache = sched.blocks.gpu
+    cache = sched.allocator.gpu
     assert cache.num_in_use == 0 and all(r == 0 for r in cache.ref_counts) and not sched.prefill_progress
     assert cache.num_free == num_gpu_blocks, "every block free or evictable at the end"
     # hits counted once per request, at its first admission (a prompt preempted part way is admitted again)
-    assert sched.blocks.num_hit_tokens == sum(g.cached_prompt_tokens for g in run.groups)
-    assert sched.blocks.num_prompt_tokens == sum(r.prompt for r in reqs)
+    assert sched.allocator.num_hit_tokens == sum(g.cached_prompt_tokens for g in run.groups)
+    assert sched.allocator.num_prompt_tokens == sum(r.prompt for r in reqs)
 
 
 @hyp(max_examples=40)
@@ -158,7 +158,7 @@ def test_samples_keep_the_invariants_under_the_later_policies(reqs, preemption, 
         (ChunkedPrefill(), KeyedOnceComputed()) if policy == "chunked" else ())
     run = drive(sched, reqs, checkers)
     check_finished(run, reqs)
-    assert sched.blocks.gpu.num_in_use == 0
+    assert sched.allocator.gpu.num_in_use == 0
 
 
 @hyp(max_examples=40)
@@ -169,8 +169,8 @@ def test_separate_prompt_runs_keep_the_invariants(reqs, preemption, num_gpu_bloc
     sched = scheduler_for(caching(preemption, prefill_policy="separate"), num_gpu_blocks, num_cpu_blocks=64)
     run = drive(sched, reqs, (StepInvariants(), PrefixCacheInvariants()))
     check_finished(run, reqs)
-    assert sched.blocks.gpu.num_free == num_gpu_blocks
-    assert sched.blocks.tick == run.num_steps, "schedule() advances the LRU clock every step"
+    assert sched.allocator.gpu.num_free == num_gpu_blocks
+    assert sched.allocator.tick == run.num_steps, "schedule() advances the LRU clock every step"
 
 
 def test_hits_of_a_hand_built_chunked_case_are_exact():
@@ -186,7 +186,7 @@ def test_hits_of_a_hand_built_chunked_case_are_exact():
                               KeyedOnceComputed()))
     cached = {g.request_id: g.cached_prompt_tokens for g in run.groups}
     assert cached == {0: 0, 1: 12, 2: 12}
-    assert sched.blocks.hit_rate == 24 / (20 + 14 + 13)
+    assert sched.allocator.hit_rate == 24 / (20 + 14 + 13)
     prefills = [(list(b.prefill_lens), list(b.prefill_cached_lens)) for b in run.batches if b.prefill_lens]
     assert prefills == [([8], [0]), ([8], [8]), ([4, 2], [16, 12]), ([1], [12])]
 
@@ -199,10 +199,10 @@ def test_a_prompt_stopped_part_way_leaves_only_its_computed_blocks_cached():
     sched.add_request(make_group(0, 0.0, 20, 2, 1, counter, block_keys=stream_keys(0, 3, 0, 5)))
     batch = sched.schedule()
     assert (batch.prefill_lens, batch.prefill_sample_ids) == ([8], [()])
-    assert len(sched.blocks.gpu.key_of_block) == 2, "only the computed blocks are keyed"
+    assert len(sched.allocator.gpu.key_of_block) == 2, "only the computed blocks are keyed"
     sched.complete(batch, 1.0)
     sched.abort(0)
-    assert sched.blocks.gpu.num_evictable == 2 and sched.blocks.gpu.num_free == 64
+    assert sched.allocator.gpu.num_evictable == 2 and sched.allocator.gpu.num_free == 64
     later = make_group(1, 1.0, 14, 2, 1, counter, block_keys=stream_keys(0, 3, 1, 3))
     sched.add_request(later)
     batch = sched.schedule()

@@ -120,9 +120,9 @@ def test_vllm_computes_the_prefix_once_and_attends_over_it_after():
     # step 0: the first request caches and computes the prefix; the second, admitted with it, reads it
     assert (first.prefill_lens, first.prefill_cached_lens) == ([12, 14 - 8], [0, 8])
     assert (second.prefill_lens, second.prefill_cached_lens) == ([13 - 8, 5], [8, 0])
-    assert sched.blocks.pinned and sched.blocks.gpu.num_free == 40 - 2, "the prefix stays cached"
+    assert sched.allocator.pinned and sched.allocator.gpu.num_free == 40 - 2, "the prefix stays cached"
     sched.release_cache()
-    assert sched.blocks.gpu.num_free == 40 and sched.kv_usage().idle == 40 * BS
+    assert sched.allocator.gpu.num_free == 40 and sched.kv_usage().idle == 40 * BS
 
 
 def test_chunked_prefill_pins_the_prefix_block_by_block_as_chunks_compute_it():
@@ -136,12 +136,12 @@ def test_chunked_prefill_pins_the_prefix_block_by_block_as_chunks_compute_it():
         sched.add_request(make_group(rid, 0.0, 12, 3, 1, ids, prefix_len=8))
     first = sched.schedule()
     assert (first.prefill_lens, first.prefill_cached_lens) == ([6], [0])
-    assert len(sched.blocks.pinned) == 1, "6 tokens computed: the prefix's first block, keyed and pinned"
-    assert sched.blocks.cached_tokens(sched.waiting[0]) == 4, "the second block is not computed yet"
+    assert len(sched.allocator.pinned) == 1, "6 tokens computed: the prefix's first block, keyed and pinned"
+    assert sched.allocator.cached_tokens(sched.waiting[0]) == 4, "the second block is not computed yet"
     sched.complete(first, 1.0)
     second = sched.schedule()
     assert (second.prefill_lens, second.prefill_cached_lens) == ([6], [6])
-    assert len(sched.blocks.pinned) == 2 and sched.blocks.cached_tokens(sched.waiting[0]) == 8
+    assert len(sched.allocator.pinned) == 2 and sched.allocator.cached_tokens(sched.waiting[0]) == 8
 
 
 @pytest.mark.parametrize("name", ["orca-oracle", "orca-max", "fastertransformer"])
@@ -167,7 +167,7 @@ def test_a_prefix_shorter_than_the_prompt_and_longer_prefixes_sharing_its_blocks
     # the shared prefix is one text: the longer prefix's first two blocks are the shorter one's, cached by
     # the first request in this step; its next two blocks it computes, and they are pinned too
     assert (batch.prefill_lens, batch.prefill_cached_lens) == ([12, 20 - 8], [0, 8])
-    assert len(sched.blocks.pinned) == 4
+    assert len(sched.allocator.pinned) == 4
 
 
 # --- random workloads -----------------------------------------------------------------------
@@ -198,7 +198,7 @@ def test_random_prefix_workloads_keep_the_invariants(name, preemption, data, blo
     run = drive(sched, reqs, checkers=(StepInvariants(),))
     check_finished(run, reqs)
     if isinstance(sched, VLLMScheduler):
-        bm = sched.blocks
+        bm = sched.allocator
         assert not bm.block_tables and bm.cpu.num_free == bm.cpu.num_blocks
         held = len(bm.pinned)
         assert held == (prefix // block_size if any(r.prefix >= block_size for r in reqs) else 0)
@@ -206,6 +206,6 @@ def test_random_prefix_workloads_keep_the_invariants(name, preemption, data, blo
         assert all(bm.gpu.ref_counts[b] == 1 for b in bm.pinned), "held by the cache alone"
         assert (bm.num_unshared_blocks, bm.num_saved_blocks) == (0, 0)
     sched.release_cache()
-    assert sched.token_slots.slots == 0
+    assert sched.kv.token_slots.slots == 0
     usage = sched.kv_usage()
     assert usage.idle == sched.num_gpu_blocks * sched.block_size, f"memory left behind: {usage}"

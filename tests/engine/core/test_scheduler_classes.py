@@ -17,12 +17,10 @@ from engine.core.scheduler.base import Scheduler
 from engine.core.scheduler.common import QueueScheduler
 from engine.core.scheduler.fastertransformer import FasterTransformerScheduler
 from engine.core.scheduler.orca import OrcaScheduler
-from engine.core.scheduler.paged import PagedScheduler
 from engine.core.scheduler.reservation_scheduler import ReservationScheduler
 from engine.core.scheduler.vllm import VLLMScheduler
 
-CLASSES = [Scheduler, QueueScheduler, ReservationScheduler, OrcaScheduler, FasterTransformerScheduler,
-           PagedScheduler, VLLMScheduler]
+CLASSES = [Scheduler, QueueScheduler, ReservationScheduler, OrcaScheduler, FasterTransformerScheduler, VLLMScheduler]
 
 
 def truth(sub: type, base: type) -> bool:

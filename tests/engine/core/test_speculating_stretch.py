@@ -39,10 +39,10 @@ def state(sched) -> tuple:
     seqs = sorted((s.seq_id, s.length, s.status.value) for g in groups for s in g.seqs)
     counts = sorted((g.request_id, g.num_proposed_tokens, g.num_accepted_tokens) for g in groups)
     queues = tuple(tuple(g.request_id for g in queue) for queue in (sched.waiting, sched.running, sched.swapped))
-    gpu, blocks = sched.blocks.gpu, sched.blocks
+    gpu, blocks = sched.allocator.gpu, sched.allocator
     pool = (list(gpu._free), list(gpu.ref_counts), gpu.num_shared_refs, dict(gpu._evictable),
             {sid: list(table) for sid, table in blocks.block_tables.items()}, blocks.tick)
-    return (seqs, counts, queues, pool, sched.token_slots.slots, astuple(sched.kv_usage()), sched.num_running_seqs,
+    return (seqs, counts, queues, pool, sched.kv.token_slots.slots, astuple(sched.kv_usage()), sched.num_running_seqs,
             sched.num_proposed_tokens, sched.num_accepted_tokens, sched.num_preemptions, sched.rows.tick)
 
 
@@ -120,8 +120,8 @@ def run_both(name: str, seed: int, k: int, gpu_blocks: int) -> tuple[int, int]:
         if steps is not None and stopped and not done:
             # ended by the pool, not a finish: the next step's slots do not fit, and its schedule() preempts
             preempted = stepped.num_preemptions
-            assert stepped.blocks.blocks_to_append([s for g in stepped.running for s in g.running_seqs()]) > \
-                stepped.blocks.gpu.num_free
+            assert stepped.allocator.blocks_to_append([s for g in stepped.running for s in g.running_seqs()]) > \
+                stepped.allocator.gpu.num_free
             ended_by_pool += 1
             assert preempted == forwarded.num_preemptions
         assert state(stepped) == state(forwarded)

@@ -219,7 +219,7 @@ def test_speculating_with_a_prefix_cache_keeps_its_invariants(reqs, preemption, 
     sched = scheduler_for(system, num_gpu_blocks, num_cpu_blocks=64)
     run = drive(sched, reqs, (StepInvariants(), PrefixCacheInvariants(exact_tokens=True)), accept=drawn(seed))
     check_finished(run, reqs)
-    cache = sched.blocks.gpu
+    cache = sched.allocator.gpu
     assert cache.num_in_use == 0 and all(r == 0 for r in cache.ref_counts)
 
 

@@ -85,7 +85,7 @@ def test_a_stall_names_the_swapped_group_that_cannot_come_back():
     late = [Request(i, 600.0, 13, 40, n=4) for i in range(6, 9)]  # they arrive once request 0 is swapped out
     # each refusal forgotten as it is made (a compiled scheduler's methods cannot be replaced)
     with pytest.raises(Unschedulable) as stall:
-        serve(core, [BIG, *BEHIND, *late], admitted=sched.unservable.clear)
+        serve(core, [BIG, *BEHIND, *late], admitted=sched.ignoring.why.clear)
     message = str(stall.value)
     assert message.startswith("replica 2: 4 requests can never be scheduled: request 0 (prompt 4 + output 528 "
                               "tokens, n=4) is swapped out holding 136 blocks and needs 141 free to come back")
@@ -190,7 +190,7 @@ def test_every_request_finishes_or_is_ignored_or_refused_never_stalls(policy, da
     event(f"{'swapped' if sched.num_swapped_out_blocks else 'no swap'}, "
           f"{'preempted' if sched.num_preemptions else 'no preemption'}, "
           f"{'some dropped' if ignored or refused else 'all served'}")
-    assert not sched.has_unfinished() and sched.blocks.cpu.num_free == 10_000
+    assert not sched.has_unfinished() and sched.allocator.cpu.num_free == 10_000
 
 
 def test_mixed_swaps_nobody_in_while_it_swaps_a_group_out():

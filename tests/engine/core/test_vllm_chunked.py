@@ -42,7 +42,8 @@ def test_random_workloads_keep_the_chunked_invariants_and_finish_exactly(reqs, b
     run = drive(sched, reqs, checkers=(StepInvariants(), checker))
     check_finished(run, reqs)
     assert not sched.has_unfinished() and not sched.prefill_progress
-    assert sched.blocks.gpu.num_free == blocks and sched.blocks.cpu.num_free == 1000 and not sched.blocks.block_tables
+    pool = sched.allocator
+    assert pool.gpu.num_free == blocks and pool.cpu.num_free == 1000 and not pool.block_tables
 
 
 def test_a_long_prompt_runs_in_chunks_beside_the_decodes_and_samples_once():

@@ -40,7 +40,7 @@ def test_seeded_workloads_under_memory_pressure():
         policy = VLLMPolicy()
         run = drive(sched, reqs, (StepInvariants(), policy))
         check_finished(run, reqs)
-        assert sched.blocks.gpu.num_free == pool and sched.blocks.cpu.num_free == 1000
+        assert sched.allocator.gpu.num_free == pool and sched.allocator.cpu.num_free == 1000
         totals["recomputed"] += policy.recomputed
         totals["swapped_out"] += policy.swapped_out
         totals["blocked"] += policy.blocked_by_swapped
@@ -194,13 +194,13 @@ def test_parallel_samples_share_the_prompt_in_memory_and_in_the_usage_breakdown(
     batch = sched.schedule()
     assert batch.prefill_lens == [40] and batch.prefill_sample_ids == [tuple(s.seq_id for s in group.seqs)]
     usage = sched.kv_usage()
-    assert sched.blocks.num_used_gpu_blocks == 3  # the prompt's 3 blocks, once for the 3 samples
+    assert sched.allocator.num_used_gpu_blocks == 3  # the prompt's 3 blocks, once for the 3 samples
     assert (usage.token, usage.internal, usage.idle) == (40, 8, 17 * 16)
     sched.complete(batch, 1.0)
     batch = sched.schedule()
     assert len(batch.blocks_to_copy) == 2  # two samples copy the shared, half-full last block
     usage = sched.kv_usage()
-    assert sched.blocks.num_used_gpu_blocks == 5
+    assert sched.allocator.num_used_gpu_blocks == 5
     assert (usage.token, usage.internal) == (40 + 3, 5 * 16 - 43)
 
 

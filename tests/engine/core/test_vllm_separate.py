@@ -93,7 +93,7 @@ def test_preempt_then_abort():  # vLLM: test_scheduler_schedule_preempt_abort
     decode = fx.schedule()
     assert decode.decode_seq_ids == [0] and decode.num_tokens == 1 and not decode.blocks_to_swap_out
     assert b.num_preemptions == 1 and list(fx.sched.waiting) == [b] and fx.sched.running == [a]
-    assert fx.sched.abort(0) is a and fx.sched.blocks.gpu.num_free == 2
+    assert fx.sched.abort(0) is a and fx.sched.allocator.gpu.num_free == 2
     again = fx.schedule()  # b's prompt again, with the token it had generated
     assert again.prefill_seq_ids == [1] and again.prefill_lens == [5] and not again.decode_seq_ids
 
@@ -163,7 +163,7 @@ class PromptOnly(Checker):
     def before(self, sched, step: int) -> None:
         self.swapped = bool(sched.swapped)
         head = sched.waiting[0] if sched.waiting else None  # the oldest prompt, if it can run alone now
-        self.must_prompt = (not self.swapped and head is not None and head.request_id not in sched.unservable
+        self.must_prompt = (not self.swapped and head is not None and not sched.ignoring.is_unservable(head.request_id)
                             and sched.admissible(head, sched.next_budget()) is not None)
 
     def after(self, sched, batch: Batch, step: int) -> None:
@@ -190,7 +190,7 @@ def test_random_workloads_keep_the_prompt_only_rules_and_finish_exactly(reqs, ca
     sched = scheduler_for(system, 3 * 16 + 3 + extra, num_cpu_blocks=1000, max_seq_len=64)
     run = drive(sched, reqs, checkers=(StepInvariants(), PromptOnly()))
     check_finished(run, reqs)
-    assert sched.blocks.gpu.num_free == sched.num_gpu_blocks and not sched.blocks.block_tables
+    assert sched.allocator.gpu.num_free == sched.num_gpu_blocks and not sched.allocator.block_tables
 
 
 def test_delay_factor_holds_new_prompts_for_a_share_of_the_last_prompt_run():  # vLLM v0.3: test_scheduler_delay_factor

@@ -72,7 +72,7 @@ def test_random_workloads_keep_the_invariants_and_finish_exactly(reqs, block_siz
     run = drive(sched, reqs, checkers=(StepInvariants(), ChunkedPrefill(), V1Rules()))
     check_finished(run, reqs)
     assert not sched.has_unfinished() and not sched.prefill_progress and not sched.swapped
-    assert sched.blocks.gpu.num_free == blocks and not sched.blocks.block_tables
+    assert sched.allocator.gpu.num_free == blocks and not sched.allocator.block_tables
 
 
 def decoding_pool(num_blocks: int, lengths: list[int], block_size: int = 4):
@@ -94,7 +94,7 @@ def test_a_step_takes_only_the_blocks_it_needs_where_the_paper_era_rule_asked_on
     # three requests of 5 tokens in blocks of 4: 2 blocks each, the pool's 6 all used; the next token (the 6th)
     # fits the second block, so no request needs a block, yet the paper-era rule asks a free one of each group
     new, old = decoding_pool(6, [5, 5, 5])
-    assert new.blocks.gpu.num_free == old.blocks.gpu.num_free == 0
+    assert new.allocator.gpu.num_free == old.allocator.gpu.num_free == 0
     batch = new.schedule()
     assert batch.decode_seq_ids == [0, 1, 2] and new.num_preemptions == 0
     batch = old.schedule()

@@ -95,7 +95,7 @@ def test_block_tables_stay_sound_through_speculating_steps(monkeypatch):
     def checked_step(serving, sampling, time_fn):
         more = step(serving, sampling, time_fn)
         scheduler = serving.core.scheduler
-        blocks = scheduler.blocks
+        blocks = scheduler.allocator
         check_block_manager(blocks, lambda seq_id: scheduler._seqs[seq_id].status)
         for seq_id, seq in scheduler._seqs.items():  # the rejected proposals' blocks were given back
             if seq.status is SeqStatus.RUNNING and seq_id in blocks.block_tables and seq.length > seq.prompt_len:

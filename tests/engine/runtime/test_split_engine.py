@@ -84,7 +84,7 @@ def test_every_request_ends_once_and_every_block_comes_back(opt_tiny):
     assert any(start > prefilled for _, _, _, prefilled, start, *_ in result.transfers)
     for core in (split.prefill_core, split.decode_core):
         scheduler = core.scheduler
-        assert scheduler.blocks.num_free_blocks == scheduler.num_gpu_blocks
+        assert scheduler.allocator.num_free_blocks == scheduler.num_gpu_blocks
         assert not scheduler.held_kv and not scheduler.has_unfinished() and core.outstanding == 0
     # time to first token is the prefill engine's: the decode records keep it
     firsts = {r.request_id: r.first_token_s for r in result.decode.requests}
@@ -119,7 +119,7 @@ def test_a_decode_engine_speculating_by_ngram_generates_the_colocated_engines_gr
     assert (sum(columns["proposed_tokens"]), sum(columns["accepted_tokens"])) == (proposed, accepted)
     assert 0 < accepted < proposed  # the prompt of repeats has its proposals kept
     for core in (split.prefill_core, split.decode_core):
-        assert core.scheduler.blocks.num_free_blocks == core.scheduler.num_gpu_blocks
+        assert core.scheduler.allocator.num_free_blocks == core.scheduler.num_gpu_blocks
 
 
 def test_only_the_decode_engine_speculates(opt_tiny):

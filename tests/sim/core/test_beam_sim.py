@@ -305,8 +305,8 @@ def test_the_held_slots_of_beams_are_those_counted_block_by_block(monkeypatch, b
     def kv_usage_summed(self):
         usage = kv_usage(self)
         beams = [group for group in self.running if group.is_beam]
-        expected = sum(by_block(self.blocks, group) - shared_prompt_token_slots(group) for group in beams)
-        assert (self.paged_kv.beam_sharing_slots if beams else 0) == expected, [g.request_id for g in beams]
+        expected = sum(by_block(self.allocator, group) - shared_prompt_token_slots(group) for group in beams)
+        assert (self.kv.beam_sharing_slots if beams else 0) == expected, [g.request_id for g in beams]
         summed.append(expected)
         swaps.append(self.num_swapped_out_blocks)
         return usage
