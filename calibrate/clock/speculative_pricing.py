@@ -20,6 +20,10 @@ from collections.abc import Sequence
 
 from calibrate.clock.breakdown import IterationTime
 from calibrate.clock.costmodel import BatchLike, CostModel, PricedOnBase
+from calibrate.clock.engine_clock import EngineCostModel
+from calibrate.clock.roofline import RooflineCostModel
+from calibrate.clock.roofline_terms import RooflineTerms
+from calibrate.clock.speculating_terms import EngineTerms, SpeculatingTerms
 from engine.core.batch import Batch, BatchShape
 
 # A stated assumption, not a measurement of this code: vLLM's n-gram (prompt lookup) proposer after its Numba
@@ -46,7 +50,24 @@ class SpeculativeCostModel(PricedOnBase):
     def iteration_time(self, batch: BatchLike) -> float:
         """The target's verify as its own clock combines its parts (an engine's may overlap host and device work),
         then the proposer's forwards on the device after it."""
+        terms = self.terms()
+        if terms is not None and isinstance(batch, Batch) and terms.prices(batch):
+            return terms.iteration_time(batch)
         return self.base.iteration_time(verify_shape(batch)) + self.proposer_time(batch)
+
+    def terms(self) -> SpeculatingTerms | None:
+        """The commonest speculating iteration's arithmetic written out (calibrate/clock/speculating_terms.py) where
+        the target and the proposer are rooflines, under engine models or not; None elsewhere. Bound afresh at each
+        call, as a roofline binds its terms afresh when one changes (RooflineCostModel.charge_host)."""
+        verify = _roofline_terms(self.base)
+        if verify is None:
+            return None
+        if self.proposer is None:
+            return SpeculatingTerms(verify[0], verify[1], None, None, 0, self.ngram_s_per_sequence)
+        proposer = _roofline_terms(self.proposer)
+        if proposer is None:
+            return None
+        return SpeculatingTerms(verify[0], verify[1], proposer[0], proposer[1], proposer[2], self.ngram_s_per_sequence)
 
     def device_time(self, batch: BatchLike) -> float:
         return self.base.device_time(verify_shape(batch)) + self.proposer_time(batch)
@@ -69,6 +90,10 @@ class SpeculativeCostModel(PricedOnBase):
         """A speculating stretch's iterations (decode-only, nothing moved) priced together: every verify through the
         base's iteration_time_list and every proposer forward through the proposer's decode_step_time_lists, summed
         as step_time sums them (adding 0.0 for the swaps, as it does), so the same floats."""
+        terms = self.terms()
+        if terms is not None:  # the iterations it prices written out, any other as a call
+            return [terms.iteration_time(batch) + 0.0 if isinstance(batch, Batch) and terms.prices(batch)
+                    else self.step_time(batch) for batch in batches]
         if any(batch.prefill_lens or batch.num_swap_blocks for batch in batches):
             return super().step_time_list(batches)
         verify = self.base.iteration_time_list([verify_shape(batch) for batch in batches])
@@ -104,6 +129,16 @@ class SpeculativeCostModel(PricedOnBase):
             for step_s in self.proposer.decode_step_time_list(shape, num_steps):
                 seconds += step_s
         return seconds
+
+
+def _roofline_terms(model: CostModel) -> tuple[RooflineTerms, EngineTerms | None, int] | None:
+    """A roofline's terms, its engine model's where it runs under one, and its block size; None for any other kind
+    (or a subclass of these, which may price otherwise)."""
+    if type(model) is RooflineCostModel:
+        return model.terms, None, model.block_size
+    if type(model) is EngineCostModel and type(model.base) is RooflineCostModel:
+        return model.base.terms, EngineTerms(model.overlap, model.parts), model.base.block_size
+    return None
 
 
 def proposer_stretches(contexts: list[int], proposed: list[int]) -> list[tuple[BatchShape, int]]:

@@ -1,0 +1,192 @@
+"""A speculating iteration's seconds on floats, for the commonest iteration of a speculating run: decodes alone, every
+one proposing, nothing moved. Compiled by mypyc with the roofline's arithmetic (setup.py), so that a speculating
+stretch's iterations, and its steps, cost C arithmetic rather than the interpreter's.
+
+The arithmetic is calibrate/clock/speculative_pricing.py's on a roofline, written out: the target's verify forward
+(each decode a prefill chunk of k + 1 tokens over its context less one, with a logit row for each proposal:
+RooflineTerms.chunks_times' operations), the proposer's k forwards (decode stretches, RooflineTerms.stretches_times'
+operations), each under its engine model (EngineTerms: calibrate/clock/engine_clock.py's combination), added in the
+same order on the same doubles, so the same floats (tests/calibrate/test_speculating_terms.py). What depends only on
+the number of decodes and their proposals is priced once for each count a call meets.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from calibrate.clock.roofline_terms import RooflineTerms, stretch_block_list
+from engine.core.batch import Batch, BatchShape, ShapeMetrics
+
+# a proposer's forwards longer than this are priced on arrays (calibrate/clock/costmodel.py's SCALAR_STEPS)
+MAX_PROPOSALS = 512
+
+
+class EngineTerms:
+    """An engine model over a roofline (EngineCostModel): its host work, padding and serial host work of a shape
+    (`parts`, the engine model's own, asked once for each count a call meets), and how it combines them with the
+    roofline's iteration (EngineCostModel._combine's operations on floats)."""
+
+    def __init__(self, overlap: bool, parts: Callable[[ShapeMetrics], tuple[float, float, float]]) -> None:
+        self.overlap = overlap
+        self.parts = parts
+
+    def combine(self, total: float, parts: tuple[float, float, float]) -> float:
+        host, padding, serial = parts
+        if not self.overlap:
+            return total + padding if padding else total
+        device = total - host if host else total
+        if padding:
+            device = device + padding
+        overlapped = host - serial if serial else host
+        longer = device if device >= overlapped else overlapped
+        return longer + serial if serial else longer
+
+
+class Shared:
+    """A forward's terms that follow its tokens and sequences alone, priced once: the linear layers, the all-reduces,
+    the expert dispatch, the kernels and the host work of the roofline, the attention of no decodes, the decode
+    launch, and the engine model's parts."""
+
+    def __init__(self, matmuls: float, comm: float, moved: float, kernels: float, host: float, no_decodes: float,
+                 launch: tuple[int, int, float] | None, parts: tuple[float, float, float]) -> None:
+        self.matmuls = matmuls
+        self.comm = comm
+        self.moved = moved
+        self.kernels = kernels
+        self.host = host
+        self.no_decodes = no_decodes
+        self.launch = launch
+        self.parts = parts
+
+
+def shared(terms: RooflineTerms, engine: EngineTerms | None, shape: ShapeMetrics, fitted_decodes: int) -> Shared:
+    """The terms of `shape` every forward of its tokens, sequences and logit rows shares (fitted_decodes: its
+    decodes, whose launch a fitted roofline's attention needs)."""
+    tokens = shape.num_tokens
+    return Shared(terms.matmul_time(tokens, shape.num_logit_rows),
+                  terms.comm(tokens) if terms.has_comm else 0.0,
+                  terms.dispatch_time(tokens) if terms.dispatch else 0.0,
+                  terms.kernel_time(tokens) if terms.kernels else 0.0,
+                  terms.host_time(shape.num_seqs, shape.num_prefill_tokens) if terms.charge_host else 0.0,
+                  terms.launched_decode(0, 0, None),
+                  terms.launch_of(fitted_decodes) if terms.fitted else None,
+                  engine.parts(shape) if engine is not None else (0.0, 0.0, 0.0))
+
+
+class SpeculatingTerms:
+    """The verify's roofline and engine model, and the proposer's (None, None for n-gram lookups, which cost
+    ngram_s_per_sequence each on the host); block_size: the proposer's pool's, where its paged kernel charges a
+    term per block."""
+
+    def __init__(self, verify: RooflineTerms, verify_engine: EngineTerms | None, proposer: RooflineTerms | None,
+                 proposer_engine: EngineTerms | None, block_size: int, ngram_s_per_sequence: float) -> None:
+        self.verify = verify
+        self.verify_engine = verify_engine
+        self.proposer = proposer
+        self.proposer_engine = proposer_engine
+        self.block_size = block_size
+        self.ngram_s_per_sequence = ngram_s_per_sequence
+        self.verifies: dict[tuple[int, int], Shared] = {}  # by the decodes and their proposals
+        self.forwards: dict[int, Shared] = {}  # by the decodes
+
+    def prices(self, batch: Batch) -> bool:
+        """Whether `batch` is the iteration priced here: decodes alone, each proposing, nothing moved."""
+        if batch.prefill_lens or batch.blocks_to_swap_in or batch.blocks_to_swap_out or batch.blocks_to_copy:
+            return False
+        proposed = batch.decode_proposed
+        if not proposed or len(proposed) != len(batch.decode_context_lens):
+            return False
+        for k in proposed:
+            if k <= 0 or k > MAX_PROPOSALS:
+                return False
+        return True
+
+    def iteration_time(self, batch: Batch) -> float:
+        """SpeculativeCostModel.iteration_time of a batch this prices: the verify, then the proposer's forwards."""
+        return self.verify_time(batch) + self.proposer_time(batch)
+
+    def verify_time(self, batch: Batch) -> float:
+        """The target's verify forward under its engine model (each decode a prefill chunk: verify_shape)."""
+        terms = self.verify
+        contexts, proposed = batch.decode_context_lens, batch.decode_proposed
+        num_decodes = len(contexts)
+        proposals, pairs, cached, prefill_sq = 0, 0, 0, 0
+        for i in range(num_decodes):
+            chunk = proposed[i] + 1  # over context - 1 cached tokens
+            over = contexts[i] - 1
+            proposals += chunk - 1
+            pairs += chunk * (chunk + over)
+            cached += over
+            prefill_sq += chunk * (chunk + 2 * over)
+        known = self.verifies.get((num_decodes, proposals))
+        if known is None:
+            known = shared(terms, self.verify_engine, verify_shape(batch), 0)
+            self.verifies[(num_decodes, proposals)] = known
+        tokens = num_decodes + proposals
+        if terms.fitted:
+            attention = known.no_decodes + (pairs * terms.s_per_prefill_pair
+                                            + (tokens + cached) * terms.s_per_prefill_kv_token
+                                            + tokens * terms.s_per_prefill_token + terms.prefill_latency)
+        else:
+            attention = cached * terms.s_per_context_token
+            if prefill_sq:
+                attention = prefill_sq * terms.s_per_prompt_sq + attention
+        t = terms.finish(known.matmuls + attention, known.comm, known.moved, 0.0, known.kernels, known.host)
+        engine = self.verify_engine
+        return engine.combine(t, known.parts) if engine is not None else t
+
+    def proposer_time(self, batch: Batch) -> float:
+        """The proposals' seconds: the proposer's forwards (the j-th over the decodes proposing more than j tokens,
+        each over its context + j: proposer_stretches), each step added in order, or the n-gram lookups."""
+        contexts, proposed = batch.decode_context_lens, batch.decode_proposed
+        if self.proposer is None:
+            return self.ngram_s_per_sequence * len(proposed)
+        first_k = proposed[0]
+        alike = True
+        for k in proposed:
+            if k != first_k:
+                alike = False
+                break
+        if alike:
+            return self.forwards_time(list(contexts), first_k, 0.0)
+        seconds = 0.0
+        start = 0
+        for end in sorted(set(proposed)):
+            running = [contexts[i] + start for i in range(len(contexts)) if proposed[i] > start]
+            seconds = self.forwards_time(running, end - start, seconds)
+            start = end
+        return seconds
+
+    def forwards_time(self, contexts: list[int], num_steps: int, seconds: float) -> float:
+        """`seconds` with each of the proposer's num_steps forwards over `contexts` added, every context one longer
+        a forward (RooflineTerms.stretches_times' step, under the engine model)."""
+        terms = self.proposer
+        assert terms is not None
+        num_decodes = len(contexts)
+        known = self.forwards.get(num_decodes)
+        if known is None:
+            known = shared(terms, self.proposer_engine, BatchShape((), tuple(contexts)), num_decodes)
+            self.forwards[num_decodes] = known
+        paged = bool(terms.s_per_decode_block)
+        blocks = stretch_block_list(contexts, num_steps, self.block_size) if paged else []
+        engine = self.proposer_engine
+        context = sum(contexts)
+        for s in range(num_steps):
+            if terms.fitted:
+                attention = terms.launched_decode(context, num_decodes, known.launch)
+            else:
+                attention = context * terms.s_per_context_token
+            if paged:
+                attention = attention + blocks[s] * terms.s_per_decode_block
+            t = terms.finish(known.matmuls + attention, known.comm, known.moved, 0.0, known.kernels, known.host)
+            seconds += engine.combine(t, known.parts) if engine is not None else t
+            context += num_decodes
+        return seconds
+
+
+def verify_shape(batch: Batch) -> BatchShape:
+    """speculative_pricing.verify_shape of a batch SpeculatingTerms prices: each decode a chunk of its proposals and
+    its token over its context less one, with a logit row for each proposal."""
+    proposed = batch.decode_proposed
+    chunks = tuple([context - 1 for context in batch.decode_context_lens])
+    return BatchShape(tuple([k + 1 for k in proposed]), (), 0, 0, batch.num_running_groups,
+                      chunks if any(chunks) else (), sum(proposed))
