@@ -22,7 +22,6 @@ from calibrate.clock.breakdown import IterationTime
 from calibrate.clock.costmodel import BatchLike, CostModel, PricedOnBase
 from calibrate.clock.engine_clock import EngineCostModel
 from calibrate.clock.roofline import RooflineCostModel
-from calibrate.clock.roofline_terms import RooflineTerms
 from calibrate.clock.speculating_terms import EngineTerms, SpeculatingTerms
 from engine.core.batch import Batch, BatchShape
 
@@ -46,6 +45,7 @@ class SpeculativeCostModel(PricedOnBase):
         self.prices_ahead = base.prices_ahead
         self.source = f"{base.source}; speculative decoding ({method}) priced on it"
         self.label = base.label
+        self._written_out: SpeculatingTerms | None = None  # terms()
 
     def iteration_time(self, batch: BatchLike) -> float:
         """The target's verify as its own clock combines its parts (an engine's may overlap host and device work),
@@ -57,17 +57,28 @@ class SpeculativeCostModel(PricedOnBase):
 
     def terms(self) -> SpeculatingTerms | None:
         """The commonest speculating iteration's arithmetic written out (calibrate/clock/speculating_terms.py) where
-        the target and the proposer are rooflines, under engine models or not; None elsewhere. Bound afresh at each
-        call, as a roofline binds its terms afresh when one changes (RooflineCostModel.charge_host)."""
-        verify = _roofline_terms(self.base)
-        if verify is None:
+        the target and the proposer are rooflines, under engine models or not; None elsewhere. Kept, with what it
+        prices once for each count of decodes and proposals, while the rooflines keep their terms: a roofline binds
+        them afresh when one changes (RooflineCostModel.charge_host), and forgets what it knew with them."""
+        target = _roofline_under(self.base)
+        proposer = _roofline_under(self.proposer) if self.proposer is not None else None
+        if target is None or (proposer is None) != (self.proposer is None):
             return None
-        if self.proposer is None:
-            return SpeculatingTerms(verify[0], verify[1], None, None, 0, self.ngram_s_per_sequence)
-        proposer = _roofline_terms(self.proposer)
-        if proposer is None:
-            return None
-        return SpeculatingTerms(verify[0], verify[1], proposer[0], proposer[1], proposer[2], self.ngram_s_per_sequence)
+        proposer_terms = proposer.terms if proposer is not None else None
+        known = self._written_out
+        if (known is not None and known.verify is target.terms and known.proposer is proposer_terms
+                and known.ngram_s_per_sequence == self.ngram_s_per_sequence):
+            return known
+        known = SpeculatingTerms(target.terms, _engine_terms(self.base), proposer_terms,
+                                 _engine_terms(self.proposer) if self.proposer is not None else None,
+                                 proposer.block_size if proposer is not None else 0, self.ngram_s_per_sequence)
+        self._written_out = known
+        return known
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_written_out"] = None  # a compiled object holding bound methods: bound again where it is used
+        return state
 
     def device_time(self, batch: BatchLike) -> float:
         return self.base.device_time(verify_shape(batch)) + self.proposer_time(batch)
@@ -131,14 +142,18 @@ class SpeculativeCostModel(PricedOnBase):
         return seconds
 
 
-def _roofline_terms(model: CostModel) -> tuple[RooflineTerms, EngineTerms | None, int] | None:
-    """A roofline's terms, its engine model's where it runs under one, and its block size; None for any other kind
-    (or a subclass of these, which may price otherwise)."""
+def _roofline_under(model: CostModel) -> RooflineCostModel | None:
+    """The roofline a model is, or runs under an engine model; None for any other kind (or a subclass of these,
+    which may price otherwise)."""
     if type(model) is RooflineCostModel:
-        return model.terms, None, model.block_size
+        return model
     if type(model) is EngineCostModel and type(model.base) is RooflineCostModel:
-        return model.base.terms, EngineTerms(model.overlap, model.parts), model.base.block_size
+        return model.base
     return None
+
+
+def _engine_terms(model: CostModel) -> EngineTerms | None:
+    return EngineTerms(model.overlap, model.parts) if isinstance(model, EngineCostModel) else None
 
 
 def proposer_stretches(contexts: list[int], proposed: list[int]) -> list[tuple[BatchShape, int]]:

@@ -107,3 +107,13 @@ def test_a_clock_of_another_kind_is_priced_as_the_models_compose_it():
 
     cost = SpeculativeCostModel(Subclassed(TARGET, H100, tp=4), "ngram", None)
     assert cost.terms() is None
+
+
+def test_what_it_keeps_goes_when_a_roofline_binds_its_terms_afresh():
+    cost = example("eagle k=3")
+    batch = speculating(np.random.default_rng(0), 3, 40)
+    kept = cost.terms()
+    assert cost.terms() is kept
+    cost.charge_host = False  # the verify's roofline binds its terms afresh, without the host work
+    assert cost.terms() is not kept
+    assert cost.iteration_time(batch) == composed(cost, batch)
