@@ -11,7 +11,7 @@ the number of decodes and their proposals is priced once for each count a call m
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from calibrate.clock.roofline_terms import RooflineTerms, stretch_block_list
 from engine.core.batch import Batch, BatchShape, ShapeMetrics
@@ -93,30 +93,38 @@ class SpeculatingTerms:
         if batch.prefill_lens or batch.blocks_to_swap_in or batch.blocks_to_swap_out or batch.blocks_to_copy:
             return False
         proposed = batch.decode_proposed
-        if not proposed or len(proposed) != len(batch.decode_context_lens):
-            return False
-        for k in proposed:
-            if k <= 0 or k > MAX_PROPOSALS:
-                return False
-        return True
+        return (len(proposed) == len(batch.decode_context_lens) > 0 and min(proposed) > 0
+                and max(proposed) <= MAX_PROPOSALS)
 
     def iteration_time(self, batch: Batch) -> float:
         """SpeculativeCostModel.iteration_time of a batch this prices: the verify, then the proposer's forwards."""
-        return self.verify_time(batch) + self.proposer_time(batch)
+        contexts, proposed = batch.decode_context_lens, batch.decode_proposed
+        context_sum = sum(contexts)
+        k = proposed[0]
+        alike = proposed.count(k) == len(proposed)  # the common case: every decode proposes as many
+        return self.verify_time(batch, context_sum, k if alike else 0) + self.proposer_time(batch, context_sum,
+                                                                                             k if alike else 0)
 
-    def verify_time(self, batch: Batch) -> float:
-        """The target's verify forward under its engine model (each decode a prefill chunk: verify_shape)."""
+    def verify_time(self, batch: Batch, context_sum: int, alike: int) -> float:
+        """The target's verify forward under its engine model (each decode a prefill chunk: verify_shape); alike:
+        the proposals of each decode where all propose as many, else 0."""
         terms = self.verify
         contexts, proposed = batch.decode_context_lens, batch.decode_proposed
         num_decodes = len(contexts)
-        proposals, pairs, cached, prefill_sq = 0, 0, 0, 0
-        for i in range(num_decodes):
-            chunk = proposed[i] + 1  # over context - 1 cached tokens
-            over = contexts[i] - 1
-            proposals += chunk - 1
-            pairs += chunk * (chunk + over)
-            cached += over
-            prefill_sq += chunk * (chunk + 2 * over)
+        # each decode a chunk of k + 1 tokens over c - 1 cached ones: (k + 1)(k + c) pairs and, on a plain prompt's
+        # scale, (k + 1)(k + 1 + 2(c - 1)) of causal work (ShapeMetrics.sum_prefill_sq)
+        cached = context_sum - num_decodes
+        if alike:
+            proposals = alike * num_decodes
+            pairs = (alike + 1) * (proposals + context_sum)
+            prefill_sq = (alike + 1) * ((alike - 1) * num_decodes + 2 * context_sum)
+        else:
+            proposals, pairs, prefill_sq = 0, 0, 0
+            for i in range(num_decodes):
+                k, c = proposed[i], contexts[i]
+                proposals += k
+                pairs += (k + 1) * (k + c)
+                prefill_sq += (k + 1) * (k + 2 * c - 1)
         known = self.verifies.get((num_decodes, proposals))
         if known is None:
             known = shared(terms, self.verify_engine, verify_shape(batch), 0)
@@ -134,31 +142,25 @@ class SpeculatingTerms:
         engine = self.verify_engine
         return engine.combine(t, known.parts) if engine is not None else t
 
-    def proposer_time(self, batch: Batch) -> float:
+    def proposer_time(self, batch: Batch, context_sum: int, alike: int) -> float:
         """The proposals' seconds: the proposer's forwards (the j-th over the decodes proposing more than j tokens,
         each over its context + j: proposer_stretches), each step added in order, or the n-gram lookups."""
         contexts, proposed = batch.decode_context_lens, batch.decode_proposed
         if self.proposer is None:
             return self.ngram_s_per_sequence * len(proposed)
-        first_k = proposed[0]
-        alike = True
-        for k in proposed:
-            if k != first_k:
-                alike = False
-                break
         if alike:
-            return self.forwards_time(list(contexts), first_k, 0.0)
+            return self.forwards_time(contexts, context_sum, alike, 0.0)
         seconds = 0.0
         start = 0
         for end in sorted(set(proposed)):
             running = [contexts[i] + start for i in range(len(contexts)) if proposed[i] > start]
-            seconds = self.forwards_time(running, end - start, seconds)
+            seconds = self.forwards_time(running, sum(running), end - start, seconds)
             start = end
         return seconds
 
-    def forwards_time(self, contexts: list[int], num_steps: int, seconds: float) -> float:
-        """`seconds` with each of the proposer's num_steps forwards over `contexts` added, every context one longer
-        a forward (RooflineTerms.stretches_times' step, under the engine model)."""
+    def forwards_time(self, contexts: Sequence[int], context_sum: int, num_steps: int, seconds: float) -> float:
+        """`seconds` with each of the proposer's num_steps forwards over `contexts` (summing to context_sum) added,
+        every context one longer a forward (RooflineTerms.stretches_times' step, under the engine model)."""
         terms = self.proposer
         assert terms is not None
         num_decodes = len(contexts)
@@ -169,7 +171,7 @@ class SpeculatingTerms:
         paged = bool(terms.s_per_decode_block)
         blocks = stretch_block_list(contexts, num_steps, self.block_size) if paged else []
         engine = self.proposer_engine
-        context = sum(contexts)
+        context = context_sum
         for s in range(num_steps):
             if terms.fitted:
                 attention = terms.launched_decode(context, num_decodes, known.launch)

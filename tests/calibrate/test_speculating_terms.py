@@ -59,11 +59,13 @@ SYSTEMS = {
 
 
 def speculating(rng: np.random.Generator, k: int, num_decodes: int) -> Batch:
-    """Decodes alone, each proposing 1 to k (mostly k), over contexts from 1 (nothing cached) to 4000."""
+    """Decodes alone over contexts from 1 (nothing cached) to 4000, each proposing k (half the batches), else 1 to k
+    (mostly k)."""
     contexts = [int(c) for c in rng.integers(1, 4000, num_decodes)]
     if rng.random() < 0.2:
         contexts[0] = 1
-    proposed = [k if rng.random() < 0.7 else int(rng.integers(1, k + 1)) for _ in contexts]
+    alike = rng.random() < 0.5
+    proposed = [k if alike or rng.random() < 0.7 else int(rng.integers(1, k + 1)) for _ in contexts]
     return Batch(decode_seq_ids=list(range(num_decodes)), decode_context_lens=contexts, decode_proposed=proposed,
                  num_running_groups=num_decodes)
 
