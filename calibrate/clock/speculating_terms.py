@@ -150,12 +150,19 @@ class SpeculatingTerms:
             return self.ngram_s_per_sequence * len(proposed)
         if alike:
             return self.forwards_time(contexts, context_sum, alike, 0.0)
-        seconds = 0.0
+        return self.forwards_after(0.0, contexts, proposed)
+
+    def forwards_after(self, seconds: float, contexts: Sequence[int], proposed: Sequence[int]) -> float:
+        """`seconds` with the proposer's forwards for decodes over `contexts` proposing `proposed` added, each step
+        in order: the j-th over the decodes proposing more than j tokens, each over its context + j, so run by run
+        between two of the distinct proposal counts (proposer_stretches). Any batch's decodes: a proposer of a
+        roofline, none proposing more than MAX_PROPOSALS."""
         start = 0
         for end in sorted(set(proposed)):
-            running = [contexts[i] + start for i in range(len(contexts)) if proposed[i] > start]
-            seconds = self.forwards_time(running, sum(running), end - start, seconds)
-            start = end
+            if end > start:  # none run for the decodes proposing nothing
+                running = [contexts[i] + start for i in range(len(contexts)) if proposed[i] > start]
+                seconds = self.forwards_time(running, sum(running), end - start, seconds)
+                start = end
         return seconds
 
     def forwards_time(self, contexts: Sequence[int], context_sum: int, num_steps: int, seconds: float) -> float:

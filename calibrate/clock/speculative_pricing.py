@@ -22,7 +22,7 @@ from calibrate.clock.breakdown import IterationTime
 from calibrate.clock.costmodel import BatchLike, CostModel, PricedOnBase
 from calibrate.clock.engine_clock import EngineCostModel
 from calibrate.clock.roofline import RooflineCostModel
-from calibrate.clock.speculating_terms import EngineTerms, SpeculatingTerms
+from calibrate.clock.speculating_terms import MAX_PROPOSALS, EngineTerms, SpeculatingTerms
 from engine.core.batch import Batch, BatchShape
 
 # A stated assumption, not a measurement of this code: vLLM's n-gram (prompt lookup) proposer after its Numba
@@ -136,6 +136,9 @@ class SpeculativeCostModel(PricedOnBase):
         if batch.prefill_lens:  # the proposer computes the prompts' KV too, whether or not a decode proposes
             seconds += self.proposer.iteration_time(BatchShape(tuple(batch.prefill_lens), (),
                                                                prefill_cached_lens=_cached(batch)))
+        terms = self.terms()
+        if terms is not None and proposed and max(proposed) <= MAX_PROPOSALS:  # its forwards written out
+            return terms.forwards_after(seconds, batch.decode_context_lens, proposed)
         for shape, num_steps in proposer_stretches(batch.decode_context_lens, proposed):
             for step_s in self.proposer.decode_step_time_list(shape, num_steps):
                 seconds += step_s

@@ -10,9 +10,9 @@ import pytest
 
 from calibrate.clock.engine_clock import EngineCostModel
 from calibrate.clock.roofline import RooflineCostModel
-from calibrate.clock.speculative_pricing import SpeculativeCostModel, verify_shape
+from calibrate.clock.speculative_pricing import SpeculativeCostModel, proposer_stretches, verify_shape
 from calibrate.hardware.hardware import load_hardware
-from engine.core.batch import Batch
+from engine.core.batch import Batch, BatchShape
 from engine.specs.loader import load_model_spec
 
 TARGET = load_model_spec("llama-3-70b")
@@ -72,7 +72,20 @@ def speculating(rng: np.random.Generator, k: int, num_decodes: int) -> Batch:
 
 def composed(cost: SpeculativeCostModel, batch: Batch) -> float:
     """The iteration as the models compose it, a call each: the target's on the verify shape, the proposer's."""
-    return cost.base.iteration_time(verify_shape(batch)) + cost.proposer_time(batch)
+    return cost.base.iteration_time(verify_shape(batch)) + composed_proposer(cost, batch)
+
+
+def composed_proposer(cost: SpeculativeCostModel, batch: Batch) -> float:
+    """The proposals' seconds as the proposer's model gives them: on the prompts, then each run of its forwards."""
+    if cost.proposer is None:
+        return cost.ngram_s_per_sequence * sum(1 for k in batch.decode_proposed if k)
+    seconds = 0.0
+    if batch.prefill_lens:
+        seconds += cost.proposer.iteration_time(BatchShape(tuple(batch.prefill_lens), ()))
+    for shape, num_steps in proposer_stretches(batch.decode_context_lens, batch.decode_proposed):
+        for step_s in cost.proposer.decode_step_time_list(shape, num_steps):
+            seconds += step_s
+    return seconds
 
 
 @pytest.mark.parametrize("system", SYSTEMS)
@@ -87,6 +100,21 @@ def test_a_speculating_iteration_written_out_is_the_composed_models_float(system
         assert terms.prices(batch)
         assert cost.iteration_time(batch) == composed(cost, batch), (batch.decode_context_lens, batch.decode_proposed)
     assert cost.step_time_list(batches) == [composed(cost, batch) + 0.0 for batch in batches]
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_a_step_with_prompts_or_decodes_proposing_nothing_runs_the_proposers_forwards_written_out(system):
+    cost = SYSTEMS[system]()
+    rng = np.random.default_rng(len(system))
+    for n in rng.integers(1, 200, 60):
+        batch = speculating(rng, 3, int(n))
+        batch.decode_proposed = [k if rng.random() < 0.8 else 0 for k in batch.decode_proposed]
+        if rng.random() < 0.6:
+            prompts = [int(p) for p in rng.integers(1, 3000, int(rng.integers(1, 4)))]
+            batch.prefill_seq_ids, batch.prefill_lens = list(range(1000, 1000 + len(prompts))), prompts
+            batch.prefill_sample_ids = [(i,) for i in batch.prefill_seq_ids]
+        assert cost.proposer_time(batch) == composed_proposer(cost, batch)
+        assert cost.iteration_time(batch) == composed(cost, batch)
 
 
 def test_what_it_does_not_price_is_priced_as_the_models_compose_it():
