@@ -7,22 +7,24 @@ The arithmetic is calibrate/clock/speculative_pricing.py's on a roofline, writte
 RooflineTerms.chunks_times' operations), the proposer's k forwards (decode stretches, RooflineTerms.stretches_times'
 operations), each under its engine model (EngineTerms: calibrate/clock/engine_clock.py's combination), added in the
 same order on the same doubles, so the same floats (tests/calibrate/test_speculating_terms.py). What depends only on
-the number of decodes and their proposals is priced once for each count a call meets.
+the number of decodes and their proposals is priced once for each count met, and kept while the rooflines keep their
+terms (SpeculativeCostModel.terms). Every other step's proposer forwards are priced here too (forwards_after).
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from calibrate.clock.costmodel import SCALAR_STEPS
 from calibrate.clock.roofline_terms import RooflineTerms, stretch_block_list
 from engine.core.batch import Batch, BatchShape, ShapeMetrics
 
-# a proposer's forwards longer than this are priced on arrays (calibrate/clock/costmodel.py's SCALAR_STEPS)
-MAX_PROPOSALS = 512
+# a proposer's forwards longer than this a roofline prices on arrays (the same floats, but not these operations)
+MAX_PROPOSALS = SCALAR_STEPS
 
 
 class EngineTerms:
     """An engine model over a roofline (EngineCostModel): its host work, padding and serial host work of a shape
-    (`parts`, the engine model's own, asked once for each count a call meets), and how it combines them with the
+    (`parts`, the engine model's own, asked once for each count met), and how it combines them with the
     roofline's iteration (EngineCostModel._combine's operations on floats)."""
 
     def __init__(self, overlap: bool, parts: Callable[[ShapeMetrics], tuple[float, float, float]]) -> None:
