@@ -1,7 +1,8 @@
 """servesim's build: pyproject.toml holds everything but this one choice.
 
 The control plane (`engine/core`), the simulator's loop (`sim/core`: the replica, fast-forward, the beam
-parents) and the roofline's arithmetic per step (`calibrate/clock/roofline_terms.py`) are compiled to C extensions
+parents) and the roofline's arithmetic per step (`calibrate/clock/roofline_terms.py`, a speculating step's
+`speculating_terms.py`) are compiled to C extensions
 by mypyc where it can be: mypyc importable (the pinned mypy of `[build-system] requires`) and a C compiler
 present. Otherwise, with `SERVESIM_PURE_PYTHON=1` set, or if the
 compilation fails, servesim installs as the pure Python it is, and says so in one line. The sources stay
@@ -31,8 +32,8 @@ GROUP = "engine.core.native"  # mypyc's shared library: engine/core/native__mypy
 NOT_COMPILED = {"__init__.py", "compiled.py", "system.py", "spec.py", "speculative.py", "allocator.py"}
 # the simulator's loop; the rest runs once
 SIM_CORE = ["replica.py", "fast_forward.py", "router_wakes.py", "beams.py", "known_arrivals.py"]
-# in calibrate/clock/: the roofline cost model's arithmetic per step; the rest runs once
-CALIBRATE = ["roofline_terms.py"]
+# in calibrate/clock/: the roofline cost model's arithmetic per step, and a speculating step's; the rest runs once
+CALIBRATE = ["roofline_terms.py", "speculating_terms.py"]
 
 
 def compiled_sources() -> list[Path]:

@@ -73,6 +73,10 @@ class EngineCostModel(PricedOnBase):
     def serial_time(self, batch: BatchLike) -> float:
         return self.serial(batch.num_seqs, batch.num_prefill_tokens) if self.overlap and self.serial else 0.0
 
+    def parts(self, batch: BatchLike) -> tuple[float, float, float]:
+        """What _combine adds to the base's time of `batch`: its host work, padding and serial host work."""
+        return self.base.host_time(batch), self.padding_time(batch), self.serial_time(batch)
+
     def iteration_time(self, batch: BatchLike) -> float:
         return self._combine(self.base.iteration_time(batch), self.base.host_time(batch), self.padding_time(batch),
                              self.serial_time(batch))
@@ -186,5 +190,5 @@ class _Parts:
         if num_decodes != self.num_decodes or rows != self.logit_rows or prefill_lens != self.prefill_lens:
             model = self.model
             self.prefill_lens, self.num_decodes, self.logit_rows = prefill_lens, num_decodes, rows
-            self.parts = (model.base.host_time(batch), model.padding_time(batch), model.serial_time(batch))
+            self.parts = model.parts(batch)
         return self.parts

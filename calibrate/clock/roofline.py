@@ -351,6 +351,12 @@ class RooflineCostModel(CostModel):
         return self._time(batch, batch.sum_decode_context, blocks)
 
     @property
+    def terms(self) -> RooflineTerms:
+        """The floats it prices an iteration with, bound (calibrate/clock/roofline_terms.py): bound afresh when a term
+        changes, so read at each use."""
+        return self._terms
+
+    @property
     def charge_host(self) -> bool:  # bound into _terms too
         return self._charge_host
 

@@ -20,6 +20,9 @@ from collections.abc import Sequence
 
 from calibrate.clock.breakdown import IterationTime
 from calibrate.clock.costmodel import BatchLike, CostModel, PricedOnBase
+from calibrate.clock.engine_clock import EngineCostModel
+from calibrate.clock.roofline import RooflineCostModel
+from calibrate.clock.speculating_terms import MAX_PROPOSALS, EngineTerms, SpeculatingTerms
 from engine.core.batch import Batch, BatchShape
 
 # A stated assumption, not a measurement of this code: vLLM's n-gram (prompt lookup) proposer after its Numba
@@ -42,11 +45,40 @@ class SpeculativeCostModel(PricedOnBase):
         self.prices_ahead = base.prices_ahead
         self.source = f"{base.source}; speculative decoding ({method}) priced on it"
         self.label = base.label
+        self._written_out: SpeculatingTerms | None = None  # terms()
 
     def iteration_time(self, batch: BatchLike) -> float:
         """The target's verify as its own clock combines its parts (an engine's may overlap host and device work),
         then the proposer's forwards on the device after it."""
+        terms = self.terms()
+        if terms is not None and isinstance(batch, Batch) and terms.prices(batch):
+            return terms.iteration_time(batch)
         return self.base.iteration_time(verify_shape(batch)) + self.proposer_time(batch)
+
+    def terms(self) -> SpeculatingTerms | None:
+        """The commonest speculating iteration's arithmetic written out (calibrate/clock/speculating_terms.py) where
+        the target and the proposer are rooflines, under engine models or not; None elsewhere. Kept, with what it
+        prices once for each count of decodes and proposals, while the rooflines keep their terms: a roofline binds
+        them afresh when one changes (RooflineCostModel.charge_host), and forgets what it knew with them."""
+        target = _roofline_under(self.base)
+        proposer = _roofline_under(self.proposer) if self.proposer is not None else None
+        if target is None or (proposer is None) != (self.proposer is None):
+            return None
+        proposer_terms = proposer.terms if proposer is not None else None
+        known = self._written_out
+        if (known is not None and known.verify is target.terms and known.proposer is proposer_terms
+                and known.ngram_s_per_sequence == self.ngram_s_per_sequence):
+            return known
+        known = SpeculatingTerms(target.terms, _engine_terms(self.base), proposer_terms,
+                                 _engine_terms(self.proposer) if self.proposer is not None else None,
+                                 proposer.block_size if proposer is not None else 0, self.ngram_s_per_sequence)
+        self._written_out = known
+        return known
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_written_out"] = None  # a compiled object holding bound methods: bound again where it is used
+        return state
 
     def device_time(self, batch: BatchLike) -> float:
         return self.base.device_time(verify_shape(batch)) + self.proposer_time(batch)
@@ -69,6 +101,10 @@ class SpeculativeCostModel(PricedOnBase):
         """A speculating stretch's iterations (decode-only, nothing moved) priced together: every verify through the
         base's iteration_time_list and every proposer forward through the proposer's decode_step_time_lists, summed
         as step_time sums them (adding 0.0 for the swaps, as it does), so the same floats."""
+        terms = self.terms()
+        if terms is not None:  # the iterations it prices written out, any other as a call
+            return [terms.iteration_time(batch) + 0.0 if isinstance(batch, Batch) and terms.prices(batch)
+                    else self.step_time(batch) for batch in batches]
         if any(batch.prefill_lens or batch.num_swap_blocks for batch in batches):
             return super().step_time_list(batches)
         verify = self.base.iteration_time_list([verify_shape(batch) for batch in batches])
@@ -100,10 +136,27 @@ class SpeculativeCostModel(PricedOnBase):
         if batch.prefill_lens:  # the proposer computes the prompts' KV too, whether or not a decode proposes
             seconds += self.proposer.iteration_time(BatchShape(tuple(batch.prefill_lens), (),
                                                                prefill_cached_lens=_cached(batch)))
+        terms = self.terms()
+        if terms is not None and proposed and max(proposed) <= MAX_PROPOSALS:  # its forwards written out
+            return terms.forwards_after(seconds, batch.decode_context_lens, proposed)
         for shape, num_steps in proposer_stretches(batch.decode_context_lens, proposed):
             for step_s in self.proposer.decode_step_time_list(shape, num_steps):
                 seconds += step_s
         return seconds
+
+
+def _roofline_under(model: CostModel) -> RooflineCostModel | None:
+    """The roofline a model is, or runs under an engine model; None for any other kind (or a subclass of these,
+    which may price otherwise)."""
+    if type(model) is RooflineCostModel:
+        return model
+    if type(model) is EngineCostModel and type(model.base) is RooflineCostModel:
+        return model.base
+    return None
+
+
+def _engine_terms(model: CostModel) -> EngineTerms | None:
+    return EngineTerms(model.overlap, model.parts) if isinstance(model, EngineCostModel) else None
 
 
 def proposer_stretches(contexts: list[int], proposed: list[int]) -> list[tuple[BatchShape, int]]:

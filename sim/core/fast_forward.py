@@ -53,6 +53,21 @@ MAX_STRETCH = 4096  # iterations priced at once; a longer run of decodes continu
 MIN_STRETCH = 3
 
 
+def _add_up(ends: list[float], times: list[float]) -> bool:
+    """Each iteration's end appended to `ends` (whose last is when the one before it ends), its time added one at
+    a time in order, as SimPy adds them; False, stopping there, at an iteration whose time is negative, NaN or
+    infinite, or that ends at infinity (the replica then runs it alone, and refuses it)."""
+    end = ends[-1]
+    for t in times:
+        if not t >= 0.0:  # negative or NaN
+            return False
+        end = end + t
+        if not end < math.inf:
+            return False
+        ends.append(end)
+    return True
+
+
 @dataclass(eq=False, slots=True)
 class Stretch:
     """A decode stretch a replica is running: its first iteration as scheduled, and when each would end."""
@@ -162,13 +177,9 @@ class FastForward:
                     break
                 steps.accept(acceptance.ahead(later, (priced + len(planned)) * num_decodes))
                 planned.append(later)
-            for t in cost_model.step_time_list(planned):
-                if not t >= 0.0:  # negative or NaN
-                    return ends
-                end = end + t
-                if not end < math.inf:
-                    return ends
-                ends.append(end)
+            if not _add_up(ends, cost_model.step_time_list(planned)):
+                return ends
+            end = ends[-1]
         if end > until:
             del ends[bisect.bisect_right(ends, until) + 1:]
         return ends
@@ -203,13 +214,9 @@ class FastForward:
                 reach = (until - end) / seconds  # the steps to pass `until`, were each as long as the first
                 if reach < count:
                     count = min(count, max(priced, int(reach) + 2))
-            for t in cost_model.decode_step_time_list(batch.decode_later(priced), count):
-                if not t >= 0.0:  # negative or NaN
-                    return ends
-                end = end + t
-                if not end < math.inf:
-                    return ends
-                ends.append(end)
+            if not _add_up(ends, cost_model.decode_step_time_list(batch.decode_later(priced), count)):
+                return ends
+            end = ends[-1]
         if end > until:
             del ends[bisect.bisect_right(ends, until) + 1:]
         return ends

@@ -72,33 +72,33 @@ class SpeculatingSteps:
         last = self.batches[-1]
         accepted = self.accepted[len(self.batches) - 1]
         k, bs = self.lookahead, self.block_size
+        fill, reach = bs - 2, bs - 1  # a length's blocks once its rejected proposals go, and its next slots'
         lengths: list[int] = []
         proposed: list[int] = []
         kept: list[int] = []
         held: list[int] = []
-        free = self.free_blocks[-1]
-        needed = 0
+        # the free blocks once each sequence gave back its rejected proposals' and took its next slots': what it
+        # held less what it reaches (the blocks it keeps cancel)
+        spare = self.free_blocks[-1]
         # one pass over the decodes (a loop costs less here than a list built for each of these)
         for context, count, final, table in zip(last.decode_context_lens, accepted, self.finals, self._held[-1]):
-            length = context + 1 + count
+            length = context + count + 1
             if length >= final:
                 return None  # it finishes in the last planned iteration: the stretch's last
-            keep = (length + bs - 2) // bs  # the blocks its computed tokens fill, once the rejected proposals' go
             left = final - length - 1
             count_next = k if k < left else left  # lookahead_slots: no more than it can still use
-            blocks = (length + count_next + bs - 1) // bs  # those its next slots reach
-            free += table - keep
-            needed += blocks - keep
+            blocks = (length + count_next + reach) // bs  # those its next slots reach
+            spare += table - blocks
             lengths.append(length)
             proposed.append(count_next)
-            kept.append(keep)
+            kept.append((length + fill) // bs)  # the blocks its computed tokens fill
             held.append(blocks)
-        if needed > free:
+        if spare < 0:
             return None  # its schedule() would preempt
         batch = Batch(decode_seq_ids=last.decode_seq_ids, decode_context_lens=lengths,
                       num_running_groups=last.num_running_groups, decode_proposed=proposed)
         self.batches.append(batch)
-        self.free_blocks.append(free - needed)
+        self.free_blocks.append(spare)
         self.token_slots.append(self.token_slots[-1] + len(lengths) + sum(accepted))
         self._kept.append(kept)
         self._held.append(held)
