@@ -212,7 +212,9 @@ def test_speculating_workloads_keep_invariants_and_finish_exactly(policy, reqs, 
 
 
 @hyp(max_examples=40)
-@given(workloads(max_n=1), st.sampled_from(["auto", "recompute", "swap"]), st.integers(9, 40), st.integers(1, 5),
+# 12 blocks hold the largest request alone: a 29-token prompt and 12 outputs, recomputed at its last decode with
+# 5 lookahead slots (45 tokens in blocks of 4); a smaller pool refuses it on arrival, which is not what this tests
+@given(workloads(max_n=1), st.sampled_from(["auto", "recompute", "swap"]), st.integers(12, 40), st.integers(1, 5),
        st.integers(0, 1000))
 def test_speculating_with_a_prefix_cache_keeps_its_invariants(reqs, preemption, num_gpu_blocks, k, seed):
     system = replace(caching(preemption), speculative=speculating(k))
