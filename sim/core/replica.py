@@ -21,7 +21,7 @@ from engine.core.sequence import SequenceGroup
 from engine.core.serving import Request, ServingCore
 from engine.errors import SpecError
 from sim.core.acceptance import AcceptanceModel, AcceptanceSource
-from sim.core.alarm import Alarm
+from sim.core.alarm import LateCalls, sleep_until
 from sim.core.beams import BeamParentModel
 from sim.core.fast_forward import FastForward, Stretch
 from sim.core.faults import ClockFault
@@ -126,7 +126,7 @@ class Replica:
         except Exception as exc:  # raised again below, from the process, as serve's would be
             error = exc
         if error is not None:
-            yield Alarm(self.env, self.now_s, _nobody)
+            yield from sleep_until(self.env, self.now_s)
             raise error
 
     def serve_alone(self, arrivals: KnownArrivals) -> None:
@@ -190,15 +190,15 @@ class Replica:
             f"every step must take a finite, non-negative number of seconds"))
 
 
-def _nobody(event: Event) -> None:
-    """An alarm's callback where only its time matters."""
-
-
-def run_to_end(env: simpy.Environment, fleet: list[Replica]) -> None:
-    """Run the simulation until nothing is left to happen, then record what the horizon left unfinished."""
+def run_to_end(env: simpy.Environment, fleet: list[Replica], late: LateCalls | None = None) -> None:
+    """Run the simulation until nothing is left to happen, then record what the horizon left unfinished. late: calls
+    made late in their instant (a client's gate), which the run's loop makes."""
     error: SpecError | None = None
     try:
-        env.run()
+        if late is None:
+            env.run()
+        else:
+            late.run()
     except ClockFault as fault:
         error = fault.args[0]
     # raised outside the handler, so with no context: compiled by mypyc, `raise ... from None` keeps the
