@@ -31,6 +31,7 @@ class KnownArrivals(Handover):
         self.requests = requests
         self.wakes = wakes
         self.router = router
+        self.router_wakes_at = router.distinct  # the instants a tie may fall on
         self.handed = 0  # requests handed over
         self.next_wake = wakes[0] if wakes else math.inf  # the next request's handover time
         self.woke_s = 0.0  # when the replica last woke from idling
@@ -51,7 +52,8 @@ class KnownArrivals(Handover):
         """An iteration ran from start_s for `seconds`: the requests the router hands over before its end reach the
         replica, those of its very instant too where the router wakes first then."""
         end_s = start_s + seconds
-        self.behind = self.router.after_iteration(start_s, end_s, self.behind)
+        # most iterations end when the router does not wake: nothing to order then
+        self.behind = end_s in self.router_wakes_at and self.router.after_iteration(start_s, end_s, self.behind)
         while self.next_wake < end_s or (self.next_wake == end_s and not self.behind):
             self.hand_over_next(core)
         return None

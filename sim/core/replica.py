@@ -103,9 +103,10 @@ class Replica:
                     yield wait
                 now = self.now_s = handover.woke_at()
                 continue
-            seconds = cost_model.step_time(step.batch)
+            batch = step.batch
+            seconds = cost_model.step_time(batch)
             if not 0.0 <= seconds < math.inf:  # NaN fails both comparisons
-                raise ClockFault(self._bad_step_time(seconds, step.batch, now))
+                raise ClockFault(self._bad_step_time(seconds, batch, now))
             stretch = (fast_forward.plan(core, cost_model, index, step, seconds, self.draws_ahead)
                        if fast_forward is not None else None)
             if stretch is not None and fast_forward is not None:
@@ -119,7 +120,9 @@ class Replica:
                 if wait is not None:
                     yield wait
                 now = now + seconds  # SimPy's clock after a timeout of `seconds`, to the bit
-                finished = core.end_step(step, now, self._beam_parents(step.batch), self._accepted(step.batch))
+                # asked only of a batch with beams or proposals: a call each per step costs more than the checks
+                finished = core.end_step(step, now, self._beam_parents(batch) if batch.beam_groups else None,
+                                         self._accepted(batch) if batch.decode_proposed else None)
                 self.iteration_ends.append(now)
                 if self.after_step is not None:
                     self.after_step(self, finished)
@@ -138,17 +141,14 @@ class Replica:
             yield from sleep_until(self.env, self.now_s)
             raise error
 
-    def _beam_parents(self, batch) -> dict[int, int] | None:
-        if not batch.beam_groups:
-            return None
+    def _beam_parents(self, batch) -> dict[int, int]:
+        """The parents of the batch's beam searches' candidates (it decoded some)."""
         if self.beams is None:
             raise ValueError("the trace has beam searches but the replica has no BeamParentModel to choose parents")
         return self.beams.parents(batch)
 
-    def _accepted(self, batch) -> list[int] | None:
-        """The proposals the target accepted for each of the batch's decodes (None: it proposed nothing)."""
-        if not batch.decode_proposed:
-            return None
+    def _accepted(self, batch) -> list[int]:
+        """The proposals the target accepted for each of the batch's decodes (it proposed some)."""
         if self.acceptance is None:
             raise ValueError("the system speculates but the replica has no AcceptanceSource for its outcome")
         return self.acceptance.accepted(batch)
