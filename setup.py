@@ -31,7 +31,7 @@ GROUP = "engine.core.native"  # mypyc's shared library: engine/core/native__mypy
 # and the allocators' interface, a typing.Protocol (compiled, it is a native class isinstance cannot check against)
 NOT_COMPILED = {"__init__.py", "compiled.py", "system.py", "spec.py", "speculative.py", "allocator.py"}
 # the simulator's loop; the rest runs once
-SIM_CORE = ["replica.py", "fast_forward.py", "router_wakes.py", "beams.py", "known_arrivals.py"]
+SIM_CORE = ["replica.py", "fast_forward.py", "router_wakes.py", "beams.py", "known_arrivals.py", "handover.py"]
 # in calibrate/clock/: the roofline cost model's arithmetic per step, and a speculating step's; the rest runs once
 CALIBRATE = ["roofline_terms.py", "speculating_terms.py"]
 

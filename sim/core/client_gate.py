@@ -12,21 +12,21 @@ Its requests are no longer known ahead, since they wait on the replicas' progres
 SimPy clock behind the gate's process (never apart), and its decode stretches are those of any router whose choice
 is not known ahead, each cut where a request reaches its replica. Exact, not stepped: a request sent at its arrival
 goes out as the router's process would send it (sim/core/router.py: the same instant and the same order among the
-events of that instant, before which every stretch stops); one sent when a request in flight ends goes out LATE,
-after every other event of its instant, so that every replica has by then ended the iterations ending at that
-instant and started its next, whether it ran them step by step or in a stretch. With max_concurrency at least the
-number of requests the gate never waits, and the records are those of the ungated run
-(tests/sim/core/test_client_gate.py).
+events of that instant, before which every stretch stops); one sent when a request in flight ends goes out late,
+after every other event of its instant (sim.core.alarm.LateCalls), so that every replica has by then ended the
+iterations ending at that instant and started its next, whether it ran them step by step or in a stretch. With
+max_concurrency at least the number of requests the gate never waits, and the records are those of the ungated
+run (tests/sim/core/test_client_gate.py).
 """
 from __future__ import annotations
 
 from collections.abc import Generator
 
 import simpy
-from simpy.events import NORMAL, Event
+from simpy.events import Event
 
 from engine.core.serving import Request
-from sim.core.alarm import Alarm
+from sim.core.alarm import LateCalls, sleep_until
 from sim.core.beams import BeamParentModel
 from sim.core.fleet import FleetSetup
 from sim.core.records import Records
@@ -36,8 +36,6 @@ from sim.core.router import trace_requests
 from sim.core.routers import Router
 from sim.workload.trace import Trace
 
-LATE = NORMAL + 1  # after every NORMAL event of the same instant, whenever that was scheduled
-
 
 class ClientGate:
     """The client's semaphore: the requests in flight (sent, not yet finished or dropped) and at most `limit`."""
@@ -46,12 +44,13 @@ class ClientGate:
         if limit < 1:
             raise ValueError(f"max_concurrency must be at least 1, got {limit}")
         self.env = env
+        self.late = LateCalls(env)  # the run's loop (run_to_end), which makes the slots' calls late in their instant
         self.limit = limit
         self.in_flight = 0
         self._slot: Event | None = None  # what the gate's process waits on while `limit` are in flight
 
     def slot(self) -> Event:
-        """An event that comes when a request in flight ends (LATE in its instant)."""
+        """An event that comes when a request in flight ends (late in its instant)."""
         self._slot = self.env.event()
         return self._slot
 
@@ -60,7 +59,7 @@ class ClientGate:
         self.in_flight -= 1
         slot, self._slot = self._slot, None
         if slot is not None:
-            Alarm(self.env, self.env.now, lambda _: slot.succeed(), priority=LATE)
+            self.late.add(slot.succeed)
 
 
 class GatedRecords(Records):
@@ -91,7 +90,7 @@ def serve_gated(trace: Trace, wakes: list[float], fleet: FleetSetup, router: Rou
     replicas = [fleet.replica(env, i, fast_forward, beams, records=records[i]) for i in range(fleet.replicas)]
     env.process(gated_arrivals(env, trace, wakes, replicas, router, gate))
     try:
-        run_to_end(env, replicas)
+        run_to_end(env, replicas, gate.late)
     finally:
         if beams is not None:
             beams.settle()
@@ -107,7 +106,7 @@ def gated_arrivals(env: simpy.Environment, trace: Trace, wakes: list[float], rep
     its sending."""
     for request, wake in zip(trace_requests(trace, range(len(trace))), wakes):
         if request.arrival_s - env.now > 0:  # as the router's timeout, at its very instant
-            yield Alarm(env, max(wake, env.now), _nobody)
+            yield from sleep_until(env, max(wake, env.now))
         while gate.in_flight >= gate.limit:
             yield gate.slot()
         gate.in_flight += 1
@@ -122,7 +121,3 @@ def sent_at(request: Request, now_s: float) -> Request:
     """The request as the server sees it when it goes out at now_s."""
     return Request(request.request_id, now_s, request.prompt_len, request.output_len, request.n,
                    prefix_len=request.prefix_len, beam_width=request.beam_width, block_keys=request.block_keys)
-
-
-def _nobody(event: Event) -> None:
-    """An alarm's callback where only its time matters."""

@@ -9,7 +9,7 @@ floats as one call each; where the replica knows when its next request comes, on
 replica sleeps until the last of them ends, or until a request reaching
 it cuts the stretch at the iteration in flight, and then hands the iterations' ends to the control
 plane's ServingCore.end_steps, which records them and completes them as it completes one step
-(docs/concepts/fast-forward.md). A replica alone on its clock (Replica.serve_known) does not sleep: it hands itself
+(docs/concepts/fast-forward.md). A replica alone on its clock (sim.core.known_arrivals) does not sleep: it hands itself
 the requests arriving before the stretch's end, each of which may cut it, and ends it at once (run_alone).
 A request reaching a replica whose waiting queue was not empty when the stretch was scheduled cuts
 nothing: the oldest waiting request stays refused all stretch long (decode_stretch's promise), and

@@ -48,7 +48,7 @@ class FleetSetup:
     def replica(self, env: simpy.Environment, index: int, fast_forward: FastForward | None,
                 beams: BeamParentModel | None = None, arrivals: KnownArrivals | None = None,
                 records: Records | None = None) -> Replica:
-        """Replica `index`; with `arrivals`, alone on `env`, taking them itself (Replica.serve_known); writing into
+        """Replica `index`; with `arrivals`, alone on `env`, taking them itself (KnownArrivals); writing into
         `records` where given (a client's gate watches them: sim/core/client_gate.py), else records of its own."""
         scheduler = make_scheduler(self.system, self.spec, self.num_gpu_blocks, self.num_cpu_blocks)
         cost_model = self.cost_model

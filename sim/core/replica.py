@@ -3,8 +3,9 @@
 The step is engine.core's `ServingCore`, the same one the real engine runs; only the clock
 differs: here an iteration lasts CostModel.step_time(batch) on the SimPy clock instead of a
 measured forward. A run of decode-only iterations that nothing can change may pass on one SimPy
-event (sim/core/fast_forward.py), with the same records. A replica alone on its clock whose arrivals
-are known ahead (sim/core/known_arrivals.py) takes them itself, and runs with no SimPy event at all.
+event (sim/core/fast_forward.py), with the same records. One loop (Replica.serve) serves every
+replica; a replica alone on its clock whose arrivals are known ahead (sim/core/known_arrivals.py)
+takes them itself, and its loop runs with no SimPy event at all (sim/core/handover.py).
 """
 from __future__ import annotations
 
@@ -21,10 +22,11 @@ from engine.core.sequence import SequenceGroup
 from engine.core.serving import Request, ServingCore
 from engine.errors import SpecError
 from sim.core.acceptance import AcceptanceModel, AcceptanceSource
-from sim.core.alarm import Alarm
+from sim.core.alarm import LateCalls, sleep_until
 from sim.core.beams import BeamParentModel
 from sim.core.fast_forward import FastForward, Stretch
 from sim.core.faults import ClockFault
+from sim.core.handover import Handover, RouterHandover
 from sim.core.known_arrivals import KnownArrivals
 
 
@@ -33,9 +35,9 @@ class Replica:
                  records: ServingRecords, horizon_s: float, beams: BeamParentModel | None = None,
                  fast_forward: FastForward | None = None, arrivals: KnownArrivals | None = None,
                  acceptance: AcceptanceSource | None = None):
-        """arrivals: the replica's requests known ahead, for a replica alone on `env`, which takes them itself
-        (serve_known); None: the router's process submits them. acceptance: a speculating system's outcome of
-        each step (sim.core.acceptance); None: the system does not speculate."""
+        """arrivals: the replica's requests known ahead, for a replica alone on `env`, which takes them itself;
+        None: the router's process submits them (sim/core/handover.py). acceptance: a speculating system's outcome
+        of each step (sim.core.acceptance); None: the system does not speculate."""
         self.env = env
         self.index = index
         self.core = ServingCore(scheduler, records, replica=index)
@@ -48,16 +50,15 @@ class Replica:
         if acceptance is not None:
             records.speculating = True  # its records say what each iteration and request proposed and accepted
         self.horizon_s = horizon_s
-        self.arrivals_done = False
         self.fast_forward = fast_forward  # decode stretches in one event (fast_forward.py); None: step by step
         self.stretch: Stretch | None = None  # the one running now
         self.iteration_ends: list[float] = []  # when each recorded iteration ended, to merge a fleet's records
-        self._wake = env.event()
-        self.now_s = 0.0  # serve_known's clock, which SimPy's joins only where the loop fails
+        self.handover: Handover = RouterHandover(env) if arrivals is None else arrivals
+        self.now_s = 0.0  # the loop's clock: SimPy's, or where a replica alone on its clock stands
         # told after each iteration of serve() which requests it finished (a split fleet hands a prefill
         # replica's over to a decode replica, and tries again to place them when a decode replica frees blocks)
         self.after_step: Callable[[Replica, list[SequenceGroup]], None] | None = None
-        self.process = env.process(self.serve() if arrivals is None else self.serve_known(arrivals))
+        self.process = env.process(self.serve() if arrivals is None else self.serve_alone())
 
     @property
     def outstanding(self) -> int:
@@ -70,69 +71,23 @@ class Replica:
         stretch = self.stretch
         if stretch is not None and self.fast_forward is not None:  # a stretch runs only fast-forwarded
             self.fast_forward.arrive(self.env, stretch, self.env.now)
-        self._notify()
+        self.handover.notify()
 
     def close(self) -> None:
         """No more arrivals will come."""
-        self.arrivals_done = True
-        self._notify()
+        self.handover.close()
 
     def wake(self) -> None:
         """Something changed that schedule() reads (a split fleet's KV arrived or went): step again now."""
-        self._notify()
-
-    def _notify(self) -> None:
-        if not self._wake.triggered:
-            self._wake.succeed()
+        self.handover.notify()
 
     # --- the process ----------------------------------------------------------------------
-    def serve(self):
-        core, env, fast_forward = self.core, self.env, self.fast_forward
-        cost_model, index = self.cost_model, self.index
-        while env.now < self.horizon_s:
-            step = core.start_step(env.now)
-            if step is None:
-                if core.idle_preempted:  # what it preempted runs at the next schedule(), now
-                    continue
-                if self.arrivals_done and not core.holds_kv:
-                    core.check_schedulable()
-                    return
-                self._wake = env.event()  # idle until the router brings a request (or a KV copy ends)
-                yield self._wake
-                continue
-            seconds = cost_model.step_time(step.batch)
-            if not 0.0 <= seconds < math.inf:  # NaN fails both comparisons
-                raise ClockFault(self._bad_step_time(seconds, step.batch, env.now))
-            stretch = (fast_forward.plan(core, cost_model, index, step, seconds, self.draws_ahead)
-                       if fast_forward is not None else None)
-            if stretch is not None and fast_forward is not None:
-                self.stretch = stretch  # a request submitted meanwhile may cut it
-                ends = yield from fast_forward.run(env, core, stretch)
-                self.stretch = None
-                self.iteration_ends.extend(ends)
-                continue
-            yield env.timeout(seconds)
-            finished = core.end_step(step, env.now, self._beam_parents(step.batch), self._accepted(step.batch))
-            self.iteration_ends.append(env.now)
-            if self.after_step is not None:
-                self.after_step(self, finished)
-
-    def serve_known(self, arrivals: KnownArrivals) -> Generator[Event, None, None]:
-        """The process of a replica alone on its clock: the whole loop runs without a SimPy event (serve_alone);
-        one that fails sets SimPy's clock where it stopped first, for whoever reads env.now then."""
-        error: Exception | None = None
-        try:
-            self.serve_alone(arrivals)
-        except Exception as exc:  # raised again below, from the process, as serve's would be
-            error = exc
-        if error is not None:
-            yield Alarm(self.env, self.now_s, _nobody)
-            raise error
-
-    def serve_alone(self, arrivals: KnownArrivals) -> None:
-        """serve's loop on a clock of its own: `now + seconds` as SimPy's timeouts add it, the requests taken from
-        `arrivals` where the router's process would hand them over, and idle time skipped to the next."""
-        core, fast_forward = self.core, self.fast_forward
+    def serve(self) -> Generator[Event, None, None]:
+        """The replica's one loop: schedule a step at `now`, price it, run it (or the decode stretch it starts) to
+        its end, complete and record it; idle until a request comes. How each wait passes, and which requests
+        reach the replica meanwhile, is the handover's (sim/core/handover.py): on SimPy's clock behind the router's
+        process, or at once for a replica alone on its clock, whose loop then runs without a SimPy event."""
+        core, handover, fast_forward = self.core, self.handover, self.fast_forward
         cost_model, index = self.cost_model, self.index
         now = self.now_s
         while now < self.horizon_s:
@@ -140,42 +95,60 @@ class Replica:
             if step is None:
                 if core.idle_preempted:  # what it preempted runs at the next schedule(), now
                     continue
-                now = arrivals.idle(core, now)
-                if now == math.inf:
+                if handover.exhausted() and not core.holds_kv:
                     core.check_schedulable()
                     return
-                self.now_s = now
+                wait = handover.idle(core, now)  # until a request comes (or a KV copy ends)
+                if wait is not None:
+                    yield wait
+                now = self.now_s = handover.woke_at()
                 continue
-            seconds = cost_model.step_time(step.batch)
+            batch = step.batch
+            seconds = cost_model.step_time(batch)
             if not 0.0 <= seconds < math.inf:  # NaN fails both comparisons
-                raise ClockFault(self._bad_step_time(seconds, step.batch, now))
+                raise ClockFault(self._bad_step_time(seconds, batch, now))
             stretch = (fast_forward.plan(core, cost_model, index, step, seconds, self.draws_ahead)
                        if fast_forward is not None else None)
             if stretch is not None and fast_forward is not None:
-                ends = fast_forward.run_alone(core, stretch, arrivals)
+                self.stretch = stretch  # a request submitted meanwhile may cut it
+                ends = yield from handover.stretch(fast_forward, core, stretch)
+                self.stretch = None
                 self.iteration_ends.extend(ends)
                 now = ends[-1]
-                arrivals.stretch_ended()
             else:
-                end = now + seconds
-                arrivals.iteration_ends(core, now, end)
-                core.end_step(step, end, self._beam_parents(step.batch), self._accepted(step.batch))
-                self.iteration_ends.append(end)
-                now = end
+                wait = handover.iteration(core, now, seconds)
+                if wait is not None:
+                    yield wait
+                now = now + seconds  # SimPy's clock after a timeout of `seconds`, to the bit
+                # asked only of a batch with beams or proposals: a call each per step costs more than the checks
+                finished = core.end_step(step, now, self._beam_parents(batch) if batch.beam_groups else None,
+                                         self._accepted(batch) if batch.decode_proposed else None)
+                self.iteration_ends.append(now)
+                if self.after_step is not None:
+                    self.after_step(self, finished)
             self.now_s = now
-        arrivals.hand_over_rest(core)
+        handover.stopped(core)
 
-    def _beam_parents(self, batch) -> dict[int, int] | None:
-        if not batch.beam_groups:
-            return None
+    def serve_alone(self) -> Generator[Event, None, None]:
+        """serve() for a replica alone on its clock, which runs without a SimPy event; one that fails sets SimPy's
+        clock where it stopped first, for whoever reads env.now then."""
+        error: Exception | None = None
+        try:
+            yield from self.serve()
+        except Exception as exc:  # raised again below, from the process, as serve's would be
+            error = exc
+        if error is not None:
+            yield from sleep_until(self.env, self.now_s)
+            raise error
+
+    def _beam_parents(self, batch) -> dict[int, int]:
+        """The parents of the batch's beam searches' candidates (it decoded some)."""
         if self.beams is None:
             raise ValueError("the trace has beam searches but the replica has no BeamParentModel to choose parents")
         return self.beams.parents(batch)
 
-    def _accepted(self, batch) -> list[int] | None:
-        """The proposals the target accepted for each of the batch's decodes (None: it proposed nothing)."""
-        if not batch.decode_proposed:
-            return None
+    def _accepted(self, batch) -> list[int]:
+        """The proposals the target accepted for each of the batch's decodes (it proposed some)."""
         if self.acceptance is None:
             raise ValueError("the system speculates but the replica has no AcceptanceSource for its outcome")
         return self.acceptance.accepted(batch)
@@ -190,15 +163,15 @@ class Replica:
             f"every step must take a finite, non-negative number of seconds"))
 
 
-def _nobody(event: Event) -> None:
-    """An alarm's callback where only its time matters."""
-
-
-def run_to_end(env: simpy.Environment, fleet: list[Replica]) -> None:
-    """Run the simulation until nothing is left to happen, then record what the horizon left unfinished."""
+def run_to_end(env: simpy.Environment, fleet: list[Replica], late: LateCalls | None = None) -> None:
+    """Run the simulation until nothing is left to happen, then record what the horizon left unfinished. late: calls
+    made late in their instant (a client's gate), which the run's loop makes."""
     error: SpecError | None = None
     try:
-        env.run()
+        if late is None:
+            env.run()
+        else:
+            late.run()
     except ClockFault as fault:
         error = fault.args[0]
     # raised outside the handler, so with no context: compiled by mypyc, `raise ... from None` keeps the

@@ -1,6 +1,15 @@
-"""When the router's process wakes to hand each request over: shared by the replicas' decode stretches
-(sim/core/fast_forward.py), which never end at such a wake, and by a replica alone on its clock
-(sim/core/known_arrivals.py), which orders its iterations' ends against them as SimPy would.
+"""When the router's process wakes to hand each request over, and the one rule that orders simultaneous events.
+
+The rule. Events of one instant run in the order they were scheduled (SimPy's: time, then priority, then
+scheduling order; a client's gate makes its calls after all of them, sim.core.alarm.LateCalls). The replica's
+loop (Replica.serve) meets one tie that changes what it does: a request handed over at the very instant one of
+its iterations ends. The router's wake comes first when its timeout was scheduled before the iteration's, which
+it is when the router last woke before the iteration started, or at that instant but before it: the router wakes
+at every request's arrival, the fleet's too, so the fleet's wakes decide it. Where the router is still to wake at
+the instant an iteration starts (it comes second then: `behind`), it schedules its next timeout after that
+iteration's, and wakes after its end (RouterWakes.after_iteration). Behind the router's process SimPy keeps the
+rule itself; a replica alone on its clock applies it to its arrays (sim/core/known_arrivals.py); a decode stretch
+never ends at a wake (sim/core/fast_forward.py), so that no tie falls inside one.
 """
 from __future__ import annotations
 
@@ -28,6 +37,13 @@ class RouterWakes:
     def __init__(self, wakes: list[float]):
         self.times = wakes
         self.distinct = set(wakes)
+
+    def after_iteration(self, start_s: float, end_s: float, behind: bool) -> bool:
+        """Whether the router, waking at end_s, wakes after the iteration that ran from start_s to end_s ends (the
+        module's rule), given whether it woke after that iteration started (behind: it was still to wake at
+        start_s, after the replica's event of that instant). An iteration that took no time ends after the router's
+        wake of its instant, whose timeout was scheduled before the iteration's."""
+        return end_s in self.distinct and end_s != start_s and (behind or self.first_after(start_s) != end_s)
 
     def first_after(self, now_s: float) -> float:
         """The router's first wake after now_s (inf: none)."""

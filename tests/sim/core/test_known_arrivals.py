@@ -1,4 +1,4 @@
-"""A replica that takes its arrivals itself (Replica.serve_known, sim/core/known_arrivals.py) against the router's
+"""A replica that takes its arrivals itself (sim/core/known_arrivals.py) against the router's
 SimPy process handing them over (simulate(..., router_process=True)): the same records, to the last bit, step by
 step and fast-forwarded, one replica and fleets served apart, on random traces and on traces built so that
 requests arrive at the very instant iterations end, both ways round."""
@@ -23,9 +23,9 @@ class WatchedArrivals(KnownArrivals):
 
     ties = {"arrival first": 0, "iteration first": 0}
 
-    def iteration_ends(self, core, start_s, end_s):
-        tie = end_s in self.wakes[self.handed:]
-        super().iteration_ends(core, start_s, end_s)
+    def iteration(self, core, start_s, seconds):
+        tie = start_s + seconds in self.wakes[self.handed:]
+        super().iteration(core, start_s, seconds)
         if tie:
             WatchedArrivals.ties["iteration first" if self.behind else "arrival first"] += 1
 
