@@ -10,25 +10,23 @@ passes and which requests reach the replica meanwhile, in an order sim/core/rout
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import simpy
 from mypy_extensions import mypyc_attr
 from simpy.events import Event
 
-if TYPE_CHECKING:  # types alone: nothing to build at import
-    from typing import Protocol
-
+if TYPE_CHECKING:
     from engine.core.serving import ServingCore
 
-    class StretchRunner(Protocol):
-        """What runs a replica's decode stretches (sim.core.fast_forward.FastForward, which knows the handovers:
-        named here by what they call, so that no import goes round). `stretch` is its Stretch."""
 
-        def run(self, env: simpy.Environment, core: ServingCore,
-                stretch: Any) -> Generator[Event, None, list[float]]: ...
+class StretchRunner(Protocol):
+    """What runs a replica's decode stretches (sim.core.fast_forward.FastForward, which knows the handovers: named
+    here by what they call, so that no import goes round). `stretch` is its Stretch."""
 
-        def run_alone(self, core: ServingCore, stretch: Any, arrivals: Any) -> list[float]: ...
+    def run(self, env: simpy.Environment, core: ServingCore, stretch: Any) -> Generator[Event, None, list[float]]: ...
+
+    def run_alone(self, core: ServingCore, stretch: Any, arrivals: Any) -> list[float]: ...
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled, it stays a base (tests watch what its subclasses order)

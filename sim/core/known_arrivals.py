@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mypy_extensions import mypyc_attr
 from simpy.events import Event
 
 from engine.core.serving import Request, ServingCore
-from sim.core.handover import Handover
+from sim.core.handover import Handover, StretchRunner
 from sim.core.router_wakes import RouterWakes
-
-if TYPE_CHECKING:
-    from sim.core.handover import StretchRunner
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled, it stays a base (tests watch the ties it orders)
