@@ -53,6 +53,16 @@ MAX_STRETCH = 4096  # iterations priced at once; a longer run of decodes continu
 MIN_STRETCH = 3
 
 
+def _piece(count: int, priced: int, end: float, until: float, seconds: float) -> int:
+    """How many of a stretch's next `count` iterations to price now, `priced` priced and the last ending at `end`:
+    as many as `seconds` a step would take to pass `until` (the next arrival), then twice as many as priced."""
+    if until < math.inf and seconds > 0.0:
+        reach = (until - end) / seconds  # the steps to pass `until`, were each as long as the first
+        if reach < count:
+            return min(count, max(priced, int(reach) + 2))
+    return count
+
+
 def _add_up(ends: list[float], times: list[float]) -> bool:
     """Each iteration's end appended to `ends` (whose last is when the one before it ends), its time added one at
     a time in order, as SimPy adds them; False, stopping there, at an iteration whose time is negative, NaN or
@@ -164,11 +174,7 @@ class FastForward:
         going = True
         while going and len(ends) < MAX_STRETCH and end <= until:
             priced = len(ends)
-            count = MAX_STRETCH - priced
-            if until < math.inf and seconds > 0.0:
-                reach = (until - end) / seconds  # the steps to pass `until`, were each as long as the first
-                if reach < count:
-                    count = min(count, max(priced, int(reach) + 2))
+            count = _piece(MAX_STRETCH - priced, priced, end, until, seconds)
             planned: list[Batch] = []
             while len(planned) < count:
                 later = steps.extend()
@@ -209,11 +215,7 @@ class FastForward:
         end = first_end
         while len(ends) < num_steps and end <= until:
             priced = len(ends)
-            count = num_steps - priced
-            if until < math.inf and seconds > 0.0:
-                reach = (until - end) / seconds  # the steps to pass `until`, were each as long as the first
-                if reach < count:
-                    count = min(count, max(priced, int(reach) + 2))
+            count = _piece(num_steps - priced, priced, end, until, seconds)
             if not _add_up(ends, cost_model.decode_step_time_list(batch.decode_later(priced), count)):
                 return ends
             end = ends[-1]
